@@ -1,0 +1,20 @@
+"""Rule fetch_model: snapshot a Hub model or validate a local directory; write its manifest."""
+
+from pathlib import Path
+
+from posmech.models import fetch_hub_model, model_kind, prepare_local_model
+from posmech.runner import run
+
+
+def main(smk, log):
+    name, entry = smk.wildcards.model, smk.params.entry
+    out_dir = Path(smk.output.manifest).parent
+    if model_kind(entry) == "local":
+        m = prepare_local_model(name, entry, out_dir)
+    else:
+        log.info("downloading %s (revision %s) from the Hugging Face Hub", entry["source"], entry["revision"])
+        m = fetch_hub_model(name, entry, out_dir)
+    log.info("model %s: %s at %s (revision %s)", name, m["kind"], m["hf_dir"], m["resolved_revision"])
+
+
+run(snakemake, main)  # noqa: F821

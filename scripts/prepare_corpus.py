@@ -1,0 +1,14 @@
+"""Rule prepare_corpus: load and select a corpus, write it as JSON lines."""
+
+from posmech.corpora import load_corpus
+from posmech.io import write_jsonl
+from posmech.runner import run
+
+
+def main(smk, log):
+    docs = load_corpus(smk.params.entry, smk.wildcards.corpus)
+    n = write_jsonl(smk.output[0], docs)
+    log.info("wrote %d documents to %s", n, smk.output[0])
+
+
+run(snakemake, main)  # noqa: F821

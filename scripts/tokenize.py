@@ -1,0 +1,39 @@
+"""Rule tokenize: tokenize a corpus with a model's tokenizer, cut to its context, write HDF5."""
+
+from transformers import AutoTokenizer
+
+from posmech.config import config_hash
+from posmech.io import read_jsonl
+from posmech.models import read_manifest
+from posmech.runner import run
+from posmech.tokens import tokenize_documents, write_tokens
+
+
+def main(smk, log):
+    man = read_manifest(smk.input.manifest)
+    model, corpus = smk.params.model, smk.params.corpus
+    tok = AutoTokenizer.from_pretrained(man["hf_dir"], trust_remote_code=False)
+    n_ctx = model["n_ctx"] or tok.model_max_length
+    if n_ctx > 1_000_000:  # tokenizers without a recorded limit: use the model config
+        from transformers import AutoConfig
+
+        cfg = AutoConfig.from_pretrained(man["hf_dir"])
+        n_ctx = getattr(cfg, "n_positions", None) or cfg.max_position_embeddings
+    docs = read_jsonl(smk.input.corpus)
+    ids, kept = tokenize_documents(docs, tok, n_ctx, model["prepend_bos"], corpus["min_tokens"])
+    attrs = {
+        "model": smk.wildcards.model,
+        "model_source": man["source"],
+        "resolved_revision": man["resolved_revision"],
+        "corpus": smk.wildcards.corpus,
+        "corpus_config": corpus,
+        "config_hash": config_hash({"model": model, "corpus": corpus}),
+        "n_ctx": n_ctx,
+        "prepend_bos": model["prepend_bos"],
+        "bos_token_id": tok.bos_token_id if tok.bos_token_id is not None else -1,
+    }
+    write_tokens(smk.output[0], ids, [docs[j] for j in kept], attrs)
+    log.info("%d of %d documents, %d tokens (n_ctx %d)", len(ids), len(docs), sum(map(len, ids)), n_ctx)
+
+
+run(snakemake, main)  # noqa: F821

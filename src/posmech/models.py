@@ -1,0 +1,386 @@
+"""Models: fetch from the Hub, validate a local directory, train the demo model, load a
+TransformerBridge.
+
+Every configured model ends up described by a *manifest* (``resources/models/{model}/manifest.json``)
+with the Hugging Face directory to load, its kind (``hub``/``local``/``train``), the
+resolved revision and a hash of the weights.  :func:`load_bridge` is the one loader used
+by every analysis: it loads weights from safetensors only, never with
+``trust_remote_code``, and applies the configured processing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from posmech.config import is_local, local_path
+from posmech.errors import HUB_HINT, PosmechError
+from posmech.io import atomic_path, write_json
+
+LOG = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+HF_SUBDIR = "hf"
+BOS_TOKEN = "<|endoftext|>"
+HUB_FILES = ["*.safetensors", "*.json", "*.txt", "*.model", "merges.txt", "vocab.*"]
+
+
+# --------------------------------------------------------------------------- manifests
+def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a model manifest; fail naming the file and the rule to rerun if it is missing or bad."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / MANIFEST
+    try:
+        with open(p) as f:
+            m = json.load(f)
+        m["hf_dir"]  # noqa: B018 - presence check
+    except (OSError, ValueError, KeyError) as err:
+        raise PosmechError(
+            f"model manifest {str(p)!r} is missing or unreadable ({err}); rerun the model rule "
+            "(`snakemake --forcerun fetch_model` or `train_demo_model`)"
+        ) from None
+    return m
+
+
+def weights_digest(hf_dir: str | os.PathLike[str]) -> str:
+    """sha256 over the safetensors files of a directory (sorted by name), first 16 hex digits."""
+    h = hashlib.sha256()
+    for f in sorted(Path(hf_dir).glob("*.safetensors")):
+        h.update(f.name.encode())
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()[:16]
+
+
+def check_hf_dir(path: str | os.PathLike[str], key: str) -> None:
+    """A usable local model directory: config.json, safetensors weights, a tokenizer."""
+    p = Path(path)
+    if not (p / "config.json").is_file():
+        raise PosmechError(f"{key}: {str(p)!r} has no config.json; expected a Hugging Face model directory")
+    if not list(p.glob("*.safetensors")):
+        raise PosmechError(
+            f"{key}: {str(p)!r} has no .safetensors weights; posmech loads safetensors only "
+            "(re-save with `model.save_pretrained(dir, safe_serialization=True)`)"
+        )
+    if not any((p / f).is_file() for f in ("tokenizer.json", "vocab.json", "tokenizer.model")):
+        raise PosmechError(
+            f"{key}: {str(p)!r} has no tokenizer (tokenizer.json / vocab.json); save the tokenizer "
+            "into the same directory with `tokenizer.save_pretrained(dir)`"
+        )
+
+
+def prepare_local_model(name: str, entry: dict[str, Any], out_dir: str | os.PathLike[str], base: str = ".") -> dict[str, Any]:
+    """Validate a local model directory and write a manifest pointing at it (used in place)."""
+    src = local_path(entry["source"], base)
+    check_hf_dir(src, f"config key `models.{name}.source`")
+    manifest = {
+        "name": name,
+        "kind": "local",
+        "source": entry["source"],
+        "hf_dir": str(src),
+        "revision": entry.get("revision", "main"),
+        "resolved_revision": f"local:{weights_digest(src)}",
+        "weights_sha256_16": weights_digest(src),
+    }
+    write_json(Path(out_dir) / MANIFEST, manifest)
+    return manifest
+
+
+def fetch_hub_model(name: str, entry: dict[str, Any], out_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Snapshot a Hub model (safetensors, config, tokenizer) once into ``out_dir/hf``."""
+    from huggingface_hub import snapshot_download
+
+    repo, revision = entry["source"], entry.get("revision", "main")
+    if repo.startswith(("NeelNanda/", "ArthurConmy/", "Baidicoot/")):
+        raise PosmechError(
+            f"config key `models.{name}.source`: {repo!r} is a legacy TransformerLens checkpoint "
+            "(.pth weights, no Hugging Face config); posmech loads safetensors-only Hugging Face "
+            "directories. Convert it once to a local Hugging Face directory and give its path."
+        )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / HF_SUBDIR) as tmp:
+        try:
+            path = snapshot_download(repo_id=repo, revision=revision, allow_patterns=HUB_FILES, local_dir=str(tmp))
+        except Exception as err:  # noqa: BLE001 - the hub raises many types
+            raise PosmechError(
+                f"could not download model {repo!r} (revision {revision!r}) for `models.{name}`: "
+                f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}\n{HUB_HINT}"
+            ) from None
+        check_hf_dir(path, f"model {repo!r} from the Hub")
+        resolved = _resolved_revision(repo, revision)
+    hf_dir = out / HF_SUBDIR
+    manifest = {
+        "name": name,
+        "kind": "hub",
+        "source": repo,
+        "hf_dir": str(hf_dir.resolve()),
+        "revision": revision,
+        "resolved_revision": resolved,
+        "weights_sha256_16": weights_digest(hf_dir),
+    }
+    write_json(out / MANIFEST, manifest)
+    return manifest
+
+
+def _resolved_revision(repo: str, revision: str) -> str:
+    try:
+        from huggingface_hub import HfApi
+
+        return str(HfApi().model_info(repo, revision=revision).sha)
+    except Exception:  # noqa: BLE001 - offline snapshot: keep the requested revision
+        return revision
+
+
+# --------------------------------------------------------------------------- loading
+def resolve_device(device: str) -> str:
+    """``auto`` → ``cuda`` when available, else ``cpu``; ``cuda`` without a GPU is an error."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise PosmechError("model device is `cuda` but no CUDA device is visible; set `device: cpu` or `auto`")
+    return device
+
+
+def load_hf(manifest: dict[str, Any], device: str = "cpu", dtype: str = "float32") -> tuple[Any, Any]:
+    """The Hugging Face model (eager attention, safetensors only) and its tokenizer."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    hf_dir = manifest["hf_dir"]
+    check_hf_dir(hf_dir, f"model {manifest.get('name')!r}")
+    model = AutoModelForCausalLM.from_pretrained(
+        hf_dir,
+        use_safetensors=True,
+        trust_remote_code=False,
+        attn_implementation="eager",
+        dtype=getattr(torch, dtype),
+    )
+    tok = AutoTokenizer.from_pretrained(hf_dir, trust_remote_code=False)
+    model.to(device).eval()
+    return model, tok
+
+
+def load_bridge(
+    manifest: dict[str, Any] | str | os.PathLike[str],
+    device: str = "auto",
+    dtype: str = "float32",
+    processing: str = "compatibility",
+) -> Any:
+    """A TransformerLens ``TransformerBridge`` for a configured model.
+
+    ``processing='compatibility'`` applies ``enable_compatibility_mode()`` (fold LN, centre
+    writing weights, fold value biases: HookedTransformer numerics, as in the posts);
+    ``'raw'`` keeps the Hugging Face weights.  Run forward passes under
+    ``torch.inference_mode()``.
+    """
+    import torch
+    from transformer_lens.model_bridge import TransformerBridge
+
+    m = manifest if isinstance(manifest, dict) else read_manifest(manifest)
+    dev = resolve_device(device)
+    hf_model, tok = load_hf(m, dev, dtype)
+    bridge = TransformerBridge.boot_transformers(
+        m["hf_dir"], hf_model=hf_model, tokenizer=tok, device=dev, dtype=getattr(torch, dtype)
+    )
+    if processing == "compatibility":
+        bridge.enable_compatibility_mode(disable_warnings=True)
+    elif processing != "raw":
+        raise PosmechError(f"unknown processing mode {processing!r}; expected `compatibility` or `raw`")
+    bridge.eval()
+    return bridge
+
+
+# --------------------------------------------------------------------------- demo model
+def build_char_tokenizer(texts: list[str]) -> Any:
+    """A character-level fast tokenizer over the characters of ``texts``; id 0 is the
+    BOS/EOS token ``<|endoftext|>`` (as in GPT-2)."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    chars = sorted(set("".join(texts)))
+    vocab = {BOS_TOKEN: 0, **{c: i + 1 for i, c in enumerate(chars)}}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None, fuse_unk=False))
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens([BOS_TOKEN])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=BOS_TOKEN, eos_token=BOS_TOKEN, pad_token=BOS_TOKEN, unk_token=None
+    )
+
+
+def _lr_at(step: int, cfg: dict[str, Any]) -> float:
+    warm, total = cfg["warmup_steps"], cfg["steps"]
+    if step < warm:
+        return cfg["lr"] * (step + 1) / warm
+    frac = (step - warm) / max(1, total - warm)
+    return cfg["lr"] * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def previous_token_scores(model: Any, batches: list[Any]) -> np.ndarray:
+    """Mean attention from each query position ``i >= 1`` to key ``i - 1``, per head.
+
+    Returns ``[n_layers, n_heads]`` float64.  ``batches``: int64 tensors ``[batch, pos]``.
+    """
+    import torch
+
+    total, count = None, 0
+    with torch.inference_mode():
+        for x in batches:
+            att = model(x, output_attentions=True).attentions  # n_layers × [b, h, q, k]
+            sub = torch.stack([a.diagonal(offset=-1, dim1=-2, dim2=-1) for a in att])  # [L, b, h, q-1]
+            s = sub.double().sum(dim=(1, 3))
+            total = s if total is None else total + s
+            count += sub.shape[1] * sub.shape[3]
+    return (total / count).cpu().numpy()
+
+
+def train_demo_model(
+    docs: list[dict[str, Any]], cfg: dict[str, Any], out_dir: str | os.PathLike[str], name: str = "demo"
+) -> dict[str, Any]:
+    """Train a small GPT-2-architecture character model on ``docs`` (deterministic on CPU).
+
+    Every ``cfg['heldout_every']``-th document (by position in ``docs``) is held out.
+    Training samples are ``[BOS] + (n_ctx - 1)`` characters from a random offset of the
+    concatenated training text.  Writes a Hugging Face directory ``out_dir/hf`` and the
+    manifest; returns ``{'curve': [...], 'summary': {...}}``.
+    """
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(cfg["seed"])
+    torch.use_deterministic_algorithms(True)
+    k = cfg["heldout_every"]
+    train_docs = [d["text"] for i, d in enumerate(docs) if i % k != 0]
+    held_docs = [d["text"] for i, d in enumerate(docs) if i % k == 0]
+    if not train_docs or not held_docs:
+        raise PosmechError(
+            f"config key `models.{name}.train`: corpus has {len(docs)} documents, too few to hold out "
+            f"every {k}-th; add documents or lower `heldout_every`"
+        )
+    tok = build_char_tokenizer(train_docs + held_docs)
+    n_ctx = cfg["n_ctx"]
+    train_ids = np.asarray(tok("\n".join(train_docs)).input_ids, dtype=np.int64)
+    held_ids = np.asarray(tok("\n".join(held_docs)).input_ids, dtype=np.int64)
+    if len(train_ids) <= n_ctx or len(held_ids) <= n_ctx:
+        raise PosmechError(f"config key `models.{name}.train.n_ctx`: {n_ctx} is longer than the corpus text")
+    gen = np.random.default_rng(cfg["seed"])
+
+    def batch(ids: np.ndarray, rng: np.random.Generator, size: int) -> torch.Tensor:
+        starts = rng.integers(0, len(ids) - n_ctx, size=size)
+        x = np.stack([ids[s : s + n_ctx - 1] for s in starts])
+        x = np.concatenate([np.zeros((size, 1), dtype=np.int64), x], axis=1)
+        return torch.from_numpy(x)
+
+    eval_rng = np.random.default_rng(cfg["seed"] + 1)
+    eval_batches = [batch(held_ids, eval_rng, cfg["batch_size"]) for _ in range(cfg["eval_batches"])]
+    gcfg = GPT2Config(
+        vocab_size=len(tok),
+        n_positions=n_ctx,
+        n_embd=cfg["d_model"],
+        n_layer=cfg["n_layer"],
+        n_head=cfg["n_head"],
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+        tie_word_embeddings=True,
+    )
+    model = GPT2LMHeadModel(gcfg)
+    model.config._attn_implementation = "eager"
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
+
+    def heldout_loss() -> float:
+        model.eval()
+        with torch.inference_mode():
+            losses = [float(model(x, labels=x).loss) for x in eval_batches]
+        model.train()
+        return float(np.mean(losses))
+
+    curve: list[dict[str, float]] = []
+    t0 = time.perf_counter()
+    model.train()
+    running = []
+    tokens_per_step = cfg["batch_size"] * n_ctx
+    for step in range(cfg["steps"]):
+        for g in opt.param_groups:
+            g["lr"] = _lr_at(step, cfg)
+        x = batch(train_ids, gen, cfg["batch_size"])
+        loss = model(x, labels=x).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        running.append(loss.item())
+        last = step == cfg["steps"] - 1
+        if (step + 1) % cfg["eval_every"] == 0 or last:
+            elapsed = time.perf_counter() - t0
+            row = {
+                "step": step + 1,
+                "tokens": (step + 1) * tokens_per_step,
+                "train_loss": float(np.mean(running)),
+                "heldout_loss": heldout_loss(),
+                "lr": _lr_at(step, cfg),
+                "elapsed_s": round(elapsed, 3),
+            }
+            running = []
+            curve.append(row)
+            LOG.info(
+                "step %d/%d train %.3f held-out %.3f (%.0f tokens/s)",
+                row["step"], cfg["steps"], row["train_loss"], row["heldout_loss"],
+                row["tokens"] / max(elapsed, 1e-9),
+            )
+    train_s = time.perf_counter() - t0
+    model.eval()
+    scores = previous_token_scores(model, eval_batches)
+    best = np.unravel_index(int(np.argmax(scores)), scores.shape)
+    summary = {
+        "model": name,
+        "heldout_loss": curve[-1]["heldout_loss"],
+        "heldout_loss_unit": "nats per token (character)",
+        "train_seconds": round(train_s, 2),
+        "tokens_per_second": round(cfg["steps"] * tokens_per_step / train_s, 1),
+        "n_train_documents": len(train_docs),
+        "n_heldout_documents": len(held_docs),
+        "vocab_size": len(tok),
+        "previous_token_scores": scores.round(6).tolist(),
+        "best_previous_token_head": f"L{best[0]}H{best[1]}",
+        "best_previous_token_score": float(scores[best]),
+        "train_config": cfg,
+    }
+    out = Path(out_dir)
+    with atomic_path(out / HF_SUBDIR) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+    manifest = {
+        "name": name,
+        "kind": "train",
+        "source": "train_demo_model",
+        "hf_dir": str((out / HF_SUBDIR).resolve()),
+        "revision": None,
+        "resolved_revision": f"trained:{weights_digest(out / HF_SUBDIR)}",
+        "weights_sha256_16": weights_digest(out / HF_SUBDIR),
+        "train_config": cfg,
+        "heldout_loss": summary["heldout_loss"],
+    }
+    write_json(out / MANIFEST, manifest)
+    return {"curve": curve, "summary": summary}
+
+
+def model_kind(entry: dict[str, Any]) -> str:
+    """``train``, ``local`` or ``hub`` for a config model entry."""
+    if "train" in entry:
+        return "train"
+    return "local" if is_local(entry["source"]) else "hub"

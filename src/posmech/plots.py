@@ -1,0 +1,39 @@
+"""Figures: one function per figure, taking tidy data; PNG at 150 dpi with the claim ID
+(or the pipeline stage) in the title."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from posmech.io import atomic_path  # noqa: E402
+
+DPI = 150
+
+
+def save(fig: Any, path: str | os.PathLike[str]) -> None:
+    """Save a figure atomically as PNG at report resolution and close it."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=DPI, bbox_inches="tight", format="png")
+    plt.close(fig)
+
+
+def training_curve(curve: pd.DataFrame, summary: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    """Train and held-out loss against steps for the demo model."""
+    long = curve.melt(id_vars=["step"], value_vars=["train_loss", "heldout_loss"], var_name="split", value_name="loss")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    sns.lineplot(data=long, x="step", y="loss", hue="split", marker="o", ax=ax)
+    ax.set_ylabel("cross-entropy (nats / token)")
+    ax.set_title(
+        f"Demo model {summary['model']}: held-out loss {summary['heldout_loss']:.3f}; "
+        f"{summary['best_previous_token_head']} prev-token {summary['best_previous_token_score']:.2f}",
+        fontsize=9,
+    )
+    save(fig, path)

@@ -1,0 +1,97 @@
+"""Tokenized corpora: ragged token arrays with document ids and positions, in HDF5.
+
+Layout (``results/{model}/tokens/{corpus}.h5``, kind ``tokens``; see docs/artifacts.md):
+``token_ids``/``doc_ids``/``positions`` ``[n_tokens]`` int32, ``doc_offsets``
+``[n_docs + 1]`` int64, and ``documents/*`` per-document metadata.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from posmech.errors import PosmechError
+from posmech.hdf5 import STR, artifact_writer, attr_json, open_artifact
+
+KIND = "tokens"
+
+
+def tokenize_documents(
+    docs: list[dict[str, Any]], tokenizer: Any, n_ctx: int, prepend_bos: bool, min_tokens: int = 1
+) -> tuple[list[np.ndarray], list[int]]:
+    """Token ids per document, cut to ``n_ctx`` (BOS included when ``prepend_bos``).
+
+    Returns ``(ids, kept)``: ``ids[j]`` int32 ``[len_j]`` with ``len_j <= n_ctx``, and the
+    positions in ``docs`` of the kept documents (those with at least ``min_tokens``).
+    """
+    bos = tokenizer.bos_token_id
+    if prepend_bos and bos is None:
+        raise PosmechError("prepend_bos is true but the tokenizer has no BOS token; set `prepend_bos: false`")
+    ids: list[np.ndarray] = []
+    kept: list[int] = []
+    for j, d in enumerate(docs):
+        t = tokenizer(d["text"], add_special_tokens=False).input_ids
+        if prepend_bos:
+            t = [bos, *t]
+        t = np.asarray(t[:n_ctx], dtype=np.int32)
+        if len(t) >= min_tokens:
+            ids.append(t)
+            kept.append(j)
+    return ids, kept
+
+
+def write_tokens(
+    path: str | os.PathLike[str], ids: list[np.ndarray], docs: list[dict[str, Any]], attrs: dict[str, Any]
+) -> None:
+    """Write a token artifact; ``docs[j]`` is the metadata of ``ids[j]``."""
+    if not ids:
+        raise PosmechError(f"no document left to write to {str(path)!r} (all shorter than min_tokens?)")
+    lengths = np.array([len(t) for t in ids], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    flat = np.concatenate(ids).astype(np.int32)
+    doc_ids = np.repeat(np.arange(len(ids), dtype=np.int32), lengths)
+    positions = np.concatenate([np.arange(n, dtype=np.int32) for n in lengths])
+    with artifact_writer(path, KIND, "tokenize", attrs) as f:
+        f.attrs["n_documents"] = len(ids)
+        f.attrs["n_tokens"] = int(len(flat))
+        f.create_dataset("token_ids", data=flat)
+        f.create_dataset("doc_ids", data=doc_ids)
+        f.create_dataset("positions", data=positions)
+        f.create_dataset("doc_offsets", data=offsets)
+        g = f.create_group("documents")
+        g.create_dataset("doc_index", data=np.array([d["doc_index"] for d in docs], dtype=np.int64))
+        g.create_dataset("length", data=lengths.astype(np.int32))
+        g.create_dataset("title", data=[str(d.get("title", "")) for d in docs], dtype=STR)
+        if all("book" in d for d in docs):
+            g.create_dataset("book", data=[d["book"] for d in docs], dtype=STR)
+            g.create_dataset("chapter", data=np.array([d["chapter"] for d in docs], dtype=np.int32))
+
+
+@dataclass
+class TokenSet:
+    """A tokenized corpus in memory: ``flat`` ``[n_tokens]``, ``offsets`` ``[n_docs + 1]``."""
+
+    flat: np.ndarray
+    offsets: np.ndarray
+    attrs: dict[str, Any]
+    titles: list[str]
+
+    @property
+    def n_documents(self) -> int:
+        return len(self.offsets) - 1
+
+    def doc(self, j: int) -> np.ndarray:
+        return self.flat[self.offsets[j] : self.offsets[j + 1]]
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+def read_tokens(path: str | os.PathLike[str]) -> TokenSet:
+    with open_artifact(path, KIND) as f:
+        attrs = {k: attr_json(f, k) for k in f.attrs}
+        titles = [t.decode() if isinstance(t, bytes) else str(t) for t in f["documents/title"][()]]
+        return TokenSet(f["token_ids"][()], f["doc_offsets"][()], attrs, titles)

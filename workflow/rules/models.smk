@@ -1,0 +1,46 @@
+# Models: a Hub model is snapshotted once, a local directory is validated and used in
+# place, a `train:` entry is trained by the pipeline (the offline default).
+
+
+rule fetch_model:
+    """Snapshot a Hub model (safetensors, config, tokenizer) or validate a local directory."""
+    output:
+        manifest="resources/models/{model}/manifest.json",
+    params:
+        entry=model_entry,
+    log:
+        "logs/fetch_model/{model}.log",
+    wildcard_constraints:
+        model=regex(model_names_by_kind(config, "hub") + model_names_by_kind(config, "local")),
+    script:
+        "../../scripts/fetch_model.py"
+
+
+rule train_demo_model:
+    """Train the small GPT-2-architecture character model (seeded, fixed steps)."""
+    input:
+        corpus=lambda wc: f"resources/corpora/{model_entry(wc)['train']['corpus']}.jsonl",
+    output:
+        manifest="resources/models/{model}/manifest.json",
+        curve=report(
+            "results/{model}/training/curve.csv",
+            caption="../report/training_curve.rst",
+            category="Demo model",
+        ),
+        figure=report(
+            "results/{model}/training/curve.png",
+            caption="../report/training_curve.rst",
+            category="Demo model",
+        ),
+        summary="results/{model}/training/summary.json",
+    params:
+        entry=model_entry,
+    log:
+        "logs/train_demo_model/{model}.log",
+    benchmark:
+        "benchmarks/train_demo_model/{model}.tsv"
+    threads: 2
+    wildcard_constraints:
+        model=regex(model_names_by_kind(config, "train")),
+    script:
+        "../../scripts/train_demo_model.py"

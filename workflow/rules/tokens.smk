@@ -1,0 +1,20 @@
+# Tokenize every (model, corpus) pair with the model's tokenizer, cut to its context.
+
+
+rule tokenize:
+    """Token ids, document ids and positions of a corpus for a model, in HDF5."""
+    input:
+        corpus="resources/corpora/{corpus}.jsonl",
+        manifest="resources/models/{model}/manifest.json",
+    output:
+        "results/{model}/tokens/{corpus}.h5",
+    params:
+        model=model_entry,
+        corpus=corpus_entry,
+    log:
+        "logs/tokenize/{model}/{corpus}.log",
+    wildcard_constraints:
+        model=regex(MODELS),
+        corpus=regex(CORPORA),
+    script:
+        "../../scripts/tokenize.py"
