@@ -1,5 +1,8 @@
 """Figures: one function per figure, taking tidy data; PNG at 150 dpi with the claim ID
-(or the pipeline stage) in the title."""
+(or the pipeline stage) in the title.
+
+Shared helpers live here (:func:`save`, :data:`DPI`); each analysis area has its own
+submodule (``posmech.plots.geometry``, ``posmech.plots.kernels``, …)."""
 
 from __future__ import annotations
 
