@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from posmech.config import BIBLE_SOURCE, is_local, local_path
-from posmech.errors import HUB_HINT, PosmechError
+from posmech.errors import HUB_HINT, PosmechError, require_hub
 
 LOG = logging.getLogger(__name__)
 
@@ -64,6 +64,7 @@ def bible_chapters() -> Iterator[dict[str, Any]]:
 def _hub_dataset(source: str, revision: str | None, split: str) -> Any:
     import datasets
 
+    require_hub(f"dataset {source!r}")
     try:
         return datasets.load_dataset(source, split=split, revision=revision)
     except Exception as err:  # noqa: BLE001 - the hub raises many types; all end the same way

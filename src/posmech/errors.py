@@ -17,3 +17,21 @@ HUB_HINT = (
     "entry's `source` at a local copy (a Hugging Face model directory such as "
     "`/data/gpt2`, or for a corpus a dataset directory / .jsonl / .parquet file)."
 )
+
+
+def require_hub(what: str, timeout: float = 5.0) -> None:
+    """Fail fast, naming the offline alternatives, when the Hugging Face Hub cannot be
+    reached (``HF_HUB_OFFLINE`` set, or no TCP connection to the endpoint within
+    ``timeout`` seconds); avoids the Hub client's minute of retries and warnings."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        raise PosmechError(f"cannot fetch {what}: HF_HUB_OFFLINE is set.\n{HUB_HINT}")
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as err:
+        raise PosmechError(f"cannot fetch {what}: {host}:{port} is unreachable ({err}).\n{HUB_HINT}") from None

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from posmech.config import is_local, local_path
-from posmech.errors import HUB_HINT, PosmechError
+from posmech.errors import HUB_HINT, PosmechError, require_hub
 from posmech.io import atomic_path, write_json
 
 LOG = logging.getLogger(__name__)
@@ -107,6 +107,7 @@ def fetch_hub_model(name: str, entry: dict[str, Any], out_dir: str | os.PathLike
             "(.pth weights, no Hugging Face config); posmech loads safetensors-only Hugging Face "
             "directories. Convert it once to a local Hugging Face directory and give its path."
         )
+    require_hub(f"model {repo!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with atomic_path(out / HF_SUBDIR) as tmp:

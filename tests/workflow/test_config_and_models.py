@@ -1,0 +1,67 @@
+"""The DAG refuses bad configs before any job, takes local models, and fails fast offline."""
+
+
+import pytest
+import yaml
+
+from posmech import handbuilt as hb
+from posmech.tokens import read_tokens
+
+from .conftest import REPO, snakemake
+
+
+def _write(tmp_path, cfg):
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _ci():
+    return yaml.safe_load((REPO / "config/ci.yaml").read_text())
+
+
+@pytest.mark.parametrize(
+    "mutate, key",
+    [
+        (lambda c: c["models"]["demo"].update(devise="cpu"), "models.demo"),
+        (lambda c: c["models"]["demo"]["train"].update(steps="ten"), "models.demo.train.steps"),
+        (lambda c: c["models"].update(local={"source": "./missing-model"}), "models.local.source"),
+        (lambda c: c.update(tokenize={"models": ["gpt3"]}), "tokenize.models"),
+        (lambda c: c.update(corpora={}), "corpora"),
+    ],
+    ids=["unknown-key", "wrong-type", "missing-path", "unknown-model", "empty-corpora"],
+)
+def test_bad_config_fails_before_any_job(tmp_path, mutate, key):
+    cfg = _ci()
+    mutate(cfg)
+    proc = snakemake(tmp_path, "-n", configfile=_write(tmp_path, cfg), timeout=120)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "invalid configuration" in out and key in out
+    assert "Traceback" not in out
+    assert not (tmp_path / "resources").exists() and not (tmp_path / "logs").exists()
+
+
+def test_unseen_local_model_goes_through_model_rules(tmp_path):
+    spec = hb.positional_spec(n_ctx=24, n_layer=1, n_head=1, d_head=25)
+    model_dir = hb.save_model_dir(spec, tmp_path / "never-seen-model")
+    cfg = _ci()
+    cfg["models"] = {"handmade": {"source": str(model_dir), "device": "cpu", "processing": "raw"}}
+    cfg["corpora"]["bible"]["n_documents"] = 5
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = snakemake(work, "results/handmade/tokens/bible.h5", configfile=_write(tmp_path, cfg), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    toks = read_tokens(work / "results/handmade/tokens/bible.h5")
+    assert toks.n_documents == 5 and toks.lengths().max() == 24
+    manifest = (work / "resources/models/handmade/manifest.json").read_text()
+    assert '"kind": "local"' in manifest
+
+
+def test_full_study_offline_stops_with_the_ways_on(tmp_path):
+    proc = snakemake(tmp_path, configfile=REPO / "config/config.yaml", timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "config/demo.yaml" in out and "`source`" in out
+    assert not list(tmp_path.rglob("*.partial"))
+    assert not (tmp_path / "resources/models/gpt2/manifest.json").exists()
