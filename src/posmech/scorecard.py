@@ -1,0 +1,387 @@
+"""The published-vs-reproduced scorecard: ``resources/published.yaml`` × scorecard rows.
+
+Every analysis rule writes ``results/{model}/scorecard/<rule>.csv`` (columns
+``claim, model, quantity, value, detail, artifact``; see :mod:`posmech.tables`).  This
+module reads the published values (format in the header of ``resources/published.yaml``)
+and judges each reproduced value against its published one with the entry's tolerance.
+
+Statuses (:data:`STATUSES`):
+
+* ``pass`` / ``fail``: the reproduced value is within / outside the tolerance;
+* ``not applicable``: the published value refers to another model (e.g. a ``gpt2`` head
+  index on the demo model); the reason names both models;
+* ``missing``: the run covers the claim (a row of the claim, or the entry's ``rule``
+  wrote a scorecard) but has no value for this quantity: never shown as passing;
+* ``qualitative``: a figure-only or verbal claim without a numeric criterion;
+* ``no published value``: a reproduced quantity the posts give no number for.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from posmech.errors import PosmechError
+
+STATUSES = ("pass", "fail", "not applicable", "missing", "qualitative", "no published value")
+TOLERANCE_KINDS = ("abs", "rel", "range", "at_least", "at_most", "set", "min_jaccard", "subset")
+FAMILIES = {
+    "P": "Positional embeddings and previous-token heads",
+    "L": "Previous-token and look-back-two heads (2-layer attention-only model)",
+    "K": "Positional kernels and effective token count",
+    "C": "Contextual neurons",
+}
+CLAIM_RE = re.compile(r"^([PLKC])(\d+)$")
+SCORECARD_COLUMNS = [
+    "claim", "family", "model", "quantity", "what", "published", "published_model", "reproduced",
+    "tolerance", "status", "reason", "source", "detail", "artifact", "rule",
+]
+
+
+@dataclass(frozen=True)
+class Published:
+    """One entry of ``resources/published.yaml``."""
+
+    claim: str
+    quantity: str
+    model: str
+    source: str
+    what: str
+    published: Any
+    tolerance: dict[str, Any] | None
+    any_model: bool = False
+    note: str = ""
+    rule: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def family(claim: str) -> str:
+    """The family letter of a claim ID (``P7`` → ``P``); ``?`` when not a claim ID."""
+    m = CLAIM_RE.match(str(claim))
+    return m.group(1) if m else "?"
+
+
+def claim_sort_key(claim: str) -> tuple[int, int, str]:
+    m = CLAIM_RE.match(str(claim))
+    if not m:
+        return (len(FAMILIES), 0, str(claim))
+    return (list(FAMILIES).index(m.group(1)), int(m.group(2)), "")
+
+
+def _check_tolerance(tol: Any, where: str) -> None:
+    if tol is None:
+        return
+    if not isinstance(tol, dict) or len(tol) != 1 or next(iter(tol)) not in TOLERANCE_KINDS:
+        raise PosmechError(
+            f"{where}: tolerance must be null or a one-key mapping with one of {', '.join(TOLERANCE_KINDS)}, "
+            f"got {tol!r}"
+        )
+    kind, arg = next(iter(tol.items()))
+    if kind == "range" and not (isinstance(arg, list) and len(arg) == 2):
+        raise PosmechError(f"{where}: tolerance `range` needs [lo, hi], got {arg!r}")
+    if kind == "set" and arg != "exact":
+        raise PosmechError(f"{where}: tolerance `set` takes `exact`, got {arg!r}")
+    if kind in ("abs", "rel", "at_least", "at_most", "min_jaccard") and not isinstance(arg, (int, float)):
+        raise PosmechError(f"{where}: tolerance `{kind}` needs a number, got {arg!r}")
+
+
+def load_published(path: str | os.PathLike[str]) -> list[Published]:
+    """Read and validate the published values; raises :class:`PosmechError` naming the entry."""
+    try:
+        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as err:
+        raise PosmechError(f"cannot read published values {str(path)!r}: {err}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
+        raise PosmechError(f"{str(path)!r}: expected a mapping with an `entries:` list (see the file's header)")
+    out: list[Published] = []
+    seen: set[tuple[str, str, str]] = set()
+    required = ("claim", "quantity", "model", "source", "what", "published", "tolerance")
+    for i, e in enumerate(doc["entries"]):
+        where = f"{path} entry {i + 1} ({e.get('claim', '?')}/{e.get('quantity', '?')})" if isinstance(e, dict) else f"{path} entry {i + 1}"
+        if not isinstance(e, dict):
+            raise PosmechError(f"{where}: expected a mapping")
+        lacking = [k for k in required if k not in e]
+        if lacking:
+            raise PosmechError(f"{where}: missing key(s) {', '.join(lacking)}")
+        if family(e["claim"]) == "?":
+            raise PosmechError(f"{where}: claim {e['claim']!r} is not an ID of CLAIMS.md (P1, L2, K4, C3, …)")
+        _check_tolerance(e["tolerance"], where)
+        key = (e["claim"], e["quantity"], e["model"])
+        if key in seen:
+            raise PosmechError(f"{where}: duplicate entry for claim {key[0]} quantity {key[1]} model {key[2]}")
+        seen.add(key)
+        known = set(required) | {"any_model", "note", "rule"}
+        out.append(
+            Published(
+                claim=str(e["claim"]), quantity=str(e["quantity"]), model=str(e["model"]),
+                source=str(e["source"]), what=str(e["what"]), published=e["published"],
+                tolerance=e["tolerance"], any_model=bool(e.get("any_model", False)),
+                note=str(e.get("note", "") or ""), rule=e.get("rule"),
+                extra={k: v for k, v in e.items() if k not in known},
+            )
+        )
+    return out
+
+
+def parse_value(raw: Any) -> Any:
+    """A scorecard ``value`` cell → number, list, mapping or text; ``None`` when empty/NaN."""
+    if raw is None:
+        return None
+    if isinstance(raw, float) and math.isnan(raw):
+        return None
+    if isinstance(raw, (int, float)):
+        return raw
+    s = str(raw).strip()
+    if not s or s.lower() in ("nan", "none", "null"):
+        return None
+    try:
+        v = json.loads(s)
+    except ValueError:
+        return s
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    return v
+
+
+def _num(x: Any) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise TypeError(f"not a number: {x!r}")
+    return float(x)
+
+
+def _numbers(v: Any) -> list[float]:
+    if isinstance(v, dict):
+        return [_num(x) for x in v.values()]
+    if isinstance(v, list):
+        return [_num(x) for x in v]
+    return [_num(v)]
+
+
+def _pairs(published: Any, value: Any) -> list[tuple[str, float, float]]:
+    """(label, published, reproduced) numeric pairs; raises ValueError when they do not line up."""
+    if isinstance(published, dict):
+        if not isinstance(value, dict):
+            raise ValueError(f"expected a mapping like {published!r}, got {value!r}")
+        absent = [k for k in published if k not in value]
+        if absent:
+            raise ValueError(f"reproduced value lacks {', '.join(map(str, absent))}")
+        return [(str(k), _num(p), _num(value[k])) for k, p in published.items()]
+    if isinstance(published, list):
+        if not isinstance(value, list) or len(value) != len(published):
+            raise ValueError(f"expected a list of {len(published)} numbers, got {value!r}")
+        return [(f"[{i}]", _num(p), _num(v)) for i, (p, v) in enumerate(zip(published, value))]
+    return [("", _num(published), _num(value))]
+
+
+def _as_set(v: Any) -> set[str]:
+    if isinstance(v, (list, tuple, set)):
+        return {str(x) for x in v}
+    if isinstance(v, dict):
+        return {str(x) for x in v}
+    return {str(v)}
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def judge(published: Any, tolerance: dict[str, Any] | None, value: Any) -> tuple[str, str]:
+    """Compare a reproduced ``value`` with ``published`` under ``tolerance``.
+
+    Returns ``(status, reason)`` with status ``pass``, ``fail``, ``missing`` (value is
+    ``None``) or ``qualitative`` (``tolerance`` is ``None``)."""
+    if value is None:
+        return "missing", "no reproduced value"
+    if tolerance is None:
+        return "qualitative", "no numeric criterion: compare the figure with the post"
+    kind, arg = next(iter(tolerance.items()))
+    try:
+        if kind in ("abs", "rel"):
+            pairs = _pairs(published, value)
+            worst = ("", 0.0, 0.0, 0.0)
+            bad = []
+            for label, p, v in pairs:
+                err = abs(v - p)
+                limit = arg if kind == "abs" else arg * abs(p)
+                if err > limit + 1e-12:
+                    bad.append(f"{label + ': ' if label else ''}|{_fmt(v)} − {_fmt(p)}| = {_fmt(err)} > {_fmt(limit)}")
+                if err >= worst[1]:
+                    worst = (label, err, limit, v)
+            if bad:
+                return "fail", "; ".join(bad)
+            return "pass", f"max |Δ| = {_fmt(worst[1])} ≤ {_fmt(worst[2])}" + (f" ({worst[0]})" if worst[0] else "")
+        if kind in ("at_least", "at_most", "range"):
+            nums = _numbers(value)
+            lo, hi = (arg, math.inf) if kind == "at_least" else (-math.inf, arg) if kind == "at_most" else tuple(arg)
+            out = [x for x in nums if not (lo - 1e-12 <= x <= hi + 1e-12)]
+            bound = f"≥ {_fmt(lo)}" if kind == "at_least" else f"≤ {_fmt(hi)}" if kind == "at_most" else f"in [{_fmt(lo)}, {_fmt(hi)}]"
+            if out:
+                return "fail", f"{', '.join(map(_fmt, out))} not {bound}"
+            return "pass", f"{', '.join(map(_fmt, nums))} {bound}"
+        a, b = _as_set(value), _as_set(published)
+        if kind == "set":
+            if a == b:
+                return "pass", "same set"
+            return "fail", f"extra {sorted(a - b) or '∅'}, lacking {sorted(b - a) or '∅'}"
+        if kind == "min_jaccard":
+            jac = len(a & b) / len(a | b) if a | b else 1.0
+            status = "pass" if jac >= arg - 1e-12 else "fail"
+            return status, f"Jaccard {jac:.2f} {'≥' if status == 'pass' else '<'} {arg:g} (shared {sorted(a & b)})"
+        if kind == "subset":
+            lacking = sorted(b - a)
+            return ("fail", f"lacking {lacking}") if lacking else ("pass", "all published elements reproduced")
+    except (TypeError, ValueError) as err:
+        return "fail", f"not comparable: {err}"
+    raise PosmechError(f"unknown tolerance kind {kind!r}")  # guarded by load_published
+
+
+def format_value(v: Any) -> str:
+    """Compact display of a published or reproduced value."""
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return _fmt(v)
+    if isinstance(v, list):
+        return ", ".join(format_value(x) for x in v)
+    if isinstance(v, dict):
+        return ", ".join(f"{k}: {format_value(x)}" for k, x in v.items())
+    return str(v)
+
+
+def format_tolerance(tol: dict[str, Any] | None) -> str:
+    if tol is None:
+        return "qualitative"
+    kind, arg = next(iter(tol.items()))
+    if kind == "abs":
+        return f"|Δ| ≤ {arg:g}"
+    if kind == "rel":
+        return f"|Δ| ≤ {arg:g}·|published|"
+    if kind == "at_least":
+        return f"≥ {arg:g}"
+    if kind == "at_most":
+        return f"≤ {arg:g}"
+    if kind == "range":
+        return f"in [{arg[0]:g}, {arg[1]:g}]"
+    if kind == "min_jaccard":
+        return f"Jaccard ≥ {arg:g}"
+    return {"set": "same set", "subset": "published ⊆ reproduced"}.get(kind, str(tol))
+
+
+def rule_of(path: str | os.PathLike[str]) -> tuple[str, str]:
+    """``(model, rule)`` of a scorecard path ``results/{model}/scorecard/{rule}.csv``."""
+    p = Path(path)
+    if p.parent.name != "scorecard" or p.suffix != ".csv":
+        raise PosmechError(f"{str(path)!r} is not a scorecard path (results/{{model}}/scorecard/<rule>.csv)")
+    return p.parent.parent.name, p.stem
+
+
+def read_scorecards(paths: list[str] | list[os.PathLike[str]]) -> pd.DataFrame:
+    """Concatenate scorecard CSVs; adds ``rule`` (from the file name); checks the columns."""
+    from posmech.tables import SCORECARD_COLUMNS as COLS
+    from posmech.tables import read_table
+
+    frames = []
+    for p in paths:
+        df = read_table(p)
+        lacking = [c for c in COLS if c not in df.columns]
+        if lacking:
+            raise PosmechError(
+                f"scorecard {str(p)!r} lacks column(s) {', '.join(lacking)}; write it with "
+                "posmech.tables.scorecard_rows + write_table"
+            )
+        df = df[COLS].astype({"value": object})
+        df["rule"] = rule_of(p)[1]
+        frames.append(df)
+    if not frames:
+        return pd.DataFrame(columns=[*COLS, "rule"])
+    return pd.concat(frames, ignore_index=True)
+
+
+def _text(x: Any) -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x)
+
+
+def build_scorecard(
+    published: list[Published], rows: pd.DataFrame, registered: dict[str, set[str]] | None = None
+) -> pd.DataFrame:
+    """One row per (published entry, run model) of every claim the run covers, plus the
+    reproduced quantities without a published value.
+
+    ``rows``: scorecard rows (:func:`read_scorecards`); ``registered``: model → rules whose
+    scorecard is part of the run (from the paths; an entry with ``rule:`` naming one of them
+    is expected even when the file has no row of its claim).  Columns :data:`SCORECARD_COLUMNS`.
+    """
+    registered = {m: set(r) for m, r in (registered or {}).items()}
+    models = list(dict.fromkeys([*registered, *map(str, rows["model"])]))
+    by_key: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in rows.to_dict("records"):
+        by_key[(str(r["claim"]), str(r["quantity"]), str(r["model"]))] = r
+    covered = {(str(r["claim"]), str(r["model"])) for r in by_key.values()}
+    for e in published:
+        for m, rules in registered.items():
+            if e.rule and e.rule in rules:
+                covered.add((e.claim, m))
+    out: list[dict[str, Any]] = []
+    known: set[tuple[str, str]] = set()
+    for e in published:
+        known.add((e.claim, e.quantity))
+        for m in models:
+            if (e.claim, m) not in covered:
+                continue
+            row = by_key.get((e.claim, e.quantity, m))
+            value = parse_value(row["value"]) if row else None
+            applicable = e.any_model or e.model == m
+            if not applicable:
+                status = "not applicable"
+                reason = f"published value refers to {e.model}; this row is {m}"
+                if value is None:
+                    reason += " (not computed for it)"
+            else:
+                status, reason = judge(e.published, e.tolerance, value)
+                if status == "missing":
+                    reason = f"the run covers {e.claim} on {m} but no row has quantity {e.quantity!r}"
+            out.append(
+                {
+                    "claim": e.claim, "family": family(e.claim), "model": m, "quantity": e.quantity,
+                    "what": e.what, "published": format_value(e.published), "published_model": e.model,
+                    "reproduced": format_value(value), "tolerance": format_tolerance(e.tolerance),
+                    "status": status, "reason": reason, "source": e.source,
+                    "detail": _text(row["detail"]) if row else "", "artifact": _text(row["artifact"]) if row else "",
+                    "rule": _text(row["rule"]) if row else (e.rule or ""),
+                }
+            )
+    for (claim, quantity, m), row in by_key.items():
+        if (claim, quantity) in known:
+            continue
+        value = parse_value(row["value"])
+        out.append(
+            {
+                "claim": claim, "family": family(claim), "model": m, "quantity": quantity, "what": "",
+                "published": "—", "published_model": "", "reproduced": format_value(value),
+                "tolerance": "—", "status": "missing" if value is None else "no published value",
+                "reason": "no reproduced value" if value is None else "the posts give no number for this quantity",
+                "source": "", "detail": _text(row["detail"]), "artifact": _text(row["artifact"]),
+                "rule": _text(row.get("rule")),
+            }
+        )
+    df = pd.DataFrame(out, columns=SCORECARD_COLUMNS)
+    if len(df):
+        order = sorted(range(len(df)), key=lambda i: (claim_sort_key(df.claim[i]), df.model[i]))
+        df = df.iloc[order].reset_index(drop=True)
+    return df
+
+
+def uncovered_claims(published: list[Published], scorecard: pd.DataFrame) -> list[str]:
+    """Claim IDs of the published file that no model of the run covers (sorted)."""
+    seen = set(scorecard["claim"])
+    return sorted({e.claim for e in published} - seen, key=claim_sort_key)

@@ -1,0 +1,195 @@
+"""Scorecard: published values × fabricated result tables → pass / fail / n.a. / missing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from posmech import scorecard as sc
+from posmech.errors import PosmechError
+from posmech.tables import scorecard_rows, write_table
+
+REPO = Path(__file__).resolve().parents[1]
+
+PUBLISHED = {
+    "entries": [
+        {"claim": "P6", "quantity": "n_prev_token_heads", "model": "gpt2", "source": "000",
+         "what": "count", "published": 69, "tolerance": {"abs": 5}},
+        {"claim": "P7", "quantity": "diagonal_ratio", "model": "gpt2", "source": "000", "what": "ratios",
+         "published": {"L4H11": 0.01, "L5H6": 0.18}, "tolerance": {"abs": 0.05}},
+        {"claim": "P8", "quantity": "layer0_max_abs_diff", "model": "gpt2", "any_model": True,
+         "source": "000", "what": "identity", "published": 0, "tolerance": {"at_most": 1e-4}},
+        {"claim": "P8", "quantity": "cross_token_cosine", "model": "gpt2", "source": "000",
+         "what": "agreement", "published": "almost the same", "tolerance": {"at_least": 0.9}},
+        {"claim": "P1", "quantity": "wpos_helix", "model": "gpt2", "source": "000", "what": "helix",
+         "published": "figure", "tolerance": None},
+        {"claim": "K4", "quantity": "layer0_local_heads", "model": "gpt2", "source": "003",
+         "what": "local heads", "published": ["L0H3", "L0H4", "L0H7"], "tolerance": {"min_jaccard": 0.6}},
+        {"claim": "K7", "quantity": "other_heads", "model": "gpt2", "source": "004", "what": "other",
+         "published": ["L0H11"], "tolerance": {"set": "exact"}},
+        {"claim": "P16", "quantity": "p_pirate_after", "model": "gpt2", "source": "000", "what": "p",
+         "published": 0.65, "tolerance": {"abs": 0.1}, "rule": "induction_intervention"},
+        {"claim": "C2", "quantity": "named_neurons", "model": "gpt2", "source": "004", "what": "n",
+         "published": "300, 1621, 1710", "tolerance": None},
+    ]
+}
+
+
+@pytest.fixture
+def published(tmp_path: Path) -> list[sc.Published]:
+    p = tmp_path / "published.yaml"
+    p.write_text(yaml.safe_dump(PUBLISHED))
+    return sc.load_published(p)
+
+
+def _write(tmp: Path, model: str, rule: str, rows: list[dict]) -> Path:
+    path = tmp / "results" / model / "scorecard" / f"{rule}.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_table(scorecard_rows([{**r, "model": model} for r in rows]), path, {"rule": rule})
+    return path
+
+
+def _status(card, claim, quantity, model):
+    row = card[(card.claim == claim) & (card.quantity == quantity) & (card.model == model)]
+    assert len(row) == 1, (claim, quantity, model, card[["claim", "quantity", "model"]])
+    return row.iloc[0]
+
+
+def test_fabricated_tables_give_pass_fail_na_missing(tmp_path, published):
+    files = [
+        # gpt2: P6 passes (71 within 5 of 69), P7 fails on L5H6, P8 cosine given but the
+        # identity row is absent -> missing; K4 Jaccard 2/4 < 0.6 fails; K7 passes.
+        _write(tmp_path, "gpt2", "taxonomy", [
+            {"claim": "P6", "quantity": "n_prev_token_heads", "value": 71, "artifact": "results/gpt2/t.png"},
+            {"claim": "P7", "quantity": "diagonal_ratio", "value": {"L4H11": 0.02, "L5H6": 0.40}},
+        ]),
+        _write(tmp_path, "gpt2", "geometry", [
+            {"claim": "P8", "quantity": "cross_token_cosine", "value": 0.97},
+            {"claim": "P1", "quantity": "wpos_helix", "value": 0.91, "detail": "explained variance top-3"},
+        ]),
+        _write(tmp_path, "gpt2", "kernels", [
+            {"claim": "K4", "quantity": "layer0_local_heads", "value": ["L0H3", "L0H5", "L0H4", "L0H9"]},
+            {"claim": "K7", "quantity": "other_heads", "value": ["L0H11"]},
+            {"claim": "K4", "quantity": "etc_mean", "value": 12.5},
+        ]),
+        # demo: gpt2 numbers are not applicable, but the any_model identity is judged (and fails)
+        _write(tmp_path, "demo", "taxonomy", [
+            {"claim": "P6", "quantity": "n_prev_token_heads", "value": 69},
+        ]),
+        _write(tmp_path, "demo", "geometry", [
+            {"claim": "P8", "quantity": "layer0_max_abs_diff", "value": 0.5},
+            {"claim": "P8", "quantity": "cross_token_cosine", "value": ""},
+        ]),
+        # a registered scorecard of the rule named by P16's entry, without its row
+        _write(tmp_path, "gpt2", "induction_intervention", []),
+    ]
+    rows = sc.read_scorecards(files)
+    registered: dict[str, set[str]] = {}
+    for f in files:
+        m, r = sc.rule_of(f)
+        registered.setdefault(m, set()).add(r)
+    card = sc.build_scorecard(published, rows, registered)
+
+    assert _status(card, "P6", "n_prev_token_heads", "gpt2").status == "pass"
+    p7 = _status(card, "P7", "diagonal_ratio", "gpt2")
+    assert p7.status == "fail" and "L5H6" in p7.reason and "L4H11" not in p7.reason
+    assert _status(card, "P8", "cross_token_cosine", "gpt2").status == "pass"
+    missing = _status(card, "P8", "layer0_max_abs_diff", "gpt2")
+    assert missing.status == "missing" and missing.reproduced == "—"
+    assert _status(card, "P1", "wpos_helix", "gpt2").status == "qualitative"
+    k4 = _status(card, "K4", "layer0_local_heads", "gpt2")
+    assert k4.status == "fail" and "0.40" in k4.reason
+    assert _status(card, "K7", "other_heads", "gpt2").status == "pass"
+    assert _status(card, "K4", "etc_mean", "gpt2").status == "no published value"
+    assert _status(card, "P16", "p_pirate_after", "gpt2").status == "missing"
+
+    na = _status(card, "P6", "n_prev_token_heads", "demo")
+    assert na.status == "not applicable" and "gpt2" in na.reason and na.reproduced == "69"
+    assert _status(card, "P8", "layer0_max_abs_diff", "demo").status == "fail"
+    assert _status(card, "P8", "cross_token_cosine", "demo").status == "not applicable"
+    # claims the run does not cover are not rows; C2 is never claimed by any table
+    assert "C2" not in set(card.claim)
+    assert sc.uncovered_claims(published, card) == ["C2"]
+    assert not (card.status == "pass").any() or set(card[card.reproduced == "—"].status) <= {
+        "missing", "not applicable"}
+    # order: families P, L, K, C then claim number
+    assert list(dict.fromkeys(card.claim)) == ["P1", "P6", "P7", "P8", "P16", "K4", "K7"]
+
+
+@pytest.mark.parametrize(
+    ("published", "tolerance", "value", "status"),
+    [
+        (0.65, {"abs": 0.1}, 0.56, "pass"),
+        (0.65, {"abs": 0.1}, 0.5, "fail"),
+        (3, {"rel": 0.5}, 4.4, "pass"),
+        (3, {"rel": 0.5}, 4.6, "fail"),
+        ([8, 9, 10], {"abs": 3}, [9.5, 7, 12.9], "pass"),
+        ([8, 9, 10], {"abs": 3}, [9.5, 7], "fail"),
+        (">= 0.99", {"at_least": 0.98}, 0.985, "pass"),
+        (">= 0.99", {"at_least": 0.98}, 0.97, "fail"),
+        ("20", {"range": [10, 50]}, 50, "pass"),
+        ("20", {"range": [10, 50]}, 100, "fail"),
+        (["L0H6", "L0H8"], {"set": "exact"}, ["L0H8", "L0H6"], "pass"),
+        (["L0H6", "L0H8"], {"set": "exact"}, ["L0H8"], "fail"),
+        (["L4H11"], {"subset": True}, ["L4H11", "L5H6"], "pass"),
+        (["L4H11"], {"subset": True}, ["L5H6"], "fail"),
+        ([0, -2], {"set": "exact"}, [-2, 0], "pass"),
+        (0.65, {"abs": 0.1}, "not a number", "fail"),
+        (0.65, {"abs": 0.1}, None, "missing"),
+        ("figure", None, 1.0, "qualitative"),
+    ],
+)
+def test_judge(published, tolerance, value, status):
+    assert sc.judge(published, tolerance, value)[0] == status
+
+
+def test_parse_value_round_trips_scorecard_cells():
+    assert sc.parse_value('["L0H3", "L0H4"]') == ["L0H3", "L0H4"]
+    assert sc.parse_value("0.25") == 0.25
+    assert sc.parse_value(float("nan")) is None
+    assert sc.parse_value("") is None
+    assert sc.parse_value("helix") == "helix"
+
+
+def test_repository_published_values_are_valid_and_cover_every_claim():
+    entries = sc.load_published(REPO / "resources" / "published.yaml")
+    claims = {e.claim for e in entries}
+    expected = {f"P{i}" for i in range(1, 17)} | {f"L{i}" for i in range(1, 6)} | {
+        f"K{i}" for i in range(1, 11)} | {f"C{i}" for i in range(1, 4)}
+    assert claims == expected
+    by = {(e.claim, e.quantity): e for e in entries}
+    assert by[("P6", "n_prev_token_heads")].published == 69
+    assert by[("P7", "diagonal_ratio")].published["L3H2"] == 0.52
+    assert by[("P11", "canonical_angles_deg")].published == [8, 9, 10]
+    assert by[("L5", "lookback2_position_only_mass")].model == "attn-only-2l"
+    assert by[("K7", "duplicate_token_heads")].published == ["L0H1", "L0H5"]
+    assert all(e.source in {"000", "001", "003", "004"} for e in entries)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"claim": "X1"}, "not an ID"),
+        ({"tolerance": {"abs": "big"}}, "needs a number"),
+        ({"tolerance": {"within": 1}}, "one-key mapping"),
+        ({"source": None, "published": None, "what": None, "quantity": None, "claim": None}, "claim"),
+    ],
+)
+def test_invalid_published_file_names_the_entry(tmp_path, entry, message):
+    good = dict(PUBLISHED["entries"][0])
+    bad = {**good, **entry}
+    if entry.get("claim", "") is None:
+        bad = {"model": "gpt2"}
+        message = "missing key"
+    p = tmp_path / "published.yaml"
+    p.write_text(yaml.safe_dump({"entries": [good, bad]}))
+    with pytest.raises(PosmechError, match=message):
+        sc.load_published(p)
+
+
+def test_scorecard_path_must_follow_the_contract():
+    assert sc.rule_of("results/demo/scorecard/taxonomy.csv") == ("demo", "taxonomy")
+    with pytest.raises(PosmechError, match="scorecard path"):
+        sc.rule_of("results/demo/taxonomy.csv")
