@@ -82,3 +82,14 @@ TARGETS = [tokens_targets, training_targets]
 
 def all_targets():
     return [t for targets in TARGETS for t in targets()]
+
+
+# What the final `report` rule (rules/report.smk) reads, as named inputs. Each stage
+# appends, at the end of its .smk, a function returning paths (one line each):
+#   SCORECARDS.append(<stage>_scorecards)  -> results/{model}/scorecard/<rule>.csv files
+#   REPORT_FIGURES.append(<stage>_figures)  -> PNGs shown in the HTML report (their rule's
+#                                              report(caption=, category=) is reused)
+#   REPORT_TABLES.append(<stage>_tables)    -> tidy CSVs shown (head) and linked
+SCORECARDS = []
+REPORT_FIGURES = []
+REPORT_TABLES = []
