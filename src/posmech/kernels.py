@@ -1,0 +1,493 @@
+"""Positional kernels and Effective Token Count (claims K1–K5, seed post 003).
+
+For head ``h`` of layer ``l`` the *positional kernel* (positional pattern) at query
+position ``n`` is
+
+    π(i | x_n) = softmax_{i in [lo(n), n]}  (x_n W_Q + b_Q) · (p_i W_K + b_K) / scale
+
+where ``p_i`` is the mean post-ln1 embedding at position ``i`` over a (web-text)
+corpus, ``x_n`` the actual post-ln1 embedding at position ``n`` of a text (a Bible
+chapter), ``lo(n) = k0`` (the first ``k0`` positions are omitted: later-layer heads park
+attention on BOS) or, for a sliding-window layer (GPT-Neo ``local``), ``max(k0,
+n - window + 1)``, and ``scale`` the model's score scale (``sqrt(d_head)`` for GPT-2, 1
+for GPT-Neo).  The key bias adds ``q·b_K`` to every score of a query, a constant over
+``i``, so it cancels in the softmax; it is kept in the computation (the tests check the
+invariance).  The query bias does not cancel and counts.
+
+Effective Token Count: ``ETC = 1 / Σ_i π_i²``; a uniform kernel over the ``w = n - lo + 1``
+keys in the softmax has ``ETC = w``, a one-hot kernel ``ETC = 1``.  Kernel types (K3) come
+from ``ETC / w``: ``local`` below ``local_max``, ``uniform`` at or above ``uniform_min``,
+``slow_decay`` in between.
+
+Everything here is pure numpy on arrays, except :func:`query_embeddings` (a forward pass
+of a TransformerBridge) and the artifact reader/writer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from posmech.errors import PosmechError
+
+KIND = "kernels"
+RULE = "positional_kernels"
+KERNEL_TYPES = ("local", "slow_decay", "uniform")
+
+
+# --------------------------------------------------------------------------- weights
+@dataclass
+class HeadWeights:
+    """Query/key weights of every head, in TransformerLens orientation (float64).
+
+    ``W_Q, W_K [L, H, d_model, d_head]``, ``b_Q, b_K [L, H, d_head]``, ``scale [L]``
+    (scores are divided by it), ``window [L]`` (sliding-window size of the layer, 0 = full
+    causal attention).
+    """
+
+    W_Q: np.ndarray
+    b_Q: np.ndarray
+    W_K: np.ndarray
+    b_K: np.ndarray
+    scale: np.ndarray
+    window: np.ndarray
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.W_Q.shape[0])
+
+    @property
+    def n_heads(self) -> int:
+        return int(self.W_Q.shape[1])
+
+
+def attention_layout(hf_config: dict[str, Any], n_layers: int, d_head: int) -> tuple[np.ndarray, np.ndarray]:
+    """Score scale ``[L]`` and sliding window ``[L]`` (0 = none) of each layer, from a
+    Hugging Face ``config.json`` dict.
+
+    GPT-2: ``sqrt(d_head)`` when ``scale_attn_weights`` (default), times ``layer + 1`` when
+    ``scale_attn_by_inverse_layer_idx``.  GPT-Neo (TinyStories): no scaling, and layers
+    listed ``local`` in ``attention_types`` see only the last ``window_size`` positions.
+    Rotary / ALiBi models have no additive positional embedding and are refused.
+    """
+    mtype = hf_config.get("model_type", "gpt2")
+    scale = np.full(n_layers, math.sqrt(d_head))
+    window = np.zeros(n_layers, dtype=np.int64)
+    if mtype == "gpt2":
+        if not hf_config.get("scale_attn_weights", True):
+            scale[:] = 1.0
+        if hf_config.get("scale_attn_by_inverse_layer_idx", False):
+            scale *= np.arange(1, n_layers + 1)
+    elif mtype == "gpt_neo":
+        scale[:] = 1.0
+        kinds: list[str] = []
+        for names, repeat in hf_config.get("attention_types", [[["global"], n_layers]]):
+            kinds += list(names) * int(repeat)
+        if len(kinds) != n_layers:
+            raise PosmechError(f"GPT-Neo config: attention_types gives {len(kinds)} layers, the model has {n_layers}")
+        w = int(hf_config.get("window_size", 256))
+        window[:] = [w if k == "local" else 0 for k in kinds]
+    elif mtype in ("gpt_neox", "llama", "mistral", "qwen2", "gemma", "phi", "gptj", "bloom", "falcon"):
+        raise PosmechError(
+            f"positional kernels need learned absolute positional embeddings added to the residual "
+            f"stream; model_type {mtype!r} uses rotary/ALiBi positions. Remove the model from `kernels.models`"
+        )
+    return scale, window
+
+
+def bridge_head_weights(bridge: Any, hf_config: dict[str, Any] | None = None) -> HeadWeights:
+    """The processed query/key weights of a TransformerBridge (``bridge.W_Q`` etc., i.e.
+    with the layer-norm scale folded in under compatibility mode, consistent with the
+    cached ``ln1_out``), and the attention layout of :func:`attention_layout`."""
+    cfg = bridge.cfg
+    if getattr(cfg, "positional_embedding_type", "standard") != "standard":
+        raise PosmechError(
+            f"positional kernels need learned absolute positional embeddings; this model has "
+            f"{cfg.positional_embedding_type!r}. Remove it from `kernels.models`"
+        )
+    if hf_config is None:
+        hf = getattr(bridge, "original_model", None)
+        hf_config = hf.config.to_dict() if hf is not None and hasattr(hf, "config") else {}
+    get = lambda t: t.detach().double().cpu().numpy()  # noqa: E731
+    W_Q, W_K = get(bridge.W_Q), get(bridge.W_K)
+    if W_K.shape != W_Q.shape:  # grouped-query attention: repeat key heads
+        W_K = np.repeat(W_K, W_Q.shape[1] // W_K.shape[1], axis=1)
+    b_K = get(bridge.b_K)
+    if b_K.shape[1] != W_Q.shape[1]:
+        b_K = np.repeat(b_K, W_Q.shape[1] // b_K.shape[1], axis=1)
+    scale, window = attention_layout(hf_config, W_Q.shape[0], W_Q.shape[-1])
+    return HeadWeights(W_Q, get(bridge.b_Q), W_K, b_K, scale, window)
+
+
+# --------------------------------------------------------------------------- kernels
+def key_start(positions: np.ndarray, k0: int, window: int = 0) -> np.ndarray:
+    """First key position in the softmax for each query position ``n`` (``[Q]`` int):
+    ``k0``, or ``max(k0, n - window + 1)`` for a sliding-window layer."""
+    n = np.asarray(positions, dtype=np.int64)
+    lo = np.full_like(n, k0)
+    if window:
+        lo = np.maximum(lo, n - window + 1)
+    return lo
+
+
+def n_keys(positions: np.ndarray, k0: int, window: int = 0) -> np.ndarray:
+    """Number of keys in the softmax, ``n - lo(n) + 1`` (``[Q]`` int): the ETC of a
+    uniform kernel."""
+    n = np.asarray(positions, dtype=np.int64)
+    return n - key_start(n, k0, window) + 1
+
+
+def head_kernels(
+    means: np.ndarray,
+    x: np.ndarray,
+    positions: Sequence[int] | np.ndarray,
+    W_Q: np.ndarray,
+    b_Q: np.ndarray,
+    W_K: np.ndarray,
+    b_K: np.ndarray,
+    scale: float,
+    k0: int = 2,
+    window: int = 0,
+) -> np.ndarray:
+    """Positional kernels of one head.
+
+    ``means [P, d_model]`` (``p_i``), ``x [C, Q, d_model]`` (query embeddings ``x_n`` of
+    ``C`` texts at the ``Q`` query ``positions``), ``W_Q, W_K [d_model, d_head]``,
+    ``b_Q, b_K [d_head]``.  Returns ``π [C, Q, K]`` float64 with ``K = max(positions) + 1``:
+    row ``(c, q)`` is a distribution over key positions ``lo(n)..n`` (``n = positions[q]``),
+    zero elsewhere.
+    """
+    pos = np.asarray(positions, dtype=np.int64)
+    K = int(pos.max()) + 1
+    if pos.min() < k0:
+        raise PosmechError(f"query position {int(pos.min())} is below k0={k0}: no key left in the softmax")
+    if means.shape[0] < K:
+        raise PosmechError(f"means cover {means.shape[0]} positions, query positions need {K}")
+    k = means[:K] @ W_K + b_K  # [K, d_head]
+    q = x @ W_Q + b_Q  # [C, Q, d_head]
+    s = (q @ k.T) / scale  # [C, Q, K]
+    lo = key_start(pos, k0, window)
+    keys = np.arange(K)
+    valid = (keys[None, :] >= lo[:, None]) & (keys[None, :] <= pos[:, None])  # [Q, K]
+    s = np.where(valid, s, -np.inf)
+    s -= s.max(axis=-1, keepdims=True)
+    e = np.exp(s)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def effective_token_count(kernel: np.ndarray) -> np.ndarray:
+    """``ETC = 1 / Σ_i π_i²`` over the last axis (``[..., K] -> [...]``)."""
+    return 1.0 / np.square(kernel).sum(axis=-1)
+
+
+def truncated_geometric_etc(lam: float, m: int) -> float:
+    """Analytic ETC of ``π_j ∝ exp(-λ j)``, ``j = 0..m-1`` (scores ``-λ(n - i)`` over ``m``
+    keys): with ``r = e^{-λ}``, ``ETC = (1 - r^m)(1 + r) / ((1 - r)(1 + r^m))``; ``m`` when
+    ``λ = 0``."""
+    if lam == 0:
+        return float(m)
+    r = math.exp(-lam)
+    return (1 - r**m) * (1 + r) / ((1 - r) * (1 + r**m))
+
+
+def classify(etc_fraction: np.ndarray, local_max: float, uniform_min: float) -> np.ndarray:
+    """Kernel type (K3) from ``ETC / n_keys``: ``local`` (< ``local_max``), ``uniform``
+    (>= ``uniform_min``), ``slow_decay`` otherwise.  Same shape as the input, dtype object."""
+    f = np.asarray(etc_fraction, dtype=float)
+    out = np.full(f.shape, "slow_decay", dtype=object)
+    out[f < local_max] = "local"
+    out[f >= uniform_min] = "uniform"
+    return out
+
+
+@dataclass
+class LayerKernels:
+    """Kernels of every head of one layer over ``C`` texts and ``Q`` query positions.
+
+    ``mean, std [H, Q, K]`` (over texts), ``etc, tv [C, H, Q]`` (per text: ETC, and the total
+    variation distance ``½ Σ_i |π_c - π̄|`` to the mean kernel), ``etc_of_mean [H, Q]``,
+    ``start, n_keys [Q]``.
+    """
+
+    mean: np.ndarray
+    std: np.ndarray
+    etc: np.ndarray
+    tv: np.ndarray
+    etc_of_mean: np.ndarray
+    start: np.ndarray
+    n_keys: np.ndarray
+
+
+def layer_kernels(
+    means: np.ndarray, x: np.ndarray, positions: Sequence[int] | np.ndarray, w: HeadWeights, layer: int, k0: int = 2
+) -> LayerKernels:
+    """Kernels of all heads of ``layer``: ``means [P, d_model]``, ``x [C, Q, d_model]``."""
+    pos = np.asarray(positions, dtype=np.int64)
+    win = int(w.window[layer])
+    H = w.n_heads
+    C, Q, K = x.shape[0], len(pos), int(pos.max()) + 1
+    mean = np.empty((H, Q, K))
+    std = np.empty((H, Q, K))
+    etc = np.empty((C, H, Q))
+    tv = np.empty((C, H, Q))
+    for h in range(H):
+        pi = head_kernels(
+            means, x, pos, w.W_Q[layer, h], w.b_Q[layer, h], w.W_K[layer, h], w.b_K[layer, h],
+            float(w.scale[layer]), k0, win,
+        )
+        mean[h] = pi.mean(axis=0)
+        std[h] = pi.std(axis=0)
+        etc[:, h] = effective_token_count(pi)
+        tv[:, h] = 0.5 * np.abs(pi - mean[h]).sum(axis=-1)
+    return LayerKernels(mean, std, etc, tv, effective_token_count(mean), key_start(pos, k0, win), n_keys(pos, k0, win))
+
+
+def model_kernels(
+    means: np.ndarray, x: np.ndarray, positions: Sequence[int] | np.ndarray, w: HeadWeights, k0: int = 2
+) -> Iterator[LayerKernels]:
+    """:func:`layer_kernels` for every layer, one at a time (to stream to disk):
+    ``means [L, P, d_model]``, ``x [C, L, Q, d_model]``."""
+    for layer in range(w.n_layers):
+        yield layer_kernels(means[layer], x[:, layer], positions, w, layer, k0)
+
+
+# --------------------------------------------------------------------------- inputs
+def query_positions(k0: int, heatmap_max: int, etc_positions: Sequence[int]) -> np.ndarray:
+    """Sorted query positions: every ``n`` in ``k0..heatmap_max`` (query × key heatmaps)
+    and the ``etc_positions`` (``[Q]`` int64)."""
+    pos = set(range(k0, heatmap_max + 1)) | {int(n) for n in etc_positions}
+    return np.array(sorted(pos), dtype=np.int64)
+
+
+def select_documents(lengths: np.ndarray, min_length: int, n: int, seed: int, key: str = "kernels.n_chapters") -> np.ndarray:
+    """``n`` document indices (sorted) drawn with ``seed`` among those with at least
+    ``min_length`` tokens."""
+    eligible = np.flatnonzero(np.asarray(lengths) >= min_length)
+    if len(eligible) < n:
+        raise PosmechError(
+            f"config key `{key}`: {n} query texts of at least {min_length} tokens are needed, the query "
+            f"corpus has {len(eligible)}; lower `{key}` or the largest query position"
+        )
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(eligible, size=n, replace=False))
+
+
+def query_embeddings(bridge: Any, docs: Sequence[np.ndarray], positions: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Post-ln1 embeddings ``x_n`` (hook ``blocks.{l}.ln1.hook_out``) of each document at
+    ``positions``: ``[C, L, Q, d_model]`` float64.  One forward pass per document, cut
+    after the largest position (causal: the cut changes nothing before it)."""
+    import torch
+
+    pos = np.asarray(positions, dtype=np.int64)
+    L = bridge.cfg.n_layers
+    out = np.empty((len(docs), L, len(pos), bridge.cfg.d_model))
+    dev = next(bridge.parameters()).device
+    for c, ids in enumerate(docs):
+        toks = torch.as_tensor(np.asarray(ids[: pos.max() + 1], dtype=np.int64), device=dev)[None]
+        store: dict[int, np.ndarray] = {}
+
+        def grab(t: Any, hook: Any, layer: int = 0) -> Any:
+            store[layer] = t[0, pos].double().cpu().numpy()
+            return t
+
+        hooks = [(f"blocks.{i}.ln1.hook_out", lambda t, hook, i=i: grab(t, hook, i)) for i in range(L)]
+        with torch.inference_mode():
+            bridge.run_with_hooks(toks, fwd_hooks=hooks, return_type=None)
+        for i in range(L):
+            out[c, i] = store[i]
+    return out
+
+
+# --------------------------------------------------------------------------- artifact
+def write_kernels(
+    path: str | os.PathLike[str],
+    layers: Iterator[LayerKernels],
+    n_layers: int,
+    n_heads: int,
+    positions: np.ndarray,
+    chapters: dict[str, Any],
+    means_count: np.ndarray,
+    attrs: dict[str, Any],
+) -> None:
+    """Stream layer results into ``kernels.h5`` (layout in docs/artifacts.md)."""
+    from posmech.hdf5 import STR, artifact_writer
+
+    Q, K = len(positions), int(np.max(positions)) + 1
+    C = len(chapters["doc_index"])
+    with artifact_writer(path, KIND, RULE, attrs) as f:
+        f.create_dataset("positions", data=np.asarray(positions, dtype=np.int32))
+        f.create_dataset("means_count", data=np.asarray(means_count[:K], dtype=np.int64))
+        g = f.create_group("chapters")
+        g.create_dataset("doc_index", data=np.asarray(chapters["doc_index"], dtype=np.int64))
+        g.create_dataset("title", data=[str(t) for t in chapters["title"]], dtype=STR)
+        g.create_dataset("length", data=np.asarray(chapters["length"], dtype=np.int32))
+        opts = {"chunks": (1, 1, Q, K), "compression": "gzip", "compression_opts": 4, "shuffle": True}
+        kmean = f.create_dataset("kernel_mean", (n_layers, n_heads, Q, K), dtype="f4", **opts)
+        kstd = f.create_dataset("kernel_std", (n_layers, n_heads, Q, K), dtype="f4", **opts)
+        etc = f.create_dataset("etc", (C, n_layers, n_heads, Q), dtype="f8")
+        tv = f.create_dataset("tv_spread", (C, n_layers, n_heads, Q), dtype="f8")
+        etcm = f.create_dataset("etc_of_mean", (n_layers, n_heads, Q), dtype="f8")
+        start = f.create_dataset("key_start", (n_layers, Q), dtype="i4")
+        nk = f.create_dataset("n_keys", (n_layers, Q), dtype="i4")
+        for layer, lk in enumerate(layers):
+            kmean[layer] = lk.mean.astype(np.float32)
+            kstd[layer] = lk.std.astype(np.float32)
+            etc[:, layer] = lk.etc
+            tv[:, layer] = lk.tv
+            etcm[layer] = lk.etc_of_mean
+            start[layer] = lk.start
+            nk[layer] = lk.n_keys
+
+
+@dataclass
+class KernelSet:
+    """``kernels.h5`` without the kernels themselves (read per head with :meth:`kernel`)."""
+
+    path: Path
+    positions: np.ndarray
+    etc: np.ndarray  # [C, L, H, Q]
+    tv: np.ndarray  # [C, L, H, Q]
+    etc_of_mean: np.ndarray  # [L, H, Q]
+    n_keys: np.ndarray  # [L, Q]
+    titles: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.etc.shape[1])
+
+    @property
+    def n_heads(self) -> int:
+        return int(self.etc.shape[2])
+
+    def kernel(self, layer: int, head: int, which: str = "kernel_mean") -> np.ndarray:
+        """``[Q, K]`` mean (or ``kernel_std``) kernel of one head."""
+        from posmech.hdf5 import open_artifact
+
+        with open_artifact(self.path, KIND) as f:
+            return f[which][layer, head].astype(np.float64)
+
+
+def read_kernels(path: str | os.PathLike[str]) -> KernelSet:
+    from posmech.hdf5 import attr_json, open_artifact
+
+    with open_artifact(path, KIND) as f:
+        attrs = {k: attr_json(f, k) for k in f.attrs}
+        titles = [t.decode() if isinstance(t, bytes) else str(t) for t in f["chapters/title"][()]]
+        return KernelSet(
+            Path(path), f["positions"][()].astype(np.int64), f["etc"][()], f["tv_spread"][()],
+            f["etc_of_mean"][()], f["n_keys"][()].astype(np.int64), titles, attrs,
+        )
+
+
+# --------------------------------------------------------------------------- tables
+def head_name(layer: int, head: int) -> str:
+    return f"L{layer}H{head}"
+
+
+def etc_frame(ks: KernelSet, model: str, local_max: float, uniform_min: float) -> pd.DataFrame:
+    """Tidy ETC table (K3/K4/K5): one row per (layer, head, n) with the ETC's mean, std,
+    min and max over the query texts, the ETC of the mean kernel, ``n_keys``, the fraction
+    ``etc_mean / n_keys``, the kernel type and the mean TV distance of a text's kernel to
+    the mean kernel (K5)."""
+    C, L, H, Q = ks.etc.shape
+    li, hi, qi = np.meshgrid(np.arange(L), np.arange(H), np.arange(Q), indexing="ij")
+    li, hi, qi = li.ravel(), hi.ravel(), qi.ravel()
+    etc = ks.etc[:, li, hi, qi]  # [C, rows]
+    nk = ks.n_keys[li, qi]
+    frac = etc.mean(axis=0) / nk
+    df = pd.DataFrame(
+        {
+            "claim": "K4",
+            "model": model,
+            "layer": li,
+            "head": hi,
+            "head_name": [head_name(a, b) for a, b in zip(li, hi)],
+            "n": ks.positions[qi],
+            "n_keys": nk,
+            "etc_mean": etc.mean(axis=0),
+            "etc_std": etc.std(axis=0),
+            "etc_min": etc.min(axis=0),
+            "etc_max": etc.max(axis=0),
+            "etc_of_mean_kernel": ks.etc_of_mean[li, hi, qi],
+            "etc_fraction": frac,
+            "kernel_type": classify(frac, local_max, uniform_min),
+            "tv_spread_mean": ks.tv[:, li, hi, qi].mean(axis=0),
+            "tv_spread_max": ks.tv[:, li, hi, qi].max(axis=0),
+            "n_texts": C,
+        }
+    )
+    return df
+
+
+def translation_tv(kernel: np.ndarray, positions: np.ndarray, k0: int, max_offset: int) -> float:
+    """Translation equivariance of one head's kernel (K2): rows ``π_n(n - o)``,
+    ``o = 0..max_offset``, of every query ``n >= k0 + max_offset`` in ``positions``,
+    renormalised over those offsets; the mean TV distance of each row to their average
+    (0 = a kernel that depends only on ``n - i``).  ``kernel [Q, K]``; NaN when fewer
+    than two rows qualify."""
+    rows = []
+    for q, n in enumerate(positions):
+        if n - max_offset < k0:
+            continue
+        r = kernel[q, n - max_offset : n + 1][::-1]
+        s = r.sum()
+        if s > 0:
+            rows.append(r / s)
+    if len(rows) < 2:
+        return float("nan")
+    R = np.stack(rows)
+    return float(0.5 * np.abs(R - R.mean(axis=0)).sum(axis=1).mean())
+
+
+def types_at(df: pd.DataFrame, n: int) -> pd.DataFrame:
+    """Rows of an ETC table at query position ``n`` (one per head)."""
+    sub = df[df["n"] == n]
+    if sub.empty:
+        raise PosmechError(f"no ETC row at n={n}; `kernels.etc_heatmap_position` must be a computed query position")
+    return sub
+
+
+def scorecard(df: pd.DataFrame, model: str, n: int, artifacts: dict[str, str], equivariance: dict[str, float]) -> pd.DataFrame:
+    """Scorecard rows of K1, K2, K3, K4 and K5 for one model (see resources/published.yaml)."""
+    from posmech.tables import scorecard_rows
+
+    at = types_at(df, n)
+    heads = lambda layer, kind: [r.head_name for r in at.itertuples() if r.layer == layer and r.kernel_type == kind]  # noqa: E731
+    rows: list[dict[str, Any]] = []
+    n_layers, n_heads = int(at["layer"].max()) + 1, int(at["head"].max()) + 1
+    ok = int(np.isfinite(at["etc_mean"]).sum())
+    rows.append({"claim": "K1", "model": model, "quantity": "heads_with_kernel", "value": ok,
+                 "detail": f"{ok} of {n_layers * n_heads} heads have a finite positional kernel at n={n}",
+                 "artifact": artifacts["table"]})
+    eq = [v for v in equivariance.values() if np.isfinite(v)]
+    rows.append({"claim": "K2", "model": model, "quantity": "local_translation_tv",
+                 "value": float(np.median(eq)) if eq else float("nan"),
+                 "detail": "median over local heads of the mean TV distance between kernel rows aligned by "
+                 f"offset n-i (0 = translation equivariant): {json.dumps({k: round(v, 4) for k, v in equivariance.items()})}",
+                 "artifact": artifacts["kernels"]})
+    present = [t for t in KERNEL_TYPES if (at["kernel_type"] == t).any()]
+    rows.append({"claim": "K3", "model": model, "quantity": "kernel_types_present", "value": present,
+                 "detail": "kernel types among all heads at n=" + str(n) + ": "
+                 + ", ".join(f"{t} {int((at['kernel_type'] == t).sum())}" for t in KERNEL_TYPES),
+                 "artifact": artifacts["table"]})
+    for kind in KERNEL_TYPES:
+        rows.append({"claim": "K4", "model": model, "quantity": f"layer0_{kind}_heads", "value": heads(0, kind),
+                     "detail": f"layer-0 heads classified {kind} at n={n}", "artifact": artifacts["heatmap"]})
+    if n_layers > 5:
+        rows.append({"claim": "K4", "model": model, "quantity": "layer5_uniform_heads", "value": heads(5, "uniform"),
+                     "detail": f"layer-5 heads classified uniform at n={n}", "artifact": artifacts["heatmap"]})
+    med = float(at["tv_spread_mean"].median())
+    rows.append({"claim": "K5", "model": model, "quantity": "median_kernel_tv_spread", "value": med,
+                 "detail": f"median over heads (n={n}) of the mean TV distance between one text's kernel and the "
+                 f"mean over {int(at['n_texts'].iloc[0])} texts; max {float(at['tv_spread_max'].max()):.3f}",
+                 "artifact": artifacts["table"]})
+    return scorecard_rows(rows)

@@ -1,0 +1,242 @@
+"""Positional kernels and ETC (K1–K5) on hand-built models with known answers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from posmech import handbuilt as hb
+from posmech import kernels as kn
+from posmech.errors import PosmechError
+from posmech.models import load_bridge
+
+N = 12  # n_ctx of the hand-built models
+
+
+def bridge_for(path, processing="compatibility"):
+    return load_bridge({"hf_dir": str(path), "name": "t"}, device="cpu", processing=processing)
+
+
+def hf_config(path):
+    return json.loads((path / "config.json").read_text())
+
+
+def pattern(bridge, tokens, layer):
+    """The model's own attention pattern ``[H, n, n]`` from a forward pass."""
+    store = {}
+
+    def grab(t, hook):
+        store["p"] = t[0].double().numpy()
+
+    with torch.inference_mode():
+        bridge.run_with_hooks(torch.as_tensor(tokens)[None], fwd_hooks=[(f"blocks.{layer}.attn.hook_pattern", grab)])
+    return store["p"]
+
+
+def same_text_kernels(bridge, path, tokens, k0):
+    """Kernels whose means ``p_i`` are the text's own ln1 embeddings, queries at every n >= k0."""
+    all_pos = np.arange(len(tokens))
+    x_all = kn.query_embeddings(bridge, [tokens], all_pos)[0]  # [L, n, d]
+    w = kn.bridge_head_weights(bridge, hf_config(path))
+    pos = np.arange(k0, len(tokens))
+    x = kn.query_embeddings(bridge, [tokens], pos)  # [1, L, Q, d]
+    return list(kn.model_kernels(x_all, x, pos, w, k0)), pos
+
+
+@pytest.fixture(scope="module")
+def prevtok(prev_token_model_dir):
+    """The shared positional model (L0H1 previous-token, L1H0 kernel -0.5·(n-i), others
+    zero-query) with position-only means and queries."""
+    bridge = bridge_for(prev_token_model_dir)
+    tokens = np.full(N, 5)
+    layers, pos = same_text_kernels(bridge, prev_token_model_dir, tokens, k0=2)
+    return bridge, layers, pos
+
+
+def test_zero_query_head_is_uniform_with_etc_window(prevtok):
+    _, layers, pos = prevtok
+    lk = layers[0]  # L0H0 has zero query weights
+    for q, n in enumerate(pos):
+        np.testing.assert_allclose(lk.mean[0, q, 2 : n + 1], 1.0 / (n - 1), atol=1e-12)
+        assert lk.mean[0, q, :2].sum() == 0 and lk.mean[0, q, n + 1 :].sum() == 0
+    np.testing.assert_allclose(lk.etc[0, 0], pos - 2 + 1, rtol=1e-9)
+    assert list(lk.n_keys) == list(pos - 1)
+
+
+def test_exact_previous_token_head_has_etc_one(prevtok):
+    _, layers, pos = prevtok
+    etc = layers[0].etc[0, 1]
+    np.testing.assert_allclose(etc, 1.0, atol=1e-6)
+    assert np.argmax(layers[0].mean[1, 3]) == pos[3] - 1
+
+
+def test_exponential_head_has_truncated_geometric_etc(prevtok):
+    _, layers, pos = prevtok
+    expected = [kn.truncated_geometric_etc(0.5, n - 2 + 1) for n in pos]
+    np.testing.assert_allclose(layers[1].etc[0, 0], expected, rtol=1e-5)
+    # the analytic formula itself, against a direct sum
+    p = np.exp(-0.5 * np.arange(7))
+    assert kn.truncated_geometric_etc(0.5, 7) == pytest.approx(1 / np.square(p / p.sum()).sum(), rel=1e-12)
+
+
+def test_position_only_kernel_equals_models_attention_pattern():
+    rng = np.random.default_rng(0)
+    scores = {(0, 0): rng.normal(0, 2, (N, N)), (1, 1): np.tril(rng.normal(0, 3, (N, N)))}
+    spec = hb.positional_spec(n_ctx=N, n_layer=2, n_head=2, d_head=N + 1, scores=scores)
+    # give the model an arbitrary query bias as well: it counts in the kernel and in the pattern
+    spec.heads[(1, 1)]["b_Q"] = rng.normal(0, 1, N + 1)
+    import tempfile
+    from pathlib import Path
+
+    path = hb.save_model_dir(spec, Path(tempfile.mkdtemp()) / "pos")
+    bridge = bridge_for(path)
+    tokens = np.full(N, 7)
+    for k0 in (0, 2):
+        layers, pos = same_text_kernels(bridge, path, tokens, k0)
+        for layer in (0, 1):
+            pat = pattern(bridge, tokens, layer)  # [H, n, n]
+            for h in range(2):
+                ref = pat[h, pos, :]
+                ref[:, :k0] = 0
+                ref /= ref.sum(axis=1, keepdims=True)
+                np.testing.assert_allclose(layers[layer].mean[h], ref, atol=2e-5)
+
+
+def test_key_bias_leaves_kernels_unchanged(tmp_path):
+    rng = np.random.default_rng(1)
+    S = -0.3 * np.subtract.outer(np.arange(N), np.arange(N)).astype(float)
+    spec = hb.positional_spec(n_ctx=N, n_layer=1, n_head=2, scores={(0, 0): S, (0, 1): hb.previous_token_scores(N, 3.0)})
+    plain = bridge_for(hb.save_model_dir(spec, tmp_path / "plain"))
+    for h in (0, 1):
+        spec.heads[(0, h)]["b_K"] = rng.normal(0, 5, spec.dh)
+    biased_dir = hb.save_model_dir(spec, tmp_path / "biased")
+    biased = bridge_for(biased_dir)
+    w_plain = kn.bridge_head_weights(plain, hf_config(biased_dir))
+    w_biased = kn.bridge_head_weights(biased, hf_config(biased_dir))
+    assert np.abs(w_biased.b_K).max() > 1.0  # the bias really is there
+    tokens = np.full(N, 3)
+    pos = np.arange(2, N)
+    means = kn.query_embeddings(plain, [tokens], np.arange(N))[0]
+    x = kn.query_embeddings(plain, [tokens], pos)
+    a = next(kn.model_kernels(means, x, pos, w_plain, 2))
+    b = next(kn.model_kernels(means, x, pos, w_biased, 2))
+    np.testing.assert_allclose(a.mean, b.mean, atol=1e-12)
+
+
+def test_kernels_match_attention_of_a_trained_like_model_in_both_processing_modes(tmp_path):
+    """Random GPT-2 (LN weights, biases, MLPs all nonzero): with p_i = x_i of the same
+    text and k0 = 0 the kernel is exactly the model's pattern, so the processed weights,
+    the scale and the cached hook agree in compatibility and raw mode."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=40, n_positions=N, n_embd=16, n_layer=2, n_head=2, bos_token_id=0, eos_token_id=0)
+    model = GPT2LMHeadModel(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "ln" in name or "bias" in name:
+                p.add_(torch.randn_like(p) * 0.5)
+    model.save_pretrained(tmp_path, safe_serialization=True)
+    hb.char_tokenizer(40).save_pretrained(tmp_path)
+    tokens = np.random.default_rng(0).integers(1, 40, N)
+    for processing in ("compatibility", "raw"):
+        bridge = bridge_for(tmp_path, processing)
+        layers, pos = same_text_kernels(bridge, tmp_path, tokens, 0)
+        for layer in (0, 1):
+            np.testing.assert_allclose(layers[layer].mean, pattern(bridge, tokens, layer)[:, pos], atol=2e-5)
+
+
+def test_gpt_neo_layout_unscaled_and_local_window(tmp_path):
+    from transformers import GPTNeoConfig, GPTNeoForCausalLM
+
+    torch.manual_seed(0)
+    cfg = GPTNeoConfig(vocab_size=40, max_position_embeddings=N, hidden_size=16, num_layers=2, num_heads=2,
+                       attention_types=[[["global", "local"], 1]], window_size=4, bos_token_id=0, eos_token_id=0)
+    GPTNeoForCausalLM(cfg).save_pretrained(tmp_path, safe_serialization=True)
+    hb.char_tokenizer(40).save_pretrained(tmp_path)
+    scale, window = kn.attention_layout(hf_config(tmp_path), 2, 8)
+    assert list(scale) == [1.0, 1.0] and list(window) == [0, 4]
+    bridge = bridge_for(tmp_path)
+    tokens = np.random.default_rng(0).integers(1, 40, N)
+    layers, pos = same_text_kernels(bridge, tmp_path, tokens, 0)
+    for layer in (0, 1):
+        np.testing.assert_allclose(layers[layer].mean, pattern(bridge, tokens, layer)[:, pos], atol=2e-5)
+    assert list(layers[1].n_keys) == [min(n + 1, 4) for n in pos]
+
+
+def test_rotary_models_are_refused():
+    with pytest.raises(PosmechError, match="rotary"):
+        kn.attention_layout({"model_type": "gpt_neox"}, 2, 8)
+
+
+def test_spread_across_texts_and_key_positions():
+    """Pure-array checks: several texts give a mean and a spread; identical texts none."""
+    rng = np.random.default_rng(2)
+    d, dh = 6, 3
+    means = rng.normal(size=(10, d))
+    W = kn.HeadWeights(rng.normal(size=(1, 1, d, dh)), np.zeros((1, 1, dh)), rng.normal(size=(1, 1, d, dh)),
+                       np.zeros((1, 1, dh)), np.array([1.0]), np.array([0]))
+    pos = np.array([4, 9])
+    x_same = np.repeat(rng.normal(size=(1, 2, d)), 3, axis=0)
+    lk = kn.layer_kernels(means, x_same, pos, W, 0, k0=2)
+    assert lk.std.max() < 1e-12 and lk.tv.max() < 1e-12
+    lk = kn.layer_kernels(means, rng.normal(size=(3, 2, d)), pos, W, 0, k0=2)
+    assert lk.tv.max() > 0.01 and lk.std.max() > 0
+    np.testing.assert_allclose(lk.mean.sum(-1), 1.0)
+    assert np.all(lk.etc_of_mean >= lk.etc.min(axis=0) - 1e-9)  # mixing spreads a distribution
+    with pytest.raises(PosmechError, match="k0"):
+        kn.head_kernels(means, x_same, [1, 4], W.W_Q[0, 0], W.b_Q[0, 0], W.W_K[0, 0], W.b_K[0, 0], 1.0, k0=2)
+
+
+def test_classify_and_translation_equivariance():
+    types = kn.classify(np.array([0.001, 0.019, 0.02, 0.3, 0.5, 1.0]), 0.02, 0.5)
+    assert list(types) == ["local", "local", "slow_decay", "slow_decay", "uniform", "uniform"]
+    pos = np.arange(2, 30)
+    K = 30
+    shifted = np.zeros((len(pos), K))
+    for q, n in enumerate(pos):  # depends only on n - i: equivariant
+        i = np.arange(2, n + 1)
+        shifted[q, i] = np.exp(-(n - i))
+        shifted[q] /= shifted[q].sum()
+    assert kn.translation_tv(shifted, pos, 2, 5) < 1e-12
+    fixed = np.zeros((len(pos), K))
+    for q, n in enumerate(pos):  # peaked at the absolute key 15: not equivariant
+        i = np.arange(2, n + 1)
+        fixed[q, i] = np.exp(-np.abs(i - 15.0))
+        fixed[q] /= fixed[q].sum()
+    assert kn.translation_tv(fixed, pos, 2, 5) > 0.1
+
+
+def test_select_documents_is_seeded_and_checks_length():
+    lengths = np.array([5, 50, 60, 70, 3, 80])
+    a = kn.select_documents(lengths, 50, 3, seed=0)
+    assert list(a) == list(kn.select_documents(lengths, 50, 3, seed=0))
+    assert set(a) <= {1, 2, 3, 5}
+    with pytest.raises(PosmechError, match="kernels.n_chapters"):
+        kn.select_documents(lengths, 50, 5, seed=0)
+
+
+def test_artifact_roundtrip_and_tables(prevtok, tmp_path):
+    _, layers, pos = prevtok
+    path = tmp_path / "kernels.h5"
+    chapters = {"doc_index": [0], "title": ["t"], "length": [N]}
+    kn.write_kernels(path, iter(layers), 2, 2, pos, chapters, np.ones(N, dtype=np.int64), {"model": "prevtok", "k0": 2})
+    ks = kn.read_kernels(path)
+    np.testing.assert_allclose(ks.kernel(1, 0), layers[1].mean[0], atol=1e-7)
+    df = kn.etc_frame(ks, "prevtok", 0.2, 0.9)
+    assert len(df) == 2 * 2 * len(pos)
+    last = df[df["n"] == pos[-1]].set_index("head_name")
+    assert last.loc["L0H1", "kernel_type"] == "local"
+    assert last.loc["L0H0", "kernel_type"] == "uniform"
+    assert last.loc["L1H0", "kernel_type"] == "slow_decay"  # ETC 3.9 of 10 keys
+    eq = {"L0H1": kn.translation_tv(ks.kernel(0, 1), pos, 2, 1)}
+    sc = kn.scorecard(df, "prevtok", int(pos[-1]), {"table": "t.csv", "kernels": "k.png", "heatmap": "h.png"}, eq)
+    rows = sc.set_index("quantity")
+    assert json.loads(rows.loc["layer0_local_heads", "value"]) == ["L0H1"]
+    assert json.loads(rows.loc["layer0_uniform_heads", "value"]) == ["L0H0"]
+    assert rows.loc["heads_with_kernel", "value"] == 4
+    assert float(rows.loc["local_translation_tv", "value"]) < 1e-6
+    assert set(sc["claim"]) == {"K1", "K2", "K3", "K4", "K5"}
