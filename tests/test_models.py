@@ -80,3 +80,51 @@ def test_compatibility_mode_preserves_logits(prev_token_model_dir):
     # compatibility mode centres the unembedding: logits agree up to a per-position constant
     d = (raw - compat).numpy()
     np.testing.assert_allclose(d - d.mean(-1, keepdims=True), 0, atol=1e-4)
+
+
+def _legacy_dir(path):
+    """A tiny legacy TransformerLens checkpoint directory (TL config.json + TL-property
+    state dict as safetensors), as fetch_model writes for NeelNanda/* repos."""
+    from safetensors.torch import save_file
+
+    L, H, dm, dh, n, V = 2, 2, 8, 4, 10, 20
+    g = torch.Generator().manual_seed(0)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g)
+
+    sd = {"embed.W_E": r(V, dm), "pos_embed.W_pos": r(n, dm), "ln_final.w": torch.ones(dm),
+          "ln_final.b": torch.zeros(dm), "unembed.W_U": r(dm, V), "unembed.b_U": torch.zeros(V)}
+    for layer in range(L):
+        sd[f"blocks.{layer}.ln1.w"], sd[f"blocks.{layer}.ln1.b"] = torch.ones(dm), torch.zeros(dm)
+        for x in "QKV":
+            sd[f"blocks.{layer}.attn.W_{x}"], sd[f"blocks.{layer}.attn.b_{x}"] = r(H, dm, dh), r(H, dh)
+        sd[f"blocks.{layer}.attn.W_O"], sd[f"blocks.{layer}.attn.b_O"] = r(H, dh, dm), r(dm)
+    path.mkdir()
+    save_file(sd, str(path / "model.safetensors"))
+    cfg = dict(d_model=dm, n_layers=L, d_mlp=-1, d_head=dh, n_heads=H, n_ctx=n, d_vocab=V,
+               act_fn="solu_ln", attn_only=True, normalization_type="LN", tokenizer_name=None)
+    (path / "config.json").write_text(json.dumps(cfg))
+    hb.char_tokenizer(V).save_pretrained(path)
+    return path, sd
+
+
+def test_tl_legacy_directory_loads_with_exact_attention(tmp_path):
+    """attn-only-2l style checkpoints: layer-0 pattern equals a hand computation."""
+    from posmech.models import model_context
+
+    d, sd = _legacy_dir(tmp_path / "legacy")
+    m = prepare_local_model("leg", {"source": str(d)}, tmp_path / "manifest")
+    assert model_context(d) == 10
+    bridge = load_bridge(m, device="cpu", processing="raw")
+    toks = [0, 3, 4, 5]
+    with torch.inference_mode():
+        _, cache = bridge.run_with_cache(torch.tensor([toks]))
+    x = sd["embed.W_E"][toks] + sd["pos_embed.W_pos"][:4]
+    x = x - x.mean(-1, keepdim=True)
+    x = x / (x.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()
+    q = torch.einsum("pd,hde->hpe", x, sd["blocks.0.attn.W_Q"]) + sd["blocks.0.attn.b_Q"][:, None]
+    k = torch.einsum("pd,hde->hpe", x, sd["blocks.0.attn.W_K"]) + sd["blocks.0.attn.b_K"][:, None]
+    s = (q @ k.transpose(-1, -2)) / 2.0
+    s = s.masked_fill(torch.triu(torch.ones(4, 4, dtype=torch.bool), 1), -1e9).softmax(-1)
+    np.testing.assert_allclose(cache["blocks.0.attn.hook_pattern"][0].numpy(), s.numpy(), atol=1e-5)

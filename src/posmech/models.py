@@ -67,6 +67,8 @@ def check_hf_dir(path: str | os.PathLike[str], key: str) -> None:
     p = Path(path)
     if not (p / "config.json").is_file():
         raise PosmechError(f"{key}: {str(p)!r} has no config.json; expected a Hugging Face model directory")
+    if is_tl_legacy_dir(p) and list(p.glob("*.safetensors")):
+        return
     if not list(p.glob("*.safetensors")):
         raise PosmechError(
             f"{key}: {str(p)!r} has no .safetensors weights; posmech loads safetensors only "
@@ -101,18 +103,17 @@ def fetch_hub_model(name: str, entry: dict[str, Any], out_dir: str | os.PathLike
     from huggingface_hub import snapshot_download
 
     repo, revision = entry["source"], entry.get("revision", "main")
-    if repo.startswith(("NeelNanda/", "ArthurConmy/", "Baidicoot/")):
-        raise PosmechError(
-            f"config key `models.{name}.source`: {repo!r} is a legacy TransformerLens checkpoint "
-            "(.pth weights, no Hugging Face config); posmech loads safetensors-only Hugging Face "
-            "directories. Convert it once to a local Hugging Face directory and give its path."
-        )
     require_hub(f"model {repo!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with atomic_path(out / HF_SUBDIR) as tmp:
         try:
-            path = snapshot_download(repo_id=repo, revision=revision, allow_patterns=HUB_FILES, local_dir=str(tmp))
+            if repo.startswith(TL_LEGACY_PREFIXES):
+                path = _fetch_tl_legacy(repo, revision, tmp)
+            else:
+                path = snapshot_download(
+                    repo_id=repo, revision=revision, allow_patterns=HUB_FILES, local_dir=str(tmp)
+                )
         except Exception as err:  # noqa: BLE001 - the hub raises many types
             raise PosmechError(
                 f"could not download model {repo!r} (revision {revision!r}) for `models.{name}`: "
@@ -132,6 +133,88 @@ def fetch_hub_model(name: str, entry: dict[str, Any], out_dir: str | os.PathLike
     }
     write_json(out / MANIFEST, manifest)
     return manifest
+
+
+TL_LEGACY_PREFIXES = ("NeelNanda/", "ArthurConmy/", "Baidicoot/")
+
+
+def is_tl_legacy_dir(path: str | os.PathLike[str]) -> bool:
+    """A legacy TransformerLens checkpoint directory: config.json in TransformerLens form
+    (``d_model``, ``n_layers``, no ``model_type``), as written by :func:`_fetch_tl_legacy`."""
+    try:
+        cfg = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return "model_type" not in cfg and "d_model" in cfg and "n_layers" in cfg
+
+
+def _fetch_tl_legacy(repo: str, revision: str, out: Path) -> Path:
+    """Legacy TransformerLens repos (``NeelNanda/Attn_Only_2L512W_C4_Code`` …) ship a
+    TransformerLens config.json and ``*final.pth`` state dicts.  The state dict is read
+    with ``torch.load(weights_only=True)`` (tensors only, no pickled code) and stored as
+    safetensors, with the config and the tokenizer it names, so loading is
+    safetensors-only like every other model."""
+    import torch
+    from huggingface_hub import HfApi, hf_hub_download
+    from safetensors.torch import save_file
+    from transformers import AutoTokenizer
+
+    out.mkdir(parents=True, exist_ok=True)
+    cfg_path = hf_hub_download(repo, "config.json", revision=revision)
+    cfg = json.loads(Path(cfg_path).read_text())
+    files = HfApi().list_repo_files(repo, revision=revision)
+    final = [f for f in files if f.endswith("final.pth")]
+    if not final:
+        raise PosmechError(f"legacy TransformerLens repo {repo!r} has no '*final.pth' weights ({files[:8]})")
+    sd = torch.load(hf_hub_download(repo, final[0], revision=revision), map_location="cpu", weights_only=True)
+    save_file({k: v.contiguous() for k, v in sd.items()}, str(out / "model.safetensors"))
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    if cfg.get("tokenizer_name"):
+        AutoTokenizer.from_pretrained(cfg["tokenizer_name"]).save_pretrained(out)
+    return out
+
+
+def _load_tl_legacy(hf_dir: str, device: str, dtype: str) -> Any:
+    """Boot a native TransformerBridge from a local legacy TransformerLens directory."""
+    import torch
+    from safetensors.torch import load_file
+    from transformer_lens.config import TransformerBridgeConfig
+    from transformer_lens.model_bridge.sources.native import boot as boot_native
+    from transformer_lens.utilities.tl_checkpoint_conversion import convert_tl_checkpoint
+    from transformers import AutoTokenizer
+
+    cj = json.loads((Path(hf_dir) / "config.json").read_text())
+    if cj.get("shortformer_pos", False):
+        raise PosmechError(f"{hf_dir!r}: shortformer positional embeddings are not supported by TransformerBridge")
+    cfg = TransformerBridgeConfig(
+        d_model=cj["d_model"], n_layers=cj["n_layers"], d_mlp=cj["d_mlp"], d_head=cj["d_head"],
+        n_heads=cj["n_heads"], n_ctx=cj["n_ctx"], d_vocab=cj["d_vocab"], act_fn=cj["act_fn"],
+        attn_only=cj["attn_only"], final_rms=cj.get("final_rms", False),
+        normalization_type=cj.get("normalization", cj.get("normalization_type")),
+        positional_embedding_type="standard", tokenizer_name=cj.get("tokenizer_name"),
+        architecture="TransformerLensNative",
+    )
+    cfg.original_architecture = cj.get("architecture", "neel")  # type: ignore[attr-defined]
+    tok = AutoTokenizer.from_pretrained(hf_dir) if (Path(hf_dir) / "tokenizer_config.json").exists() else None
+    tdtype = getattr(torch, dtype)
+    bridge = boot_native(cfg, tokenizer=tok, device=device, dtype=tdtype, model_name=str(hf_dir))
+    sd = {k: v.to(tdtype) for k, v in load_file(str(Path(hf_dir) / "model.safetensors")).items()}
+    converted = convert_tl_checkpoint(sd, cfg)
+    converted.setdefault("unembed.bias", torch.zeros(cfg.d_vocab, dtype=tdtype))
+    result = bridge.load_state_dict(converted, strict=True)
+    if result.missing_keys or result.unexpected_keys:
+        raise PosmechError(f"{hf_dir!r}: weights do not match the config ({result})")
+    return bridge.to(device)
+
+
+def model_context(hf_dir: str | os.PathLike[str]) -> int:
+    """The model's context length from its config.json (``n_positions``,
+    ``max_position_embeddings`` or TransformerLens's ``n_ctx``)."""
+    cfg = json.loads((Path(hf_dir) / "config.json").read_text())
+    for key in ("n_positions", "max_position_embeddings", "n_ctx"):
+        if isinstance(cfg.get(key), int):
+            return int(cfg[key])
+    raise PosmechError(f"{str(hf_dir)!r}: config.json records no context length; set the model's `n_ctx`")
 
 
 def _resolved_revision(repo: str, revision: str) -> str:
@@ -192,10 +275,13 @@ def load_bridge(
 
     m = manifest if isinstance(manifest, dict) else read_manifest(manifest)
     dev = resolve_device(device)
-    hf_model, tok = load_hf(m, dev, dtype)
-    bridge = TransformerBridge.boot_transformers(
-        m["hf_dir"], hf_model=hf_model, tokenizer=tok, device=dev, dtype=getattr(torch, dtype)
-    )
+    if is_tl_legacy_dir(m["hf_dir"]):
+        bridge = _load_tl_legacy(m["hf_dir"], dev, dtype)
+    else:
+        hf_model, tok = load_hf(m, dev, dtype)
+        bridge = TransformerBridge.boot_transformers(
+            m["hf_dir"], hf_model=hf_model, tokenizer=tok, device=dev, dtype=getattr(torch, dtype)
+        )
     if processing == "compatibility":
         bridge.enable_compatibility_mode(disable_warnings=True)
     elif processing != "raw":
