@@ -1,0 +1,469 @@
+"""Interventions on a running model around previous-token heads (P5, P14, P15, P16).
+
+Every intervention is a list of TransformerLens forward hooks on a ``TransformerBridge``
+(``(hook_name, fn)`` pairs, see :func:`knockout_hooks`, :func:`residual_shift_hook`,
+:func:`redirect_hook`, :func:`scale_head_hook`), run through :func:`run_hooked`, which
+adds them for one forward pass under ``torch.inference_mode()`` and removes them on exit
+(also on error): the model's weights are never touched, so it is unchanged afterwards.
+
+The experiments (one per rule) take token arrays and head names and return tidy rows
+(lists of dicts) plus the small matrices their figures show:
+
+* :func:`prev_knockout` (P5): attention to the previous position is zeroed at every
+  ``period``-th query position in some layers (all heads), with and without
+  renormalising the row; the sharp head's previous-token mass before/after.
+* :func:`extended_averaging` (P15): the positional component of the residual stream
+  (the token-averaged extended embeddings ``E_l``) is replaced by its group average
+  just before a layer, i.e. ``group_average(E_l, k) - E_l`` is added at
+  ``blocks.l.hook_resid_pre``; each measured head's previous-token mass before/after.
+* :func:`repeated_tokens` (P14): the sharp head's previous-token mass at queries whose
+  previous token equals the current one vs elsewhere.
+* :func:`induction_intervention` (P16): the sharp head's attention rows are redirected
+  and its output scaled on a repeat prompt; probabilities of continuations before/after.
+
+Conventions: a head is ``"L{layer}H{head}"``; a document is an int array ``[T]`` of token
+ids (BOS first when the model prepends one); a head's *previous-token mass* at query
+``q >= 1`` is ``pattern[q, q - 1]`` (query 0 has no previous position and is never
+counted).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from posmech.errors import PosmechError
+
+LOG = logging.getLogger(__name__)
+
+Hook = tuple[str, Callable[..., Any]]
+HEAD_RE = re.compile(r"^L(\d+)H(\d+)$")
+
+
+# --------------------------------------------------------------------------- heads
+def parse_head(name: str) -> tuple[int, int]:
+    """``"L4H11"`` → ``(4, 11)``; :class:`PosmechError` for anything else."""
+    m = HEAD_RE.match(str(name))
+    if not m:
+        raise PosmechError(f"head {name!r} is not written `L{{layer}}H{{head}}` (e.g. `L4H11`)")
+    return int(m.group(1)), int(m.group(2))
+
+
+def check_head(bridge: Any, name: str) -> tuple[int, int]:
+    """Parse ``name`` and check it exists in ``bridge``."""
+    layer, head = parse_head(name)
+    if layer >= bridge.cfg.n_layers or head >= bridge.cfg.n_heads:
+        raise PosmechError(
+            f"head {name} does not exist in a model with {bridge.cfg.n_layers} layers × "
+            f"{bridge.cfg.n_heads} heads; check the chosen heads (results/<model>/taxonomy/heads.csv)"
+        )
+    return layer, head
+
+
+# --------------------------------------------------------------------------- pure helpers
+def prev_token_mass(pattern: np.ndarray) -> np.ndarray:
+    """Attention from each query ``q >= 1`` to key ``q - 1``: ``pattern [T, T]`` → ``[T - 1]``
+    (entry ``j`` belongs to query ``j + 1``)."""
+    return np.diagonal(np.asarray(pattern), offset=-1).copy()
+
+
+def knockout_rows(n_pos: int, period: int, phase: int = 0) -> np.ndarray:
+    """Boolean ``[n_pos]``: query positions ``q >= 1`` with ``q % period == phase`` (the
+    rows whose attention to ``q - 1`` is knocked out)."""
+    if period < 1 or not 0 <= phase < period:
+        raise PosmechError(f"knock-out period must be >= 1 and 0 <= phase < period (got {period}, {phase})")
+    q = np.arange(n_pos)
+    return (q >= 1) & (q % period == phase)
+
+
+def repeat_queries(tokens: np.ndarray) -> np.ndarray:
+    """Boolean ``[T]``: queries ``q >= 1`` whose previous token equals the current token."""
+    t = np.asarray(tokens)
+    out = np.zeros(len(t), dtype=bool)
+    out[1:] = t[1:] == t[:-1]
+    return out
+
+
+def extended_shift(E: np.ndarray, k: int, first: int, group_average: Callable[[np.ndarray, int], np.ndarray]) -> np.ndarray:
+    """``delta [n_ctx, d_model]`` adding which to a residual stream replaces its positional
+    component ``E`` by the group-of-``k`` average: rows ``first..`` are averaged in
+    contiguous groups starting at ``first`` (rows before ``first``, e.g. a BOS position,
+    get zero)."""
+    E = np.asarray(E, dtype=np.float64)
+    delta = np.zeros_like(E)
+    delta[first:] = group_average(E[first:], k) - E[first:]
+    return delta
+
+
+def token_span(offsets: Sequence[tuple[int, int]], start: int, end: int) -> tuple[int, int]:
+    """Indices ``(first, last)`` of the tokens covering characters ``[start, end)`` given a
+    fast tokenizer's offset mapping."""
+    idx = [i for i, (a, b) in enumerate(offsets) if b > start and a < end and b > a]
+    if not idx:
+        raise PosmechError(f"no token covers characters {start}..{end} of the prompt")
+    return idx[0], idx[-1]
+
+
+def minimal_sequences(seqs: Iterable[Sequence[int]]) -> list[tuple[int, ...]]:
+    """Distinct token sequences, dropping any that extends another (their probabilities would
+    be counted twice when summed); order of first appearance kept."""
+    uniq = list(dict.fromkeys(tuple(int(t) for t in s) for s in seqs if len(s)))
+    return [s for s in uniq if not any(o != s and s[: len(o)] == o for o in uniq)]
+
+
+# --------------------------------------------------------------------------- hooks
+def knockout_hooks(layers: Iterable[int], rows: np.ndarray, renormalise: bool) -> list[Hook]:
+    """Hooks zeroing ``pattern[:, :, q, q - 1]`` for every query ``q`` in ``rows`` (bool
+    ``[T]``) in every head of ``layers``; with ``renormalise`` each such row is divided by
+    its remaining sum (a row with nothing left stays zero)."""
+    q = np.flatnonzero(rows)
+    q = q[q >= 1]
+
+    def fn(pattern: Any, hook: Any) -> Any:
+        import torch
+
+        T = pattern.shape[-2]
+        qq = torch.as_tensor(q[q < T], device=pattern.device)
+        p = pattern.clone()
+        p[..., qq, qq - 1] = 0.0
+        if renormalise and len(qq):
+            sub = p[..., qq, :]
+            s = sub.sum(-1, keepdim=True)
+            p[..., qq, :] = torch.where(s > 0, sub / torch.where(s > 0, s, torch.ones_like(s)), sub)
+        return p
+
+    return [(f"blocks.{int(layer)}.attn.hook_pattern", fn) for layer in layers]
+
+
+def residual_shift_hook(layer: int, delta: np.ndarray) -> Hook:
+    """Hook adding ``delta[:T]`` (``[n_ctx, d_model]``) to ``blocks.{layer}.hook_resid_pre``."""
+
+    def fn(resid: Any, hook: Any) -> Any:
+        import torch
+
+        T = resid.shape[1]
+        d = torch.as_tensor(delta[:T], dtype=resid.dtype, device=resid.device)
+        return resid + d
+
+    return (f"blocks.{int(layer)}.hook_resid_pre", fn)
+
+
+def redirect_hook(layer: int, head: int, redirects: dict[int, int]) -> Hook:
+    """Hook setting head ``(layer, head)``'s pattern row ``q`` to a one-hot on key
+    ``redirects[q]`` (``key <= q``) for every query in ``redirects``."""
+    for q, k in redirects.items():
+        if not 0 <= k <= q:
+            raise PosmechError(f"redirect of query {q} to key {k}: the key must be at or before the query")
+
+    def fn(pattern: Any, hook: Any) -> Any:
+        p = pattern.clone()
+        for q, k in redirects.items():
+            p[:, head, q, :] = 0.0
+            p[:, head, q, k] = 1.0
+        return p
+
+    return (f"blocks.{int(layer)}.attn.hook_pattern", fn)
+
+
+def scale_head_hook(layer: int, head: int, factor: float) -> Hook:
+    """Hook multiplying head ``(layer, head)``'s ``hook_z`` by ``factor`` (its output to the
+    residual stream, ``z @ W_O``, scales with it; the shared ``b_O`` does not)."""
+
+    def fn(z: Any, hook: Any) -> Any:
+        z = z.clone()
+        z[:, :, head] = z[:, :, head] * factor
+        return z
+
+    return (f"blocks.{int(layer)}.attn.hook_z", fn)
+
+
+@contextlib.contextmanager
+def _inference() -> Iterator[None]:
+    import torch
+
+    with torch.inference_mode():
+        yield
+
+
+def run_hooked(
+    bridge: Any, tokens: np.ndarray, hooks: Sequence[Hook] = (), capture: Sequence[tuple[int, int]] = (),
+    logits: bool = False,
+) -> tuple[dict[tuple[int, int], np.ndarray], np.ndarray | None]:
+    """One forward pass of ``tokens [T]`` with ``hooks`` added (removed afterwards).
+
+    Returns ``(patterns, logits)``: ``patterns[(l, h)]`` float64 ``[T, T]``, the attention
+    pattern of each head in ``capture`` *as used* (after any hook on its layer's
+    ``hook_pattern``), and the final logits float64 ``[T, d_vocab]`` when ``logits``."""
+    import torch
+
+    got: dict[tuple[int, int], np.ndarray] = {}
+    grab = []
+    for layer, head in capture:
+
+        def fn(p: Any, hook: Any, layer: int = layer, head: int = head) -> None:
+            got[(layer, head)] = p[0, head].detach().to("cpu", torch.float64).numpy()
+
+        grab.append((f"blocks.{layer}.attn.hook_pattern", fn))
+    x = torch.as_tensor(np.asarray(tokens, dtype=np.int64)[None], device=bridge.cfg.device)
+    with _inference(), bridge.hooks(fwd_hooks=[*hooks, *grab]):
+        out = bridge(x)
+    lg = out[0].detach().to("cpu", torch.float64).numpy() if logits else None
+    return got, lg
+
+
+# --------------------------------------------------------------------------- P5
+@dataclass
+class Zoom:
+    """A ``[n, n]`` window of a head's pattern at positions ``start..start+n`` per condition."""
+
+    head: str
+    start: int
+    matrices: dict[str, np.ndarray] = field(default_factory=dict)
+    marks: np.ndarray | None = None  # bool [n]: rows to mark (knocked-out / repeated queries)
+
+
+def _window(pattern: np.ndarray, start: int, size: int) -> np.ndarray:
+    return pattern[start : start + size, start : start + size].copy()
+
+
+def _mass_rows(mass: np.ndarray, sets: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """Mean previous-token mass per query set; ``mass [T - 1]`` for queries 1..T-1."""
+    out = []
+    for name, sel in sets.items():
+        s = sel[1:]
+        out.append({"query_set": name, "n_queries": int(s.sum()),
+                    "prev_mass": float(mass[s].mean()) if s.any() else float("nan")})
+    return out
+
+
+def prev_knockout(
+    bridge: Any, docs: Iterable[np.ndarray], sharp: str, layers: Sequence[int], period: int, phase: int = 0,
+    zoom: int = 50, zoom_start: int = 0,
+) -> tuple[list[dict[str, Any]], Zoom]:
+    """P5: knock out attention to the previous position at queries ``q % period == phase``
+    in every head of ``layers``; measure ``sharp``'s previous-token mass.
+
+    Rows: one per (document, condition ∈ {intact, knockout, knockout_renormalised},
+    query_set ∈ {all, knocked, other}) with ``document, condition, query_set, n_queries,
+    prev_mass``.  The zoom shows the first document's window for every condition."""
+    lh = check_head(bridge, sharp)
+    for layer in layers:
+        if not 0 <= int(layer) < bridge.cfg.n_layers:
+            raise PosmechError(f"knock-out layer {layer} does not exist (model has {bridge.cfg.n_layers} layers)")
+    rows: list[dict[str, Any]] = []
+    z = Zoom(sharp, zoom_start)
+    for j, doc in enumerate(docs):
+        T = len(doc)
+        ko = knockout_rows(T, period, phase)
+        sets = {"all": np.arange(T) >= 1, "knocked": ko, "other": (np.arange(T) >= 1) & ~ko}
+        for cond, hooks in (
+            ("intact", []),
+            ("knockout", knockout_hooks(layers, ko, renormalise=False)),
+            ("knockout_renormalised", knockout_hooks(layers, ko, renormalise=True)),
+        ):
+            pats, _ = run_hooked(bridge, doc, hooks, capture=[lh])
+            for r in _mass_rows(prev_token_mass(pats[lh]), sets):
+                rows.append({"document": j, "n_tokens": T, "condition": cond, **r})
+            if j == 0:
+                z.matrices[cond] = _window(pats[lh], zoom_start, zoom)
+                z.marks = ko[zoom_start : zoom_start + zoom]
+    return rows, z
+
+
+# --------------------------------------------------------------------------- P15
+def extended_averaging(
+    bridge: Any, docs: Iterable[np.ndarray], heads: Sequence[str], deltas: dict[int, np.ndarray],
+    zoom: int = 50, zoom_start: int = 0,
+) -> tuple[list[dict[str, Any]], list[Zoom]]:
+    """P15: for each layer ``l`` in ``deltas`` add ``deltas[l]`` (see :func:`extended_shift`)
+    at ``blocks.l.hook_resid_pre``; measure every head of ``heads`` at or after ``l``.
+
+    Rows: one per (document, head, averaged_layer, condition ∈ {intact, averaged}) with
+    ``head, head_layer, averaged_layer, condition, n_queries, prev_mass`` (queries 1..T-1).
+    Zooms: per head, the first document's window intact and averaged just before the
+    head's own layer (``averaged_L{l}``) when that layer is in ``deltas``."""
+    parsed = {h: check_head(bridge, h) for h in heads}
+    capture = list(dict.fromkeys(parsed.values()))
+    zooms = {h: Zoom(h, zoom_start) for h in heads}
+    rows: list[dict[str, Any]] = []
+    for j, doc in enumerate(docs):
+        T = len(doc)
+        base, _ = run_hooked(bridge, doc, capture=capture)
+        masses = {h: prev_token_mass(base[parsed[h]]) for h in heads}
+        for h in heads:
+            if j == 0:
+                zooms[h].matrices["intact"] = _window(base[parsed[h]], zoom_start, zoom)
+        for layer, delta in deltas.items():
+            if delta.shape[0] < T:
+                raise PosmechError(f"extended embeddings cover {delta.shape[0]} positions, the document has {T}")
+            pats, _ = run_hooked(bridge, doc, [residual_shift_hook(layer, delta)], capture=capture)
+            for h in heads:
+                hl = parsed[h][0]
+                if hl < layer:
+                    continue
+                after = prev_token_mass(pats[parsed[h]])
+                for cond, m in (("intact", masses[h]), ("averaged", after)):
+                    rows.append({"document": j, "n_tokens": T, "head": h, "head_layer": hl, "averaged_layer": layer,
+                                 "condition": cond, "n_queries": T - 1, "prev_mass": float(m.mean())})
+                if j == 0 and hl == layer:
+                    zooms[h].matrices[f"averaged_L{layer}"] = _window(pats[parsed[h]], zoom_start, zoom)
+    return rows, [zooms[h] for h in heads]
+
+
+# --------------------------------------------------------------------------- P14
+def repeated_tokens(
+    bridge: Any, docs: Iterable[np.ndarray], sharp: str, zoom: int = 50, context: int = 10,
+) -> tuple[list[dict[str, Any]], Zoom | None]:
+    """P14: ``sharp``'s previous-token mass at queries whose previous token is the same
+    token (``repeat``) vs all other queries ``q >= 1`` (``other``).
+
+    Rows: one per (document, query_set) with ``n_queries, prev_mass, self_mass`` (mean
+    attention to the query's own position).  Zoom: a window starting ``context`` positions
+    before the first repeat of the first document that has one (rows with a repeat marked)."""
+    lh = check_head(bridge, sharp)
+    rows: list[dict[str, Any]] = []
+    z: Zoom | None = None
+    for j, doc in enumerate(docs):
+        T = len(doc)
+        rep = repeat_queries(doc)
+        pats, _ = run_hooked(bridge, doc, capture=[lh])
+        P = pats[lh]
+        mass, selfm = prev_token_mass(P), np.diagonal(P)[1:]
+        for name, sel in (("repeat", rep), ("other", (np.arange(T) >= 1) & ~rep)):
+            s = sel[1:]
+            rows.append({
+                "document": j, "n_tokens": T, "query_set": name, "n_queries": int(s.sum()),
+                "prev_mass": float(mass[s].mean()) if s.any() else float("nan"),
+                "self_mass": float(selfm[s].mean()) if s.any() else float("nan"),
+            })
+        if z is None and rep.any():
+            start = max(0, min(int(np.flatnonzero(rep)[0]) - context, T - zoom))
+            z = Zoom(sharp, start, {"intact": _window(P, start, zoom)}, rep[start : start + zoom])
+    return rows, z
+
+
+# --------------------------------------------------------------------------- P16
+@dataclass
+class InductionPrompt:
+    """A repeat prompt tokenized for one model.
+
+    ``tokens [T]`` (BOS first when prepended); ``positions[word] = (first, last)`` token
+    indices of each word of the repeated triple's first occurrence; ``redirects`` query →
+    key positions; ``targets[name]`` the continuation token sequences summed for that name."""
+
+    tokens: np.ndarray
+    positions: dict[str, tuple[int, int]]
+    redirects: dict[int, int]
+    targets: dict[str, list[tuple[int, ...]]]
+    dropped: dict[str, list[str]]
+    spec: dict[str, Any]
+
+
+def build_induction_prompt(spec: dict[str, Any], tokenizer: Any, bos_id: int | None, n_ctx: int) -> InductionPrompt:
+    """Tokenize a prompt file's content (see ``resources/prompts/induction_ninja.yaml``).
+
+    The triple ``words.a + words.b + words.c`` is located (first occurrence) in
+    ``spec['prompt']``; each redirect ``{query: x, key: y}`` sends the sharp head's row at
+    the *first* token of word ``x`` to the *last* token of word ``y`` (``y`` may be
+    ``before_a``: the token just before word ``a``); the key must precede the query.  Every variant of a
+    target is tokenized on its own; variants whose token sequence extends another's are
+    dropped (recorded in ``dropped``), so the summed probabilities are of disjoint events."""
+    for key in ("prompt", "words", "redirect", "targets"):
+        if key not in spec:
+            raise PosmechError(f"induction prompt file: missing key `{key}`")
+    text, words = spec["prompt"], spec["words"]
+    triple = "".join(words[w] for w in ("a", "b", "c"))
+    at = text.find(triple)
+    if at < 0:
+        raise PosmechError(f"induction prompt file: the prompt does not contain `words` a+b+c = {triple!r}")
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = list(enc["input_ids"]), list(enc["offset_mapping"])
+    shift = 0
+    if bos_id is not None:
+        ids, shift = [int(bos_id), *ids], 1
+    positions, start = {}, at
+    for w in ("a", "b", "c"):
+        first, last = token_span(offsets, start, start + len(words[w]))
+        positions[w] = (first + shift, last + shift)
+        start += len(words[w])
+    positions["before_a"] = (positions["a"][0] - 1, positions["a"][0] - 1)
+    redirects = {}
+    for r in spec["redirect"]:
+        if r.get("query") not in ("a", "b", "c") or r.get("key") not in positions:
+            raise PosmechError(
+                f"induction prompt file: redirect {r!r} needs `query` in a, b, c and `key` in a, b, c, before_a"
+            )
+        q, k = positions[r["query"]][0], positions[r["key"]][1]
+        if not 0 <= k < q:
+            raise PosmechError(
+                f"induction prompt file: redirect {r!r} sends query {q} to key {k}; a head can only attend "
+                "to earlier positions (choose a key word before the query word)"
+            )
+        redirects[q] = k
+    targets, dropped = {}, {}
+    longest = 0
+    for name, variants in spec["targets"].items():
+        seqs = [list(tokenizer(v, add_special_tokens=False)["input_ids"]) for v in variants]
+        keep = minimal_sequences(seqs)
+        targets[name] = keep
+        dropped[name] = [v for v, s in zip(variants, seqs) if tuple(s) not in keep]
+        longest = max([longest, *(len(s) for s in keep)])
+    if len(ids) + longest - 1 > n_ctx:
+        raise PosmechError(
+            f"induction prompt is {len(ids)} tokens (+{longest - 1} continuation) but the model's context "
+            f"is {n_ctx}; choose a shorter prompt file (`interventions.induction_intervention.prompt`, "
+            "e.g. resources/prompts/induction_short.yaml)"
+        )
+    return InductionPrompt(np.asarray(ids, dtype=np.int64), positions, redirects, targets, dropped, spec)
+
+
+def continuation_probability(
+    bridge: Any, tokens: np.ndarray, seqs: Sequence[tuple[int, ...]], hooks: Sequence[Hook] = (),
+) -> float:
+    """Σ over ``seqs`` of P(sequence | tokens) under the hooks (teacher-forced: the prompt
+    positions, where the hooks act, are the same in every pass)."""
+    from scipy.special import log_softmax
+
+    _, lg = run_hooked(bridge, tokens, hooks, logits=True)
+    first = log_softmax(lg[-1])
+    total = 0.0
+    for s in seqs:
+        lp = first[s[0]]
+        if len(s) > 1:
+            _, lg2 = run_hooked(bridge, np.concatenate([tokens, np.asarray(s[:-1])]), hooks, logits=True)
+            lsm = log_softmax(lg2[len(tokens) :], axis=-1)
+            lp += sum(lsm[i, s[i + 1]] for i in range(len(s) - 1))
+        total += float(np.exp(lp))
+    return total
+
+
+INDUCTION_CONDITIONS = ("baseline", "redirect", "scale", "redirect_scale")
+
+
+def induction_intervention(
+    bridge: Any, prompt: InductionPrompt, sharp: str, scale: float,
+) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+    """P16: probabilities of each target under four conditions: ``baseline``, ``redirect``
+    (sharp head's rows redirected), ``scale`` (its output × ``scale``) and ``redirect_scale``
+    (both: the post's intervention).
+
+    Rows: one per (condition, target) with ``probability``.  Also returns the sharp head's
+    pattern (``[T, T]``) at baseline and redirected, for the figure."""
+    layer, head = check_head(bridge, sharp)
+    red = redirect_hook(layer, head, prompt.redirects)
+    sc = scale_head_hook(layer, head, scale)
+    hooks = {"baseline": [], "redirect": [red], "scale": [sc], "redirect_scale": [red, sc]}
+    rows = []
+    for cond in INDUCTION_CONDITIONS:
+        for name, seqs in prompt.targets.items():
+            rows.append({"condition": cond, "target": name,
+                         "probability": continuation_probability(bridge, prompt.tokens, seqs, hooks[cond])})
+    base, _ = run_hooked(bridge, prompt.tokens, capture=[(layer, head)])
+    after, _ = run_hooked(bridge, prompt.tokens, [red], capture=[(layer, head)])
+    return rows, {"baseline": base[(layer, head)], "redirect": after[(layer, head)]}

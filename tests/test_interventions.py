@@ -1,0 +1,274 @@
+"""Interventions (P5, P14, P15, P16) on hand-built models whose answers are known exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from posmech import handbuilt as hb
+from posmech import interventions as iv
+from posmech.ablations import group_average
+from posmech.errors import PosmechError
+from posmech.models import load_bridge
+
+N = 12  # context of the hand-built models
+V = 8  # vocabulary of the copy model
+
+
+def copy_spec() -> hb.Spec:
+    """One layer; L0H1 an exact previous-token head (positional scores) that copies the
+    previous *token* into dims 20..27, which the unembedding reads: the logits at position
+    q depend only on the token at q − 1 (argmax = that token).  L0H0 writes nothing."""
+    spec = hb.positional_spec(n_ctx=N, n_layer=1, n_head=2, d_head=20, d_vocab=V,
+                              scores={(0, 1): hb.previous_token_scores(N)})
+    d = spec.d_model  # 40: positions 0..11, tokens 12..19, copies 20..27, spares 38, 39
+    W_E = np.zeros((V, d))
+    W_E[np.arange(V), 12 + np.arange(V)] = 1.0
+    W_E[:, 38] = -1.0  # zero mean per row: LN keeps the positional part's geometry
+    W_V = np.zeros((d, spec.dh))
+    W_V[12 + np.arange(V), np.arange(V)] = 1.0
+    W_O = np.zeros((spec.dh, d))
+    W_O[np.arange(V), 20 + np.arange(V)] = 10.0
+    W_U = np.zeros((d, V))
+    W_U[20 + np.arange(V), np.arange(V)] = 1.0
+    spec.W_E, spec.W_U = W_E, W_U
+    spec.heads[(0, 1)].update(W_V=W_V, W_O=W_O)
+    return spec
+
+
+@pytest.fixture(scope="module")
+def copy_bridge(tmp_path_factory: pytest.TempPathFactory):
+    path = hb.save_model_dir(copy_spec(), tmp_path_factory.mktemp("models") / "copy")
+    return load_bridge({"hf_dir": str(path), "name": "copy"}, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def two_prev_bridge(tmp_path_factory: pytest.TempPathFactory):
+    """Two layers, residual = positional embedding everywhere; L0H1 and L1H0 exact
+    previous-token heads reading it, the other heads uniform."""
+    spec = hb.positional_spec(n_ctx=N, n_layer=2, n_head=2, scores={
+        (0, 1): hb.previous_token_scores(N), (1, 0): hb.previous_token_scores(N)})
+    path = hb.save_model_dir(spec, tmp_path_factory.mktemp("models") / "twoprev")
+    return load_bridge({"hf_dir": str(path), "name": "twoprev"}, device="cpu")
+
+
+TOKENS = np.array([0, 3, 5, 5, 1, 7, 2, 2, 2, 6, 4, 3])
+
+
+def snapshot(bridge) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    params = {k: v.detach().clone() for k, v in bridge.state_dict().items()}
+    with torch.inference_mode():
+        logits = bridge(torch.as_tensor(TOKENS[None]))
+    return params, logits
+
+
+def assert_unchanged(bridge, snap) -> None:
+    params, logits = snap
+    now = bridge.state_dict()
+    assert params.keys() == now.keys()
+    for k, v in params.items():
+        assert torch.equal(v, now[k]), f"parameter {k} changed"
+    assert all(not hp.fwd_hooks for hp in bridge.hook_dict.values()), "a hook was left behind"
+    with torch.inference_mode():
+        assert torch.equal(bridge(torch.as_tensor(TOKENS[None])), logits)
+
+
+# ----------------------------------------------------------------- pure helpers
+def test_parse_head_and_errors():
+    assert iv.parse_head("L4H11") == (4, 11)
+    with pytest.raises(PosmechError, match="L4H11"):
+        iv.parse_head("4.11")
+
+
+def test_knockout_rows_every_period():
+    rows = iv.knockout_rows(12, 5)
+    assert np.flatnonzero(rows).tolist() == [5, 10]
+    assert np.flatnonzero(iv.knockout_rows(12, 5, phase=1)).tolist() == [1, 6, 11]
+    with pytest.raises(PosmechError):
+        iv.knockout_rows(12, 5, phase=5)
+
+
+def test_repeat_queries():
+    assert np.flatnonzero(iv.repeat_queries(TOKENS)).tolist() == [3, 7, 8]
+
+
+def test_minimal_sequences_drop_extensions():
+    assert iv.minimal_sequences([[1], [1, 2], [3, 4], [3, 4], [5, 6, 7], [5, 6]]) == [(1,), (3, 4), (5, 6)]
+
+
+def test_extended_shift_leaves_first_rows_and_k1_is_zero():
+    E = np.random.default_rng(0).normal(size=(11, 3))
+    assert not iv.extended_shift(E, 1, 1, group_average).any()
+    d = iv.extended_shift(E, 5, 1, group_average)
+    assert not d[0].any()
+    np.testing.assert_allclose((E + d)[1:6], np.broadcast_to(E[1:6].mean(0), (5, 3)))
+    np.testing.assert_allclose((E + d)[6:11], np.broadcast_to(E[6:11].mean(0), (5, 3)))
+
+
+# ----------------------------------------------------------------- hooks on the copy model
+def test_copy_model_predicts_previous_token(copy_bridge):
+    _, lg = iv.run_hooked(copy_bridge, TOKENS, logits=True)
+    assert (lg[1:].argmax(-1) == TOKENS[:-1]).all()
+
+
+@pytest.mark.parametrize("renormalise", [False, True])
+def test_knockout_changes_exactly_the_predicted_rows(copy_bridge, renormalise):
+    snap = snapshot(copy_bridge)
+    rows = iv.knockout_rows(N, 5)  # queries 5 and 10
+    pats0, lg0 = iv.run_hooked(copy_bridge, TOKENS, capture=[(0, 1)], logits=True)
+    pats, lg = iv.run_hooked(copy_bridge, TOKENS, iv.knockout_hooks([0], rows, renormalise), capture=[(0, 1)],
+                             logits=True)
+    changed = np.abs(lg - lg0).max(-1) > 1e-4
+    assert np.flatnonzero(changed).tolist() == [5, 10]
+    np.testing.assert_array_equal(lg[~rows], lg0[~rows])  # every other row bitwise unchanged
+    P = pats[(0, 1)]
+    for q in (5, 10):
+        assert P[q, q - 1] == 0.0
+        if renormalise:
+            # the remaining (tiny, equal) scores are renormalised: uniform over keys != q - 1
+            keys = [k for k in range(q + 1) if k != q - 1]
+            np.testing.assert_allclose(P[q, keys], 1 / len(keys), rtol=1e-4)
+            counts = np.bincount(TOKENS[keys], minlength=V)
+            assert np.corrcoef(lg[q], counts)[0, 1] > 0.9999  # output = mean of those tokens
+        else:
+            assert P[q].sum() < 1e-4
+            assert np.ptp(lg[q]) < 1e-3  # the head writes ~nothing: uniform prediction
+    assert_unchanged(copy_bridge, snap)
+
+
+def test_knockout_hook_is_removed_on_error(copy_bridge):
+    snap = snapshot(copy_bridge)
+
+    def boom(p, hook):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        iv.run_hooked(copy_bridge, TOKENS, [*iv.knockout_hooks([0], iv.knockout_rows(N, 5), False),
+                                            ("blocks.0.attn.hook_z", boom)])
+    assert_unchanged(copy_bridge, snap)
+
+
+def test_redirect_and_scale(copy_bridge):
+    snap = snapshot(copy_bridge)
+    red = iv.redirect_hook(0, 1, {9: 2})
+    pats, lg = iv.run_hooked(copy_bridge, TOKENS, [red], capture=[(0, 1)], logits=True)
+    assert pats[(0, 1)][9].tolist() == [0, 0, 1] + [0] * 9
+    assert lg[9].argmax() == TOKENS[2]  # the copy head now reads position 2
+    got = {}
+    grab = ("blocks.0.attn.hook_z", lambda z, hook: got.setdefault("z", z.clone()))
+    iv.run_hooked(copy_bridge, TOKENS, [grab])
+    iv.run_hooked(copy_bridge, TOKENS, [iv.scale_head_hook(0, 1, 2.0), ("blocks.0.attn.hook_z",
+                                        lambda z, hook: got.setdefault("z2", z.clone()))])
+    torch.testing.assert_close(got["z2"][:, :, 1], 2 * got["z"][:, :, 1], rtol=0, atol=0)
+    torch.testing.assert_close(got["z2"][:, :, 0], got["z"][:, :, 0], rtol=0, atol=0)
+    with pytest.raises(PosmechError, match="before the query"):
+        iv.redirect_hook(0, 1, {3: 5})
+    assert_unchanged(copy_bridge, snap)
+
+
+def test_continuation_probability_sums_sequences(copy_bridge):
+    def probs(tokens):
+        _, lg = iv.run_hooked(copy_bridge, tokens, logits=True)
+        p = np.exp(lg[-1] - lg[-1].max())
+        return p / p.sum()
+
+    x = TOKENS[:10]
+    p = probs(x)
+    assert p.argmax() == x[-2]
+    assert iv.continuation_probability(copy_bridge, x, [(1,)]) == pytest.approx(p[1], rel=1e-9)
+    assert iv.continuation_probability(copy_bridge, x, [(1,), (2,)]) == pytest.approx(p[1] + p[2], rel=1e-9)
+    # two tokens: P(5) · P(3 | ..., 5), teacher-forced
+    p2 = probs(np.append(x, 5))
+    assert iv.continuation_probability(copy_bridge, x, [(5, 3)]) == pytest.approx(p[5] * p2[3], rel=1e-9)
+
+
+# ----------------------------------------------------------------- experiments
+def test_prev_knockout_experiment(copy_bridge):
+    snap = snapshot(copy_bridge)
+    rows, zoom = iv.prev_knockout(copy_bridge, [TOKENS, TOKENS[:8]], "L0H1", layers=[0], period=5, zoom=6)
+    by = {(r["document"], r["condition"], r["query_set"]): r for r in rows}
+    assert len(rows) == 2 * 3 * 3
+    assert by[(0, "intact", "all")]["prev_mass"] > 0.999
+    assert by[(0, "knockout", "knocked")]["prev_mass"] == 0.0
+    assert by[(0, "knockout", "knocked")]["n_queries"] == 2
+    assert by[(1, "knockout", "knocked")]["n_queries"] == 1  # only query 5 in 8 tokens
+    assert by[(0, "knockout", "other")]["prev_mass"] == by[(0, "intact", "other")]["prev_mass"]
+    assert by[(0, "knockout", "all")]["prev_mass"] == pytest.approx(by[(0, "intact", "all")]["prev_mass"] * 9 / 11,
+                                                                     rel=1e-5)
+    assert set(zoom.matrices) == {"intact", "knockout", "knockout_renormalised"}
+    assert zoom.matrices["intact"].shape == (6, 6) and zoom.marks.tolist() == [False] * 5 + [True]
+    assert_unchanged(copy_bridge, snap)
+
+
+def test_extended_averaging_on_positional_model(two_prev_bridge):
+    b = two_prev_bridge
+    snap = snapshot(b)
+    W = b.W_pos.detach().double().numpy()
+    E = W - W.mean(0)
+    # k = 1: nothing changes, bitwise
+    rows1, _ = iv.extended_averaging(b, [TOKENS], ["L0H1", "L1H0"], {0: iv.extended_shift(E, 1, 0, group_average)})
+    for r in [r for r in rows1 if r["condition"] == "averaged"]:
+        twin = next(x for x in rows1 if x["condition"] == "intact" and x["head"] == r["head"])
+        assert r["prev_mass"] == twin["prev_mass"]
+    # k = 4 just before layer 1: positions of a group are identical there, so a query whose
+    # previous position is in its group splits its attention evenly between the two
+    deltas = {layer: iv.extended_shift(E, 4, 0, group_average) for layer in (0, 1)}
+    rows, zooms = iv.extended_averaging(b, [TOKENS], ["L0H1", "L1H0"], deltas, zoom=N)
+    got = {(r["head"], r["averaged_layer"], r["condition"]): r["prev_mass"] for r in rows}
+    assert ("L0H1", 1, "averaged") not in got  # a head before the averaged layer is not measured
+    assert got[("L1H0", 1, "intact")] > 0.999 and got[("L0H1", 0, "intact")] > 0.999
+    assert got[("L1H0", 1, "averaged")] < 0.5
+    assert got[("L0H1", 0, "averaged")] < 0.5
+    P = zooms[1].matrices["averaged_L1"]
+    for q in range(1, N):
+        if q // 4 == (q - 1) // 4:
+            assert P[q, q - 1] == pytest.approx(P[q, q], abs=1e-6)
+    assert set(zooms[0].matrices) == {"intact", "averaged_L0"}
+    assert_unchanged(b, snap)
+
+
+def test_repeated_tokens_on_positional_head(two_prev_bridge):
+    snap = snapshot(two_prev_bridge)
+    rows, zoom = iv.repeated_tokens(two_prev_bridge, [TOKENS, np.arange(N)], "L1H0", zoom=6, context=2)
+    by = {(r["document"], r["query_set"]): r for r in rows}
+    assert by[(0, "repeat")]["n_queries"] == 3 and by[(0, "other")]["n_queries"] == 8
+    # a purely positional head ignores tokens: the same mass on repeats and elsewhere
+    assert by[(0, "repeat")]["prev_mass"] == pytest.approx(by[(0, "other")]["prev_mass"], abs=1e-6)
+    assert by[(1, "repeat")]["n_queries"] == 0 and np.isnan(by[(1, "repeat")]["prev_mass"])
+    assert zoom.start == 1 and zoom.marks.tolist() == [False, False, True, False, False, False]
+    assert_unchanged(two_prev_bridge, snap)
+
+
+def test_build_induction_prompt_positions():
+    tok = hb.char_tokenizer(60)  # printable characters up to "Z"
+    spec = {"prompt": "AB CD EF; AB", "words": {"a": "AB", "b": " CD", "c": " EF"},
+            "redirect": [{"query": "c", "key": "a"}, {"query": "b", "key": "before_a"}],
+            "targets": {"cd": [" CD", " C", " CDX"], "ef": [" EF"]}}
+    p = iv.build_induction_prompt(spec, tok, bos_id=0, n_ctx=20)
+    assert p.tokens[0] == 0 and len(p.tokens) == 13
+    assert p.positions == {"a": (1, 2), "b": (3, 5), "c": (6, 8), "before_a": (0, 0)}
+    assert p.redirects == {6: 2, 3: 0}  # " EF" → "B" of "AB"; " CD" → the token before "AB"
+    assert p.dropped["cd"] == [" CD", " CDX"]  # both extend " C"
+    assert [len(s) for s in p.targets["cd"]] == [2]
+    with pytest.raises(PosmechError, match="context"):
+        iv.build_induction_prompt(spec, tok, bos_id=0, n_ctx=13)
+    with pytest.raises(PosmechError, match="earlier positions"):
+        iv.build_induction_prompt({**spec, "redirect": [{"query": "b", "key": "c"}]}, tok, bos_id=0, n_ctx=20)
+    with pytest.raises(PosmechError, match="does not contain"):
+        iv.build_induction_prompt({**spec, "prompt": "AB EF CD"}, tok, bos_id=0, n_ctx=20)
+
+
+def test_induction_intervention_on_copy_model(copy_bridge):
+    snap = snapshot(copy_bridge)
+    prompt = iv.InductionPrompt(TOKENS, {}, {11: 4}, {"prev": [(int(TOKENS[10]),)], "redirected": [(int(TOKENS[4]),)]},
+                                {}, {})
+    rows, pats = iv.induction_intervention(copy_bridge, prompt, "L0H1", 2.0)
+    p = {(r["condition"], r["target"]): r["probability"] for r in rows}
+    assert p[("baseline", "prev")] > 0.9
+    assert p[("redirect", "redirected")] > 0.9 and p[("redirect", "prev")] < 0.05
+    assert p[("scale", "prev")] > p[("baseline", "prev")]  # doubled copy signal: sharper
+    assert pats["redirect"][11, 4] == 1.0 and pats["baseline"][11, 10] > 0.999
+    assert_unchanged(copy_bridge, snap)
