@@ -1,0 +1,38 @@
+"""Rule cache_activations: one forward pass over a tokenized corpus, streamed to HDF5."""
+
+from posmech.cache import CacheSettings, cache_activations
+from posmech.config import config_hash
+from posmech.models import load_bridge, read_manifest
+from posmech.runner import run
+from posmech.tokens import read_tokens
+
+
+def main(smk, log):
+    man = read_manifest(smk.input.manifest)
+    model, corpus, cfg = smk.params.model, smk.params.corpus, dict(smk.params.cache)
+    tokens = read_tokens(smk.input.tokens)
+    bridge = load_bridge(man, model["device"], model["dtype"], model["processing"])
+    settings = CacheSettings.from_config(cfg)
+    attrs = {
+        "model": smk.wildcards.model,
+        "model_source": man["source"],
+        "resolved_revision": man["resolved_revision"],
+        "weights_sha256_16": man.get("weights_sha256_16", "unknown"),
+        "processing": model["processing"],
+        "model_dtype": model["dtype"],
+        "device": str(bridge.cfg.device),
+        "corpus": smk.wildcards.corpus,
+        "corpus_config": corpus,
+        "cache_config": cfg,
+        "config_hash": config_hash({"model": model, "corpus": corpus, "cache": cfg}),
+        "tokens_config_hash": tokens.attrs.get("config_hash", "unknown"),
+        "prepend_bos": bool(tokens.attrs.get("prepend_bos", True)),
+    }
+    step = max(1, tokens.n_documents // 10)
+    report = lambda done, n: (done % step < settings.batch_size or done == n) and log.info("%d/%d documents", done, n)  # noqa: E731
+    s = cache_activations(bridge, tokens, smk.output[0], settings, attrs, progress=report)
+    log.info("cached %d documents, %d tokens (resumed after %d documents), %.0f tokens/s",
+             s["n_documents"], s["n_tokens"], s["resumed_from"], s["tokens_per_second"])
+
+
+run(snakemake, main)  # noqa: F821

@@ -1,0 +1,36 @@
+# One forward pass per (model, corpus): per-layer activations and position-wise means,
+# streamed to HDF5 (resumable; see src/posmech/cache.py and docs/artifacts.md).
+
+
+rule cache_activations:
+    """Cache resid_pre / ln1_out of every layer and their position-wise means."""
+    input:
+        tokens="results/{model}/tokens/{corpus}.h5",
+        manifest="resources/models/{model}/manifest.json",
+    output:
+        "results/{model}/activations/{corpus}.h5",
+    log:
+        "logs/cache_activations/{model}/{corpus}.log",
+    benchmark:
+        "benchmarks/cache_activations/{model}/{corpus}.tsv"
+    wildcard_constraints:
+        model=regex(MODELS),
+        corpus=regex(CORPORA),
+    threads: 2
+    resources:
+        gpu=heavy_resources,
+    params:
+        model=model_entry,
+        corpus=corpus_entry,
+        cache=config["cache"],
+    script:
+        "../../scripts/cache_activations.py"
+
+
+def cache_targets():
+    models = selected(config, "cache", "models")
+    corpora = selected(config, "cache", "corpora")
+    return [f"results/{m}/activations/{c}.h5" for m in models for c in corpora]
+
+
+TARGETS.append(cache_targets)
