@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from posmech.errors import PosmechError
@@ -75,3 +78,252 @@ def chosen_heads_frame(model: str, rows: list[dict[str, Any]]) -> pd.DataFrame:
         out.append({"model": model, "role": r["role"], "head": r["head"], "layer": layer, "head_index": h,
                     "score": r["score"], "rule": r["rule"]})
     return pd.DataFrame(out, columns=HEADS_COLUMNS)
+
+
+# --------------------------------------------------------------------------- accumulation
+def diagonal_sums(pattern: Any) -> Any:
+    """Sum of a causal attention pattern on each diagonal offset.
+
+    ``pattern``: torch tensor ``[..., n, n]`` (query, key), exactly zero above the main
+    diagonal (as softmax of masked scores is).  Returns ``[..., n]``: entry ``d`` is
+    ``sum_i pattern[..., i, i - d]`` (offset ``d``, key ``d`` positions before the query).
+
+    One pass over the pattern, no copy: flattened, entry ``(i, j)`` has index
+    ``i·n + j ≡ j − i (mod n + 1)``, so viewing the first ``n² − 1`` entries as rows of
+    ``n + 1`` puts each lower diagonal in its own column (the masked upper triangle,
+    all zeros, shares columns with them).
+    """
+    n = pattern.shape[-1]
+    lead = tuple(pattern.shape[:-2])
+    flat = pattern.reshape(*lead, n * n)
+    if n == 1:
+        return flat.clone()
+    cols = flat[..., : n * n - 1].reshape(*lead, n - 1, n + 1).sum(-2)  # [..., n + 1]
+    cols[..., 0] += flat[..., -1]  # the last main-diagonal entry (n-1, n-1)
+    import torch
+
+    idx = torch.remainder(-torch.arange(n, device=pattern.device), n + 1)
+    return cols[..., idx]
+
+
+@dataclass
+class DiagonalStats:
+    """Running sums of a diagonal taxonomy.
+
+    ``sums [n_layers, n_heads, n_offsets]`` float64: attention on offset ``d`` summed over
+    documents and query positions; ``counts [n_offsets]`` int64: number of (document,
+    query) entries on offset ``d``; ``detector_sum [n_layers, n_heads]``: sum over
+    documents of TransformerLens's ``head_detector`` previous-token score (``"mul"``
+    measure, no exclusions); ``n_documents``, ``n_tokens``.
+    """
+
+    sums: np.ndarray
+    counts: np.ndarray
+    detector_sum: np.ndarray
+    n_documents: int = 0
+    n_tokens: int = 0
+
+    def means(self) -> np.ndarray:
+        """Mean attention per offset ``[n_layers, n_heads, n_offsets]`` (NaN where no entry)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.counts > 0, self.sums / np.maximum(self.counts, 1), np.nan)
+
+    def detector_scores(self) -> np.ndarray:
+        """Mean ``head_detector`` previous-token score per head ``[n_layers, n_heads]``."""
+        return self.detector_sum / max(self.n_documents, 1)
+
+
+def accumulate_diagonals(
+    bridge: Any, documents: Iterable[np.ndarray], batch_size: int = 1, exclude_first_query: bool = True
+) -> DiagonalStats:
+    """Run ``documents`` (token-id arrays, equal lengths within a batch) through ``bridge``
+    and accumulate per-head diagonal sums from ``blocks.L.attn.hook_pattern``.
+
+    ``exclude_first_query``: leave query position 0 (which can attend only to itself)
+    out of the means.  The ``head_detector`` score always uses the whole pattern, as
+    TransformerLens does.  Patterns are reduced inside the hook and never kept.
+    """
+    import torch
+
+    cfg = bridge.cfg
+    L, H, n_ctx = cfg.n_layers, cfg.n_heads, cfg.n_ctx
+    stats = DiagonalStats(np.zeros((L, H, n_ctx)), np.zeros(n_ctx, np.int64), np.zeros((L, H)))
+    checked = [False]
+
+    def make_hook(layer: int) -> Any:
+        def hook(pattern: Any, hook: Any) -> None:
+            if not checked[0]:
+                if torch.triu(pattern[0, 0], 1).abs().max() != 0:
+                    raise PosmechError("attention pattern is not causal (non-zero above the diagonal)")
+                checked[0] = True
+            ds = diagonal_sums(pattern)  # [b, H, n]
+            det = ds[..., 1] / ds.sum(-1) if ds.shape[-1] > 1 else torch.zeros_like(ds[..., 0])
+            if exclude_first_query:
+                ds[..., 0] -= pattern[..., 0, 0]
+            n = ds.shape[-1]
+            stats.sums[layer, :, :n] += ds.sum(0).double().cpu().numpy()
+            stats.detector_sum[layer] += det.sum(0).double().cpu().numpy()
+
+        return hook
+
+    hooks = [(f"blocks.{layer}.attn.hook_pattern", make_hook(layer)) for layer in range(L)]
+    device = next(bridge.parameters()).device
+    batch: list[np.ndarray] = []
+
+    def flush() -> None:
+        x = torch.as_tensor(np.stack(batch).astype(np.int64), device=device)
+        b, n = x.shape
+        with bridge.hooks(fwd_hooks=hooks):
+            bridge(x, return_type=None)
+        stats.counts[:n] += b * (n - np.arange(n))
+        if exclude_first_query:
+            stats.counts[0] -= b
+        stats.n_documents += b
+        stats.n_tokens += b * n
+        batch.clear()
+
+    with torch.inference_mode():
+        for doc in documents:
+            if len(doc) > n_ctx:
+                raise PosmechError(f"document of {len(doc)} tokens exceeds the model context {n_ctx}")
+            if batch and len(doc) != len(batch[0]):
+                flush()
+            batch.append(np.asarray(doc))
+            if len(batch) >= batch_size:
+                flush()
+        if batch:
+            flush()
+    if stats.n_documents == 0:
+        raise PosmechError("no document to run the diagonal taxonomy on")
+    return stats
+
+
+# --------------------------------------------------------------------------- classification
+def classify_heads(means: np.ndarray, detector: np.ndarray | None = None) -> pd.DataFrame:
+    """One row per head from mean diagonals ``[n_layers, n_heads, n_offsets]`` (NaN = no data).
+
+    Columns: ``head, layer, head_index, top_offset`` (offset of the largest mean
+    diagonal; ties go to the smallest offset), ``largest``, ``second_offset``,
+    ``second_largest``, ``ratio`` (second / largest), ``prev_token_mass`` (mean on offset
+    1), ``is_previous_token`` (``top_offset == 1``, P6), ``rank`` (1 = smallest ratio
+    among previous-token heads, P7; empty for other heads), and ``head_detector_score``
+    when ``detector [n_layers, n_heads]`` is given.
+    """
+    L, H, _ = means.shape
+    rows = []
+    for layer in range(L):
+        for h in range(H):
+            m = np.where(np.isnan(means[layer, h]), -np.inf, means[layer, h])
+            order = np.argsort(-m, kind="stable")
+            top, second = int(order[0]), int(order[1])
+            largest, sec = float(m[top]), float(m[second]) if np.isfinite(m[second]) else float("nan")
+            rows.append({
+                "head": head_name(layer, h), "layer": layer, "head_index": h,
+                "top_offset": top, "largest": largest, "second_offset": second, "second_largest": sec,
+                "ratio": sec / largest if largest > 0 else float("nan"),
+                "prev_token_mass": float(m[1]), "is_previous_token": top == 1,
+            })
+    df = pd.DataFrame(rows)
+    if detector is not None:
+        df["head_detector_score"] = detector.reshape(-1)
+    prev = df[df["is_previous_token"]].sort_values(["ratio", "layer", "head_index"], kind="stable")
+    df["rank"] = pd.Series(dtype="Int64")
+    df.loc[prev.index, "rank"] = np.arange(1, len(prev) + 1)
+    df["rank"] = df["rank"].astype("Int64")
+    return df
+
+
+def rank_correlations(df: pd.DataFrame) -> dict[str, Any]:
+    """Spearman correlations between this taxonomy and TransformerLens's ``head_detector``.
+
+    ``spearman_ratio_vs_head_detector``: over the previous-token heads, ranking by ratio
+    (ascending) vs by ``head_detector`` score (descending) — i.e. Spearman of
+    ``(-ratio, score)``; ``spearman_prev_mass_vs_head_detector``: over every head, mean
+    offset-1 attention vs ``head_detector`` score.  ``None`` when undefined (< 3 heads or
+    constant input).
+    """
+    from scipy.stats import spearmanr
+
+    def rho(a: np.ndarray, b: np.ndarray) -> float | None:
+        if len(a) < 3 or np.all(a == a[0]) or np.all(b == b[0]):
+            return None
+        r = spearmanr(a, b).statistic
+        return None if not np.isfinite(r) else round(float(r), 6)
+
+    prev = df[df["is_previous_token"]]
+    return {
+        "spearman_ratio_vs_head_detector": rho(-prev["ratio"].to_numpy(), prev["head_detector_score"].to_numpy()),
+        "n_heads_ratio_vs_head_detector": int(len(prev)),
+        "spearman_prev_mass_vs_head_detector": rho(df["prev_token_mass"].to_numpy(), df["head_detector_score"].to_numpy()),
+        "n_heads_prev_mass_vs_head_detector": int(len(df)),
+    }
+
+
+SHARP_RULE = "rank 1 by P7 ratio among previous-token heads"
+EARLY_RULE = "P7 rank <= {top_n} and layer < sharp head's layer"
+EARLY_FALLBACK_RULE = "fallback (no ranked head below the sharp head's layer): P7 rank <= {top_n}, other than the sharp head"
+
+
+def choose_heads(df: pd.DataFrame, model: str, early_top_n: int = 11, pin: dict[str, Any] | None = None) -> pd.DataFrame:
+    """The chosen-heads table (:data:`HEADS_COLUMNS`) from :func:`classify_heads` output.
+
+    Rule: the *sharp* head is the rank-1 previous-token head (smallest P7 ratio); the
+    *early* heads are the previous-token heads ranked within the top ``early_top_n`` whose
+    layer is below the sharp head's (on ``gpt2`` with the published ranking: L4H11 and
+    L3H3, L2H2, L2H4, L1H0, L3H7, L3H2).  When none is below the sharp head (e.g. the
+    sharp head is in layer 0), the other top-``early_top_n`` heads are used and the rule
+    column says so.  ``pin = {"sharp": "L4H11", "early": [...]}`` (either key) overrides
+    the rule.
+    """
+    pin = pin or {}
+    by_head = df.set_index("head")
+    known = set(by_head.index)
+    ranked = df[df["rank"].notna()].sort_values("rank")
+    rows: list[dict[str, Any]] = []
+
+    def score(head: str) -> float:
+        r = by_head.loc[head, "ratio"] if head in known else float("nan")
+        return float(r) if head in known and bool(by_head.loc[head, "is_previous_token"]) else float("nan")
+
+    for role in ("sharp", "early"):
+        for h in ([pin["sharp"]] if role == "sharp" and pin.get("sharp") else pin.get("early") or []):
+            if h not in known:
+                raise PosmechError(f"config key `taxonomy.pin.{model}.{role}`: head {h!r} does not exist in model {model!r}")
+    if pin.get("sharp"):
+        sharp, sharp_rule = pin["sharp"], "pinned in config taxonomy.pin"
+    elif len(ranked):
+        sharp, sharp_rule = str(ranked["head"].iloc[0]), SHARP_RULE
+    else:
+        raise PosmechError(
+            f"model {model!r} has no previous-token head (no head's largest mean diagonal is offset 1); "
+            f"pin one with config key `taxonomy.pin.{model}.sharp`"
+        )
+    rows.append({"role": "sharp", "head": sharp, "score": score(sharp), "rule": sharp_rule})
+    if pin.get("early") is not None and "early" in pin:
+        early = [(h, "pinned in config taxonomy.pin") for h in pin["early"]]
+    else:
+        top = ranked[ranked["rank"] <= early_top_n]
+        sharp_layer = parse_head(sharp)[0]
+        below = top[(top["layer"] < sharp_layer) & (top["head"] != sharp)]
+        if len(below):
+            early = [(h, EARLY_RULE.format(top_n=early_top_n)) for h in below["head"]]
+        else:
+            early = [(h, EARLY_FALLBACK_RULE.format(top_n=early_top_n)) for h in top["head"] if h != sharp]
+    rows += [{"role": "early", "head": h, "score": score(h), "rule": rule} for h, rule in early]
+    return chosen_heads_frame(model, rows)
+
+
+def diagonals_frame(means: np.ndarray, counts: np.ndarray, model: str, max_offset: int | None = None) -> pd.DataFrame:
+    """Tidy mean diagonals: one row per (head, offset) with ``claim, model, head, layer,
+    head_index, offset, mean, count`` (offsets with data, up to ``max_offset``)."""
+    L, H, n = means.shape
+    offs = np.flatnonzero(counts > 0)
+    if max_offset is not None:
+        offs = offs[offs <= max_offset]
+    layer, head, off = np.meshgrid(np.arange(L), np.arange(H), offs, indexing="ij")
+    return pd.DataFrame({
+        "claim": "P6", "model": model,
+        "head": [head_name(a, b) for a, b in zip(layer.ravel(), head.ravel())],
+        "layer": layer.ravel(), "head_index": head.ravel(), "offset": off.ravel(),
+        "mean": means[layer.ravel(), head.ravel(), off.ravel()], "count": counts[off.ravel()],
+    })

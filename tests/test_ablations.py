@@ -1,0 +1,177 @@
+"""W_pos group averaging (P2–P4) and repeat-prompt probabilities on hand-built models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from posmech import handbuilt as hb
+from posmech.ablations import (
+    averaged_W_pos,
+    group_average,
+    head_pattern,
+    max_unchanged_k,
+    next_token_loss,
+    pattern_similarity,
+    posembed_averaging,
+    previous_token_mass,
+    window,
+)
+from posmech.errors import PosmechError
+from posmech.models import load_bridge
+from posmech.prompts import Prompt, continuation_probability, load_prompts, prompt_token_ids, variant_token_ids
+
+REPO = Path(__file__).resolve().parents[1]
+N = 12
+
+
+@pytest.fixture(scope="module")
+def bridge(tmp_path_factory):
+    """Positional model (residual = W_pos at every layer) with an exact previous-token head
+    L0H1 and a random unembedding, so logits depend on the position."""
+    spec = hb.positional_spec(n_ctx=N, n_layer=2, n_head=2, scores={(0, 1): hb.previous_token_scores(N)})
+    spec.W_U = np.random.default_rng(0).normal(size=(spec.d_model, spec.d_vocab))
+    path = hb.save_model_dir(spec, tmp_path_factory.mktemp("models") / "pos_unembed")
+    return load_bridge({"name": "pos", "hf_dir": str(path)}, device="cpu")
+
+
+def _state(bridge):
+    return {k: v.detach().clone() for k, v in bridge.state_dict().items()}
+
+
+def _assert_same_state(bridge, before):
+    after = bridge.state_dict()
+    assert before.keys() == after.keys()
+    for k in before:
+        assert torch.equal(before[k], after[k]), k
+
+
+def _doc(length=N, seed=0):
+    return np.concatenate([[0], np.random.default_rng(seed).integers(1, 40, size=length - 1)])
+
+
+def test_group_average_numpy_and_torch():
+    x = np.arange(14.0).reshape(7, 2)
+    expect = np.array([[2, 3]] * 3 + [[8, 9]] * 3 + [[12, 13]], dtype=float)
+    np.testing.assert_array_equal(group_average(x, 3), expect)
+    np.testing.assert_array_equal(group_average(torch.as_tensor(x), 3).numpy(), expect)
+    np.testing.assert_array_equal(group_average(x, 100), np.broadcast_to(x.mean(0), x.shape))
+    r = torch.randn(2, 7, 3, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(group_average(r, 1, dim=1), r)
+    torch.testing.assert_close(group_average(r, 3, dim=1)[1], group_average(r[1], 3))
+    np.testing.assert_allclose(group_average(r.numpy(), 3, dim=1), group_average(r, 3, dim=1).numpy(), rtol=1e-6)
+    for bad in (0, -2, 2.5, True):
+        with pytest.raises(PosmechError, match="positive integer"):
+            group_average(x, bad)
+
+
+def test_k1_leaves_loss_and_logits_bitwise_unchanged(bridge):
+    x = torch.as_tensor(_doc())[None]
+    before = _state(bridge)
+    with torch.inference_mode():
+        intact = bridge(x)
+        loss = next_token_loss(bridge, [_doc(), _doc(seed=1)])
+        with averaged_W_pos(bridge, 1):
+            assert torch.equal(bridge(x), intact)
+            assert next_token_loss(bridge, [_doc(), _doc(seed=1)]) == loss
+    _assert_same_state(bridge, before)
+
+
+def test_averaging_changes_the_model_inside_and_restores_it_bitwise(bridge):
+    x = torch.as_tensor(_doc())[None]
+    before = _state(bridge)
+    w_pos = bridge.W_pos.detach().clone()
+    with torch.inference_mode():
+        intact = bridge(x)
+        with averaged_W_pos(bridge, N):  # one group: every position looks the same
+            torch.testing.assert_close(bridge.W_pos, w_pos.mean(0, keepdim=True).expand_as(w_pos))
+            flat = bridge(x)
+            pat = head_pattern(bridge, _doc(), 0, 1)
+        assert torch.equal(bridge(x), intact)
+    assert not torch.allclose(flat, intact)
+    torch.testing.assert_close(flat[0], flat[0, :1].expand_as(flat[0]))  # logits equal at every position
+    np.testing.assert_allclose(pat[5, :6], 1 / 6, rtol=1e-5)  # the previous-token head turns uniform
+    _assert_same_state(bridge, before)
+    with pytest.raises(RuntimeError, match="boom"), averaged_W_pos(bridge, 4):
+        raise RuntimeError("boom")
+    _assert_same_state(bridge, before)
+
+
+def test_previous_token_head_sees_groups_of_k(bridge):
+    # k = 2: positions (2g, 2g+1) share an embedding, so query 2g+1 cannot tell keys 2g and 2g+1 apart
+    with averaged_W_pos(bridge, 2):
+        pat = head_pattern(bridge, _doc(), 0, 1)
+    assert previous_token_mass(head_pattern(bridge, _doc(), 0, 1)) == pytest.approx(1.0, abs=1e-9)
+    assert previous_token_mass(pat) < 0.9
+
+
+def test_posembed_averaging_table_and_model_unchanged(bridge):
+    before = _state(bridge)
+    prompt = Prompt("p", "P3", "!\"#$%&", {"a": ["'", "("], "b": [")"]})
+    df = posembed_averaging(bridge, [1, 2, N], [_doc(), _doc(seed=1)], [prompt], prepend_bos=True)
+    _assert_same_state(bridge, before)
+    loss = df[df["quantity"] == "loss"].set_index("k")["value"]
+    total, count = next_token_loss(bridge, [_doc(), _doc(seed=1)])
+    assert loss[1] == total / count and count == 2 * (N - 1)
+    assert loss[N] != loss[1]
+    probs = df[df["quantity"] == "probability"]
+    assert set(probs["target"]) == {"a", "b"} and len(probs) == 6
+    assert ((probs["value"] > 0) & (probs["value"] < 1)).all()
+
+
+def test_continuation_probability_single_and_multi_token(bridge):
+    ids = np.array([0, 2, 3, 4])
+    with torch.inference_mode():
+        p0 = torch.softmax(bridge(torch.as_tensor(ids)[None])[0, -1].double(), -1)
+        p1 = torch.softmax(bridge(torch.as_tensor(np.append(ids, 7))[None])[0, -1].double(), -1)
+    assert continuation_probability(bridge, ids, [[5], [6]]) == pytest.approx(float(p0[5] + p0[6]), rel=1e-9)
+    assert continuation_probability(bridge, ids, [[7, 9]]) == pytest.approx(float(p0[7] * p1[9]), rel=1e-9)
+
+
+def test_variant_sets_are_deduplicated_and_prefix_free():
+    tok = hb.char_tokenizer(40)
+    seqs = variant_token_ids(tok, ["!", "!!", "\"", "\"", "#$"])
+    assert seqs == [tok("!").input_ids, tok("\"").input_ids, tok("#$").input_ids]
+    ids, truncated = prompt_token_ids(tok, "!\"#$%&'", prepend_bos=True, max_len=4)
+    assert truncated and ids.tolist() == [0, *tok("%&'").input_ids]
+
+
+def test_shipped_prompt_file():
+    path = REPO / "resources" / "prompts" / "repeat_string.yaml"
+    prompts = {p.id: p for p in load_prompts(path)}
+    assert {"apple_orange", "orange_apple", "ninja_turtle_pirate"} <= set(prompts)
+    ao = prompts["apple_orange"]
+    assert ao.text.endswith('Request: Please repeat the following string exactly: "apple orange"\nReply: "')
+    assert ao.text.count("Request:") == 14  # hello, gorapopefm, ten more, 1pdjpm3efe4, the prompt
+    assert " apple" in ao.targets["apple"] and "apple" in ao.targets["apple"]
+    assert prompts["ninja_turtle_pirate"].text.endswith('Reply: "ninja')
+    assert [p.id for p in load_prompts(path, ["orange_apple"])] == ["orange_apple"]
+    with pytest.raises(PosmechError, match="no prompt"):
+        load_prompts(path, ["nope"])
+
+
+def test_max_unchanged_k():
+    rows = []
+    for k, loss, pa in [(1, 3.0, 0.99), (5, 3.01, 0.99), (10, 3.02, 0.985), (20, 3.3, 0.98), (50, 3.05, 0.99)]:
+        rows += [{"k": k, "quantity": "loss", "prompt": "", "target": "", "value": loss},
+                 {"k": k, "quantity": "probability", "prompt": "ao", "target": "apple", "value": pa}]
+    df = pd.DataFrame(rows)
+    assert max_unchanged_k(df, 0.05, 0.02) == 10  # k=20 breaks the loss tolerance; later k do not count
+    assert max_unchanged_k(df, 0.5, 0.005) == 5
+
+
+def test_similarity_numbers_and_window():
+    a = np.eye(4, k=-1)
+    a[0, 0] = 1
+    assert previous_token_mass(a) == 1.0
+    s = pattern_similarity(a, a)
+    assert s["cosine_similarity"] == pytest.approx(1.0) and s["mean_abs_diff"] == 0 and s["mean_row_tv"] == 0
+    b = np.tril(np.ones((4, 4))) / np.arange(1, 5)[:, None]
+    assert pattern_similarity(a, b)["mean_row_tv"] == pytest.approx(np.mean([0, 0.5, 2 / 3, 0.75]))
+    assert window(1024, 100, 50) == (100, 50)
+    assert window(32, 100, 50) == (0, 32)
+    assert window(60, 30, 50) == (10, 50)

@@ -1,0 +1,167 @@
+"""Diagonal taxonomy (P6, P7) on hand-built models with exactly known attention."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from posmech import handbuilt as hb
+from posmech.errors import PosmechError
+from posmech.models import load_bridge
+from posmech.tables import write_table
+from posmech.taxonomy import (
+    HEADS_COLUMNS,
+    accumulate_diagonals,
+    choose_heads,
+    chosen_heads_frame,
+    classify_heads,
+    diagonal_sums,
+    rank_correlations,
+    read_chosen_heads,
+)
+
+N = 12
+
+
+@pytest.fixture(scope="module")
+def bridge(prev_token_model_dir):
+    return load_bridge({"name": "prevtok", "hf_dir": str(prev_token_model_dir)}, device="cpu")
+
+
+def _docs(n_docs: int, length: int = N, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [np.concatenate([[0], rng.integers(1, 40, size=length - 1)]) for _ in range(n_docs)]
+
+
+def test_diagonal_sums_match_explicit_diagonals():
+    g = torch.Generator().manual_seed(0)
+    P = torch.tril(torch.rand(3, 2, 9, 9, generator=g))
+    ref = torch.stack([torch.diagonal(P, offset=-d, dim1=-2, dim2=-1).sum(-1) for d in range(9)], -1)
+    torch.testing.assert_close(diagonal_sums(P), ref)
+    # the one-pass trick relies on causality: a non-zero above the diagonal lands on a lower diagonal
+    P2 = P.clone()
+    P2[0, 0, 0, 3] = 1.0
+    assert not torch.allclose(diagonal_sums(P2), ref)
+
+
+def test_exact_previous_token_head_found_with_ratio_zero_and_rank_one(bridge):
+    stats = accumulate_diagonals(bridge, _docs(3), batch_size=2)
+    assert stats.n_documents == 3 and stats.n_tokens == 3 * N
+    df = classify_heads(stats.means(), stats.detector_scores()).set_index("head")
+    assert df.loc["L0H1", "is_previous_token"]
+    assert df.loc["L0H1", "rank"] == 1
+    assert df.loc["L0H1", "ratio"] < 1e-9
+    assert df.loc["L0H1", "prev_token_mass"] == pytest.approx(1.0, abs=1e-9)
+    # uniform heads (zero scores) and the recency kernel L1H0 peak on the main diagonal
+    for h in ("L0H0", "L1H1", "L1H0"):
+        assert not df.loc[h, "is_previous_token"]
+        assert df.loc[h, "top_offset"] == 0
+        assert pd.isna(df.loc[h, "rank"])
+    assert int(df["is_previous_token"].sum()) == 1
+
+
+def test_uniform_head_means_are_exact(bridge):
+    stats = accumulate_diagonals(bridge, _docs(2), exclude_first_query=True)
+    means = stats.means()
+    # uniform head: row i puts 1/(i+1) on every key; query 0 excluded
+    expect = [np.mean([1 / (i + 1) for i in range(max(d, 1), N)]) for d in range(N)]
+    np.testing.assert_allclose(means[0, 0], expect, rtol=1e-6)
+    assert stats.counts.tolist() == [2 * (N - 1)] + [2 * (N - d) for d in range(1, N)]
+    with_q0 = accumulate_diagonals(bridge, _docs(2), exclude_first_query=False).means()
+    assert with_q0[0, 0, 0] == pytest.approx(np.mean([1 / (i + 1) for i in range(N)]), rel=1e-6)
+    # the exact previous-token head's offset-0 mean is then 1/N (query 0 has no choice)
+    assert with_q0[0, 1, 0] == pytest.approx(1 / N, rel=1e-6)
+
+
+def test_head_detector_column_equals_transformerlens_detect_head(bridge):
+    from transformer_lens.head_detector import detect_head
+
+    text = "!\"#$%&'("  # characters of the hand-built vocabulary
+    ids = bridge.to_tokens(text)[0].numpy()  # the tokens detect_head runs on (BOS first)
+    assert 1 < len(ids) < N
+    stats = accumulate_diagonals(bridge, [ids])
+    tl = detect_head(bridge, text, "previous_token_head").numpy()
+    np.testing.assert_allclose(stats.detector_scores(), tl, atol=1e-6)
+    assert tl[0, 1] == pytest.approx((len(ids) - 1) / len(ids), abs=1e-6)
+
+
+def test_ragged_documents_are_batched_by_length(bridge):
+    docs = _docs(2, 12) + _docs(1, 7, seed=1) + _docs(1, 12, seed=2)
+    stats = accumulate_diagonals(bridge, docs, batch_size=8)
+    assert stats.n_documents == 4 and stats.n_tokens == 12 * 3 + 7
+    lengths = np.array([12, 12, 7, 12])
+    expect = [int(np.clip(lengths - d, 0, None).sum()) - (4 if d == 0 else 0) for d in range(N)]
+    assert stats.counts.tolist() == expect
+    single = accumulate_diagonals(bridge, docs, batch_size=1)
+    np.testing.assert_allclose(stats.sums, single.sums, rtol=1e-6)
+
+
+def test_rank_correlation_and_metadata():
+    means = np.zeros((1, 4, 5))
+    # four previous-token heads with ratios 0.1, 0.2, 0.3, 0.4
+    for h, r in enumerate([0.1, 0.2, 0.3, 0.4]):
+        means[0, h, 1], means[0, h, 0] = 0.5, 0.5 * r
+    df = classify_heads(means, detector=np.array([[0.9, 0.8, 0.7, 0.6]]))
+    assert df["rank"].tolist() == [1, 2, 3, 4]
+    rc = rank_correlations(df)
+    assert rc["spearman_ratio_vs_head_detector"] == pytest.approx(1.0)
+    df2 = classify_heads(means, detector=np.array([[0.6, 0.7, 0.8, 0.9]]))
+    assert rank_correlations(df2)["spearman_ratio_vs_head_detector"] == pytest.approx(-1.0)
+
+
+def _published_like_table() -> pd.DataFrame:
+    """gpt2-shaped table whose ranking is the published P7 top 11."""
+    published = {"L4H11": 0.01, "L5H6": 0.18, "L3H3": 0.33, "L2H2": 0.331, "L6H8": 0.43, "L7H0": 0.45,
+                 "L2H4": 0.46, "L1H0": 0.47, "L3H7": 0.50, "L8H7": 0.51, "L3H2": 0.52, "L9H1": 0.9}
+    means = np.zeros((12, 12, 6))
+    means[:, :, 0] = 0.3  # not previous-token by default
+    for head, r in published.items():
+        layer, h = (int(x) for x in head[1:].split("H"))
+        means[layer, h, :] = 0
+        means[layer, h, 1], means[layer, h, 2] = 0.6, 0.6 * r
+    return classify_heads(means, detector=np.zeros((12, 12)))
+
+
+def test_choose_heads_rule_reproduces_the_posts_sharp_and_early_heads(tmp_path):
+    df = _published_like_table()
+    chosen = choose_heads(df, "gpt2", early_top_n=11)
+    assert list(chosen.columns) == HEADS_COLUMNS
+    write_table(chosen, tmp_path / "heads.csv", {"claim": "P6,P7"})
+    heads = read_chosen_heads(tmp_path / "heads.csv")
+    assert heads["sharp"] == ["L4H11"]
+    assert set(heads["early"]) == {"L3H3", "L2H2", "L2H4", "L1H0", "L3H7", "L3H2"}
+    assert heads["early"][0] == "L3H3"  # best first
+    # pinned heads override the rule
+    pinned = choose_heads(df, "gpt2", pin={"sharp": "L5H6", "early": ["L2H2"]})
+    assert pinned["head"].tolist() == ["L5H6", "L2H2"]
+    assert (pinned["rule"] == "pinned in config taxonomy.pin").all()
+    with pytest.raises(PosmechError, match="taxonomy.pin.gpt2.sharp"):
+        choose_heads(df, "gpt2", pin={"sharp": "L12H0"})
+
+
+def test_choose_heads_fallback_when_sharp_head_is_in_layer_zero():
+    means = np.zeros((2, 3, 4))
+    means[0, 0, 1], means[0, 0, 0] = 0.9, 0.05  # sharp, layer 0
+    means[1, 2, 1], means[1, 2, 0] = 0.5, 0.3
+    means[0, 1, 0] = 0.9  # not previous-token
+    means[1, 0, 0], means[1, 1, 0] = 0.5, 0.5
+    chosen = choose_heads(classify_heads(means, np.zeros((2, 3))), "demo")
+    assert chosen["head"].tolist() == ["L0H0", "L1H2"]
+    assert chosen["rule"].iloc[1].startswith("fallback")
+    no_prev = np.zeros((1, 2, 3))
+    no_prev[:, :, 0] = 1
+    with pytest.raises(PosmechError, match="no previous-token head"):
+        choose_heads(classify_heads(no_prev, np.zeros((1, 2))), "demo")
+
+
+def test_read_chosen_heads_rejects_bad_tables(tmp_path):
+    p = tmp_path / "heads.csv"
+    write_table(chosen_heads_frame("m", [{"role": "early", "head": "L0H1", "score": 0.1, "rule": "x"}]), p)
+    with pytest.raises(PosmechError, match="exactly one `sharp`"):
+        read_chosen_heads(p)
+    with pytest.raises(PosmechError, match="rerun rule `diagonal_taxonomy`"):
+        read_chosen_heads(tmp_path / "absent.csv")
+    with pytest.raises(PosmechError, match="L<layer>H<head>"):
+        chosen_heads_frame("m", [{"role": "sharp", "head": "4.11", "score": 0, "rule": "x"}])
