@@ -185,11 +185,12 @@ def _create_partial(tmp: Path, tokens: TokenSet, n_docs: int, n_layers: int, d_m
             names = hook_points(h, n_layers)
             d = preallocated_dataset(f, f"activations/{h}", (len(names), n_tok, d_model),
                                      settings.storage_dtype, (1, chunk, d_model), fillvalue=np.nan)
-            set_attrs(d, {"hook": h, "hook_points": names, "dtype": settings.storage_dtype,
-                          "axes": ["layer", "token", "d_model"]})
+            common = {"hook": h, "hook_points": names, "layers": list(range(len(names))),
+                      **{k: attrs[k] for k in ("model", "processing", "corpus") if k in attrs}}
+            set_attrs(d, {**common, "dtype": settings.storage_dtype, "axes": ["layer", "token", "d_model"]})
             m = preallocated_dataset(f, f"position_stats/{h}/mean", (len(names), n_pos, d_model), "float64",
                                      None, fillvalue=np.nan)
-            set_attrs(m, {"hook": h, "hook_points": names, "axes": ["layer", "position", "d_model"]})
+            set_attrs(m, {**common, "dtype": "float64", "axes": ["layer", "position", "d_model"]})
         c = preallocated_dataset(f, "position_stats/count", (n_pos,), "int64", None, fillvalue=0)
         set_attrs(c, {"axes": ["position"]})
 

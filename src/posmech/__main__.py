@@ -1,0 +1,7 @@
+"""``python -m posmech …``: see :mod:`posmech.cli`."""
+
+import sys
+
+from posmech.cli import main
+
+sys.exit(main())

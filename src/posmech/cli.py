@@ -1,0 +1,143 @@
+"""Command line: ``python -m posmech inspect PATH [--json]`` (also the ``posmech`` script).
+
+``inspect`` opens any HDF5 file the pipeline writes read-only (even a partial one, which
+it flags) and prints the tree: every group with a one-line summary, every dataset with
+shape, dtype, chunking, compression and attributes, and the root attributes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from posmech.errors import PosmechError
+
+
+def _attr(v: Any) -> Any:
+    """An attribute value as plain JSON (JSON strings written by ``set_attrs`` decoded)."""
+    if isinstance(v, bytes):
+        v = v.decode("utf-8", "replace")
+    if isinstance(v, str):
+        if v[:1] in "[{":
+            try:
+                return json.loads(v)
+            except ValueError:
+                return v
+        return v
+    if isinstance(v, np.ndarray):
+        return [_attr(x) for x in v.tolist()]
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def describe(path: str | Path) -> dict[str, Any]:
+    """The tree of an HDF5 file as plain data.
+
+    ``{"path", "attrs", "status", "groups": {name: {"attrs", "summary"}},
+    "datasets": {name: {"shape", "dtype", "chunks", "compression", "storage_bytes",
+    "attrs"}}}``; names are full paths inside the file (no leading ``/``)."""
+    import h5py
+
+    p = Path(path)
+    if not p.exists():
+        raise PosmechError(f"{str(p)!r} does not exist")
+    try:
+        f = h5py.File(p, "r")
+    except OSError as err:
+        raise PosmechError(f"{str(p)!r} is not a readable HDF5 file ({err}); it is corrupt or truncated: "
+                           "delete it and rerun the rule that writes it") from None
+    groups: dict[str, Any] = {}
+    datasets: dict[str, Any] = {}
+    with f:
+        def visit(name: str, obj: Any) -> None:
+            attrs = {k: _attr(v) for k, v in obj.attrs.items()}
+            if isinstance(obj, h5py.Group):
+                groups[name] = {"attrs": attrs}
+            else:
+                datasets[name] = {
+                    "shape": list(obj.shape), "dtype": str(obj.dtype if obj.dtype.kind != "O" else "str"),
+                    "chunks": list(obj.chunks) if obj.chunks else None,
+                    "compression": obj.compression, "storage_bytes": int(obj.id.get_storage_size()),
+                    "attrs": attrs,
+                }
+
+        f.visititems(visit)
+        root = {k: _attr(v) for k, v in f.attrs.items()}
+    for g, info in groups.items():
+        kids = [d for d in datasets if d.rsplit("/", 1)[0] == g]
+        subgroups = [s for s in groups if s.rsplit("/", 1)[0] == g and "/" in s]
+        below = [d for d in datasets if d.startswith(g + "/")]
+        info["summary"] = (f"{len(kids)} datasets, {len(subgroups)} groups, {len(below)} datasets in all, "
+                           f"{_size(sum(datasets[d]['storage_bytes'] for d in below))} stored")
+    status = "complete" if root.get("complete") is True else (
+        f"INCOMPLETE (no completion marker): rerun rule `{root.get('rule', '?')}`")
+    return {"path": str(p), "attrs": root, "status": status, "groups": groups, "datasets": datasets}
+
+
+def _size(n: int) -> str:
+    x = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if x < 1024 or unit == "GB":
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    return f"{n} B"
+
+
+def _short(v: Any, width: int = 100) -> str:
+    s = json.dumps(v, default=str) if not isinstance(v, str) else v
+    return s if len(s) <= width else s[: width - 3] + "..."
+
+
+def format_tree(info: dict[str, Any]) -> str:
+    """Human-readable tree of :func:`describe`'s output."""
+    a = info["attrs"]
+    total = sum(d["storage_bytes"] for d in info["datasets"].values())
+    lines = [f"{info['path']}: kind {a.get('kind', '?')}, rule {a.get('rule', '?')}, "
+             f"schema_version {a.get('schema_version', '?')}, {info['status']}, "
+             f"{len(info['datasets'])} datasets, {_size(total)} stored"]
+    for k in sorted(a):
+        lines.append(f"  @{k} = {_short(a[k])}")
+    names = sorted(list(info["groups"]) + list(info["datasets"]))
+    for n in names:
+        depth = n.count("/")
+        pad = "  " * (depth + 1)
+        leaf = n.rsplit("/", 1)[-1]
+        if n in info["groups"]:
+            g = info["groups"][n]
+            lines.append(f"{pad}{leaf}/  ({g['summary']})")
+            attrs = g["attrs"]
+        else:
+            d = info["datasets"][n]
+            comp = f", {d['compression']}" if d["compression"] else ""
+            chunks = f"chunks {tuple(d['chunks'])}" if d["chunks"] else "contiguous"
+            lines.append(f"{pad}{leaf}  {tuple(d['shape'])} {d['dtype']}, {chunks}{comp}, {_size(d['storage_bytes'])}")
+            attrs = d["attrs"]
+        for k in sorted(attrs):
+            lines.append(f"{pad}  @{k} = {_short(attrs[k])}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m posmech", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    ins = sub.add_parser("inspect", help="print the tree of a pipeline HDF5 file (read-only)")
+    ins.add_argument("path")
+    ins.add_argument("--json", action="store_true", help="machine-readable output")
+    args = parser.parse_args(argv)
+    try:
+        info = describe(args.path)
+    except PosmechError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(info, indent=2, default=str) if args.json else format_tree(info))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
