@@ -1,0 +1,26 @@
+"""Rule canonical_angles: principal angles between the top-k right-singular subspaces of
+W_pos and of each layer's extended embeddings (P11)."""
+
+from posmech import geometry as geo
+from posmech.plots import geometry as plots
+from posmech.runner import run
+from posmech.tables import scorecard_rows, write_table
+
+
+def main(smk, log):
+    model, cfg, out = smk.wildcards.model, smk.params.geometry, smk.output
+    ext = geo.read_extended_artifact(smk.input.h5)
+    first = geo.analysis_first(ext, cfg["first_position"])
+    layer = geo.helix_layer(ext, cfg["layer"])
+    table = geo.angles_table(ext, model, first, cfg["k"])
+    meta = {"centring": geo.CENTRING, "first_position": first, "k": cfg["k"],
+            "method": "scipy.linalg.subspace_angles on the top-k right-singular vectors (d_model space)"}
+    write_table(table, out.table, meta)
+    plots.angles(table, f"P11 {model}: canonical angles, top-{cfg['k']} subspaces of W_pos vs extended",
+                 out.figure)
+    rows = geo.angles_scorecard(table, model, layer, out.table)
+    write_table(scorecard_rows(rows), out.scorecard)
+    log.info("layer %d canonical angles (deg): %s", layer, rows[0]["value"])
+
+
+run(snakemake, main)  # noqa: F821

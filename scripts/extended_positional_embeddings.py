@@ -1,0 +1,36 @@
+"""Rule extended_positional_embeddings: repeated-token prompts through the model; write the
+token-averaged, position-centred residual stream at every layer (P8) and its agreement."""
+
+from posmech import geometry as geo
+from posmech.config import config_hash
+from posmech.models import load_bridge, read_manifest
+from posmech.plots import geometry as plots
+from posmech.runner import run
+from posmech.tables import scorecard_rows, write_table
+
+
+def main(smk, log):
+    model, entry, cfg = smk.wildcards.model, smk.params.entry, smk.params.geometry
+    man = read_manifest(smk.input.manifest)
+    bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
+    bos = entry["prepend_bos"] and cfg["bos"] == "model"
+    acc, W_pos, tokens, info = geo.compute_extended(
+        bridge, cfg["n_tokens"], cfg["seed"], cfg["batch_size"], bos, entry["n_ctx"]
+    )
+    attrs = {**info, "model": model, "model_source": man["source"], "resolved_revision": man["resolved_revision"],
+             "processing": entry["processing"], "bos_config": cfg["bos"], "model_prepend_bos": entry["prepend_bos"],
+             "config_hash": config_hash({"model": entry, "geometry": cfg})}
+    geo.write_extended(smk.output.h5, acc, W_pos, tokens, geo.site_names(info["n_layers"]), attrs)
+    ext = geo.read_extended_artifact(smk.output.h5)
+    agree = geo.agreement_table(ext, model)
+    meta = {"prompts": f"{len(tokens)} tokens each repeated to {info['n_ctx']} positions"
+            + (", BOS at position 0" if bos else ", no BOS"), "first_token_position": ext.first_token_position,
+            "centring": ext.attrs["centring"], "tokens_per_second": round(info["tokens_per_second"], 1)}
+    write_table(agree, smk.output.agreement, meta)
+    plots.agreement(agree, f"P8 {model}: per-token extended embeddings vs their average", smk.output.figure)
+    write_table(scorecard_rows(geo.extended_scorecard(agree, model, smk.output.agreement)), smk.output.scorecard)
+    log.info("layer-0 identity max |diff| %.2e; %.0f tokens/s", agree["max_abs_diff_to_W_pos"].iloc[0],
+             info["tokens_per_second"])
+
+
+run(snakemake, main)  # noqa: F821

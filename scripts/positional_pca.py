@@ -1,0 +1,28 @@
+"""Rule positional_pca: PCA of W_pos and of every layer's extended embeddings; helix
+figures (P1, P10) and the three-panel comparison."""
+
+from posmech import geometry as geo
+from posmech.plots import geometry as plots
+from posmech.runner import run
+from posmech.tables import scorecard_rows, write_table
+
+
+def main(smk, log):
+    model, cfg, out = smk.wildcards.model, smk.params.geometry, smk.output
+    ext = geo.read_extended_artifact(smk.input.h5)
+    first = geo.analysis_first(ext, cfg["first_position"])
+    layer = geo.helix_layer(ext, cfg["layer"])
+    table = geo.pca_table(ext, model, first, cfg["n_components"])
+    write_table(table, out.table, {"centring": geo.CENTRING, "first_position": first})
+    plots.explained_variance(table, f"P1/P10 {model}: explained variance of top components", out.explained)
+    h = geo.helices(ext, first)
+    plots.helix(h["W_pos"], h["positions"], f"P1 {model}: W_pos, top-3 principal components", out.wpos_helix)
+    plots.helix_grid(h["panels"], h["positions"], f"P1/P10 {model}: helices (own top-3 PCA basis)", out.helices)
+    plots.comparison(geo.comparison_panels(ext, first, layer), (f"extended, {ext.sites[layer]}", "W_pos"),
+                     f"P10 {model}: extended embeddings (layer {layer}, red) vs W_pos (blue)", out.comparison)
+    rows = geo.pca_scorecard(table, model, layer, out.wpos_helix, out.comparison)
+    write_table(scorecard_rows(rows), out.scorecard)
+    log.info("top-3 explained variance: W_pos %.3f, layer %d %.3f", rows[0]["value"], layer, rows[1]["value"])
+
+
+run(snakemake, main)  # noqa: F821

@@ -1,0 +1,202 @@
+# Geometry of positional information (seed 000; claims P1, P8–P11): extended positional
+# embeddings from repeated-token prompts, their PCA helices, canonical angles to W_pos and
+# sparsity. Only extended_positional_embeddings runs the model; the rest read its HDF5.
+
+
+def geometry_models():
+    return selected(config, "geometry", "models")
+
+
+def geometry_params(wildcards):
+    return config["geometry"]
+
+
+rule extended_positional_embeddings:
+    """Residual stream on one-token-repeated prompts, centred over positions, averaged over tokens (P8)."""
+    input:
+        manifest="resources/models/{model}/manifest.json",
+    output:
+        h5="results/{model}/geometry/extended.h5",
+        agreement=report(
+            "results/{model}/geometry/extended_agreement.csv",
+            caption="../report/extended_agreement.rst",
+            category="P",
+            subcategory="Extended positional embeddings (P8)",
+        ),
+        figure=report(
+            "results/{model}/geometry/extended_agreement.png",
+            caption="../report/extended_agreement.rst",
+            category="P",
+            subcategory="Extended positional embeddings (P8)",
+        ),
+        scorecard="results/{model}/scorecard/extended_positional_embeddings.csv",
+    params:
+        entry=model_entry,
+        geometry=geometry_params,
+    log:
+        "logs/extended_positional_embeddings/{model}.log",
+    benchmark:
+        "benchmarks/extended_positional_embeddings/{model}.tsv"
+    threads: 2
+    resources:
+        gpu=heavy_resources,
+        mem_mb=8000,
+        runtime=60,
+    wildcard_constraints:
+        model=regex(MODELS),
+    script:
+        "../../scripts/extended_positional_embeddings.py"
+
+
+rule positional_pca:
+    """PCA of W_pos and of the extended embeddings per layer: explained variance, helices (P1, P10)."""
+    input:
+        h5="results/{model}/geometry/extended.h5",
+    output:
+        table=report(
+            "results/{model}/geometry/pca.csv",
+            caption="../report/positional_pca.rst",
+            category="P",
+            subcategory="Positional geometry (P1, P9–P11)",
+        ),
+        explained=report(
+            "results/{model}/geometry/pca_explained.png",
+            caption="../report/positional_pca.rst",
+            category="P",
+            subcategory="Positional geometry (P1, P9–P11)",
+        ),
+        wpos_helix=report(
+            "results/{model}/geometry/pca_wpos_helix.png",
+            caption="../report/pca_wpos_helix.rst",
+            category="P",
+            subcategory="Positional geometry (P1, P9–P11)",
+        ),
+        helices=report(
+            "results/{model}/geometry/pca_helices.png",
+            caption="../report/pca_helices.rst",
+            category="P",
+            subcategory="Positional geometry (P1, P9–P11)",
+        ),
+        comparison=report(
+            "results/{model}/geometry/pca_comparison.png",
+            caption="../report/pca_comparison.rst",
+            category="P",
+            subcategory="Positional geometry (P1, P9–P11)",
+        ),
+        scorecard="results/{model}/scorecard/positional_pca.csv",
+    params:
+        geometry=geometry_params,
+    log:
+        "logs/positional_pca/{model}.log",
+    wildcard_constraints:
+        model=regex(MODELS),
+    script:
+        "../../scripts/positional_pca.py"
+
+
+rule canonical_angles:
+    """Principal angles between top-k right-singular subspaces of W_pos and each layer (P11)."""
+    input:
+        h5="results/{model}/geometry/extended.h5",
+    output:
+        table=report(
+            "results/{model}/geometry/canonical_angles.csv",
+            caption="../report/canonical_angles.rst",
+            category="P",
+            subcategory="Positional geometry (P1, P9–P11)",
+        ),
+        figure=report(
+            "results/{model}/geometry/canonical_angles.png",
+            caption="../report/canonical_angles.rst",
+            category="P",
+            subcategory="Positional geometry (P1, P9–P11)",
+        ),
+        scorecard="results/{model}/scorecard/canonical_angles.csv",
+    params:
+        geometry=geometry_params,
+    log:
+        "logs/canonical_angles/{model}.log",
+    wildcard_constraints:
+        model=regex(MODELS),
+    script:
+        "../../scripts/canonical_angles.py"
+
+
+rule positional_sparsity:
+    """Fraction of far-from-zero entries per layer vs W_pos (P9)."""
+    input:
+        h5="results/{model}/geometry/extended.h5",
+    output:
+        table=report(
+            "results/{model}/geometry/sparsity.csv",
+            caption="../report/positional_sparsity.rst",
+            category="P",
+            subcategory="Positional geometry (P1, P9–P11)",
+        ),
+        figure=report(
+            "results/{model}/geometry/sparsity.png",
+            caption="../report/positional_sparsity.rst",
+            category="P",
+            subcategory="Positional geometry (P1, P9–P11)",
+        ),
+        scorecard="results/{model}/scorecard/positional_sparsity.csv",
+    params:
+        geometry=geometry_params,
+    log:
+        "logs/positional_sparsity/{model}.log",
+    wildcard_constraints:
+        model=regex(MODELS),
+    script:
+        "../../scripts/positional_sparsity.py"
+
+
+GEOMETRY_RULES = [
+    "extended_positional_embeddings",
+    "positional_pca",
+    "canonical_angles",
+    "positional_sparsity",
+]
+GEOMETRY_FIGURES = [
+    "extended_agreement.png",
+    "pca_wpos_helix.png",
+    "pca_helices.png",
+    "pca_comparison.png",
+    "pca_explained.png",
+    "canonical_angles.png",
+    "sparsity.png",
+]
+GEOMETRY_TABLES = [
+    "extended_agreement.csv",
+    "pca.csv",
+    "canonical_angles.csv",
+    "sparsity.csv",
+]
+
+
+def geometry_scorecards():
+    return [
+        f"results/{m}/scorecard/{r}.csv" for m in geometry_models() for r in GEOMETRY_RULES
+    ]
+
+
+def geometry_figures():
+    return [f"results/{m}/geometry/{f}" for m in geometry_models() for f in GEOMETRY_FIGURES]
+
+
+def geometry_tables():
+    return [f"results/{m}/geometry/{f}" for m in geometry_models() for f in GEOMETRY_TABLES]
+
+
+def geometry_targets():
+    return (
+        [f"results/{m}/geometry/extended.h5" for m in geometry_models()]
+        + geometry_scorecards()
+        + geometry_figures()
+        + geometry_tables()
+    )
+
+
+TARGETS.append(geometry_targets)
+SCORECARDS.append(geometry_scorecards)
+REPORT_FIGURES.append(geometry_figures)
+REPORT_TABLES.append(geometry_tables)
