@@ -1,0 +1,103 @@
+"""``python -m posmech inspect``: read-only, every dataset shown, and in agreement with
+docs/artifacts.md (every dataset the file has is documented, every documented one is there)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from posmech.cache import PARTIAL, CacheSettings, cache_activations
+from posmech.cli import describe, main
+from posmech.models import load_bridge
+from posmech.tokens import read_tokens, write_tokens
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def documented_datasets(section_title: str, hooks: list[str]) -> set[str]:
+    """Dataset names in the table of the docs/artifacts.md section whose heading starts
+    with ``section_title`` (``{hook}`` expanded)."""
+    text = (REPO / "docs" / "artifacts.md").read_text()
+    sections = re.split(r"^## ", text, flags=re.M)
+    [sec] = [s for s in sections if s.startswith(section_title)]
+    names: set[str] = set()
+    for line in sec.splitlines():
+        if line.startswith("| `"):
+            first = line.split("|")[1]
+            for n in re.findall(r"`([^`]+)`", first):
+                names |= {n.replace("{hook}", h) for h in hooks} if "{hook}" in n else {n}
+    return names
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, prev_token_model_dir):
+    d = tmp_path_factory.mktemp("inspect")
+    docs = [{"doc_index": i, "text": "x" * (3 + i), "title": f"Genesis {i + 1}", "book": "GENESIS", "chapter": i + 1}
+            for i in range(5)]
+    ids = [np.concatenate([[0], np.arange(1, 3 + i)]).astype(np.int32) for i in range(5)]
+    write_tokens(d / "tokens.h5", ids, docs, {"model": "prevtok", "corpus": "bible", "config_hash": "t"})
+    bridge = load_bridge({"hf_dir": str(prev_token_model_dir), "name": "prevtok"}, device="cpu")
+    cache_activations(bridge, read_tokens(d / "tokens.h5"), d / "acts.h5", CacheSettings(batch_size=2),
+                      {"model": "prevtok", "processing": "compatibility", "corpus": "bible"})
+    return d
+
+
+def test_inspect_lists_exactly_the_documented_activation_datasets(files):
+    info = describe(files / "acts.h5")
+    assert info["status"] == "complete" and info["attrs"]["kind"] == "activations"
+    documented = documented_datasets("Activations", info["attrs"]["hooks"])
+    assert set(info["datasets"]) == documented
+    acts = info["datasets"]["activations/resid_pre"]
+    assert acts["shape"] == [3, int(info["attrs"]["n_tokens"]), 26] and acts["dtype"] == "float16"
+    assert acts["chunks"][0] == 1 and acts["attrs"]["hook_points"][-1] == "ln_final.hook_in"
+    # every root attribute the cache writes is documented too
+    doc_text = (REPO / "docs" / "artifacts.md").read_text()
+    for key in info["attrs"]:
+        assert f"`{key}`" in doc_text, f"root attribute {key} undocumented"
+    for name, ds in info["datasets"].items():
+        for key in ds["attrs"]:
+            assert f"`{key}`" in doc_text, f"attribute {key} of {name} undocumented"
+
+
+def test_inspect_works_on_tokens_files_and_matches_their_docs(files):
+    info = describe(files / "tokens.h5")
+    assert info["attrs"]["kind"] == "tokens"
+    assert set(info["datasets"]) == documented_datasets("Tokens", [])
+
+
+def test_inspect_cli_text_and_json(files, capsys):
+    assert main(["inspect", str(files / "acts.h5")]) == 0
+    text = capsys.readouterr().out
+    assert "kind activations" in text and "complete" in text
+    assert re.search(r"resid_pre  \(3, \d+, 26\) float16, chunks \(1, \d+, 26\)", text)
+    assert re.search(r"position_stats/ +\(1 datasets, 2 groups", text)
+    assert "@hook_points" in text
+    proc = subprocess.run([sys.executable, "-m", "posmech", "inspect", str(files / "tokens.h5"), "--json"],
+                          capture_output=True, text=True, check=True)
+    info = json.loads(proc.stdout)
+    assert info["datasets"]["token_ids"]["dtype"] == "int32"
+    assert info["attrs"]["corpus"] == "bible"
+
+
+def test_inspect_is_read_only_and_flags_partial_and_corrupt_files(files, tmp_path, capsys):
+    before = (files / "acts.h5").stat().st_mtime_ns
+    describe(files / "acts.h5")
+    assert (files / "acts.h5").stat().st_mtime_ns == before
+    partial = tmp_path / ("acts.h5" + PARTIAL)
+    partial.write_bytes((files / "acts.h5").read_bytes())
+    with h5py.File(partial, "r+") as f:
+        f.attrs["complete"] = False
+    assert main(["inspect", str(partial)]) == 0
+    assert "INCOMPLETE" in capsys.readouterr().out and "cache_activations" in describe(partial)["status"]
+    bad = tmp_path / "bad.h5"
+    bad.write_bytes((files / "acts.h5").read_bytes()[:3000])
+    assert main(["inspect", str(bad)]) == 1
+    assert "corrupt or truncated" in capsys.readouterr().err
+    assert main(["inspect", str(tmp_path / "missing.h5")]) == 1
