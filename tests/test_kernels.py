@@ -233,10 +233,32 @@ def test_artifact_roundtrip_and_tables(prevtok, tmp_path):
     assert last.loc["L0H0", "kernel_type"] == "uniform"
     assert last.loc["L1H0", "kernel_type"] == "slow_decay"  # ETC 3.9 of 10 keys
     eq = {"L0H1": kn.translation_tv(ks.kernel(0, 1), pos, 2, 1)}
-    sc = kn.scorecard(df, "prevtok", int(pos[-1]), {"table": "t.csv", "kernels": "k.png", "heatmap": "h.png"}, eq)
+    arts = {"table": "t.csv", "kernels": "k.png", "heatmap": "h.png", "profiles": "p.png"}
+    sc = kn.scorecard(df, "prevtok", int(pos[-1]), arts, eq)
     rows = sc.set_index("quantity")
     assert json.loads(rows.loc["layer0_local_heads", "value"]) == ["L0H1"]
     assert json.loads(rows.loc["layer0_uniform_heads", "value"]) == ["L0H0"]
-    assert rows.loc["heads_with_kernel", "value"] == 4
+    assert rows.loc["positional_kernels", "value"] == 4
+    assert float(rows.loc["kernel_consistency", "value"]) == pytest.approx(1.0)  # one text: no spread
     assert float(rows.loc["local_translation_tv", "value"]) < 1e-6
     assert set(sc["claim"]) == {"K1", "K2", "K3", "K4", "K5"}
+
+
+def test_blockwise_layer_kernels_equal_the_direct_softmax():
+    rng = np.random.default_rng(3)
+    d, dh, P = 8, 4, 40
+    means = rng.normal(size=(P, d))
+    x = rng.normal(size=(2, 9, d))
+    pos = np.array([2, 3, 5, 8, 13, 21, 30, 34, 39])
+    for window in (0, 6):
+        W = kn.HeadWeights(rng.normal(size=(1, 2, d, dh)), rng.normal(size=(1, 2, dh)), rng.normal(size=(1, 2, d, dh)),
+                           rng.normal(size=(1, 2, dh)), np.array([2.0]), np.array([window]))
+        small = kn.layer_kernels(means, x, pos, W, 0, k0=2, block=2)
+        big = kn.layer_kernels(means, x, pos, W, 0, k0=2, block=100)
+        direct = kn.head_kernels(means, x, pos, W.W_Q[0, 1], W.b_Q[0, 1], W.W_K[0, 1], W.b_K[0, 1], 2.0, 2, window)
+        np.testing.assert_allclose(small.mean, big.mean, atol=1e-14)
+        np.testing.assert_allclose(small.mean[1], direct.mean(axis=0), atol=1e-14)
+        np.testing.assert_allclose(small.etc[:, 1], kn.effective_token_count(direct), rtol=1e-12)
+        if window:
+            assert np.all(small.mean[:, pos >= 10, :3] == 0)  # outside the window
+            np.testing.assert_array_equal(small.n_keys, np.minimum(pos - 1, window))

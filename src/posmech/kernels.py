@@ -165,22 +165,35 @@ def head_kernels(
     row ``(c, q)`` is a distribution over key positions ``lo(n)..n`` (``n = positions[q]``),
     zero elsewhere.
     """
-    pos = np.asarray(positions, dtype=np.int64)
+    pos = _checked(positions, k0, means)
     K = int(pos.max()) + 1
-    if pos.min() < k0:
-        raise PosmechError(f"query position {int(pos.min())} is below k0={k0}: no key left in the softmax")
-    if means.shape[0] < K:
-        raise PosmechError(f"means cover {means.shape[0]} positions, query positions need {K}")
     k = means[:K] @ W_K + b_K  # [K, d_head]
     q = x @ W_Q + b_Q  # [C, Q, d_head]
-    s = (q @ k.T) / scale  # [C, Q, K]
-    lo = key_start(pos, k0, window)
-    keys = np.arange(K)
-    valid = (keys[None, :] >= lo[:, None]) & (keys[None, :] <= pos[:, None])  # [Q, K]
+    return _softmax_band(q, k, pos, key_start(pos, k0, window), 0, scale)
+
+
+def _checked(positions: Sequence[int] | np.ndarray, k0: int, means: np.ndarray) -> np.ndarray:
+    pos = np.asarray(positions, dtype=np.int64)
+    if pos.min() < k0:
+        raise PosmechError(f"query position {int(pos.min())} is below k0={k0}: no key left in the softmax")
+    if means.shape[0] < int(pos.max()) + 1:
+        raise PosmechError(f"means cover {means.shape[0]} positions, query positions need {int(pos.max()) + 1}")
+    if np.any(np.diff(pos) <= 0):
+        raise PosmechError("query positions must be strictly increasing")
+    return pos
+
+
+def _softmax_band(q: np.ndarray, k: np.ndarray, pos: np.ndarray, lo: np.ndarray, offset: int, scale: float) -> np.ndarray:
+    """Masked softmax of ``q [C, Q, dh] · k [K', dh]`` where ``k[j]`` is key position
+    ``offset + j``; row ``q`` keeps keys ``lo[q]..pos[q]``.  Returns ``[C, Q, K']``."""
+    s = (q @ k.T) / scale  # [C, Q, K']
+    keys = np.arange(offset, offset + k.shape[0])
+    valid = (keys[None, :] >= lo[:, None]) & (keys[None, :] <= pos[:, None])  # [Q, K']
     s = np.where(valid, s, -np.inf)
     s -= s.max(axis=-1, keepdims=True)
-    e = np.exp(s)
-    return e / e.sum(axis=-1, keepdims=True)
+    np.exp(s, out=s)
+    s /= s.sum(axis=-1, keepdims=True)
+    return s
 
 
 def effective_token_count(kernel: np.ndarray) -> np.ndarray:
@@ -227,26 +240,35 @@ class LayerKernels:
 
 
 def layer_kernels(
-    means: np.ndarray, x: np.ndarray, positions: Sequence[int] | np.ndarray, w: HeadWeights, layer: int, k0: int = 2
+    means: np.ndarray, x: np.ndarray, positions: Sequence[int] | np.ndarray, w: HeadWeights, layer: int, k0: int = 2,
+    block: int = 64,
 ) -> LayerKernels:
-    """Kernels of all heads of ``layer``: ``means [P, d_model]``, ``x [C, Q, d_model]``."""
-    pos = np.asarray(positions, dtype=np.int64)
+    """Kernels of all heads of ``layer``: ``means [P, d_model]``, ``x [C, Q, d_model]``
+    (``positions`` sorted ascending); ``block`` query rows are computed at a time."""
+    pos = _checked(positions, k0, means)
     win = int(w.window[layer])
     H = w.n_heads
     C, Q, K = x.shape[0], len(pos), int(pos.max()) + 1
-    mean = np.empty((H, Q, K))
-    std = np.empty((H, Q, K))
     etc = np.empty((C, H, Q))
     tv = np.empty((C, H, Q))
+    mean = np.zeros((H, Q, K))
+    std = np.zeros((H, Q, K))
+    lo_all = key_start(pos, k0, win)
+    means = means[:K]
+    # queries in blocks: each block only touches the keys its rows can see (the causal
+    # band), which halves the work for full attention and more for sliding windows
+    blocks = [slice(a, min(a + block, Q)) for a in range(0, Q, block)]
     for h in range(H):
-        pi = head_kernels(
-            means, x, pos, w.W_Q[layer, h], w.b_Q[layer, h], w.W_K[layer, h], w.b_K[layer, h],
-            float(w.scale[layer]), k0, win,
-        )
-        mean[h] = pi.mean(axis=0)
-        std[h] = pi.std(axis=0)
-        etc[:, h] = effective_token_count(pi)
-        tv[:, h] = 0.5 * np.abs(pi - mean[h]).sum(axis=-1)
+        keys = means @ w.W_K[layer, h] + w.b_K[layer, h]  # [K, d_head]
+        queries = x @ w.W_Q[layer, h] + w.b_Q[layer, h]  # [C, Q, d_head]
+        for b in blocks:
+            lo, hi = int(lo_all[b].min()), int(pos[b].max()) + 1
+            pi = _softmax_band(queries[:, b], keys[lo:hi], pos[b], lo_all[b], lo, float(w.scale[layer]))
+            m = pi.mean(axis=0)
+            mean[h, b, lo:hi] = m
+            std[h, b, lo:hi] = pi.std(axis=0)
+            etc[:, h, b] = effective_token_count(pi)
+            tv[:, h, b] = 0.5 * np.abs(pi - m).sum(axis=-1)
     return LayerKernels(mean, std, etc, tv, effective_token_count(mean), key_start(pos, k0, win), n_keys(pos, k0, win))
 
 
@@ -457,37 +479,119 @@ def types_at(df: pd.DataFrame, n: int) -> pd.DataFrame:
 
 
 def scorecard(df: pd.DataFrame, model: str, n: int, artifacts: dict[str, str], equivariance: dict[str, float]) -> pd.DataFrame:
-    """Scorecard rows of K1, K2, K3, K4 and K5 for one model (see resources/published.yaml)."""
+    """Scorecard rows of K1–K5 for one model; quantities match ``resources/published.yaml``.
+
+    ``artifacts``: paths of the ETC ``table``, the ``kernels`` heatmaps, the K4 ``heatmap``
+    and the K5 ``profiles`` figure.  ``equivariance[head]``: :func:`translation_tv` of the
+    local heads.
+    """
     from posmech.tables import scorecard_rows
 
     at = types_at(df, n)
     heads = lambda layer, kind: [r.head_name for r in at.itertuples() if r.layer == layer and r.kernel_type == kind]  # noqa: E731
-    rows: list[dict[str, Any]] = []
     n_layers, n_heads = int(at["layer"].max()) + 1, int(at["head"].max()) + 1
     ok = int(np.isfinite(at["etc_mean"]).sum())
-    rows.append({"claim": "K1", "model": model, "quantity": "heads_with_kernel", "value": ok,
-                 "detail": f"{ok} of {n_layers * n_heads} heads have a finite positional kernel at n={n}",
-                 "artifact": artifacts["table"]})
-    eq = [v for v in equivariance.values() if np.isfinite(v)]
+    rows: list[dict[str, Any]] = [
+        {"claim": "K1", "model": model, "quantity": "positional_kernels", "value": ok,
+         "detail": f"{ok} of {n_layers * n_heads} heads have a positional kernel (ETC at n={n} finite)",
+         "artifact": artifacts["table"]},
+        {"claim": "K2", "model": model, "quantity": "kernel_heatmaps", "value": "figures",
+         "detail": "query x key heatmaps of the layer-0 heads and of selected later heads", "artifact": artifacts["kernels"]},
+    ]
+    eq = {k: v for k, v in equivariance.items() if np.isfinite(v)}
     rows.append({"claim": "K2", "model": model, "quantity": "local_translation_tv",
-                 "value": float(np.median(eq)) if eq else float("nan"),
-                 "detail": "median over local heads of the mean TV distance between kernel rows aligned by "
-                 f"offset n-i (0 = translation equivariant): {json.dumps({k: round(v, 4) for k, v in equivariance.items()})}",
+                 "value": round(float(np.median(list(eq.values()))), 6) if eq else "no local head",
+                 "detail": "median over local heads of the mean TV distance between kernel rows aligned by the "
+                 "offset n-i (0 = translation equivariant): " + json.dumps({k: round(v, 4) for k, v in eq.items()}),
                  "artifact": artifacts["kernels"]})
-    present = [t for t in KERNEL_TYPES if (at["kernel_type"] == t).any()]
-    rows.append({"claim": "K3", "model": model, "quantity": "kernel_types_present", "value": present,
-                 "detail": "kernel types among all heads at n=" + str(n) + ": "
-                 + ", ".join(f"{t} {int((at['kernel_type'] == t).sum())}" for t in KERNEL_TYPES),
-                 "artifact": artifacts["table"]})
+    counts = ", ".join(f"{t} {int((at['kernel_type'] == t).sum())}" for t in KERNEL_TYPES)
+    rows.append({"claim": "K3", "model": model, "quantity": "kernel_types",
+                 "value": [t for t in KERNEL_TYPES if (at["kernel_type"] == t).any()],
+                 "detail": f"kernel types among all heads at n={n}: {counts}", "artifact": artifacts["table"]})
     for kind in KERNEL_TYPES:
         rows.append({"claim": "K4", "model": model, "quantity": f"layer0_{kind}_heads", "value": heads(0, kind),
                      "detail": f"layer-0 heads classified {kind} at n={n}", "artifact": artifacts["heatmap"]})
     if n_layers > 5:
         rows.append({"claim": "K4", "model": model, "quantity": "layer5_uniform_heads", "value": heads(5, "uniform"),
                      "detail": f"layer-5 heads classified uniform at n={n}", "artifact": artifacts["heatmap"]})
-    med = float(at["tv_spread_mean"].median())
-    rows.append({"claim": "K5", "model": model, "quantity": "median_kernel_tv_spread", "value": med,
-                 "detail": f"median over heads (n={n}) of the mean TV distance between one text's kernel and the "
-                 f"mean over {int(at['n_texts'].iloc[0])} texts; max {float(at['tv_spread_max'].max()):.3f}",
-                 "artifact": artifacts["table"]})
+    rows.append({"claim": "K4", "model": model, "quantity": "log_etc_heatmap", "value": "figure",
+                 "detail": f"log ETC over {n_layers} layers x {n_heads} heads at n={n}: {counts}",
+                 "artifact": artifacts["heatmap"]})
+    overlap = 1.0 - at["tv_spread_mean"]
+    rows.append({"claim": "K5", "model": model, "quantity": "kernel_consistency", "value": round(float(overlap.median()), 6),
+                 "detail": f"median over heads (n={n}) of the mean overlap sum_i min(pi_text, pi_mean) = 1 - TV between "
+                 f"one query text's kernel and the mean over {int(at['n_texts'].iloc[0])} texts; "
+                 f"lowest head {at.loc[overlap.idxmin(), 'head_name']} {float(overlap.min()):.3f}",
+                 "artifact": artifacts["profiles"]})
     return scorecard_rows(rows)
+
+
+def pick_heads(at: pd.DataFrame, configured: Sequence[str]) -> list[str]:
+    """Heads for the "selected later heads" figure: the ``configured`` ones the model has;
+    if none, one head per kernel type from layers >= 1 (the one with the median
+    ``etc_fraction`` of its type), or from layer 0 for a one-layer model."""
+    have = set(at["head_name"])
+    chosen = [h for h in configured if h in have]
+    if chosen:
+        return chosen
+    later = at[at["layer"] >= 1] if at["layer"].max() >= 1 else at
+    out = []
+    for kind in KERNEL_TYPES:
+        sub = later[later["kernel_type"] == kind].sort_values("etc_fraction")
+        if len(sub):
+            out.append(str(sub["head_name"].iloc[len(sub) // 2]))
+    return out
+
+
+def check_means(count: np.ndarray, n_positions: int, attrs: dict[str, Any], processing: str, weights: str,
+                path: str) -> None:
+    """The cached means must cover every key position and come from the same weights and
+    processing mode as the bridge whose W_Q/W_K are used."""
+    if len(count) < n_positions or int(np.min(count[:n_positions])) < 1:
+        have = int(np.flatnonzero(count > 0).max()) + 1 if np.any(count > 0) else 0
+        raise PosmechError(
+            f"{path}: position-wise means cover {have} positions but the kernels need {n_positions}; lower "
+            "`kernels.etc_positions` / `kernels.heatmap_max_position` or use a `kernels.means_corpus` with longer documents"
+        )
+    if attrs.get("processing", processing) != processing:
+        raise PosmechError(
+            f"{path}: means were cached with processing {attrs.get('processing')!r}, the model is configured "
+            f"{processing!r}; rerun `snakemake --forcerun cache_activations`"
+        )
+    if weights != "unknown" and attrs.get("weights_sha256_16", weights) != weights:
+        raise PosmechError(f"{path}: cached from other weights than the model's manifest; rerun `cache_activations`")
+
+
+def build_kernels(
+    bridge: Any, hf_config: dict[str, Any], means: np.ndarray, count: np.ndarray, tokens: Any,
+    params: dict[str, Any], path: str | os.PathLike[str], attrs: dict[str, Any],
+) -> dict[str, Any]:
+    """Rule ``positional_kernels``: choose the query texts, run them through ``bridge`` for
+    ``x_n``, compute every head's kernels from ``means [L, P, d_model]`` and stream them to
+    ``path``.  ``tokens``: the query corpus (:class:`posmech.tokens.TokenSet`);
+    ``params``: the ``kernels`` config section.  Returns a small summary for the log."""
+    k0 = int(params["k0"])
+    pos = query_positions(k0, int(params["heatmap_max_position"]), params["etc_positions"])
+    if int(params["etc_heatmap_position"]) not in set(pos.tolist()):
+        raise PosmechError("config key `kernels.etc_heatmap_position` must be one of `kernels.etc_positions`")
+    n_ctx = int(bridge.cfg.n_ctx)
+    if pos.max() >= n_ctx:
+        raise PosmechError(
+            f"config key `kernels.etc_positions`/`kernels.heatmap_max_position`: position {int(pos.max())} is "
+            f"beyond the model's context ({n_ctx} positions, 0..{n_ctx - 1})"
+        )
+    w = bridge_head_weights(bridge, hf_config)
+    docs = select_documents(tokens.lengths(), int(pos.max()) + 1, int(params["n_chapters"]), int(params["seed"]))
+    x = query_embeddings(bridge, [tokens.doc(int(j)) for j in docs], pos)
+    chapters = {
+        "doc_index": docs,
+        "title": [tokens.titles[int(j)] for j in docs],
+        "length": tokens.lengths()[docs],
+    }
+    meta = {
+        **attrs, "k0": k0, "attn_scale": w.scale.tolist(), "attn_window": w.window.tolist(),
+        "etc_heatmap_position": int(params["etc_heatmap_position"]), "n_texts": len(docs),
+        "key_bias_note": "key biases are included; they add q.b_K to every score of a query and cancel in the softmax",
+    }
+    write_kernels(path, model_kernels(means, x, pos, w, k0), w.n_layers, w.n_heads, pos, chapters, count, meta)
+    return {"n_layers": w.n_layers, "n_heads": w.n_heads, "n_queries": len(pos), "texts": chapters["title"]}

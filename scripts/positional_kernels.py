@@ -1,0 +1,38 @@
+"""Rule positional_kernels: every head's positional kernel from cached position-wise
+means (p_i) and post-ln1 embeddings of Bible chapters (x_n); writes kernels.h5 (K1, K5)."""
+
+import json
+from pathlib import Path
+
+from posmech import kernels as kn
+from posmech.cache import read_position_means
+from posmech.config import config_hash
+from posmech.hdf5 import attr_json, open_artifact
+from posmech.models import load_bridge, read_manifest
+from posmech.runner import run
+from posmech.tokens import read_tokens
+
+
+def main(smk, log):
+    man, entry, params = read_manifest(smk.input.manifest), smk.params.entry, dict(smk.params.kernels)
+    means, count = read_position_means(smk.input.means, "ln1_out")
+    with open_artifact(smk.input.means) as f:
+        cache_attrs = {k: attr_json(f, k) for k in ("processing", "weights_sha256_16", "corpus") if k in f.attrs}
+    n_keys = max(params["etc_positions"] + [params["heatmap_max_position"]]) + 1
+    kn.check_means(count, n_keys, cache_attrs, entry["processing"], man.get("weights_sha256_16", "unknown"),
+                   smk.input.means)
+    tokens = read_tokens(smk.input.tokens)
+    bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
+    hf_config = json.loads((Path(man["hf_dir"]) / "config.json").read_text())
+    attrs = {
+        "model": smk.wildcards.model, "model_source": man["source"], "resolved_revision": man["resolved_revision"],
+        "processing": entry["processing"], "means_corpus": params["means_corpus"], "means_file": smk.input.means,
+        "query_corpus": params["query_corpus"], "kernels_config": params,
+        "config_hash": config_hash({"model": entry, "kernels": params}),
+    }
+    s = kn.build_kernels(bridge, hf_config, means, count, tokens, params, smk.output.h5, attrs)
+    log.info("%d layers x %d heads, %d query positions, texts: %s", s["n_layers"], s["n_heads"], s["n_queries"],
+             ", ".join(s["texts"]))
+
+
+run(snakemake, main)  # noqa: F821
