@@ -49,6 +49,8 @@ def write_tokens(
     """Write a token artifact; ``docs[j]`` is the metadata of ``ids[j]``."""
     if not ids:
         raise PosmechError(f"no document left to write to {str(path)!r} (all shorter than min_tokens?)")
+    if len(docs) != len(ids):
+        raise PosmechError(f"write_tokens: {len(ids)} token arrays but {len(docs)} document records")
     lengths = np.array([len(t) for t in ids], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     flat = np.concatenate(ids).astype(np.int32)

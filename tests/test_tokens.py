@@ -1,0 +1,63 @@
+import h5py
+import numpy as np
+import pytest
+
+from posmech.errors import PosmechError
+from posmech.handbuilt import char_tokenizer
+from posmech.tokens import read_tokens, tokenize_documents, write_tokens
+
+
+def _docs():
+    return [
+        {"doc_index": 4, "text": "abcdefghij", "title": "first"},
+        {"doc_index": 9, "text": "xy", "title": "short"},
+        {"doc_index": 11, "text": "hello world", "title": "third"},
+    ]
+
+
+def test_tokenize_cuts_to_context_with_bos_and_drops_short_documents():
+    tok = char_tokenizer(100)
+    ids, kept = tokenize_documents(_docs(), tok, n_ctx=6, prepend_bos=True, min_tokens=4)
+    assert kept == [0, 2]
+    assert [len(t) for t in ids] == [6, 6]
+    assert ids[0][0] == tok.bos_token_id == 0
+    assert tok.decode(ids[0][1:].tolist()) == "abcde"
+
+
+def test_tokenize_without_bos():
+    ids, _ = tokenize_documents(_docs(), char_tokenizer(100), n_ctx=100, prepend_bos=False)
+    assert [len(t) for t in ids] == [10, 2, 11]
+
+
+def test_write_read_roundtrip_and_layout(tmp_path):
+    tok = char_tokenizer(100)
+    docs = _docs()
+    ids, kept = tokenize_documents(docs, tok, n_ctx=8, prepend_bos=True)
+    path = tmp_path / "t.h5"
+    write_tokens(path, ids, [docs[j] for j in kept], {"model": "m", "corpus": "c"})
+    ts = read_tokens(path)
+    assert ts.n_documents == 3 and list(ts.lengths()) == [8, 3, 8]
+    for j, t in enumerate(ids):
+        np.testing.assert_array_equal(ts.doc(j), t)
+    with h5py.File(path) as f:
+        np.testing.assert_array_equal(f["doc_ids"][()], np.repeat([0, 1, 2], [8, 3, 8]))
+        np.testing.assert_array_equal(f["positions"][:11], [0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2])
+        assert list(f["documents/doc_index"][()]) == [4, 9, 11]
+        assert f.attrs["complete"] and f.attrs["kind"] == "tokens"
+    assert ts.titles == ["first", "short", "third"]
+
+
+def test_failed_write_leaves_previous_file_untouched(tmp_path):
+    tok = char_tokenizer(100)
+    docs = _docs()
+    ids, _ = tokenize_documents(docs, tok, n_ctx=8, prepend_bos=True)
+    path = tmp_path / "t.h5"
+    write_tokens(path, ids, docs, {"model": "m"})
+    before = path.read_bytes()
+    with pytest.raises(PosmechError):
+        write_tokens(path, ids, docs[:1], {"model": "m"})
+    broken = [{"text": d["text"]} for d in docs]  # no doc_index: fails while writing
+    with pytest.raises(KeyError):
+        write_tokens(path, ids, broken, {"model": "m"})
+    assert path.read_bytes() == before
+    assert not list(tmp_path.glob("*.partial"))
