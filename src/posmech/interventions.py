@@ -365,7 +365,9 @@ class InductionPrompt:
     spec: dict[str, Any]
 
 
-def build_induction_prompt(spec: dict[str, Any], tokenizer: Any, bos_id: int | None, n_ctx: int) -> InductionPrompt:
+def build_induction_prompt(
+    spec: dict[str, Any], tokenizer: Any, bos_id: int | None, n_ctx: int, where: str = "induction prompt file",
+) -> InductionPrompt:
     """Tokenize a prompt file's content (see ``resources/prompts/induction_ninja.yaml``).
 
     The triple ``words.a + words.b + words.c`` is located (first occurrence) in
@@ -376,12 +378,12 @@ def build_induction_prompt(spec: dict[str, Any], tokenizer: Any, bos_id: int | N
     dropped (recorded in ``dropped``), so the summed probabilities are of disjoint events."""
     for key in ("prompt", "words", "redirect", "targets"):
         if key not in spec:
-            raise PosmechError(f"induction prompt file: missing key `{key}`")
+            raise PosmechError(f"{where}: missing key `{key}`")
     text, words = spec["prompt"], spec["words"]
     triple = "".join(words[w] for w in ("a", "b", "c"))
     at = text.find(triple)
     if at < 0:
-        raise PosmechError(f"induction prompt file: the prompt does not contain `words` a+b+c = {triple!r}")
+        raise PosmechError(f"{where}: the prompt does not contain `words` a+b+c = {triple!r}")
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids, offsets = list(enc["input_ids"]), list(enc["offset_mapping"])
     shift = 0
@@ -389,7 +391,10 @@ def build_induction_prompt(spec: dict[str, Any], tokenizer: Any, bos_id: int | N
         ids, shift = [int(bos_id), *ids], 1
     positions, start = {}, at
     for w in ("a", "b", "c"):
-        first, last = token_span(offsets, start, start + len(words[w]))
+        try:
+            first, last = token_span(offsets, start, start + len(words[w]))
+        except PosmechError as err:
+            raise PosmechError(f"{where}: word {words[w]!r}: {err} (characters unknown to the tokenizer?)") from None
         positions[w] = (first + shift, last + shift)
         start += len(words[w])
     positions["before_a"] = (positions["a"][0] - 1, positions["a"][0] - 1)
@@ -397,12 +402,12 @@ def build_induction_prompt(spec: dict[str, Any], tokenizer: Any, bos_id: int | N
     for r in spec["redirect"]:
         if r.get("query") not in ("a", "b", "c") or r.get("key") not in positions:
             raise PosmechError(
-                f"induction prompt file: redirect {r!r} needs `query` in a, b, c and `key` in a, b, c, before_a"
+                f"{where}: redirect {r!r} needs `query` in a, b, c and `key` in a, b, c, before_a"
             )
         q, k = positions[r["query"]][0], positions[r["key"]][1]
         if not 0 <= k < q:
             raise PosmechError(
-                f"induction prompt file: redirect {r!r} sends query {q} to key {k}; a head can only attend "
+                f"{where}: redirect {r!r} sends query {q} to key {k}; a head can only attend "
                 "to earlier positions (choose a key word before the query word)"
             )
         redirects[q] = k
@@ -416,7 +421,7 @@ def build_induction_prompt(spec: dict[str, Any], tokenizer: Any, bos_id: int | N
         longest = max([longest, *(len(s) for s in keep)])
     if len(ids) + longest - 1 > n_ctx:
         raise PosmechError(
-            f"induction prompt is {len(ids)} tokens (+{longest - 1} continuation) but the model's context "
+            f"{where}: the prompt is {len(ids)} tokens (+{longest - 1} continuation) but the model's context "
             f"is {n_ctx}; choose a shorter prompt file (`interventions.induction_intervention.prompt`, "
             "e.g. resources/prompts/induction_short.yaml)"
         )
@@ -467,3 +472,116 @@ def induction_intervention(
     base, _ = run_hooked(bridge, prompt.tokens, capture=[(layer, head)])
     after, _ = run_hooked(bridge, prompt.tokens, [red], capture=[(layer, head)])
     return rows, {"baseline": base[(layer, head)], "redirect": after[(layer, head)]}
+
+
+# --------------------------------------------------------------------------- tables
+def select_documents(toks: Any, n_documents: int, min_tokens: int, max_tokens: int | None) -> list[np.ndarray]:
+    """The first ``n_documents`` documents of a token set (``posmech.tokens.TokenSet``) with at
+    least ``min_tokens`` tokens, each cut to ``max_tokens`` (``None``: as stored)."""
+    out = []
+    for j in range(toks.n_documents):
+        d = toks.doc(j)
+        if len(d) >= min_tokens:
+            out.append(np.asarray(d[:max_tokens] if max_tokens else d, dtype=np.int64))
+        if len(out) == n_documents:
+            break
+    if not out:
+        raise PosmechError(
+            f"no document of the corpus has at least {min_tokens} tokens; lower `interventions.min_tokens`"
+        )
+    if len(out) < n_documents:
+        LOG.warning("only %d documents with >= %d tokens (asked for %d)", len(out), min_tokens, n_documents)
+    return out
+
+
+def knockout_layers(layers: Sequence[int] | None, sharp: str) -> list[int]:
+    """The configured knock-out layers, or (``None``) every layer before the sharp head's."""
+    return sorted(int(x) for x in layers) if layers is not None else list(range(parse_head(sharp)[0]))
+
+
+def tidy(rows: list[dict[str, Any]], claim: str, model: str, params: dict[str, Any]) -> Any:
+    """A tidy frame: ``claim``, ``model``, the rows' columns, then every parameter as a
+    column (lists joined with ``;``)."""
+    import pandas as pd
+
+    df = pd.DataFrame(rows)
+    df.insert(0, "model", model)
+    df.insert(0, "claim", claim)
+    for k, v in params.items():
+        df[k] = ";".join(map(str, v)) if isinstance(v, (list, tuple)) else v
+    return df
+
+
+def pooled(df: Any, by: list[str]) -> Any:
+    """Previous-token mass pooled over documents (weighted by ``n_queries``), per ``by``."""
+    d = df[df["n_queries"] > 0].dropna(subset=["prev_mass"])
+    w = d["prev_mass"] * d["n_queries"]
+    g = w.groupby([d[c] for c in by]).sum() / d.groupby(by)["n_queries"].sum()
+    return g
+
+
+def knockout_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any]]:
+    """P5 scorecard rows: pooled masses and the after/before ratio (all queries)."""
+    m = pooled(df, ["condition", "query_set"])
+    head = df["head"].iloc[0]
+    rows = [{"claim": "P5", "model": model, "quantity": f"prev_token_mass_{c}", "value": float(m[(c, "all")]),
+             "detail": f"{head}, all queries >= 1", "artifact": artifact}
+            for c in ("intact", "knockout", "knockout_renormalised")]
+    for c, q in (("knockout", "prev_token_mass_ratio"), ("knockout_renormalised", "prev_token_mass_ratio_renormalised")):
+        rows.append({"claim": "P5", "model": model, "quantity": q, "value": float(m[(c, "all")] / m[("intact", "all")]),
+                     "detail": f"{head}: {c} / intact, all queries; knocked-only {m[(c, 'knocked')]:.3f} vs "
+                               f"{m[('intact', 'knocked')]:.3f}; layers {df['layers'].iloc[0] or 'none'}",
+                     "artifact": artifact})
+    return rows
+
+
+def damage(df: Any) -> dict[str, float]:
+    """P15: relative loss ``(intact − averaged) / intact`` of each head's pooled mass when
+    the layer averaged is the head's own."""
+    own = df[df["averaged_layer"] == df["head_layer"]]
+    m = pooled(own, ["head", "condition"])
+    return {h: float((m[(h, "intact")] - m[(h, "averaged")]) / m[(h, "intact")]) for h in own["head"].unique()}
+
+
+def extended_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any]]:
+    m = pooled(df[df["averaged_layer"] == df["head_layer"]], ["head", "condition"])
+    return [{"claim": "P15", "model": model, "quantity": f"damage_{h}", "value": v,
+             "detail": f"{h} prev-token mass {m[(h, 'intact')]:.3f} -> {m[(h, 'averaged')]:.3f} "
+                       f"(role {df.loc[df['head'] == h, 'role'].iloc[0]})", "artifact": artifact}
+            for h, v in damage(df).items()]
+
+
+def repeated_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any]]:
+    m = pooled(df, ["query_set"])
+    n = df.groupby("query_set")["n_queries"].sum()
+    rep, oth = float(m.get("repeat", np.nan)), float(m.get("other", np.nan))
+    head = df["head"].iloc[0]
+    return [
+        {"claim": "P14", "model": model, "quantity": "prev_token_mass_repeat", "value": rep,
+         "detail": f"{head}, {int(n.get('repeat', 0))} repeated queries", "artifact": artifact},
+        {"claim": "P14", "model": model, "quantity": "prev_token_mass_other", "value": oth,
+         "detail": f"{head}, {int(n.get('other', 0))} other queries", "artifact": artifact},
+        {"claim": "P14", "model": model, "quantity": "repeat_token_blip", "value": oth - rep,
+         "detail": f"{head}: previous-token mass elsewhere minus on repeats", "artifact": artifact},
+    ]
+
+
+def induction_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any]]:
+    out = []
+    head = df["head"].iloc[0]
+    for cond, suffix in (("baseline", "baseline"), ("redirect_scale", "after"), ("redirect", "redirect_only")):
+        for _, r in df[df["condition"] == cond].iterrows():
+            out.append({"claim": "P16", "model": model, "quantity": f"p_{r['target']}_{suffix}",
+                        "value": float(r["probability"]),
+                        "detail": f"{head}, {cond}, variants summed", "artifact": artifact})
+    return out
+
+
+def table_meta(man: dict[str, Any], entry: dict[str, Any], cfg: dict[str, Any], heads: dict[str, list[str]],
+               **extra: Any) -> dict[str, Any]:
+    """Metadata lines of an intervention table: model provenance, chosen heads, the config."""
+    from posmech.config import config_hash
+
+    return {"model_source": man.get("source"), "resolved_revision": man.get("resolved_revision"),
+            "processing": entry["processing"], "chosen_heads": heads, "interventions_config": cfg,
+            "config_hash": config_hash({"model": entry, "interventions": cfg}), **extra}

@@ -1,0 +1,36 @@
+"""Rule extended_averaging (P15): replace the residual stream's positional component (the
+extended positional embeddings) by its group average just before each chosen head's layer."""
+
+from posmech import interventions as iv
+from posmech.ablations import group_average
+from posmech.geometry import read_extended_artifact
+from posmech.models import load_bridge, read_manifest
+from posmech.plots import interventions as plots
+from posmech.runner import run
+from posmech.tables import scorecard_rows, write_table
+from posmech.taxonomy import read_chosen_heads
+from posmech.tokens import read_tokens
+
+
+def main(smk, log):
+    model, entry, cfg = smk.wildcards.model, smk.params.entry, smk.params.cfg
+    k = cfg["extended_averaging"]["group_size"]
+    man = read_manifest(smk.input.manifest)
+    bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
+    heads = read_chosen_heads(smk.input.heads)
+    roles = {**{h: "early" for h in heads["early"]}, heads["sharp"][0]: "sharp"}
+    ext = read_extended_artifact(smk.input.extended)
+    layers = sorted({iv.parse_head(h)[0] for h in roles})
+    deltas = {l: iv.extended_shift(ext.extended[l], k, ext.first_token_position, group_average) for l in layers}
+    docs = iv.select_documents(read_tokens(smk.input.tokens), cfg["n_documents"], cfg["min_tokens"], cfg["max_tokens"])
+    rows, zooms = iv.extended_averaging(bridge, docs, list(roles), deltas, cfg["zoom"], cfg["zoom_start"])
+    params = {"group_size": k, "first_averaged_position": ext.first_token_position, "corpus": smk.params.corpus}
+    df = iv.tidy(rows, "P15", model, params).assign(role=lambda d: d["head"].map(roles))
+    write_table(df, smk.output.table, iv.table_meta(man, entry, cfg, heads, extended_tokens=int(len(ext.tokens))))
+    dmg = iv.damage(df)
+    plots.extended_patterns(zooms, dmg, model, k, smk.output.figure)
+    write_table(scorecard_rows(iv.extended_scorecard(df, model, smk.output.figure)), smk.output.scorecard)
+    log.info("damage (relative loss of prev-token mass) %s", {h: round(v, 4) for h, v in dmg.items()})
+
+
+run(snakemake, main)  # noqa: F821

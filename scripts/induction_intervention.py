@@ -1,0 +1,38 @@
+"""Rule induction_intervention (P16): on a repeat prompt, redirect the sharp head's attention
+and scale its output; probabilities of the original and the redirected continuation."""
+
+import yaml
+
+from posmech import interventions as iv
+from posmech.models import load_bridge, read_manifest
+from posmech.plots import interventions as plots
+from posmech.runner import run
+from posmech.tables import scorecard_rows, write_table
+from posmech.taxonomy import read_chosen_heads
+
+
+def main(smk, log):
+    model, entry, cfg = smk.wildcards.model, smk.params.entry, smk.params.cfg["induction_intervention"]
+    man = read_manifest(smk.input.manifest)
+    bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
+    heads = read_chosen_heads(smk.input.heads)
+    sharp = heads["sharp"][0]
+    with open(smk.input.prompt, encoding="utf-8") as f:
+        spec = yaml.safe_load(f)
+    bos = bridge.tokenizer.bos_token_id if entry["prepend_bos"] else None
+    prompt = iv.build_induction_prompt(spec, bridge.tokenizer, bos, int(bridge.cfg.n_ctx), smk.input.prompt)
+    rows, pats = iv.induction_intervention(bridge, prompt, sharp, cfg["output_scale"])
+    params = {"head": sharp, "output_scale": cfg["output_scale"], "prompt_file": cfg["prompt"],
+              "redirects": [f"{q}->{k}" for q, k in prompt.redirects.items()], "n_prompt_tokens": len(prompt.tokens)}
+    df = iv.tidy(rows, "P16", model, params)
+    meta = {"words": spec["words"], "positions": prompt.positions, "redirect": spec["redirect"],
+            "targets_tokens": prompt.targets, "dropped_variants": prompt.dropped}
+    write_table(df, smk.output.table, iv.table_meta(man, entry, smk.params.cfg, heads, **meta))
+    a, b = prompt.positions["before_a"][0], prompt.positions["c"][1] + 1
+    labels = [bridge.tokenizer.decode([int(t)]) for t in prompt.tokens[a:b]]
+    plots.induction_bars(df, pats, (a, b), labels, model, sharp, cfg["output_scale"], smk.output.figure)
+    write_table(scorecard_rows(iv.induction_scorecard(df, model, smk.output.figure)), smk.output.scorecard)
+    log.info("%s", df[["condition", "target", "probability"]].to_string(index=False))
+
+
+run(snakemake, main)  # noqa: F821

@@ -1,0 +1,34 @@
+"""Rule prev_knockout (P5): zero attention to the previous position at every period-th query
+in the early layers; the sharp head's previous-token mass and pattern before/after."""
+
+from posmech import interventions as iv
+from posmech.models import load_bridge, read_manifest
+from posmech.plots import interventions as plots
+from posmech.runner import run
+from posmech.tables import scorecard_rows, write_table
+from posmech.taxonomy import read_chosen_heads
+from posmech.tokens import read_tokens
+
+
+def main(smk, log):
+    model, entry, cfg = smk.wildcards.model, smk.params.entry, smk.params.cfg
+    ko = cfg["prev_knockout"]
+    man = read_manifest(smk.input.manifest)
+    bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
+    heads = read_chosen_heads(smk.input.heads)
+    sharp = heads["sharp"][0]
+    layers = iv.knockout_layers(ko["layers"], sharp)
+    if not layers:
+        log.warning("no layer to knock out (sharp head %s is in layer 0): every condition equals intact", sharp)
+    docs = iv.select_documents(read_tokens(smk.input.tokens), cfg["n_documents"], cfg["min_tokens"], cfg["max_tokens"])
+    rows, zoom = iv.prev_knockout(bridge, docs, sharp, layers, ko["period"], ko["phase"], cfg["zoom"], cfg["zoom_start"])
+    params = {"head": sharp, "layers": layers, "period": ko["period"], "phase": ko["phase"], "corpus": smk.params.corpus}
+    df = iv.tidy(rows, "P5", model, params)
+    write_table(df, smk.output.table, iv.table_meta(man, entry, cfg, heads, prev_mass="attention[q, q-1], queries q >= 1"))
+    masses = iv.pooled(df[df["query_set"] == "all"], ["condition"]).to_dict()
+    plots.knockout_patterns(zoom, masses, model, layers, ko["period"], smk.output.figure)
+    write_table(scorecard_rows(iv.knockout_scorecard(df, model, smk.output.figure)), smk.output.scorecard)
+    log.info("%s prev-token mass %s over %d documents", sharp, {k: round(v, 4) for k, v in masses.items()}, len(docs))
+
+
+run(snakemake, main)  # noqa: F821

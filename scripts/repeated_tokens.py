@@ -1,0 +1,29 @@
+"""Rule repeated_tokens (P14): the sharp head's previous-token attention where the previous
+token equals the current one vs elsewhere, on web-text documents."""
+
+from posmech import interventions as iv
+from posmech.models import load_bridge, read_manifest
+from posmech.plots import interventions as plots
+from posmech.runner import run
+from posmech.tables import scorecard_rows, write_table
+from posmech.taxonomy import read_chosen_heads
+from posmech.tokens import read_tokens
+
+
+def main(smk, log):
+    model, entry, cfg = smk.wildcards.model, smk.params.entry, smk.params.cfg
+    man = read_manifest(smk.input.manifest)
+    bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
+    heads = read_chosen_heads(smk.input.heads)
+    sharp = heads["sharp"][0]
+    docs = iv.select_documents(read_tokens(smk.input.tokens), cfg["n_documents"], cfg["min_tokens"], cfg["max_tokens"])
+    rows, zoom = iv.repeated_tokens(bridge, docs, sharp, cfg["zoom"], cfg["repeated_tokens"]["context"])
+    df = iv.tidy(rows, "P14", model, {"head": sharp, "corpus": smk.params.corpus})
+    write_table(df, smk.output.table, iv.table_meta(man, entry, cfg, heads))
+    plots.repeated_tokens(df, zoom, model, smk.output.figure)
+    card = iv.repeated_scorecard(df, model, smk.output.figure)
+    write_table(scorecard_rows(card), smk.output.scorecard)
+    log.info("%s: %s", sharp, "; ".join(f"{r['quantity']} {r['value']:.4f}" for r in card))
+
+
+run(snakemake, main)  # noqa: F821

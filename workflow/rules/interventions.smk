@@ -1,0 +1,232 @@
+# Interventions on a running model around previous-token heads (seed 000; claims P5, P14,
+# P15, P16). Each rule hooks the TransformerBridge (nothing is written into the weights),
+# acts on the heads the taxonomy chose (results/{model}/taxonomy/heads.csv) and writes a
+# tidy table, a figure and scorecard rows.
+
+
+def interventions_models():
+    return selected(config, "interventions", "models")
+
+
+def interventions_params(wildcards):
+    return config["interventions"]
+
+
+def interventions_corpus(wildcards=None):
+    """The web-text corpus of P5, P14, P15 (null: the first corpus under `corpora`)."""
+    return config["interventions"]["corpus"] or CORPORA[0]
+
+
+def interventions_tokens(wildcards):
+    return f"results/{wildcards.model}/tokens/{interventions_corpus()}.h5"
+
+
+def induction_prompt(wildcards):
+    return static(config["interventions"]["induction_intervention"]["prompt"])
+
+
+rule prev_knockout:
+    """Zero attention to the previous position at every period-th query in the early layers (P5)."""
+    input:
+        manifest="resources/models/{model}/manifest.json",
+        tokens=interventions_tokens,
+        heads="results/{model}/taxonomy/heads.csv",
+    output:
+        table=report(
+            "results/{model}/interventions/prev_knockout.csv",
+            caption="../report/prev_knockout.rst",
+            category="P",
+            subcategory="Interventions (P5, P14-P16)",
+        ),
+        figure=report(
+            "results/{model}/interventions/prev_knockout.png",
+            caption="../report/prev_knockout.rst",
+            category="P",
+            subcategory="Interventions (P5, P14-P16)",
+        ),
+        scorecard="results/{model}/scorecard/prev_knockout.csv",
+    log:
+        "logs/prev_knockout/{model}.log",
+    benchmark:
+        "benchmarks/prev_knockout/{model}.tsv"
+    wildcard_constraints:
+        model=regex(MODELS),
+    threads: 2
+    resources:
+        gpu=heavy_resources,
+        mem_mb=8000,
+        runtime=60,
+    params:
+        entry=model_entry,
+        cfg=interventions_params,
+        corpus=interventions_corpus,
+    script:
+        "../../scripts/prev_knockout.py"
+
+
+rule extended_averaging:
+    """Average the extended positional embeddings just before each chosen head's layer (P15)."""
+    input:
+        manifest="resources/models/{model}/manifest.json",
+        tokens=interventions_tokens,
+        heads="results/{model}/taxonomy/heads.csv",
+        extended="results/{model}/geometry/extended.h5",
+    output:
+        table=report(
+            "results/{model}/interventions/extended_averaging.csv",
+            caption="../report/extended_averaging.rst",
+            category="P",
+            subcategory="Interventions (P5, P14-P16)",
+        ),
+        figure=report(
+            "results/{model}/interventions/extended_averaging.png",
+            caption="../report/extended_averaging.rst",
+            category="P",
+            subcategory="Interventions (P5, P14-P16)",
+        ),
+        scorecard="results/{model}/scorecard/extended_averaging.csv",
+    log:
+        "logs/extended_averaging/{model}.log",
+    benchmark:
+        "benchmarks/extended_averaging/{model}.tsv"
+    wildcard_constraints:
+        model=regex(MODELS),
+    threads: 2
+    resources:
+        gpu=heavy_resources,
+        mem_mb=8000,
+        runtime=60,
+    params:
+        entry=model_entry,
+        cfg=interventions_params,
+        corpus=interventions_corpus,
+    script:
+        "../../scripts/extended_averaging.py"
+
+
+rule repeated_tokens:
+    """The sharp head's previous-token attention on repeated consecutive tokens (P14)."""
+    input:
+        manifest="resources/models/{model}/manifest.json",
+        tokens=interventions_tokens,
+        heads="results/{model}/taxonomy/heads.csv",
+    output:
+        table=report(
+            "results/{model}/interventions/repeated_tokens.csv",
+            caption="../report/repeated_tokens.rst",
+            category="P",
+            subcategory="Interventions (P5, P14-P16)",
+        ),
+        figure=report(
+            "results/{model}/interventions/repeated_tokens.png",
+            caption="../report/repeated_tokens.rst",
+            category="P",
+            subcategory="Interventions (P5, P14-P16)",
+        ),
+        scorecard="results/{model}/scorecard/repeated_tokens.csv",
+    log:
+        "logs/repeated_tokens/{model}.log",
+    benchmark:
+        "benchmarks/repeated_tokens/{model}.tsv"
+    wildcard_constraints:
+        model=regex(MODELS),
+    threads: 2
+    resources:
+        gpu=heavy_resources,
+        mem_mb=8000,
+        runtime=30,
+    params:
+        entry=model_entry,
+        cfg=interventions_params,
+        corpus=interventions_corpus,
+    script:
+        "../../scripts/repeated_tokens.py"
+
+
+rule induction_intervention:
+    """Redirect the sharp head's attention and scale its output on a repeat prompt (P16)."""
+    input:
+        manifest="resources/models/{model}/manifest.json",
+        heads="results/{model}/taxonomy/heads.csv",
+        prompt=induction_prompt,
+    output:
+        table=report(
+            "results/{model}/interventions/induction_intervention.csv",
+            caption="../report/induction_intervention.rst",
+            category="P",
+            subcategory="Interventions (P5, P14-P16)",
+        ),
+        figure=report(
+            "results/{model}/interventions/induction_intervention.png",
+            caption="../report/induction_intervention.rst",
+            category="P",
+            subcategory="Interventions (P5, P14-P16)",
+        ),
+        scorecard="results/{model}/scorecard/induction_intervention.csv",
+    log:
+        "logs/induction_intervention/{model}.log",
+    benchmark:
+        "benchmarks/induction_intervention/{model}.tsv"
+    wildcard_constraints:
+        model=regex(MODELS),
+    threads: 2
+    resources:
+        gpu=heavy_resources,
+        mem_mb=8000,
+        runtime=30,
+    params:
+        entry=model_entry,
+        cfg=interventions_params,
+    script:
+        "../../scripts/induction_intervention.py"
+
+
+INTERVENTION_RULES = [
+    "prev_knockout",
+    "extended_averaging",
+    "repeated_tokens",
+    "induction_intervention",
+]
+
+
+def interventions_targets():
+    return [
+        f"results/{m}/{d}/{r}.{ext}"
+        for m in interventions_models()
+        for r in INTERVENTION_RULES
+        for d, ext in (
+            ("interventions", "csv"),
+            ("interventions", "png"),
+            ("scorecard", "csv"),
+        )
+    ]
+
+
+def interventions_scorecards():
+    return [
+        f"results/{m}/scorecard/{r}.csv"
+        for m in interventions_models()
+        for r in INTERVENTION_RULES
+    ]
+
+
+def interventions_figures():
+    return [
+        f"results/{m}/interventions/{r}.png"
+        for m in interventions_models()
+        for r in INTERVENTION_RULES
+    ]
+
+
+def interventions_tables():
+    return [
+        f"results/{m}/interventions/{r}.csv"
+        for m in interventions_models()
+        for r in INTERVENTION_RULES
+    ]
+
+
+TARGETS.append(interventions_targets)
+SCORECARDS.append(interventions_scorecards)
+REPORT_FIGURES.append(interventions_figures)
+REPORT_TABLES.append(interventions_tables)
