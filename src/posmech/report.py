@@ -1,0 +1,328 @@
+"""The final HTML report: scorecard first, one section per claim family, then the run.
+
+``results/report/index.html`` plus a sibling ``figures/`` folder holding copies of every
+figure and table it shows (relative links only, no JavaScript, no CDN): the folder can
+be copied or mailed and opened offline.  Everything shown comes from named inputs:
+
+* the scorecard (:mod:`posmech.scorecard`) from ``resources/published.yaml`` and the
+  ``results/{model}/scorecard/<rule>.csv`` files;
+* figures and tables registered by the stages, with the rst caption and category of
+  their rule's ``report(...)`` flag (rendered with ``snakemake.wildcards`` and
+  ``snakemake.config``, like Snakemake's native report);
+* the trained models' ``summary.json`` (training curve, previous-token head found);
+* the run: config, model manifests, token-file sizes, package versions, git commit and
+  the wall time of every job from ``benchmarks/**.tsv``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from posmech import scorecard as sc
+from posmech.errors import PosmechError
+from posmech.io import atomic_path
+
+TEMPLATE = "report.html.j2"
+CLAIM_ID = re.compile(r"\b([PLKC])(\d{1,2})\b")
+PUBLISHED_MODELS_NOTE = (
+    "Published values are those of the source posts and refer to the model named in each row's "
+    "“published for” column: {models}. On any other model a row is “not applicable” "
+    "(its reproduced value is still shown); only properties that must hold for every model are judged there."
+)
+VERSION_PACKAGES = (
+    "posmech", "torch", "transformer_lens", "transformers", "tokenizers", "datasets", "h5py", "numpy",
+    "scipy", "pandas", "matplotlib", "seaborn", "snakemake", "jinja2", "docutils",
+)
+
+
+@dataclass
+class Asset:
+    """A figure or table shown in the report."""
+
+    source: str  # path in the working directory
+    href: str  # relative to index.html
+    anchor: str
+    kind: str  # "figure" | "table"
+    family: str  # P, L, K, C, demo, other
+    title: str
+    caption_html: str = ""
+    category: str = ""
+    rule: str = ""
+    claims: list[str] = field(default_factory=list)
+    table_html: str = ""
+    n_rows: int = 0
+
+
+def slug(path: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", str(path)).strip("-").lower()
+
+
+def claims_in(*texts: str) -> list[str]:
+    """Claim IDs mentioned in ``texts`` (``P4``, ``K10``), in order, without repeats."""
+    found = [f"{m.group(1)}{m.group(2)}" for t in texts for m in CLAIM_ID.finditer(t or "")]
+    return list(dict.fromkeys(found))
+
+
+def rst_to_html(text: str) -> str:
+    """An rst caption as an HTML fragment (docutils; errors are reported inline, not raised)."""
+    from docutils.core import publish_parts
+
+    parts = publish_parts(
+        text, writer="html5",
+        settings_overrides={"report_level": 4, "halt_level": 5, "embed_stylesheet": False,
+                            "input_encoding": "unicode", "syntax_highlight": "none"},
+    )
+    return parts["body"]
+
+
+class _Namespace(dict):
+    """``snakemake.wildcards.model`` and ``snakemake.wildcards["model"]`` for captions."""
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+
+def render_caption(path: str | None, wildcards: dict[str, str], config: dict[str, Any]) -> str:
+    """Render an rst caption file like Snakemake does (Jinja2 with ``snakemake``), to HTML."""
+    if not path:
+        return ""
+    import jinja2
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise PosmechError(f"caption {path!r} cannot be read ({err}); fix the report(caption=…) path") from None
+    env = jinja2.Environment(undefined=jinja2.ChainableUndefined, autoescape=False)
+    smk = _Namespace(wildcards=_Namespace(wildcards), config=config, params=_Namespace(), output=[], input=[])
+    try:
+        text = env.from_string(text).render(snakemake=smk)
+    except jinja2.TemplateError as err:
+        text = f"{text}\n\n(caption template error: {err})"
+    return rst_to_html(text)
+
+
+def copy_asset(src: str, figures_dir: Path) -> str:
+    """Copy ``src`` into ``figures_dir`` (keeping its path below ``results/``); the href
+    relative to the report."""
+    rel = Path(src)
+    if rel.is_absolute():
+        rel = Path(*rel.parts[1:])
+    if rel.parts and rel.parts[0] == "results":
+        rel = Path(*rel.parts[1:])
+    dest = figures_dir / rel
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dest)
+    return f"{figures_dir.name}/{rel.as_posix()}"
+
+
+def _family_of(claims: list[str], category: str, path: str) -> str:
+    if claims:
+        return sc.family(claims[0])
+    if "/training/" in path or "demo" in category.lower():
+        return "demo"
+    return "other"
+
+
+def table_html(path: str, max_rows: int = 15) -> tuple[str, int]:
+    """The first rows of a tidy table as an HTML table (escaped), and its row count."""
+    from posmech.tables import read_table
+
+    df = read_table(path)
+    return df.head(max_rows).to_html(index=False, border=0, classes="data", na_rep="", escape=True,
+                                     float_format=lambda x: f"{x:.4g}"), len(df)
+
+
+def collect_assets(figures: list[str], tables: list[str], flags: dict[str, dict[str, Any]],
+                   config: dict[str, Any], figures_dir: Path) -> list[Asset]:
+    """Copy figures and tables next to the report and render their captions."""
+    out = []
+    for kind, paths in (("figure", figures), ("table", tables)):
+        for p in paths:
+            flag = flags.get(p) or {}
+            caption = render_caption(flag.get("caption"), flag.get("wildcards") or {}, config)
+            category = flag.get("category") or ""
+            plain = re.sub(r"<[^>]+>", " ", caption)
+            claims = claims_in(category, plain, Path(p).name)
+            a = Asset(source=p, href=copy_asset(p, figures_dir), anchor=f"{kind}-{slug(p)}", kind=kind,
+                      family=_family_of(claims, category, p), title=p, caption_html=caption,
+                      category=category, rule=flag.get("rule", ""), claims=claims)
+            if kind == "table":
+                a.table_html, a.n_rows = table_html(p)
+            out.append(a)
+    return out
+
+
+def read_benchmarks(root: str | os.PathLike[str]) -> pd.DataFrame:
+    """Every Snakemake benchmark file below ``root`` (``benchmarks/<rule>/<job>.tsv``):
+    columns ``rule, job, seconds, max_rss_mb`` (last repeat of each file)."""
+    rows = []
+    base = Path(root)
+    for f in sorted(base.rglob("*.tsv")) if base.is_dir() else []:
+        try:
+            df = pd.read_csv(f, sep="\t")
+        except (OSError, ValueError, pd.errors.EmptyDataError):
+            continue
+        if df.empty or "s" not in df.columns:
+            continue
+        last = df.iloc[-1]
+        rel = f.relative_to(base)
+        rows.append({
+            "rule": rel.parts[0] if len(rel.parts) > 1 else f.stem,
+            "job": "/".join(rel.with_suffix("").parts[1:]) or f.stem,
+            "seconds": float(last["s"]),
+            "max_rss_mb": float(last["max_rss"]) if "max_rss" in df.columns and str(last["max_rss"]) != "-" else math.nan,
+        })
+    return pd.DataFrame(rows, columns=["rule", "job", "seconds", "max_rss_mb"])
+
+
+def corpus_sizes(token_paths: list[str]) -> list[dict[str, Any]]:
+    """``model, corpus, n_documents, n_tokens`` of each token file."""
+    import h5py
+
+    out = []
+    for p in token_paths:
+        path = Path(p)
+        with h5py.File(path, "r") as f:
+            out.append({"model": path.parent.parent.name, "corpus": path.stem,
+                        "n_documents": int(f.attrs.get("n_documents", -1)),
+                        "n_tokens": int(f.attrs.get("n_tokens", -1))})
+    return out
+
+
+def package_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for pkg in VERSION_PACKAGES:
+        try:
+            out[pkg] = version(pkg.replace("_", "-"))
+        except PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def demo_sections(summaries: list[str], curves: dict[str, Asset]) -> list[dict[str, Any]]:
+    """Per trained model: its training summary, the curve figure and the previous-token
+    scores (``[layer][head]``) with the best head."""
+    out = []
+    for p in summaries:
+        s = json.loads(Path(p).read_text(encoding="utf-8"))
+        model = s.get("model") or Path(p).parent.parent.name
+        scores = s.get("previous_token_scores") or []
+        out.append({
+            "model": model, "summary": s, "curve": curves.get(model),
+            "best_head": s.get("best_previous_token_head"), "best_score": s.get("best_previous_token_score"),
+            "scores": [[f"{x:.3f}" for x in layer] for layer in scores],
+            "best": (int(s["best_previous_token_head"][1:].split("H")[0]),
+                     int(s["best_previous_token_head"].split("H")[1])) if s.get("best_previous_token_head") else None,
+        })
+    return out
+
+
+def _display_path(path: str) -> str:
+    """``path`` relative to the repository when it lies in it (``resources/published.yaml``)."""
+    repo = Path(__file__).resolve().parents[2]
+    try:
+        return Path(path).resolve().relative_to(repo).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def build(
+    *, html: str, figures_dir: str, scorecard_csv: str, published: str, scorecards: list[str],
+    figures: list[str], tables: list[str], summaries: list[str], manifests: list[str],
+    tokens: list[str], flags: dict[str, dict[str, Any]], config: dict[str, Any], benchmarks: str,
+) -> dict[str, Any]:
+    """Write the scorecard CSV and the HTML report; returns the status counts."""
+    import jinja2
+
+    from posmech.hdf5 import git_commit
+    from posmech.tables import write_table
+
+    entries = sc.load_published(published)
+    rows = sc.read_scorecards(scorecards)
+    registered: dict[str, set[str]] = {}
+    for p in scorecards:
+        m, r = sc.rule_of(p)
+        registered.setdefault(m, set()).add(r)
+    card = sc.build_scorecard(entries, rows, registered)
+    counts = {s: int((card.status == s).sum()) for s in sc.STATUSES}
+    write_table(card, scorecard_csv, {"published": published, "counts": counts})
+
+    fdir = Path(figures_dir)
+    if fdir.exists():
+        shutil.rmtree(fdir)
+    fdir.mkdir(parents=True)
+    assets = collect_assets(figures, tables, flags, config, fdir)
+    by_source = {a.source: a for a in assets}
+    links = []
+    for art in card.artifact:
+        if art in by_source:
+            links.append({"href": f"#{by_source[art].anchor}", "label": Path(art).name})
+        elif art and Path(art).is_file():
+            links.append({"href": copy_asset(art, fdir), "label": Path(art).name})
+        else:
+            links.append(None)
+    card_rows = [dict(r, link=link) for r, link in zip(card.to_dict("records"), links)]
+
+    curves = {Path(a.source).parent.parent.name: a for a in assets if a.source.endswith("training/curve.png")}
+    families = []
+    for key, title in [*sc.FAMILIES.items(), ("other", "Other results")]:
+        fam_assets = [a for a in assets if a.family == key]
+        fam_rows = [r for r in card_rows if r["family"] == key]
+        if fam_assets or fam_rows or key in sc.FAMILIES:
+            families.append({"key": key, "title": title, "assets": fam_assets, "rows": fam_rows,
+                             "claims": sorted({r["claim"] for r in fam_rows}, key=sc.claim_sort_key)})
+
+    run_models = list(config.get("models", {}))
+    published_models = sorted({e.model for e in entries})
+    bench = read_benchmarks(benchmarks)
+    manifests_data = [json.loads(Path(p).read_text(encoding="utf-8")) for p in manifests]
+    context = {
+        "title": "posmech report",
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": git_commit(),
+        "run_models": run_models,
+        "published_models": published_models,
+        "foreign_run": not set(run_models) & set(published_models),
+        "published_note": PUBLISHED_MODELS_NOTE.format(models=", ".join(published_models)),
+        "counts": counts,
+        "card": card_rows,
+        "uncovered": sc.uncovered_claims(entries, card),
+        "families": families,
+        "family_names": sc.FAMILIES,
+        "demo": demo_sections(summaries, curves),
+        "manifests": manifests_data,
+        "corpora": corpus_sizes(tokens),
+        "config_yaml": yaml.safe_dump(config, sort_keys=False, default_flow_style=False),
+        "versions": package_versions(),
+        "benchmarks": bench.to_dict("records"),
+        "bench_total": float(bench.seconds.sum()) if len(bench) else 0.0,
+        "bench_by_rule": bench.groupby("rule", sort=False).seconds.agg(["count", "sum"]).reset_index()
+        .sort_values("sum", ascending=False).to_dict("records") if len(bench) else [],
+        "scorecard_href": os.path.relpath(scorecard_csv, Path(html).parent),
+        "published_path": _display_path(published),
+    }
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("posmech", "templates"), autoescape=jinja2.select_autoescape(["html", "j2"]),
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+    )
+    text = env.get_template(TEMPLATE).render(**context)
+    with atomic_path(html) as tmp:
+        Path(tmp).write_text(text, encoding="utf-8")
+    return counts

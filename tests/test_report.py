@@ -1,0 +1,180 @@
+"""The HTML report from fabricated inputs, and the headless-Chromium page checker."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+
+from posmech import report as rp
+from posmech.browser import check_page
+from posmech.plots import save
+from posmech.tables import read_table, scorecard_rows, write_table
+from tests.conftest import require_system
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _figure(path: str, title: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot([0, 1, 2], [1, 0, 2])
+    ax.set_title(title)
+    save(fig, path)
+
+
+def _scorecard(model: str, rule: str, rows: list[dict]) -> str:
+    path = f"results/{model}/scorecard/{rule}.csv"
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_table(scorecard_rows([{**r, "model": model} for r in rows]), path)
+    return path
+
+
+@pytest.fixture
+def fabricated_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """A working directory shaped like a run of two models (gpt2 and a trained demo)."""
+    monkeypatch.chdir(tmp_path)
+    _figure("results/gpt2/taxonomy/diagonals.png", "P6 diagonals")
+    _figure("results/demo/taxonomy/diagonals.png", "P6 diagonals demo")
+    _figure("results/demo/training/curve.png", "training")
+    _figure("results/gpt2/kernels/etc.png", "K4 ETC")
+    table = "results/gpt2/kernels/etc.csv"
+    write_table(pd.DataFrame({"claim": "K4", "model": "gpt2", "head": ["L0H3", "L0H5"], "etc": [1.5, 900.0]}),
+                table, {"position": 1000})
+    caption = tmp_path / "captions" / "diagonals.rst"
+    caption.parent.mkdir()
+    caption.write_text("**P6**: mean attention per diagonal offset of ``{{ snakemake.wildcards.model }}`` "
+                       "over {{ snakemake.config['taxonomy']['n_prompts'] }} prompts.\n")
+    etc_caption = tmp_path / "captions" / "etc.rst"
+    etc_caption.write_text("Effective token count per head (K4).\n")
+    scorecards = [
+        _scorecard("gpt2", "diagonal_taxonomy", [
+            {"claim": "P6", "quantity": "n_prev_token_heads", "value": 67,
+             "artifact": "results/gpt2/taxonomy/diagonals.png"},
+            {"claim": "P7", "quantity": "sharpest_prev_token_head", "value": ["L5H6"]},
+        ]),
+        _scorecard("gpt2", "etc_table", [
+            {"claim": "K4", "quantity": "layer0_local_heads", "value": ["L0H3", "L0H4", "L0H7"],
+             "artifact": table},
+            {"claim": "K1", "quantity": "positional_kernels", "value": 144, "detail": "kernels of 144 heads",
+             "artifact": "results/gpt2/kernels/etc.png"},
+        ]),
+        _scorecard("demo", "diagonal_taxonomy", [
+            {"claim": "P6", "quantity": "n_prev_token_heads", "value": 3,
+             "artifact": "results/demo/taxonomy/diagonals.png"},
+        ]),
+    ]
+    summary = "results/demo/training/summary.json"
+    Path(summary).write_text(json.dumps({
+        "model": "demo", "heldout_loss": 1.34, "heldout_loss_unit": "nats per token (character)",
+        "train_seconds": 12.0, "previous_token_scores": [[0.1, 0.2], [0.93, 0.3]],
+        "best_previous_token_head": "L1H0", "best_previous_token_score": 0.93,
+    }))
+    manifests = []
+    for m in ("gpt2", "demo"):
+        p = f"resources/models/{m}/manifest.json"
+        Path(p).parent.mkdir(parents=True)
+        Path(p).write_text(json.dumps({"name": m, "kind": "hub", "source": m, "revision": "main",
+                                       "resolved_revision": "abc123", "weights_sha256_16": "f00d"}))
+        manifests.append(p)
+    Path("benchmarks/diagonal_taxonomy").mkdir(parents=True)
+    Path("benchmarks/diagonal_taxonomy/gpt2.tsv").write_text(
+        "s\th:m:s\tmax_rss\tmax_vms\n12.5\t0:00:12\t812.3\t900\n")
+    flags = {
+        "results/gpt2/taxonomy/diagonals.png": {"rule": "diagonal_taxonomy", "wildcards": {"model": "gpt2"},
+                                                "caption": str(caption), "category": "P: previous-token heads"},
+        "results/demo/taxonomy/diagonals.png": {"rule": "diagonal_taxonomy", "wildcards": {"model": "demo"},
+                                                "caption": str(caption), "category": "P: previous-token heads"},
+        "results/gpt2/kernels/etc.png": {"rule": "etc_heatmap", "wildcards": {"model": "gpt2"},
+                                         "caption": str(etc_caption), "category": "K: kernels"},
+        table: {"rule": "etc_table", "wildcards": {"model": "gpt2"}, "caption": str(etc_caption),
+                "category": "K: kernels"},
+    }
+    kwargs = dict(
+        html="results/report/index.html", figures_dir="results/report/figures",
+        scorecard_csv="results/report/scorecard.csv", published=str(REPO / "resources" / "published.yaml"),
+        scorecards=scorecards,
+        figures=["results/gpt2/taxonomy/diagonals.png", "results/demo/taxonomy/diagonals.png",
+                 "results/gpt2/kernels/etc.png", "results/demo/training/curve.png"],
+        tables=[table], summaries=[summary], manifests=manifests, tokens=[], flags=flags,
+        config={"models": {"gpt2": {}, "demo": {}}, "taxonomy": {"n_prompts": 37}}, benchmarks="benchmarks",
+    )
+    counts = rp.build(**kwargs)
+    return {"dir": tmp_path, "counts": counts, **kwargs}
+
+
+def _row(card: pd.DataFrame, claim: str, quantity: str, model: str) -> pd.Series:
+    sel = card[(card.claim == claim) & (card.quantity == quantity) & (card.model == model)]
+    assert len(sel) == 1
+    return sel.iloc[0]
+
+
+def test_scorecard_of_fabricated_run(fabricated_run):
+    card = read_table("results/report/scorecard.csv")
+    assert _row(card, "P6", "n_prev_token_heads", "gpt2").status == "pass"  # |67 - 69| <= 5
+    assert _row(card, "P7", "sharpest_prev_token_head", "gpt2").status == "fail"  # L5H6, not L4H11
+    assert _row(card, "P7", "diagonal_ratio", "gpt2").status == "missing"  # claim covered, no value
+    assert _row(card, "P6", "n_prev_token_heads", "demo").status == "not applicable"
+    assert _row(card, "K4", "layer0_local_heads", "gpt2").status == "pass"
+    # etc_table is registered for gpt2 and the published K5 entry names it: expected -> missing
+    assert _row(card, "K5", "kernel_consistency", "gpt2").status == "missing"
+    assert _row(card, "K1", "positional_kernels", "gpt2").status == "qualitative"
+    assert _row(card, "K3", "kernel_types", "gpt2").status == "missing"  # qualitative or not: no row
+    assert fabricated_run["counts"]["pass"] == 2
+    assert not ((card.status == "pass") & (card.reproduced == "—")).any()
+
+
+def test_html_has_scorecard_first_captions_and_run(fabricated_run):
+    html = Path("results/report/index.html").read_text()
+    assert html.index('id="scorecard"') < html.index('id="demo"') < html.index('id="family-P"') < html.index('id="run"')
+    # the plain statement about which models the published values refer to
+    assert "refer to the model named in each row" in html and "gpt2" in html
+    # caption rendered from rst with wildcards and config (like Snakemake's report)
+    assert "over 37 prompts" in html and "<strong>P6</strong>" in html
+    # the demo model's curve and the previous-token head it found
+    assert re.search(r'id="demo-demo-prev-head">L1H0<', html)
+    assert 'src="figures/demo/training/curve.png"' in html
+    # scorecard links go to the figure in the report; the table is shown and linked
+    assert 'href="#figure-results-gpt2-taxonomy-diagonals-png"' in html
+    assert 'href="figures/gpt2/kernels/etc.csv"' in html and "L0H5" in html
+    # run section: wall time from the benchmark file, model revisions, versions
+    assert "diagonal_taxonomy" in html and "12.5" in html and "abc123" in html and "transformer_lens" in html
+    for f in fabricated_run["figures"] + fabricated_run["tables"]:
+        assert (Path("results/report/figures") / Path(f).relative_to("results")).is_file()
+    # K figures sit in the K section, P figures in the P section
+    k_sec = html[html.index('id="family-K"'):html.index('id="family-C"')]
+    assert "etc.png" in k_sec and "diagonals.png" not in k_sec
+
+
+def test_report_opens_cleanly_in_chromium_from_a_copied_folder(fabricated_run, tmp_path_factory):
+    require_system("chromium")
+    import shutil
+
+    copy = tmp_path_factory.mktemp("copied") / "report"
+    shutil.copytree("results/report", copy)
+    shutil.rmtree("results")  # the copy must not depend on the run's results/
+    res = check_page(copy / "index.html", copy / "screenshot.png")
+    assert res.ok, (res.console_errors, res.broken_images, res.broken_links)
+    assert res.n_images == 4 and res.n_links >= 5
+    assert (copy / "screenshot.png").stat().st_size > 10_000 and res.size[1] > 1500
+
+
+def test_page_checker_finds_broken_images_links_and_console_errors(tmp_path):
+    require_system("chromium")
+    _figure(str(tmp_path / "ok.png"), "ok")
+    page = tmp_path / "bad.html"
+    page.write_text(
+        '<!DOCTYPE html><html><head><title>bad</title><link rel="icon" href="data:,"></head><body>'
+        '<img src="ok.png"><img src="nope.png"><a href="#here" id="here">ok</a>'
+        '<a href="#nowhere">bad anchor</a><a href="missing.csv">bad file</a><a href="ok.png">ok file</a>'
+        '<script>console.error("boom")</script></body></html>'
+    )
+    res = check_page(page)
+    assert res.broken_images == ["nope.png"]
+    assert sorted(b.split(":")[0] for b in res.broken_links) == ["#nowhere", "missing.csv"]
+    assert any("boom" in e for e in res.console_errors)
+    assert not res.ok
