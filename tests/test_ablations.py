@@ -23,7 +23,14 @@ from posmech.ablations import (
 )
 from posmech.errors import PosmechError
 from posmech.models import load_bridge
-from posmech.prompts import Prompt, continuation_probability, load_prompts, prompt_token_ids, variant_token_ids
+from posmech.prompts import (
+    Prompt,
+    continuation_probability,
+    load_prompts,
+    prompt_token_ids,
+    target_probabilities,
+    variant_token_ids,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 N = 12
@@ -130,6 +137,13 @@ def test_continuation_probability_single_and_multi_token(bridge):
         p1 = torch.softmax(bridge(torch.as_tensor(np.append(ids, 7))[None])[0, -1].double(), -1)
     assert continuation_probability(bridge, ids, [[5], [6]]) == pytest.approx(float(p0[5] + p0[6]), rel=1e-9)
     assert continuation_probability(bridge, ids, [[7, 9]]) == pytest.approx(float(p0[7] * p1[9]), rel=1e-9)
+    with torch.inference_mode():
+        p2 = torch.softmax(bridge(torch.as_tensor(np.append(ids, [7, 8]))[None])[0, -1].double(), -1)
+    probs, top, top_p = target_probabilities(bridge, ids, {"a": [[5], [7, 9]], "b": [[7, 8, 3]], "c": [[6]]})
+    assert probs["a"] == pytest.approx(float(p0[5] + p0[7] * p1[9]), rel=1e-9)
+    assert probs["b"] == pytest.approx(float(p0[7] * p1[8] * p2[3]), rel=1e-9)
+    assert probs["c"] == pytest.approx(float(p0[6]), rel=1e-9)
+    assert top == int(p0.argmax()) and top_p == pytest.approx(float(p0.max()))
 
 
 def test_variant_sets_are_deduplicated_and_prefix_free():

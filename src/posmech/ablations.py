@@ -121,7 +121,7 @@ def posembed_averaging(
     ``target``, ``value``, ``n_predictions`` (loss) / ``n_prompt_tokens``,
     ``prompt_truncated``, ``top_token``, ``top_token_probability`` (probability rows).
     """
-    from posmech.prompts import continuation_probability, prompt_token_ids, top_next_token, variant_token_ids
+    from posmech.prompts import prompt_token_ids, target_probabilities, variant_token_ids
 
     tok = bridge.tokenizer
     n_ctx = bridge.cfg.n_ctx
@@ -138,12 +138,12 @@ def posembed_averaging(
             rows.append({"k": k, "quantity": "loss", "prompt": "", "target": "", "value": total / max(count, 1),
                          "n_predictions": count})
             for p, variants, ids, truncated in prepared:
-                top, top_p = top_next_token(bridge, ids)
-                for name, vs in variants.items():
+                probs, top, top_p = target_probabilities(bridge, ids, variants)
+                for name, value in probs.items():
                     rows.append({
-                        "k": k, "quantity": "probability", "prompt": p.id, "target": name,
-                        "value": continuation_probability(bridge, ids, vs), "n_prompt_tokens": len(ids),
-                        "prompt_truncated": truncated, "top_token": tok.decode([top]), "top_token_probability": top_p,
+                        "k": k, "quantity": "probability", "prompt": p.id, "target": name, "value": value,
+                        "n_prompt_tokens": len(ids), "prompt_truncated": truncated, "top_token": tok.decode([top]),
+                        "top_token_probability": top_p,
                     })
     return pd.DataFrame(rows)
 
@@ -170,17 +170,8 @@ def max_unchanged_k(df: pd.DataFrame, loss_tolerance: float, probability_toleran
 # --------------------------------------------------------------------------- P4
 def head_pattern(bridge: Any, doc: np.ndarray, layer: int, head: int) -> np.ndarray:
     """One head's attention pattern on a document: ``[n, n]`` float64 (query, key)."""
-    import torch
-
-    out: dict[str, Any] = {}
-
-    def hook(pattern: Any, hook: Any) -> None:
-        out["p"] = pattern[0, head].double().cpu().numpy()
-
-    device = next(bridge.parameters()).device
-    with torch.inference_mode(), bridge.hooks(fwd_hooks=[(f"blocks.{layer}.attn.hook_pattern", hook)]):
-        bridge(torch.as_tensor(np.asarray(doc, dtype=np.int64), device=device)[None], return_type=None)
-    return out["p"]
+    name = f"L{layer}H{head}"
+    return head_patterns(bridge, doc, [name])[name]
 
 
 def previous_token_mass(pattern: np.ndarray, rows: slice | None = None) -> float:
@@ -210,3 +201,99 @@ def window(length: int, start: int, size: int) -> tuple[int, int]:
     ``(start, size)`` clamped so that ``start + size <= length``."""
     size = min(size, length)
     return max(0, min(start, length - size)), size
+
+
+# --------------------------------------------------------------------------- documents
+def read_doc_index(path: str) -> np.ndarray:
+    """``documents/doc_index`` of a tokens file ``[n_documents]`` (index in the corpus source)."""
+    from posmech.hdf5 import open_artifact
+
+    with open_artifact(path, "tokens") as f:
+        return np.asarray(f["documents/doc_index"][()])
+
+
+def heldout_documents(
+    tokens: Any, doc_index: np.ndarray, corpus_doc_index: list[int], manifest: dict[str, Any], corpus: str,
+    n_documents: int,
+) -> tuple[list[np.ndarray], str]:
+    """Documents of a :class:`~posmech.tokens.TokenSet` on which the model was not trained.
+
+    For a model trained by the pipeline on ``corpus`` (manifest ``kind: train``), those at
+    positions ``i % heldout_every == 0`` of the corpus file (``corpus_doc_index``: the
+    ``doc_index`` of each line, in order; ``doc_index``: the tokens file's, see
+    :func:`read_doc_index`), as in training; otherwise every document.
+    Returns the first ``n_documents`` and a description of the selection.
+    """
+    train = manifest.get("train_config") or {}
+    if manifest.get("kind") == "train" and train.get("corpus") == corpus:
+        every = int(train["heldout_every"])
+        position = {int(d): i for i, d in enumerate(corpus_doc_index)}
+        keep = [j for j, d in enumerate(doc_index) if position.get(int(d), 1) % every == 0]
+        how = f"held out from training (every {every}-th document of corpus {corpus!r})"
+    else:
+        keep = list(range(tokens.n_documents))
+        how = f"all documents of corpus {corpus!r} (the model was not trained by the pipeline on it)"
+    keep = keep[:n_documents]
+    if not keep:
+        raise PosmechError(f"no held-out document of corpus {corpus!r} to measure the loss on")
+    return [tokens.doc(j) for j in keep], how
+
+
+def head_patterns(bridge: Any, doc: np.ndarray, heads: list[str]) -> dict[str, np.ndarray]:
+    """Attention patterns ``[n, n]`` float64 of several heads (``L{l}H{h}``) in one forward pass."""
+    import torch
+
+    from posmech.taxonomy import parse_head
+
+    wanted: dict[int, list[tuple[str, int]]] = {}
+    for name in heads:
+        layer, h = parse_head(name)
+        if layer >= bridge.cfg.n_layers or h >= bridge.cfg.n_heads:
+            raise PosmechError(f"head {name} does not exist in a model with {bridge.cfg.n_layers} layers × "
+                               f"{bridge.cfg.n_heads} heads; check results/<model>/taxonomy/heads.csv")
+        wanted.setdefault(layer, []).append((name, h))
+    out: dict[str, np.ndarray] = {}
+
+    def make(layer: int) -> Any:
+        def hook(pattern: Any, hook: Any) -> None:
+            for name, h in wanted[layer]:
+                out[name] = pattern[0, h].double().cpu().numpy()
+        return hook
+
+    device = next(bridge.parameters()).device
+    hooks = [(f"blocks.{layer}.attn.hook_pattern", make(layer)) for layer in wanted]
+    with torch.inference_mode(), bridge.hooks(fwd_hooks=hooks):
+        bridge(torch.as_tensor(np.asarray(doc, dtype=np.int64), device=device)[None], return_type=None)
+    return out
+
+
+def posembed_attention(
+    bridge: Any, doc: np.ndarray, heads: list[str], start: int, size: int, k: int,
+) -> tuple[pd.DataFrame, list[tuple[str, np.ndarray, np.ndarray]], tuple[int, int]]:
+    """P4: each head's attention on ``doc`` intact vs with ``W_pos`` averaged in groups of ``k``.
+
+    Returns ``(metrics, panels, (start, size))``: one metrics row per head with the
+    previous-token mass (window query rows and whole document) intact and averaged, and
+    :func:`pattern_similarity` of the ``size × size`` window (``cosine_similarity``,
+    ``mean_abs_diff``; ``mean_row_tv`` over the window's full query rows); ``panels``
+    ``(head, intact [size, size], averaged [size, size])``; the window actually used
+    (clamped by :func:`window`).
+    """
+    start, size = window(len(doc), start, size)
+    intact = head_patterns(bridge, doc, heads)
+    with averaged_W_pos(bridge, k):
+        averaged = head_patterns(bridge, doc, heads)
+    sl = slice(start, start + size)
+    rows, panels = [], []
+    for h in heads:
+        a, b = intact[h], averaged[h]
+        sim = pattern_similarity(a[sl, sl], b[sl, sl])
+        sim["mean_row_tv"] = pattern_similarity(a[sl], b[sl])["mean_row_tv"]
+        rows.append({
+            "head": h, "k": k, "window_start": start, "window_size": size, "document_length": len(doc),
+            "prev_token_mass_intact": previous_token_mass(a, sl), "prev_token_mass_averaged": previous_token_mass(b, sl),
+            "prev_token_mass_intact_document": previous_token_mass(a),
+            "prev_token_mass_averaged_document": previous_token_mass(b), **sim,
+        })
+        panels.append((h, a[sl, sl], b[sl, sl]))
+    return pd.DataFrame(rows), panels, (start, size)

@@ -91,31 +91,35 @@ def continuation_probability(bridge: Any, prompt_ids: np.ndarray, variants: list
     """Probability that the continuation of ``prompt_ids`` starts with one of ``variants``
     (token-id lists from :func:`variant_token_ids`; prefix-free, so the events are
     disjoint and their probabilities add).  Needs ``len(prompt) + len(variant) - 1 <= n_ctx``."""
+    return target_probabilities(bridge, prompt_ids, {"t": variants})[0]["t"]
+
+
+def target_probabilities(
+    bridge: Any, prompt_ids: np.ndarray, targets: dict[str, list[list[int]]]
+) -> tuple[dict[str, float], int, float]:
+    """:func:`continuation_probability` of every target's variants in one batched forward
+    pass (one row per distinct teacher-forced prefix, right-padded: causal attention makes
+    the padding invisible to earlier positions).  Returns ``(probabilities, top_token,
+    top_probability)`` where the top token is the most probable next token after the prompt."""
     import torch
 
-    device = next(bridge.parameters()).device
-    total = 0.0
-    with torch.inference_mode():
-        first = None
-        for v in variants:
-            if len(v) == 1:
-                if first is None:
-                    x = torch.as_tensor(prompt_ids, device=device)[None]
-                    first = torch.log_softmax(bridge(x)[0, -1].double(), -1)
-                total += float(first[v[0]].exp())
-            else:
-                x = torch.as_tensor(np.concatenate([prompt_ids, v[:-1]]), device=device)[None]
-                logp = torch.log_softmax(bridge(x)[0, len(prompt_ids) - 1 :].double(), -1)
-                total += float(logp[torch.arange(len(v)), torch.as_tensor(v)].sum().exp())
-    return total
-
-
-def top_next_token(bridge: Any, prompt_ids: np.ndarray) -> tuple[int, float]:
-    """The most probable next token after ``prompt_ids`` and its probability."""
-    import torch
-
+    n = len(prompt_ids)
+    prefixes = sorted({tuple(v[:-1]) for vs in targets.values() for v in vs} | {()}, key=lambda t: (len(t), t))
+    row = {pre: i for i, pre in enumerate(prefixes)}
+    width = n + max(len(pre) for pre in prefixes)
+    x = np.zeros((len(prefixes), width), dtype=np.int64)
+    for pre, i in row.items():
+        x[i, : n + len(pre)] = np.concatenate([prompt_ids, np.asarray(pre, dtype=np.int64)])
     device = next(bridge.parameters()).device
     with torch.inference_mode():
-        p = torch.softmax(bridge(torch.as_tensor(prompt_ids, device=device)[None])[0, -1].double(), -1)
-    i = int(p.argmax())
-    return i, float(p[i])
+        logp = torch.log_softmax(bridge(torch.as_tensor(x, device=device))[:, n - 1 :].double(), -1).cpu()
+    out = {}
+    for name, vs in targets.items():
+        total = 0.0
+        for v in vs:
+            r = row[tuple(v[:-1])]
+            total += float(logp[r, torch.arange(len(v)), torch.as_tensor(v)].sum().exp())
+        out[name] = total
+    first = logp[row[()], 0].exp()
+    top = int(first.argmax())
+    return out, top, float(first[top])

@@ -327,3 +327,44 @@ def diagonals_frame(means: np.ndarray, counts: np.ndarray, model: str, max_offse
         "layer": layer.ravel(), "head_index": head.ravel(), "offset": off.ravel(),
         "mean": means[layer.ravel(), head.ravel(), off.ravel()], "count": counts[off.ravel()],
     })
+
+
+# --------------------------------------------------------------------------- rule helpers
+def full_context_documents(tokens: Any, n_documents: int, context: int | None) -> tuple[list[np.ndarray], int]:
+    """The first ``n_documents`` documents of a :class:`~posmech.tokens.TokenSet` with at
+    least ``context`` tokens (``None``: its ``n_ctx``), cut to ``context``.  Returns
+    ``(documents, context)``; fewer documents when fewer are long enough."""
+    ctx = int(context or tokens.attrs.get("n_ctx") or tokens.lengths().max())
+    long_enough = np.flatnonzero(tokens.lengths() >= ctx)[:n_documents]
+    return [tokens.doc(int(j))[:ctx] for j in long_enough], ctx
+
+
+def run_taxonomy(
+    bridge: Any, documents: list[np.ndarray], model: str, early_top_n: int = 11,
+    pin: dict[str, Any] | None = None, batch_size: int = 1, exclude_first_query: bool = True,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """The whole P6/P7 analysis: ``(per_head, diagonals, chosen, meta)``.
+
+    ``per_head``: :func:`classify_heads` with ``claim``/``model`` columns; ``diagonals``:
+    :func:`diagonals_frame`; ``chosen``: :func:`choose_heads`; ``meta``: rank correlations,
+    counts and parameters for the tables' metadata.
+    """
+    stats = accumulate_diagonals(bridge, documents, batch_size=batch_size, exclude_first_query=exclude_first_query)
+    means = stats.means()
+    per_head = classify_heads(means, stats.detector_scores())
+    per_head.insert(0, "model", model)
+    per_head.insert(0, "claim", np.where(per_head["is_previous_token"], "P6,P7", "P6"))
+    chosen = choose_heads(per_head, model, early_top_n=early_top_n, pin=pin)
+    meta = {
+        **rank_correlations(per_head),
+        "n_heads": int(len(per_head)),
+        "n_previous_token_heads": int(per_head["is_previous_token"].sum()),
+        "n_documents": stats.n_documents,
+        "n_tokens": stats.n_tokens,
+        "exclude_first_query": exclude_first_query,
+        "head_detector": "transformer_lens.head_detector previous_token_head score, error_measure='mul', "
+                         "no exclusions, mean over documents (computed in the same forward pass)",
+        "early_top_n": early_top_n,
+        "pin": pin or {},
+    }
+    return per_head, diagonals_frame(means, stats.counts, model), chosen, meta

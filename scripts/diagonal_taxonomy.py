@@ -1,0 +1,44 @@
+"""Rule diagonal_taxonomy: per-head mean attention per diagonal offset (P6), the P7
+ranking with TransformerLens's head_detector score, and the chosen sharp / early heads."""
+
+from posmech.models import load_bridge, read_manifest
+from posmech.plots.taxonomy import taxonomy_figure
+from posmech.runner import run
+from posmech.tables import scorecard_rows, write_table
+from posmech.taxonomy import full_context_documents, run_taxonomy
+from posmech.tokens import read_tokens
+
+
+def main(smk, log):
+    model, entry, p = smk.wildcards.model, smk.params.entry, dict(smk.params.taxonomy)
+    man = read_manifest(smk.input.manifest)
+    docs, context = full_context_documents(read_tokens(smk.input.tokens), p["n_documents"], p["context"])
+    if len(docs) < p["n_documents"]:
+        log.warning("only %d of %d documents of corpus %s have %d tokens; using them", len(docs), p["n_documents"],
+                    p["corpus"], context)
+    bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
+    per_head, diagonals, chosen, meta = run_taxonomy(
+        bridge, docs, model, p["early_top_n"], (p["pin"] or {}).get(model), p["batch_size"], p["exclude_first_query"])
+    meta = {"claim": "P6,P7", "model": model, "corpus": p["corpus"], "context": context, **meta,
+            "resolved_revision": man["resolved_revision"], "processing": entry["processing"]}
+    write_table(per_head, smk.output.table, meta)
+    write_table(diagonals, smk.output.diagonals, meta)
+    write_table(chosen, smk.output.heads, {k: meta[k] for k in ("claim", "model", "corpus", "n_documents", "pin")})
+    taxonomy_figure(per_head, chosen, meta, model, smk.output.figure)
+    prev = per_head[per_head["rank"].notna()].sort_values("rank")
+    detail = f"{meta['n_documents']} {p['corpus']} documents of {context} tokens"
+    rows = [
+        {"claim": "P6", "quantity": "n_prev_token_heads", "value": meta["n_previous_token_heads"],
+         "detail": f"of {meta['n_heads']} heads; {detail}", "artifact": smk.output.figure},
+        {"claim": "P7", "quantity": "sharpest_prev_token_head", "value": prev["head"].head(1).tolist(),
+         "detail": detail, "artifact": smk.output.table},
+        {"claim": "P7", "quantity": "diagonal_ratio", "value": dict(zip(prev["head"], prev["ratio"].round(4))),
+         "detail": f"every previous-token head; Spearman vs head_detector {meta['spearman_ratio_vs_head_detector']}",
+         "artifact": smk.output.table},
+    ]
+    write_table(scorecard_rows([{**r, "model": model} for r in rows]), smk.output.scorecard)
+    log.info("%d of %d heads are previous-token heads; chosen %s", meta["n_previous_token_heads"], meta["n_heads"],
+             ", ".join(f"{r.role} {r.head}" for r in chosen.itertuples()))
+
+
+run(snakemake, main)  # noqa: F821

@@ -1,0 +1,46 @@
+"""Rule posembed_attention: the chosen heads' attention window on a document, intact vs
+W_pos averaged in groups of k (P4): metrics table, patterns (HDF5), figure."""
+
+import numpy as np
+
+from posmech.ablations import posembed_attention
+from posmech.hdf5 import artifact_writer
+from posmech.models import load_bridge, read_manifest
+from posmech.plots.taxonomy import attention_figure
+from posmech.runner import run
+from posmech.tables import scorecard_rows, write_table
+from posmech.taxonomy import read_chosen_heads
+from posmech.tokens import read_tokens
+
+
+def main(smk, log):
+    model, entry, p = smk.wildcards.model, smk.params.entry, dict(smk.params.attention)
+    chosen = read_chosen_heads(smk.input.heads)
+    heads = chosen["sharp"] + chosen["early"]
+    tokens = read_tokens(smk.input.tokens)
+    long_enough = np.flatnonzero(tokens.lengths() >= p["start"] + p["size"])
+    j = int(long_enough[p["document"]]) if p["document"] < len(long_enough) else int(np.argmax(tokens.lengths()))
+    bridge = load_bridge(read_manifest(smk.input.manifest), entry["device"], entry["dtype"], entry["processing"])
+    df, panels, (start, size) = posembed_attention(bridge, tokens.doc(j), heads, p["start"], p["size"], p["k"])
+    df.insert(0, "role", ["sharp"] + ["early"] * len(chosen["early"]))
+    df.insert(0, "model", model)
+    df.insert(0, "claim", "P4")
+    meta = {"claim": "P4", "model": model, "corpus": p["corpus"], "document": j, "title": tokens.titles[j]}
+    write_table(df, smk.output.table, meta)
+    with artifact_writer(smk.output.patterns, "posembed_attention", "posembed_attention",
+                         {**meta, "heads": heads, "k": p["k"], "window_start": start, "window_size": size}) as f:
+        for head, intact, averaged in panels:
+            f.create_dataset(f"{head}/intact", data=intact)
+            f.create_dataset(f"{head}/averaged", data=averaged)
+    attention_figure(panels, start, p["k"], model, smk.output.figure)
+    sharp = df.iloc[0]
+    rows = [{"claim": "P4", "model": model, "quantity": f"pattern_similarity_k{p['k']}",
+             "value": float(sharp["cosine_similarity"]), "artifact": smk.output.figure,
+             "detail": f"{sharp['head']}, cosine of the {size}x{size} window at {start}; previous-token mass "
+                       f"{sharp['prev_token_mass_intact']:.3f} -> {sharp['prev_token_mass_averaged']:.3f}"}]
+    write_table(scorecard_rows(rows), smk.output.scorecard)
+    log.info("document %d, window %d+%d: %s", j, start, size,
+             "; ".join(f"{r.head} cos {r.cosine_similarity:.3f}" for r in df.itertuples()))
+
+
+run(snakemake, main)  # noqa: F821

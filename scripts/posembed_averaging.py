@@ -1,0 +1,44 @@
+"""Rule posembed_averaging: W_pos averaged in groups of k; held-out loss (P2) and the
+repeat-string prompt probabilities (P3), the model restored bitwise after each k."""
+
+from posmech.ablations import heldout_documents, max_unchanged_k, posembed_averaging, read_doc_index
+from posmech.io import read_jsonl
+from posmech.models import load_bridge, read_manifest
+from posmech.plots.taxonomy import averaging_figure
+from posmech.prompts import load_prompts
+from posmech.runner import run
+from posmech.tables import scorecard_rows, write_table
+from posmech.tokens import read_tokens
+
+
+def main(smk, log):
+    model, entry, p = smk.wildcards.model, smk.params.entry, dict(smk.params.averaging)
+    man = read_manifest(smk.input.manifest)
+    corpus_index = [d["doc_index"] for d in read_jsonl(smk.input.corpus)]
+    docs, how = heldout_documents(read_tokens(smk.input.tokens), read_doc_index(smk.input.tokens), corpus_index,
+                                  man, p["corpus"], p["n_documents"])
+    prompts = load_prompts(smk.input.prompts, p["prompt_ids"])
+    ks = sorted({1, *p["ks"]})
+    bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
+    df = posembed_averaging(bridge, ks, docs, prompts, entry["prepend_bos"])
+    best = max_unchanged_k(df, p["loss_tolerance"], p["probability_tolerance"])
+    df.insert(0, "model", model)
+    df.insert(0, "claim", df["quantity"].map({"loss": "P2"}).fillna("P2,P3"))
+    meta = {"claim": "P2,P3", "model": model, "corpus": p["corpus"], "documents": how, "n_documents": len(docs),
+            "prompts": smk.input.prompts, "max_unchanged_k": best, **{k: p[k] for k in ("loss_tolerance", "probability_tolerance")}}
+    write_table(df, smk.output.table, meta)
+    averaging_figure(df, model, smk.output.figure)
+    rows = [{"claim": "P2", "quantity": "max_unchanged_k", "value": best, "artifact": smk.output.figure,
+             "detail": f"loss within {p['loss_tolerance']} nats and probabilities within {p['probability_tolerance']}"}]
+    for pr in prompts:
+        target = next(iter(pr.targets))  # the string's first word: the expected continuation
+        for k in (1, 10):
+            hit = df[(df["k"] == k) & (df["prompt"] == pr.id) & (df["target"] == target)]
+            if len(hit):
+                rows.append({"claim": "P3", "quantity": f"p_{target}_{'intact' if k == 1 else f'k{k}'}",
+                             "value": float(hit["value"].iloc[0]), "detail": f"prompt {pr.id}", "artifact": smk.output.table})
+    write_table(scorecard_rows([{**r, "model": model} for r in rows]), smk.output.scorecard)
+    log.info("k grid %s on %d documents; largest unchanged k: %d", ks, len(docs), best)
+
+
+run(snakemake, main)  # noqa: F821

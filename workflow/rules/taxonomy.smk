@@ -1,0 +1,203 @@
+# Previous-token head taxonomy (P6, P7) and the W_pos averaging interventions (P2-P4).
+# diagonal_taxonomy writes results/{model}/taxonomy/heads.csv, the chosen sharp / early
+# previous-token heads every intervention rule reads.
+
+
+def taxonomy_models(section="taxonomy"):
+    return selected(config, section, "models")
+
+
+def section_params(section):
+    """A config section with its corpus resolved (null: the first corpus)."""
+
+    def params(wildcards=None):
+        p = dict(config[section])
+        p["corpus"] = p.get("corpus") or list(config["corpora"])[0]
+        return p
+
+    return params
+
+
+def section_tokens(section):
+    return lambda wc: f"results/{wc.model}/tokens/{section_params(section)()['corpus']}.h5"
+
+
+def repo_file(path):
+    """A repository file named in the config (absolute paths are kept)."""
+    return path if path.startswith("/") else static(path)
+
+
+rule diagonal_taxonomy:
+    """Mean attention per diagonal offset for every head; previous-token heads (P6), their
+    ranking (P7), TransformerLens's head_detector score; the chosen sharp / early heads."""
+    input:
+        manifest="resources/models/{model}/manifest.json",
+        tokens=section_tokens("taxonomy"),
+    output:
+        table=report(
+            "results/{model}/taxonomy/taxonomy.csv",
+            caption="../report/diagonal_taxonomy.rst",
+            category="P",
+            subcategory="Previous-token heads (P2-P7)",
+        ),
+        diagonals="results/{model}/taxonomy/diagonals.csv",
+        heads="results/{model}/taxonomy/heads.csv",
+        figure=report(
+            "results/{model}/taxonomy/taxonomy.png",
+            caption="../report/diagonal_taxonomy.rst",
+            category="P",
+            subcategory="Previous-token heads (P2-P7)",
+        ),
+        scorecard="results/{model}/scorecard/diagonal_taxonomy.csv",
+    params:
+        entry=model_entry,
+        taxonomy=section_params("taxonomy"),
+    log:
+        "logs/diagonal_taxonomy/{model}.log",
+    benchmark:
+        "benchmarks/diagonal_taxonomy/{model}.tsv"
+    wildcard_constraints:
+        model=regex(MODELS),
+    threads: 2
+    resources:
+        gpu=heavy_resources,
+        mem_mb=6000,
+        runtime=60,
+    script:
+        "../../scripts/diagonal_taxonomy.py"
+
+
+rule posembed_averaging:
+    """W_pos averaged in groups of k: held-out next-token loss (P2) and repeat-string
+    prompt probabilities (P3); the model is restored bitwise after each k."""
+    input:
+        manifest="resources/models/{model}/manifest.json",
+        tokens=section_tokens("posembed_averaging"),
+        corpus=lambda wc: f"resources/corpora/{section_params('posembed_averaging')()['corpus']}.jsonl",
+        prompts=repo_file(config["posembed_averaging"]["prompts"]),
+    output:
+        table=report(
+            "results/{model}/posembed/averaging.csv",
+            caption="../report/posembed_averaging.rst",
+            category="P",
+            subcategory="Previous-token heads (P2-P7)",
+        ),
+        figure=report(
+            "results/{model}/posembed/averaging.png",
+            caption="../report/posembed_averaging.rst",
+            category="P",
+            subcategory="Previous-token heads (P2-P7)",
+        ),
+        scorecard="results/{model}/scorecard/posembed_averaging.csv",
+    params:
+        entry=model_entry,
+        averaging=section_params("posembed_averaging"),
+    log:
+        "logs/posembed_averaging/{model}.log",
+    benchmark:
+        "benchmarks/posembed_averaging/{model}.tsv"
+    wildcard_constraints:
+        model=regex(MODELS),
+    threads: 2
+    resources:
+        gpu=heavy_resources,
+        mem_mb=6000,
+        runtime=60,
+    script:
+        "../../scripts/posembed_averaging.py"
+
+
+rule posembed_attention:
+    """The chosen heads' attention window on a document, intact vs W_pos averaged (P4)."""
+    input:
+        manifest="resources/models/{model}/manifest.json",
+        tokens=section_tokens("posembed_attention"),
+        heads="results/{model}/taxonomy/heads.csv",
+    output:
+        table=report(
+            "results/{model}/posembed/attention.csv",
+            caption="../report/posembed_attention.rst",
+            category="P",
+            subcategory="Previous-token heads (P2-P7)",
+        ),
+        patterns="results/{model}/posembed/attention.h5",
+        figure=report(
+            "results/{model}/posembed/attention.png",
+            caption="../report/posembed_attention.rst",
+            category="P",
+            subcategory="Previous-token heads (P2-P7)",
+        ),
+        scorecard="results/{model}/scorecard/posembed_attention.csv",
+    params:
+        entry=model_entry,
+        attention=section_params("posembed_attention"),
+    log:
+        "logs/posembed_attention/{model}.log",
+    benchmark:
+        "benchmarks/posembed_attention/{model}.tsv"
+    wildcard_constraints:
+        model=regex(MODELS),
+    threads: 2
+    resources:
+        gpu=heavy_resources,
+        mem_mb=4000,
+        runtime=20,
+    script:
+        "../../scripts/posembed_attention.py"
+
+
+def taxonomy_scorecards():
+    return (
+        [f"results/{m}/scorecard/diagonal_taxonomy.csv" for m in taxonomy_models()]
+        + [
+            f"results/{m}/scorecard/posembed_averaging.csv"
+            for m in taxonomy_models("posembed_averaging")
+        ]
+        + [
+            f"results/{m}/scorecard/posembed_attention.csv"
+            for m in taxonomy_models("posembed_attention")
+        ]
+    )
+
+
+def taxonomy_figures():
+    return (
+        [f"results/{m}/taxonomy/taxonomy.png" for m in taxonomy_models()]
+        + [
+            f"results/{m}/posembed/averaging.png"
+            for m in taxonomy_models("posembed_averaging")
+        ]
+        + [
+            f"results/{m}/posembed/attention.png"
+            for m in taxonomy_models("posembed_attention")
+        ]
+    )
+
+
+def taxonomy_tables():
+    return (
+        [f"results/{m}/taxonomy/taxonomy.csv" for m in taxonomy_models()]
+        + [
+            f"results/{m}/posembed/averaging.csv"
+            for m in taxonomy_models("posembed_averaging")
+        ]
+        + [
+            f"results/{m}/posembed/attention.csv"
+            for m in taxonomy_models("posembed_attention")
+        ]
+    )
+
+
+def taxonomy_targets():
+    return (
+        [f"results/{m}/taxonomy/heads.csv" for m in taxonomy_models()]
+        + taxonomy_scorecards()
+        + taxonomy_figures()
+        + taxonomy_tables()
+    )
+
+
+TARGETS.append(taxonomy_targets)
+SCORECARDS.append(taxonomy_scorecards)
+REPORT_FIGURES.append(taxonomy_figures)
+REPORT_TABLES.append(taxonomy_tables)
