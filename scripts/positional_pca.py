@@ -12,10 +12,11 @@ def main(smk, log):
     ext = geo.read_extended_artifact(smk.input.h5)
     first = geo.analysis_first(ext, cfg["first_position"])
     layer = geo.helix_layer(ext, cfg["layer"])
-    table = geo.pca_table(ext, model, first, cfg["n_components"])
+    pcas = geo.all_pcas(ext, first, cfg["n_components"])
+    table = geo.pca_table(ext, model, first, cfg["n_components"], pcas)
     write_table(table, out.table, {"centring": geo.CENTRING, "first_position": first})
     plots.explained_variance(table, f"P1/P10 {model}: explained variance of top components", out.explained)
-    h = geo.helices(ext, first)
+    h = geo.helices(ext, first, pcas)
     plots.helix(h["W_pos"], h["positions"], f"P1 {model}: W_pos, top-3 principal components", out.wpos_helix)
     plots.helix_grid(h["panels"], h["positions"], f"P1/P10 {model}: helices (own top-3 PCA basis)", out.helices)
     plots.comparison(geo.comparison_panels(ext, first, layer), (f"extended, {ext.sites[layer]}", "W_pos"),

@@ -240,7 +240,7 @@ def write_extended(
         "per token: residual minus its mean over positions first_token_position..n_ctx-1; then averaged over tokens"
     )}
     with artifact_writer(path, KIND, RULE, meta) as f:
-        f.create_dataset("extended", data=acc.mean(), chunks=(1, *acc.S.shape[1:]), compression="gzip", shuffle=True)
+        f.create_dataset("extended", data=acc.mean(), chunks=(1, *acc.S.shape[1:]))
         f.create_dataset("W_pos", data=np.asarray(W_pos, dtype=np.float64))
         f.create_dataset("tokens", data=np.asarray(tokens, dtype=np.int64))
         f.create_dataset("sites", data=np.asarray(sites, dtype=object), dtype=STR)
@@ -280,32 +280,51 @@ def centre(X: np.ndarray, first: int = 0) -> np.ndarray:
     return Y - Y.mean(axis=0, keepdims=True)
 
 
+def right_singular(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Singular values ``s [d]`` (descending) and right-singular vectors ``Vt [d, d]`` of
+    ``X [n, d]`` via the eigendecomposition of ``X^T X`` (much faster than a full SVD for
+    ``n ~ d ~ 1000``; exact for the leading components, which are all that is used)."""
+    X = np.asarray(X, dtype=np.float64)
+    lam, V = np.linalg.eigh(X.T @ X)
+    order = np.argsort(lam)[::-1]
+    return np.sqrt(np.clip(lam[order], 0.0, None)), V[:, order].T
+
+
 def pca(X: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """PCA of centred ``X [n, d]``: ``(components [k, d], explained_variance_ratio [k],
-    singular_values [min(n, d)])``; component signs fixed so the largest |loading| is positive."""
-    _, s, Vt = np.linalg.svd(X, full_matrices=False)
+    singular_values [d])``; component signs fixed so the largest |loading| is positive."""
+    s, Vt = right_singular(X)
     k = min(k, Vt.shape[0])
     V = Vt[:k]
     sign = np.sign(V[np.arange(k), np.abs(V).argmax(axis=1)])
     V = V * np.where(sign == 0, 1.0, sign)[:, None]
-    total = float((s**2).sum())
+    total = float(np.square(np.asarray(X, dtype=np.float64)).sum())
     ratio = (s[:k] ** 2) / total if total > 0 else np.zeros(k)
     return V, ratio, s
+
+
+def subspace_angles_deg(Va: np.ndarray, Vb: np.ndarray) -> np.ndarray:
+    """Principal angles (degrees, ascending) between the row spaces of ``Va [k, d]`` and
+    ``Vb [k, d]`` (``scipy.linalg.subspace_angles``)."""
+    return np.sort(np.degrees(subspace_angles(Va.T, Vb.T)))
 
 
 def canonical_angles_deg(A: np.ndarray, B: np.ndarray, k: int) -> np.ndarray:
     """Principal angles (degrees, ascending) between the top-``k`` right-singular subspaces
     of ``A [n, d]`` and ``B [m, d]`` (as given: centre first), via
     ``scipy.linalg.subspace_angles``; ``[k]``."""
-    Va = np.linalg.svd(A, full_matrices=False)[2][:k]
-    Vb = np.linalg.svd(B, full_matrices=False)[2][:k]
-    return np.sort(np.degrees(subspace_angles(Va.T, Vb.T)))
+    return subspace_angles_deg(right_singular(A)[1][:k], right_singular(B)[1][:k])
+
+
+def gap_of(s: np.ndarray, k: int) -> float:
+    """``1 - s[k]/s[k-1]`` for singular values ``s``: how well the top-``k`` singular
+    subspace is defined (0: not at all)."""
+    return float(1.0 - s[k] / s[k - 1]) if len(s) > k and s[k - 1] > 0 else 1.0
 
 
 def spectral_gap(X: np.ndarray, k: int) -> float:
-    """``1 - s[k]/s[k-1]``: how well the top-``k`` singular subspace is defined (0: not)."""
-    s = np.linalg.svd(X, compute_uv=False)
-    return float(1.0 - s[k] / s[k - 1]) if len(s) > k and s[k - 1] > 0 else 1.0
+    """:func:`gap_of` the singular values of ``X``."""
+    return gap_of(right_singular(X)[0], k)
 
 
 def far_fraction(X: np.ndarray, threshold: float) -> float:
@@ -331,15 +350,25 @@ def analysis_first(ext: Extended, first_position: int | None) -> int:
     return f
 
 
-def pca_table(ext: Extended, model: str, first: int, k: int) -> pd.DataFrame:
+def all_pcas(ext: Extended, first: int, k: int) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """``{layer: (components [k, d], explained_variance_ratio [k])}`` of the centred
+    matrices; layer ``-1`` is ``W_pos``.  One decomposition per matrix."""
+    out = {-1: pca(centre(ext.W_pos, first), k)[:2]}
+    for i in range(ext.n_layers + 1):
+        out[i] = pca(centre(ext.extended[i], first), k)[:2]
+    return out
+
+
+def pca_table(ext: Extended, model: str, first: int, k: int,
+              pcas: dict[int, tuple[np.ndarray, np.ndarray]] | None = None) -> pd.DataFrame:
     """Explained-variance ratio of the top ``k`` principal components of ``W_pos`` (P1)
-    and of every layer's extended embeddings (P10): one row per (matrix, component)."""
+    and of every layer's extended embeddings (P10): one row per (matrix, component).
+    ``pcas``: :func:`all_pcas` with at least ``k`` components, to reuse."""
+    pcas = pcas or all_pcas(ext, first, k)
     rows = []
-    mats = [("W_pos", -1, centre(ext.W_pos, first))] + [
-        ("extended", i, centre(ext.extended[i], first)) for i in range(ext.n_layers + 1)
-    ]
-    for matrix, layer, X in mats:
-        _, ratio, _ = pca(X, k)
+    for layer in sorted(pcas):
+        matrix = "W_pos" if layer < 0 else "extended"
+        ratio = pcas[layer][1][:k]
         for j, r in enumerate(ratio):
             rows.append({
                 "claim": "P1" if matrix == "W_pos" else "P10", "model": model, "matrix": matrix,
@@ -352,16 +381,14 @@ def pca_table(ext: Extended, model: str, first: int, k: int) -> pd.DataFrame:
 def angles_table(ext: Extended, model: str, first: int, k: int) -> pd.DataFrame:
     """Canonical angles between the top-``k`` right-singular subspaces of centred
     ``W_pos`` and of each layer's extended embeddings: one row per (layer, angle)."""
-    W = centre(ext.W_pos, first)
-    gap_w = spectral_gap(W, k)
+    sw, Vw = right_singular(centre(ext.W_pos, first))
     rows = []
     for i in range(ext.n_layers + 1):
-        X = centre(ext.extended[i], first)
-        ang = canonical_angles_deg(W, X, k)
-        for j, a in enumerate(ang):
+        sx, Vx = right_singular(centre(ext.extended[i], first))
+        for j, a in enumerate(subspace_angles_deg(Vw[:k], Vx[:k])):
             rows.append({
                 "claim": "P11", "model": model, "layer": i, "site": ext.sites[i], "k": k, "angle_index": j + 1,
-                "angle_deg": float(a), "gap_W_pos": gap_w, "gap_extended": spectral_gap(X, k),
+                "angle_deg": float(a), "gap_W_pos": gap_of(sw, k), "gap_extended": gap_of(sx, k),
             })
     return pd.DataFrame(rows)
 
@@ -410,16 +437,13 @@ def project(X: np.ndarray, V: np.ndarray) -> np.ndarray:
     return X @ V.T
 
 
-def helices(ext: Extended, first: int) -> dict[str, Any]:
+def helices(ext: Extended, first: int, pcas: dict[int, tuple[np.ndarray, np.ndarray]] | None = None) -> dict[str, Any]:
     """Top-3 PCA coordinates, each matrix in its own basis: ``W_pos [n, 3]``,
     ``extended [n_layers + 1, n, 3]``, ``positions [n]`` (``n = n_ctx - first``) and the
     labelled ``panels`` of :func:`posmech.plots.geometry.helix_grid`."""
-    W = centre(ext.W_pos, first)
-    out_ext = []
-    for i in range(ext.n_layers + 1):
-        X = centre(ext.extended[i], first)
-        out_ext.append(project(X, pca(X, 3)[0]))
-    Pw = project(W, pca(W, 3)[0])
+    pcas = pcas or all_pcas(ext, first, 3)
+    out_ext = [project(centre(ext.extended[i], first), pcas[i][0][:3]) for i in range(ext.n_layers + 1)]
+    Pw = project(centre(ext.W_pos, first), pcas[-1][0][:3])
     panels = [("P1 W_pos", Pw)] + [(f"P10 layer {i}: {s}", P) for i, (s, P) in enumerate(zip(ext.sites, out_ext))]
     return {"W_pos": Pw, "extended": np.stack(out_ext), "positions": np.arange(first, ext.W_pos.shape[0]),
             "panels": panels}

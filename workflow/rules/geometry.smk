@@ -7,10 +7,6 @@ def geometry_models():
     return selected(config, "geometry", "models")
 
 
-def geometry_params(wildcards):
-    return config["geometry"]
-
-
 rule extended_positional_embeddings:
     """Residual stream on one-token-repeated prompts, centred over positions, averaged over tokens (P8)."""
     input:
@@ -30,20 +26,20 @@ rule extended_positional_embeddings:
             subcategory="Extended positional embeddings (P8)",
         ),
         scorecard="results/{model}/scorecard/extended_positional_embeddings.csv",
-    params:
-        entry=model_entry,
-        geometry=geometry_params,
     log:
         "logs/extended_positional_embeddings/{model}.log",
     benchmark:
         "benchmarks/extended_positional_embeddings/{model}.tsv"
+    wildcard_constraints:
+        model=regex(MODELS),
     threads: 2
     resources:
         gpu=heavy_resources,
         mem_mb=8000,
         runtime=60,
-    wildcard_constraints:
-        model=regex(MODELS),
+    params:
+        entry=model_entry,
+        geometry=config["geometry"],
     script:
         "../../scripts/extended_positional_embeddings.py"
 
@@ -84,12 +80,12 @@ rule positional_pca:
             subcategory="Positional geometry (P1, P9–P11)",
         ),
         scorecard="results/{model}/scorecard/positional_pca.csv",
-    params:
-        geometry=geometry_params,
     log:
         "logs/positional_pca/{model}.log",
     wildcard_constraints:
         model=regex(MODELS),
+    params:
+        geometry=config["geometry"],
     script:
         "../../scripts/positional_pca.py"
 
@@ -112,12 +108,12 @@ rule canonical_angles:
             subcategory="Positional geometry (P1, P9–P11)",
         ),
         scorecard="results/{model}/scorecard/canonical_angles.csv",
-    params:
-        geometry=geometry_params,
     log:
         "logs/canonical_angles/{model}.log",
     wildcard_constraints:
         model=regex(MODELS),
+    params:
+        geometry=config["geometry"],
     script:
         "../../scripts/canonical_angles.py"
 
@@ -140,12 +136,12 @@ rule positional_sparsity:
             subcategory="Positional geometry (P1, P9–P11)",
         ),
         scorecard="results/{model}/scorecard/positional_sparsity.csv",
-    params:
-        geometry=geometry_params,
     log:
         "logs/positional_sparsity/{model}.log",
     wildcard_constraints:
         model=regex(MODELS),
+    params:
+        geometry=config["geometry"],
     script:
         "../../scripts/positional_sparsity.py"
 
@@ -175,16 +171,22 @@ GEOMETRY_TABLES = [
 
 def geometry_scorecards():
     return [
-        f"results/{m}/scorecard/{r}.csv" for m in geometry_models() for r in GEOMETRY_RULES
+        f"results/{m}/scorecard/{r}.csv"
+        for m in geometry_models()
+        for r in GEOMETRY_RULES
     ]
 
 
 def geometry_figures():
-    return [f"results/{m}/geometry/{f}" for m in geometry_models() for f in GEOMETRY_FIGURES]
+    return [
+        f"results/{m}/geometry/{f}" for m in geometry_models() for f in GEOMETRY_FIGURES
+    ]
 
 
 def geometry_tables():
-    return [f"results/{m}/geometry/{f}" for m in geometry_models() for f in GEOMETRY_TABLES]
+    return [
+        f"results/{m}/geometry/{f}" for m in geometry_models() for f in GEOMETRY_TABLES
+    ]
 
 
 def geometry_targets():
