@@ -29,7 +29,7 @@ def main(smk, log):
             "targets_tokens": prompt.targets, "dropped_variants": prompt.dropped}
     write_table(df, smk.output.table, iv.table_meta(man, entry, smk.params.cfg, heads, **meta))
     a, b = prompt.positions["before_a"][0], prompt.positions["c"][1] + 1
-    labels = [bridge.tokenizer.decode([int(t)]) for t in prompt.tokens[a:b]]
+    labels = [bridge.tokenizer.decode([int(t)]).replace(" ", "␣") for t in prompt.tokens[a:b]]
     plots.induction_bars(df, pats, (a, b), labels, model, sharp, cfg["output_scale"], smk.output.figure)
     write_table(scorecard_rows(iv.induction_scorecard(df, model, smk.output.figure)), smk.output.scorecard)
     log.info("%s", df[["condition", "target", "probability"]].to_string(index=False))
