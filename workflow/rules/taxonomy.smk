@@ -19,7 +19,9 @@ def section_params(section):
 
 
 def section_tokens(section):
-    return lambda wc: f"results/{wc.model}/tokens/{section_params(section)()['corpus']}.h5"
+    return (
+        lambda wc: f"results/{wc.model}/tokens/{section_params(section)()['corpus']}.h5"
+    )
 
 
 def repo_file(path):
@@ -29,7 +31,8 @@ def repo_file(path):
 
 rule diagonal_taxonomy:
     """Mean attention per diagonal offset for every head; previous-token heads (P6), their
-    ranking (P7), TransformerLens's head_detector score; the chosen sharp / early heads."""
+    ranking (P7), TransformerLens's head_detector score; the chosen sharp / early heads.
+    """
     input:
         manifest="resources/models/{model}/manifest.json",
         tokens=section_tokens("taxonomy"),
@@ -49,9 +52,6 @@ rule diagonal_taxonomy:
             subcategory="Previous-token heads (P2-P7)",
         ),
         scorecard="results/{model}/scorecard/diagonal_taxonomy.csv",
-    params:
-        entry=model_entry,
-        taxonomy=section_params("taxonomy"),
     log:
         "logs/diagonal_taxonomy/{model}.log",
     benchmark:
@@ -63,6 +63,9 @@ rule diagonal_taxonomy:
         gpu=heavy_resources,
         mem_mb=6000,
         runtime=60,
+    params:
+        entry=model_entry,
+        taxonomy=section_params("taxonomy"),
     script:
         "../../scripts/diagonal_taxonomy.py"
 
@@ -89,9 +92,6 @@ rule posembed_averaging:
             subcategory="Previous-token heads (P2-P7)",
         ),
         scorecard="results/{model}/scorecard/posembed_averaging.csv",
-    params:
-        entry=model_entry,
-        averaging=section_params("posembed_averaging"),
     log:
         "logs/posembed_averaging/{model}.log",
     benchmark:
@@ -103,6 +103,9 @@ rule posembed_averaging:
         gpu=heavy_resources,
         mem_mb=6000,
         runtime=60,
+    params:
+        entry=model_entry,
+        averaging=section_params("posembed_averaging"),
     script:
         "../../scripts/posembed_averaging.py"
 
@@ -128,9 +131,6 @@ rule posembed_attention:
             subcategory="Previous-token heads (P2-P7)",
         ),
         scorecard="results/{model}/scorecard/posembed_attention.csv",
-    params:
-        entry=model_entry,
-        attention=section_params("posembed_attention"),
     log:
         "logs/posembed_attention/{model}.log",
     benchmark:
@@ -142,6 +142,9 @@ rule posembed_attention:
         gpu=heavy_resources,
         mem_mb=4000,
         runtime=20,
+    params:
+        entry=model_entry,
+        attention=section_params("posembed_attention"),
     script:
         "../../scripts/posembed_attention.py"
 

@@ -41,7 +41,7 @@ def taxonomy_figure(per_head: pd.DataFrame, chosen: pd.DataFrame, meta: dict[str
                     ax=axes[2], s=25)
     rho = meta.get("spearman_ratio_vs_head_detector")
     axes[2].set(xlabel="mean attention on offset −1", ylabel="TransformerLens head_detector score",
-                title=f"Spearman(−ratio, head_detector) over P6 heads: {rho if rho is None else f'{rho:.2f}'}")
+                title=f"Spearman(−ratio, head_detector) over P6 heads: {'n/a' if rho is None else f'{rho:.2f}'}")
     fig.suptitle(f"P6/P7 diagonal taxonomy of {model} ({meta['n_documents']} documents)")
     fig.tight_layout()
     save(fig, path)

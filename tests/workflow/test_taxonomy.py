@@ -1,0 +1,78 @@
+"""The taxonomy and W_pos-averaging rules (P2-P4, P6, P7) on the CI-sized DAG."""
+
+from __future__ import annotations
+
+import numpy as np
+import yaml
+
+from posmech.hdf5 import open_artifact
+from posmech.tables import read_table
+from posmech.taxonomy import HEADS_COLUMNS, read_chosen_heads
+
+REPO_PUBLISHED = __import__("pathlib").Path(__file__).resolve().parents[2] / "resources" / "published.yaml"
+
+
+def _published_quantities(claims):
+    entries = yaml.safe_load(REPO_PUBLISHED.read_text())["entries"]
+    return {(e["claim"], e["quantity"]) for e in entries if e["claim"] in claims}
+
+
+def test_diagonal_taxonomy_outputs(ci_run):
+    base = ci_run / "results/demo/taxonomy"
+    per_head = read_table(base / "taxonomy.csv")
+    assert len(per_head) == 2 * 2  # ci model: 2 layers x 2 heads
+    meta = per_head.attrs
+    assert meta["n_documents"] == 8 and meta["context"] == 32
+    assert "spearman_ratio_vs_head_detector" in meta
+    assert meta["n_previous_token_heads"] == int(per_head["is_previous_token"].sum())
+    # every query row of a pattern sums to 1: mean x count summed over offsets = number of query rows
+    diag = read_table(base / "diagonals.csv")
+    mass = (diag["mean"] * diag["count"]).groupby(diag["head"]).sum()
+    np.testing.assert_allclose(mass.to_numpy(), 8 * (32 - 1), rtol=1e-4)
+    top = diag.loc[diag.groupby("head")["mean"].idxmax()].set_index("head")["offset"]
+    assert (top.reindex(per_head["head"]).to_numpy() == per_head["top_offset"].to_numpy()).all()
+    heads = read_chosen_heads(base / "heads.csv")
+    table = read_table(base / "heads.csv")
+    assert list(table.columns) == HEADS_COLUMNS
+    ranked = per_head[per_head["rank"].notna()].sort_values("rank")
+    assert heads["sharp"] == [ranked["head"].iloc[0]]
+    assert set(heads["early"]) <= set(ranked["head"]) - set(heads["sharp"])
+    card = read_table(ci_run / "results/demo/scorecard/diagonal_taxonomy.csv")
+    assert {("P6", "n_prev_token_heads"), ("P7", "sharpest_prev_token_head"), ("P7", "diagonal_ratio")} <= set(
+        zip(card["claim"], card["quantity"])
+    ) <= _published_quantities({"P6", "P7"})
+    assert (ci_run / "results/demo/taxonomy/taxonomy.png").stat().st_size > 10_000
+
+
+def test_posembed_averaging_outputs(ci_run):
+    df = read_table(ci_run / "results/demo/posembed/averaging.csv")
+    loss = df[df["quantity"] == "loss"].set_index("k")["value"]
+    assert list(loss.index) == [1, 5, 10, 32]
+    assert np.isfinite(loss).all() and (loss > 0).all()
+    probs = df[df["quantity"] == "probability"]
+    assert set(probs["prompt"]) == {"apple_orange", "orange_apple"}
+    assert ((probs["value"] >= 0) & (probs["value"] <= 1)).all()
+    assert (probs.groupby(["k", "prompt"])["value"].sum() <= 1 + 1e-9).all()  # disjoint variant sets
+    assert probs["prompt_truncated"].all()  # the prompt is longer than the CI model's 32-token context
+    card = read_table(ci_run / "results/demo/scorecard/posembed_averaging.csv")
+    got = set(zip(card["claim"], card["quantity"]))
+    assert got == {("P2", "max_unchanged_k"), ("P3", "p_apple_intact"), ("P3", "p_apple_k10"),
+                   ("P3", "p_orange_intact"), ("P3", "p_orange_k10")}
+    assert got <= _published_quantities({"P2", "P3"})
+
+
+def test_posembed_attention_outputs(ci_run):
+    df = read_table(ci_run / "results/demo/posembed/attention.csv")
+    heads = read_chosen_heads(ci_run / "results/demo/taxonomy/heads.csv")
+    assert df["head"].tolist() == heads["sharp"] + heads["early"]
+    assert (df["window_size"] == 32).all() and (df["k"] == 10).all()
+    assert ((df["cosine_similarity"] > 0) & (df["cosine_similarity"] <= 1 + 1e-9)).all()
+    with open_artifact(ci_run / "results/demo/posembed/attention.h5", "posembed_attention") as f:
+        intact = f[f"{heads['sharp'][0]}/intact"][()]
+        averaged = f[f"{heads['sharp'][0]}/averaged"][()]
+    assert intact.shape == (32, 32)
+    np.testing.assert_allclose(intact.sum(1), 1, rtol=1e-5)  # window = whole document: rows are complete
+    assert np.allclose(np.triu(averaged, 1), 0)
+    card = read_table(ci_run / "results/demo/scorecard/posembed_attention.csv")
+    assert set(zip(card["claim"], card["quantity"])) <= _published_quantities({"P4"})
+    assert card["value"].iloc[0] == df["cosine_similarity"].iloc[0]
