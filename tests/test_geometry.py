@@ -194,3 +194,18 @@ def test_reader_refuses_other_kinds(tmp_path):
         f.attrs["complete"] = False
     with pytest.raises(PosmechError, match="completion"):
         geo.read_extended(p)
+
+
+def test_layer0_identity_on_a_legacy_attention_only_checkpoint(tmp_path):
+    """attn-only-2l style (native TransformerBridge, no MLPs): same contract."""
+    from posmech.models import prepare_local_model
+    from tests.test_models import _legacy_dir
+
+    d, sd = _legacy_dir(tmp_path / "legacy")
+    bridge = load_bridge(prepare_local_model("leg", {"source": str(d)}, tmp_path / "m"), device="cpu")
+    acc, W_pos, tokens, info = geo.compute_extended(bridge, 5, 0, 2, prepend_bos=True)
+    M = acc.mean()
+    assert M.shape == (3, 10, 8) and info["n_layers"] == 2
+    np.testing.assert_allclose(M[0, 1:], geo.centre(W_pos, 1), atol=1e-5)
+    raw = sd["pos_embed.W_pos"].double().numpy()  # compatibility mode centres W_pos over d_model
+    np.testing.assert_allclose(W_pos, raw - raw.mean(axis=1, keepdims=True), atol=1e-5)
