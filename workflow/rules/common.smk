@@ -34,19 +34,73 @@ def static(path):
 
 
 def on_gpu(model):
-    """True when the model's device resolves to CUDA (``cuda``, or ``auto`` on a machine
-    that has one); model-heavy rules then request ``gpu=1``."""
-    device = config["models"][model]["device"]
-    if device == "auto":
-        import shutil
+    """True when ``model``'s heavy jobs request a GPU: ``cluster.gpu: auto`` follows the
+    model's device (``cuda``; ``auto`` when the submitting host has ``nvidia-smi``),
+    ``always``/``never`` override it (see docs/cluster.md)."""
+    import shutil
 
-        return shutil.which("nvidia-smi") is not None
-    return device == "cuda"
+    from posmech.cluster import requests_gpu
+
+    policy = config.get("cluster", {}).get("gpu", "auto")
+    return requests_gpu(
+        config["models"][model], policy, shutil.which("nvidia-smi") is not None
+    )
 
 
 def heavy_resources(wildcards):
-    """Resources of a model-heavy rule for ``wildcards.model`` (used by the SLURM profile)."""
+    """GPUs of a model-heavy job for ``wildcards.model`` (0 or 1): ``gpu=heavy_resources``."""
     return 1 if on_gpu(wildcards.model) else 0
+
+
+def model_shape(model):
+    """Estimated size of a configured model (config.json when on disk, else from config)."""
+    from posmech.cluster import model_shape as estimate
+
+    return estimate(model, config["models"][model], f"resources/models/{model}")
+
+
+def heavy_corpora(wildcards):
+    """The corpus of a job (``wildcards.corpus``), else every configured corpus."""
+    return [wildcards.corpus] if "corpus" in wildcards.keys() else CORPORA
+
+
+def heavy_mem_mb(wildcards, attempt):
+    """Memory (MB) of a model-heavy job: model + one context's attention, ×attempt."""
+    from posmech.cluster import mem_mb
+
+    entry = config["models"][wildcards.model]
+    scale = config.get("cluster", {}).get("mem_scale", 1.0)
+    return mem_mb(model_shape(wildcards.model), entry["dtype"], 1, scale, attempt)
+
+
+def heavy_runtime_for(passes):
+    """``runtime`` (minutes) of a job doing ``passes`` forward passes over every token of
+    its corpus (or of all corpora): ``runtime=heavy_runtime_for(4)``."""
+
+    def runtime(wildcards, attempt):
+        from posmech.cluster import corpus_documents, runtime_min
+
+        shape = model_shape(wildcards.model)
+        docs = sum(corpus_documents(config["corpora"][c]) for c in heavy_corpora(wildcards))
+        scale = config.get("cluster", {}).get("runtime_scale", 1.0)
+        gpu = on_gpu(wildcards.model)
+        return runtime_min(shape, docs * shape.n_ctx, passes, gpu, scale, attempt)
+
+    return runtime
+
+
+heavy_runtime = heavy_runtime_for(1)
+
+
+def train_runtime(wildcards, attempt):
+    """``runtime`` (minutes) of ``train_demo_model``: steps × batch × context tokens,
+    forward and backward (3 passes), on the CPU."""
+    from posmech.cluster import runtime_min
+
+    t = config["models"][wildcards.model]["train"]
+    tokens = t["steps"] * t["batch_size"] * t["n_ctx"]
+    scale = config.get("cluster", {}).get("runtime_scale", 1.0)
+    return runtime_min(model_shape(wildcards.model), tokens, 3, False, scale, attempt)
 
 
 def model_entry(wildcards):

@@ -1,6 +1,11 @@
 # Corpora: every configured corpus prepared into one JSON-lines file under resources/.
 
 
+# Downloads need the internet of the login node; with profiles/slurm they run there.
+localrules:
+    prepare_corpus,
+
+
 rule prepare_corpus:
     """Load a corpus (packaged KJV Bible, Hub dataset, or local copy), select documents."""
     output:

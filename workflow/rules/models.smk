@@ -2,6 +2,11 @@
 # place, a `train:` entry is trained by the pipeline (the offline default).
 
 
+# Downloads need the internet of the login node; with profiles/slurm they run there.
+localrules:
+    fetch_model,
+
+
 rule fetch_model:
     """Snapshot a Hub model (safetensors, config, tokenizer) or validate a local directory."""
     output:
@@ -40,6 +45,9 @@ rule train_demo_model:
     benchmark:
         "benchmarks/train_demo_model/{model}.tsv"
     threads: 2
+    resources:
+        mem_mb=heavy_mem_mb,
+        runtime=train_runtime,
     wildcard_constraints:
         model=regex(model_names_by_kind(config, "train")),
     script:

@@ -1,6 +1,11 @@
 # Tokenize every (model, corpus) pair with the model's tokenizer, cut to its context.
 
 
+# Cheap (seconds per thousand documents): runs locally also with profiles/slurm.
+localrules:
+    tokenize,
+
+
 rule tokenize:
     """Token ids, document ids and positions of a corpus for a model, in HDF5."""
     input:

