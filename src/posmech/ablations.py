@@ -105,8 +105,8 @@ def next_token_loss(bridge: Any, documents: list[np.ndarray]) -> tuple[float, in
             if len(doc) < 2:
                 continue
             x = torch.as_tensor(np.asarray(doc, dtype=np.int64), device=device)[None]
-            logp = torch.log_softmax(bridge(x)[0, :-1].double(), -1)
-            total -= float(logp.gather(-1, x[0, 1:, None]).sum())
+            logp = torch.log_softmax(bridge(x)[0, :-1], -1)  # float32: [n-1, d_vocab] can be large
+            total -= float(logp.gather(-1, x[0, 1:, None]).double().sum())
             count += len(doc) - 1
     return total, count
 
