@@ -165,3 +165,18 @@ def test_read_chosen_heads_rejects_bad_tables(tmp_path):
         read_chosen_heads(tmp_path / "absent.csv")
     with pytest.raises(PosmechError, match="L<layer>H<head>"):
         chosen_heads_frame("m", [{"role": "sharp", "head": "4.11", "score": 0, "rule": "x"}])
+
+
+def test_full_context_documents_selects_long_documents_and_names_the_key():
+    from posmech.tokens import TokenSet
+    from posmech.taxonomy import full_context_documents
+
+    lengths = [12, 5, 12, 9, 12]
+    flat = np.concatenate([np.arange(n) for n in lengths])
+    ts = TokenSet(flat, np.concatenate([[0], np.cumsum(lengths)]), {"n_ctx": 12}, [""] * 5)
+    docs, ctx = full_context_documents(ts, 2, None)
+    assert ctx == 12 and len(docs) == 2 and all(len(d) == 12 for d in docs)
+    docs, ctx = full_context_documents(ts, 10, 9)
+    assert ctx == 9 and [len(d) for d in docs] == [9, 9, 9, 9]
+    with pytest.raises(PosmechError, match="taxonomy.context"):
+        full_context_documents(ts, 2, 20)

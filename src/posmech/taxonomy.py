@@ -336,6 +336,11 @@ def full_context_documents(tokens: Any, n_documents: int, context: int | None) -
     ``(documents, context)``; fewer documents when fewer are long enough."""
     ctx = int(context or tokens.attrs.get("n_ctx") or tokens.lengths().max())
     long_enough = np.flatnonzero(tokens.lengths() >= ctx)[:n_documents]
+    if not len(long_enough):
+        raise PosmechError(
+            f"config key `taxonomy.context`: no document has {ctx} tokens (longest: {int(tokens.lengths().max())}); "
+            "lower `taxonomy.context` or use a corpus with longer documents"
+        )
     return [tokens.doc(int(j))[:ctx] for j in long_enough], ctx
 
 
