@@ -1,8 +1,8 @@
 """Rule cache_activations: one forward pass over a tokenized corpus, streamed to HDF5."""
 
-from posmech.cache import CacheSettings, cache_activations
+from posmech.cache import CacheSettings, cache_activations, load_capture
 from posmech.config import config_hash
-from posmech.models import load_bridge, read_manifest
+from posmech.models import read_manifest
 from posmech.runner import run
 from posmech.tokens import read_tokens
 
@@ -11,8 +11,8 @@ def main(smk, log):
     man = read_manifest(smk.input.manifest)
     model, corpus, cfg = smk.params.model, smk.params.corpus, dict(smk.params.cache)
     tokens = read_tokens(smk.input.tokens)
-    bridge = load_bridge(man, model["device"], model["dtype"], model["processing"])
     settings = CacheSettings.from_config(cfg)
+    capture = load_capture(man, model["device"], model["dtype"], model["processing"], settings.engine)
     attrs = {
         "model": smk.wildcards.model,
         "model_source": man["source"],
@@ -20,7 +20,7 @@ def main(smk, log):
         "weights_sha256_16": man.get("weights_sha256_16", "unknown"),
         "processing": model["processing"],
         "model_dtype": model["dtype"],
-        "device": str(bridge.cfg.device),
+        "device": str(getattr(capture, "device", None) or capture.bridge.cfg.device),
         "corpus": smk.wildcards.corpus,
         "corpus_config": corpus,
         "cache_config": cfg,
@@ -30,7 +30,7 @@ def main(smk, log):
     }
     step = max(1, tokens.n_documents // 10)
     report = lambda done, n: (done % step < settings.batch_size or done == n) and log.info("%d/%d documents", done, n)  # noqa: E731
-    s = cache_activations(bridge, tokens, smk.output[0], settings, attrs, progress=report)
+    s = cache_activations(capture, tokens, smk.output[0], settings, attrs, progress=report)
     log.info("cached %d documents, %d tokens (resumed after %d documents), %.0f tokens/s",
              s["n_documents"], s["n_tokens"], s["resumed_from"], s["tokens_per_second"])
 

@@ -22,6 +22,7 @@ from posmech.cache import (
     PARTIAL,
     CacheSettings,
     cache_activations,
+    load_capture,
     read_document,
     read_position_means,
     read_positions,
@@ -68,10 +69,11 @@ def analytic(spec: hb.Spec, doc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x, c / np.sqrt((c**2).mean(axis=1, keepdims=True) + 1e-12)
 
 
+@pytest.mark.parametrize("engine", ["bridge", "hf"])
 @pytest.mark.parametrize("processing", ["compatibility", "raw"])
-def test_cache_equals_analytic_residual_stream(token_model, tmp_path, processing):
+def test_cache_equals_analytic_residual_stream(token_model, tmp_path, processing, engine):
     spec, path = token_model
-    bridge = load_bridge({"hf_dir": str(path), "name": "tok"}, device="cpu", processing=processing)
+    bridge = load_capture({"hf_dir": str(path), "name": "tok"}, "cpu", "float32", processing, engine)
     docs = random_docs(9)
     out = tmp_path / "acts.h5"
     summary = cache_activations(bridge, token_set(docs), out, CacheSettings(batch_size=4, storage_dtype="float32"),
@@ -158,13 +160,16 @@ def hf_reference(path: Path, docs: list[np.ndarray]) -> list[dict[str, np.ndarra
     return out
 
 
+@pytest.mark.parametrize("engine", ["bridge", "hf"])
 @pytest.mark.parametrize("processing", ["raw", "compatibility"])
-def test_cache_matches_huggingface_hidden_states(tmp_path, processing):
+def test_cache_matches_huggingface_hidden_states(tmp_path, processing, engine):
     path = _gpt2_dir(tmp_path / "gpt2")
     docs = random_docs(6, seed=5)
-    bridge = load_bridge({"hf_dir": str(path), "name": "g"}, device="cpu", processing=processing)
+    model = load_capture({"hf_dir": str(path), "name": "g"}, "cpu", "float32", processing, engine)
     out = tmp_path / "acts.h5"
-    cache_activations(bridge, token_set(docs), out, CacheSettings(batch_size=4), {"model": "g"})
+    cache_activations(model, token_set(docs), out, CacheSettings(batch_size=4), {"model": "g"})
+    with h5py.File(out) as f:
+        assert f.attrs["engine"] == engine
     ref = hf_reference(path, docs)
     for j, r in enumerate(ref):
         hidden, ln1 = r["hidden"], r["ln1"]
@@ -201,7 +206,8 @@ def slow(*a, **k):
     time.sleep(0.15)
     return orig(*a, **k)
 C.forward_batch = slow
-cache_activations(bridge, token_set(random_docs(40, seed=7)), {out!r}, CacheSettings(batch_size=2), {{"model": "tok"}})
+cache_activations(bridge, token_set(random_docs(40, seed=7)), {out!r}, CacheSettings(batch_size=2, checkpoint_seconds=0),
+                  {{"model": "tok"}})
 """
 
 
@@ -279,7 +285,8 @@ def test_damaged_or_mismatched_partial_file_restarts_cleanly(token_model, tmp_pa
     partial = out.with_name(out.name + PARTIAL)
     # interrupted, then the partial file truncated: restart from scratch
     with pytest.raises(Interrupt):
-        cache_activations(bridge, tokens, out, CacheSettings(batch_size=3), {"model": "tok"}, _interrupt_after(6))
+        cache_activations(bridge, tokens, out, CacheSettings(batch_size=3, checkpoint_seconds=0), {"model": "tok"},
+                          _interrupt_after(6))
     with open(partial, "r+b") as fh:
         fh.truncate(partial.stat().st_size // 2)
     s = cache_activations(bridge, tokens, out, CacheSettings(batch_size=3), {"model": "tok"})
@@ -288,14 +295,16 @@ def test_damaged_or_mismatched_partial_file_restarts_cleanly(token_model, tmp_pa
     # interrupted, then rerun with other settings: restart, never mix
     out.unlink()
     with pytest.raises(Interrupt):
-        cache_activations(bridge, tokens, out, CacheSettings(batch_size=2), {"model": "tok"}, _interrupt_after(6))
+        cache_activations(bridge, tokens, out, CacheSettings(batch_size=2, checkpoint_seconds=0), {"model": "tok"},
+                          _interrupt_after(6))
     s = cache_activations(bridge, tokens, out, CacheSettings(batch_size=3), {"model": "tok"})
     assert s["resumed_from"] == 0
     assert_same_file(out, ref)
     # interrupted, same settings: resumes
     out.unlink()
     with pytest.raises(Interrupt):
-        cache_activations(bridge, tokens, out, CacheSettings(batch_size=3), {"model": "tok"}, _interrupt_after(6))
+        cache_activations(bridge, tokens, out, CacheSettings(batch_size=3, checkpoint_seconds=0), {"model": "tok"},
+                          _interrupt_after(6))
     assert cache_activations(bridge, tokens, out, CacheSettings(batch_size=3), {"model": "tok"})["resumed_from"] == 6
     assert_same_file(out, ref)
 
@@ -347,3 +356,16 @@ def test_compressed_cache_equals_uncompressed(token_model, tmp_path):
         chunks = f["activations/resid_pre"].chunks
         assert chunks[0] == 1 and chunks[2] == f.attrs["d_model"]
         assert f.attrs["complete"] and f.attrs["compression"] == "gzip"
+
+
+@pytest.mark.parametrize("processing", ["compatibility", "raw"])
+def test_hf_engine_equals_transformerlens_hooks(tmp_path, processing):
+    """The fast engine reproduces the bridge's hook values in the processing mode."""
+    path = _gpt2_dir(tmp_path / "gpt2")
+    ids = np.stack(random_docs(3, seed=9, n_ctx=N_CTX)[:1] * 2)
+    man = {"hf_dir": str(path), "name": "g"}
+    a = load_capture(man, "cpu", "float32", processing, "bridge")(ids, ("resid_pre", "ln1_out"))
+    b = load_capture(man, "cpu", "float32", processing, "hf")(ids, ("resid_pre", "ln1_out"))
+    for h in a:
+        assert a[h].shape == b[h].shape
+        np.testing.assert_allclose(b[h].numpy(), a[h].numpy(), atol=2e-5, rtol=1e-5)

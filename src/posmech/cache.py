@@ -23,9 +23,9 @@ Hooks (TransformerLens names, in the configured processing mode):
 
 Resumability: the file is written at ``<path>.partial`` with every dataset allocated up
 front (so a kill, even ``kill -9``, can only leave raw data of unfinished batches
-half-written, never the file's structure); after every ``checkpoint_every`` batches the
-float64 running sums and the number of finished documents go to an atomically replaced
-checkpoint ``<path>.partial.ckpt.npz``.  A rerun with the same inputs and settings resumes
+half-written, never the file's structure); after every ``checkpoint_every`` batches (and at
+most every ``checkpoint_seconds``) the float64 running sums and the number of finished
+documents go to an atomically replaced checkpoint ``<path>.partial.ckpt.npz``.  A rerun with the same inputs and settings resumes
 after the last checkpoint (batches have fixed boundaries, so the result is bitwise equal
 to an uninterrupted run); anything that does not match or does not open restarts cleanly.
 The file is renamed onto ``path`` only after the completion marker is set.
@@ -87,6 +87,8 @@ class CacheSettings:
     compression_level: int = 4
     chunk_tokens: int = 128
     checkpoint_every: int = 1
+    checkpoint_seconds: float = 10.0
+    engine: str = "auto"
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> CacheSettings:
@@ -137,6 +139,114 @@ def padding_mask(lengths: np.ndarray, n_pos: int) -> np.ndarray:
     return np.arange(n_pos)[None, :] < np.asarray(lengths)[:, None]
 
 
+class HFCapture:
+    """The cached hooks from a plain Hugging Face GPT-2-style model (``transformer.h[i].ln_1``,
+    ``transformer.ln_f``: GPT-2, GPT-Neo), with the processing mode applied exactly.
+
+    The TransformerBridge's compatibility mode centres every weight that writes to the
+    residual stream and folds each layer norm's affine into the next weights, so its
+    ``hook_resid_pre`` is Hugging Face's residual minus its mean over ``d_model`` and its
+    ``ln1.hook_out`` is the layer norm without affine; in ``raw`` mode both are Hugging
+    Face's own.  Computing them from the plain model skips the bridge's per-module
+    overhead (the forward pass is the same); tests check both engines agree.
+    """
+
+    def __init__(self, model: Any, processing: str) -> None:
+        if processing not in ("compatibility", "raw"):
+            raise PosmechError(f"unknown processing mode {processing!r}; expected `compatibility` or `raw`")
+        self.model, self.processing = model, processing
+        self.body = model.transformer
+        self.n_layers = len(self.body.h)
+        self.d_model = int(model.config.hidden_size)
+        self.device = next(model.parameters()).device
+        self.eps = [float(blk.ln_1.eps) for blk in self.body.h]
+
+    @staticmethod
+    def supports(model: Any) -> bool:
+        body = getattr(model, "transformer", None)
+        return body is not None and hasattr(body, "h") and hasattr(body, "ln_f") and all(
+            hasattr(b, "ln_1") for b in body.h)
+
+    def __call__(self, ids: np.ndarray, hooks: tuple[str, ...]) -> dict[str, Any]:
+        import torch
+
+        resid: dict[int, Any] = {}
+        ln1: dict[int, Any] = {}
+        handles = [self.body.ln_f.register_forward_pre_hook(
+            lambda m, a: resid.__setitem__(self.n_layers, a[0].detach()))]
+        for i, blk in enumerate(self.body.h):
+            handles.append(blk.ln_1.register_forward_pre_hook(lambda m, a, i=i: resid.__setitem__(i, a[0].detach())))
+            if self.processing == "raw" and "ln1_out" in hooks:
+                handles.append(blk.ln_1.register_forward_hook(lambda m, a, o, i=i: ln1.__setitem__(i, o.detach())))
+        x = torch.as_tensor(ids, dtype=torch.long, device=self.device)
+        try:
+            with torch.inference_mode():
+                self.body(input_ids=x, use_cache=False)
+        finally:
+            for h in handles:
+                h.remove()
+        r = torch.stack([resid[i].float().cpu() for i in range(self.n_layers + 1)])
+        out = {}
+        if self.processing == "compatibility":
+            r = r - r.mean(dim=-1, keepdim=True)
+        if "ln1_out" in hooks:
+            if self.processing == "raw":
+                out["ln1_out"] = torch.stack([ln1[i].float().cpu() for i in range(self.n_layers)])
+            else:
+                eps = torch.tensor(self.eps)[:, None, None, None]
+                body = r[: self.n_layers]
+                out["ln1_out"] = body / torch.sqrt(body.pow(2).mean(dim=-1, keepdim=True) + eps)
+        if "resid_pre" in hooks:
+            out["resid_pre"] = r
+        return out
+
+
+class BridgeCapture:
+    """The cached hooks from a TransformerLens ``TransformerBridge`` (any architecture it
+    supports), via :func:`forward_batch`."""
+
+    def __init__(self, bridge: Any) -> None:
+        self.bridge = bridge
+        self.n_layers, self.d_model = int(bridge.cfg.n_layers), int(bridge.cfg.d_model)
+
+    def __call__(self, ids: np.ndarray, hooks: tuple[str, ...]) -> dict[str, Any]:
+        return forward_batch(self.bridge, ids, hooks)
+
+
+def as_capture(model: Any, processing: str | None = None) -> HFCapture | BridgeCapture:
+    """Wrap a TransformerBridge (``processing`` ignored: the bridge is already in its mode)
+    or a Hugging Face model (needs ``processing``)."""
+    if isinstance(model, (HFCapture, BridgeCapture)):
+        return model
+    if hasattr(model, "cfg") and hasattr(model, "hooks"):
+        return BridgeCapture(model)
+    if processing is None:
+        raise PosmechError("a Hugging Face model needs the processing mode (`compatibility` or `raw`)")
+    if not HFCapture.supports(model):
+        raise PosmechError(f"{type(model).__name__} has no GPT-2-style blocks; use `cache.engine: bridge`")
+    return HFCapture(model, processing)
+
+
+def load_capture(manifest: dict[str, Any], device: str, dtype: str, processing: str, engine: str = "auto") -> HFCapture | BridgeCapture:
+    """The model to cache from: ``engine='hf'`` (plain Hugging Face model, GPT-2-style
+    architectures), ``'bridge'`` (TransformerBridge, any architecture), ``'auto'`` (hf when
+    supported)."""
+    from posmech.models import is_tl_legacy_dir, load_bridge, load_hf, resolve_device
+
+    if engine in ("auto", "hf") and not is_tl_legacy_dir(manifest["hf_dir"]):
+        model, _ = load_hf(manifest, resolve_device(device), dtype)
+        if HFCapture.supports(model):
+            return HFCapture(model, processing)
+        if engine == "hf":
+            raise PosmechError(f"config key `cache.engine`: `hf` does not support {type(model).__name__}; "
+                               "use `auto` or `bridge`")
+        del model
+    elif engine == "hf":
+        raise PosmechError("config key `cache.engine`: `hf` does not support legacy TransformerLens "
+                           "checkpoints; use `auto` or `bridge`")
+    return BridgeCapture(load_bridge(manifest, device, dtype, processing))
+
+
 def accumulate(sums: np.ndarray, acts: Any, lengths: np.ndarray) -> None:
     """Add the activations of one batch to the running position-wise sums (in place).
 
@@ -149,8 +259,24 @@ def accumulate(sums: np.ndarray, acts: Any, lengths: np.ndarray) -> None:
 
     a = torch.as_tensor(acts)
     T = a.shape[2]
-    mask = torch.as_tensor(padding_mask(lengths, T))
-    sums[:, :T] += (a.double() * mask[None, :, :, None]).sum(dim=1).numpy()
+    if (np.asarray(lengths) < T).any():
+        mask = torch.as_tensor(padding_mask(lengths, T))
+        a = a.masked_fill(~mask[None, :, :, None], 0.0)
+    sums[:, :T] += a.sum(dim=1, dtype=torch.float64).numpy()
+
+
+def ragged(acts: Any, lengths: np.ndarray, dtype: str) -> np.ndarray:
+    """The real tokens of a right-padded batch, documents concatenated:
+    ``[L, batch, pos, d]`` → ``[L, sum(lengths), d]`` in ``dtype``."""
+    import torch
+
+    a = torch.as_tensor(acts).to(getattr(torch, dtype))
+    T = a.shape[2]
+    if (np.asarray(lengths) < T).any():
+        a = a[:, torch.as_tensor(padding_mask(lengths, T))]
+    else:
+        a = a.reshape(a.shape[0], -1, a.shape[-1])
+    return a.numpy()
 
 
 # --------------------------------------------------------------------------- writer
@@ -230,15 +356,18 @@ def _open_resumable(tmp: Path, ckpt: Path, fingerprint: str, settings: CacheSett
 
 
 def cache_activations(
-    bridge: Any,
+    model: Any,
     tokens: TokenSet,
     path: str | os.PathLike[str],
     settings: CacheSettings,
     attrs: dict[str, Any],
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
-    """Run ``bridge`` over the first ``settings.n_documents`` documents of ``tokens`` and
+    """Run ``model`` over the first ``settings.n_documents`` documents of ``tokens`` and
     write the activation cache to ``path`` (see the module docstring for the layout).
+
+    ``model``: a TransformerBridge, or an :class:`HFCapture`/:class:`BridgeCapture`
+    (:func:`load_capture`).
 
     Memory is bounded by one batch plus the ``[L, n_positions, d_model]`` float64 sums,
     whatever the number of documents.  Returns a summary: ``n_documents``, ``n_tokens``,
@@ -251,14 +380,16 @@ def cache_activations(
         raise PosmechError(f"no documents to cache for {str(path)!r}")
     for h in settings.hooks:
         hook_points(h, 0)
-    n_layers, d_model = int(bridge.cfg.n_layers), int(bridge.cfg.d_model)
+    capture = as_capture(model)
+    n_layers, d_model = capture.n_layers, capture.d_model
     off = tokens.offsets[: n_docs + 1]
     lengths = np.diff(off)
     n_pos = int(lengths.max())
     attrs = {**attrs, "hooks": list(settings.hooks), "n_layers": n_layers, "d_model": d_model,
              "n_documents": n_docs, "n_tokens": int(off[-1]), "n_positions": n_pos,
              "storage_dtype": settings.storage_dtype, "batch_size": settings.batch_size,
-             "compression": settings.compression or "none"}
+             "compression": settings.compression or "none",
+             "engine": "hf" if isinstance(capture, HFCapture) else "bridge"}
     fp = _fingerprint(attrs, settings, tokens)
     attrs["fingerprint"] = fp
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -278,25 +409,25 @@ def cache_activations(
     resumed_from = done
     t0, n_tok_run = time.perf_counter(), 0
     try:
-        bs, since = settings.batch_size, 0
+        bs, since, last_ckpt = settings.batch_size, 0, time.monotonic()
         for start in range(done, n_docs, bs):
             stop = min(start + bs, n_docs)
             lens = lengths[start:stop]
             ids = np.zeros((stop - start, int(lens.max())), dtype=np.int64)
             for b, j in enumerate(range(start, stop)):
                 ids[b, : lens[b]] = tokens.doc(j)
-            acts = forward_batch(bridge, ids, settings.hooks)
+            acts = capture(ids, settings.hooks)
             a0, a1 = int(off[start]), int(off[stop])
             count[: ids.shape[1]] += padding_mask(lens, ids.shape[1]).sum(axis=0)
             for h, a in acts.items():
                 accumulate(sums[h], a, lens)
-                flat = np.concatenate([a[:, b, : lens[b]].numpy() for b in range(len(lens))], axis=1)
-                f[f"activations/{h}"][:, a0:a1] = flat.astype(settings.storage_dtype)
+                f[f"activations/{h}"][:, a0:a1] = ragged(a, lens, settings.storage_dtype)
             done, since, n_tok_run = stop, since + 1, n_tok_run + (a1 - a0)
-            if since >= settings.checkpoint_every or done == n_docs:
+            due = since >= settings.checkpoint_every and time.monotonic() - last_ckpt >= settings.checkpoint_seconds
+            if due or done == n_docs:
                 f.flush()
                 _save_checkpoint(ckpt, fp, done, sums, count)
-                since = 0
+                since, last_ckpt = 0, time.monotonic()
             if progress:
                 progress(done, n_docs)
         for h in settings.hooks:

@@ -1,0 +1,187 @@
+"""Benchmark: the activation cache (rule ``cache_activations``) against a bare Hugging Face
+forward pass and against the notebook approach (``run_with_cache`` of every hook, kept in
+memory), on randomly initialised models (speed does not depend on the weights).
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/cache.py --shape gpt2-small
+    OMP_NUM_THREADS=1 .venv/bin/python bench/cache.py --shape demo
+
+Three measurements, each in a fresh subprocess (so peak RSS is that run's own):
+
+1. throughput on the same tokens and batch size: tokens/s of ``cache_activations``
+   (forward pass + hooks + HDF5 writes + float64 running means + checkpoints, the whole
+   call) vs ``model.transformer(x)`` (HF, no LM head) and ``model(x)`` (HF with logits);
+   best of ``--repeats`` interleaved runs;
+2. peak RSS of ``cache_activations`` at ``--rss-docs`` documents (default 16 and 256):
+   memory must not grow with the number of documents;
+3. the notebook approach at ``--notebook-docs`` documents: time and peak RSS, against the
+   cache at the same documents.
+
+Prints a JSON summary (``--json-out`` also writes it).  Numbers go to docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+SHAPES = {
+    "gpt2-small": {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024, "vocab_size": 50257},
+    "demo": {"n_layer": 2, "n_head": 4, "n_embd": 64, "n_positions": 64, "vocab_size": 80},
+}
+
+
+def build_model(shape: str, out: Path) -> Path:
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from posmech import handbuilt as hb
+
+    torch.manual_seed(0)
+    m = GPT2LMHeadModel(GPT2Config(**SHAPES[shape]))
+    m.save_pretrained(out, safe_serialization=True)
+    hb.char_tokenizer(80).save_pretrained(out)
+    return out
+
+
+def tokens(shape: str, n_docs: int, doc_len: int, seed: int = 0):
+    from posmech.tokens import TokenSet
+
+    rng = np.random.default_rng(seed)
+    flat = rng.integers(1, SHAPES[shape]["vocab_size"], size=n_docs * doc_len).astype(np.int32)
+    flat[::doc_len] = 0
+    off = np.arange(n_docs + 1, dtype=np.int64) * doc_len
+    return TokenSet(flat, off, {"config_hash": "bench"}, [""] * n_docs)
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def worker(args: argparse.Namespace) -> dict:
+    import torch
+
+    from posmech.cache import CacheSettings, cache_activations, load_capture
+    from posmech.models import load_bridge, load_hf
+
+    torch.set_num_threads(1)
+    man = {"hf_dir": args.model_dir, "name": args.shape}
+    if args.mode == "rss-notebook":
+        bridge = load_bridge(man, device="cpu")
+    else:
+        model = load_capture(man, "cpu", "float32", "compatibility", args.engine)
+    ts = tokens(args.shape, args.docs, args.doc_len)
+    settings = CacheSettings(batch_size=args.batch_size)
+    n_tok = int(ts.offsets[-1])
+    batches = [torch.as_tensor(ts.flat[ts.offsets[i]: ts.offsets[min(i + args.batch_size, args.docs)]]
+                               .reshape(-1, args.doc_len), dtype=torch.long)
+               for i in range(0, args.docs, args.batch_size)]
+    out = Path(args.tmp) / "acts.h5"
+    rss_loaded = peak_rss_mb()
+
+    def run_cache() -> float:
+        out.unlink(missing_ok=True)
+        t0 = time.perf_counter()
+        cache_activations(model, ts, out, settings, {"model": args.shape})
+        return time.perf_counter() - t0
+
+    if args.mode == "throughput":
+        hf, _ = load_hf(man)
+
+        def run_hf(lm: bool) -> float:
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                for x in batches:
+                    hf(x) if lm else hf.transformer(x)
+            return time.perf_counter() - t0
+
+        run_hf(False), run_cache()  # warm-up
+        times: dict[str, list[float]] = {"hf": [], "hf_lm": [], "cache": []}
+        for _ in range(args.repeats):
+            times["hf"].append(run_hf(False))
+            times["cache"].append(run_cache())
+            times["hf_lm"].append(run_hf(True))
+        tps = {k: n_tok / min(v) for k, v in times.items()}
+        return {"mode": "throughput", "tokens": n_tok, "times_s": times, "tokens_per_s": tps,
+                "ratio_vs_hf_base": tps["cache"] / tps["hf"], "ratio_vs_hf_lm": tps["cache"] / tps["hf_lm"],
+                "file_mb": out.stat().st_size / 2**20}
+    if args.mode == "rss-cache":
+        secs = run_cache()
+        return {"mode": "rss-cache", "docs": args.docs, "tokens": n_tok, "seconds": secs,
+                "peak_rss_mb": peak_rss_mb(), "rss_after_load_mb": rss_loaded, "file_mb": out.stat().st_size / 2**20}
+    if args.mode == "rss-notebook":
+        kept = []
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            for x in batches:
+                _, cache = bridge.run_with_cache(x)
+                kept.append(cache)
+        secs = time.perf_counter() - t0
+        n_hooks = len(kept[0].keys()) if kept else 0
+        return {"mode": "rss-notebook", "docs": args.docs, "tokens": n_tok, "seconds": secs, "hooks": n_hooks,
+                "peak_rss_mb": peak_rss_mb(), "rss_after_load_mb": rss_loaded}
+    raise SystemExit(f"unknown mode {args.mode}")
+
+
+def sub(args: argparse.Namespace, mode: str, docs: int, doc_len: int) -> dict:
+    cmd = [sys.executable, __file__, "--worker", "--mode", mode, "--shape", args.shape, "--model-dir",
+           args.model_dir, "--tmp", args.tmp, "--docs", str(docs), "--doc-len", str(doc_len),
+           "--batch-size", str(args.batch_size), "--repeats", str(args.repeats), "--engine", args.engine]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(proc.stderr[-3000:])
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(json.dumps(res), file=sys.stderr)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="gpt2-small")
+    ap.add_argument("--docs", type=int, default=8, help="documents of the throughput run")
+    ap.add_argument("--doc-len", type=int, default=None, help="tokens per document (default: 256, demo 64)")
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--rss-docs", type=int, nargs=2, default=[16, 256])
+    ap.add_argument("--rss-doc-len", type=int, default=64)
+    ap.add_argument("--notebook-docs", type=int, default=16)
+    ap.add_argument("--engine", choices=["auto", "hf", "bridge"], default="auto", help="cache.engine")
+    ap.add_argument("--json-out")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--mode", help=argparse.SUPPRESS)
+    ap.add_argument("--model-dir", help=argparse.SUPPRESS)
+    ap.add_argument("--tmp", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.doc_len is None:
+        args.doc_len = 64 if args.shape == "demo" else 256
+    if args.worker:
+        print(json.dumps(worker(args)))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        args.tmp = tmp
+        args.model_dir = str(build_model(args.shape, Path(tmp) / "model"))
+        res = {"shape": args.shape, "batch_size": args.batch_size, "engine": args.engine,
+               "command": " ".join(sys.argv)}
+        res["throughput"] = sub(args, "throughput", args.docs, args.doc_len)
+        res["rss"] = [sub(args, "rss-cache", n, args.rss_doc_len) for n in args.rss_docs]
+        lo, hi = res["rss"]
+        res["rss_growth"] = hi["peak_rss_mb"] / lo["peak_rss_mb"] - 1
+        nb = sub(args, "rss-notebook", args.notebook_docs, args.rss_doc_len)
+        same = sub(args, "rss-cache", args.notebook_docs, args.rss_doc_len)
+        res["notebook"] = {"notebook": nb, "cache": same, "time_ratio_cache_over_notebook": same["seconds"] / nb["seconds"],
+                           "extra_rss_mb_notebook": nb["peak_rss_mb"] - nb["rss_after_load_mb"],
+                           "extra_rss_mb_cache": same["peak_rss_mb"] - same["rss_after_load_mb"]}
+    print(json.dumps(res, indent=2))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    main()
