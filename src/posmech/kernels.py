@@ -186,10 +186,10 @@ def _checked(positions: Sequence[int] | np.ndarray, k0: int, means: np.ndarray) 
 def _softmax_band(q: np.ndarray, k: np.ndarray, pos: np.ndarray, lo: np.ndarray, offset: int, scale: float) -> np.ndarray:
     """Masked softmax of ``q [C, Q, dh] · k [K', dh]`` where ``k[j]`` is key position
     ``offset + j``; row ``q`` keeps keys ``lo[q]..pos[q]``.  Returns ``[C, Q, K']``."""
-    s = (q @ k.T) / scale  # [C, Q, K']
+    s = q @ (k.T / scale)  # [C, Q, K']
     keys = np.arange(offset, offset + k.shape[0])
     valid = (keys[None, :] >= lo[:, None]) & (keys[None, :] <= pos[:, None])  # [Q, K']
-    s = np.where(valid, s, -np.inf)
+    s += np.where(valid, 0.0, -np.inf)  # in place, broadcast over texts
     s -= s.max(axis=-1, keepdims=True)
     np.exp(s, out=s)
     s /= s.sum(axis=-1, keepdims=True)
@@ -266,9 +266,11 @@ def layer_kernels(
             pi = _softmax_band(queries[:, b], keys[lo:hi], pos[b], lo_all[b], lo, float(w.scale[layer]))
             m = pi.mean(axis=0)
             mean[h, b, lo:hi] = m
-            std[h, b, lo:hi] = pi.std(axis=0)
             etc[:, h, b] = effective_token_count(pi)
-            tv[:, h, b] = 0.5 * np.abs(pi - m).sum(axis=-1)
+            pi -= m  # in place: centred over texts
+            std[h, b, lo:hi] = np.sqrt(np.square(pi).mean(axis=0))
+            np.abs(pi, out=pi)
+            tv[:, h, b] = 0.5 * pi.sum(axis=-1)
     return LayerKernels(mean, std, etc, tv, effective_token_count(mean), key_start(pos, k0, win), n_keys(pos, k0, win))
 
 
@@ -312,12 +314,13 @@ def query_embeddings(bridge: Any, docs: Sequence[np.ndarray], positions: Sequenc
     L = bridge.cfg.n_layers
     out = np.empty((len(docs), L, len(pos), bridge.cfg.d_model))
     dev = next(bridge.parameters()).device
+    index = torch.as_tensor(pos, device=dev)
     for c, ids in enumerate(docs):
         toks = torch.as_tensor(np.asarray(ids[: pos.max() + 1], dtype=np.int64), device=dev)[None]
         store: dict[int, np.ndarray] = {}
 
         def grab(t: Any, hook: Any, layer: int = 0) -> Any:
-            store[layer] = t[0, pos].double().cpu().numpy()
+            store[layer] = t[0, index].double().cpu().numpy()
             return t
 
         hooks = [(f"blocks.{i}.ln1.hook_out", lambda t, hook, i=i: grab(t, hook, i)) for i in range(L)]

@@ -34,7 +34,7 @@ def etc_heatmap(tables: dict[str, pd.DataFrame], n: dict[str, int], path: str | 
         big = grid.size <= 400
         sns.heatmap(
             np.log(grid), ax=ax, cmap="plasma", vmin=0.0, vmax=vmax, annot=annot if big else False, fmt="",
-            annot_kws={"fontsize": 6}, cbar_kws={"label": "log ETC (natural log)"}, square=True,
+            annot_kws={"fontsize": 6}, cbar_kws={"label": "log ETC (natural log)", "shrink": 0.8}, square=True,
         )
         ax.set_title(f"{m} (n = {n[m]})", fontsize=9)
         ax.set_xlabel("head")
