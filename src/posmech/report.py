@@ -283,7 +283,8 @@ def build(
     curves = {Path(a.source).parent.parent.name: a for a in assets if a.source.endswith("training/curve.png")}
     families = []
     for key, title in [*sc.FAMILIES.items(), ("other", "Other results")]:
-        fam_assets = [a for a in assets if a.family == key]
+        fam_assets = sorted((a for a in assets if a.family == key),
+                            key=lambda a: sc.claim_sort_key(a.claims[0]) if a.claims else (99, 0, ""))
         fam_rows = [r for r in card_rows if r["family"] == key]
         if fam_assets or fam_rows or key in sc.FAMILIES:
             families.append({"key": key, "title": title, "assets": fam_assets, "rows": fam_rows,

@@ -252,7 +252,7 @@ def format_value(v: Any) -> str:
     if isinstance(v, float):
         return _fmt(v)
     if isinstance(v, list):
-        return ", ".join(format_value(x) for x in v)
+        return ", ".join(format_value(x) for x in v) if v else "∅ (empty)"
     if isinstance(v, dict):
         return ", ".join(f"{k}: {format_value(x)}" for k, x in v.items())
     return str(v)

@@ -10,13 +10,17 @@ def registered(registry):
 
 def report_figures():
     """Registered figures, then each trained model's training curve."""
-    curves = [f"results/{m}/training/curve.png" for m in model_names_by_kind(config, "train")]
+    curves = [
+        f"results/{m}/training/curve.png" for m in model_names_by_kind(config, "train")
+    ]
     return list(dict.fromkeys(registered(REPORT_FIGURES) + curves))
 
 
 def upstream_targets():
     """Every other stage's final targets: the report runs after all of them."""
-    return [t for targets in TARGETS if targets is not report_targets for t in targets()]
+    return [
+        t for targets in TARGETS if targets is not report_targets for t in targets()
+    ]
 
 
 def report_flags(wildcards):
@@ -33,7 +37,11 @@ def report_flags(wildcards):
                     out[path] = {
                         "rule": r.name,
                         "wildcards": match.groupdict(),
-                        "caption": caption.get_path_or_uri(secret_free=True) if caption else None,
+                        "caption": (
+                            caption.get_path_or_uri(secret_free=True)
+                            if caption
+                            else None
+                        ),
                         "category": flag.category,
                     }
                     break
@@ -64,13 +72,13 @@ rule report:
             caption="../report/scorecard.rst",
             category="Scorecard",
         ),
-    params:
-        flags=report_flags,
-        benchmarks="benchmarks",
     log:
         "logs/report/report.log",
     benchmark:
         "benchmarks/report/report.tsv"
+    params:
+        flags=report_flags,
+        benchmarks="benchmarks",
     script:
         "../../scripts/report.py"
 
