@@ -262,3 +262,52 @@ def test_blockwise_layer_kernels_equal_the_direct_softmax():
         if window:
             assert np.all(small.mean[:, pos >= 10, :3] == 0)  # outside the window
             np.testing.assert_array_equal(small.n_keys, np.minimum(pos - 1, window))
+
+
+def test_means_and_config_errors_name_the_key():
+    count = np.array([5, 5, 5, 0, 0])
+    with pytest.raises(PosmechError, match="kernels.means_corpus"):
+        kn.check_means(count, 4, {}, "compatibility", "unknown", "act.h5")
+    with pytest.raises(PosmechError, match="forcerun cache_activations"):
+        kn.check_means(count, 3, {"processing": "raw"}, "compatibility", "unknown", "act.h5")
+    kn.check_means(count, 3, {"processing": "compatibility"}, "compatibility", "unknown", "act.h5")
+
+
+def test_config_section_is_validated():
+    import yaml
+
+    from posmech.config import load_schema, validate_config
+    from tests.conftest import REPO
+
+    schema = load_schema(REPO / "workflow/schemas/config.schema.yaml")
+    cfg = yaml.safe_load((REPO / "config/ci.yaml").read_text())
+    validate_config(cfg, schema)
+    assert cfg["kernels"]["k0"] == 2
+    bad = yaml.safe_load((REPO / "config/ci.yaml").read_text())
+    bad["kernels"]["means_corpus"] = "webtxt"
+    with pytest.raises(PosmechError, match="kernels.means_corpus"):
+        validate_config(bad, schema)
+    bad = yaml.safe_load((REPO / "config/ci.yaml").read_text())
+    bad["kernels"]["selected_heads"] = ["5.1"]
+    with pytest.raises(PosmechError, match="kernels.selected_heads"):
+        validate_config(bad, schema)
+
+
+def test_build_kernels_refuses_positions_beyond_context(prevtok, tmp_path):
+    from posmech.tokens import TokenSet
+
+    bridge = prevtok[0]
+    toks = TokenSet(np.full(3 * N, 5), np.array([0, N, 2 * N, 3 * N]), {}, ["a", "b", "c"])
+    means = np.zeros((2, N, bridge.cfg.d_model))
+    params = {"k0": 2, "heatmap_max_position": 8, "etc_positions": [N], "etc_heatmap_position": N,
+              "n_chapters": 2, "seed": 0}
+    with pytest.raises(PosmechError, match="beyond the model's context"):
+        kn.build_kernels(bridge, {}, means, np.ones(N), toks, params, tmp_path / "k.h5", {})
+    params.update(etc_positions=[10], etc_heatmap_position=9)
+    with pytest.raises(PosmechError, match="etc_heatmap_position"):
+        kn.build_kernels(bridge, {}, means, np.ones(N), toks, params, tmp_path / "k.h5", {})
+    params.update(etc_heatmap_position=10)
+    s = kn.build_kernels(bridge, {}, means, np.ones(N), toks, params, tmp_path / "k.h5", {"model": "t"})
+    assert len(s["texts"]) == 2 and s["n_queries"] == 8
+    ks = kn.read_kernels(tmp_path / "k.h5")
+    np.testing.assert_allclose(ks.etc_of_mean[0, 0], ks.n_keys[0])  # zero means: every kernel uniform
