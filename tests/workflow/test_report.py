@@ -69,4 +69,4 @@ def test_native_snakemake_report_of_the_same_run(ci_run):
     assert proc.returncode == 0, proc.stderr[-4000:]
     text = out.read_text(errors="replace")
     assert "Scorecard" in text and "Demo model" in text
-    assert "posmech" in text  # the workflow description (workflow.rst)
+    assert "Models of this run: demo" in text  # the workflow description (workflow.rst), rendered
