@@ -87,7 +87,13 @@ def averaged_W_pos(bridge: Any, k: int) -> Iterator[Any]:
     every forward pass bitwise unchanged.
     """
     k = check_group_size(k)
-    W = bridge.W_pos
+    try:
+        W = bridge.W_pos
+    except AttributeError as err:
+        raise PosmechError(
+            f"the model has no learned absolute positional embedding matrix W_pos ({err}); "
+            "leave it out of the `models` list of the W_pos-averaging rules"
+        ) from None
     with swapped_parameter(W, group_average(W.detach(), k, dim=0)):
         yield bridge
 

@@ -44,6 +44,18 @@ CENTRING = (
 )
 
 
+DESCRIPTIONS = {
+    "extended": "[n_layers+1, n_ctx, d_model] token-averaged residual minus its mean over positions "
+                "first_token_position..; index l<n_layers = blocks.l.hook_resid_pre, index n_layers = final residual",
+    "W_pos": "[n_ctx, d_model] the model's positional embeddings as loaded (after processing), uncentred",
+    "tokens": "[n_tokens] the repeated token ids, in draw order",
+    "sites": "[n_layers+1] hook name of each index of `extended`",
+    "agreement/mean_cosine_to_average": "[n_layers+1] mean over tokens of cos(E_t, average)",
+    "agreement/mean_pairwise_cosine": "[n_layers+1] mean over token pairs t != s of cos(E_t, E_s)",
+    "agreement/rms_relative_distance": "[n_layers+1] sqrt(mean_t |E_t - average|^2) / |average|",
+}
+
+
 # --------------------------------------------------------------------------- prompts
 def candidate_tokens(d_vocab: int, special_ids: list[int]) -> np.ndarray:
     """Token ids ``0..d_vocab-1`` without the special ones, int64 ``[n_candidates]``."""
@@ -247,6 +259,8 @@ def write_extended(
         g = f.create_group("agreement")
         for k, v in acc.agreement().items():
             g.create_dataset(k, data=v)
+        for name, text in DESCRIPTIONS.items():
+            f[name].attrs["description"] = text
 
 
 def read_extended_artifact(path: str | os.PathLike[str]) -> Extended:
