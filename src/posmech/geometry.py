@@ -201,6 +201,13 @@ def compute_extended(
 
     Returns ``(accumulator, W_pos [n_ctx, d_model] float64, tokens [n], info)``; ``info``
     holds timing and the choices made (for the artifact's attributes)."""
+    try:
+        W_pos_param = bridge.W_pos
+    except AttributeError as err:
+        raise PosmechError(
+            f"the model has no learned absolute positional embedding matrix W_pos ({err}); extended "
+            "positional embeddings are defined against W_pos: leave it out of `geometry.models`"
+        ) from None
     tok = bridge.tokenizer
     cfg_ctx = int(bridge.cfg.n_ctx)
     n_ctx = min(int(n_ctx or cfg_ctx), cfg_ctx)
@@ -215,7 +222,7 @@ def compute_extended(
     if len(tokens) < n_tokens:
         LOG.warning("only %d non-special tokens in the vocabulary; using all of them", len(tokens))
     acc, timing = extended_embeddings(bridge, tokens, n_ctx, bos_id, batch_size)
-    W_pos = bridge.W_pos.detach().to("cpu").double().numpy()[:n_ctx]
+    W_pos = W_pos_param.detach().to("cpu").double().numpy()[:n_ctx]
     info = {
         **timing, "n_ctx": n_ctx, "prepend_bos": bos_id is not None, "bos_token_id": -1 if bos_id is None else bos_id,
         "n_tokens_requested": n_tokens, "seed": seed, "batch_size": batch_size,
