@@ -193,3 +193,14 @@ def test_scorecard_path_must_follow_the_contract():
     assert sc.rule_of("results/demo/scorecard/taxonomy.csv") == ("demo", "taxonomy")
     with pytest.raises(PosmechError, match="scorecard path"):
         sc.rule_of("results/demo/taxonomy.csv")
+
+
+def test_unreadable_scorecard_names_the_file_and_rule(tmp_path):
+    bad = tmp_path / "results" / "gpt2" / "scorecard" / "etc_table.csv"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("")
+    with pytest.raises(PosmechError, match="etc_table"):
+        sc.read_scorecards([bad])
+    bad.write_text("claim,model\nP6,gpt2\n")
+    with pytest.raises(PosmechError, match="lacks column"):
+        sc.read_scorecards([bad])

@@ -292,7 +292,13 @@ def read_scorecards(paths: list[str] | list[os.PathLike[str]]) -> pd.DataFrame:
 
     frames = []
     for p in paths:
-        df = read_table(p)
+        try:
+            df = read_table(p)
+        except (pd.errors.EmptyDataError, pd.errors.ParserError, ValueError) as err:
+            raise PosmechError(
+                f"scorecard {str(p)!r} is not a readable table ({err}); rerun its rule "
+                f"{rule_of(p)[1]!r} (delete the file first)"
+            ) from None
         lacking = [c for c in COLS if c not in df.columns]
         if lacking:
             raise PosmechError(
