@@ -1,4 +1,4 @@
-# Geometry of positional information (seed 000; claims P1, P8–P11): extended positional
+# Geometry of positional information (seed 000; claims P1, P8-P11): extended positional
 # embeddings from repeated-token prompts, their PCA helices, canonical angles to W_pos and
 # sparsity. Only extended_positional_embeddings runs the model; the rest read its HDF5.
 
@@ -53,31 +53,31 @@ rule positional_pca:
             "results/{model}/geometry/pca.csv",
             caption="../report/positional_pca.rst",
             category="P",
-            subcategory="Positional geometry (P1, P9–P11)",
+            subcategory="Positional geometry (P1, P9-P11)",
         ),
         explained=report(
             "results/{model}/geometry/pca_explained.png",
             caption="../report/positional_pca.rst",
             category="P",
-            subcategory="Positional geometry (P1, P9–P11)",
+            subcategory="Positional geometry (P1, P9-P11)",
         ),
         wpos_helix=report(
             "results/{model}/geometry/pca_wpos_helix.png",
             caption="../report/pca_wpos_helix.rst",
             category="P",
-            subcategory="Positional geometry (P1, P9–P11)",
+            subcategory="Positional geometry (P1, P9-P11)",
         ),
         helices=report(
             "results/{model}/geometry/pca_helices.png",
             caption="../report/pca_helices.rst",
             category="P",
-            subcategory="Positional geometry (P1, P9–P11)",
+            subcategory="Positional geometry (P1, P9-P11)",
         ),
         comparison=report(
             "results/{model}/geometry/pca_comparison.png",
             caption="../report/pca_comparison.rst",
             category="P",
-            subcategory="Positional geometry (P1, P9–P11)",
+            subcategory="Positional geometry (P1, P9-P11)",
         ),
         scorecard="results/{model}/scorecard/positional_pca.csv",
     log:
@@ -99,13 +99,13 @@ rule canonical_angles:
             "results/{model}/geometry/canonical_angles.csv",
             caption="../report/canonical_angles.rst",
             category="P",
-            subcategory="Positional geometry (P1, P9–P11)",
+            subcategory="Positional geometry (P1, P9-P11)",
         ),
         figure=report(
             "results/{model}/geometry/canonical_angles.png",
             caption="../report/canonical_angles.rst",
             category="P",
-            subcategory="Positional geometry (P1, P9–P11)",
+            subcategory="Positional geometry (P1, P9-P11)",
         ),
         scorecard="results/{model}/scorecard/canonical_angles.csv",
     log:
@@ -127,13 +127,13 @@ rule positional_sparsity:
             "results/{model}/geometry/sparsity.csv",
             caption="../report/positional_sparsity.rst",
             category="P",
-            subcategory="Positional geometry (P1, P9–P11)",
+            subcategory="Positional geometry (P1, P9-P11)",
         ),
         figure=report(
             "results/{model}/geometry/sparsity.png",
             caption="../report/positional_sparsity.rst",
             category="P",
-            subcategory="Positional geometry (P1, P9–P11)",
+            subcategory="Positional geometry (P1, P9-P11)",
         ),
         scorecard="results/{model}/scorecard/positional_sparsity.csv",
     log:
