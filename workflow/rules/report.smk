@@ -4,7 +4,7 @@
 # REPORT_TABLES) and every other stage's targets, so the report is the last job.
 
 
-def registered(registry):
+def report_registered(registry):
     return list(dict.fromkeys(p for paths in registry for p in paths()))
 
 
@@ -13,10 +13,10 @@ def report_figures():
     curves = [
         f"results/{m}/training/curve.png" for m in model_names_by_kind(config, "train")
     ]
-    return list(dict.fromkeys(registered(REPORT_FIGURES) + curves))
+    return list(dict.fromkeys(report_registered(REPORT_FIGURES) + curves))
 
 
-def upstream_targets():
+def report_upstream_targets():
     """Every other stage's final targets: the report runs after all of them."""
     return [
         t for targets in TARGETS if targets is not report_targets for t in targets()
@@ -27,7 +27,7 @@ def report_flags(wildcards):
     """Per figure/table: the producing rule, its wildcards and its report() caption and
     category (so the HTML report reuses the captions of Snakemake's native report)."""
     out = {}
-    for path in report_figures() + registered(REPORT_TABLES):
+    for path in report_figures() + report_registered(REPORT_TABLES):
         for r in workflow.rules:
             for o in r.output:
                 flag = o.flags.get("report")
@@ -54,16 +54,16 @@ rule report:
     """Assemble the HTML report and the scorecard (published vs reproduced)."""
     input:
         published=static("resources/published.yaml"),
-        scorecards=lambda wc: registered(SCORECARDS),
+        scorecards=lambda wc: report_registered(SCORECARDS),
         figures=lambda wc: report_figures(),
-        tables=lambda wc: registered(REPORT_TABLES),
+        tables=lambda wc: report_registered(REPORT_TABLES),
         summaries=lambda wc: [
             f"results/{m}/training/summary.json"
             for m in model_names_by_kind(config, "train")
         ],
         manifests=[manifest(m) for m in MODELS],
         tokens=lambda wc: tokens_targets(),
-        upstream=lambda wc: upstream_targets(),
+        upstream=lambda wc: report_upstream_targets(),
     output:
         html="results/report/index.html",
         figures=directory("results/report/figures"),
