@@ -23,7 +23,8 @@ def main(smk, log):
     layers = sorted({iv.parse_head(h)[0] for h in roles})
     deltas = {l: iv.extended_shift(ext.extended[l], k, ext.first_token_position, group_average) for l in layers}
     docs = iv.select_documents(read_tokens(smk.input.tokens), cfg["n_documents"], cfg["min_tokens"], cfg["max_tokens"])
-    rows, zooms = iv.extended_averaging(bridge, docs, list(roles), deltas, cfg["zoom"], cfg["zoom_start"])
+    measured = sorted(roles, key=iv.parse_head)  # by layer: the figure reads top (early) to bottom
+    rows, zooms = iv.extended_averaging(bridge, docs, measured, deltas, cfg["zoom"], cfg["zoom_start"])
     params = {"group_size": k, "first_averaged_position": ext.first_token_position, "corpus": smk.params.corpus}
     df = iv.tidy(rows, "P15", model, params).assign(role=lambda d: d["head"].map(roles))
     write_table(df, smk.output.table, iv.table_meta(man, entry, cfg, heads, extended_tokens=int(len(ext.tokens))))
