@@ -23,7 +23,9 @@ def test_extended_embeddings_layer0_equal_the_models_centred_W_pos(ci_run):
     np.testing.assert_allclose(E[0, 1:], geo.centre(W, 1), atol=1e-5)
     assert np.abs(E[1:, 1:] - geo.centre(W, 1)).max() > 1e-3  # the trained layers write position
     assert ext.sites[-1] == f"blocks.{bridge.cfg.n_layers - 1}.hook_resid_post"
-    assert len(ext.tokens) == 8 and 0 not in ext.tokens  # BOS excluded from the draw
+    n_tokens = yaml.safe_load((REPO / "config/ci.yaml").read_text())["geometry"]["n_tokens"]
+    assert len(ext.tokens) == n_tokens and 0 not in ext.tokens  # BOS excluded from the draw
+    assert len(set(ext.tokens.tolist())) == n_tokens
 
 
 def test_geometry_tables_and_scorecards(ci_run):
