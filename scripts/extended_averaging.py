@@ -24,7 +24,8 @@ def main(smk, log):
     deltas = {l: iv.extended_shift(ext.extended[l], k, ext.first_token_position, group_average) for l in layers}
     docs = iv.select_documents(read_tokens(smk.input.tokens), cfg["n_documents"], cfg["min_tokens"], cfg["max_tokens"])
     measured = sorted(roles, key=iv.parse_head)  # by layer: the figure reads top (early) to bottom
-    rows, zooms = iv.extended_averaging(bridge, docs, measured, deltas, cfg["zoom"], cfg["zoom_start"])
+    with iv.unchanged(bridge):
+        rows, zooms = iv.extended_averaging(bridge, docs, measured, deltas, cfg["zoom"], cfg["zoom_start"])
     params = {"group_size": k, "first_averaged_position": ext.first_token_position, "corpus": smk.params.corpus}
     df = iv.tidy(rows, "P15", model, params).assign(role=lambda d: d["head"].map(roles))
     write_table(df, smk.output.table, iv.table_meta(man, entry, cfg, heads, extended_tokens=int(len(ext.tokens))))

@@ -21,7 +21,8 @@ def main(smk, log):
         spec = yaml.safe_load(f)
     bos = bridge.tokenizer.bos_token_id if entry["prepend_bos"] else None
     prompt = iv.build_induction_prompt(spec, bridge.tokenizer, bos, int(bridge.cfg.n_ctx), smk.input.prompt)
-    rows, pats = iv.induction_intervention(bridge, prompt, sharp, cfg["output_scale"])
+    with iv.unchanged(bridge):
+        rows, pats = iv.induction_intervention(bridge, prompt, sharp, cfg["output_scale"])
     params = {"head": sharp, "output_scale": cfg["output_scale"], "prompt_file": cfg["prompt"],
               "redirects": [f"{q}->{k}" for q, k in prompt.redirects.items()], "n_prompt_tokens": len(prompt.tokens)}
     df = iv.tidy(rows, "P16", model, params)

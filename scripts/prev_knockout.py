@@ -21,7 +21,8 @@ def main(smk, log):
     if not layers:
         log.warning("no layer to knock out (sharp head %s is in layer 0): every condition equals intact", sharp)
     docs = iv.select_documents(read_tokens(smk.input.tokens), cfg["n_documents"], cfg["min_tokens"], cfg["max_tokens"])
-    rows, zoom = iv.prev_knockout(bridge, docs, sharp, layers, ko["period"], ko["phase"], cfg["zoom"], cfg["zoom_start"])
+    with iv.unchanged(bridge):
+        rows, zoom = iv.prev_knockout(bridge, docs, sharp, layers, ko["period"], ko["phase"], cfg["zoom"], cfg["zoom_start"])
     params = {"head": sharp, "layers": layers, "period": ko["period"], "phase": ko["phase"], "corpus": smk.params.corpus}
     df = iv.tidy(rows, "P5", model, params)
     write_table(df, smk.output.table, iv.table_meta(man, entry, cfg, heads, prev_mass="attention[q, q-1], queries q >= 1"))

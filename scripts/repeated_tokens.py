@@ -17,7 +17,8 @@ def main(smk, log):
     heads = read_chosen_heads(smk.input.heads)
     sharp = heads["sharp"][0]
     docs = iv.select_documents(read_tokens(smk.input.tokens), cfg["n_documents"], cfg["min_tokens"], cfg["max_tokens"])
-    rows, zoom = iv.repeated_tokens(bridge, docs, sharp, cfg["zoom"], cfg["repeated_tokens"]["context"])
+    with iv.unchanged(bridge):
+        rows, zoom = iv.repeated_tokens(bridge, docs, sharp, cfg["zoom"], cfg["repeated_tokens"]["context"])
     df = iv.tidy(rows, "P14", model, {"head": sharp, "corpus": smk.params.corpus})
     write_table(df, smk.output.table, iv.table_meta(man, entry, cfg, heads))
     plots.repeated_tokens(df, zoom, model, smk.output.figure)

@@ -151,6 +151,24 @@ def test_knockout_hook_is_removed_on_error(copy_bridge):
     assert_unchanged(copy_bridge, snap)
 
 
+def test_unchanged_guard_catches_leaks(copy_bridge):
+    with iv.unchanged(copy_bridge):
+        iv.run_hooked(copy_bridge, TOKENS, iv.knockout_hooks([0], iv.knockout_rows(N, 5), True))
+    W = copy_bridge.W_pos
+    saved = W.detach().clone()
+    try:
+        with pytest.raises(PosmechError, match="weights"), iv.unchanged(copy_bridge):
+            with torch.no_grad():
+                W[3, 0] += 1.0
+    finally:
+        with torch.no_grad():
+            W.copy_(saved)
+    with pytest.raises(PosmechError, match="hook"), iv.unchanged(copy_bridge):
+        copy_bridge.hook_dict["blocks.0.attn.hook_z"].add_hook(lambda z, hook: z)
+    copy_bridge.reset_hooks()
+    assert_unchanged(copy_bridge, snapshot(copy_bridge))
+
+
 def test_redirect_and_scale(copy_bridge):
     snap = snapshot(copy_bridge)
     red = iv.redirect_hook(0, 1, {9: 2})

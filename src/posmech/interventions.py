@@ -183,6 +183,34 @@ def scale_head_hook(layer: int, head: int, factor: float) -> Hook:
     return (f"blocks.{int(layer)}.attn.hook_z", fn)
 
 
+def fingerprint(bridge: Any) -> str:
+    """sha256 over every parameter and buffer of ``bridge`` (names, shapes, bytes)."""
+    import hashlib
+
+    import torch
+
+    h = hashlib.sha256()
+    for name, t in bridge.state_dict().items():
+        h.update(f"{name}{tuple(t.shape)}{t.dtype}".encode())
+        if t.numel():
+            h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def unchanged(bridge: Any) -> Iterator[None]:
+    """Check that the block leaves ``bridge``'s weights bitwise as they were and no hook
+    behind; :class:`PosmechError` otherwise (an intervention must never leak)."""
+    before = fingerprint(bridge)
+    yield
+    leftover = [n for n, hp in bridge.hook_dict.items() if getattr(hp, "fwd_hooks", None)]
+    if fingerprint(bridge) != before or leftover:
+        raise PosmechError(
+            "an intervention changed the model's weights or left hooks behind "
+            f"({', '.join(leftover[:5]) or 'weights changed'}); this is a bug in posmech.interventions"
+        )
+
+
 @contextlib.contextmanager
 def _inference() -> Iterator[None]:
     import torch
