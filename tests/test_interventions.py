@@ -290,3 +290,28 @@ def test_induction_intervention_on_copy_model(copy_bridge):
     assert p[("scale", "prev")] > p[("baseline", "prev")]  # doubled copy signal: sharper
     assert pats["redirect"][11, 4] == 1.0 and pats["baseline"][11, 10] > 0.999
     assert_unchanged(copy_bridge, snap)
+
+
+def test_ninja_prompt_file_with_byte_level_bpe():
+    """The shipped P16 prompt file, tokenized by a GPT-2-style byte-level BPE (trained here on
+    the prompt, offline): the triple's words are single tokens with their leading space, the
+    redirects hit " pirate" → " ninja" and " turtle" → the opening quote."""
+    import yaml
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    spec = yaml.safe_load((Path(__file__).resolve().parents[1] / "resources/prompts/induction_ninja.yaml").read_text())
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    words = " ninja turtle pirate Turtle TURTLE turtles Turtles Pirate PIRATE pirates Pirates"
+    tk.train_from_iterator([spec["prompt"], words] * 50, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<|endoftext|>")
+    p = iv.build_induction_prompt(spec, tok, bos_id=tok.bos_token_id, n_ctx=1024)
+    dec = lambda i: tok.decode([int(p.tokens[i])])  # noqa: E731
+    assert [dec(p.positions[w][0]) for w in "abc"] == [" ninja", " turtle", " pirate"]
+    assert dec(p.positions["before_a"][0]).strip() == '"'  # the opening quote (' "' in GPT-2's vocabulary)
+    assert p.redirects == {p.positions["c"][0]: p.positions["a"][1], p.positions["b"][0]: p.positions["a"][0] - 1}
+    assert tok.decode(p.tokens[-2:].tolist()).endswith('" ninja')  # the reply opens the triple again
+    assert [tok.decode(list(s)) for s in p.targets["turtle"]][0] == " turtle"
