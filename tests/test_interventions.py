@@ -315,3 +315,37 @@ def test_ninja_prompt_file_with_byte_level_bpe():
     assert p.redirects == {p.positions["c"][0]: p.positions["a"][1], p.positions["b"][0]: p.positions["a"][0] - 1}
     assert tok.decode(p.tokens[-2:].tolist()).endswith('" ninja')  # the reply opens the triple again
     assert [tok.decode(list(s)) for s in p.targets["turtle"]][0] == " turtle"
+
+
+@pytest.fixture(scope="module")
+def self_suppressing_bridge(tmp_path_factory: pytest.TempPathFactory):
+    """One head (L0H1) that finds the previous token the way the post says early heads do:
+    scores grow with the key's position (8·i, halved by the token embedding's share of the
+    layer norm) and a *token match* with the query is penalised (negative self-attention),
+    so the current position loses to the previous one, except when that one holds the same
+    token (P13, P14: footnote 3 of the post)."""
+    spec = hb.positional_spec(n_ctx=N, n_layer=1, n_head=2, d_head=20, d_vocab=V,
+                              scores={(0, 1): np.tile(8.0 * np.arange(N), (N, 1))})
+    d = spec.d_model
+    W_E = np.zeros((V, d))
+    W_E[np.arange(V), 12 + np.arange(V)] = 1.0
+    W_E[:, 38] = -1.0
+    spec.W_E = W_E
+    c = np.sqrt(20 * np.sqrt(spec.dh) / (d / 4))  # token-match penalty of 20 after LN
+    W_Q, W_K = spec.heads[(0, 1)]["W_Q"], spec.heads[(0, 1)]["W_K"]
+    W_Q[12 + np.arange(V), 1 + np.arange(V)] = c
+    W_K[12 + np.arange(V), 1 + np.arange(V)] = -c
+    path = hb.save_model_dir(spec, tmp_path_factory.mktemp("models") / "selfsup")
+    return load_bridge({"hf_dir": str(path), "name": "selfsup"}, device="cpu")
+
+
+def test_repeated_tokens_break_a_self_suppressing_head(self_suppressing_bridge):
+    b = self_suppressing_bridge
+    pats, _ = iv.run_hooked(b, TOKENS, capture=[(0, 1)])
+    P = pats[(0, 1)]
+    assert P[7].argmax() == 5 and P[8].argmax() == 5  # "2 2 2": both earlier 2s are suppressed too
+    rows, zoom = iv.repeated_tokens(b, [TOKENS], "L0H1", zoom=N, context=0)
+    by = {r["query_set"]: r for r in rows}
+    assert by["repeat"]["n_queries"] == 3 and by["repeat"]["prev_mass"] < 0.01
+    assert by["other"]["prev_mass"] > 0.95
+    assert zoom.start == 0 and np.flatnonzero(zoom.marks).tolist() == [3, 7, 8]
