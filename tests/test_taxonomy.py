@@ -152,8 +152,19 @@ def test_choose_heads_fallback_when_sharp_head_is_in_layer_zero():
     assert chosen["rule"].iloc[1].startswith("fallback")
     no_prev = np.zeros((1, 2, 3))
     no_prev[:, :, 0] = 1
-    with pytest.raises(PosmechError, match="no previous-token head"):
-        choose_heads(classify_heads(no_prev, np.zeros((1, 2))), "demo")
+    no_prev[0, 1, 1] = 0.4
+    fallback = choose_heads(classify_heads(no_prev, np.zeros((1, 2))), "demo")
+    assert fallback["head"].tolist() == ["L0H1"] and fallback["rule"].iloc[0].startswith("fallback (no previous-token")
+    assert read_chosen_heads_roundtrip(fallback)["early"] == []
+
+
+def read_chosen_heads_roundtrip(df: pd.DataFrame) -> dict:
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        write_table(df, Path(tmp) / "heads.csv")
+        return read_chosen_heads(Path(tmp) / "heads.csv")
 
 
 def test_read_chosen_heads_rejects_bad_tables(tmp_path):

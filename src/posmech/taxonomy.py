@@ -271,8 +271,9 @@ def choose_heads(df: pd.DataFrame, model: str, early_top_n: int = 11, pin: dict[
     *early* heads are the previous-token heads ranked within the top ``early_top_n`` whose
     layer is below the sharp head's (on ``gpt2`` with the published ranking: L4H11 and
     L3H3, L2H2, L2H4, L1H0, L3H7, L3H2).  When none is below the sharp head (e.g. the
-    sharp head is in layer 0), the other top-``early_top_n`` heads are used and the rule
-    column says so.  ``pin = {"sharp": "L4H11", "early": [...]}`` (either key) overrides
+    sharp head is in layer 0), the other top-``early_top_n`` heads are used; when no head at
+    all is a previous-token head, the sharp head is the one with the largest offset-1 mean;
+    the rule column says which rule chose each head.  ``pin = {"sharp": "L4H11", "early": [...]}`` (either key) overrides
     the rule.
     """
     pin = pin or {}
@@ -285,21 +286,19 @@ def choose_heads(df: pd.DataFrame, model: str, early_top_n: int = 11, pin: dict[
         r = by_head.loc[head, "ratio"] if head in known else float("nan")
         return float(r) if head in known and bool(by_head.loc[head, "is_previous_token"]) else float("nan")
 
-    for role in ("sharp", "early"):
-        for h in ([pin["sharp"]] if role == "sharp" and pin.get("sharp") else pin.get("early") or []):
-            if h not in known:
-                raise PosmechError(f"config key `taxonomy.pin.{model}.{role}`: head {h!r} does not exist in model {model!r}")
+    pinned = ([("sharp", pin["sharp"])] if pin.get("sharp") else []) + [("early", h) for h in pin.get("early") or []]
+    for role, h in pinned:
+        if h not in known:
+            raise PosmechError(f"config key `taxonomy.pin.{model}.{role}`: head {h!r} does not exist in model {model!r}")
     if pin.get("sharp"):
         sharp, sharp_rule = pin["sharp"], "pinned in config taxonomy.pin"
     elif len(ranked):
         sharp, sharp_rule = str(ranked["head"].iloc[0]), SHARP_RULE
-    else:
-        raise PosmechError(
-            f"model {model!r} has no previous-token head (no head's largest mean diagonal is offset 1); "
-            f"pin one with config key `taxonomy.pin.{model}.sharp`"
-        )
+    else:  # keep the interventions running, and say so
+        sharp = str(df.loc[df["prev_token_mass"].idxmax(), "head"])
+        sharp_rule = "fallback (no previous-token head): largest mean attention on offset 1"
     rows.append({"role": "sharp", "head": sharp, "score": score(sharp), "rule": sharp_rule})
-    if pin.get("early") is not None and "early" in pin:
+    if "early" in pin and pin["early"] is not None:
         early = [(h, "pinned in config taxonomy.pin") for h in pin["early"]]
     else:
         top = ranked[ranked["rank"] <= early_top_n]
