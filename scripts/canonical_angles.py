@@ -13,8 +13,8 @@ def main(smk, log):
     first = geo.analysis_first(ext, cfg["first_position"])
     layer = geo.helix_layer(ext, cfg["layer"])
     table = geo.angles_table(ext, model, first, cfg["k"])
-    meta = {"centring": geo.CENTRING, "first_position": first, "k": cfg["k"],
-            "method": "scipy.linalg.subspace_angles on the top-k right-singular vectors (d_model space)"}
+    meta = geo.table_meta(ext, first, k=cfg["k"],
+                          method="scipy.linalg.subspace_angles on the top-k right-singular vectors (d_model space)")
     write_table(table, out.table, meta)
     plots.angles(table, f"P11 {model}: canonical angles, top-{cfg['k']} subspaces of W_pos vs extended",
                  out.figure)

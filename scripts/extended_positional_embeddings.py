@@ -23,9 +23,8 @@ def main(smk, log):
     geo.write_extended(smk.output.h5, acc, W_pos, tokens, geo.site_names(info["n_layers"]), attrs)
     ext = geo.read_extended_artifact(smk.output.h5)
     agree = geo.agreement_table(ext, model)
-    meta = {"prompts": f"{len(tokens)} tokens each repeated to {info['n_ctx']} positions"
-            + (", BOS at position 0" if bos else ", no BOS"), "first_token_position": ext.first_token_position,
-            "centring": ext.attrs["centring"], "tokens_per_second": round(info["tokens_per_second"], 1)}
+    meta = geo.table_meta(ext, ext.first_token_position, extended_centring=ext.attrs["centring"],
+                          tokens_per_second=round(info["tokens_per_second"], 1))
     write_table(agree, smk.output.agreement, meta)
     plots.agreement(agree, f"P8 {model}: per-token extended embeddings vs their average", smk.output.figure)
     write_table(scorecard_rows(geo.extended_scorecard(agree, model, smk.output.agreement)), smk.output.scorecard)

@@ -14,7 +14,7 @@ def main(smk, log):
     layer = geo.helix_layer(ext, cfg["layer"])
     pcas = geo.all_pcas(ext, first, cfg["n_components"])
     table = geo.pca_table(ext, model, first, cfg["n_components"], pcas)
-    write_table(table, out.table, {"centring": geo.CENTRING, "first_position": first})
+    write_table(table, out.table, geo.table_meta(ext, first))
     plots.explained_variance(table, f"P1/P10 {model}: explained variance of top components", out.explained)
     h = geo.helices(ext, first, pcas)
     plots.helix(h["W_pos"], h["positions"], f"P1 {model}: W_pos, top-3 principal components", out.wpos_helix)

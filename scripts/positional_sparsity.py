@@ -12,8 +12,7 @@ def main(smk, log):
     ext = geo.read_extended_artifact(smk.input.h5)
     first = geo.analysis_first(ext, cfg["first_position"])
     table = geo.sparsity_table(ext, model, first, cfg["sparsity_threshold"])
-    meta = {"centring": geo.CENTRING, "first_position": first,
-            "far_from_zero": f"|x| > {cfg['sparsity_threshold']} x RMS entry of centred W_pos"}
+    meta = geo.table_meta(ext, first, far_from_zero=f"|x| > {cfg['sparsity_threshold']} x RMS entry of centred W_pos")
     write_table(table, out.table, meta)
     plots.sparsity(table, f"P9 {model}: entries far from 0, extended embeddings vs W_pos", out.figure)
     rows = geo.sparsity_scorecard(table, model, out.table)

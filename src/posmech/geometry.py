@@ -357,6 +357,17 @@ def rms(X: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.square(X))))
 
 
+def table_meta(ext: Extended, first: int, **extra: Any) -> dict[str, Any]:
+    """Metadata lines of every geometry table: the prompts (BOS choice), centring, positions."""
+    bos = bool(ext.attrs.get("prepend_bos", ext.first_token_position == 1))
+    prompts = (f"{len(ext.tokens)} tokens (seed {ext.attrs.get('seed', '?')}), each repeated to "
+               f"{ext.extended.shape[1]} positions" + (", BOS at position 0" if bos else ", no BOS")
+               + f" (geometry.bos: {ext.attrs.get('bos_config', '?')}, model prepend_bos: "
+               f"{ext.attrs.get('model_prepend_bos', '?')})")
+    return {"prompts": prompts, "first_token_position": ext.first_token_position, "first_position": first,
+            "centring": CENTRING, **extra}
+
+
 def layer_label(layer: int, n_layers: int) -> str:
     return "final" if layer == n_layers else f"resid_pre {layer}"
 
