@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.ticker import MaxNLocator
 
 from posmech.plots import save
 
@@ -85,6 +86,7 @@ def angles(table: pd.DataFrame, title: str, path: Path_) -> None:
     sns.lineplot(data=table, x="layer", y="angle_deg", hue="angle_index", marker="o", palette="deep", ax=ax)
     ax.set_ylabel("canonical angle to W_pos (degrees)")
     ax.set_xlabel("layer (resid_pre; last = final residual)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylim(0, 90)
     ax.set_title(title, fontsize=9)
     save(fig, path)
@@ -99,6 +101,7 @@ def sparsity(table: pd.DataFrame, title: str, path: Path_) -> None:
     ax.plot(ext["layer"], ext["frac_far_own_scale"], "s--", alpha=0.7, label="extended (own-scale threshold)")
     ax.axhline(w, color="k", ls=":", label="W_pos")
     ax.set_xlabel("layer (resid_pre; last = final residual)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("fraction of entries far from 0")
     ax.legend(fontsize=7)
     ax.set_title(title, fontsize=9)
@@ -114,6 +117,7 @@ def agreement(table: pd.DataFrame, title: str, path: Path_) -> None:
     fig, ax = plt.subplots(figsize=(6.5, 4))
     sns.lineplot(data=long, x="layer", y="cosine", hue="statistic", marker="o", ax=ax)
     ax.set_xlabel("layer (resid_pre; last = final residual)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylim(min(0.0, float(long["cosine"].min()) - 0.05), 1.05)
     ax.set_title(title, fontsize=9)
     save(fig, path)
