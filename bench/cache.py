@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -86,46 +87,55 @@ def worker(args: argparse.Namespace) -> dict:
     out = Path(args.tmp) / "acts.h5"
     rss_loaded = peak_rss_mb()
 
+    cpu: dict[str, list[float]] = {"hf": [], "hf_lm": [], "cache": []}
+
     def run_cache() -> float:
         out.unlink(missing_ok=True)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         cache_activations(model, ts, out, settings, {"model": args.shape})
+        cpu["cache"].append(time.process_time() - c0)
         return time.perf_counter() - t0
 
     if args.mode == "throughput":
         hf, _ = load_hf(man)
 
         def run_hf(lm: bool) -> float:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             with torch.inference_mode():
                 for x in batches:
                     hf(x) if lm else hf.transformer(x)
+            cpu["hf_lm" if lm else "hf"].append(time.process_time() - c0)
             return time.perf_counter() - t0
 
         run_hf(False), run_cache()  # warm-up
+        cpu["hf"].clear(), cpu["cache"].clear()
         times: dict[str, list[float]] = {"hf": [], "hf_lm": [], "cache": []}
         for _ in range(args.repeats):
             times["hf"].append(run_hf(False))
             times["cache"].append(run_cache())
             times["hf_lm"].append(run_hf(True))
         tps = {k: n_tok / min(v) for k, v in times.items()}
-        return {"mode": "throughput", "tokens": n_tok, "times_s": times, "tokens_per_s": tps,
+        cps = {k: n_tok / min(v) for k, v in cpu.items()}
+        return {"mode": "throughput", "tokens": n_tok, "times_s": times, "cpu_s": cpu, "tokens_per_s": tps,
+                "tokens_per_cpu_s": cps, "load_average": os.getloadavg()[0],
                 "ratio_vs_hf_base": tps["cache"] / tps["hf"], "ratio_vs_hf_lm": tps["cache"] / tps["hf_lm"],
+                "cpu_ratio_vs_hf_base": cps["cache"] / cps["hf"], "cpu_ratio_vs_hf_lm": cps["cache"] / cps["hf_lm"],
                 "file_mb": out.stat().st_size / 2**20}
     if args.mode == "rss-cache":
         secs = run_cache()
-        return {"mode": "rss-cache", "docs": args.docs, "tokens": n_tok, "seconds": secs,
+        return {"mode": "rss-cache", "docs": args.docs, "tokens": n_tok, "seconds": secs, "cpu_s": cpu["cache"][0],
                 "peak_rss_mb": peak_rss_mb(), "rss_after_load_mb": rss_loaded, "file_mb": out.stat().st_size / 2**20}
     if args.mode == "rss-notebook":
         kept = []
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         with torch.inference_mode():
             for x in batches:
                 _, cache = bridge.run_with_cache(x)
                 kept.append(cache)
-        secs = time.perf_counter() - t0
+        secs, cpu_s = time.perf_counter() - t0, time.process_time() - c0
         n_hooks = len(kept[0].keys()) if kept else 0
-        return {"mode": "rss-notebook", "docs": args.docs, "tokens": n_tok, "seconds": secs, "hooks": n_hooks,
+        return {"mode": "rss-notebook", "docs": args.docs, "tokens": n_tok, "seconds": secs, "cpu_s": cpu_s,
+                "hooks": n_hooks,
                 "peak_rss_mb": peak_rss_mb(), "rss_after_load_mb": rss_loaded}
     raise SystemExit(f"unknown mode {args.mode}")
 
@@ -153,6 +163,8 @@ def main() -> None:
     ap.add_argument("--rss-doc-len", type=int, default=64)
     ap.add_argument("--notebook-docs", type=int, default=16)
     ap.add_argument("--engine", choices=["auto", "hf", "bridge"], default="auto", help="cache.engine")
+    ap.add_argument("--parts", nargs="+", choices=["throughput", "rss", "notebook"],
+                    default=["throughput", "rss", "notebook"])
     ap.add_argument("--json-out")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--mode", help=argparse.SUPPRESS)
@@ -169,15 +181,19 @@ def main() -> None:
         args.model_dir = str(build_model(args.shape, Path(tmp) / "model"))
         res = {"shape": args.shape, "batch_size": args.batch_size, "engine": args.engine,
                "command": " ".join(sys.argv)}
-        res["throughput"] = sub(args, "throughput", args.docs, args.doc_len)
-        res["rss"] = [sub(args, "rss-cache", n, args.rss_doc_len) for n in args.rss_docs]
-        lo, hi = res["rss"]
-        res["rss_growth"] = hi["peak_rss_mb"] / lo["peak_rss_mb"] - 1
-        nb = sub(args, "rss-notebook", args.notebook_docs, args.rss_doc_len)
-        same = sub(args, "rss-cache", args.notebook_docs, args.rss_doc_len)
-        res["notebook"] = {"notebook": nb, "cache": same, "time_ratio_cache_over_notebook": same["seconds"] / nb["seconds"],
-                           "extra_rss_mb_notebook": nb["peak_rss_mb"] - nb["rss_after_load_mb"],
-                           "extra_rss_mb_cache": same["peak_rss_mb"] - same["rss_after_load_mb"]}
+        if "throughput" in args.parts:
+            res["throughput"] = sub(args, "throughput", args.docs, args.doc_len)
+        if "rss" in args.parts:
+            res["rss"] = [sub(args, "rss-cache", n, args.rss_doc_len) for n in args.rss_docs]
+            lo, hi = res["rss"]
+            res["rss_growth"] = hi["peak_rss_mb"] / lo["peak_rss_mb"] - 1
+        if "notebook" in args.parts:
+            nb = sub(args, "rss-notebook", args.notebook_docs, args.rss_doc_len)
+            same = sub(args, "rss-cache", args.notebook_docs, args.rss_doc_len)
+            res["notebook"] = {"notebook": nb, "cache": same, "time_ratio_cache_over_notebook": same["seconds"] / nb["seconds"],
+                               "cpu_ratio_cache_over_notebook": same["cpu_s"] / nb["cpu_s"],
+                               "extra_rss_mb_notebook": nb["peak_rss_mb"] - nb["rss_after_load_mb"],
+                               "extra_rss_mb_cache": same["peak_rss_mb"] - same["rss_after_load_mb"]}
     print(json.dumps(res, indent=2))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(res, indent=2))
