@@ -11,7 +11,7 @@ def test_shape_from_hf_config_counts_gpt2_small_parameters():
     cfg = {"n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257, "n_positions": 1024}
     s = cl.shape_from_hf_config(cfg)
     assert s.n_params == 124_439_808  # GPT-2 small, weights tied
-    assert (s.n_layers, s.n_heads, s.d_model, s.n_ctx) == (12, 12, 768, 1024)
+    assert (s.n_layers, s.n_heads, s.d_model, s.n_ctx, s.vocab) == (12, 12, 768, 1024, 50257)
     assert cl.shape_from_hf_config(cfg, n_ctx=128).n_ctx == 128
 
 
@@ -51,11 +51,14 @@ def test_requests_gpu_follows_device_unless_overridden():
 def test_memory_grows_with_model_and_context_not_documents():
     gpt2 = cl.KNOWN_HUB_MODELS["gpt2"]
     m = cl.mem_mb(gpt2)
-    assert m % 256 == 0 and 3000 < m < 8000  # ~0.5 GB weights ×4 + 1.2 GB attention + base
+    assert m % 256 == 0 and 3000 < m < 8000  # ~0.5 GB weights ×4 + 0.7 GB attention + base
     assert cl.mem_mb(cl.KNOWN_HUB_MODELS["gpt2-xl"]) > 3 * m
     assert cl.mem_mb(gpt2, "float16") < m
     assert cl.mem_mb(gpt2, attempt=2) >= 2 * m - 256
     assert cl.mem_mb(gpt2, scale=0.5) < m
+    assert cl.mem_mb(gpt2, batch=8) > cl.mem_mb(gpt2) + 7 * 1000  # 8 contexts' attention, logits
+    char_level = cl.ModelShape(gpt2.n_params, 12, 12, 768, 1024, vocab=100)
+    assert cl.mem_mb(char_level) < m  # the logits of a 50257-token vocabulary cost ~0.6 GB
 
 
 def test_runtime_scales_with_tokens_passes_and_gpu():

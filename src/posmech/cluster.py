@@ -9,10 +9,11 @@ a CPU-only study submits no GPU jobs.
   model, a fetched Hub snapshot, or the trained demo model once trained), otherwise from
   the ``train:`` block, a table of well-known Hub ids, or the size written in the id
   (``…-33M``, ``…-1.4b``); an unknown id is assumed to be large (1.5 B parameters).
-* **Memory** is the model (weights ×4: Hugging Face copy, bridge, processing, gradients
-  of nothing but temporaries) plus one context's attention scores and patterns for all
-  layers, plus a fixed 1.5 GB for Python, torch and TransformerLens.  It does not scale
-  with the number of documents: every analysis streams over documents.
+* **Memory** is the model (weights ×4: Hugging Face copy, bridge, processed copies,
+  temporaries) plus ``batch`` contexts' attention (one layer's temporaries, one hooked
+  pattern per layer), residual activations and logits, plus a fixed 1.5 GB for Python,
+  torch and TransformerLens.  It does not scale with the number of documents: every analysis
+  streams over documents.
 * **Runtime** scales with parameters × tokens × forward passes, calibrated on this
   project's measurement (TransformerBridge compatibility-mode forward of GPT-2 small:
   ~1.2 s per 1024 tokens on one CPU core set), with a ×3 safety margin, divided by
@@ -61,6 +62,7 @@ class ModelShape:
     n_heads: int
     d_model: int
     n_ctx: int
+    vocab: int = 50257
 
 
 #: Well-known Hub ids (parameters, layers, heads, d_model, context).
@@ -71,8 +73,8 @@ KNOWN_HUB_MODELS: dict[str, ModelShape] = {
     "gpt2-medium": ModelShape(354_823_168, 24, 16, 1024, 1024),
     "gpt2-large": ModelShape(774_030_080, 36, 20, 1280, 1024),
     "gpt2-xl": ModelShape(1_557_611_200, 48, 25, 1600, 1024),
-    "roneneldan/tinystories-instruct-33m": ModelShape(68_514_048, 4, 16, 768, 2048),
-    "roneneldan/tinystories-33m": ModelShape(68_514_048, 4, 16, 768, 2048),
+    "roneneldan/tinystories-instruct-33m": ModelShape(68_514_048, 4, 16, 768, 2048, 50257),
+    "roneneldan/tinystories-33m": ModelShape(68_514_048, 4, 16, 768, 2048, 50257),
 }
 #: Shape assumed for a Hub id that is neither known nor fetched (deliberately generous).
 UNKNOWN_MODEL = ModelShape(1_500_000_000, 32, 32, 2048, 2048)
@@ -94,7 +96,7 @@ def shape_from_hf_config(cfg: dict[str, Any], n_ctx: int | None = None) -> Model
     ctx = first("n_positions", "max_position_embeddings", "n_ctx", default=1024)
     ff = first("n_inner", "intermediate_size", default=4 * d)
     params = vocab * d + ctx * d + layers * (4 * d * d + 2 * d * ff + 9 * d + ff) + 2 * d
-    return ModelShape(params, layers, heads, d, min(ctx, n_ctx) if n_ctx else ctx)
+    return ModelShape(params, layers, heads, d, min(ctx, n_ctx) if n_ctx else ctx, vocab)
 
 
 def _size_in_name(source: str) -> int | None:
@@ -139,7 +141,8 @@ def model_shape(name: str, entry: dict[str, Any], model_dir: str | os.PathLike[s
             d = max(256, int(round(math.sqrt(size / 12 / 12) / 64)) * 64)
             known = ModelShape(size, 12, max(4, d // 64), d, 2048)
     if n_ctx:
-        known = ModelShape(known.n_params, known.n_layers, known.n_heads, known.d_model, min(n_ctx, known.n_ctx))
+        known = ModelShape(known.n_params, known.n_layers, known.n_heads, known.d_model,
+                           min(n_ctx, known.n_ctx), known.vocab)
     return known
 
 
@@ -169,14 +172,16 @@ def requests_gpu(entry: dict[str, Any], policy: str = "auto", host_has_gpu: bool
 def mem_mb(shape: ModelShape, dtype: str = "float32", batch: int = 1, scale: float = 1.0, attempt: int = 1) -> int:
     """Memory request (MB) of a model-heavy job, rounded up to 256 MB.
 
-    weights ×4 (HF model, bridge, processed copies) + attention scores and patterns of
-    ``batch`` contexts for every layer and head (float32) + residual-stream activations
-    + ``BASE_MEM_MB``.
+    weights ×4 (HF model, bridge, processed copies) + attention of ``batch`` contexts
+    (float32: scores, pattern and softmax temporaries of the running layer, plus one
+    hooked pattern per layer) + residual-stream activations (16 per layer and token) +
+    three float32 copies of the logits (softmax, losses) + ``BASE_MEM_MB``.
     """
     weights = shape.n_params * DTYPE_BYTES.get(dtype, 4) * 4
-    attention = 2 * 4 * batch * shape.n_layers * shape.n_heads * shape.n_ctx**2
+    attention = 4 * batch * shape.n_heads * shape.n_ctx**2 * (3 + shape.n_layers)
     resid = 4 * 16 * batch * shape.n_layers * shape.n_ctx * shape.d_model
-    total = BASE_MEM_MB + (weights + attention + resid) / 2**20
+    logits = 3 * 4 * batch * shape.n_ctx * shape.vocab
+    total = BASE_MEM_MB + (weights + attention + resid + logits) / 2**20
     return int(math.ceil(total * scale * attempt / 256 - 1e-9) * 256)
 
 

@@ -1,7 +1,8 @@
 """Compare the ``results/`` trees of two runs of the workflow (e.g. Slurm vs local).
 
-Provenance that legitimately differs between runs is ignored: HDF5 ``created`` and
-``git_commit`` attributes, and fields naming wall-clock times.  Numbers are compared with
+Provenance that legitimately differs between runs is ignored: HDF5 ``created``,
+``git_commit`` and resume ``fingerprint`` (it hashes creation times) attributes, and
+fields naming wall-clock times or speeds.  Numbers are compared with
 a tight tolerance (a job may run with a different number of BLAS threads, which reorders
 floating-point sums); everything else must be identical.
 """
@@ -19,7 +20,7 @@ import pandas as pd
 
 RTOL, ATOL = 1e-5, 1e-6
 #: Attributes/keys/columns that record when or how long, not what.
-VOLATILE = ("created", "git_commit", "time", "seconds", "elapsed", "duration", "wall")
+VOLATILE = ("created", "git_commit", "fingerprint", "time", "second", "elapsed", "duration", "wall")
 
 
 def _volatile(key: str) -> bool:
@@ -82,10 +83,12 @@ def compare_h5(a: Path, b: Path) -> list[str]:
 
 
 def compare_csv(a: Path, b: Path) -> list[str]:
-    da, db = pd.read_csv(a), pd.read_csv(b)
+    from posmech.tables import read_table
+
+    da, db = read_table(a), read_table(b)
     if list(da.columns) != list(db.columns) or len(da) != len(db):
         return [f"{a.name}: columns/rows differ"]
-    problems = []
+    problems = [] if _close(da.attrs, db.attrs) else [f"{a.name}: metadata lines differ"]
     for col in da.columns:
         if _volatile(col):
             continue

@@ -4,8 +4,9 @@ Starts ``munged``, ``slurmctld`` and ``slurmd`` (Debian's ``munge``, ``slurmctld
 ``slurmd``, ``slurm-client``; installed by ``.ci/run``) in the foreground as child
 processes, with every file (config, key, socket, state, spool, logs) in one temporary
 directory and free TCP ports, so nothing under ``/etc`` is used and concurrent instances
-do not collide.  The node has the machine's CPUs, ``slurmd -C``'s memory (a node may not
-claim more) and one fake GPU (``gres.conf``: ``Name=gpu File=/dev/null``).  Clients find
+do not collide.  The node has the machine's CPUs (or more, oversubscribed), ``slurmd -C``'s
+memory (a node may not claim more) and fake GPUs (``GresTypes=gpu``, node ``Gres=gpu:N``,
+``gres.conf``: ``Name=gpu File=/dev/null``, then ``/dev/zero``, ...).  Clients find
 it through ``SLURM_CONF`` (see :meth:`LocalSlurm.env`).  Daemons are stopped by their
 recorded PIDs.
 
@@ -29,6 +30,8 @@ import time
 from pathlib import Path
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
+#: Device files of the fake GPUs (never opened: no task plugin constrains devices).
+FAKE_GPU_FILES = ("/dev/null", "/dev/zero", "/dev/full")
 PARTITION = "debug"
 
 
@@ -56,10 +59,18 @@ def node_hardware() -> dict[str, str]:
 class LocalSlurm:
     """A single-node Slurm cluster rooted at ``root`` (a directory it owns)."""
 
-    def __init__(self, root: str | os.PathLike[str], min_job_age: int = 300, real_memory: int | None = None):
+    def __init__(self, root: str | os.PathLike[str], min_job_age: int = 300, real_memory: int | None = None,
+                 cpus: int | None = None, gpus: int = 1):
+        """``cpus``: CPUs the node offers (default ``slurmd -C``'s; more oversubscribes the
+        machine, so that several jobs run at once); ``gpus``: fake GPUs (1 to 3);
+        ``real_memory``: MB, capped at ``slurmd -C``'s (a node may not claim more)."""
+        if not 1 <= gpus <= len(FAKE_GPU_FILES):
+            raise ValueError(f"gpus must be 1..{len(FAKE_GPU_FILES)}")
         self.root = Path(root)
         self.min_job_age = min_job_age
         self.real_memory = real_memory
+        self.cpus_wanted = cpus
+        self.gpus = gpus
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.conf = self.root / "etc" / "slurm.conf"
 
@@ -87,7 +98,8 @@ class LocalSlurm:
         host = socket.gethostname().split(".")[0]
         mem = min(int(hw["RealMemory"]), self.real_memory or int(hw["RealMemory"]))
         self.ctld_port = _free_port()
-        self.node, self.cpus, self.memory = host, int(hw["CPUs"]), mem
+        self.node, self.memory = host, mem
+        self.cpus = max(int(hw["CPUs"]), self.cpus_wanted or 0)
         conf = f"""\
 ClusterName=posmechci
 SlurmctldHost={host}(127.0.0.1)
@@ -120,7 +132,8 @@ MinJobAge={self.min_job_age}
 KillWait=5
 InactiveLimit=0
 GresTypes=gpu
-NodeName={host} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={mem} Gres=gpu:1 State=UNKNOWN
+SlurmdParameters=config_overrides
+NodeName={host} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={mem} Gres=gpu:{self.gpus} State=UNKNOWN
 PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
         self.conf.write_text(conf)
@@ -132,7 +145,8 @@ PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         shim = r / "bin" / "srun"
         shim.write_text(f'#!/bin/sh\nSLURM_CONF="{self.conf}" exec {_which("srun")} "$@"\n')
         shim.chmod(0o755)
-        (r / "etc" / "gres.conf").write_text(f"NodeName={host} Name=gpu File=/dev/null\n")
+        (r / "etc" / "gres.conf").write_text(
+            "".join(f"NodeName={host} Name=gpu File={f}\n" for f in FAKE_GPU_FILES[: self.gpus]))
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, timeout: float = 60) -> None:
@@ -189,7 +203,19 @@ PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         return p.stdout.strip().upper()
 
     def stop(self, timeout: float = 15) -> None:
-        """Stop the daemons this object started (by PID): SIGTERM, then SIGKILL."""
+        """Cancel this cluster's jobs (their processes are slurmstepd's, not ours), then stop
+        the daemons this object started, by PID: SIGTERM, then SIGKILL."""
+        ctld = self.procs.get("slurmctld")
+        if ctld is not None and ctld.poll() is None:
+            try:
+                subprocess.run(["scancel", "--full", f"--user={os.getuid()}"], capture_output=True,
+                               timeout=10, env=self.env())
+                end = time.monotonic() + timeout
+                while time.monotonic() < end and any(
+                        j.get("JobState") in ("RUNNING", "PENDING", "COMPLETING", "CONFIGURING") for j in self.jobs()):
+                    time.sleep(0.5)
+            except (subprocess.SubprocessError, OSError):
+                pass
         for name in reversed(DAEMONS):
             p = self.procs.pop(name, None)
             if p is None or p.poll() is not None:
@@ -220,7 +246,7 @@ PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 continue
             # values may contain spaces only in a few free-text fields; split on ' Key='
             parts = re.split(r" (?=[A-Za-z:/]+=)", line.strip())
-            jobs.append(dict(part.split("=", 1) for part in parts if "=" in part))
+            jobs.append({k: v.strip() for k, v in (part.split("=", 1) for part in parts if "=" in part)})
         return jobs
 
     def __enter__(self) -> "LocalSlurm":

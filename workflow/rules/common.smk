@@ -64,24 +64,39 @@ def heavy_corpora(wildcards):
     return [wildcards.corpus] if "corpus" in wildcards.keys() else CORPORA
 
 
-def heavy_mem_mb(wildcards, attempt):
-    """Memory (MB) of a model-heavy job: model + one context's attention, ×attempt."""
-    from posmech.cluster import mem_mb
+def heavy_mem_mb_for(batch):
+    """``mem_mb`` of a model-heavy job running ``batch`` contexts per forward pass:
+    ``mem_mb=heavy_mem_mb_for(config["geometry"]["batch_size"])``."""
 
-    entry = config["models"][wildcards.model]
-    scale = config.get("cluster", {}).get("mem_scale", 1.0)
-    return mem_mb(model_shape(wildcards.model), entry["dtype"], 1, scale, attempt)
+    def mem(wildcards, attempt):
+        from posmech.cluster import mem_mb
+
+        entry = config["models"][wildcards.model]
+        scale = config.get("cluster", {}).get("mem_scale", 1.0)
+        return mem_mb(
+            model_shape(wildcards.model), entry["dtype"], batch, scale, attempt
+        )
+
+    return mem
 
 
-def heavy_runtime_for(passes):
-    """``runtime`` (minutes) of a job doing ``passes`` forward passes over every token of
-    its corpus (or of all corpora): ``runtime=heavy_runtime_for(4)``."""
+heavy_mem_mb = heavy_mem_mb_for(1)
+
+
+def heavy_runtime_for(passes, documents=None):
+    """``runtime`` (minutes) of a job doing ``passes`` forward passes over the tokens of
+    its corpus (``wildcards.corpus``, else all corpora), or of at most ``documents``
+    documents, e.g. ``heavy_runtime_for(4, config["interventions"]["n_documents"])``."""
 
     def runtime(wildcards, attempt):
         from posmech.cluster import corpus_documents, runtime_min
 
         shape = model_shape(wildcards.model)
-        docs = sum(corpus_documents(config["corpora"][c]) for c in heavy_corpora(wildcards))
+        docs = sum(
+            corpus_documents(config["corpora"][c]) for c in heavy_corpora(wildcards)
+        )
+        if documents is not None:
+            docs = min(docs, documents)
         scale = config.get("cluster", {}).get("runtime_scale", 1.0)
         gpu = on_gpu(wildcards.model)
         return runtime_min(shape, docs * shape.n_ctx, passes, gpu, scale, attempt)
