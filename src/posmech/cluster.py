@@ -10,9 +10,9 @@ a CPU-only study submits no GPU jobs.
   the ``train:`` block, a table of well-known Hub ids, or the size written in the id
   (``…-33M``, ``…-1.4b``); an unknown id is assumed to be large (1.5 B parameters).
 * **Memory** is the model (weights ×4: Hugging Face copy, bridge, processed copies,
-  temporaries) plus ``batch`` contexts' attention (one layer's temporaries, one hooked
-  pattern per layer), residual activations and logits, plus a fixed 1.5 GB for Python,
-  torch and TransformerLens.  It does not scale with the number of documents: every analysis
+  temporaries) plus, per context of a batch, one layer's attention temporaries and the
+  largest of what an analysis keeps (all layers' patterns, residual activations, or
+  logits), plus a fixed 1.5 GB for Python, torch and TransformerLens.  It does not scale with the number of documents: every analysis
   streams over documents.
 * **Runtime** scales with parameters × tokens × forward passes, calibrated on this
   project's measurement (TransformerBridge compatibility-mode forward of GPT-2 small:
@@ -75,6 +75,8 @@ KNOWN_HUB_MODELS: dict[str, ModelShape] = {
     "gpt2-xl": ModelShape(1_557_611_200, 48, 25, 1600, 1024),
     "roneneldan/tinystories-instruct-33m": ModelShape(68_514_048, 4, 16, 768, 2048, 50257),
     "roneneldan/tinystories-33m": ModelShape(68_514_048, 4, 16, 768, 2048, 50257),
+    # TransformerLens toy models: 2 layers, d_model 512, untied embeddings, 48262 tokens
+    "neelnanda/attn_only_2l512w_c4_code": ModelShape(51_535_872, 2, 8, 512, 1024, 48262),
 }
 #: Shape assumed for a Hub id that is neither known nor fetched (deliberately generous).
 UNKNOWN_MODEL = ModelShape(1_500_000_000, 32, 32, 2048, 2048)
@@ -172,16 +174,18 @@ def requests_gpu(entry: dict[str, Any], policy: str = "auto", host_has_gpu: bool
 def mem_mb(shape: ModelShape, dtype: str = "float32", batch: int = 1, scale: float = 1.0, attempt: int = 1) -> int:
     """Memory request (MB) of a model-heavy job, rounded up to 256 MB.
 
-    weights ×4 (HF model, bridge, processed copies) + attention of ``batch`` contexts
-    (float32: scores, pattern and softmax temporaries of the running layer, plus one
-    hooked pattern per layer) + residual-stream activations (16 per layer and token) +
-    three float32 copies of the logits (softmax, losses) + ``BASE_MEM_MB``.
+    weights ×4 (HF model, bridge, processed copies) + per context of the ``batch``
+    (float32): the running layer's attention temporaries (scores, pattern, softmax) plus
+    the largest of what an analysis keeps — one hooked pattern per layer, 16 residual-
+    stream activations per layer and token, or three copies of the logits — +
+    ``BASE_MEM_MB``.
     """
     weights = shape.n_params * DTYPE_BYTES.get(dtype, 4) * 4
-    attention = 4 * batch * shape.n_heads * shape.n_ctx**2 * (3 + shape.n_layers)
-    resid = 4 * 16 * batch * shape.n_layers * shape.n_ctx * shape.d_model
-    logits = 3 * 4 * batch * shape.n_ctx * shape.vocab
-    total = BASE_MEM_MB + (weights + attention + resid + logits) / 2**20
+    transient = 3 * 4 * shape.n_heads * shape.n_ctx**2
+    kept = max(4 * shape.n_layers * shape.n_heads * shape.n_ctx**2,
+               4 * 16 * shape.n_layers * shape.n_ctx * shape.d_model,
+               3 * 4 * shape.n_ctx * shape.vocab)
+    total = BASE_MEM_MB + (weights + batch * (transient + kept)) / 2**20
     return int(math.ceil(total * scale * attempt / 256 - 1e-9) * 256)
 
 
