@@ -21,6 +21,11 @@ Hooks (TransformerLens names, in the configured processing mode):
   (the final residual) — ``n_layers + 1`` entries;
 * ``ln1_out``: ``blocks.{l}.ln1.hook_out`` (the post-ln1 input to attention) — ``n_layers``.
 
+Engines (``cache.engine``): ``hf`` runs the plain Hugging Face model (GPT-2-style
+architectures) and applies the processing mode exactly (:class:`HFCapture`), ``bridge``
+uses TransformerLens hooks (:class:`BridgeCapture`, any architecture); both give the same
+values to float32 rounding (tested).
+
 Resumability: the file is written at ``<path>.partial`` with every dataset allocated up
 front (so a kill, even ``kill -9``, can only leave raw data of unfinished batches
 half-written, never the file's structure); after every ``checkpoint_every`` batches (and at
