@@ -19,6 +19,8 @@ rule cache_activations:
     threads: 2
     resources:
         gpu=heavy_resources,
+        mem_mb=heavy_mem_mb_for(config["cache"]["batch_size"]),
+        runtime=heavy_runtime_for(1, config["cache"]["n_documents"]),
     params:
         model=model_entry,
         corpus=corpus_entry,

@@ -3,6 +3,13 @@
 # sparsity. Only extended_positional_embeddings runs the model; the rest read its HDF5.
 
 
+# Cheap (read HDF5/CSV, plot): run locally also with profiles/slurm (docs/cluster.md).
+localrules:
+    positional_pca,
+    canonical_angles,
+    positional_sparsity,
+
+
 def geometry_models():
     return selected(config, "geometry", "models")
 
@@ -35,8 +42,8 @@ rule extended_positional_embeddings:
     threads: 2
     resources:
         gpu=heavy_resources,
-        mem_mb=8000,
-        runtime=60,
+        mem_mb=heavy_mem_mb_for(config["geometry"]["batch_size"]),
+        runtime=heavy_runtime_for(1, config["geometry"]["n_tokens"]),
     params:
         entry=model_entry,
         geometry=config["geometry"],

@@ -54,8 +54,8 @@ rule prev_knockout:
     threads: 2
     resources:
         gpu=heavy_resources,
-        mem_mb=8000,
-        runtime=60,
+        mem_mb=heavy_mem_mb,
+        runtime=heavy_runtime_for(3, config["interventions"]["n_documents"]),
     params:
         entry=model_entry,
         cfg=interventions_params,
@@ -94,8 +94,8 @@ rule extended_averaging:
     threads: 2
     resources:
         gpu=heavy_resources,
-        mem_mb=8000,
-        runtime=60,
+        mem_mb=heavy_mem_mb,
+        runtime=heavy_runtime_for(3, config["interventions"]["n_documents"]),
     params:
         entry=model_entry,
         cfg=interventions_params,
@@ -133,8 +133,8 @@ rule repeated_tokens:
     threads: 2
     resources:
         gpu=heavy_resources,
-        mem_mb=8000,
-        runtime=30,
+        mem_mb=heavy_mem_mb,
+        runtime=heavy_runtime_for(2, config["interventions"]["n_documents"]),
     params:
         entry=model_entry,
         cfg=interventions_params,
@@ -172,8 +172,8 @@ rule induction_intervention:
     threads: 2
     resources:
         gpu=heavy_resources,
-        mem_mb=8000,
-        runtime=30,
+        mem_mb=heavy_mem_mb,
+        runtime=heavy_runtime_for(4, 1),
     params:
         entry=model_entry,
         cfg=interventions_params,

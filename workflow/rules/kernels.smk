@@ -3,6 +3,13 @@
 # p_i come from the activation cache, everything else reads kernels.h5 or etc.csv.
 
 
+# Cheap (read HDF5/CSV, plot): run locally also with profiles/slurm (docs/cluster.md).
+localrules:
+    etc_table,
+    kernel_heatmaps,
+    etc_heatmap,
+
+
 def kernels_models():
     return selected(config, "kernels", "models")
 
@@ -33,8 +40,8 @@ rule positional_kernels:
     threads: 2
     resources:
         gpu=heavy_resources,
-        mem_mb=4000,
-        runtime=30,
+        mem_mb=heavy_mem_mb,
+        runtime=heavy_runtime_for(1, config["kernels"]["n_chapters"]),
     params:
         entry=model_entry,
         kernels=kernels_params,

@@ -4,6 +4,11 @@
 # REPORT_TABLES) and every other stage's targets, so the report is the last job.
 
 
+# Cheap (read HDF5/CSV, plot): run locally also with profiles/slurm (docs/cluster.md).
+localrules:
+    report,
+
+
 def report_registered(registry):
     return list(dict.fromkeys(p for paths in registry for p in paths()))
 

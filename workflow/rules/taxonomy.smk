@@ -61,8 +61,8 @@ rule diagonal_taxonomy:
     threads: 2
     resources:
         gpu=heavy_resources,
-        mem_mb=6000,
-        runtime=60,
+        mem_mb=heavy_mem_mb_for(config["taxonomy"]["batch_size"]),
+        runtime=heavy_runtime_for(1, config["taxonomy"]["n_documents"]),
     params:
         entry=model_entry,
         taxonomy=section_params("taxonomy"),
@@ -101,8 +101,8 @@ rule posembed_averaging:
     threads: 2
     resources:
         gpu=heavy_resources,
-        mem_mb=6000,
-        runtime=60,
+        mem_mb=heavy_mem_mb,
+        runtime=heavy_runtime_for(4, config["posembed_averaging"]["n_documents"]),
     params:
         entry=model_entry,
         averaging=section_params("posembed_averaging"),
@@ -140,8 +140,8 @@ rule posembed_attention:
     threads: 2
     resources:
         gpu=heavy_resources,
-        mem_mb=4000,
-        runtime=20,
+        mem_mb=heavy_mem_mb,
+        runtime=heavy_runtime_for(4, 1),
     params:
         entry=model_entry,
         attention=section_params("posembed_attention"),
