@@ -1,5 +1,3 @@
-# One forward pass per (model, corpus): per-layer activations and position-wise means,
-# streamed to HDF5 (resumable; see src/posmech/cache.py and docs/artifacts.md).
 
 
 rule cache_activations:
@@ -16,6 +14,8 @@ rule cache_activations:
     wildcard_constraints:
         model=regex(MODELS),
         corpus=regex(CORPORA),
+    conda:
+        "../envs/posmech.yaml"
     threads: 2
     resources:
         gpu=heavy_resources,
@@ -27,12 +27,3 @@ rule cache_activations:
         cache=config["cache"],
     script:
         "../../scripts/cache_activations.py"
-
-
-def cache_targets():
-    models = selected(config, "cache", "models")
-    corpora = selected(config, "cache", "corpora")
-    return [f"results/{m}/activations/{c}.h5" for m in models for c in corpora]
-
-
-TARGETS.append(cache_targets)

@@ -1,4 +1,4 @@
-# Helpers shared by every rule file: config validation (before any job runs) and paths.
+# Helpers shared by every stage: config validation (before any job runs) and paths.
 import sys
 from pathlib import Path
 
@@ -162,3 +162,365 @@ def all_targets():
 SCORECARDS = []
 REPORT_FIGURES = []
 REPORT_TABLES = []
+
+
+# ---------------------------------------------------------------- cache stage (cache.smk)
+def cache_targets():
+    models = selected(config, "cache", "models")
+    corpora = selected(config, "cache", "corpora")
+    return [f"results/{m}/activations/{c}.h5" for m in models for c in corpora]
+
+
+TARGETS.append(cache_targets)
+
+
+# ---------------------------------------------------------------- geometry stage (geometry.smk)
+def geometry_models():
+    return selected(config, "geometry", "models")
+
+
+GEOMETRY_RULES = [
+    "extended_positional_embeddings",
+    "positional_pca",
+    "canonical_angles",
+    "positional_sparsity",
+]
+GEOMETRY_RULES = [
+    "extended_positional_embeddings",
+    "positional_pca",
+    "canonical_angles",
+    "positional_sparsity",
+]
+GEOMETRY_FIGURES = [
+    "extended_agreement.png",
+    "pca_wpos_helix.png",
+    "pca_helices.png",
+    "pca_comparison.png",
+    "pca_explained.png",
+    "canonical_angles.png",
+    "sparsity.png",
+]
+GEOMETRY_FIGURES = [
+    "extended_agreement.png",
+    "pca_wpos_helix.png",
+    "pca_helices.png",
+    "pca_comparison.png",
+    "pca_explained.png",
+    "canonical_angles.png",
+    "sparsity.png",
+]
+GEOMETRY_TABLES = [
+    "extended_agreement.csv",
+    "pca.csv",
+    "canonical_angles.csv",
+    "sparsity.csv",
+]
+
+
+GEOMETRY_TABLES = [
+    "extended_agreement.csv",
+    "pca.csv",
+    "canonical_angles.csv",
+    "sparsity.csv",
+]
+
+
+def geometry_scorecards():
+    return [
+        f"results/{m}/scorecard/{r}.csv"
+        for m in geometry_models()
+        for r in GEOMETRY_RULES
+    ]
+
+
+def geometry_figures():
+    return [
+        f"results/{m}/geometry/{f}" for m in geometry_models() for f in GEOMETRY_FIGURES
+    ]
+
+
+def geometry_tables():
+    return [
+        f"results/{m}/geometry/{f}" for m in geometry_models() for f in GEOMETRY_TABLES
+    ]
+
+
+def geometry_targets():
+    return (
+        [f"results/{m}/geometry/extended.h5" for m in geometry_models()]
+        + geometry_scorecards()
+        + geometry_figures()
+        + geometry_tables()
+    )
+
+
+TARGETS.append(geometry_targets)
+SCORECARDS.append(geometry_scorecards)
+REPORT_FIGURES.append(geometry_figures)
+REPORT_TABLES.append(geometry_tables)
+
+
+# ---------------------------------------------------------------- kernels stage (kernels.smk)
+def kernels_models():
+    return selected(config, "kernels", "models")
+
+
+def kernels_params(wildcards=None):
+    """The `kernels` config section with the corpora resolved (null: the first corpus)."""
+    p = dict(config["kernels"])
+    first = list(config["corpora"])[0]
+    p["means_corpus"] = p.get("means_corpus") or first
+    p["query_corpus"] = p.get("query_corpus") or first
+    return p
+
+
+def kernels_scorecards():
+    return [f"results/{m}/scorecard/etc_table.csv" for m in kernels_models()]
+
+
+def kernels_figures():
+    figs = ["results/kernels/etc_heatmap.png"] if kernels_models() else []
+    for m in kernels_models():
+        figs += [
+            f"results/{m}/kernels/{f}.png"
+            for f in ("kernels_layer0", "kernels_selected", "kernel_profiles")
+        ]
+    return figs
+
+
+def kernels_tables():
+    return [f"results/{m}/kernels/etc.csv" for m in kernels_models()]
+
+
+def kernels_targets():
+    return (
+        [f"results/{m}/kernels/kernels.h5" for m in kernels_models()]
+        + kernels_scorecards()
+        + kernels_figures()
+        + kernels_tables()
+    )
+
+
+TARGETS.append(kernels_targets)
+SCORECARDS.append(kernels_scorecards)
+REPORT_FIGURES.append(kernels_figures)
+REPORT_TABLES.append(kernels_tables)
+
+
+# ---------------------------------------------------------------- taxonomy stage (taxonomy.smk)
+def taxonomy_models(section="taxonomy"):
+    return selected(config, section, "models")
+
+
+def section_params(section):
+    """A config section with its corpus resolved (null: the first corpus)."""
+
+    def params(wildcards=None):
+        p = dict(config[section])
+        p["corpus"] = p.get("corpus") or list(config["corpora"])[0]
+        return p
+
+    return params
+
+
+def section_tokens(section):
+    return (
+        lambda wc: f"results/{wc.model}/tokens/{section_params(section)()['corpus']}.h5"
+    )
+
+
+def repo_file(path):
+    """A repository file named in the config (absolute paths are kept)."""
+    return path if path.startswith("/") else static(path)
+
+
+def taxonomy_scorecards():
+    return (
+        [f"results/{m}/scorecard/diagonal_taxonomy.csv" for m in taxonomy_models()]
+        + [
+            f"results/{m}/scorecard/posembed_averaging.csv"
+            for m in taxonomy_models("posembed_averaging")
+        ]
+        + [
+            f"results/{m}/scorecard/posembed_attention.csv"
+            for m in taxonomy_models("posembed_attention")
+        ]
+    )
+
+
+def taxonomy_figures():
+    return (
+        [f"results/{m}/taxonomy/taxonomy.png" for m in taxonomy_models()]
+        + [
+            f"results/{m}/posembed/averaging.png"
+            for m in taxonomy_models("posembed_averaging")
+        ]
+        + [
+            f"results/{m}/posembed/attention.png"
+            for m in taxonomy_models("posembed_attention")
+        ]
+    )
+
+
+def taxonomy_tables():
+    return (
+        [f"results/{m}/taxonomy/taxonomy.csv" for m in taxonomy_models()]
+        + [
+            f"results/{m}/posembed/averaging.csv"
+            for m in taxonomy_models("posembed_averaging")
+        ]
+        + [
+            f"results/{m}/posembed/attention.csv"
+            for m in taxonomy_models("posembed_attention")
+        ]
+    )
+
+
+def taxonomy_targets():
+    return (
+        [f"results/{m}/taxonomy/heads.csv" for m in taxonomy_models()]
+        + taxonomy_scorecards()
+        + taxonomy_figures()
+        + taxonomy_tables()
+    )
+
+
+TARGETS.append(taxonomy_targets)
+SCORECARDS.append(taxonomy_scorecards)
+REPORT_FIGURES.append(taxonomy_figures)
+REPORT_TABLES.append(taxonomy_tables)
+
+
+# ---------------------------------------------------------------- interventions stage (interventions.smk)
+def interventions_models():
+    return selected(config, "interventions", "models")
+
+
+def interventions_params(wildcards):
+    return config["interventions"]
+
+
+def interventions_corpus(wildcards=None):
+    """The web-text corpus of P5, P14, P15 (null: the first corpus under `corpora`)."""
+    return config["interventions"]["corpus"] or CORPORA[0]
+
+
+def interventions_tokens(wildcards):
+    return f"results/{wildcards.model}/tokens/{interventions_corpus()}.h5"
+
+
+def induction_prompt(wildcards):
+    return static(config["interventions"]["induction_intervention"]["prompt"])
+
+
+INTERVENTION_RULES = [
+    "prev_knockout",
+    "extended_averaging",
+    "repeated_tokens",
+    "induction_intervention",
+]
+
+
+INTERVENTION_RULES = [
+    "prev_knockout",
+    "extended_averaging",
+    "repeated_tokens",
+    "induction_intervention",
+]
+
+
+def interventions_targets():
+    return [
+        f"results/{m}/{d}/{r}.{ext}"
+        for m in interventions_models()
+        for r in INTERVENTION_RULES
+        for d, ext in (
+            ("interventions", "csv"),
+            ("interventions", "png"),
+            ("scorecard", "csv"),
+        )
+    ]
+
+
+def interventions_scorecards():
+    return [
+        f"results/{m}/scorecard/{r}.csv"
+        for m in interventions_models()
+        for r in INTERVENTION_RULES
+    ]
+
+
+def interventions_figures():
+    return [
+        f"results/{m}/interventions/{r}.png"
+        for m in interventions_models()
+        for r in INTERVENTION_RULES
+    ]
+
+
+def interventions_tables():
+    return [
+        f"results/{m}/interventions/{r}.csv"
+        for m in interventions_models()
+        for r in INTERVENTION_RULES
+    ]
+
+
+TARGETS.append(interventions_targets)
+SCORECARDS.append(interventions_scorecards)
+REPORT_FIGURES.append(interventions_figures)
+REPORT_TABLES.append(interventions_tables)
+
+
+# ---------------------------------------------------------------- report stage (report.smk)
+def report_registered(registry):
+    return list(dict.fromkeys(p for paths in registry for p in paths()))
+
+
+def report_figures():
+    """Registered figures, then each trained model's training curve."""
+    curves = [
+        f"results/{m}/training/curve.png" for m in model_names_by_kind(config, "train")
+    ]
+    return list(dict.fromkeys(report_registered(REPORT_FIGURES) + curves))
+
+
+def report_upstream_targets():
+    """Every other stage's final targets: the report runs after all of them."""
+    return [
+        t for targets in TARGETS if targets is not report_targets for t in targets()
+    ]
+
+
+def report_flags(wildcards):
+    """Per figure/table: the producing rule, its wildcards and its report() caption and
+    category (so the HTML report reuses the captions of Snakemake's native report)."""
+    out = {}
+    for path in report_figures() + report_registered(REPORT_TABLES):
+        for r in workflow.rules:
+            for o in r.output:
+                flag = o.flags.get("report")
+                match = o.match(path) if flag is not None else None
+                if match:
+                    caption = flag.caption
+                    out[path] = {
+                        "rule": r.name,
+                        "wildcards": match.groupdict(),
+                        "caption": (
+                            caption.get_path_or_uri(secret_free=True)
+                            if caption
+                            else None
+                        ),
+                        "category": flag.category,
+                    }
+                    break
+            if path in out:
+                break
+    return out
+
+
+def report_targets():
+    return ["results/report/index.html", "results/report/scorecard.csv"]
+
+
+TARGETS.append(report_targets)

@@ -10,11 +10,13 @@ rule prepare_corpus:
     """Load a corpus (packaged KJV Bible, Hub dataset, or local copy), select documents."""
     output:
         "resources/corpora/{corpus}.jsonl",
-    params:
-        entry=corpus_entry,
     log:
         "logs/prepare_corpus/{corpus}.log",
     wildcard_constraints:
         corpus=regex(CORPORA),
+    conda:
+        "../envs/posmech.yaml"
+    params:
+        entry=corpus_entry,
     script:
         "../../scripts/prepare_corpus.py"

@@ -1,17 +1,8 @@
-# Geometry of positional information (seed 000; claims P1, P8-P11): extended positional
-# embeddings from repeated-token prompts, their PCA helices, canonical angles to W_pos and
-# sparsity. Only extended_positional_embeddings runs the model; the rest read its HDF5.
-
-
 # Cheap (read HDF5/CSV, plot): run locally also with profiles/slurm (docs/cluster.md).
 localrules:
     positional_pca,
     canonical_angles,
     positional_sparsity,
-
-
-def geometry_models():
-    return selected(config, "geometry", "models")
 
 
 rule extended_positional_embeddings:
@@ -39,6 +30,8 @@ rule extended_positional_embeddings:
         "benchmarks/extended_positional_embeddings/{model}.tsv"
     wildcard_constraints:
         model=regex(MODELS),
+    conda:
+        "../envs/posmech.yaml"
     threads: 2
     resources:
         gpu=heavy_resources,
@@ -91,6 +84,8 @@ rule positional_pca:
         "logs/positional_pca/{model}.log",
     wildcard_constraints:
         model=regex(MODELS),
+    conda:
+        "../envs/posmech.yaml"
     params:
         geometry=config["geometry"],
     script:
@@ -119,6 +114,8 @@ rule canonical_angles:
         "logs/canonical_angles/{model}.log",
     wildcard_constraints:
         model=regex(MODELS),
+    conda:
+        "../envs/posmech.yaml"
     params:
         geometry=config["geometry"],
     script:
@@ -147,65 +144,9 @@ rule positional_sparsity:
         "logs/positional_sparsity/{model}.log",
     wildcard_constraints:
         model=regex(MODELS),
+    conda:
+        "../envs/posmech.yaml"
     params:
         geometry=config["geometry"],
     script:
         "../../scripts/positional_sparsity.py"
-
-
-GEOMETRY_RULES = [
-    "extended_positional_embeddings",
-    "positional_pca",
-    "canonical_angles",
-    "positional_sparsity",
-]
-GEOMETRY_FIGURES = [
-    "extended_agreement.png",
-    "pca_wpos_helix.png",
-    "pca_helices.png",
-    "pca_comparison.png",
-    "pca_explained.png",
-    "canonical_angles.png",
-    "sparsity.png",
-]
-GEOMETRY_TABLES = [
-    "extended_agreement.csv",
-    "pca.csv",
-    "canonical_angles.csv",
-    "sparsity.csv",
-]
-
-
-def geometry_scorecards():
-    return [
-        f"results/{m}/scorecard/{r}.csv"
-        for m in geometry_models()
-        for r in GEOMETRY_RULES
-    ]
-
-
-def geometry_figures():
-    return [
-        f"results/{m}/geometry/{f}" for m in geometry_models() for f in GEOMETRY_FIGURES
-    ]
-
-
-def geometry_tables():
-    return [
-        f"results/{m}/geometry/{f}" for m in geometry_models() for f in GEOMETRY_TABLES
-    ]
-
-
-def geometry_targets():
-    return (
-        [f"results/{m}/geometry/extended.h5" for m in geometry_models()]
-        + geometry_scorecards()
-        + geometry_figures()
-        + geometry_tables()
-    )
-
-
-TARGETS.append(geometry_targets)
-SCORECARDS.append(geometry_scorecards)
-REPORT_FIGURES.append(geometry_figures)
-REPORT_TABLES.append(geometry_tables)

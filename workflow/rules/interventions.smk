@@ -1,28 +1,3 @@
-# Interventions on a running model around previous-token heads (seed 000; claims P5, P14,
-# P15, P16). Each rule hooks the TransformerBridge (nothing is written into the weights),
-# acts on the heads the taxonomy chose (results/{model}/taxonomy/heads.csv) and writes a
-# tidy table, a figure and scorecard rows.
-
-
-def interventions_models():
-    return selected(config, "interventions", "models")
-
-
-def interventions_params(wildcards):
-    return config["interventions"]
-
-
-def interventions_corpus(wildcards=None):
-    """The web-text corpus of P5, P14, P15 (null: the first corpus under `corpora`)."""
-    return config["interventions"]["corpus"] or CORPORA[0]
-
-
-def interventions_tokens(wildcards):
-    return f"results/{wildcards.model}/tokens/{interventions_corpus()}.h5"
-
-
-def induction_prompt(wildcards):
-    return static(config["interventions"]["induction_intervention"]["prompt"])
 
 
 rule prev_knockout:
@@ -51,6 +26,8 @@ rule prev_knockout:
         "benchmarks/prev_knockout/{model}.tsv"
     wildcard_constraints:
         model=regex(MODELS),
+    conda:
+        "../envs/posmech.yaml"
     threads: 2
     resources:
         gpu=heavy_resources,
@@ -91,6 +68,8 @@ rule extended_averaging:
         "benchmarks/extended_averaging/{model}.tsv"
     wildcard_constraints:
         model=regex(MODELS),
+    conda:
+        "../envs/posmech.yaml"
     threads: 2
     resources:
         gpu=heavy_resources,
@@ -130,6 +109,8 @@ rule repeated_tokens:
         "benchmarks/repeated_tokens/{model}.tsv"
     wildcard_constraints:
         model=regex(MODELS),
+    conda:
+        "../envs/posmech.yaml"
     threads: 2
     resources:
         gpu=heavy_resources,
@@ -169,6 +150,8 @@ rule induction_intervention:
         "benchmarks/induction_intervention/{model}.tsv"
     wildcard_constraints:
         model=regex(MODELS),
+    conda:
+        "../envs/posmech.yaml"
     threads: 2
     resources:
         gpu=heavy_resources,
@@ -179,54 +162,3 @@ rule induction_intervention:
         cfg=interventions_params,
     script:
         "../../scripts/induction_intervention.py"
-
-
-INTERVENTION_RULES = [
-    "prev_knockout",
-    "extended_averaging",
-    "repeated_tokens",
-    "induction_intervention",
-]
-
-
-def interventions_targets():
-    return [
-        f"results/{m}/{d}/{r}.{ext}"
-        for m in interventions_models()
-        for r in INTERVENTION_RULES
-        for d, ext in (
-            ("interventions", "csv"),
-            ("interventions", "png"),
-            ("scorecard", "csv"),
-        )
-    ]
-
-
-def interventions_scorecards():
-    return [
-        f"results/{m}/scorecard/{r}.csv"
-        for m in interventions_models()
-        for r in INTERVENTION_RULES
-    ]
-
-
-def interventions_figures():
-    return [
-        f"results/{m}/interventions/{r}.png"
-        for m in interventions_models()
-        for r in INTERVENTION_RULES
-    ]
-
-
-def interventions_tables():
-    return [
-        f"results/{m}/interventions/{r}.csv"
-        for m in interventions_models()
-        for r in INTERVENTION_RULES
-    ]
-
-
-TARGETS.append(interventions_targets)
-SCORECARDS.append(interventions_scorecards)
-REPORT_FIGURES.append(interventions_figures)
-REPORT_TABLES.append(interventions_tables)

@@ -1,26 +1,8 @@
-# Positional kernels and Effective Token Count (seed 003; claims K1-K5). Only
-# positional_kernels runs the model (a few Bible chapters, for the queries x_n); the means
-# p_i come from the activation cache, everything else reads kernels.h5 or etc.csv.
-
-
 # Cheap (read HDF5/CSV, plot): run locally also with profiles/slurm (docs/cluster.md).
 localrules:
     etc_table,
     kernel_heatmaps,
     etc_heatmap,
-
-
-def kernels_models():
-    return selected(config, "kernels", "models")
-
-
-def kernels_params(wildcards=None):
-    """The `kernels` config section with the corpora resolved (null: the first corpus)."""
-    p = dict(config["kernels"])
-    first = list(config["corpora"])[0]
-    p["means_corpus"] = p.get("means_corpus") or first
-    p["query_corpus"] = p.get("query_corpus") or first
-    return p
 
 
 rule positional_kernels:
@@ -37,6 +19,8 @@ rule positional_kernels:
         "benchmarks/positional_kernels/{model}.tsv"
     wildcard_constraints:
         model=regex(MODELS),
+    conda:
+        "../envs/posmech.yaml"
     threads: 2
     resources:
         gpu=heavy_resources,
@@ -65,6 +49,8 @@ rule etc_table:
         "logs/etc_table/{model}.log",
     wildcard_constraints:
         model=regex(MODELS),
+    conda:
+        "../envs/posmech.yaml"
     params:
         kernels=kernels_params,
         kernels_figure="results/{model}/kernels/kernels_selected.png",
@@ -102,6 +88,8 @@ rule kernel_heatmaps:
         "logs/kernel_heatmaps/{model}.log",
     wildcard_constraints:
         model=regex(MODELS),
+    conda:
+        "../envs/posmech.yaml"
     params:
         kernels=kernels_params,
     script:
@@ -121,41 +109,10 @@ rule etc_heatmap:
         ),
     log:
         "logs/etc_heatmap/etc_heatmap.log",
+    conda:
+        "../envs/posmech.yaml"
     params:
         kernels=kernels_params,
         models=kernels_models(),
     script:
         "../../scripts/etc_heatmap.py"
-
-
-def kernels_scorecards():
-    return [f"results/{m}/scorecard/etc_table.csv" for m in kernels_models()]
-
-
-def kernels_figures():
-    figs = ["results/kernels/etc_heatmap.png"] if kernels_models() else []
-    for m in kernels_models():
-        figs += [
-            f"results/{m}/kernels/{f}.png"
-            for f in ("kernels_layer0", "kernels_selected", "kernel_profiles")
-        ]
-    return figs
-
-
-def kernels_tables():
-    return [f"results/{m}/kernels/etc.csv" for m in kernels_models()]
-
-
-def kernels_targets():
-    return (
-        [f"results/{m}/kernels/kernels.h5" for m in kernels_models()]
-        + kernels_scorecards()
-        + kernels_figures()
-        + kernels_tables()
-    )
-
-
-TARGETS.append(kernels_targets)
-SCORECARDS.append(kernels_scorecards)
-REPORT_FIGURES.append(kernels_figures)
-REPORT_TABLES.append(kernels_tables)

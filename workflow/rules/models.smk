@@ -11,12 +11,16 @@ rule fetch_model:
     """Snapshot a Hub model (safetensors, config, tokenizer) or validate a local directory."""
     output:
         manifest="resources/models/{model}/manifest.json",
-    params:
-        entry=model_entry,
     log:
         "logs/fetch_model/{model}.log",
     wildcard_constraints:
-        model=regex(model_names_by_kind(config, "hub") + model_names_by_kind(config, "local")),
+        model=regex(
+            model_names_by_kind(config, "hub") + model_names_by_kind(config, "local")
+        ),
+    conda:
+        "../envs/posmech.yaml"
+    params:
+        entry=model_entry,
     script:
         "../../scripts/fetch_model.py"
 
@@ -38,17 +42,19 @@ rule train_demo_model:
             category="Demo model",
         ),
         summary="results/{model}/training/summary.json",
-    params:
-        entry=model_entry,
     log:
         "logs/train_demo_model/{model}.log",
     benchmark:
         "benchmarks/train_demo_model/{model}.tsv"
+    wildcard_constraints:
+        model=regex(model_names_by_kind(config, "train")),
+    conda:
+        "../envs/posmech.yaml"
     threads: 2
     resources:
         mem_mb=heavy_mem_mb,
         runtime=train_runtime,
-    wildcard_constraints:
-        model=regex(model_names_by_kind(config, "train")),
+    params:
+        entry=model_entry,
     script:
         "../../scripts/train_demo_model.py"

@@ -1,32 +1,3 @@
-# Previous-token head taxonomy (P6, P7) and the W_pos averaging interventions (P2-P4).
-# diagonal_taxonomy writes results/{model}/taxonomy/heads.csv, the chosen sharp / early
-# previous-token heads every intervention rule reads.
-
-
-def taxonomy_models(section="taxonomy"):
-    return selected(config, section, "models")
-
-
-def section_params(section):
-    """A config section with its corpus resolved (null: the first corpus)."""
-
-    def params(wildcards=None):
-        p = dict(config[section])
-        p["corpus"] = p.get("corpus") or list(config["corpora"])[0]
-        return p
-
-    return params
-
-
-def section_tokens(section):
-    return (
-        lambda wc: f"results/{wc.model}/tokens/{section_params(section)()['corpus']}.h5"
-    )
-
-
-def repo_file(path):
-    """A repository file named in the config (absolute paths are kept)."""
-    return path if path.startswith("/") else static(path)
 
 
 rule diagonal_taxonomy:
@@ -58,6 +29,8 @@ rule diagonal_taxonomy:
         "benchmarks/diagonal_taxonomy/{model}.tsv"
     wildcard_constraints:
         model=regex(MODELS),
+    conda:
+        "../envs/posmech.yaml"
     threads: 2
     resources:
         gpu=heavy_resources,
@@ -98,6 +71,8 @@ rule posembed_averaging:
         "benchmarks/posembed_averaging/{model}.tsv"
     wildcard_constraints:
         model=regex(MODELS),
+    conda:
+        "../envs/posmech.yaml"
     threads: 2
     resources:
         gpu=heavy_resources,
@@ -137,6 +112,8 @@ rule posembed_attention:
         "benchmarks/posembed_attention/{model}.tsv"
     wildcard_constraints:
         model=regex(MODELS),
+    conda:
+        "../envs/posmech.yaml"
     threads: 2
     resources:
         gpu=heavy_resources,
@@ -147,60 +124,3 @@ rule posembed_attention:
         attention=section_params("posembed_attention"),
     script:
         "../../scripts/posembed_attention.py"
-
-
-def taxonomy_scorecards():
-    return (
-        [f"results/{m}/scorecard/diagonal_taxonomy.csv" for m in taxonomy_models()]
-        + [
-            f"results/{m}/scorecard/posembed_averaging.csv"
-            for m in taxonomy_models("posembed_averaging")
-        ]
-        + [
-            f"results/{m}/scorecard/posembed_attention.csv"
-            for m in taxonomy_models("posembed_attention")
-        ]
-    )
-
-
-def taxonomy_figures():
-    return (
-        [f"results/{m}/taxonomy/taxonomy.png" for m in taxonomy_models()]
-        + [
-            f"results/{m}/posembed/averaging.png"
-            for m in taxonomy_models("posembed_averaging")
-        ]
-        + [
-            f"results/{m}/posembed/attention.png"
-            for m in taxonomy_models("posembed_attention")
-        ]
-    )
-
-
-def taxonomy_tables():
-    return (
-        [f"results/{m}/taxonomy/taxonomy.csv" for m in taxonomy_models()]
-        + [
-            f"results/{m}/posembed/averaging.csv"
-            for m in taxonomy_models("posembed_averaging")
-        ]
-        + [
-            f"results/{m}/posembed/attention.csv"
-            for m in taxonomy_models("posembed_attention")
-        ]
-    )
-
-
-def taxonomy_targets():
-    return (
-        [f"results/{m}/taxonomy/heads.csv" for m in taxonomy_models()]
-        + taxonomy_scorecards()
-        + taxonomy_figures()
-        + taxonomy_tables()
-    )
-
-
-TARGETS.append(taxonomy_targets)
-SCORECARDS.append(taxonomy_scorecards)
-REPORT_FIGURES.append(taxonomy_figures)
-REPORT_TABLES.append(taxonomy_tables)

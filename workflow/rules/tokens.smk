@@ -13,13 +13,15 @@ rule tokenize:
         manifest="resources/models/{model}/manifest.json",
     output:
         "results/{model}/tokens/{corpus}.h5",
-    params:
-        model=model_entry,
-        corpus=corpus_entry,
     log:
         "logs/tokenize/{model}/{corpus}.log",
     wildcard_constraints:
         model=regex(MODELS),
         corpus=regex(CORPORA),
+    conda:
+        "../envs/posmech.yaml"
+    params:
+        model=model_entry,
+        corpus=corpus_entry,
     script:
         "../../scripts/tokenize.py"
