@@ -129,10 +129,23 @@ def compare_file(a: Path, b: Path) -> list[str]:
     return [] if a.read_bytes() == b.read_bytes() else [f"{a.name}: bytes differ"]
 
 
+#: Files that tests add to a run's tree (not workflow outputs): the report test saves its
+#: Chromium screenshot next to the report of the shared ``ci_run``.
+TEST_ARTIFACTS = frozenset({"results/report/screenshot.png"})
+
+
 def compare_results(a_root: Path, b_root: Path, sub: str = "results") -> list[str]:
-    """Differences between ``a_root/sub`` and ``b_root/sub`` (empty: equal)."""
-    fa = {p.relative_to(a_root) for p in (a_root / sub).rglob("*") if p.is_file()}
-    fb = {p.relative_to(b_root) for p in (b_root / sub).rglob("*") if p.is_file()}
+    """Differences between ``a_root/sub`` and ``b_root/sub`` (empty: equal), ignoring
+    :data:`TEST_ARTIFACTS`."""
+
+    def files(root: Path) -> set[Path]:
+        return {
+            p.relative_to(root)
+            for p in (root / sub).rglob("*")
+            if p.is_file() and str(p.relative_to(root)) not in TEST_ARTIFACTS
+        }
+
+    fa, fb = files(a_root), files(b_root)
     problems = [f"only in one run: {sorted(map(str, fa ^ fb))[:10]}"] if fa != fb else []
     for rel in sorted(fa & fb):
         problems += [f"{rel}: {p}" for p in compare_file(a_root / rel, b_root / rel)]
