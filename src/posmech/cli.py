@@ -44,14 +44,10 @@ def describe(path: str | Path) -> dict[str, Any]:
     "attrs"}}}``; names are full paths inside the file (no leading ``/``)."""
     import h5py
 
+    from posmech.hdf5 import open_hdf5
+
     p = Path(path)
-    if not p.exists():
-        raise PosmechError(f"{str(p)!r} does not exist")
-    try:
-        f = h5py.File(p, "r")
-    except OSError as err:
-        raise PosmechError(f"{str(p)!r} is not a readable HDF5 file ({err}); it is corrupt or truncated: "
-                           "delete it and rerun the rule that writes it") from None
+    f = open_hdf5(p)
     groups: dict[str, Any] = {}
     datasets: dict[str, Any] = {}
     with f:

@@ -96,6 +96,21 @@ def artifact_writer(path: str | os.PathLike[str], kind: str, rule: str, attrs: d
             f.attrs["complete"] = True
 
 
+def open_hdf5(path: str | os.PathLike[str]) -> h5py.File:
+    """Open any HDF5 file read-only (complete or not); a missing, corrupt or truncated
+    file raises :class:`PosmechError` naming it."""
+    p = Path(path)
+    if not p.exists():
+        raise PosmechError(f"artifact {str(p)!r} does not exist; run the workflow target that makes it")
+    try:
+        return h5py.File(p, "r")
+    except OSError as err:
+        raise PosmechError(
+            f"artifact {str(p)!r} is not a readable HDF5 file ({err}); it is corrupt or truncated: "
+            "delete it and rerun the rule that writes it"
+        ) from None
+
+
 def open_artifact(path: str | os.PathLike[str], kind: str | None = None) -> h5py.File:
     """Open a pipeline artifact read-only after checking it is whole.
 
@@ -103,15 +118,7 @@ def open_artifact(path: str | os.PathLike[str], kind: str | None = None) -> h5py
     missing, not HDF5, of another schema version or kind, or lacks the completion marker.
     """
     p = Path(path)
-    if not p.exists():
-        raise PosmechError(f"artifact {str(p)!r} does not exist; run the workflow target that makes it")
-    try:
-        f = h5py.File(p, "r")
-    except OSError as err:
-        raise PosmechError(
-            f"artifact {str(p)!r} is not a readable HDF5 file ({err}); it is corrupt or truncated: "
-            "delete it and rerun the rule that writes it"
-        ) from None
+    f = open_hdf5(p)
     rule = f.attrs.get("rule", "the rule that writes it")
     problem = None
     if f.attrs.get("schema_version") != SCHEMA_VERSION:
