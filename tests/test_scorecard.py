@@ -86,11 +86,7 @@ def test_fabricated_tables_give_pass_fail_na_missing(tmp_path, published):
         _write(tmp_path, "gpt2", "induction_intervention", []),
     ]
     rows = sc.read_scorecards(files)
-    registered: dict[str, set[str]] = {}
-    for f in files:
-        m, r = sc.rule_of(f)
-        registered.setdefault(m, set()).add(r)
-    card = sc.build_scorecard(published, rows, registered)
+    card = sc.build_scorecard(published, rows, sc.registered_rules(files))
 
     assert _status(card, "P6", "n_prev_token_heads", "gpt2").status == "pass"
     p7 = _status(card, "P7", "diagonal_ratio", "gpt2")

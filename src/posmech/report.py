@@ -256,11 +256,7 @@ def build(
 
     entries = sc.load_published(published)
     rows = sc.read_scorecards(scorecards)
-    registered: dict[str, set[str]] = {}
-    for p in scorecards:
-        m, r = sc.rule_of(p)
-        registered.setdefault(m, set()).add(r)
-    card = sc.build_scorecard(entries, rows, registered)
+    card = sc.build_scorecard(entries, rows, sc.registered_rules(scorecards))
     counts = {s: int((card.status == s).sum()) for s in sc.STATUSES}
     write_table(card, scorecard_csv, {"published": published, "counts": counts})
 

@@ -285,6 +285,16 @@ def rule_of(path: str | os.PathLike[str]) -> tuple[str, str]:
     return p.parent.parent.name, p.stem
 
 
+def registered_rules(paths: list[str] | list[os.PathLike[str]]) -> dict[str, set[str]]:
+    """``{model: {rule, …}}`` of the scorecard files a run registered (whether or not
+    they hold a row for every claim): what :func:`build_scorecard` takes as ``registered``."""
+    registered: dict[str, set[str]] = {}
+    for p in paths:
+        model, rule = rule_of(p)
+        registered.setdefault(model, set()).add(rule)
+    return registered
+
+
 def read_scorecards(paths: list[str] | list[os.PathLike[str]]) -> pd.DataFrame:
     """Concatenate scorecard CSVs; adds ``rule`` (from the file name); checks the columns."""
     from posmech.tables import SCORECARD_COLUMNS as COLS
