@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import json
 import os
 import subprocess
@@ -34,8 +35,12 @@ SCHEMA_VERSION = 1
 STR = h5py.string_dtype(encoding="utf-8")
 
 
+@functools.lru_cache(maxsize=1)
 def git_commit() -> str:
-    """The project's git commit (``+dirty`` when the work tree has changes), or ``unknown``."""
+    """The project's git commit (``+dirty`` when the work tree has changes), or ``unknown``.
+
+    Asked once per process: the code that runs is the code imported at start, whatever
+    happens to the work tree later."""
     here = Path(__file__).resolve().parent
     try:
         sha = subprocess.run(
@@ -50,7 +55,8 @@ def git_commit() -> str:
         return "unknown"
 
 
-def package_versions() -> dict[str, str]:
+@functools.lru_cache(maxsize=1)
+def _package_versions() -> tuple[tuple[str, str], ...]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {}
@@ -59,7 +65,12 @@ def package_versions() -> dict[str, str]:
             out[pkg] = version(pkg.replace("_", "-"))
         except PackageNotFoundError:
             out[pkg] = "not installed"
-    return out
+    return tuple(out.items())
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions of the packages whose behaviour the artifacts depend on."""
+    return dict(_package_versions())
 
 
 def provenance() -> dict[str, Any]:
@@ -150,16 +161,20 @@ def attr_json(f: h5py.HLObject, key: str) -> Any:
 
 def preallocated_dataset(
     group: h5py.Group, name: str, shape: tuple[int, ...], dtype: Any, chunks: tuple[int, ...] | None,
-    fillvalue: Any = None,
+    fillvalue: Any = None, write_fill: bool = True,
 ) -> h5py.Dataset:
     """Create a dataset whose storage is allocated at creation (``H5D_ALLOC_TIME_EARLY``).
 
     Later writes then only change raw data in place, never the file's structure, so a
     writer killed mid-write (even ``kill -9``) leaves a file that still opens; used by
     resumable writers.  ``chunks=None``: contiguous.  No compression (use
-    :func:`copy_compressed` afterwards)."""
+    :func:`copy_compressed` afterwards).  ``write_fill=False``: the fill value is recorded
+    but not written (for data the writer overwrites entirely before the file is complete;
+    unwritten storage then reads as zeros), which saves writing the dataset twice."""
     dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
     dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    if not write_fill:
+        dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
     return group.create_dataset(name, shape=shape, dtype=dtype, chunks=chunks, fillvalue=fillvalue, dcpl=dcpl)
 
 
