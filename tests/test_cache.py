@@ -126,14 +126,30 @@ def _gpt2_dir(tmp_path: Path) -> Path:
 
     torch.manual_seed(0)
     cfg = GPT2Config(vocab_size=D_VOCAB, n_positions=N_CTX, n_embd=32, n_layer=2, n_head=4)
-    m = GPT2LMHeadModel(cfg)
-    with torch.no_grad():  # non-trivial LN affine, so raw and compatibility modes differ
+    return _save_with_ln1_affine(GPT2LMHeadModel(cfg), tmp_path)
+
+
+def _save_with_ln1_affine(m: torch.nn.Module, path: Path) -> Path:
+    """Give every ln_1 a non-trivial affine (so raw and compatibility modes differ) and
+    save the model with a character tokenizer."""
+    with torch.no_grad():
         for blk in m.transformer.h:
             blk.ln_1.weight.normal_(1.0, 0.3)
             blk.ln_1.bias.normal_(0.0, 0.3)
-    m.save_pretrained(tmp_path, safe_serialization=True)
-    hb.char_tokenizer(D_VOCAB).save_pretrained(tmp_path)
-    return tmp_path
+    m.save_pretrained(path, safe_serialization=True)
+    hb.char_tokenizer(D_VOCAB).save_pretrained(path)
+    return path
+
+
+def _gpt_neo_dir(tmp_path: Path) -> Path:
+    """A random GPT-Neo (TinyStories' architecture: Linear projections, no q/k/v biases,
+    global and local attention layers) with a non-trivial ln_1 affine."""
+    from transformers import GPTNeoConfig, GPTNeoForCausalLM
+
+    torch.manual_seed(1)
+    cfg = GPTNeoConfig(vocab_size=D_VOCAB, max_position_embeddings=N_CTX, hidden_size=32, num_layers=2,
+                       num_heads=4, attention_types=[[["global", "local"], 1]], window_size=4)
+    return _save_with_ln1_affine(GPTNeoForCausalLM(cfg), tmp_path)
 
 
 def hf_reference(path: Path, docs: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
@@ -358,14 +374,39 @@ def test_compressed_cache_equals_uncompressed(token_model, tmp_path):
         assert f.attrs["complete"] and f.attrs["compression"] == "gzip"
 
 
+@pytest.mark.parametrize("arch", ["gpt2", "gpt-neo"])
 @pytest.mark.parametrize("processing", ["compatibility", "raw"])
-def test_hf_engine_equals_transformerlens_hooks(tmp_path, processing):
-    """The fast engine reproduces the bridge's hook values in the processing mode."""
-    path = _gpt2_dir(tmp_path / "gpt2")
+def test_hf_engine_equals_transformerlens_hooks(tmp_path, processing, arch):
+    """The fast engine reproduces the bridge's hook values in the processing mode, for
+    both architectures it takes (GPT-2: Conv1D; GPT-Neo, as TinyStories: Linear)."""
+    path = (_gpt2_dir if arch == "gpt2" else _gpt_neo_dir)(tmp_path / arch)
     ids = np.stack(random_docs(3, seed=9, n_ctx=N_CTX)[:1] * 2)
     man = {"hf_dir": str(path), "name": "g"}
     a = load_capture(man, "cpu", "float32", processing, "bridge")(ids, ("resid_pre", "ln1_out"))
     b = load_capture(man, "cpu", "float32", processing, "hf")(ids, ("resid_pre", "ln1_out"))
     for h in a:
-        assert a[h].shape == b[h].shape
-        np.testing.assert_allclose(b[h].numpy(), a[h].numpy(), atol=2e-5, rtol=1e-5)
+        ta, tb = np.stack([t.numpy() for t in a[h]]), np.stack([t.numpy() for t in b[h]])
+        assert ta.shape == tb.shape
+        np.testing.assert_allclose(tb, ta, atol=2e-5, rtol=1e-5)
+
+
+def test_hf_capture_leaves_the_callers_model_alone(tmp_path):
+    """Wrapping a Hugging Face model processes a private copy: the caller's weights and
+    activation modules are unchanged, while the capture's own model is processed."""
+    from transformers import AutoModelForCausalLM
+    from transformers.activations import NewGELUActivation
+
+    from posmech.cache import as_capture
+
+    path = _gpt2_dir(tmp_path / "gpt2")
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager").eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    cap = as_capture(model, "compatibility")
+    assert cap.fused_activations == len(model.transformer.h)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    assert all(type(b.mlp.act) is NewGELUActivation for b in model.transformer.h)
+    own = cap.model.transformer
+    assert torch.allclose(own.h[0].ln_1.weight, torch.ones_like(own.h[0].ln_1.weight))
+    assert own.wpe.weight.mean(-1).abs().max() < 1e-6
+    assert model.transformer.wpe.weight.mean(-1).abs().max() > 1e-4
