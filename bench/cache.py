@@ -9,8 +9,12 @@ Three measurements, each in a fresh subprocess (so peak RSS is that run's own):
 
 1. throughput on the same tokens and batch size: tokens/s of ``cache_activations``
    (forward pass + hooks + HDF5 writes + float64 running means + checkpoints, the whole
-   call) vs ``model.transformer(x)`` (HF, no LM head) and ``model(x)`` (HF with logits);
-   best of ``--repeats`` interleaved runs;
+   call) vs ``model.transformer(x)`` (HF, no LM head: the baseline) and ``model(x)`` (HF
+   with logits), and the cache engine's own forward pass with its hooks but nothing
+   stored (``engine``: what the cache costs beyond its forward pass).  ``--repeats``
+   rounds, each running all four back to back (order alternating between rounds); the
+   summary gives the ratio of the best times and the median of the per-round ratios,
+   for wall and CPU time;
 2. peak RSS of ``cache_activations`` at ``--rss-docs`` documents (default 16 and 256):
    memory must not grow with the number of documents;
 3. the notebook approach at ``--notebook-docs`` documents: time and peak RSS, against the
@@ -66,10 +70,31 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+CONFIGS = {"gpt2-small": "config/config.yaml", "demo": "config/demo.yaml"}
+
+
+def cache_settings(shape: str, batch_size: int | None):
+    """The ``cache:`` section of the config the shape stands for (chunking, dtype, hooks,
+    checkpoints), with ``batch_size`` overridden when given."""
+    import yaml
+
+    from posmech.cache import CacheSettings
+
+    root = Path(__file__).resolve().parent.parent
+    cfg = yaml.safe_load((root / CONFIGS[shape]).read_text())["cache"]
+    settings = CacheSettings.from_config(cfg)
+    settings.n_documents = None
+    if batch_size is not None:
+        settings.batch_size = batch_size
+    return settings
+
+
 def worker(args: argparse.Namespace) -> dict:
+    import statistics
+
     import torch
 
-    from posmech.cache import CacheSettings, cache_activations, load_capture
+    from posmech.cache import cache_activations, load_capture
     from posmech.models import load_bridge, load_hf
 
     torch.set_num_threads(1)
@@ -79,15 +104,16 @@ def worker(args: argparse.Namespace) -> dict:
     else:
         model = load_capture(man, "cpu", "float32", "compatibility", args.engine)
     ts = tokens(args.shape, args.docs, args.doc_len)
-    settings = CacheSettings(batch_size=args.batch_size)
+    settings = cache_settings(args.shape, args.batch_size)
     n_tok = int(ts.offsets[-1])
-    batches = [torch.as_tensor(ts.flat[ts.offsets[i]: ts.offsets[min(i + args.batch_size, args.docs)]]
+    bs = settings.batch_size
+    batches = [torch.as_tensor(ts.flat[ts.offsets[i]: ts.offsets[min(i + bs, args.docs)]]
                                .reshape(-1, args.doc_len), dtype=torch.long)
-               for i in range(0, args.docs, args.batch_size)]
+               for i in range(0, args.docs, bs)]
     out = Path(args.tmp) / "acts.h5"
     rss_loaded = peak_rss_mb()
 
-    cpu: dict[str, list[float]] = {"hf": [], "hf_lm": [], "cache": []}
+    cpu: dict[str, list[float]] = {"hf": [], "hf_lm": [], "engine": [], "cache": []}
 
     def run_cache() -> float:
         out.unlink(missing_ok=True)
@@ -107,19 +133,37 @@ def worker(args: argparse.Namespace) -> dict:
             cpu["hf_lm" if lm else "hf"].append(time.process_time() - c0)
             return time.perf_counter() - t0
 
-        run_hf(False), run_cache()  # warm-up
-        cpu["hf"].clear(), cpu["cache"].clear()
-        times: dict[str, list[float]] = {"hf": [], "hf_lm": [], "cache": []}
-        for _ in range(args.repeats):
-            times["hf"].append(run_hf(False))
-            times["cache"].append(run_cache())
-            times["hf_lm"].append(run_hf(True))
+        def run_engine() -> float:
+            t0, c0 = time.perf_counter(), time.process_time()
+            for x in batches:
+                model(x.numpy(), settings.hooks)
+            cpu["engine"].append(time.process_time() - c0)
+            return time.perf_counter() - t0
+
+        runs = {"hf": lambda: run_hf(False), "hf_lm": lambda: run_hf(True), "engine": run_engine, "cache": run_cache}
+        for fn in runs.values():  # warm-up
+            fn()
+        for v in cpu.values():
+            v.clear()
+        times: dict[str, list[float]] = {k: [] for k in runs}
+        for r in range(args.repeats):
+            for k in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
+                times[k].append(runs[k]())
+
+        def ratios(t: dict[str, list[float]], ref: str) -> dict[str, dict[str, float]]:
+            return {k: {"best": min(t[ref]) / min(v),
+                        "median_paired": statistics.median(a / b for a, b in zip(t[ref], v))}
+                    for k, v in t.items() if k != ref}
+
         tps = {k: n_tok / min(v) for k, v in times.items()}
         cps = {k: n_tok / min(v) for k, v in cpu.items()}
-        return {"mode": "throughput", "tokens": n_tok, "times_s": times, "cpu_s": cpu, "tokens_per_s": tps,
-                "tokens_per_cpu_s": cps, "load_average": os.getloadavg()[0],
-                "ratio_vs_hf_base": tps["cache"] / tps["hf"], "ratio_vs_hf_lm": tps["cache"] / tps["hf_lm"],
-                "cpu_ratio_vs_hf_base": cps["cache"] / cps["hf"], "cpu_ratio_vs_hf_lm": cps["cache"] / cps["hf_lm"],
+        return {"mode": "throughput", "tokens": n_tok, "settings": settings.fingerprint_fields(),
+                "times_s": times, "cpu_s": cpu, "tokens_per_s": tps, "tokens_per_cpu_s": cps,
+                "load_average": os.getloadavg()[0],
+                # ratio = tokens/s of the row / tokens/s of the reference = t_ref / t_row
+                "wall_ratio_vs_hf": ratios(times, "hf"), "cpu_ratio_vs_hf": ratios(cpu, "hf"),
+                "wall_ratio_vs_engine": ratios(times, "engine")["cache"],
+                "cpu_ratio_vs_engine": ratios(cpu, "engine")["cache"],
                 "file_mb": out.stat().st_size / 2**20}
     if args.mode == "rss-cache":
         secs = run_cache()
@@ -143,7 +187,7 @@ def worker(args: argparse.Namespace) -> dict:
 def sub(args: argparse.Namespace, mode: str, docs: int, doc_len: int) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--mode", mode, "--shape", args.shape, "--model-dir",
            args.model_dir, "--tmp", args.tmp, "--docs", str(docs), "--doc-len", str(doc_len),
-           "--batch-size", str(args.batch_size), "--repeats", str(args.repeats), "--engine", args.engine]
+           *(["--batch-size", str(args.batch_size)] if args.batch_size else []), "--repeats", str(args.repeats), "--engine", args.engine]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode:
         raise SystemExit(proc.stderr[-3000:])
@@ -157,8 +201,8 @@ def main() -> None:
     ap.add_argument("--shape", choices=sorted(SHAPES), default="gpt2-small")
     ap.add_argument("--docs", type=int, default=8, help="documents of the throughput run")
     ap.add_argument("--doc-len", type=int, default=None, help="tokens per document (default: 256, demo 64)")
-    ap.add_argument("--batch-size", type=int, default=4)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=None, help="default: cache.batch_size of the shape's config")
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--rss-docs", type=int, nargs=2, default=[16, 256])
     ap.add_argument("--rss-doc-len", type=int, default=64)
     ap.add_argument("--notebook-docs", type=int, default=16)
