@@ -18,8 +18,10 @@ Numbers go to docs/performance.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -45,44 +47,48 @@ def random_model_dir(path: Path, n_layer: int, n_head: int, d_model: int, n_ctx:
     return path
 
 
+@contextlib.contextmanager
+def timed(t: dict[str, tuple[float, float]], name: str) -> Iterator[None]:
+    """Record ``t[name] = (wall, CPU)`` seconds of the block."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    yield
+    t[name] = (time.perf_counter() - t0, time.process_time() - c0)
+
+
 def analyses(ext_path: Path, out: Path, model: str, layer: int = 2) -> dict[str, tuple[float, float]]:
     """What positional_pca, canonical_angles, positional_sparsity and the non-forward part
     of extended_positional_embeddings do; (wall, CPU) seconds per rule."""
     t: dict[str, tuple[float, float]] = {}
-    t0, c0 = time.perf_counter(), time.process_time()
-    ext = geo.read_extended_artifact(ext_path)
-    agree = geo.agreement_table(ext, model)
-    write_table(agree, out / "agreement.csv")
-    plots.agreement(agree, "P8", out / "agreement.png")
-    write_table(scorecard_rows(geo.extended_scorecard(agree, model, "x")), out / "sc8.csv")
-    t["extended (tables, figure)"] = (time.perf_counter() - t0, time.process_time() - c0)
-    t0, c0 = time.perf_counter(), time.process_time()
-    ext = geo.read_extended_artifact(ext_path)
-    first, lay = geo.analysis_first(ext, None), geo.helix_layer(ext, layer)
-    pcas = geo.all_pcas(ext, first, 10)
-    table = geo.pca_table(ext, model, first, 10, pcas)
-    write_table(table, out / "pca.csv")
-    plots.explained_variance(table, "P1", out / "explained.png")
-    h = geo.helices(ext, first, pcas)
-    plots.helix(h["W_pos"], h["positions"], "P1", out / "wpos.png")
-    plots.helix_grid(h["panels"], h["positions"], "P10", out / "helices.png")
-    plots.comparison(geo.comparison_panels(ext, first, lay), ("ext", "W_pos"), "P10", out / "cmp.png")
-    write_table(scorecard_rows(geo.pca_scorecard(table, model, lay, "a", "b")), out / "sc1.csv")
-    t["positional_pca"] = (time.perf_counter() - t0, time.process_time() - c0)
-    t0, c0 = time.perf_counter(), time.process_time()
-    ext = geo.read_extended_artifact(ext_path)
-    table = geo.angles_table(ext, model, first, 3)
-    write_table(table, out / "angles.csv")
-    plots.angles(table, "P11", out / "angles.png")
-    write_table(scorecard_rows(geo.angles_scorecard(table, model, lay, "x")), out / "sc11.csv")
-    t["canonical_angles"] = (time.perf_counter() - t0, time.process_time() - c0)
-    t0, c0 = time.perf_counter(), time.process_time()
-    ext = geo.read_extended_artifact(ext_path)
-    table = geo.sparsity_table(ext, model, first, 1.0)
-    write_table(table, out / "sparsity.csv")
-    plots.sparsity(table, "P9", out / "sparsity.png")
-    write_table(scorecard_rows(geo.sparsity_scorecard(table, model, "x")), out / "sc9.csv")
-    t["positional_sparsity"] = (time.perf_counter() - t0, time.process_time() - c0)
+    with timed(t, "extended (tables, figure)"):
+        ext = geo.read_extended_artifact(ext_path)
+        agree = geo.agreement_table(ext, model)
+        write_table(agree, out / "agreement.csv")
+        plots.agreement(agree, "P8", out / "agreement.png")
+        write_table(scorecard_rows(geo.extended_scorecard(agree, model, "x")), out / "sc8.csv")
+    with timed(t, "positional_pca"):
+        ext = geo.read_extended_artifact(ext_path)
+        first, lay = geo.analysis_first(ext, None), geo.helix_layer(ext, layer)
+        pcas = geo.all_pcas(ext, first, 10)
+        table = geo.pca_table(ext, model, first, 10, pcas)
+        write_table(table, out / "pca.csv")
+        plots.explained_variance(table, "P1", out / "explained.png")
+        h = geo.helices(ext, first, pcas)
+        plots.helix(h["W_pos"], h["positions"], "P1", out / "wpos.png")
+        plots.helix_grid(h["panels"], h["positions"], "P10", out / "helices.png")
+        plots.comparison(geo.comparison_panels(ext, first, lay), ("ext", "W_pos"), "P10", out / "cmp.png")
+        write_table(scorecard_rows(geo.pca_scorecard(table, model, lay, "a", "b")), out / "sc1.csv")
+    with timed(t, "canonical_angles"):
+        ext = geo.read_extended_artifact(ext_path)
+        table = geo.angles_table(ext, model, first, 3)
+        write_table(table, out / "angles.csv")
+        plots.angles(table, "P11", out / "angles.png")
+        write_table(scorecard_rows(geo.angles_scorecard(table, model, lay, "x")), out / "sc11.csv")
+    with timed(t, "positional_sparsity"):
+        ext = geo.read_extended_artifact(ext_path)
+        table = geo.sparsity_table(ext, model, first, 1.0)
+        write_table(table, out / "sparsity.csv")
+        plots.sparsity(table, "P9", out / "sparsity.png")
+        write_table(scorecard_rows(geo.sparsity_scorecard(table, model, "x")), out / "sc9.csv")
     return t
 
 

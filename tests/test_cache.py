@@ -299,29 +299,31 @@ def test_damaged_or_mismatched_partial_file_restarts_cleanly(token_model, tmp_pa
     cache_activations(bridge, tokens, ref, CacheSettings(batch_size=3), {"model": "tok"})
     out = tmp_path / "acts.h5"
     partial = out.with_name(out.name + PARTIAL)
+
+    def interrupted(batch_size: int) -> None:
+        """A run stopped after 6 documents, leaving its partial file and checkpoint."""
+        with pytest.raises(Interrupt):
+            cache_activations(bridge, tokens, out, CacheSettings(batch_size=batch_size, checkpoint_seconds=0),
+                              {"model": "tok"}, _interrupt_after(6))
+
+    def rerun() -> int:
+        return cache_activations(bridge, tokens, out, CacheSettings(batch_size=3), {"model": "tok"})["resumed_from"]
+
     # interrupted, then the partial file truncated: restart from scratch
-    with pytest.raises(Interrupt):
-        cache_activations(bridge, tokens, out, CacheSettings(batch_size=3, checkpoint_seconds=0), {"model": "tok"},
-                          _interrupt_after(6))
+    interrupted(3)
     with open(partial, "r+b") as fh:
         fh.truncate(partial.stat().st_size // 2)
-    s = cache_activations(bridge, tokens, out, CacheSettings(batch_size=3), {"model": "tok"})
-    assert s["resumed_from"] == 0
+    assert rerun() == 0
     assert_same_file(out, ref)
     # interrupted, then rerun with other settings: restart, never mix
     out.unlink()
-    with pytest.raises(Interrupt):
-        cache_activations(bridge, tokens, out, CacheSettings(batch_size=2, checkpoint_seconds=0), {"model": "tok"},
-                          _interrupt_after(6))
-    s = cache_activations(bridge, tokens, out, CacheSettings(batch_size=3), {"model": "tok"})
-    assert s["resumed_from"] == 0
+    interrupted(2)
+    assert rerun() == 0
     assert_same_file(out, ref)
     # interrupted, same settings: resumes
     out.unlink()
-    with pytest.raises(Interrupt):
-        cache_activations(bridge, tokens, out, CacheSettings(batch_size=3, checkpoint_seconds=0), {"model": "tok"},
-                          _interrupt_after(6))
-    assert cache_activations(bridge, tokens, out, CacheSettings(batch_size=3), {"model": "tok"})["resumed_from"] == 6
+    interrupted(3)
+    assert rerun() == 6
     assert_same_file(out, ref)
 
 
