@@ -28,7 +28,7 @@ def main(smk, log):
                                 "loglog_pearson_r": r, "loglog_slope": slope,
                                 "resampling": "keys 1..n-1 redrawn i.i.d. from the text's tokens at 1..n-1"})
     variance_figure(df, dec.positions, dec.log_z_linear[0], classes, dec.texts["title"][0], r, slope,
-                    f"K9 {model}: independent model of the softmax denominator", out.figure)
+                    f"K9 {model}: independent model of the softmax denominator", out.figure, p["denominator_from"])
     rows = [{"claim": "K9", "quantity": "variance_model_fit", "value": round(r, 4),
              "detail": f"Pearson r of log10 observed vs log10 predicted Var Z over {len(df)} (text, n, head) rows; "
              f"slope {slope:.3f}", "artifact": out.figure},

@@ -14,7 +14,9 @@ def contextual_params(wildcards=None):
     p = dict(config["contextual"])
     chosen = selected(config, "contextual", "corpora")
     p["pattern_corpus"] = p.get("pattern_corpus") or chosen[0]
-    p["corpora"] = [p["pattern_corpus"]] + [c for c in chosen if c != p["pattern_corpus"]]
+    p["corpora"] = [p["pattern_corpus"]] + [
+        c for c in chosen if c != p["pattern_corpus"]
+    ]
     p["scale_corpus"] = p.get("scale_corpus") or CORPORA[0]
     return p
 
@@ -42,7 +44,10 @@ def contextual_tokens(wildcards):
 
 CONTEXTUAL_RULES = {
     "layer0_decomposition": ["ln_scale.png"],
-    "layer0_positional_patterns": ["positional_patterns.csv", "positional_patterns.png"],
+    "layer0_positional_patterns": [
+        "positional_patterns.csv",
+        "positional_patterns.png",
+    ],
     "layer0_head_classes": ["head_classes.csv", "head_classes.png"],
     "softmax_denominators": ["denominators.csv", "denominators.png"],
     "denominator_variance": ["denominator_variance.csv", "denominator_variance.png"],

@@ -120,24 +120,34 @@ class Layer0Weights:
         r = r - r.mean(axis=-1, keepdims=True)
         return r / np.sqrt(np.square(r).mean(axis=-1, keepdims=True) + self.eps) * self.ln_w + self.ln_b
 
+    def _project(self, x: np.ndarray, W: np.ndarray) -> np.ndarray:
+        """``x [T, d] @ W [H, d, d_head]`` → ``[H, T, d_head]`` as one BLAS matrix product."""
+        H, d, dh = W.shape
+        return (x @ W.transpose(1, 0, 2).reshape(d, H * dh)).reshape(len(x), H, dh).transpose(1, 0, 2)
+
     def queries(self, ids: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """Exact-LN queries ``[H, T, d_head]`` of tokens ``ids`` at positions ``pos``."""
-        return np.einsum("td,hde->hte", self.ln(ids, pos), self.W_Q) + self.b_Q[:, None]
+        return self._project(self.ln(ids, pos), self.W_Q) + self.b_Q[:, None]
 
     def exact_keys(self, ids: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """Exact-LN keys ``[H, T, d_head]``."""
-        return np.einsum("td,hde->hte", self.ln(ids, pos), self.W_K) + self.b_K[:, None]
+        return self._project(self.ln(ids, pos), self.W_K) + self.b_K[:, None]
 
     def positional_keys(self, s: float) -> np.ndarray:
-        """``kp_h(i) = (γ⊙p̃_i/s + β) W_K + b_K`` for every position ``[H, P, d_head]``."""
-        p = self.W_pos - self.W_pos.mean(axis=-1, keepdims=True)
-        return np.einsum("pd,hde->hpe", p / s * self.ln_w + self.ln_b, self.W_K) + self.b_K[:, None]
+        """``kp_h(i) = (γ⊙p̃_i/s + β) W_K + b_K`` for every position ``[H, P, d_head]``
+        (computed once per ``s``)."""
+        cache = self.__dict__.setdefault("_positional_keys", {})
+        if s not in cache:
+            p = self.W_pos - self.W_pos.mean(axis=-1, keepdims=True)
+            cache.clear()
+            cache[s] = self._project(p / s * self.ln_w + self.ln_b, self.W_K) + self.b_K[:, None]
+        return cache[s]
 
     def content_keys(self, s: float, ids: np.ndarray | None = None) -> np.ndarray:
         """``kc_h(x) = (γ⊙ẽ(x)/s) W_K`` ``[H, U, d_head]`` for tokens ``ids`` (all when None)."""
         e = self.W_E if ids is None else self.W_E[np.asarray(ids)]
         e = e - e.mean(axis=-1, keepdims=True)
-        return np.einsum("vd,hde->hve", e / s * self.ln_w, self.W_K)
+        return self._project(e / s * self.ln_w, self.W_K)
 
 
 def refuse_unsupported(hf_config: dict[str, Any], model: str, key: str = "contextual.models") -> None:
@@ -270,32 +280,54 @@ def softmax(scores: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
+@dataclass
+class TextKeys:
+    """Keys of one text computed once for several :func:`decompose` calls: the sorted
+    token ids ``vocab [U]`` of the text (and destination), their content keys ``kc [H, U, d_head]``
+    and the exact keys of the text's tokens ``exact [H, T, d_head]``."""
+
+    vocab: np.ndarray
+    kc: np.ndarray
+    exact: np.ndarray
+
+    @classmethod
+    def of(cls, w: Layer0Weights, s: float, ids: np.ndarray, destination: int | None = None) -> TextKeys:
+        ids = np.asarray(ids, dtype=np.int64)
+        vocab = np.unique(np.concatenate([ids, [] if destination is None else [destination]]).astype(np.int64))
+        return cls(vocab, w.content_keys(s, vocab), w.exact_keys(ids, np.arange(len(ids))))
+
+
 def decompose(w: Layer0Weights, s: float, ids: np.ndarray, positions: Sequence[int] | np.ndarray,
-              destination: int | None = None) -> Decomposition:
+              destination: int | None = None, keys: TextKeys | None = None) -> Decomposition:
     """Decompose layer 0 on text ``ids`` at destination ``positions`` (strictly increasing).
 
     ``destination``: a token id put at each destination position ``n`` (keys ``0..n−1``
     keep the text's tokens, key ``n`` is ``destination``), or None for the text's own token
     (then ``ids`` must reach the largest position).  Memory ``~5·H·N·K`` floats: pass a
-    block of positions at a time for long texts."""
+    block of positions at a time for long texts, with the text's :class:`TextKeys`."""
     pos = np.asarray(positions, dtype=np.int64)
     K = int(pos.max()) + 1
     ids = np.asarray(ids, dtype=np.int64)
     need = K - 1 if destination is not None else K
     if len(ids) < need:
         raise PosmechError(f"text of {len(ids)} tokens is shorter than destination position {K - 1} needs ({need})")
-    keys = ids[:K].copy() if len(ids) >= K else np.concatenate([ids, [0]])
+    kid = ids[:K].copy() if len(ids) >= K else np.concatenate([ids, [ids[0]]])  # key n: replaced below
     dest = np.full(len(pos), destination) if destination is not None else ids[pos]
+    if keys is None or K > keys.exact.shape[1] + (destination is not None):
+        keys = TextKeys.of(w, s, ids, destination)
     q = w.queries(dest, pos)  # [H, N, dh]
     kp = w.positional_keys(s)[:, :K]
-    uniq, inv = np.unique(np.concatenate([keys, dest]), return_inverse=True)
-    kc = w.content_keys(s, uniq)  # [H, U, dh]
-    kappa_u = np.einsum("hne,hue->hnu", q, kc) / w.attn_scale  # [H, N, U]
-    key_inv, dest_inv = inv[:K], inv[K:]
-    kappa = kappa_u[:, :, key_inv]  # [H, N, K]
-    pi = np.einsum("hne,hke->hnk", q, kp) / w.attn_scale
-    ke = w.exact_keys(keys, np.arange(K))  # [H, K, dh]
-    exact = np.einsum("hne,hke->hnk", q, ke) / w.attn_scale
+    key_inv, dest_inv = np.searchsorted(keys.vocab, kid), np.searchsorted(keys.vocab, dest)
+    if not (np.array_equal(keys.vocab[np.minimum(key_inv, len(keys.vocab) - 1)], kid)
+            and np.array_equal(keys.vocab[np.minimum(dest_inv, len(keys.vocab) - 1)], dest)):
+        raise PosmechError("internal: TextKeys of another text or destination token passed to decompose")
+    kappa_u = q @ keys.kc.transpose(0, 2, 1) / w.attn_scale  # [H, N, U]
+    kappa = np.take(kappa_u, key_inv, axis=2)  # [H, N, K]
+    pi = q @ kp.transpose(0, 2, 1) / w.attn_scale
+    ke = keys.exact[:, :K]
+    if ke.shape[1] < K:
+        ke = np.concatenate([ke, np.zeros_like(ke[:, :1])], axis=1)  # key n, set below
+    exact = q @ ke.transpose(0, 2, 1) / w.attn_scale
     if destination is not None:  # key n is the destination token itself
         ke_d = w.exact_keys(dest, pos)  # [H, N, dh]
         rows = np.arange(len(pos))
@@ -314,8 +346,9 @@ def denominators(w: Layer0Weights, s: float, ids: np.ndarray, positions: np.ndar
     destination token fixed, in blocks of ``block`` positions."""
     pos = np.asarray(positions, dtype=np.int64)
     out = [np.empty((w.n_heads, len(pos))) for _ in range(3)]
+    keys = TextKeys.of(w, s, np.asarray(ids)[: int(pos.max())], destination)
     for a in range(0, len(pos), block):
-        dec = decompose(w, s, ids, pos[a : a + block], destination)
+        dec = decompose(w, s, ids, pos[a : a + block], destination, keys)
         out[0][:, a : a + block] = dec.log_z
         out[1][:, a : a + block] = dec.log_z_exact
         out[2][:, a : a + block] = dec.tv()
@@ -559,15 +592,16 @@ def duplicate_scores(w: Layer0Weights, s: float, texts: Sequence[np.ndarray], ma
     for ids in texts:
         ids = np.asarray(ids, dtype=np.int64)
         pos_all = np.arange(1, min(max_position, len(ids) - 1) + 1)
+        keys = TextKeys.of(w, s, ids[: int(pos_all.max()) + 1])
         for a in range(0, len(pos_all), block):
             pos = pos_all[a : a + block]
             K = int(pos.max()) + 1
-            keys = np.arange(K)
-            dup = (ids[None, :K] == ids[pos][:, None]) & (keys[None, :] >= 1) & (keys[None, :] < pos[:, None])
+            ki = np.arange(K)
+            dup = (ids[None, :K] == ids[pos][:, None]) & (ki[None, :] >= 1) & (ki[None, :] < pos[:, None])
             has = dup.any(axis=1)
             if not has.any():
                 continue
-            dec = decompose(w, s, ids, pos, None)
+            dec = decompose(w, s, ids, pos, None, keys)
             mass += (dec.attention * dup).sum(axis=-1)[:, has].sum(axis=1)
             pmass += (dec.p * dup).sum(axis=-1)[:, has].sum(axis=1)
             count += int(has.sum())

@@ -111,9 +111,10 @@ def denominator_figure(positions: np.ndarray, log_z: np.ndarray, log_z_exact: np
 
 
 def variance_figure(df: pd.DataFrame, positions: np.ndarray, log_z: np.ndarray, classes: list[str], text: str,
-                    r: float, slope: float, title: str, path: str | os.PathLike[str]) -> None:
+                    r: float, slope: float, title: str, path: str | os.PathLike[str], from_n: int = 1) -> None:
     """K9: predicted vs observed ``Var Z`` (log–log, coloured by class, diagonal = the
-    model), and ``Z_h(n) / mean`` along one text per head (smooth vs "confetti")."""
+    model), and ``Z_h(n) / mean`` along one text per head for ``n ≥ from_n`` (smooth vs
+    "confetti")."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
     for c, sub in df.groupby("head_class"):
         a.scatter(sub["predicted"], sub["observed"], s=10, color=CLASS_COLOURS.get(c, "k"), label=c, alpha=0.8)
@@ -126,12 +127,14 @@ def variance_figure(df: pd.DataFrame, positions: np.ndarray, log_z: np.ndarray, 
     a.set_ylabel("observed Var Z (i.i.d. redraws)", fontsize=8)
     a.set_title(f"log-log r = {r:.3f}, slope {slope:.2f}", fontsize=8)
     a.legend(fontsize=7)
-    z = np.exp(log_z)  # [H, N]
+    sel = np.asarray(positions) >= from_n
+    z = np.exp(log_z[:, sel])  # [H, N']
     for h in range(z.shape[0]):
-        b.plot(positions, z[h] / z[h].mean(), lw=0.6, color=CLASS_COLOURS.get(classes[h], "k"), alpha=0.85)
+        b.plot(np.asarray(positions)[sel], z[h] / z[h].mean(), lw=0.6, color=CLASS_COLOURS.get(classes[h], "k"), alpha=0.85,
+               label=classes[h] if classes[h] not in classes[:h] else None)
     b.set_xlabel("destination position n", fontsize=8)
-    b.set_ylabel("Z_h(n) / mean over n", fontsize=8)
-    b.set_yscale("log")
+    b.set_ylabel(f"Z_h(n) / its mean over n ≥ {from_n}", fontsize=8)
+    b.legend(fontsize=7)
     b.set_title(f"every head along {text} (colour = class)", fontsize=8)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
