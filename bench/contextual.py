@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from posmech.analyses import contextual as cx
-from posmech.tokens import TokenSet
+from posmech.data.tokens import TokenSet
 
 
 def cpu(fn, *a, **k):

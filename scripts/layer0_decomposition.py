@@ -4,11 +4,11 @@ denominators (linear and exact LayerNorm) in layer0.h5 (K6-K9, read by C1-C3).""
 
 from posmech.analyses import contextual as cx
 from posmech.config import config_hash
-from posmech.models import read_manifest
+from posmech.data.tokens import read_tokens
+from posmech.models.loading import read_manifest
 from posmech.plots.contextual import ln_scale_figure
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
-from posmech.tokens import read_tokens
 
 
 def main(smk, log):

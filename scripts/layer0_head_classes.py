@@ -2,7 +2,7 @@
 the positional pattern, and the class of every layer-0 head by the configured thresholds."""
 
 from posmech.analyses import contextual as cx
-from posmech.models import read_manifest
+from posmech.models.loading import read_manifest
 from posmech.plots.contextual import class_figure
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table

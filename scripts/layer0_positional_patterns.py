@@ -3,7 +3,7 @@ fixed destination token and for the pattern text's own token, beside its real at
 row, at the configured positions; ETC and TV distances per head and n."""
 
 from posmech.analyses import contextual as cx
-from posmech.models import read_manifest
+from posmech.models.loading import read_manifest
 from posmech.plots.contextual import pattern_grids
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table

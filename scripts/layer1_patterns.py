@@ -4,11 +4,11 @@ n = max_position, against each head's positional kernel (K1's definition at that
 import json
 from pathlib import Path
 
-from posmech import kernels as kn
+from posmech.analyses import kernels as kn
 from posmech.analyses import contextual as cx
 from posmech.cache import read_position_means
 from posmech.errors import PosmechError
-from posmech.models import load_bridge, read_manifest
+from posmech.models.loading import load_bridge, read_manifest
 from posmech.plots.contextual import layer1_figure
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table

@@ -10,10 +10,10 @@ import pandas as pd
 import yaml
 
 from posmech.analyses import contextual as cx
-from posmech.models import read_manifest
-from posmech.scorecard import load_published
+from posmech.data.tokens import read_tokens
+from posmech.models.loading import read_manifest
+from posmech.report.scorecard import load_published
 from posmech.tables import read_table
-from posmech.tokens import read_tokens
 
 from .conftest import REPO, snakemake
 

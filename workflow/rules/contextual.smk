@@ -1,91 +1,8 @@
 # Contextual attention heads in layer 0 (claims K6-K10, seed post 004).
-# layer0_decomposition writes results/{model}/contextual/layer0.h5 once (positional and
-# content factors, measured LayerNorm scale, every text's softmax denominators); the K rules
-# and the contextual-neuron rules read it (docs/artifacts.md).
-
-
-def contextual_models():
-    return selected(config, "contextual", "models")
-
-
-def contextual_params(wildcards=None):
-    """The `contextual` section with its corpora resolved: `corpora` (null/empty: all),
-    the pattern corpus first; `scale_corpus` (null: the first corpus)."""
-    p = dict(config["contextual"])
-    chosen = selected(config, "contextual", "corpora")
-    p["pattern_corpus"] = p.get("pattern_corpus") or chosen[0]
-    p["corpora"] = [p["pattern_corpus"]] + [
-        c for c in chosen if c != p["pattern_corpus"]
-    ]
-    p["scale_corpus"] = p.get("scale_corpus") or CORPORA[0]
-    return p
-
-
-def contextual_check():
-    """Positions against each model's context, before any job (the script checks again
-    with the model's own config)."""
-    from posmech.analyses.contextual import resolved_positions
-
-    for m in contextual_models():
-        try:
-            resolved_positions(contextual_params(), model_shape(m).n_ctx, m)
-        except PosmechError as err:
-            raise WorkflowError(str(err)) from None
-
-
+# layer0_decomposition writes the layer-0 decomposition once (positional and content
+# factors, measured LayerNorm scale, every text's softmax denominators); the K rules and
+# the contextual-neuron rules read it (docs/artifacts.md). Helpers: common.smk.
 contextual_check()
-
-
-def contextual_tokens(wildcards):
-    p = contextual_params()
-    names = list(dict.fromkeys(p["corpora"] + [p["scale_corpus"]]))
-    return {c: f"results/{wildcards.model}/tokens/{c}.h5" for c in names}
-
-
-CONTEXTUAL_RULES = {
-    "layer0_decomposition": ["ln_scale.png"],
-    "layer0_positional_patterns": [
-        "positional_patterns.csv",
-        "positional_patterns.png",
-    ],
-    "layer0_head_classes": ["head_classes.csv", "head_classes.png"],
-    "softmax_denominators": ["denominators.csv", "denominators.png"],
-    "denominator_variance": ["denominator_variance.csv", "denominator_variance.png"],
-    "layer1_patterns": ["layer1_patterns.csv", "layer1_patterns.png"],
-}
-
-
-def contextual_scorecards():
-    return [
-        f"results/{m}/scorecard/{r}.csv"
-        for m in contextual_models()
-        for r in CONTEXTUAL_RULES
-    ]
-
-
-def contextual_outputs(ext):
-    return [
-        f"results/{m}/contextual/{f}"
-        for m in contextual_models()
-        for files in CONTEXTUAL_RULES.values()
-        for f in files
-        if f.endswith(ext)
-    ]
-
-
-def contextual_targets():
-    return (
-        [f"results/{m}/contextual/layer0.h5" for m in contextual_models()]
-        + contextual_scorecards()
-        + contextual_outputs(".png")
-        + contextual_outputs(".csv")
-    )
-
-
-TARGETS.append(contextual_targets)
-SCORECARDS.append(contextual_scorecards)
-REPORT_FIGURES.append(lambda: contextual_outputs(".png"))
-REPORT_TABLES.append(lambda: contextual_outputs(".csv"))
 
 
 # Cheap (read HDF5/CSV, numpy on layer-0 weights, plot): run locally with profiles/slurm.
@@ -98,7 +15,7 @@ rule layer0_decomposition:
     """Layer-0 positional/content decomposition, LN scale, every text's denominators (K6-K9)."""
     input:
         unpack(contextual_tokens),
-        manifest="resources/models/{model}/manifest.json",
+        manifest=rules.fetch_model.output.manifest,
     output:
         h5="results/{model}/contextual/layer0.h5",
         figure=report(
@@ -130,8 +47,8 @@ rule layer0_decomposition:
 rule layer0_positional_patterns:
     """Layer-0 positional patterns as grids beside the real attention row (K6)."""
     input:
-        manifest="resources/models/{model}/manifest.json",
-        h5="results/{model}/contextual/layer0.h5",
+        manifest=rules.fetch_model.output.manifest,
+        h5=rules.layer0_decomposition.output.h5,
     output:
         table=report(
             "results/{model}/contextual/positional_patterns.csv",
@@ -161,8 +78,8 @@ rule layer0_positional_patterns:
 rule layer0_head_classes:
     """Behavioural classes of the layer-0 heads from measured quantities (K7)."""
     input:
-        manifest="resources/models/{model}/manifest.json",
-        h5="results/{model}/contextual/layer0.h5",
+        manifest=rules.fetch_model.output.manifest,
+        h5=rules.layer0_decomposition.output.h5,
     output:
         table=report(
             "results/{model}/contextual/head_classes.csv",
@@ -195,8 +112,8 @@ rule layer0_head_classes:
 rule softmax_denominators:
     """Softmax denominators against n, destination token fixed, per text (K8)."""
     input:
-        h5="results/{model}/contextual/layer0.h5",
-        classes="results/{model}/contextual/head_classes.csv",
+        h5=rules.layer0_decomposition.output.h5,
+        classes=rules.layer0_head_classes.output.table,
     output:
         table=report(
             "results/{model}/contextual/denominators.csv",
@@ -226,8 +143,8 @@ rule softmax_denominators:
 rule denominator_variance:
     """The independent model Var Z = sum p^2 Var(c) against resampled texts (K9)."""
     input:
-        h5="results/{model}/contextual/layer0.h5",
-        classes="results/{model}/contextual/head_classes.csv",
+        h5=rules.layer0_decomposition.output.h5,
+        classes=rules.layer0_head_classes.output.table,
     output:
         table=report(
             "results/{model}/contextual/denominator_variance.csv",
@@ -257,9 +174,13 @@ rule denominator_variance:
 rule layer1_patterns:
     """Layer-1 attention rows on the pattern text vs positional kernels (K10)."""
     input:
-        manifest="resources/models/{model}/manifest.json",
-        h5="results/{model}/contextual/layer0.h5",
-        means=lambda wc: f"results/{wc.model}/activations/{kernels_params()['means_corpus']}.h5",
+        manifest=rules.fetch_model.output.manifest,
+        h5=rules.layer0_decomposition.output.h5,
+        means=lambda wc: output_of(
+            rules.cache_activations.output.h5,
+            wc,
+            corpus=kernels_params()["means_corpus"],
+        ),
     output:
         table=report(
             "results/{model}/contextual/layer1_patterns.csv",
@@ -293,3 +214,11 @@ rule layer1_patterns:
         kernels=kernels_params,
     script:
         "../../scripts/layer1_patterns.py"
+
+
+collect(rules.layer0_decomposition, model=contextual_models())
+collect(rules.layer0_positional_patterns, model=contextual_models())
+collect(rules.layer0_head_classes, model=contextual_models())
+collect(rules.softmax_denominators, model=contextual_models())
+collect(rules.denominator_variance, model=contextual_models())
+collect(rules.layer1_patterns, model=contextual_models())

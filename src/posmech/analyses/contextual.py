@@ -61,6 +61,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from posmech.analyses.attention import head_name
 from posmech.errors import PosmechError
 
 KIND = "layer0_decomposition"
@@ -68,10 +69,6 @@ RULE = "layer0_decomposition"
 CLASSES = ("duplicate_token", "detokenization", "contextual", "other")
 ROTARY = ("gpt_neox", "gptj", "llama", "mistral", "qwen2", "gemma", "gemma2", "phi", "phi3", "bloom", "falcon",
           "mpt", "codegen", "olmo", "stablelm", "persimmon")
-
-
-def head_name(layer: int, head: int) -> str:
-    return f"L{layer}H{head}"
 
 
 # --------------------------------------------------------------------------- weights
@@ -199,18 +196,45 @@ def weights_from_hf(model: Any, name: str = "model") -> Layer0Weights:
                          W_Q, b_Q, W_K, b_K, scale)
 
 
-def load_weights(manifest: dict[str, Any], name: str) -> tuple[Layer0Weights, Any]:
-    """Layer-0 weights of a configured model (``manifest`` of :func:`posmech.models.read_manifest`)
-    and its tokenizer."""
-    from posmech.models import is_tl_legacy_dir, load_hf
+def weights_from_tl(state: dict[str, Any], cfg: dict[str, Any], name: str = "model") -> Layer0Weights:
+    """:class:`Layer0Weights` of a legacy TransformerLens checkpoint (``attn-only-2l`` and the
+    demo's attention-only model): ``embed.W_E``, ``pos_embed.W_pos``, ``blocks.0.ln1.w/b``,
+    ``blocks.0.attn.W_Q/W_K [H, d, d_head]``, ``b_Q/b_K [H, d_head]``; TransformerLens's
+    LayerNorm eps (``eps``, default 1e-5) and score scale √d_head (``use_attn_scale``)."""
+    refuse_unsupported(cfg, name)
+    norm = cfg.get("normalization_type", cfg.get("normalization", "LN"))
+    if norm not in ("LN", "LNPre"):
+        raise PosmechError(f"model {name!r}: layer-0 normalisation {norm!r} is not a LayerNorm; remove it from "
+                           "`contextual.models`")
+    get = lambda k: np.asarray(state[k], dtype=np.float64)  # noqa: E731
+    d = int(cfg["d_model"])
+    ln_w = get("blocks.0.ln1.w") if "blocks.0.ln1.w" in state else np.ones(d)
+    ln_b = get("blocks.0.ln1.b") if "blocks.0.ln1.b" in state else np.zeros(d)
+    scale = math.sqrt(int(cfg["d_head"])) if cfg.get("use_attn_scale", True) else 1.0
+    return Layer0Weights(get("embed.W_E"), get("pos_embed.W_pos"), ln_w, ln_b, float(cfg.get("eps", 1e-5)),
+                         get("blocks.0.attn.W_Q"), get("blocks.0.attn.b_Q"), get("blocks.0.attn.W_K"),
+                         get("blocks.0.attn.b_K"), scale)
 
-    hf_dir = manifest["hf_dir"]
+
+def load_weights(manifest: dict[str, Any], name: str) -> tuple[Layer0Weights, Any]:
+    """Layer-0 weights of a configured model (``manifest`` of
+    :func:`posmech.models.loading.read_manifest`) and its tokenizer: Hugging Face GPT-2 /
+    GPT-Neo directories and legacy TransformerLens checkpoints (safetensors)."""
+    from posmech.models.loading import is_tl_legacy_dir, load_hf
+
+    hf_dir = Path(manifest["hf_dir"])
+    cfg = json.loads((hf_dir / "config.json").read_text())
+    refuse_unsupported(cfg, name)
     if is_tl_legacy_dir(hf_dir):
-        cfg = json.loads((Path(hf_dir) / "config.json").read_text())
-        refuse_unsupported(cfg, name)
-        raise PosmechError(f"model {name!r} is a legacy TransformerLens checkpoint; the layer-0 decomposition reads "
-                           "Hugging Face GPT-2/GPT-Neo weights: remove it from `contextual.models`")
-    refuse_unsupported(json.loads((Path(hf_dir) / "config.json").read_text()), name)
+        from safetensors.numpy import load_file
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(hf_dir) if (hf_dir / "tokenizer_config.json").exists() else None
+        if tok is None and cfg.get("tokenizer_name"):
+            tok = AutoTokenizer.from_pretrained(cfg["tokenizer_name"])
+        if tok is None:
+            raise PosmechError(f"model {name!r}: {str(hf_dir)!r} has no tokenizer; save it into the directory")
+        return weights_from_tl(load_file(str(hf_dir / "model.safetensors")), cfg, name), tok
     model, tokenizer = load_hf(manifest, "cpu", "float32")
     return weights_from_hf(model, name), tokenizer
 
@@ -311,7 +335,9 @@ def decompose(w: Layer0Weights, s: float, ids: np.ndarray, positions: Sequence[i
     need = K - 1 if destination is not None else K
     if len(ids) < need:
         raise PosmechError(f"text of {len(ids)} tokens is shorter than destination position {K - 1} needs ({need})")
-    kid = ids[:K].copy() if len(ids) >= K else np.concatenate([ids, [ids[0]]])  # key n: replaced below
+    kid = ids[:K].copy() if len(ids) >= K else np.concatenate([ids, [ids[0]]])
+    if destination is not None:
+        kid[K - 1] = destination  # the largest n's own key (each row's key n is set below)
     dest = np.full(len(pos), destination) if destination is not None else ids[pos]
     if keys is None or K > keys.exact.shape[1] + (destination is not None):
         keys = TextKeys.of(w, s, ids, destination)
@@ -402,7 +428,7 @@ def check_positions(positions: Sequence[int], n_ctx: int, key: str, model: str =
 
 def choose_texts(corpora: dict[str, Any], n_per_corpus: int, min_length: int, seed: int, key: str) -> list[dict[str, Any]]:
     """``n_per_corpus`` documents of at least ``min_length`` tokens from each corpus
-    (:class:`posmech.tokens.TokenSet` by name), drawn with ``seed``; the first corpus's
+    (:class:`posmech.data.tokens.TokenSet` by name), drawn with ``seed``; the first corpus's
     first text is the one whose patterns are drawn (K6, K10).  A corpus with too few long
     documents is an error naming ``key``."""
     rng = np.random.default_rng(seed)
@@ -424,7 +450,7 @@ def choose_texts(corpora: dict[str, Any], n_per_corpus: int, min_length: int, se
 
 def ln_scale_summary(w: Layer0Weights, tokens: Any, max_tokens: int | None = None, block: int = 65536) -> dict[str, Any]:
     """The distribution of ``blocks.0.ln1.hook_scale`` over the tokens of a corpus
-    (:class:`posmech.tokens.TokenSet`): quantiles (levels 0, .01, .05, .25, .5, .75, .95,
+    (:class:`posmech.data.tokens.TokenSet`): quantiles (levels 0, .01, .05, .25, .5, .75, .95,
     .99, 1), mean, a 50-bin histogram; all tokens (BOS included: listed separately)."""
     pos = np.concatenate([np.arange(n) for n in tokens.lengths()])
     ids = tokens.flat

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 import torch
 
-from posmech import handbuilt as hb
-from posmech import kernels as kn
+from posmech.analyses import kernels as kn
 from posmech.analyses import contextual as cx
+from posmech.data.tokens import TokenSet
 from posmech.errors import PosmechError
-from posmech.models import load_bridge
-from posmech.tokens import TokenSet
+from posmech.models import handbuilt as hb
+from posmech.models.loading import load_bridge
 
 N_CTX, V, H, DH = 48, 8, 4, 64
 A, B = 1.0, 0.7  # positional and token amplitudes
@@ -334,7 +334,7 @@ def test_positions_beyond_the_context_name_the_key():
 
 
 def test_split_destination_token_names_the_key():
-    from posmech.models import build_char_tokenizer
+    from posmech.models.training import build_char_tokenizer
 
     tok = build_char_tokenizer(["In the beginning"])
     assert cx.single_token(tok, " ", "contextual.destination_token") == tok(" ", add_special_tokens=False).input_ids[0]
@@ -365,3 +365,58 @@ def test_duplicate_score_over_nothing_is_an_error(planted):
 def test_rotary_and_shortformer_models_are_refused_by_name(cfg):
     with pytest.raises(PosmechError, match=r"remove .*'m'.*`contextual.models`|remove it from `contextual.models`"):
         cx.refuse_unsupported(cfg, "m")
+
+
+def test_legacy_transformerlens_checkpoint_matches_its_bridge(tmp_path):
+    """A legacy TransformerLens attention-only checkpoint (the format of attn-only-2l and
+    of the demo's attention-only model): the weights read from its state dict give the
+    layer-0 pattern TransformerLens computes."""
+    import json
+
+    from safetensors.numpy import save_file
+
+    from posmech.models.training import build_char_tokenizer
+
+    rng = np.random.default_rng(5)
+    d, h, dh, n_ctx = 16, 2, 8, 12
+    tok = build_char_tokenizer(["abcdefghij klmnop"])
+    vocab = len(tok)
+    r = lambda *shape: rng.normal(0, 0.5, shape).astype(np.float32)  # noqa: E731
+    state = {"embed.W_E": r(vocab, d), "pos_embed.W_pos": r(n_ctx, d), "ln_final.w": 1 + r(d), "ln_final.b": r(d),
+             "unembed.W_U": r(d, vocab), "unembed.b_U": r(vocab)}
+    for layer in range(2):
+        p = f"blocks.{layer}."
+        state.update({p + "ln1.w": 1 + r(d), p + "ln1.b": r(d), p + "attn.W_Q": r(h, d, dh), p + "attn.W_K": r(h, d, dh),
+                      p + "attn.W_V": r(h, d, dh), p + "attn.W_O": r(h, dh, d), p + "attn.b_Q": r(h, dh),
+                      p + "attn.b_K": r(h, dh), p + "attn.b_V": r(h, dh), p + "attn.b_O": r(d)})
+    save_file(state, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps({
+        "d_model": d, "n_layers": 2, "d_mlp": -1, "d_head": dh, "n_heads": h, "n_ctx": n_ctx, "d_vocab": vocab,
+        "act_fn": "solu_ln", "attn_only": True, "normalization_type": "LN", "positional_embedding_type": "standard",
+        "shortformer_pos": False, "tokenizer_name": None}))
+    tok.save_pretrained(tmp_path)
+    w, t = cx.load_weights({"hf_dir": str(tmp_path), "name": "legacy"}, "legacy")
+    assert len(t) == vocab
+    ids = rng.integers(1, vocab, n_ctx)
+    ids[0] = 0
+    bridge = load_bridge({"hf_dir": str(tmp_path), "name": "legacy"}, device="cpu")
+    store = {}
+    with torch.inference_mode():
+        bridge.run_with_hooks(torch.as_tensor(ids)[None], return_type=None, fwd_hooks=[
+            ("blocks.0.attn.hook_pattern", lambda a, hook: store.__setitem__("p", a[0].double().numpy()))])
+    dec = cx.decompose(w, float(np.median(w.ln_scale(ids, np.arange(n_ctx)))), ids, np.arange(n_ctx), None)
+    np.testing.assert_allclose(dec.attention, store["p"], atol=1e-5)
+
+
+def test_blocked_denominators_equal_one_decomposition(additive):
+    """Blocks of positions sharing one text's keys (with a destination token the text may
+    not contain) give what one decomposition of every position gives."""
+    _, w, sigma = additive
+    ids = RNG.integers(0, V - 2, N_CTX)  # the destination V-1 never occurs: its keys must still be there
+    ids[-1] = V - 2  # ... and the last token occurs only where the destination replaces it
+    pos = np.arange(1, N_CTX)
+    lz, lze, tvs = cx.denominators(w, sigma, ids, pos, V - 1, block=7)
+    whole = cx.decompose(w, sigma, ids, pos, V - 1)
+    np.testing.assert_allclose(lz, whole.log_z, atol=1e-12)
+    np.testing.assert_allclose(lze, whole.log_z_exact, atol=1e-12)
+    np.testing.assert_allclose(tvs, whole.tv(), atol=1e-12)
