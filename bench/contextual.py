@@ -53,7 +53,8 @@ def main() -> None:
     rng = np.random.default_rng(0)
     # Zipf-like token draws, so that duplicates are as frequent as in text
     probs = 1.0 / np.arange(1, cfg.vocab_size + 1)
-    texts = [np.concatenate([[50256], rng.choice(cfg.vocab_size, 1022, p=probs / probs.sum())]) for _ in range(args.texts)]
+    texts = [np.concatenate([[50256], rng.choice(cfg.vocab_size, 1022, p=probs / probs.sum())])
+             for _ in range(args.texts)]
     tokens = TokenSet(np.concatenate(texts).astype(np.int32), np.arange(0, 1023 * (args.texts + 1), 1023), {},
                       [f"t{j}" for j in range(args.texts)])
     entries = [{"corpus": "c", "doc_index": j, "title": f"t{j}", "ids": t} for j, t in enumerate(texts)]

@@ -324,7 +324,8 @@ PARAMS = {"max_position": None, "positions": [20, 40], "variance_positions": [10
 def test_positions_beyond_the_context_name_the_key():
     ok = cx.resolved_positions(PARAMS, N_CTX, "m")
     assert ok["max_position"] == N_CTX - 2 and ok["classify_position"] == 40
-    with pytest.raises(PosmechError, match=r"`contextual.positions` \(model m\): position\(s\) \[399\] are outside 1..47"):
+    with pytest.raises(PosmechError,
+                       match=r"`contextual.positions` \(model m\): position\(s\) \[399\] are outside 1..47"):
         cx.resolved_positions({**PARAMS, "positions": [20, 399]}, N_CTX, "m")
     with pytest.raises(PosmechError, match="contextual.max_position"):
         cx.resolved_positions({**PARAMS, "max_position": 48}, N_CTX, "m")
@@ -386,7 +387,8 @@ def test_legacy_transformerlens_checkpoint_matches_its_bridge(tmp_path):
              "unembed.W_U": r(d, vocab), "unembed.b_U": r(vocab)}
     for layer in range(2):
         p = f"blocks.{layer}."
-        state.update({p + "ln1.w": 1 + r(d), p + "ln1.b": r(d), p + "attn.W_Q": r(h, d, dh), p + "attn.W_K": r(h, d, dh),
+        state.update({p + "ln1.w": 1 + r(d), p + "ln1.b": r(d), p + "attn.W_Q": r(h, d, dh),
+                      p + "attn.W_K": r(h, d, dh),
                       p + "attn.W_V": r(h, d, dh), p + "attn.W_O": r(h, dh, d), p + "attn.b_Q": r(h, dh),
                       p + "attn.b_K": r(h, dh), p + "attn.b_V": r(h, dh), p + "attn.b_O": r(d)})
     save_file(state, str(tmp_path / "model.safetensors"))

@@ -426,7 +426,8 @@ def check_positions(positions: Sequence[int], n_ctx: int, key: str, model: str =
                            f"context is {n_ctx}); lower them")
 
 
-def choose_texts(corpora: dict[str, Any], n_per_corpus: int, min_length: int, seed: int, key: str) -> list[dict[str, Any]]:
+def choose_texts(corpora: dict[str, Any], n_per_corpus: int, min_length: int, seed: int,
+                 key: str) -> list[dict[str, Any]]:
     """``n_per_corpus`` documents of at least ``min_length`` tokens from each corpus
     (:class:`posmech.data.tokens.TokenSet` by name), drawn with ``seed``; the first corpus's
     first text is the one whose patterns are drawn (K6, K10).  A corpus with too few long
@@ -448,7 +449,8 @@ def choose_texts(corpora: dict[str, Any], n_per_corpus: int, min_length: int, se
     return out
 
 
-def ln_scale_summary(w: Layer0Weights, tokens: Any, max_tokens: int | None = None, block: int = 65536) -> dict[str, Any]:
+def ln_scale_summary(w: Layer0Weights, tokens: Any, max_tokens: int | None = None,
+                     block: int = 8192) -> dict[str, Any]:
     """The distribution of ``blocks.0.ln1.hook_scale`` over the tokens of a corpus
     (:class:`posmech.data.tokens.TokenSet`): quantiles (levels 0, .01, .05, .25, .5, .75, .95,
     .99, 1), mean, a 50-bin histogram; all tokens (BOS included: listed separately)."""

@@ -130,7 +130,8 @@ def variance_figure(df: pd.DataFrame, positions: np.ndarray, log_z: np.ndarray, 
     sel = np.asarray(positions) >= from_n
     z = np.exp(log_z[:, sel])  # [H, N']
     for h in range(z.shape[0]):
-        b.plot(np.asarray(positions)[sel], z[h] / z[h].mean(), lw=0.6, color=CLASS_COLOURS.get(classes[h], "k"), alpha=0.85,
+        b.plot(np.asarray(positions)[sel], z[h] / z[h].mean(), lw=0.6, color=CLASS_COLOURS.get(classes[h], "k"),
+               alpha=0.85,
                label=classes[h] if classes[h] not in classes[:h] else None)
     b.set_xlabel("destination position n", fontsize=8)
     b.set_ylabel(f"Z_h(n) / its mean over n ≥ {from_n}", fontsize=8)
