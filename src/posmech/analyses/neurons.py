@@ -1,0 +1,495 @@
+"""Contextual neurons in layer 0 (claims C1–C3, seed post 004, second half).
+
+Builds on the layer-0 decomposition of :mod:`posmech.analyses.contextual` (file
+``layer0.h5``): the fixed-destination queries ``q_h(d, n)``, the positional keys, the
+content keys, the measured LayerNorm scale ``s`` and every stored text's denominators
+``Z_h(n)`` are read from it, never recomputed.
+
+Definitions (layer 0, destination token fixed to ``d``, e.g. ``" the"``)
+----------------------------------------------------------------------
+* contextual heads ``C`` (K7's ``contextual`` class, or pinned in config);
+* **calibration denominator** ``Z̄_h = median_{n ∈ [from, max_position]} Z_h(n)`` on one
+  calibration text (one of ``layer0.h5``'s texts; config);
+* **value circuits** with LayerNorm 1 linear at ``s``: content value
+  ``cv_h(x) = (γ₁⊙ẽ(x)/s) W_V^h W_O^h`` and positional value
+  ``pv_h(i) = ((γ₁⊙p̃_i/s + β₁) W_V^h + b_V^h) W_O^h`` ``[d_model]`` (``ẽ, p̃`` centred);
+* **extended embedding** (C1) at the reference position ``n*``:
+  ``E'(x) = Σ_{h∈C} exp κ_h(n*, x) / Z̄_h · cv_h(x)`` ``[V, d_model]`` with
+  ``κ_h(n, x) = q_h(d, n)·kc_h(x)/σ_att`` (the content score);
+* **token-contribution vector** of MLP neuron ``j`` (LayerNorm 2 linear at its measured scale
+  ``s₂``, the median of ``blocks.0.ln2.hook_scale`` over the stored texts):
+  ``TC_j(x) = (γ₂⊙(E'(x) − mean E'(x)) / s₂) · W_in[:, j]`` ``[V]``;
+* **bag-of-tokens approximation** of the residual after layer-0 attention at position ``n``
+  of a text ``x_0..x_T``:
+  ``r̂(n) = e(x_n) + p_n + b_O + Σ_{h∈C} (1/Z̄_h) Σ_{i≤n} p_h(n, i) exp κ_h(n, x_i) (cv_h(x_i) + pv_h(i))
+  + Σ_{h∉C} OV_h(LN₁(e(x_n) + p_n))`` — contextual heads with their positional pattern
+  ``p_h(n, ·)`` of the fixed destination token and the calibration denominator, every other
+  head attending only to the current token (its exact value through ``W_V, b_V, W_O``);
+  the approximate pre-activation is ``â_j(n) = LN₂(r̂(n))·W_in[:, j] + b_in[j]`` with LN₂
+  linear at ``s₂`` (``ln2: linear``, the post) or the real LayerNorm (``ln2: exact``).
+  The **contextual term** of neuron ``j`` is the content part of the contextual heads,
+  ``t_j(n) = Σ_{h∈C} (1/Z̄_h) Σ_i p_h(n, i) exp κ_h(n, x_i) (γ₂⊙centre(cv_h(x_i))/s₂)·W_in[:, j]``
+  — at ``n = n*`` the decaying average ``Σ_i p(n, i) TC_j(x_i)`` of the post.
+  When the real ``Z_h(n)`` equals ``Z̄_h``, LayerNorm 1 is exactly linear and the other
+  heads attend only to the current token, ``r̂`` is the real residual and (``ln2: exact``)
+  ``â`` the real ``blocks.0.mlp.hook_pre`` (tests check this on a hand-built model).
+
+Shapes: ``H`` layer-0 heads, ``V`` vocabulary, ``d`` d_model, ``M`` d_mlp, ``T`` tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from posmech.analyses import contextual as cx
+from posmech.analyses.attention import head_name, parse_head
+from posmech.errors import PosmechError
+
+KIND = "extended_token_embeddings"
+RULE = "extended_token_embeddings"
+
+
+# --------------------------------------------------------------------------- weights
+@dataclass
+class Layer0OV:
+    """Layer-0 value/output circuits, second LayerNorm and MLP input (float64).
+
+    ``W_V [H, d, d_head]``, ``b_V [H, d_head]``, ``W_O [H, d_head, d]``, ``b_O [d]``,
+    ``ln2_w, ln2_b [d]``, ``ln2_eps``, ``W_in [d, M]``, ``b_in [M]``."""
+
+    W_V: np.ndarray
+    b_V: np.ndarray
+    W_O: np.ndarray
+    b_O: np.ndarray
+    ln2_w: np.ndarray
+    ln2_b: np.ndarray
+    ln2_eps: float
+    W_in: np.ndarray
+    b_in: np.ndarray
+
+    @property
+    def d_mlp(self) -> int:
+        return int(self.W_in.shape[1])
+
+    def ov(self, h: int, x: np.ndarray, bias: bool = True) -> np.ndarray:
+        """``(x W_V^h + b_V^h) W_O^h`` ``[T, d]`` for post-LN inputs ``x [T, d]``."""
+        v = x @ self.W_V[h] + (self.b_V[h] if bias else 0.0)
+        return v @ self.W_O[h]
+
+    def ln2(self, r: np.ndarray) -> np.ndarray:
+        """The real second LayerNorm ``[T, d]``."""
+        c = r - r.mean(axis=-1, keepdims=True)
+        return c / np.sqrt(np.square(c).mean(axis=-1, keepdims=True) + self.ln2_eps) * self.ln2_w + self.ln2_b
+
+    def ln2_scale(self, r: np.ndarray) -> np.ndarray:
+        """``blocks.0.ln2.hook_scale`` ``[T]``."""
+        return np.sqrt(r.var(axis=-1) + self.ln2_eps)
+
+    def ln2_linear(self, r: np.ndarray, s2: float, bias: bool = True) -> np.ndarray:
+        """LayerNorm 2 treated as linear at scale ``s2`` ``[T, d]``."""
+        return (r - r.mean(axis=-1, keepdims=True)) / s2 * self.ln2_w + (self.ln2_b if bias else 0.0)
+
+
+def no_mlp_error(name: str) -> PosmechError:
+    return PosmechError(f"model {name!r} has no MLP in layer 0 (attention-only): contextual neurons need one; "
+                        "remove it from `neurons.models`")
+
+
+def ov_from_hf(model: Any, name: str = "model") -> Layer0OV:
+    """:class:`Layer0OV` of a Hugging Face GPT-2 model (raw weights, Conv1D orientation)."""
+    cfg = model.config.to_dict()
+    if cfg.get("model_type") != "gpt2":
+        raise PosmechError(f"model {name!r}: contextual neurons support GPT-2-architecture models and legacy "
+                           f"TransformerLens checkpoints, not model_type {cfg.get('model_type')!r}; remove it "
+                           "from `neurons.models`")
+    blk = model.transformer.h[0]
+    if getattr(blk, "mlp", None) is None:
+        raise no_mlp_error(name)
+    get = lambda t: t.detach().double().cpu().numpy()  # noqa: E731
+    d, H = int(cfg["n_embd"]), int(cfg["n_head"])
+    dh = d // H
+    W, b = get(blk.attn.c_attn.weight), get(blk.attn.c_attn.bias)
+    W_V = W[:, 2 * d :].reshape(d, H, dh).transpose(1, 0, 2)
+    W_O = get(blk.attn.c_proj.weight).reshape(H, dh, d)
+    return Layer0OV(W_V, b[2 * d :].reshape(H, dh), W_O, get(blk.attn.c_proj.bias), get(blk.ln_2.weight),
+                    get(blk.ln_2.bias), float(cfg.get("layer_norm_epsilon", 1e-5)), get(blk.mlp.c_fc.weight),
+                    get(blk.mlp.c_fc.bias))
+
+
+def ov_from_tl(state: dict[str, Any], cfg: dict[str, Any], name: str = "model") -> Layer0OV:
+    """:class:`Layer0OV` of a legacy TransformerLens checkpoint (``blocks.0.attn.W_V/W_O``,
+    ``blocks.0.ln2.w/b``, ``blocks.0.mlp.W_in/b_in``); attention-only: a clear error."""
+    if cfg.get("attn_only") or "blocks.0.mlp.W_in" not in state:
+        raise no_mlp_error(name)
+    get = lambda k: np.asarray(state[k], dtype=np.float64)  # noqa: E731
+    d = int(cfg["d_model"])
+    opt = lambda k, n: get(k) if k in state else np.full(n, 1.0 if k.endswith(".w") else 0.0)  # noqa: E731
+    H, dh = get("blocks.0.attn.W_V").shape[0], get("blocks.0.attn.W_V").shape[2]
+    b_V = get("blocks.0.attn.b_V") if "blocks.0.attn.b_V" in state else np.zeros((H, dh))
+    return Layer0OV(get("blocks.0.attn.W_V"), b_V, get("blocks.0.attn.W_O"), opt("blocks.0.attn.b_O", d),
+                    opt("blocks.0.ln2.w", d), opt("blocks.0.ln2.b", d), float(cfg.get("eps", 1e-5)),
+                    get("blocks.0.mlp.W_in"), opt("blocks.0.mlp.b_in", int(cfg["d_mlp"])))
+
+
+def load_weights(manifest: dict[str, Any], name: str) -> tuple[cx.Layer0Weights, Layer0OV, Any]:
+    """Layer-0 query/key weights (:class:`posmech.analyses.contextual.Layer0Weights`), the
+    value/MLP weights and the tokenizer of a configured model."""
+    from posmech.models.loading import is_tl_legacy_dir, load_hf
+
+    hf_dir = Path(manifest["hf_dir"])
+    cfg = json.loads((hf_dir / "config.json").read_text())
+    if is_tl_legacy_dir(hf_dir):
+        if cfg.get("attn_only"):
+            raise no_mlp_error(name)
+        from safetensors.numpy import load_file
+
+        w, tok = cx.load_weights(manifest, name)
+        return w, ov_from_tl(load_file(str(hf_dir / "model.safetensors")), cfg, name), tok
+    cx.refuse_unsupported(cfg, name, "neurons.models")
+    model, tok = load_hf(manifest, "cpu", "float32")
+    return cx.weights_from_hf(model, name), ov_from_hf(model, name), tok
+
+
+# --------------------------------------------------------------------------- exact layer 0
+def layer0_residual(w: cx.Layer0Weights, ov: Layer0OV, ids: np.ndarray) -> np.ndarray:
+    """The real residual after layer-0 attention (``blocks.0.hook_resid_mid``) of text
+    ``ids [T]`` from position 0, in float64 from the weights ``[T, d]``."""
+    ids = np.asarray(ids, dtype=np.int64)
+    T = len(ids)
+    pos = np.arange(T)
+    r = w.resid(ids, pos)
+    x = w.ln(ids, pos)
+    q, k = w.queries(ids, pos), w.exact_keys(ids, pos)
+    scores = q @ k.transpose(0, 2, 1) / w.attn_scale  # [H, T, T]
+    scores = np.where(np.tril(np.ones((T, T), dtype=bool)), scores, -np.inf)
+    A = cx.softmax(scores)
+    out = r + ov.b_O
+    for h in range(w.n_heads):
+        out = out + A[h] @ ov.ov(h, x)
+    return out
+
+
+def hook_pre(w: cx.Layer0Weights, ov: Layer0OV, ids: np.ndarray) -> np.ndarray:
+    """The real ``blocks.0.mlp.hook_pre`` of text ``ids`` from the weights ``[T, M]``."""
+    return ov.ln2(layer0_residual(w, ov, ids)) @ ov.W_in + ov.b_in
+
+
+# --------------------------------------------------------------------------- inputs
+def select_heads(classes: pd.DataFrame, pinned: Sequence[str] | None, use_classes: Sequence[str],
+                 n_heads: int) -> list[int]:
+    """Layer-0 heads of the bag of tokens: ``pinned`` names (``neurons.heads``) or every
+    head whose K7 class is in ``use_classes`` (``neurons.head_classes``); none is an error."""
+    if pinned:
+        heads = []
+        for name in pinned:
+            layer, h = parse_head(name, "neurons.heads")
+            if layer != 0 or not 0 <= h < n_heads:
+                raise PosmechError(f"config key `neurons.heads`: {name!r} is not a layer-0 head of this model "
+                                   f"(L0H0..L0H{n_heads - 1})")
+            heads.append(h)
+        return sorted(set(heads))
+    heads = sorted(int(h) for h, c in zip(classes["head"], classes["head_class"]) if c in set(use_classes))
+    if not heads:
+        found = ", ".join(f"{n}: {c}" for n, c in zip(classes["head_name"], classes["head_class"]))
+        raise PosmechError(f"config key `neurons.head_classes`: no layer-0 head is in {list(use_classes)} ({found}); "
+                           "add a class there or pin heads in `neurons.heads`")
+    return heads
+
+
+def check_neurons(neurons: Sequence[int], d_mlp: int, model: str) -> list[int]:
+    """Neuron indices within ``0..d_mlp−1``, else an error naming ``neurons.neurons``."""
+    bad = [int(j) for j in neurons if not 0 <= int(j) < d_mlp]
+    if bad:
+        raise PosmechError(f"config key `neurons.neurons` (model {model}): neuron(s) {bad} beyond the layer-0 MLP "
+                           f"(d_mlp = {d_mlp}: indices 0..{d_mlp - 1}); lower them")
+    return [int(j) for j in neurons]
+
+
+def calibration_index(dec: cx.Layer0File, heads: Sequence[int], text: str | int | None, from_n: int) -> int:
+    """The calibration text among ``layer0.h5``'s texts: ``text`` = its title or index
+    (``neurons.calibration_text``), or None: the **typical** text — the one whose median
+    ``log Z`` over positions ``≥ from_n`` (mean over ``heads``) is the median across texts."""
+    n = len(dec.texts)
+    if n == 0:
+        raise PosmechError("layer0.h5 stores no texts: nothing to calibrate the denominators on")
+    if isinstance(text, str):
+        if not text.strip():
+            raise PosmechError("config key `neurons.calibration_text`: empty; give a title of a stored text "
+                               f"({list(dec.texts['title'])}), its index, or null for the typical text")
+        hits = np.flatnonzero(dec.texts["title"].to_numpy() == text)
+        if not len(hits):
+            raise PosmechError(f"config key `neurons.calibration_text`: {text!r} is none of the stored texts "
+                               f"{list(dec.texts['title'])}")
+        return int(hits[0])
+    if text is not None:
+        if not 0 <= int(text) < n:
+            raise PosmechError(f"config key `neurons.calibration_text`: index {text} outside 0..{n - 1}")
+        return int(text)
+    sel = calibration_positions(dec, from_n)
+    med = np.median(dec.log_z_linear[:, heads][:, :, sel], axis=2).mean(axis=1)  # [texts]
+    return int(np.argsort(med)[(n - 1) // 2])
+
+
+def calibration_positions(dec: cx.Layer0File, from_n: int) -> np.ndarray:
+    """Mask of the stored destination positions ``n ≥ from_n``; empty: an error."""
+    sel = dec.positions >= from_n
+    if not sel.any():
+        raise PosmechError(f"config key `neurons.calibration_from`: {from_n} leaves no destination position of the "
+                           f"calibration text (stored positions {int(dec.positions[0])}..{int(dec.positions[-1])}): "
+                           "the median over an empty calibration text is undefined; lower it")
+    return sel
+
+
+def calibration_denominators(dec: cx.Layer0File, text: int, from_n: int) -> np.ndarray:
+    """``Z̄_h`` ``[H]`` (every head): the median over stored positions ``n ≥ from_n`` of the
+    stored linear-LN denominator ``Z_h(n)`` of text ``text``."""
+    return np.median(np.exp(dec.log_z_linear[text][:, calibration_positions(dec, from_n)]), axis=1)
+
+
+# --------------------------------------------------------------------------- C1
+@dataclass
+class Setup:
+    """Everything the approximation needs, from ``layer0.h5`` and the weights.
+
+    ``heads`` (contextual heads), ``z_bar [H]``, ``s`` (LN1 scale), ``s2`` (LN2 scale),
+    ``query [H, P, d_head]`` (fixed destination), ``positional_key [H, P, d_head]``,
+    ``attn_scale``, ``n_ref`` (reference position of the extended embeddings)."""
+
+    w: cx.Layer0Weights
+    ov: Layer0OV
+    heads: list[int]
+    z_bar: np.ndarray
+    s: float
+    s2: float
+    query: np.ndarray
+    positional_key: np.ndarray
+    attn_scale: float
+    n_ref: int
+
+    def content_values(self, h: int, ids: np.ndarray) -> np.ndarray:
+        """``cv_h(x)`` ``[U, d]`` of tokens ``ids``."""
+        e = self.w.W_E[np.asarray(ids)]
+        e = e - e.mean(axis=-1, keepdims=True)
+        return self.ov.ov(h, e / self.s * self.w.ln_w, bias=False)
+
+    def positional_values(self, h: int, T: int) -> np.ndarray:
+        """``pv_h(i)`` ``[T, d]`` of positions ``0..T−1``."""
+        p = self.w.W_pos[:T] - self.w.W_pos[:T].mean(axis=-1, keepdims=True)
+        return self.ov.ov(h, p / self.s * self.w.ln_w + self.w.ln_b)
+
+    def kappa(self, h: int, n: np.ndarray | int, content_key: np.ndarray) -> np.ndarray:
+        """``κ_h(n, x)`` ``[N, U]`` (or ``[U]``) for content keys ``content_key [U, d_head]``."""
+        return self.query[h, n] @ content_key.T / self.attn_scale
+
+    def patterns(self, h: int, T: int) -> np.ndarray:
+        """Positional patterns ``p_h(n, i)`` ``[T, T]`` for ``n = 0..T−1`` (0 after ``n``)."""
+        pi = self.query[h, :T] @ self.positional_key[h, :T].T / self.attn_scale
+        return cx.softmax(np.where(np.tril(np.ones((T, T), dtype=bool)), pi, -np.inf))
+
+    def win(self) -> np.ndarray:
+        """``γ₂[:, None] ⊙ W_in / s₂`` ``[d, M]``: a centred residual direction to pre-activation units."""
+        return self.ov.ln2_w[:, None] * self.ov.W_in / self.s2
+
+
+def ln2_scale_summary(w: cx.Layer0Weights, ov: Layer0OV, texts: Sequence[np.ndarray]) -> dict[str, Any]:
+    """``blocks.0.ln2.hook_scale`` over the positions ``≥ 1`` of ``texts`` (the real layer 0):
+    its median (the scale ``s₂`` of the linear LayerNorm 2) and 5th/95th percentiles."""
+    vals = np.concatenate([ov.ln2_scale(layer0_residual(w, ov, t))[1:] for t in texts if len(t) > 1])
+    if not len(vals):
+        raise PosmechError("no text position to measure blocks.0.ln2.hook_scale on")
+    q = np.quantile(vals, [0.05, 0.5, 0.95])
+    return {"median": float(q[1]), "p05": float(q[0]), "p95": float(q[2]), "n_tokens": int(len(vals))}
+
+
+def build_setup(dec: cx.Layer0File, w: cx.Layer0Weights, ov: Layer0OV, heads: Sequence[int], calibration: int,
+                calibration_from: int, n_ref: int | None, ln2_scale: float | None = None) -> tuple[Setup, dict]:
+    """:class:`Setup` from ``layer0.h5`` (``dec``): ``Z̄`` on text ``calibration``, ``n* = n_ref``
+    (None: the largest stored position), ``s₂`` measured on the stored texts unless given."""
+    P = dec.query.shape[1]
+    n_ref = int(dec.positions[-1]) if n_ref is None else int(n_ref)
+    if not 1 <= n_ref < P:
+        raise PosmechError(f"config key `neurons.reference_position`: {n_ref} outside 1..{P - 1}")
+    ln2 = ln2_scale_summary(w, ov, list(dec.token_ids))
+    s2 = float(ln2_scale) if ln2_scale is not None else ln2["median"]
+    st = Setup(w, ov, sorted(int(h) for h in heads), calibration_denominators(dec, calibration, calibration_from),
+               float(dec.attrs["ln_scale_used"]), s2, dec.query, dec.positional_key, float(dec.attrs["attn_scale"]),
+               n_ref)
+    return st, ln2
+
+
+def extended_embeddings(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], ids: np.ndarray) -> np.ndarray:
+    """``E'(x)`` ``[U, d]`` of tokens ``ids`` at ``n*`` (``content_key(ids) → [H, U, d_head]``)."""
+    kc = content_key(ids)
+    out = np.zeros((len(ids), st.w.W_E.shape[1]))
+    for h in st.heads:
+        out += (np.exp(st.kappa(h, st.n_ref, kc[h])) / st.z_bar[h])[:, None] * st.content_values(h, ids)
+    return out
+
+
+def token_contributions(E: np.ndarray, win: np.ndarray) -> np.ndarray:
+    """``TC [U, M]`` from extended embeddings ``E [U, d]`` and :meth:`Setup.win`."""
+    return (E - E.mean(axis=-1, keepdims=True)) @ win
+
+
+def write_extended(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], path: str | os.PathLike[str],
+                   attrs: dict[str, Any], block: int = 4096, progress: Any = None) -> dict[str, Any]:
+    """Rule ``extended_token_embeddings``: ``E'`` (float32) and ``TC`` (float16, chunked
+    ``[≤4096 tokens, ≤64 neurons]``) of every token, in blocks of ``block`` tokens (memory
+    ``~block·(d + M)`` floats), plus per neuron the largest |TC| and its float32 norm."""
+    from posmech.hdf5 import artifact_writer
+
+    V, d, M = st.w.d_vocab, st.w.W_E.shape[1], st.ov.d_mlp
+    win = st.win()
+    meta = {**attrs, "heads": [head_name(0, h) for h in st.heads], "reference_position": st.n_ref,
+            "ln1_scale": st.s, "ln2_scale": st.s2, "d_vocab": V, "d_model": d, "d_mlp": M,
+            "contributions_dtype": "float16"}
+    norm2 = np.zeros(M)
+    amax = np.zeros(M)
+    with artifact_writer(path, KIND, RULE, meta) as f:
+        f.create_dataset("z_bar", data=st.z_bar)
+        f.create_dataset("heads", data=np.array(st.heads, dtype=np.int64))
+        f.create_dataset("positional_pattern", data=np.stack([st.patterns(h, st.n_ref + 1)[-1] for h in st.heads]))
+        ext = f.create_dataset("extended_embeddings", shape=(V, d), dtype="float32", chunks=(min(V, 4096), d))
+        tc = f.create_dataset("contributions", shape=(V, M), dtype="float16",
+                              chunks=(min(V, 4096), min(M, 64)))
+        for a in range(0, V, block):
+            ids = np.arange(a, min(a + block, V))
+            E = extended_embeddings(st, content_key, ids)
+            C = token_contributions(E, win)
+            ext[a : a + len(ids)] = E.astype(np.float32)
+            tc[a : a + len(ids)] = C.astype(np.float16)
+            norm2 += np.square(C).sum(axis=0)
+            amax = np.maximum(amax, np.abs(C).max(axis=0))
+            if progress:
+                progress(a + len(ids), V)
+        f.create_dataset("contribution_norm", data=np.sqrt(norm2))
+        f.create_dataset("contribution_absmax", data=amax)
+    return {"max_abs": float(amax.max()), "overflow": bool(amax.max() > 65504)}
+
+
+def read_contributions(path: str | os.PathLike[str], neurons: Sequence[int]) -> np.ndarray:
+    """``TC [V, len(neurons)]`` (float64) of ``neurons`` from the artifact."""
+    from posmech.hdf5 import open_artifact
+
+    with open_artifact(path, KIND) as f:
+        ds = f["contributions"]
+        return np.stack([ds[:, int(j)].astype(np.float64) for j in neurons], axis=1)
+
+
+def read_extended_attrs(path: str | os.PathLike[str]) -> dict[str, Any]:
+    from posmech.hdf5 import attr_json, open_artifact
+
+    with open_artifact(path, KIND) as f:
+        out = {k: attr_json(f, k) for k in f.attrs}
+        out["z_bar"] = f["z_bar"][()]
+        out["heads_index"] = [int(h) for h in f["heads"][()]]
+    return out
+
+
+# --------------------------------------------------------------------------- C3 approximation
+def approximate(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], ids: np.ndarray,
+                ln2: str = "linear") -> dict[str, np.ndarray]:
+    """The bag-of-tokens approximation along text ``ids [T]`` (module docstring):
+    ``resid [T, d]`` (``r̂``), ``pre [T, M]`` (``â``, LN2 ``linear`` or ``exact``),
+    ``context [T, M]`` (the contextual term ``t_j(n)``)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    T = len(ids)
+    pos = np.arange(T)
+    w, ov = st.w, st.ov
+    r = w.resid(ids, pos) + ov.b_O
+    x = w.ln(ids, pos)
+    ctx = np.zeros_like(r)
+    u, inv = np.unique(ids, return_inverse=True)
+    kc = content_key(u)
+    for h in range(w.n_heads):
+        if h not in st.heads:
+            r = r + ov.ov(h, x)  # attends to the current token only
+            continue
+        weight = st.patterns(h, T) * np.exp(st.kappa(h, pos, kc[h]))[:, inv] / st.z_bar[h]  # [T(n), T(i)]
+        cv = st.content_values(h, u)[inv]
+        content = weight @ cv
+        ctx += content
+        r = r + content + weight @ st.positional_values(h, T)
+    if ln2 == "exact":
+        pre = ov.ln2(r) @ ov.W_in + ov.b_in
+    elif ln2 == "linear":
+        pre = ov.ln2_linear(r, st.s2) @ ov.W_in + ov.b_in
+    else:
+        raise PosmechError(f"config key `neurons.ln2`: {ln2!r} is neither 'linear' nor 'exact'")
+    context = (ctx - ctx.mean(axis=-1, keepdims=True)) @ st.win()
+    return {"resid": r, "pre": pre, "context": context}
+
+
+def fit_metrics(real: np.ndarray, approx: np.ndarray) -> dict[str, float]:
+    """C3 metrics of one neuron on one text (vectors over positions): Pearson r, FVU =
+    Σ(a − â)² / Σ(a − ā)², sign agreement (fraction of positions where ``sign a = sign â``),
+    RMSE.  Fewer than 2 positions or a constant real activation: an error."""
+    real, approx = np.asarray(real, dtype=np.float64), np.asarray(approx, dtype=np.float64)
+    if len(real) < 2:
+        raise PosmechError("fewer than 2 positions: no fit")
+    ss = np.square(real - real.mean()).sum()
+    if ss == 0:
+        raise PosmechError("the real pre-activation is constant along the text: r and FVU are undefined")
+    r = float(np.corrcoef(real, approx)[0, 1]) if approx.std() > 0 else float("nan")
+    return {"pearson_r": r, "fvu": float(np.square(real - approx).sum() / ss),
+            "sign_agreement": float(np.mean(np.sign(real) == np.sign(approx))),
+            "rmse": float(np.sqrt(np.mean(np.square(real - approx))))}
+
+
+# --------------------------------------------------------------------------- C2
+def token_counts(corpora: Sequence[Any], d_vocab: int) -> np.ndarray:
+    """How often each token id occurs in ``corpora`` (:class:`posmech.data.tokens.TokenSet`) ``[V]``."""
+    out = np.zeros(d_vocab, dtype=np.int64)
+    for toks in corpora:
+        out += np.bincount(np.asarray(toks.flat, dtype=np.int64), minlength=d_vocab)[:d_vocab]
+    return out
+
+
+def top_tokens(tc: np.ndarray, counts: np.ndarray, neurons: Sequence[int], k: int, min_count: int,
+               decode: Callable[[int], str], model: str) -> pd.DataFrame:
+    """C2 tidy table: per neuron, the ``k`` largest (``top``) and smallest (``bottom``)
+    token contributions among tokens occurring at least ``min_count`` times in the corpora.
+    ``tc [V, len(neurons)]``."""
+    ok = np.flatnonzero(counts >= min_count)
+    if not len(ok):
+        raise PosmechError(f"config key `neurons.min_token_count`: no token occurs {min_count} times in the corpora")
+    rows = []
+    for c, j in enumerate(neurons):
+        v = tc[ok, c]
+        order = np.argsort(v, kind="stable")
+        for side, idx in (("top", order[::-1][:k]), ("bottom", order[:k])):
+            for rank, i in enumerate(idx, 1):
+                t = int(ok[i])
+                rows.append({"claim": "C2", "model": model, "neuron": int(j), "side": side, "rank": rank,
+                             "token_id": t, "token": decode(t), "contribution": float(v[i]),
+                             "corpus_count": int(counts[t])})
+    return pd.DataFrame(rows)
+
+
+def neuron_ranking(real: Sequence[np.ndarray], context: Sequence[np.ndarray], model: str,
+                   from_n: int) -> pd.DataFrame:
+    """C2 ranking of every neuron by the variance of its real pre-activation explained by the
+    contextual term, over the positions ``n ≥ from_n`` of all texts (pooled):
+    ``explained = 1 − Var(a − t) / Var(a)`` (negative when the term adds more variance than it
+    explains), with ``Var(a)``, ``Var(t)`` and ``corr(a, t)``.  ``real, context``: ``[T, M]`` per text."""
+    a = np.concatenate([x[from_n:] for x in real])
+    t = np.concatenate([x[from_n:] for x in context])
+    if len(a) < 2:
+        raise PosmechError(f"config key `neurons.calibration_from`: {from_n} leaves fewer than 2 positions")
+    va, vt = a.var(axis=0), t.var(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        explained = 1 - (a - t).var(axis=0) / va
+        corr = ((a - a.mean(0)) * (t - t.mean(0))).mean(0) / np.sqrt(va * vt)
+    df = pd.DataFrame({"claim": "C2", "model": model, "neuron": np.arange(a.shape[1]), "explained": explained,
+                       "var_real": va, "var_context": vt, "corr": corr, "n_positions": len(a)})
+    df = df.sort_values("explained", ascending=False, kind="stable").reset_index(drop=True)
+    df.insert(3, "rank", np.arange(1, len(df) + 1))
+    return df

@@ -1,0 +1,217 @@
+"""Contextual neurons (C1–C3) on a hand-built model whose answer is known.
+
+The model (layout of ``tests/analyses/test_contextual.py``: one-hot positions and tokens,
+constant layer-0 LayerNorm scale σ) has a contextual head 2 with a planted positional score
+``−λ(n − i)`` and planted content scores ``C[x]`` (equal for tokens 1, 2, 3), whose OV circuit
+writes a known zero-mean vector ``u_x`` per token (``(b/σ)·u_x`` through the LayerNorm), a
+"self" head 3 attending to the current token only and writing ``v_x``, and an MLP whose
+neuron ``J`` reads a known direction ``w``.  Analytically:
+``E'(x) = exp C[x] / Z̄ · (b/σ) u_x``, ``TC_J(x) = E'(x)·w / s₂``, and along a text
+``r̂(n) = e(x_n) + p_n + (b/σ) v_{x_n} + (1/Z̄) Σ_i softmax_i(−λ(n − i)) exp C[x_i] (b/σ) u_{x_i}``.
+On a text of tokens 1–3 only, every Z(n) is exp C[1]: the approximation is exact."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from posmech.analyses import contextual as cx
+from posmech.analyses import neurons as nr
+from posmech.errors import PosmechError
+from posmech.models import handbuilt as hb
+
+from .test_contextual import B, N_CTX, V, offsets, plant, tokenset
+
+LAM = 0.1
+C = np.array([1.0, 0.4, 0.4, 0.4, -0.8, 0.3, -0.2, 1.5])
+OUT = slice(120, 136)  # residual dimensions the OV circuits write to (unused by embeddings)
+J = 7
+
+
+def zero_mean(v):
+    return v - v.mean(axis=-1, keepdims=True)
+
+
+RNG = np.random.default_rng(3)
+U_VEC = np.zeros((V, 256))
+U_VEC[:, OUT] = RNG.normal(0, 0.3, (V, 16))
+U_VEC = zero_mean(U_VEC)
+V_VEC = np.zeros((V, 256))
+V_VEC[:, 140:150] = RNG.normal(0, 0.2, (V, 10))
+V_VEC = zero_mean(V_VEC)
+DIRECTION = np.zeros(256)
+DIRECTION[OUT] = RNG.normal(0, 1, 16)
+DIRECTION[140:150] = RNG.normal(0, 1, 10)
+DIRECTION[60:64] = 0.5  # reads the token embeddings too
+
+
+def ov_head(vecs, dh=64):
+    """``W_V, W_O`` writing ``vecs[x]`` for token ``x`` (token dims ``N_CTX + 1 + x``)."""
+    d = vecs.shape[1]
+    W_V, W_O = np.zeros((d, dh)), np.zeros((dh, d))
+    W_V[N_CTX + 1 + np.arange(V), np.arange(V)] = 1.0
+    W_O[:V] = vecs
+    return W_V, W_O
+
+
+@pytest.fixture(scope="module")
+def model():
+    spec, sigma = plant({0: {"D": 10.0}, 2: {"P": -LAM * offsets(N_CTX), "C": C}, 3: {"P": 30.0 * np.eye(N_CTX)}})
+    for h, vecs in ((2, U_VEC), (3, V_VEC)):
+        W_V, W_O = ov_head(vecs)
+        spec.heads[(0, h)].update({"W_V": W_V, "W_O": W_O})
+    W_in = np.zeros((256, 1024))
+    W_in[:, J] = DIRECTION
+    W_in[:, 3] = RNG.normal(0, 1, 256)
+    spec.mlps[0] = {"W_in": W_in}
+    m = hb.to_hf(spec)
+    return m, cx.weights_from_hf(m), nr.ov_from_hf(m), sigma
+
+
+def real_pre(m, ids):
+    store = {}
+    hook = m.transformer.h[0].mlp.c_fc.register_forward_hook(lambda mod, i, o: store.setdefault("pre", o))
+    with torch.no_grad():
+        m(torch.as_tensor(ids)[None])
+    hook.remove()
+    return store["pre"][0].double().numpy()
+
+
+def layer0(tmp_path, w, texts, destination=2):
+    path = tmp_path / "layer0.h5"
+    cx.build_decomposition(w, destination, "x", tokenset(texts),
+                           [{"corpus": "c", "doc_index": j, "title": f"t{j}", "ids": t} for j, t in enumerate(texts)],
+                           N_CTX - 2, None, path, {"model": "planted"})
+    return cx.read_decomposition(path)
+
+
+def stored_keys(dec):
+    return lambda ids: dec.content_key(ids)
+
+
+def test_numpy_layer0_is_the_real_hook_pre(model):
+    m, w, ov, _ = model
+    ids = RNG.integers(0, V, N_CTX)
+    np.testing.assert_allclose(nr.hook_pre(w, ov, ids), real_pre(m, ids), atol=2e-5)
+
+
+def test_exact_when_the_denominators_are_constant(model, tmp_path):
+    m, w, ov, sigma = model
+    texts = [RNG.integers(1, 4, N_CTX) for _ in range(3)]  # tokens 1-3: every c = exp 0.4
+    dec = layer0(tmp_path, w, texts)
+    np.testing.assert_allclose(dec.log_z_linear[:, 2], 0.4, atol=1e-6)
+    st, _ = nr.build_setup(dec, w, ov, [2], 0, 1, None)
+    np.testing.assert_allclose(st.z_bar[2], math.exp(0.4), rtol=1e-6)
+    for t in texts:
+        got = nr.approximate(st, stored_keys(dec), t, "exact")
+        np.testing.assert_allclose(got["resid"], nr.layer0_residual(w, ov, t), atol=1e-5)
+        np.testing.assert_allclose(got["pre"], real_pre(m, t), atol=1e-4)
+
+
+def test_extended_embeddings_contributions_and_approximation_are_analytic(model, tmp_path):
+    m, w, ov, sigma = model
+    texts = [RNG.integers(0, V, N_CTX) for _ in range(3)]
+    dec = layer0(tmp_path, w, texts)
+    st, ln2 = nr.build_setup(dec, w, ov, [2], 1, 10, None)
+    # Z̄ is the median of the stored denominators of the calibration text over n >= 10
+    z = np.array([np.sum(cx.softmax(-LAM * (n - np.arange(n + 1))) * np.exp(C[np.r_[texts[1][:n], 2]]))
+                  for n in range(10, N_CTX - 1)])
+    assert st.z_bar[2] == pytest.approx(np.median(z), rel=1e-6)
+    # s2 is the median of the real ln2 scale (hooked in the HF model) over the stored texts, positions >= 1
+    scales = []
+    for t in dec.token_ids:
+        store = {}
+        hook = m.transformer.h[0].ln_2.register_forward_hook(lambda mod, i, o: store.setdefault("r", i[0]))
+        with torch.no_grad():
+            m(torch.as_tensor(t)[None])
+        hook.remove()
+        r = store["r"][0].double().numpy()
+        scales.append(np.sqrt(r.var(axis=-1) + 1e-12)[1:])
+    assert st.s2 == pytest.approx(np.median(np.concatenate(scales)), rel=1e-5)
+    assert ln2["n_tokens"] == 3 * (N_CTX - 2)
+    E = nr.extended_embeddings(st, stored_keys(dec), np.arange(V))
+    expected = (np.exp(C) / st.z_bar[2])[:, None] * (B / sigma) * U_VEC
+    np.testing.assert_allclose(E, expected, atol=1e-6)
+    tc = nr.token_contributions(E, st.win())
+    np.testing.assert_allclose(tc[:, J], expected @ DIRECTION / st.s2, atol=1e-5)
+    # the approximation along a text, linear LayerNorm 2
+    t = texts[2]
+    got = nr.approximate(st, stored_keys(dec), t, "linear")
+    n = np.arange(N_CTX)
+    weight = np.tril(np.exp(-LAM * np.subtract.outer(n, n)))
+    weight = np.where(np.tril(np.ones((N_CTX, N_CTX), bool)), weight, 0)
+    weight = weight / weight.sum(axis=1, keepdims=True) * np.exp(C[t])[None] / st.z_bar[2]
+    resid = w.resid(t, n) + (B / sigma) * V_VEC[t] + weight @ ((B / sigma) * U_VEC[t])
+    np.testing.assert_allclose(got["resid"], resid, atol=1e-5)
+    np.testing.assert_allclose(got["pre"][:, J], zero_mean(resid) @ DIRECTION / st.s2, atol=1e-4)
+    # the contextual term is the decaying average of the token contributions
+    np.testing.assert_allclose(got["context"][:, J], (weight * st.z_bar[2] / np.exp(C[t])[None]) @ tc[t, J],
+                               atol=1e-4)
+
+
+def test_artifact_stores_what_the_library_computes(model, tmp_path):
+    m, w, ov, _ = model
+    texts = [RNG.integers(0, V, N_CTX) for _ in range(2)]
+    dec = layer0(tmp_path, w, texts)
+    st, _ = nr.build_setup(dec, w, ov, [2], 0, 1, 20)
+    path = tmp_path / "extended.h5"
+    info = nr.write_extended(st, stored_keys(dec), path, {"model": "planted"}, block=3)
+    E = nr.extended_embeddings(st, stored_keys(dec), np.arange(V))
+    tc = nr.token_contributions(E, st.win())
+    got = nr.read_contributions(path, [J, 3])
+    np.testing.assert_allclose(got, tc[:, [J, 3]], rtol=2e-3, atol=1e-3 * np.abs(tc).max())
+    attrs = nr.read_extended_attrs(path)
+    assert attrs["heads"] == ["L0H2"] and attrs["reference_position"] == 20 and not info["overflow"]
+
+
+def test_top_tokens_and_ranking():
+    tc = np.array([[3.0], [-1.0], [2.0], [-5.0], [9.0]])
+    counts = np.array([4, 1, 2, 3, 0])  # token 4 never occurs: excluded
+    df = nr.top_tokens(tc, counts, [17], 2, 1, str, "m")
+    assert df[df.side == "top"]["token_id"].tolist() == [0, 2]
+    assert df[df.side == "bottom"]["token_id"].tolist() == [3, 1]
+    real = [np.c_[np.arange(10.0), np.ones(10) * np.arange(10) % 2]]
+    ctx = [np.c_[np.arange(10.0), np.zeros(10)]]
+    rk = nr.neuron_ranking(real, ctx, "m", 0)
+    assert rk["neuron"].tolist() == [0, 1] and rk["explained"][0] == pytest.approx(1.0)
+    assert rk["explained"][1] == pytest.approx(0.0)
+
+
+def test_fit_metrics():
+    a = np.array([1.0, -2.0, 3.0, -4.0])
+    m = nr.fit_metrics(a, a * 0.5)
+    assert m["pearson_r"] == pytest.approx(1.0) and m["sign_agreement"] == 1.0
+    assert m["fvu"] == pytest.approx(np.sum((0.5 * a) ** 2) / np.sum((a - a.mean()) ** 2))
+    with pytest.raises(PosmechError, match="constant"):
+        nr.fit_metrics(np.ones(4), a)
+
+
+def test_bad_input_names_the_key(model, tmp_path):
+    m, w, ov, _ = model
+    with pytest.raises(PosmechError, match=r"`neurons.neurons`.*1024.*0\.\.1023"):
+        nr.check_neurons([3, 1024], ov.d_mlp, "planted")
+    dec = layer0(tmp_path, w, [RNG.integers(0, V, N_CTX)])
+    with pytest.raises(PosmechError, match="`neurons.calibration_text`: empty"):
+        nr.calibration_index(dec, [2], "", 1)
+    with pytest.raises(PosmechError, match="`neurons.calibration_from`.*empty calibration text"):
+        nr.calibration_denominators(dec, 0, 10_000)
+    classes = pd.DataFrame({"head": [0, 1], "head_name": ["L0H0", "L0H1"], "head_class": ["other", "other"]})
+    with pytest.raises(PosmechError, match="`neurons.head_classes`"):
+        nr.select_heads(classes, None, ["contextual"], 2)
+    with pytest.raises(PosmechError, match="`neurons.heads`"):
+        nr.select_heads(classes, ["L1H0"], ["contextual"], 2)
+    with pytest.raises(PosmechError, match="no MLP in layer 0.*`neurons.models`"):
+        nr.ov_from_tl({"blocks.0.attn.W_V": np.zeros((1, 4, 2))}, {"attn_only": True, "d_model": 4}, "attn")
+
+
+def test_calibration_text_is_the_typical_one(model, tmp_path):
+    m, w, ov, _ = model
+    # three texts whose content factors are low, middle and high: the middle one is typical
+    texts = [np.full(N_CTX, 6), np.full(N_CTX, 5), np.full(N_CTX, 7)]
+    dec = layer0(tmp_path, w, texts, destination=5)
+    assert nr.calibration_index(dec, [2], None, 5) == 1
+    assert nr.calibration_index(dec, [2], "t2", 5) == 2
