@@ -197,7 +197,7 @@ def test_bad_input_names_the_key(model, tmp_path):
     dec = layer0(tmp_path, w, [RNG.integers(0, V, N_CTX)])
     with pytest.raises(PosmechError, match="`neurons.calibration_text`: empty"):
         nr.calibration_index(dec, [2], "", 1)
-    with pytest.raises(PosmechError, match="`neurons.calibration_from`.*empty calibration text"):
+    with pytest.raises(PosmechError, match="`neurons.from_position`.*empty calibration text"):
         nr.calibration_denominators(dec, 0, 10_000)
     classes = pd.DataFrame({"head": [0, 1], "head_name": ["L0H0", "L0H1"], "head_class": ["other", "other"]})
     with pytest.raises(PosmechError, match="`neurons.head_classes`"):

@@ -342,3 +342,43 @@ def contextual_tokens(wildcards):
     p = contextual_params()
     names = list(dict.fromkeys(p["corpora"] + [p["scale_corpus"]]))
     return {c: output_of(rules.tokenize.output.h5, wildcards, corpus=c) for c in names}
+
+
+def model_has_mlp(m):
+    """False for an attention-only model (demo `train.architecture: attn_only`, a fetched
+    config with `attn_only`, an attn-only hub id), known from the config before any job.
+    """
+    entry = config["models"][m]
+    if entry.get("train", {}).get("architecture") == "attn_only":
+        return False
+    if "attn_only" in str(entry.get("source", "")).lower():
+        return False
+    cfg = (
+        Path(output_of(rules.fetch_model.output.manifest, model=m)).parent
+        / "hf"
+        / "config.json"
+    )
+    if cfg.exists():
+        import json
+
+        return not json.loads(cfg.read_text()).get("attn_only", False)
+    return True
+
+
+def neurons_models():
+    """`neurons.models` (empty: every model with an MLP in layer 0); an attention-only
+    model named there is an error before any job."""
+    chosen = selected(config, "neurons", "models")
+    if config["neurons"].get("models"):
+        bad = [m for m in chosen if not model_has_mlp(m)]
+        if bad:
+            raise WorkflowError(
+                f"config key `neurons.models`: {bad} have no MLP in layer 0 (attention-only): "
+                "contextual neurons need one; remove them"
+            )
+        return chosen
+    return [m for m in chosen if model_has_mlp(m)]
+
+
+def neurons_params(wildcards=None):
+    return dict(config["neurons"])

@@ -242,7 +242,7 @@ def calibration_positions(dec: cx.Layer0File, from_n: int) -> np.ndarray:
     """Mask of the stored destination positions ``n ≥ from_n``; empty: an error."""
     sel = dec.positions >= from_n
     if not sel.any():
-        raise PosmechError(f"config key `neurons.calibration_from`: {from_n} leaves no destination position of the "
+        raise PosmechError(f"config key `neurons.from_position`: {from_n} leaves no destination position of the "
                            f"calibration text (stored positions {int(dec.positions[0])}..{int(dec.positions[-1])}): "
                            "the median over an empty calibration text is undefined; lower it")
     return sel
@@ -310,7 +310,7 @@ def ln2_scale_summary(w: cx.Layer0Weights, ov: Layer0OV, texts: Sequence[np.ndar
 
 
 def build_setup(dec: cx.Layer0File, w: cx.Layer0Weights, ov: Layer0OV, heads: Sequence[int], calibration: int,
-                calibration_from: int, n_ref: int | None, ln2_scale: float | None = None) -> tuple[Setup, dict]:
+                from_position: int, n_ref: int | None, ln2_scale: float | None = None) -> tuple[Setup, dict]:
     """:class:`Setup` from ``layer0.h5`` (``dec``): ``Z̄`` on text ``calibration``, ``n* = n_ref``
     (None: the largest stored position), ``s₂`` measured on the stored texts unless given."""
     P = dec.query.shape[1]
@@ -319,7 +319,7 @@ def build_setup(dec: cx.Layer0File, w: cx.Layer0Weights, ov: Layer0OV, heads: Se
         raise PosmechError(f"config key `neurons.reference_position`: {n_ref} outside 1..{P - 1}")
     ln2 = ln2_scale_summary(w, ov, list(dec.token_ids))
     s2 = float(ln2_scale) if ln2_scale is not None else ln2["median"]
-    st = Setup(w, ov, sorted(int(h) for h in heads), calibration_denominators(dec, calibration, calibration_from),
+    st = Setup(w, ov, sorted(int(h) for h in heads), calibration_denominators(dec, calibration, from_position),
                float(dec.attrs["ln_scale_used"]), s2, dec.query, dec.positional_key, float(dec.attrs["attn_scale"]),
                n_ref)
     return st, ln2
@@ -392,6 +392,23 @@ def read_extended_attrs(path: str | os.PathLike[str]) -> dict[str, Any]:
         out["z_bar"] = f["z_bar"][()]
         out["heads_index"] = [int(h) for h in f["heads"][()]]
     return out
+
+
+def setup_from_artifact(path: str | os.PathLike[str], dec: cx.Layer0File, w: cx.Layer0Weights,
+                        ov: Layer0OV) -> Setup:
+    """The :class:`Setup` that wrote ``extended_tokens.h5`` (heads, ``Z̄``, ``s₂``, ``n*`` read back)."""
+    a = read_extended_attrs(path)
+    return Setup(w, ov, a["heads_index"], a["z_bar"], float(dec.attrs["ln_scale_used"]), float(a["ln2_scale"]),
+                 dec.query, dec.positional_key, float(dec.attrs["attn_scale"]), int(a["reference_position"]))
+
+
+def resolve_neurons(configured: Sequence[int], ranking: pd.DataFrame, n_auto: int, d_mlp: int,
+                    model: str) -> list[int]:
+    """The neurons of C2/C3: ``neurons.neurons`` (checked against ``d_mlp``), or when empty
+    the ``n_auto`` best ranked by explained variance."""
+    if configured:
+        return check_neurons(configured, d_mlp, model)
+    return [int(j) for j in ranking["neuron"][:n_auto]]
 
 
 # --------------------------------------------------------------------------- C3 approximation
@@ -483,7 +500,7 @@ def neuron_ranking(real: Sequence[np.ndarray], context: Sequence[np.ndarray], mo
     a = np.concatenate([x[from_n:] for x in real])
     t = np.concatenate([x[from_n:] for x in context])
     if len(a) < 2:
-        raise PosmechError(f"config key `neurons.calibration_from`: {from_n} leaves fewer than 2 positions")
+        raise PosmechError(f"config key `neurons.from_position`: {from_n} leaves fewer than 2 positions")
     va, vt = a.var(axis=0), t.var(axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
         explained = 1 - (a - t).var(axis=0) / va

@@ -1,0 +1,75 @@
+"""Rule bag_of_tokens_fit (C3): the bag-of-tokens approximation of the configured neurons'
+pre-activations along layer0.h5's texts against the real blocks.0.mlp.hook_pre (one forward
+pass per text through the model); Pearson r, FVU, sign agreement, RMSE per neuron and text."""
+
+import numpy as np
+import pandas as pd
+import torch
+
+from posmech.analyses import contextual as cx
+from posmech.analyses import neurons as nr
+from posmech.models.loading import load_bridge, read_manifest
+from posmech.plots.neurons import fit_figure
+from posmech.runner import run
+from posmech.tables import read_table, scorecard_rows, write_table
+
+
+def real_pre(bridge, ids):
+    store = {}
+
+    def grab(t, hook):
+        store["pre"] = t[0].double().cpu().numpy()
+        return t
+
+    dev = next(bridge.parameters()).device
+    with torch.inference_mode():
+        bridge.run_with_hooks(torch.as_tensor(ids, device=dev)[None], fwd_hooks=[("blocks.0.mlp.hook_pre", grab)],
+                              return_type=None)
+    return store["pre"]
+
+
+def main(smk, log):
+    model, p, entry, out = smk.wildcards.model, dict(smk.params.neurons), smk.params.entry, smk.output
+    man = read_manifest(smk.input.manifest)
+    w, ov, _ = nr.load_weights(man, model)
+    dec = cx.read_decomposition(smk.input.h5)
+    st = nr.setup_from_artifact(smk.input.extended, dec, w, ov)
+    neurons = nr.resolve_neurons(p["neurons"], read_table(smk.input.ranking), p["n_auto"], ov.d_mlp, model)
+    bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
+    n0 = p["from_position"]
+    rows, traces = [], []
+    first = set(dec.texts.drop_duplicates("corpus").index)
+    for t, ids in enumerate(dec.token_ids):
+        real = real_pre(bridge, ids)
+        approx = nr.approximate(st, dec.content_key, ids, p["ln2"])["pre"]
+        for j in neurons:
+            m = nr.fit_metrics(real[n0:, j], approx[n0:, j])
+            title = dec.texts["title"][t]
+            rows.append({"claim": "C3", "model": model, "neuron": j, "text": t, "corpus": dec.texts["corpus"][t],
+                         "title": title, "n_positions": len(real) - n0, **m})
+            if t in first:
+                traces.append({"neuron": j, "text": f"{dec.texts['corpus'][t]}: {title}", "real": real[:, j],
+                               "approx": approx[:, j], **m})
+        log.info("text %d of %d", t + 1, len(dec.token_ids))
+    df = pd.DataFrame(rows)
+    write_table(df, out.table, {"positions": f"n >= {n0}", "ln2": p["ln2"], "heads": [int(h) for h in st.heads],
+                                "pearson_r": "Pearson correlation of real and approximate pre-activation along the text",
+                                "fvu": "sum (a - a_hat)^2 / sum (a - mean a)^2",
+                                "sign_agreement": "fraction of positions where sign(a) = sign(a_hat)",
+                                "rmse": "root mean square of a - a_hat"})
+    fit_figure(traces, f"C3 {model}: blocks.0.mlp.hook_pre, actual vs bag-of-tokens approximation "
+               f"(LN2 {p['ln2']}; shaded: n < {n0}, not scored)", out.figure, n0)
+    med = df.groupby("neuron")[["pearson_r", "sign_agreement", "fvu"]].median()
+    sc = [{"claim": "C3", "quantity": "median_pearson_r", "value": round(float(med["pearson_r"].min()), 4),
+           "detail": "smallest over neurons of the median over texts of Pearson r (positions n >= "
+           f"{n0}): " + ", ".join(f"{j}: {r:.3f}" for j, r in med["pearson_r"].items()), "artifact": out.table},
+          {"claim": "C3", "quantity": "median_sign_agreement", "value": round(float(med["sign_agreement"].min()), 4),
+           "detail": "smallest over neurons of the median over texts of the sign agreement: "
+           + ", ".join(f"{j}: {r:.3f}" for j, r in med["sign_agreement"].items()), "artifact": out.table},
+          {"claim": "C3", "quantity": "median_fvu", "value": round(float(np.nanmedian(df["fvu"])), 4),
+           "detail": "median over neurons and texts of the fraction of variance unexplained", "artifact": out.table}]
+    write_table(scorecard_rows([{**r, "model": model} for r in sc]), out.scorecard)
+    log.info("median r per neuron %s", med["pearson_r"].to_dict())
+
+
+run(snakemake, main)  # noqa: F821

@@ -1,0 +1,60 @@
+"""Rule contextual_neurons (C2): every layer-0 MLP neuron ranked by the variance of its real
+pre-activation explained by the contextual term, over layer0.h5's texts; the top and bottom
+contributing tokens (occurring in the contextual corpora) of the configured neurons."""
+
+from posmech.analyses import contextual as cx
+from posmech.analyses import neurons as nr
+from posmech.data.tokens import read_tokens
+from posmech.models.loading import read_manifest
+from posmech.plots.neurons import contributions_figure
+from posmech.runner import run
+from posmech.tables import scorecard_rows, write_table
+
+POST = (300, 1621, 1710)  # the post's neurons (gpt2)
+
+
+def main(smk, log):
+    model, p, out = smk.wildcards.model, dict(smk.params.neurons), smk.output
+    corpora = smk.params.contextual["corpora"]
+    w, ov, tok = nr.load_weights(read_manifest(smk.input.manifest), model)
+    dec = cx.read_decomposition(smk.input.h5)
+    st = nr.setup_from_artifact(smk.input.extended, dec, w, ov)
+    real, context = [], []
+    for j, ids in enumerate(dec.token_ids):
+        real.append(nr.hook_pre(w, ov, ids))
+        context.append(nr.approximate(st, dec.content_key, ids)["context"])
+        log.info("ranking: text %d of %d", j + 1, len(dec.token_ids))
+    ranking = nr.neuron_ranking(real, context, model, p["from_position"])
+    neurons = nr.resolve_neurons(p["neurons"], ranking, p["n_auto"], ov.d_mlp, model)
+    counts = nr.token_counts([read_tokens(smk.input[c]) for c in corpora], w.d_vocab)
+    tc = nr.read_contributions(smk.input.extended, neurons)
+    df = nr.top_tokens(tc, counts, neurons, p["n_tokens"], p["min_token_count"], lambda t: tok.decode([t]), model)
+    meta = {"neurons": neurons, "chosen": "config" if p["neurons"] else f"the {p['n_auto']} best ranked",
+            "corpora": corpora, "min_token_count": p["min_token_count"],
+            "contribution": "token-contribution vector TC_j(x) (extended_tokens.h5 `contributions`)"}
+    write_table(df, out.table, meta)
+    write_table(ranking, out.ranking, {"explained": "1 - Var(a - t) / Var(a): a = real blocks.0.mlp.hook_pre, "
+                                       "t = contextual term, pooled over positions n >= "
+                                       f"{p['from_position']} of {len(dec.token_ids)} layer0.h5 texts"})
+    contributions_figure(df, ranking, f"C2 {model}: top and bottom token contributions (tokens in "
+                         f"{', '.join(corpora)})", out.figure)
+    M = len(ranking)
+    pct = {int(j): 100.0 * int(ranking.loc[ranking["neuron"] == j, "rank"].iloc[0]) / M for j in neurons}
+    rows = [{"claim": "C2", "quantity": "top_tokens", "value": "table",
+             "detail": "; ".join(f"{j}: +{df[(df.neuron == j) & (df.side == 'top')]['token'].head(5).tolist()} "
+                                 f"-{df[(df.neuron == j) & (df.side == 'bottom')]['token'].head(5).tolist()}"
+                                 for j in neurons), "artifact": out.table},
+            {"claim": "C2", "quantity": "best_explained_neurons", "value": [int(j) for j in ranking["neuron"][:5]],
+             "detail": "explained " + ", ".join(f"{e:.2f}" for e in ranking["explained"][:5]),
+             "artifact": out.ranking}]
+    post = [j for j in POST if j < M]
+    if len(post) == len(POST):
+        worst = max(100.0 * int(ranking.loc[ranking["neuron"] == j, "rank"].iloc[0]) / M for j in post)
+        rows.append({"claim": "C2", "quantity": "post_neurons_rank_percent", "value": round(worst, 2),
+                     "detail": "largest rank (in % of all neurons, by explained variance) of neurons 300, 1621, "
+                     "1710", "artifact": out.ranking})
+    write_table(scorecard_rows([{**r, "model": model} for r in rows]), out.scorecard)
+    log.info("neurons %s rank percent %s", neurons, pct)
+
+
+run(snakemake, main)  # noqa: F821

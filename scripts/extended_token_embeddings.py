@@ -1,0 +1,46 @@
+"""Rule extended_token_embeddings (C1): from layer0.h5 and the K7 classes, the extended
+embedding of every token through the contextual heads (calibration denominators) and every
+layer-0 MLP neuron's token-contribution vector, stored in extended_tokens.h5 (docs/artifacts.md)."""
+
+from posmech.analyses import contextual as cx
+from posmech.analyses import neurons as nr
+from posmech.analyses.attention import head_name
+from posmech.models.loading import read_manifest
+from posmech.runner import run
+from posmech.tables import read_table, scorecard_rows, write_table
+
+
+def main(smk, log):
+    model, p, out = smk.wildcards.model, dict(smk.params.neurons), smk.output
+    man = read_manifest(smk.input.manifest)
+    w, ov, _ = nr.load_weights(man, model)
+    nr.check_neurons(p["neurons"], ov.d_mlp, model)
+    dec = cx.read_decomposition(smk.input.h5)
+    heads = nr.select_heads(read_table(smk.input.classes), p["heads"], p["head_classes"], w.n_heads)
+    cal = nr.calibration_index(dec, heads, p["calibration_text"], p["from_position"])
+    text = dec.texts.iloc[cal]
+    log.info("heads %s; calibration text %d (%s: %s)", heads, cal, text["corpus"], text["title"])
+    st, ln2 = nr.build_setup(dec, w, ov, heads, cal, p["from_position"], p["reference_position"], p["ln2_scale"])
+    attrs = {"model": model, "model_source": man["source"], "resolved_revision": man["resolved_revision"],
+             "destination_token": dec.attrs["destination_token"], "calibration_index": cal,
+             "calibration_corpus": text["corpus"], "calibration_title": text["title"],
+             "calibration_doc_index": int(text["doc_index"]), "from_position": p["from_position"],
+             "ln2_scale_source": "config" if p["ln2_scale"] is not None else "median", "ln2_scale_summary": ln2,
+             "neurons_config": p}
+    info = nr.write_extended(st, dec.content_key, out.h5, attrs,
+                             progress=lambda i, n: log.info("token-contribution vectors: %d of %d tokens", i, n))
+    if info["overflow"]:
+        log.warning("a token contribution exceeds the float16 range (%g): stored as inf", info["max_abs"])
+    names = [head_name(0, h) for h in heads]
+    z = {head_name(0, h): round(float(st.z_bar[h]), 4) for h in heads}
+    rows = [{"claim": "C1", "quantity": "extended_embeddings", "value": "stored",
+             "detail": f"E' [{w.d_vocab} x {w.W_E.shape[1]}] through heads {names} (Z̄ {z}, median over n >= "
+             f"{p['from_position']} of {text['title']!r}); token contributions [{w.d_vocab} x {ov.d_mlp}] float16",
+             "artifact": out.h5},
+            {"claim": "C1", "quantity": "ln2_scale_range", "value": [round(ln2["p05"], 4), round(ln2["p95"], 4)],
+             "detail": f"5th and 95th percentiles of blocks.0.ln2.hook_scale over {ln2['n_tokens']} positions of "
+             f"layer0.h5's texts; LN2 treated as linear at s2 = {st.s2:.4f}", "artifact": out.h5}]
+    write_table(scorecard_rows([{**r, "model": model} for r in rows]), out.scorecard)
+
+
+run(snakemake, main)  # noqa: F821
