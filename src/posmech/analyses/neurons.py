@@ -335,8 +335,10 @@ def extended_embeddings(st: Setup, content_key: Callable[[np.ndarray], np.ndarra
 
 
 def token_contributions(E: np.ndarray, win: np.ndarray) -> np.ndarray:
-    """``TC [U, M]`` from extended embeddings ``E [U, d]`` and :meth:`Setup.win`."""
-    return (E - E.mean(axis=-1, keepdims=True)) @ win
+    """``TC [U, M]`` (float32) from extended embeddings ``E [U, d]`` and :meth:`Setup.win`:
+    one float32 matrix product (relative error ~1e-7, far below the float16 it is stored in;
+    half the time of float64 for gpt2's 50257 × 768 × 3072)."""
+    return (E - E.mean(axis=-1, keepdims=True)).astype(np.float32) @ win.astype(np.float32, copy=False)
 
 
 def write_extended(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], path: str | os.PathLike[str],
@@ -347,7 +349,7 @@ def write_extended(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], p
     from posmech.hdf5 import artifact_writer
 
     V, d, M = st.w.d_vocab, st.w.W_E.shape[1], st.ov.d_mlp
-    win = st.win()
+    win = st.win().astype(np.float32)
     meta = {**attrs, "heads": [head_name(0, h) for h in st.heads], "reference_position": st.n_ref,
             "ln1_scale": st.s, "ln2_scale": st.s2, "d_vocab": V, "d_model": d, "d_mlp": M,
             "contributions_dtype": "float16"}
@@ -366,7 +368,7 @@ def write_extended(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], p
             C = token_contributions(E, win)
             ext[a : a + len(ids)] = E.astype(np.float32)
             tc[a : a + len(ids)] = C.astype(np.float16)
-            norm2 += np.square(C).sum(axis=0)
+            norm2 += np.square(C, dtype=np.float64).sum(axis=0)
             amax = np.maximum(amax, np.abs(C).max(axis=0))
             if progress:
                 progress(a + len(ids), V)
