@@ -27,9 +27,8 @@ def test_artifact_is_what_the_library_computes_from_layer0(ci_run):
     path = res / "neurons/extended_tokens.h5"
     attrs = nr.read_extended_attrs(path)
     classes = read_table(res / "contextual/head_classes.csv")
-    # ci.yaml: head_classes [contextual, other] -> every head of those classes, nothing else
-    assert attrs["heads"] == [n for n, c in zip(classes["head_name"], classes["head_class"])
-                              if c in ("contextual", "other")]
+    use = yaml.safe_load((REPO / "config/ci.yaml").read_text())["neurons"]["head_classes"]
+    assert attrs["heads"] == [n for n, c in zip(classes["head_name"], classes["head_class"]) if c in use]
     assert attrs["reference_position"] == dec.attrs["max_position"] == 30
     cal = attrs["calibration_index"]
     np.testing.assert_allclose(attrs["z_bar"], np.median(np.exp(dec.log_z_linear[cal][:, dec.positions >= 8]), 1))
