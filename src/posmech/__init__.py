@@ -1,6 +1,6 @@
 """posmech: positional mechanisms in attention heads, reproduced as a pipeline.
 
-The library is organised one module per concept (see ``../shared/DESIGN.md``):
+The library is organised one module per concept (README.md, "Layout"):
 ``config`` (schema helpers), ``models`` (loading, demo training, hand-built models),
 ``corpora``, ``tokens``, ``hdf5`` (the artifact schema), ``cli`` (``python -m posmech``).
 """

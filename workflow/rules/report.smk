@@ -7,6 +7,7 @@ rule report:
     """Assemble the HTML report and the scorecard (published vs reproduced)."""
     input:
         published=static("resources/published.yaml"),
+        claims=static("docs/claims.md"),
         scorecards=lambda wc: report_registered(SCORECARDS),
         figures=lambda wc: report_figures(),
         tables=lambda wc: report_registered(REPORT_TABLES),
