@@ -33,6 +33,7 @@ from scipy.linalg import subspace_angles
 
 from posmech.errors import PosmechError
 from posmech.hdf5 import STR, artifact_writer, attr_json, open_artifact
+from posmech.runner import logged
 
 LOG = logging.getLogger(__name__)
 
@@ -177,7 +178,7 @@ def extended_embeddings(
     fwd = [(n, hook_for(i)) for i, n in enumerate(names)]
     t0 = time.perf_counter()
     with torch.inference_mode(), bridge.hooks(fwd_hooks=fwd):
-        for start in range(0, len(prompts), batch_size):
+        for start in logged(range(0, len(prompts), batch_size), what=f"batches of {batch_size} prompts"):
             x = torch.from_numpy(prompts[start : start + batch_size]).to(device)
             try:
                 bridge(x)

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from posmech.errors import PosmechError
+from posmech.runner import logged
 
 LOG = logging.getLogger(__name__)
 
@@ -286,7 +287,7 @@ def prev_knockout(
             raise PosmechError(f"knock-out layer {layer} does not exist (model has {bridge.cfg.n_layers} layers)")
     rows: list[dict[str, Any]] = []
     z = Zoom(sharp, zoom_start)
-    for j, doc in enumerate(docs):
+    for j, doc in enumerate(logged(docs)):
         T = len(doc)
         ko = knockout_rows(T, period, phase)
         sets = {"all": np.arange(T) >= 1, "knocked": ko, "other": (np.arange(T) >= 1) & ~ko}
@@ -320,7 +321,7 @@ def extended_averaging(
     capture = list(dict.fromkeys(parsed.values()))
     zooms = {h: Zoom(h, zoom_start) for h in heads}
     rows: list[dict[str, Any]] = []
-    for j, doc in enumerate(docs):
+    for j, doc in enumerate(logged(docs)):
         T = len(doc)
         base, _ = run_hooked(bridge, doc, capture=capture)
         masses = {h: prev_token_mass(base[parsed[h]]) for h in heads}
@@ -357,7 +358,7 @@ def repeated_tokens(
     lh = check_head(bridge, sharp)
     rows: list[dict[str, Any]] = []
     z: Zoom | None = None
-    for j, doc in enumerate(docs):
+    for j, doc in enumerate(logged(docs)):
         T = len(doc)
         rep = repeat_queries(doc)
         pats, _ = run_hooked(bridge, doc, capture=[lh])
