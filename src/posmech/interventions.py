@@ -550,12 +550,19 @@ def pooled(df: Any, by: list[str]) -> Any:
 
 
 def knockout_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any]]:
-    """P5 scorecard rows: pooled masses and the after/before ratio (all queries)."""
+    """P5 scorecard rows: pooled masses and the after/before ratio (all queries); with no
+    layer to knock out (sharp head in layer 0) the ratios are left empty with the reason."""
     m = pooled(df, ["condition", "query_set"])
     head = df["head"].iloc[0]
     rows = [{"claim": "P5", "model": model, "quantity": f"prev_token_mass_{c}", "value": float(m[(c, "all")]),
              "detail": f"{head}, all queries >= 1", "artifact": artifact}
             for c in ("intact", "knockout", "knockout_renormalised")]
+    layers = df["layers"].iloc[0]
+    if layers is None or (isinstance(layers, float) and np.isnan(layers)) or str(layers) == "":
+        why = (f"nothing to knock out: the sharp head {head} is in layer 0, so no earlier layer can carry "
+               "the previous position")
+        return rows + [{"claim": "P5", "model": model, "quantity": q, "value": None, "detail": why, "artifact": artifact}
+                       for q in ("prev_token_mass_ratio", "prev_token_mass_ratio_renormalised")]
     for c, q in (("knockout", "prev_token_mass_ratio"), ("knockout_renormalised", "prev_token_mass_ratio_renormalised")):
         rows.append({"claim": "P5", "model": model, "quantity": q, "value": float(m[(c, "all")] / m[("intact", "all")]),
                      "detail": f"{head}: {c} / intact, all queries; knocked-only {m[(c, 'knocked')]:.3f} vs "

@@ -23,7 +23,7 @@ def etc_heatmap(tables: dict[str, pd.DataFrame], n: dict[str, int], path: str | 
     colour scale runs from log 1 (one key) to log ``n_keys`` (uniform).
     """
     models = list(tables)
-    fig, axes = plt.subplots(1, len(models), figsize=(0.5 + 4.8 * len(models), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(models), figsize=(0.5 + 4.1 * len(models), 4.0), squeeze=False)
     # the colour scale ends at the ETC of a uniform kernel (n_keys): yellow means near uniform
     vmax = max(math.log(max(float(t["n_keys"].max()), float(t["etc_mean"].max()), 2.0)) for t in tables.values())
     for ax, m in zip(axes[0], models):
@@ -57,9 +57,9 @@ def kernel_heatmaps(
     and keys ``0..n_max``.  ``types[head]``: kernel type shown in the panel title.
     """
     heads = list(kernels)
-    cols = min(4, max(1, len(heads)))
+    cols = min(3, max(1, len(heads)))  # at most 8 in wide: shown at full size in the report
     rows = math.ceil(len(heads) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.1 * cols, 2.9 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.75 * cols, 2.6 * rows + 0.4), squeeze=False)
     sel = (positions >= k0) & (positions <= n_max)
     q = positions[sel]
     for ax, h in zip(axes.ravel(), heads):
@@ -86,9 +86,9 @@ def kernel_profiles(
     """K5: the kernel at query position ``n`` (mean ± std over ``n_texts`` query texts)
     against key position, one panel per head; ``profiles[head] = (mean [K], std [K])``."""
     heads = list(profiles)
-    cols = min(4, max(1, len(heads)))
+    cols = min(3, max(1, len(heads)))
     rows = math.ceil(len(heads) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.1 * cols, 2.3 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.75 * cols, 2.2 * rows + 0.4), squeeze=False)
     for ax, h in zip(axes.ravel(), heads):
         mean, std = profiles[h]
         i = np.arange(k0, n + 1)

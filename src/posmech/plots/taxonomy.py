@@ -15,67 +15,102 @@ from posmech.plots import save
 
 def taxonomy_figure(per_head: pd.DataFrame, chosen: pd.DataFrame, meta: dict[str, Any], model: str,
                     path: str | os.PathLike[str], top_n: int = 20) -> None:
-    """Three panels: P7 ratio on the layer × head grid (previous-token heads only), the
-    ranking of the sharpest heads, and offset-1 mean vs TransformerLens's head_detector."""
+    """Three panels, 8 in wide so the report shows them at full size: the P7 ratio on the
+    layer × head grid (previous-token heads only) across the top; below, the ranking of the
+    sharpest heads and offset-1 mean vs TransformerLens's head_detector."""
     L, H = int(per_head["layer"].max()) + 1, int(per_head["head_index"].max()) + 1
     grid = np.full((L, H), np.nan)
     for r in per_head[per_head["is_previous_token"]].itertuples():
         grid[r.layer, r.head_index] = r.ratio
-    fig, axes = plt.subplots(1, 3, figsize=(16, max(4.0, 0.35 * L + 2)))
-    sns.heatmap(grid, ax=axes[0], cmap="viridis_r", vmin=0, vmax=1, annot=H <= 16, fmt=".2f",
-                annot_kws={"fontsize": 6}, cbar_kws={"label": "second / largest mean diagonal"},
-                linewidths=0.3, linecolor="white")
-    axes[0].set_facecolor("0.85")
-    axes[0].set(xlabel="head", ylabel="layer", title=f"P6: {meta['n_previous_token_heads']} of {len(per_head)} heads "
-                "peak at offset −1 (grey: not previous-token)")
-    role = dict(zip(chosen["head"], chosen["role"]))
     ranked = per_head[per_head["rank"].notna()].sort_values("rank").head(top_n)
-    colors = [{"sharp": "tab:red", "early": "tab:orange"}.get(role.get(h, ""), "tab:blue") for h in ranked["head"]]
-    axes[1].barh(ranked["head"], ranked["ratio"], color=colors)
-    axes[1].invert_yaxis()
-    axes[1].set(xlabel="second / largest mean diagonal (lower = sharper)",
-                title="P7 ranking (red: sharp, orange: early)")
-    for y, v in enumerate(ranked["ratio"]):
-        axes[1].text(v, y, f" {v:.2f}", va="center", fontsize=7)
+    grid_h = min(5.0, 0.32 * L + 1.2)
+    rank_h = max(2.6, 0.2 * len(ranked) + 1.0)
+    fig = plt.figure(figsize=(8, grid_h + rank_h + 0.6), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=[grid_h, rank_h])
+    ax0 = top.subplots()
+    sns.heatmap(grid, ax=ax0, cmap="viridis_r", vmin=0, vmax=1, annot=H <= 16, fmt=".2f",
+                annot_kws={"fontsize": 7}, cbar_kws={"label": "second / largest\nmean diagonal", "shrink": 0.9},
+                linewidths=0.3, linecolor="white", square=H <= 16)
+    ax0.set_facecolor("0.85")
+    ax0.set(xlabel="head", ylabel="layer")
+    ax0.set_title(f"P6: {meta['n_previous_token_heads']} of {len(per_head)} heads peak at offset −1 "
+                  "(coloured by their P7 ratio; grey: not previous-token)", fontsize=9)
+    ax1, ax2 = bottom.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.1]})
+    role = dict(zip(chosen["head"], chosen["role"]))
+    if len(ranked):
+        colors = [{"sharp": "tab:red", "early": "tab:orange"}.get(role.get(h, ""), "tab:blue") for h in ranked["head"]]
+        ax1.barh(ranked["head"], ranked["ratio"], color=colors)
+        ax1.invert_yaxis()
+        for y, v in enumerate(ranked["ratio"]):
+            ax1.text(v, y, f" {v:.2f}", va="center", fontsize=7)
+        ax1.set_xlim(0, 1.15)
+        ax1.tick_params(axis="y", labelsize=7)
+    else:
+        ax1.axis("off")
+        ax1.text(0.5, 0.5, "no head of this model attends most\nto the previous position:\nnothing to rank",
+                 ha="center", va="center", fontsize=9, transform=ax1.transAxes)
+    ax1.set_xlabel("second / largest mean diagonal\n(lower = sharper)", fontsize=8)
+    ax1.set_title("P7 ranking (red: sharp, orange: early)", fontsize=9)
     sns.scatterplot(data=per_head, x="prev_token_mass", y="head_detector_score", hue="is_previous_token",
-                    ax=axes[2], s=25)
+                    ax=ax2, s=20)
     rho = meta.get("spearman_ratio_vs_head_detector")
-    axes[2].set(xlabel="mean attention on offset −1", ylabel="TransformerLens head_detector score",
-                title=f"Spearman(−ratio, head_detector) over P6 heads: {'n/a' if rho is None else f'{rho:.2f}'}")
-    fig.suptitle(f"P6/P7 diagonal taxonomy of {model} ({meta['n_documents']} documents)")
-    fig.tight_layout()
+    ax2.set_xlabel("mean attention on offset −1", fontsize=8)
+    ax2.set_ylabel("head_detector score", fontsize=8)
+    ax2.legend(title="previous-token head", fontsize=7, title_fontsize=7)
+    ax2.set_title(f"Spearman(−ratio, detector), P6 heads: {'n/a' if rho is None else f'{rho:.2f}'}", fontsize=9)
+    fig.suptitle(f"P6/P7 diagonal taxonomy of {model} ({meta['n_documents']} documents)", fontsize=10)
     save(fig, path)
 
 
 def averaging_figure(df: pd.DataFrame, model: str, path: str | os.PathLike[str]) -> None:
-    """P2: held-out loss vs k; P3: each prompt target's probability vs k."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    """P2: held-out loss vs k; P3: each prompt target's probability vs k.  When the model
+    gives every target under 1 % even intact, the P3 panel says so in words (there is no
+    repeat-copying to disturb) instead of drawing lines along zero."""
+    fig, axes = plt.subplots(1, 2, figsize=(8.4, 3.6), layout="constrained")
     loss = df[df["quantity"] == "loss"]
     axes[0].plot(loss["k"], loss["value"], marker="o")
-    axes[0].set(xscale="log", xlabel="group size k", ylabel="next-token loss (nats / token)",
-                title="P2: held-out loss with W_pos averaged in groups of k")
+    axes[0].set(xscale="log", xlabel="group size k", ylabel="next-token loss (nats / token)")
+    axes[0].set_title("P2: held-out loss, W_pos averaged\nin groups of k", fontsize=9)
     probs = df[df["quantity"] == "probability"].assign(series=lambda d: d["prompt"] + " → " + d["target"])
-    sns.lineplot(data=probs, x="k", y="value", hue="series", marker="o", ax=axes[1])
-    axes[1].set(xscale="log", ylim=(-0.02, 1.02), xlabel="group size k", ylabel="probability (variants summed)",
-                title="P3: repeat-string prompt probabilities")
-    fig.suptitle(f"P2/P3 on {model}")
-    fig.tight_layout()
+    axes[1].set_title("P3: repeat-string prompt probabilities", fontsize=9)
+    if len(probs) and float(probs["value"].max()) < 0.01:
+        axes[1].axis("off")
+        axes[1].text(0.5, 0.5, f"{model} gives every target < 1 %\n(max {probs['value'].max():.1e}) even with W_pos\n"
+                     "intact: it does not continue the\nrepeat, so averaging has nothing to break",
+                     ha="center", va="center", fontsize=9, transform=axes[1].transAxes)
+    else:
+        sns.lineplot(data=probs, x="k", y="value", hue="series", marker="o", ax=axes[1])
+        axes[1].set(xscale="log", ylim=(-0.02, 1.02), xlabel="group size k", ylabel="probability (variants summed)")
+        axes[1].legend(fontsize=7, title=None)
+    fig.suptitle(f"P2/P3 on {model}", fontsize=10)
     save(fig, path)
 
 
 def attention_figure(panels: list[tuple[str, np.ndarray, np.ndarray]], start: int, k: int, model: str,
-                     path: str | os.PathLike[str]) -> None:
-    """P4: per head (rows), the window of its attention pattern intact and with W_pos averaged."""
-    fig, axes = plt.subplots(len(panels), 2, figsize=(9, 4.2 * len(panels)), squeeze=False)
-    for row, (head, intact, avg) in enumerate(panels):
+                     path: str | os.PathLike[str], max_heads: int = 4) -> None:
+    """P4: for the first ``max_heads`` heads (the sharp head first), the window of its
+    attention pattern intact and with W_pos averaged, two heads per row, one colour scale."""
+    shown = panels[:max_heads]
+    cols = 2 if len(shown) > 1 else 1
+    rows = (len(shown) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, 2 * cols, figsize=(3.9 * cols + 0.7, 2.2 * rows + 0.8), squeeze=False,
+                             layout="constrained")
+    im = None
+    for i, (head, intact, avg) in enumerate(shown):
         size = intact.shape[0]
-        ticks = np.arange(0, size, max(1, size // 5))
-        for col, (mat, label) in enumerate(((intact, "intact"), (avg, f"W_pos averaged, k={k}"))):
-            ax = axes[row, col]
-            ax.imshow(mat, cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
-            ax.set_xticks(ticks, ticks + start)
-            ax.set_yticks(ticks, ticks + start)
-            ax.set(xlabel="key position", ylabel="query position", title=f"{head}: {label}")
-    fig.suptitle(f"P4: attention of {model}'s chosen heads, positions {start}–{start + panels[0][1].shape[0] - 1}")
-    fig.tight_layout()
+        ticks = np.arange(0, size, max(1, size // 4))
+        for j, (mat, label) in enumerate(((intact, "intact"), (avg, f"W_pos averaged, k={k}"))):
+            ax = axes[i // cols, 2 * (i % cols) + j]
+            im = ax.imshow(mat, cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
+            ax.set_xticks(ticks, ticks + start, fontsize=7)
+            ax.set_yticks(ticks, ticks + start, fontsize=7)
+            ax.set_xlabel("key position", fontsize=7)
+            ax.set_ylabel("query position" if j == 0 else "", fontsize=7)
+            ax.set_title(f"{head}: {label}", fontsize=8)
+    for ax in axes.ravel()[2 * len(shown):]:
+        ax.axis("off")
+    fig.colorbar(im, ax=axes, shrink=min(0.9, 0.45 + 0.15 * rows), label="attention")
+    more = f" (+{len(panels) - len(shown)} more heads in attention.h5)" if len(panels) > len(shown) else ""
+    fig.suptitle(f"P4: attention of {model}'s chosen heads, positions {start}–{start + panels[0][1].shape[0] - 1}"
+                 f"{more}", fontsize=9)
     save(fig, path)
