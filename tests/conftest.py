@@ -23,7 +23,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from posmech import handbuilt as hb  # noqa: E402
+from posmech.models import handbuilt as hb  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import yaml
 
-from posmech.report import claims_catalogue_html
+from posmech.report.html import claims_catalogue_html
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CATALOGUE = REPO / "docs" / "claims.md"
 
 
