@@ -30,3 +30,28 @@ def test_logged_passes_items_through_and_knows_the_total(caplog):
     caplog.clear()
     assert list(logged(iter(range(2)), every_s=3600)) == [0, 1]  # no length: counts without a total
     assert caplog.records[-1].getMessage().startswith("documents 2,")
+
+
+def test_progress_goes_to_the_log_file_not_the_terminal(tmp_path, capsys):
+    from posmech.runner import LOG, setup_logging
+
+    log_file = tmp_path / "rule.log"
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    try:
+        setup_logging(str(log_file))
+        LOG.info("rule message")
+        Progress(2, "documents", every_s=0).update(2)
+        for h in root.handlers:
+            h.flush()
+        text = log_file.read_text()
+        assert "rule message" in text and "documents 2/2 (100 %)" in text
+        err = capsys.readouterr().err
+        assert "rule message" in err and "documents 2/2" not in err
+    finally:
+        for h in list(root.handlers):
+            root.removeHandler(h)
+            h.close()
+        for h in saved[0]:
+            root.addHandler(h)
+        root.setLevel(saved[1])

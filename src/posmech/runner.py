@@ -21,6 +21,8 @@ from typing import Any, TypeVar
 from posmech.errors import PosmechError
 
 LOG = logging.getLogger("posmech")
+#: progress lines go to the rule's log file only, not to the terminal (jobs run side by side)
+PROGRESS_LOG = logging.getLogger("posmech.progress")
 T = TypeVar("T")
 #: seconds between two progress lines of a long loop (POSMECH_PROGRESS_SECONDS overrides)
 PROGRESS_SECONDS = 30.0
@@ -36,7 +38,7 @@ class Progress:
 
     def __init__(self, total: int | None, what: str = "documents", every_s: float | None = None,
                  logger: logging.Logger | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        self.total, self.what, self.log, self.clock = total, what, logger or LOG, clock
+        self.total, self.what, self.log, self.clock = total, what, logger or PROGRESS_LOG, clock
         self.every_s = float(os.environ.get("POSMECH_PROGRESS_SECONDS", PROGRESS_SECONDS)) if every_s is None else every_s
         self.t0 = clock()
         self.last: float | None = None
@@ -83,8 +85,11 @@ def logged(items: Iterable[T], total: int | None = None, what: str = "documents"
 
 
 def setup_logging(log_path: str | None) -> logging.Logger:
-    """Send ``posmech`` log records to ``log_path`` (append) and to stderr."""
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    """Send ``posmech`` log records to ``log_path`` and to stderr; progress lines
+    (:class:`Progress`, logger ``posmech.progress``) only to ``log_path``."""
+    terminal = logging.StreamHandler(sys.stderr)
+    terminal.addFilter(lambda record: not record.name.startswith(PROGRESS_LOG.name))
+    handlers: list[logging.Handler] = [terminal]
     if log_path:
         os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
         handlers.append(logging.FileHandler(log_path, mode="w"))
