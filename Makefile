@@ -53,4 +53,6 @@ clean-demo:
 	@if [ -x $(BIN)/snakemake ]; then \
 	  $(BIN)/snakemake --cores 1 --configfile config/demo.yaml --delete-all-output; \
 	fi
+	@# table-metadata sidecars (NAME.meta.json) whose table is gone
+	@if [ -d results ]; then find results -name '*.meta.json' -exec sh -c '[ -e "$${1%.meta.json}.csv" ] || rm "$$1"' _ {} \; ; fi
 	rm -rf results/report logs benchmarks .snakemake/incomplete
