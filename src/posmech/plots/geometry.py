@@ -47,8 +47,8 @@ def helix_grid(panels: list[tuple[str, np.ndarray]], positions: np.ndarray, titl
     n = len(panels)
     cols = min(3, n)
     rows = math.ceil(n / cols)
-    height = 2.9 * rows + 0.8
-    fig = plt.figure(figsize=(2.9 * cols + 0.9, height))
+    height = 2.6 * rows + 0.8
+    fig = plt.figure(figsize=(2.6 * cols + 0.8, height))
     grid = fig.add_gridspec(rows, cols + 1, width_ratios=[1] * cols + [0.06], wspace=0.15, hspace=0.25,
                             top=1 - 0.85 / height, bottom=0.2 / height, left=0.02, right=0.93)
     sc = None

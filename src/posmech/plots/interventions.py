@@ -124,7 +124,7 @@ def repeated_tokens(df: pd.DataFrame, zoom: Any | None, model: str, path: str | 
     axes[0].set_ylabel("mean prev-token attention per document", fontsize=8)
     if zoom is not None:
         im = _heatmap(axes[1], zoom.matrices["intact"], zoom.start, "pattern around the first repeat", zoom.marks)
-        fig.colorbar(im, ax=axes[1], shrink=0.8)
+        fig.colorbar(im, ax=axes[1], shrink=0.8, label="attention")
     else:
         axes[1].axis("off")
         axes[1].text(0.5, 0.5, "no repeated consecutive tokens\nin the documents", ha="center", va="center")

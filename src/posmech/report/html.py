@@ -336,7 +336,7 @@ def build(
         return None
 
     card_rows = [dict(r, link=link(r["artifact"])) for r in card.to_dict("records")]
-    judged = [r for r in card_rows if r["status"] in sc.JUDGED]
+    judged = [r for r in card_rows if sc.is_judged(r)]
     compact = [dict(e, link=link(e["artifact"])) for e in sc.compact_rows(card)]
 
     curves = {Path(a.source).parent.parent.name: a for a in assets if a.source.endswith("training/curve.png")}

@@ -53,6 +53,16 @@ SCORECARD_COLUMNS = [
 ]
 
 
+def is_judged(row: dict[str, Any]) -> bool:
+    """A scorecard row compared with a published value meant for its model: ``pass``,
+    ``fail``, ``qualitative``; ``missing`` and ``nothing to measure`` only when there is a
+    published value (an entry that did not apply would have made the row ``not
+    applicable``); never a quantity the posts give no number for."""
+    if row["status"] in ("missing", "nothing to measure"):
+        return bool(row.get("published_model"))
+    return row["status"] in JUDGED
+
+
 @dataclass(frozen=True)
 class Published:
     """One entry of ``resources/published.yaml``."""
@@ -416,7 +426,7 @@ def uncovered_claims(published: list[Published], scorecard: pd.DataFrame) -> lis
 
 
 def compact_rows(card: pd.DataFrame) -> list[dict[str, Any]]:
-    """The rows of ``card`` that are not judged (:data:`JUDGED`), one entry per (claim,
+    """The rows of ``card`` that are not judged (:func:`is_judged`), one entry per (claim,
     model): what the model does, next to what was published for the posts' model.
 
     Each entry: ``claim, family, model, what`` (the claim's first ``what``), ``measured``
@@ -424,7 +434,7 @@ def compact_rows(card: pd.DataFrame) -> list[dict[str, Any]]:
     (``[{quantity, reason}]``: no value, with the rule's reason when it gave one),
     ``published`` (``[{quantity, value, model}]``, the posts' values), ``artifact`` (the
     first artifact named)."""
-    rest = card[~card["status"].isin(JUDGED)]
+    rest = card[[not is_judged(r) for r in card.to_dict("records")]] if len(card) else card
     out: list[dict[str, Any]] = []
     for (claim, model), g in rest.groupby(["claim", "model"], sort=False):
         entry: dict[str, Any] = {
