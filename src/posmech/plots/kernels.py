@@ -32,9 +32,12 @@ def etc_heatmap(tables: dict[str, pd.DataFrame], n: dict[str, int], path: str | 
         kinds = t.pivot(index="layer", columns="head", values="kernel_type").sort_index()
         annot = kinds.apply(lambda col: col.map(TYPE_LETTER))
         big = grid.size <= 400
+        # square cells leave a wide, short grid: the colour bar follows the grid's height
+        shrink = 0.8 * min(1.0, grid.shape[0] / max(grid.shape[1], 1))
         sns.heatmap(
             np.log(grid), ax=ax, cmap="plasma", vmin=0.0, vmax=vmax, annot=annot if big else False, fmt="",
-            annot_kws={"fontsize": 6}, cbar_kws={"label": "log ETC (natural log)", "shrink": 0.8}, square=True,
+            annot_kws={"fontsize": 8 if grid.size <= 64 else 6},
+            cbar_kws={"label": "log ETC (natural log)", "shrink": max(0.3, shrink)}, square=True,
         )
         ax.set_title(f"{m} (n = {n[m]})", fontsize=9)
         ax.set_xlabel("head")
