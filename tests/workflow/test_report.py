@@ -50,7 +50,7 @@ def test_demo_report_says_published_values_are_for_other_models(ci_run):
 def test_scorecard_shows_judged_rows_first_and_the_rest_compactly(ci_run):
     html = (ci_run / "results/report/index.html").read_text()
     card = pd.read_csv(ci_run / "results/report/scorecard.csv")
-    judged = card[[is_judged(r) for r in card.fillna("").to_dict("records")]]
+    judged = card[[is_judged(r) for r in card.to_dict("records")]]
     if len(judged):
         assert html.index('id="scorecard-judged"') < html.index('id="scorecard-compact"')
     compact = html[html.index('id="scorecard-compact"'):html.index('<h2 id="demo"')]

@@ -59,7 +59,8 @@ def is_judged(row: dict[str, Any]) -> bool:
     published value (an entry that did not apply would have made the row ``not
     applicable``); never a quantity the posts give no number for."""
     if row["status"] in ("missing", "nothing to measure"):
-        return bool(row.get("published_model"))
+        published_model = row.get("published_model")
+        return isinstance(published_model, str) and bool(published_model)  # NaN from a read CSV: none
     return row["status"] in JUDGED
 
 
