@@ -46,8 +46,9 @@ lint: setup
 format: setup
 	$(BIN)/snakefmt workflow
 
-# Delete exactly the outputs of the demo DAG (Snakemake knows them: trained model, prepared
-# corpus, results/demo, the report), then the logs/ and benchmarks/ folders (of every run);
+# Delete exactly the outputs of the demo DAG (Snakemake knows them: prepared corpus,
+# results/demo, the report, the model manifest), the trained model's files, the table
+# sidecars left without their table, then the logs/ and benchmarks/ folders (of every run);
 # .venv and the results of other configurations stay.
 clean-demo:
 	@if [ -x $(BIN)/snakemake ]; then \
@@ -56,3 +57,7 @@ clean-demo:
 	@# table-metadata sidecars (NAME.meta.json) whose table is gone
 	@if [ -d results ]; then find results -name '*.meta.json' -exec sh -c '[ -e "$${1%.meta.json}.csv" ] || rm "$$1"' _ {} \; ; fi
 	rm -rf results/report logs benchmarks .snakemake/incomplete
+	@# the Hugging Face folder of a model whose manifest was deleted (the trained demo model)
+	@for d in resources/models/*/hf; do [ -d "$$d" ] && [ ! -e "$$(dirname $$d)/manifest.json" ] && rm -rf "$$d"; done; true
+	@# folders the deletions left empty
+	@for d in results resources/models resources/corpora; do [ -d $$d ] && find $$d -mindepth 1 -type d -empty -delete; done; true
