@@ -46,13 +46,16 @@ class Progress:
         self.logged_done = -1
 
     def line(self) -> str:
-        dt = max(self.clock() - self.t0, 1e-9)
+        base = (f"{self.what} {self.done}/{self.total} ({100 * self.done / self.total:.0f} %)" if self.total
+                else f"{self.what} {self.done}")
+        dt = self.clock() - self.t0
+        if dt < 1.0 or self.done == 0:  # too early for a rate worth printing
+            return base
         rate = self.done / dt
-        if self.total:
-            left = (self.total - self.done) / rate if rate > 0 else float("inf")
-            eta = f", ~{left:.0f} s left" if self.done < self.total and left != float("inf") else ""
-            return f"{self.what} {self.done}/{self.total} ({100 * self.done / self.total:.0f} %), {rate:.3g}/s{eta}"
-        return f"{self.what} {self.done}, {rate:.3g}/s"
+        eta = ""
+        if self.total and self.done < self.total:
+            eta = f", ~{(self.total - self.done) / rate:.0f} s left"
+        return f"{base}, {rate:.3g}/s{eta}"
 
     def update(self, done: int) -> None:
         self.done = int(done)
