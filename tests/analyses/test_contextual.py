@@ -422,3 +422,19 @@ def test_blocked_denominators_equal_one_decomposition(additive):
     np.testing.assert_allclose(lz, whole.log_z, atol=1e-12)
     np.testing.assert_allclose(lze, whole.log_z_exact, atol=1e-12)
     np.testing.assert_allclose(tvs, whole.tv(), atol=1e-12)
+
+
+def test_within_text_variance_follows_the_independent_model(tmp_path, additive):
+    """Along one text of i.i.d. tokens the denominator of a head with a constant positional
+    pattern (P = −0.15·(n − i) + noise) and planted content factors varies over n as the
+    independent model predicts; ``exp C`` drawn uniformly, so Var(c) is known."""
+    _, w, sigma = additive
+    rng = np.random.default_rng(11)
+    texts = [rng.integers(0, V, N_CTX) for _ in range(2)]
+    dec, _ = built(tmp_path, w, texts)
+    r = cx.within_text_variance(dec, 0, 20)
+    assert r["n_positions"][0] == N_CTX - 2 - 20 + 1
+    ratio = r["observed"][0] / r["predicted"][0]
+    assert 0.3 < ratio < 3.0  # 27 correlated draws: the variance is known to a factor ~2
+    with pytest.raises(PosmechError, match="denominator_from"):
+        cx.within_text_variance(dec, 0, N_CTX)

@@ -23,9 +23,10 @@ RULES = ("layer0_decomposition", "layer0_positional_patterns", "layer0_head_clas
 
 def test_layer0_artifact_matches_a_direct_decomposition(ci_run):
     dec = cx.read_decomposition(ci_run / "results/demo/contextual/layer0.h5")
-    cfg = yaml.safe_load((REPO / "config/ci.yaml").read_text())["contextual"]
+    cfg = dec.attrs["contextual_config"]  # the section with the schema's defaults filled in
     assert dec.attrs["max_position"] == 30 and dec.attrs["n_ctx"] == 32 and dec.attrs["destination_token"] == " "
     assert list(dec.positions) == list(range(1, 31))
+    assert cfg["positions"] == [24, 30] and cfg["n_per_corpus"] == 3
     assert len(dec.texts) == cfg["n_per_corpus"] and set(dec.texts["corpus"]) == {"bible"}
     # the stored texts are the corpus's documents, and the stored denominators are what the
     # library computes from the model's weights for them
@@ -55,7 +56,8 @@ def test_tables_and_scorecards(ci_run):
     k8 = read_table(res / "denominators.csv")
     assert len(k8) == 2 * 3 and (k8["spread_linear"] >= 0).all()
     k9 = read_table(res / "denominator_variance.csv")
-    assert len(k9) == 3 * 3 * 2 and (k9["predicted"] > 0).all() and -1 <= k9.attrs["loglog_pearson_r"] <= 1
+    assert len(k9) == 3 * 3 * 2 + 3 * 2 and (k9["predicted"] > 0).all() and -1 <= k9.attrs["loglog_pearson_r"] <= 1
+    assert set(k9["method"]) == {"resampled", "within_text"}
     k10 = read_table(res / "layer1_patterns.csv")
     assert list(k10["head_name"]) == ["L1H0", "L1H1"] and k10["n"].eq(30).all()
     published = load_published(REPO / "resources/published.yaml")
@@ -72,7 +74,7 @@ def test_tables_and_scorecards(ci_run):
 
 
 def test_report_has_the_k_rows(ci_run):
-    card = pd.read_csv(ci_run / "results/report/scorecard.csv")
+    card = read_table(ci_run / "results/report/scorecard.csv")
     k = card[card["claim"].isin(["K6", "K7", "K8", "K9", "K10"])]
     assert {"ln1_scale_range", "contextual_heads", "most_varying_denominator_heads", "variance_model_fit",
             "layer1_patterns"} <= set(k["quantity"])

@@ -735,6 +735,34 @@ def variance_model(dec: Layer0File, ids: np.ndarray, n: int, n_resamples: int, s
     return resampled_variance(p[:, 1:n], c_pop, counts, n_resamples, np.random.default_rng(seed), fixed)
 
 
+def within_text_variance(dec: Layer0File, j: int, from_n: int) -> dict[str, np.ndarray]:
+    """K9 within one text (``j`` of ``layer0.h5``): the observed variance over destination
+    positions ``n ≥ from_n`` of the stored ``Z_h(n)`` along the text, against the independent
+    model's mean over those ``n`` of ``Σ_i p_h(n, i)² · Var(c_h(n, ·))``, with ``Var`` over
+    the distribution of the text's tokens at ``1..n−1`` (a stationary text: each ``Z(n)`` is
+    one draw).  Returns ``predicted, observed [H]`` and the number of positions."""
+    pos = dec.positions
+    sel = np.flatnonzero(pos >= from_n)
+    if len(sel) < 2:
+        raise PosmechError(f"fewer than 2 positions >= {from_n} (`contextual.denominator_from`)")
+    ids = dec.token_ids[j]
+    scale = float(dec.attrs["attn_scale"])
+    vocab, inv = np.unique(ids, return_inverse=True)
+    kc = dec.content_key(vocab)  # [H, U, dh]
+    pred = np.zeros(dec.query.shape[0])
+    for k in sel:
+        n = int(pos[k])
+        counts = np.bincount(inv[1:n], minlength=len(vocab)).astype(float)
+        if counts.sum() == 0:
+            continue
+        w = counts / counts.sum()
+        c = np.exp(np.einsum("he,hue->hu", dec.query[:, n], kc) / scale)
+        var_c = np.square(c - (c @ w)[:, None]) @ w
+        pred += np.square(dec.pattern(n)[:, 1:n]).sum(axis=-1) * var_c
+    z = np.exp(dec.log_z_linear[j][:, sel])
+    return {"predicted": pred / len(sel), "observed": z.var(axis=-1, ddof=1), "n_positions": np.full(len(pred), len(sel))}
+
+
 def loglog_fit(predicted: np.ndarray, observed: np.ndarray) -> tuple[float, float]:
     """Pearson correlation and least-squares slope of log10 observed on log10 predicted
     (positive pairs only; fewer than 3: an error)."""

@@ -116,16 +116,18 @@ def variance_figure(df: pd.DataFrame, positions: np.ndarray, log_z: np.ndarray, 
     model), and ``Z_h(n) / mean`` along one text per head for ``n ≥ from_n`` (smooth vs
     "confetti")."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for c, sub in df.groupby("head_class"):
-        a.scatter(sub["predicted"], sub["observed"], s=10, color=CLASS_COLOURS.get(c, "k"), label=c, alpha=0.8)
+    marks = {"resampled": ("o", "i.i.d. redraws at n"), "within_text": ("^", "along the text")}
+    for (c, method), sub in df.groupby(["head_class", "method"]):
+        a.scatter(sub["predicted"], sub["observed"], s=14, color=CLASS_COLOURS.get(c, "k"),
+                  marker=marks[method][0], label=f"{c}, {marks[method][1]}", alpha=0.8)
     ok = df[(df["predicted"] > 0) & (df["observed"] > 0)]
     lo, hi = float(ok[["predicted", "observed"]].min().min()), float(ok[["predicted", "observed"]].max().max())
     a.plot([lo, hi], [lo, hi], color="k", lw=0.8, ls="--")
     a.set_xscale("log")
     a.set_yscale("log")
     a.set_xlabel("predicted Σ p² · Var(c)", fontsize=8)
-    a.set_ylabel("observed Var Z (i.i.d. redraws)", fontsize=8)
-    a.set_title(f"log-log r = {r:.3f}, slope {slope:.2f}", fontsize=8)
+    a.set_ylabel("observed Var Z", fontsize=8)
+    a.set_title(f"i.i.d. redraws: log-log r = {r:.3f}, slope {slope:.2f}", fontsize=8)
     a.legend(fontsize=7)
     sel = np.asarray(positions) >= from_n
     z = np.exp(log_z[:, sel])  # [H, N']
