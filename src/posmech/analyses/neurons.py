@@ -346,7 +346,7 @@ def write_extended(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], p
     """Rule ``extended_token_embeddings``: ``E'`` (float32) and ``TC`` (float16, chunked
     ``[≤4096 tokens, ≤64 neurons]``) of every token, in blocks of ``block`` tokens (memory
     ``~block·(d + M)`` floats), plus per neuron the largest |TC| and its float32 norm."""
-    from posmech.hdf5 import artifact_writer
+    from posmech.hdf5 import artifact_writer, describe
 
     V, d, M = st.w.d_vocab, st.w.W_E.shape[1], st.ov.d_mlp
     win = st.win().astype(np.float32)
@@ -374,6 +374,18 @@ def write_extended(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], p
                 progress(a + len(ids), V)
         f.create_dataset("contribution_norm", data=np.sqrt(norm2))
         f.create_dataset("contribution_absmax", data=amax)
+        describe(f, {
+            "z_bar": "[H] calibration denominator of every layer-0 head: median over positions n >= from_position "
+                     "of Z_h(n) on the calibration text (only `heads` are used)",
+            "heads": "[Hc] indices of the layer-0 heads whose bag of tokens is modelled",
+            "positional_pattern": "[Hc, n*+1] positional pattern p_h(n*, i) of the fixed destination token",
+            "extended_embeddings": "[V, d_model] extended embedding E'(x) = sum over heads of exp(kappa_h(n*, x)) / "
+                                   "Z_bar_h * cv_h(x), residual units before LayerNorm 2",
+            "contributions": "[V, d_mlp] float16 token-contribution vectors TC_j(x) = (gamma2 * centred E'(x) / s2) "
+                             ". W_in[:, j]",
+            "contribution_norm": "[d_mlp] L2 norm over tokens of TC_j, before float16 rounding",
+            "contribution_absmax": "[d_mlp] largest |TC_j(x)| over tokens, before float16 rounding",
+        })
     return {"max_abs": float(amax.max()), "overflow": bool(amax.max() > 65504)}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 
@@ -13,15 +14,19 @@ from posmech.plots import save
 
 
 def contributions_figure(df: pd.DataFrame, ranking: pd.DataFrame, title: str, path: str | os.PathLike[str]) -> None:
-    """C2: one panel per neuron, its top (right, blue) and bottom (left, red) contributing
+    """C2: one panel per neuron (two per row, 8 in wide), its top (right, blue) and bottom (left, red) contributing
     tokens as horizontal bars (the C2 table), the neuron's rank by explained variance in the
     panel title."""
     neurons = list(dict.fromkeys(df["neuron"]))
     k = int(df["rank"].max())
-    fig, axes = plt.subplots(1, len(neurons), figsize=(3.3 * len(neurons), 0.28 * 2 * k + 1.4), squeeze=False)
+    cols = min(2, len(neurons))
+    nrows = math.ceil(len(neurons) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(8, nrows * (0.17 * 2 * k + 1.3)), squeeze=False)
+    for ax in axes.flat[len(neurons):]:
+        ax.set_visible(False)
     rank = dict(zip(ranking["neuron"], ranking["rank"]))
     expl = dict(zip(ranking["neuron"], ranking["explained"]))
-    for ax, j in zip(axes[0], neurons):
+    for ax, j in zip(axes.flat, neurons):
         d = df[df["neuron"] == j]
         top = d[d["side"] == "top"].sort_values("rank")
         bot = d[d["side"] == "bottom"].sort_values("rank", ascending=False)
@@ -45,7 +50,7 @@ def fit_figure(traces: Sequence[dict], title: str, path: str | os.PathLike[str],
     positions before ``start`` (left out of the metrics) shaded."""
     neurons = list(dict.fromkeys(t["neuron"] for t in traces))
     texts = list(dict.fromkeys(t["text"] for t in traces))
-    fig, axes = plt.subplots(len(neurons), len(texts), figsize=(4.2 * len(texts), 2.4 * len(neurons) + 0.6),
+    fig, axes = plt.subplots(len(neurons), len(texts), figsize=(8, 2.4 * len(neurons) + 0.6),
                              squeeze=False, sharex="col")
     for t in traces:
         ax = axes[neurons.index(t["neuron"]), texts.index(t["text"])]
