@@ -81,7 +81,7 @@ def main() -> None:
 
             def c1():
                 st, _ = nr.build_setup(dec, w, ov, HEADS, 0, 100, None)
-                nr.write_extended(st, dec.content_key, path, {})
+                nr.write_extended(st, nr.content_keys(dec), path, {})
 
             tracemalloc.start()
             _, c_c1, w_c1 = cpu(c1)
@@ -90,13 +90,18 @@ def main() -> None:
             st = nr.setup_from_artifact(path, dec, w, ov)
 
             def c2():
+                keys = nr.content_keys(dec)
                 real = [nr.hook_pre(w, ov, t) for t in dec.token_ids]
-                ctx = [nr.approximate(st, dec.content_key, t)["context"] for t in dec.token_ids]
+                ctx = [nr.approximate(st, keys, t)["context"] for t in dec.token_ids]
                 nr.neuron_ranking(real, ctx, "m", 100)
                 nr.read_contributions(path, [300, 704, 1621, 1710])
 
             _, c_c2, w_c2 = cpu(c2)
-            _, c_c3, w_c3 = cpu(lambda: [nr.approximate(st, dec.content_key, t)["pre"] for t in dec.token_ids])
+            def c3():
+                keys = nr.content_keys(dec)
+                return [nr.approximate(st, keys, t)["pre"] for t in dec.token_ids]
+
+            _, c_c3, w_c3 = cpu(c3)
             for k, c, wall in (("forward", c_fwd, w_fwd), ("C1", c_c1, w_c1), ("C2", c_c2, w_c2),
                                ("C3", c_c3, w_c3)):
                 stages.setdefault(k, []).append(c)

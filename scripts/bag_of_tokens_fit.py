@@ -39,9 +39,10 @@ def main(smk, log):
     n0 = p["from_position"]
     rows, traces = [], []
     first = set(dec.texts.drop_duplicates("corpus").index)
+    keys = nr.content_keys(dec)
     for t, ids in enumerate(dec.token_ids):
         real = real_pre(bridge, ids)
-        approx = nr.approximate(st, dec.content_key, ids, p["ln2"])["pre"]
+        approx = nr.approximate(st, keys, ids, p["ln2"])["pre"]
         for j in neurons:
             m = nr.fit_metrics(real[n0:, j], approx[n0:, j])
             title = dec.texts["title"][t]

@@ -19,10 +19,10 @@ def main(smk, log):
     w, ov, tok = nr.load_weights(read_manifest(smk.input.manifest), model)
     dec = cx.read_decomposition(smk.input.h5)
     st = nr.setup_from_artifact(smk.input.extended, dec, w, ov)
-    real, context = [], []
+    real, context, keys = [], [], nr.content_keys(dec)
     for j, ids in enumerate(dec.token_ids):
         real.append(nr.hook_pre(w, ov, ids))
-        context.append(nr.approximate(st, dec.content_key, ids)["context"])
+        context.append(nr.approximate(st, keys, ids)["context"])
         log.info("ranking: text %d of %d", j + 1, len(dec.token_ids))
     ranking = nr.neuron_ranking(real, context, model, p["from_position"])
     neurons = nr.resolve_neurons(p["neurons"], ranking, p["n_auto"], ov.d_mlp, model)

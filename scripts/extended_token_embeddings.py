@@ -27,7 +27,7 @@ def main(smk, log):
              "calibration_doc_index": int(text["doc_index"]), "from_position": p["from_position"],
              "ln2_scale_source": "config" if p["ln2_scale"] is not None else "median", "ln2_scale_summary": ln2,
              "neurons_config": p}
-    info = nr.write_extended(st, dec.content_key, out.h5, attrs,
+    info = nr.write_extended(st, nr.content_keys(dec), out.h5, attrs,
                              progress=lambda i, n: log.info("token-contribution vectors: %d of %d tokens", i, n))
     if info["overflow"]:
         log.warning("a token contribution exceeds the float16 range (%g): stored as inf", info["max_abs"])

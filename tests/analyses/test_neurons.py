@@ -158,8 +158,10 @@ def test_artifact_stores_what_the_library_computes(model, tmp_path):
     texts = [RNG.integers(0, V, N_CTX) for _ in range(2)]
     dec = layer0(tmp_path, w, texts)
     st, _ = nr.build_setup(dec, w, ov, [2], 0, 1, 20)
+    ids = np.array([5, 0, 5, 7])
+    np.testing.assert_array_equal(nr.content_keys(dec)(ids), dec.content_key(ids))
     path = tmp_path / "extended.h5"
-    info = nr.write_extended(st, stored_keys(dec), path, {"model": "planted"}, block=3)
+    info = nr.write_extended(st, nr.content_keys(dec), path, {"model": "planted"}, block=3)
     E = nr.extended_embeddings(st, stored_keys(dec), np.arange(V))
     tc = nr.token_contributions(E, st.win())
     got = nr.read_contributions(path, [J, 3])
