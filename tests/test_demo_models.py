@@ -1,0 +1,70 @@
+"""The offline demo models of config/demo.yaml exhibit the mechanisms the analyses are about.
+
+A dedicated check of the demo configuration (the CI-sized run's model is far too small to
+grow induction heads): both `train:` entries of config/demo.yaml are trained exactly as the
+pipeline trains them (same corpus loader, same settings, same seed) and their training
+summaries must meet the head scores stated in README.md ("The demo models"). Training
+is deterministic on the CPU, so these are the numbers `make demo` reports; the
+thresholds leave a margin for other CPUs' floating-point differences.
+"""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from posmech.corpora import load_corpus
+from posmech.training import train_demo_model
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _layer(head: str) -> int:
+    return int(head[1:].split("H")[0])
+
+
+@pytest.fixture(scope="module")
+def demo_config():
+    return yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def summaries(demo_config, tmp_path_factory):
+    out = {}
+    docs_cache = {}
+    for name, entry in demo_config["models"].items():
+        corpus = entry["train"]["corpus"]
+        if corpus not in docs_cache:
+            docs_cache[corpus] = load_corpus(demo_config["corpora"][corpus], corpus)
+        out[name] = train_demo_model(docs_cache[corpus], entry["train"], tmp_path_factory.mktemp(name), name)["summary"]
+    return out
+
+
+def test_demo_config_has_both_demo_models(demo_config):
+    archs = {name: e["train"].get("architecture", "gpt2") for name, e in demo_config["models"].items()}
+    assert archs == {"demo": "gpt2", "demo-attn": "attn_only"}
+    assert demo_config["models"]["demo-attn"]["train"]["n_layer"] == 2
+
+
+def test_gpt2_demo_has_a_sharp_previous_token_head_above_layer_0_read_by_a_later_induction_head(summaries):
+    s = summaries["demo"]
+    prev, ind = s["best_previous_token_head"], s["best_induction_head"]
+    assert _layer(prev) >= 1, s["previous_token_scores"]
+    assert s["best_previous_token_score"] >= 0.7
+    assert _layer(ind) > _layer(prev) and s["induction_reads_head"] == prev
+    assert s["best_induction_score"] >= 0.5
+    # the induction head reads the previous-token head: zeroing its output breaks induction
+    assert s["induction_score_with_read_head_ablated"] <= 0.5 * s["best_induction_score"]
+    assert s["p_correct_repeated"] >= 0.5 and s["p_correct_first_copy"] <= 0.05
+    assert s["p_correct_repeated_ablated"] <= 0.5 * s["p_correct_repeated"]
+
+
+def test_attention_only_demo_has_previous_token_and_induction_heads(summaries):
+    s = summaries["demo-attn"]
+    assert s["architecture"] == "attn_only"
+    assert _layer(s["best_previous_token_head"]) == 0 and s["best_previous_token_score"] >= 0.7
+    assert _layer(s["best_induction_head"]) == 1 and s["best_induction_score"] >= 0.6
+    assert s["induction_reads_head"] == s["best_previous_token_head"]
+    assert s["induction_score_with_read_head_ablated"] <= 0.5 * s["best_induction_score"]
+    assert s["p_correct_repeated"] >= 0.7 and s["p_correct_first_copy"] <= 0.05
+    assert 0 < s["best_look_back_two_score"] < 1
