@@ -340,7 +340,7 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "batch_size": 32, "lr": 0.006, "weight_decay": 0.01, "warmup_steps": 100, "heldout_every": 20,
     "eval_every": 100, "eval_batches": 8, "seed": 0, "repeat_fraction": 0.0, "repeat_min_length": None,
     "repeat_max_length": None, "induction_length": None, "induction_samples": 64, "threads": None,
-    "uniform_attention_layers": [],
+    "uniform_attention_layers": [], "silent_attention_layers": [],
 }
 
 
@@ -385,6 +385,14 @@ def _build_model(cfg: dict[str, Any], vocab_size: int) -> Any:
         bmask[: 2 * d] = 0.0
         c_attn.weight.register_hook(lambda g, m=mask: g * m)
         c_attn.bias.register_hook(lambda g, m=bmask: g * m)
+    for layer in cfg.get("silent_attention_layers") or []:
+        # attention output projection zero and frozen: the layer's heads write nothing
+        c_proj = model.transformer.h[layer].attn.c_proj
+        with torch.no_grad():
+            c_proj.weight.zero_()
+            c_proj.bias.zero_()
+        c_proj.weight.requires_grad_(False)
+        c_proj.bias.requires_grad_(False)
     return model
 
 
