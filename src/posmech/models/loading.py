@@ -1,5 +1,5 @@
-"""Models: fetch from the Hub, validate a local directory, load a TransformerBridge (the demo
-models are trained by :mod:`posmech.training`).
+"""Models: fetch from the Hub, validate a local directory, load a TransformerBridge (the
+demo model is trained by :mod:`posmech.models.training`).
 
 Every configured model ends up described by a *manifest* (``resources/models/{model}/manifest.json``)
 with the Hugging Face directory to load, its kind (``hub``/``local``/``train``), the
@@ -17,16 +17,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-
 from posmech.config import is_local, local_path
 from posmech.errors import HUB_HINT, PosmechError, require_hub
 from posmech.io import atomic_path, write_json
-from posmech.training import BOS_TOKEN, build_char_tokenizer, train_demo_model  # noqa: F401 - demo models (re-exported)
 
 LOG = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 HF_SUBDIR = "hf"
+BOS_TOKEN = "<|endoftext|>"
 HUB_FILES = ["*.safetensors", "*.json", "*.txt", "*.model", "merges.txt", "vocab.*"]
 
 

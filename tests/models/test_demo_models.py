@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from posmech.corpora import load_corpus
-from posmech.training import train_demo_model
+from posmech.data.corpora import load_corpus
+from posmech.models.training import train_demo_model
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _layer(head: str) -> int:

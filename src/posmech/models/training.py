@@ -11,7 +11,7 @@ Two architectures (``models.<name>.train.architecture``):
   checkpoint directory* (TransformerLens ``config.json`` with ``attn_only: true`` + the
   state dict as safetensors): exactly what ``fetch_model`` writes for
   ``NeelNanda/Attn_Only_2L512W_C4_Code`` (``attn-only-2l``), so the offline model goes
-  through the same loader (:func:`posmech.models.load_bridge` → native TransformerBridge).
+  through the same loader (:func:`posmech.models.loading.load_bridge` → native TransformerBridge).
 
 Data mix: a fraction ``repeat_fraction`` of the training sequences are ``[BOS]`` followed
 by a segment of uniformly random characters repeated until the context is full (the
@@ -49,10 +49,9 @@ import numpy as np
 
 from posmech.errors import PosmechError
 from posmech.io import atomic_path, write_json
+from posmech.models.loading import BOS_TOKEN, HF_SUBDIR, MANIFEST, weights_digest
 
 LOG = logging.getLogger(__name__)
-
-BOS_TOKEN = "<|endoftext|>"
 
 
 # --------------------------------------------------------------------------- tokenizer
@@ -423,7 +422,6 @@ def train_demo_model(
     """
     import torch
 
-    from posmech.models import HF_SUBDIR, MANIFEST, weights_digest
 
     cfg = {**TRAIN_DEFAULTS, **cfg}
     if cfg["induction_length"] is None:

@@ -1,4 +1,4 @@
-"""posmech.training: data mix, the attention-only model and its legacy-checkpoint round
+"""posmech.models.training: data mix, the attention-only model and its legacy-checkpoint round
 trip, and the head scores on hand-built models whose answer is known."""
 
 import json
@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from posmech import handbuilt as hb
+from posmech.models import handbuilt as hb
 from posmech.errors import PosmechError
-from posmech.models import load_bridge, prepare_local_model
-from posmech.training import (
+from posmech.models.loading import load_bridge, prepare_local_model
+from posmech.models.training import (
     AttnOnly,
     _Runner,
     _save,
