@@ -138,3 +138,22 @@ def test_tiny_training_run_is_deterministic_and_writes_the_summary(tmp_path, arc
     assert (tmp_path / "a" / "manifest.json").is_file()
     with pytest.raises(PosmechError, match="induction_length"):
         train_demo_model(docs, dict(cfg, induction_length=9), tmp_path / "c", "m")
+
+
+def test_silent_attention_layer_writes_nothing_until_released(tmp_path):
+    rng = np.random.default_rng(1)
+    docs = [{"text": "".join(rng.choice(list("abcdefgh "), 80))} for _ in range(10)]
+    cfg = {"corpus": "c", "n_layer": 2, "n_head": 2, "d_model": 16, "n_ctx": 16, "steps": 4, "batch_size": 4,
+           "warmup_steps": 1, "heldout_every": 5, "eval_every": 4, "eval_batches": 1, "repeat_fraction": 0.5,
+           "induction_samples": 4, "threads": 1, "silent_attention_layers": [0]}
+    from safetensors.torch import load_file
+
+    train_demo_model(docs, cfg, tmp_path / "a", "m")
+    w = load_file(str(tmp_path / "a" / "hf" / "model.safetensors"))
+    assert float(w["transformer.h.0.attn.c_proj.weight"].abs().max()) == 0.0
+    assert float(w["transformer.h.1.attn.c_proj.weight"].abs().max()) > 0.0
+    train_demo_model(docs, dict(cfg, silent_attention_steps=2), tmp_path / "b", "m")
+    w = load_file(str(tmp_path / "b" / "hf" / "model.safetensors"))
+    assert float(w["transformer.h.0.attn.c_proj.weight"].abs().max()) > 0.0
+    with pytest.raises(PosmechError, match="silent_attention_layers"):
+        train_demo_model(docs, dict(cfg, architecture="attn_only"), tmp_path / "c", "m")

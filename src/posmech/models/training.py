@@ -31,9 +31,10 @@ trained on):
 - *P(correct) on repeated random characters*: mean probability the model gives to the
   correct next character at the queries of the second copy (predicting ``R[1:]``); the
   first copy's mean is reported beside it (chance level);
-- *composition*: the best induction head's induction score again with the chosen
-  previous-token head's output zeroed (the induction head reads the previous-token head
-  iff its score drops).
+- *composition*: the best induction head's induction score again with the output of the
+  previous-token head it reads (the best one in a layer below it) zeroed, and with every
+  previous-token head below it scoring at least half as much zeroed (the induction head
+  reads them iff its score drops), with P(correct) in the latter case.
 """
 
 from __future__ import annotations
@@ -296,7 +297,11 @@ def head_scores(runner: _Runner, held: list[Any], cfg: dict[str, Any], vocab_siz
     ih = _best(ind, min_layer=1) if n_layers > 1 else _best(ind)
     # the previous-token head that the induction head reads: the best one below it
     ph = _best(prev[: ih[0]]) if ih[0] > 0 else _best(prev)
-    ind_ablated, p_ablated, _ = induction_scores(runner, x, length, ablate={ph})
+    # every previous-token head below the induction head with at least half the best one's score
+    below = max(ih[0], 1)
+    group = sorted({ph} | {(int(a), int(b)) for a, b in zip(*np.nonzero(prev[:below] >= 0.5 * prev[ph]))})
+    ind_one, _, _ = induction_scores(runner, x, length, ablate={ph})
+    ind_ablated, p_ablated, _ = induction_scores(runner, x, length, ablate=set(group))
     name = lambda lh: f"L{lh[0]}H{lh[1]}"  # noqa: E731
     best_prev = _best(prev)
     best_prev_upper = _best(prev, min_layer=1) if n_layers > 1 else best_prev
@@ -315,7 +320,9 @@ def head_scores(runner: _Runner, held: list[Any], cfg: dict[str, Any], vocab_siz
         "best_induction_score": float(ind[ih]),
         "induction_reads_head": name(ph),
         "induction_reads_head_previous_token_score": float(prev[ph]),
-        "induction_score_with_read_head_ablated": float(ind_ablated[ih]),
+        "induction_score_with_read_head_ablated": float(ind_one[ih]),
+        "previous_token_heads_below": [name(h) for h in group],
+        "induction_score_with_previous_token_heads_ablated": float(ind_ablated[ih]),
         "p_correct_repeated": p_second,
         "p_correct_repeated_ablated": p_ablated,
         "p_correct_first_copy": p_first,
@@ -339,17 +346,17 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "batch_size": 32, "lr": 0.006, "weight_decay": 0.01, "warmup_steps": 100, "heldout_every": 20,
     "eval_every": 100, "eval_batches": 8, "seed": 0, "repeat_fraction": 0.0, "repeat_min_length": None,
     "repeat_max_length": None, "induction_length": None, "induction_samples": 64, "threads": None,
-    "uniform_attention_layers": [], "silent_attention_layers": [],
+    "silent_attention_layers": [], "silent_attention_steps": None,
 }
 
 
 def _build_model(cfg: dict[str, Any], vocab_size: int) -> Any:
     import torch
 
-    uniform = cfg.get("uniform_attention_layers") or []
-    if uniform and (cfg["architecture"] != "gpt2" or max(uniform) >= cfg["n_layer"]):
+    silent = cfg.get("silent_attention_layers") or []
+    if silent and (cfg["architecture"] != "gpt2" or max(silent) >= cfg["n_layer"]):
         raise PosmechError(
-            f"config key `train.uniform_attention_layers`: {uniform} needs architecture gpt2 and layers "
+            f"config key `train.silent_attention_layers`: {silent} needs architecture gpt2 and layers "
             f"< n_layer = {cfg['n_layer']}"
         )
 
@@ -370,22 +377,9 @@ def _build_model(cfg: dict[str, Any], vocab_size: int) -> Any:
     )
     model = GPT2LMHeadModel(gcfg)
     model.config._attn_implementation = "eager"
-    d = cfg["d_model"]
-    for layer in cfg.get("uniform_attention_layers") or []:
-        # query and key weights/biases of the layer zero and frozen: scores are 0, every
-        # head of the layer attends uniformly to the keys <= query (a fixed averaging kernel)
-        c_attn = model.transformer.h[layer].attn.c_attn
-        with torch.no_grad():
-            c_attn.weight[:, : 2 * d] = 0.0
-            c_attn.bias[: 2 * d] = 0.0
-        mask = torch.ones_like(c_attn.weight)
-        mask[:, : 2 * d] = 0.0
-        bmask = torch.ones_like(c_attn.bias)
-        bmask[: 2 * d] = 0.0
-        c_attn.weight.register_hook(lambda g, m=mask: g * m)
-        c_attn.bias.register_hook(lambda g, m=bmask: g * m)
     for layer in cfg.get("silent_attention_layers") or []:
-        # attention output projection zero and frozen: the layer's heads write nothing
+        # attention output projection zero and frozen (until step silent_attention_steps, if
+        # set): the layer's heads write nothing to the residual stream
         c_proj = model.transformer.h[layer].attn.c_proj
         with torch.no_grad():
             c_proj.weight.zero_()
@@ -480,6 +474,10 @@ def train_demo_model(
     for step in range(cfg["steps"]):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
+        if step == cfg.get("silent_attention_steps") and cfg.get("silent_attention_layers"):
+            for layer in cfg["silent_attention_layers"]:  # the layers' attention may now learn to write
+                for p in model.transformer.h[layer].attn.c_proj.parameters():
+                    p.requires_grad_(True)
         x = torch.from_numpy(mixed_batch(train_ids, gen, cfg, V))
         loss = loss_of(x)
         opt.zero_grad(set_to_none=True)
@@ -552,6 +550,10 @@ SCORE_DEFINITIONS = {
     "induction_reads_head": "the best previous-token head in a layer below the best induction head",
     "induction_score_with_read_head_ablated": "the best induction head's induction score with the output "
     "of induction_reads_head zeroed",
+    "previous_token_heads_below": "induction_reads_head and every head below the induction head's layer with at "
+    "least half its previous-token score",
+    "induction_score_with_previous_token_heads_ablated": "the best induction head's induction score with the "
+    "outputs of all previous_token_heads_below zeroed; p_correct_repeated_ablated is P(correct) then",
     "p_correct_repeated": "mean probability of the correct next character at the queries of the second copy "
     "(predicting R[1:])",
     "p_correct_first_copy": "the same on the first copy (not predictable: chance level)",
