@@ -200,3 +200,11 @@ def test_unreadable_scorecard_names_the_file_and_rule(tmp_path):
     bad.write_text("claim,model\nP6,gpt2\n")
     with pytest.raises(PosmechError, match="lacks column"):
         sc.read_scorecards([bad])
+
+
+def test_row_without_a_value_is_missing_with_its_own_reason(tmp_path, published):
+    files = [_write(tmp_path, "gpt2", "taxonomy", [
+        {"claim": "P6", "quantity": "n_prev_token_heads", "value": None, "detail": "undefined: no spectral gap"}])]
+    row = _status(sc.build_scorecard(published, sc.read_scorecards(files), sc.registered_rules(files)),
+                  "P6", "n_prev_token_heads", "gpt2")
+    assert row.status == "missing" and row.reason == "no value: undefined: no spectral gap"

@@ -364,8 +364,9 @@ def build_scorecard(
                     reason += " (not computed for it)"
             else:
                 status, reason = judge(e.published, e.tolerance, value)
-                if status == "missing":
-                    reason = f"the run covers {e.claim} on {m} but no row has quantity {e.quantity!r}"
+                if status == "missing":  # no row, or a row without a value (its detail says why)
+                    reason = (f"no value: {_text(row['detail'])}" if row else
+                              f"the run covers {e.claim} on {m} but no row has quantity {e.quantity!r}")
             out.append(
                 {
                     "claim": e.claim, "family": family(e.claim), "model": m, "quantity": e.quantity,
