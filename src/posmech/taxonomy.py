@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,6 +137,25 @@ class DiagonalStats:
         return self.detector_sum / max(self.n_documents, 1)
 
 
+def document_batches(documents: Iterable[np.ndarray], batch_size: int, n_ctx: int) -> Iterator[list[np.ndarray]]:
+    """Consecutive documents grouped into batches of at most ``batch_size`` documents of
+    equal length (a length change starts a new batch); :class:`PosmechError` for a
+    document longer than the model context ``n_ctx``."""
+    batch: list[np.ndarray] = []
+    for doc in documents:
+        if len(doc) > n_ctx:
+            raise PosmechError(f"document of {len(doc)} tokens exceeds the model context {n_ctx}")
+        if batch and len(doc) != len(batch[0]):
+            yield batch
+            batch = []
+        batch.append(np.asarray(doc))
+        if len(batch) >= batch_size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
 def add_pattern(stats: DiagonalStats, layer: int, pattern: Any, exclude_first_query: bool = True) -> None:
     """Add one batch of layer ``layer``'s patterns (torch ``[batch, n_heads, n, n]``, causal)
     to ``stats.sums`` and ``stats.detector_sum`` (float64 throughout; counts are the
@@ -197,15 +216,8 @@ def accumulate_diagonals(
         batch.clear()
 
     with torch.inference_mode():
-        for doc in documents:
-            if len(doc) > n_ctx:
-                raise PosmechError(f"document of {len(doc)} tokens exceeds the model context {n_ctx}")
-            if batch and len(doc) != len(batch[0]):
-                flush()
-            batch.append(np.asarray(doc))
-            if len(batch) >= batch_size:
-                flush()
-        if batch:
+        for chunk in document_batches(documents, batch_size, n_ctx):
+            batch.extend(chunk)
             flush()
     if stats.n_documents == 0:
         raise PosmechError("no document to run the diagonal taxonomy on")

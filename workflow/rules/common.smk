@@ -391,6 +391,54 @@ REPORT_FIGURES.append(taxonomy_figures)
 REPORT_TABLES.append(taxonomy_tables)
 
 
+# ---------------------------------------------------------------- score anatomy stage (anatomy.smk)
+def anatomy_models():
+    return selected(config, "anatomy", "models")
+
+
+def anatomy_scorecards():
+    return [
+        f"results/{m}/scorecard/{r}.csv"
+        for m in anatomy_models()
+        for r in ("score_anatomy", "score_taxa")
+    ]
+
+
+def anatomy_figures():
+    return [
+        f"results/{m}/anatomy/{f}"
+        for m in anatomy_models()
+        for f in ("scores_full.png", "scores_zoom.png", "taxa.png")
+    ]
+
+
+def anatomy_tables():
+    return [
+        f"results/{m}/anatomy/{f}"
+        for m in anatomy_models()
+        for f in ("scores.csv", "taxa.csv")
+    ]
+
+
+def anatomy_targets():
+    return (
+        [
+            f"results/{m}/anatomy/{f}"
+            for m in anatomy_models()
+            for f in ("scores.h5", "profiles.h5", "profiles.csv")
+        ]
+        + anatomy_scorecards()
+        + anatomy_figures()
+        + anatomy_tables()
+    )
+
+
+TARGETS.append(anatomy_targets)
+SCORECARDS.append(anatomy_scorecards)
+REPORT_FIGURES.append(anatomy_figures)
+REPORT_TABLES.append(anatomy_tables)
+
+
 # ---------------------------------------------------------------- interventions stage (interventions.smk)
 def interventions_models():
     return selected(config, "interventions", "models")
