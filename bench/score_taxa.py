@@ -5,7 +5,7 @@ forward passes they ride on.
 
 A GPT-2-small-shaped model (12 layers x 12 heads = 144 heads, d_model 768, 1024 positions,
 vocabulary 50257; random weights: the cost does not depend on them), loaded through
-posmech.models.load_bridge in compatibility mode like every rule, runs `--docs`
+posmech.models.loading.load_bridge in compatibility mode like every rule, runs `--docs`
 full-context documents (1024 tokens), one per forward pass, in interleaved rounds:
 
 * bare: `bridge(x, return_type=None)`, no hooks;

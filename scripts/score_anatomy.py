@@ -2,13 +2,14 @@
 of the chosen previous-token heads on one document, full and zoomed (P12)."""
 
 from posmech.analyses import score_anatomy as sa
+from posmech.analyses.attention import window
+from posmech.analyses.taxonomy import read_chosen_heads
+from posmech.data.tokens import read_tokens
 from posmech.errors import PosmechError
-from posmech.models import load_bridge, read_manifest
+from posmech.models.loading import load_bridge, read_manifest
 from posmech.plots.anatomy import score_triptychs
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
-from posmech.taxonomy import read_chosen_heads
-from posmech.tokens import read_tokens
 
 
 def main(smk, log):
@@ -22,7 +23,7 @@ def main(smk, log):
     heads = sa.anatomy_heads(read_chosen_heads(smk.input.heads), (p["heads"] or {}).get(model))
     bridge = load_bridge(read_manifest(smk.input.manifest), entry["device"], entry["dtype"], entry["processing"])
     panels = sa.head_scores(bridge, doc, [h for h, _ in heads])
-    start, size = sa.zoom_window(context, p["zoom_start"], p["zoom_size"])
+    start, size = window(context, p["zoom_start"], p["zoom_size"])
     if (start, size) != (p["zoom_start"], p["zoom_size"]):
         log.warning("zoom %d+%d does not fit %d tokens; using %d+%d", p["zoom_start"], p["zoom_size"], context,
                     start, size)

@@ -4,12 +4,12 @@ query positions; features (dip, bump, trend), taxa and the P6 split (P13)."""
 from dataclasses import asdict
 
 from posmech.analyses import score_anatomy as sa
-from posmech.models import load_bridge, read_manifest
+from posmech.analyses.taxonomy import read_chosen_heads
+from posmech.data.tokens import read_tokens
+from posmech.models.loading import load_bridge, read_manifest
 from posmech.plots.anatomy import taxa_figure
 from posmech.runner import run
 from posmech.tables import read_table, scorecard_rows, write_table
-from posmech.taxonomy import read_chosen_heads
-from posmech.tokens import read_tokens
 
 
 def main(smk, log):

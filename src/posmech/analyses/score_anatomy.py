@@ -50,8 +50,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from posmech.analyses.attention import check_head, head_name, parse_head
+from posmech.analyses.taxonomy import document_batches
 from posmech.errors import PosmechError
-from posmech.taxonomy import document_batches, head_name, parse_head
 
 LOG = logging.getLogger(__name__)
 
@@ -182,10 +183,7 @@ def head_scores(bridge: Any, tokens: np.ndarray, heads: Sequence[str]) -> list[H
 
     cfg = bridge.cfg
     for h in heads:
-        layer, idx = parse_head(h)
-        if not (0 <= layer < cfg.n_layers and 0 <= idx < cfg.n_heads):
-            raise PosmechError(f"head {h} does not exist in a model with {cfg.n_layers} layers x {cfg.n_heads} heads; "
-                               "fix `anatomy.heads` or rerun rule `diagonal_taxonomy`")
+        check_head(bridge, h)
     layers = sorted({parse_head(h)[0] for h in heads})
     raw: dict[int, np.ndarray] = {}
     own: dict[tuple[str, int], np.ndarray] = {}
@@ -216,14 +214,6 @@ def head_scores(bridge: Any, tokens: np.ndarray, heads: Sequence[str]) -> list[H
         out.append(HeadScores(h, r, m, softmax_rows(m), own[("attn_scores", layer)][idx],
                               own[("pattern", layer)][idx]))
     return out
-
-
-def zoom_window(n: int, start: int, size: int) -> tuple[int, int]:
-    """``(start, size)`` of a ``size × size`` zoom on the diagonal of an ``n × n`` matrix,
-    clipped to fit (the whole matrix when ``size >= n``)."""
-    size = min(int(size), n)
-    start = max(0, min(int(start), n - size))
-    return start, size
 
 
 def centre_rows(M: np.ndarray) -> np.ndarray:
@@ -484,7 +474,7 @@ def taxa_scorecard(taxa: pd.DataFrame, split: dict[str, int], model: str, detail
 
 # --------------------------------------------------------------------------- rule helpers
 def long_documents(tokens: Any, n_documents: int, context: int | None) -> tuple[list[np.ndarray], int, list[int]]:
-    """The first ``n_documents`` documents of a :class:`~posmech.tokens.TokenSet` with at
+    """The first ``n_documents`` documents of a :class:`~posmech.data.tokens.TokenSet` with at
     least ``context`` tokens (``None``: its ``n_ctx``), cut to ``context``: ``(documents,
     context, indices in the tokens file)``."""
     lengths = tokens.lengths()
