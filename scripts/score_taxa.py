@@ -29,7 +29,7 @@ def main(smk, log):
             "processing": entry["processing"]}
     taxa.insert(0, "model", model)
     taxa.insert(0, "claim", "P13")
-    write_table(taxa, smk.output.table, meta)
+    write_table(sa.taxa_order(taxa), smk.output.table, meta)
     profiles = sa.profile_frame(prof, model)
     write_table(profiles, smk.output.profiles, meta)
     sa.write_profiles(smk.output.h5, prof, meta)

@@ -205,3 +205,6 @@ def test_split_of_previous_token_heads_counts_every_taxon():
         sa.split_of_previous_token_heads(taxa, tax.assign(head=["L9H9", "L0H1", "L0H2"]))
     rows = sa.taxa_scorecard(taxa.assign(layer=0, head_index=[0, 1, 2]), {"neither": 1}, "m", "d", "t.csv")
     assert [r["value"] for r in rows[:2]] == [["L0H0"], []]
+    mixed = pd.DataFrame({"head": ["L0H0", "L0H1", "L1H0", "L1H1"], "layer": [0, 0, 1, 1], "head_index": [0, 1, 0, 1],
+                          "taxon": ["neither", "bright sub-diagonal", "dark diagonal", "dark diagonal"]})
+    assert sa.taxa_order(mixed)["head"].tolist() == ["L1H0", "L1H1", "L0H1", "L0H0"]

@@ -64,8 +64,10 @@ def test_score_taxa_outputs(ci_run):
         assert windows.shape == (2, 2, n_rows, 11) and list(f["offsets"][()]) == list(range(-5, 6))
         assert f["query"][()].min() == 6 and f["query"][()].max() == 26
     np.testing.assert_allclose(features, row_features(windows), atol=1e-5)
-    med = np.median(features, axis=2).reshape(-1, 3)
+    med = np.median(features, axis=2)[taxa["layer"], taxa["head_index"]]
     np.testing.assert_allclose(taxa[["dip", "bump", "trend"]].to_numpy(), med, atol=1e-5)
+    order = taxa["taxon"].map(TAXA.index)
+    assert order.is_monotonic_increasing  # dark, bright, neither; the report shows the first rows
     prof = read_table(base / "profiles.csv")
     assert len(prof) == 4 * 11 and prof.groupby("head")["median"].count().eq(11).all()
     per_head = read_table(ci_run / "results/demo/taxonomy/taxonomy.csv")

@@ -426,6 +426,14 @@ def classify_taxa(features: np.ndarray, thresholds: Thresholds) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def taxa_order(taxa: pd.DataFrame) -> pd.DataFrame:
+    """The taxa table as written: dark diagonal, then bright sub-diagonal, then neither;
+    by layer and head within a taxon (the report shows the first rows)."""
+    rank = taxa["taxon"].map({t: i for i, t in enumerate(TAXA)})
+    ordered = taxa.assign(_rank=rank).sort_values(["_rank", "layer", "head_index"], kind="stable")
+    return ordered.drop(columns="_rank").reset_index(drop=True)
+
+
 def profile_frame(profiles: ScoreProfiles, model: str) -> pd.DataFrame:
     """Tidy median normalised profile per head: ``claim, model, head, layer, head_index,
     offset, median, q25, q75`` (over rows; offsets ``-W..W``, key = query + offset)."""
