@@ -100,15 +100,17 @@ def softmax_rows(masked: np.ndarray) -> np.ndarray:
 def check_scores(raw: Any, ref: Any, where: str, scale: float) -> float:
     """Max |raw - ref| over the finite entries of ``ref`` (the bridge's masked
     ``hook_attn_scores``, same shape); :class:`PosmechError` when it exceeds
-    ``SCORE_CHECK_RTOL·(1 + max|ref|)``, i.e. when ``q·k/scale`` is not the model's score."""
+    ``rtol·(1 + max|ref|)``, ``rtol`` = :data:`SCORE_CHECK_RTOL` (float32) or 16 × the
+    machine epsilon of a half-precision model, i.e. when ``q·k/scale`` is not the model's score."""
     import torch
 
+    rtol = max(SCORE_CHECK_RTOL, 16 * torch.finfo(ref.dtype).eps) if ref.is_floating_point() else SCORE_CHECK_RTOL
     ref = ref.float()
     ok = torch.isfinite(ref)
     if not bool(ok.any()):
         return 0.0
     err = float((raw.float() - ref).abs()[ok].max())
-    bound = SCORE_CHECK_RTOL * (1.0 + float(ref[ok].abs().max()))
+    bound = rtol * (1.0 + float(ref[ok].abs().max()))
     if not err <= bound:
         raise PosmechError(
             f"{where}: q·k/{scale:.4g} differs from hook_attn_scores by {err:.3g} (> {bound:.3g}); the model's "
@@ -120,8 +122,7 @@ class _Captured:
     """Hooks that keep each requested layer's ``q`` and ``k`` and hand them, with the
     bridge's own (masked) ``hook_attn_scores``, to ``on_layer(layer, q, k, scores)``."""
 
-    def __init__(self, bridge: Any, layers: Iterable[int], on_layer: Any) -> None:
-        self.scale = attn_scale(bridge.cfg)
+    def __init__(self, layers: Iterable[int], on_layer: Any) -> None:
         self.layers = list(layers)
         self.q: dict[int, Any] = {}
         self.k: dict[int, Any] = {}
@@ -152,13 +153,14 @@ class _Captured:
         return hook
 
 
-def _forward(bridge: Any, ids: np.ndarray, captured: _Captured) -> None:
+def _forward(bridge: Any, ids: np.ndarray, hooks: list[tuple[str, Any]]) -> None:
+    """One forward pass of token ids ``[n]`` or ``[batch, n]`` with ``hooks``, no logits."""
     import torch
 
     x = torch.as_tensor(np.asarray(ids, dtype=np.int64), device=next(bridge.parameters()).device)
     if x.ndim == 1:
         x = x[None]
-    with torch.inference_mode(), bridge.hooks(fwd_hooks=captured.hooks()):
+    with torch.inference_mode(), bridge.hooks(fwd_hooks=hooks):
         bridge(x, return_type=None)
 
 
@@ -179,8 +181,6 @@ class HeadScores:
 def head_scores(bridge: Any, tokens: np.ndarray, heads: Sequence[str]) -> list[HeadScores]:
     """Raw scores, masked scores and pattern of ``heads`` (``L{l}H{h}``) on one document
     ``tokens [n]`` (one forward pass)."""
-    import torch
-
     cfg = bridge.cfg
     for h in heads:
         check_head(bridge, h)
@@ -201,11 +201,8 @@ def head_scores(bridge: Any, tokens: np.ndarray, heads: Sequence[str]) -> list[H
 
         return hook
 
-    cap = _Captured(bridge, layers, on_layer)
     extra = [(f"blocks.{layer}.attn.hook_pattern", keep_pattern(layer)) for layer in layers]
-    x = torch.as_tensor(np.asarray(tokens, dtype=np.int64)[None], device=next(bridge.parameters()).device)
-    with torch.inference_mode(), bridge.hooks(fwd_hooks=cap.hooks() + extra):
-        bridge(x, return_type=None)
+    _forward(bridge, tokens, _Captured(layers, on_layer).hooks() + extra)
     out = []
     for h in heads:
         layer, idx = parse_head(h)
@@ -362,7 +359,7 @@ def score_profiles(
         check["max_error"] = max(check["max_error"], err)
         state["out"][:, layer] = win.cpu().numpy()
 
-    cap = _Captured(bridge, range(L), on_layer)
+    cap = _Captured(range(L), on_layer)
     n_docs = n_tokens = 0
     batch: list[np.ndarray] = []
     t0 = time.monotonic()
@@ -374,7 +371,7 @@ def score_profiles(
         if len(rows):
             state["rows"] = rows
             state["out"] = np.empty((len(batch), L, H, len(rows), 2 * window + 1), np.float32)
-            _forward(bridge, np.stack(batch), cap)
+            _forward(bridge, np.stack(batch), cap.hooks())
             for b in range(len(batch)):
                 wins.append(np.moveaxis(state["out"][b], 2, 0))  # [R, L, H, 2W+1]
                 docs_of.append(np.full(len(rows), n_docs + b))
