@@ -67,6 +67,9 @@ def chosen_heads_frame(model: str, rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- accumulation
+ROW_BLOCK = 128
+
+
 def diagonal_sums(pattern: Any) -> Any:
     """Sum of a causal attention pattern on each diagonal offset.
 
@@ -88,8 +91,13 @@ def diagonal_sums(pattern: Any) -> Any:
     if n == 1:
         return flat.to(torch.float64)
     # float64 accumulation: float32 sums of ~1000 entries carry ~1e-7 relative error,
-    # enough to decide the argmax between offsets whose exact means are equal
-    cols = flat[..., : n * n - 1].reshape(*lead, n - 1, n + 1).sum(-2, dtype=torch.float64)  # [..., n + 1]
+    # enough to decide the argmax between offsets whose exact means are equal.  Blocks of
+    # rows are converted and summed one at a time: `.sum(dtype=float64)` of the strided view
+    # costs 14x a float32 sum, blockwise conversion 2.5x (gpt2 shape: 0.14 s per document)
+    rows = flat[..., : n * n - 1].reshape(*lead, n - 1, n + 1)
+    cols = torch.zeros(*lead, n + 1, dtype=torch.float64, device=pattern.device)  # [..., n + 1]
+    for start in range(0, n - 1, ROW_BLOCK):
+        cols += rows[..., start : start + ROW_BLOCK, :].to(torch.float64).sum(-2)
     cols[..., 0] += flat[..., -1].to(torch.float64)  # the last main-diagonal entry (n-1, n-1)
 
     idx = torch.remainder(-torch.arange(n, device=pattern.device), n + 1)
