@@ -7,9 +7,9 @@ rule score_anatomy:
     chosen sharp and early previous-token heads on one document, full and zoomed (P12).
     """
     input:
-        manifest="resources/models/{model}/manifest.json",
+        manifest=rules.fetch_model.output.manifest,
         tokens=section_tokens("anatomy"),
-        heads="results/{model}/taxonomy/heads.csv",
+        heads=rules.diagonal_taxonomy.output.heads,
     output:
         table=report(
             "results/{model}/anatomy/scores.csv",
@@ -55,10 +55,10 @@ rule score_taxa:
     """Every head's row-centred score profile around the diagonal over many documents and
     query positions: dip at 0, bump at -1, trend; taxa and the P6 split (P13)."""
     input:
-        manifest="resources/models/{model}/manifest.json",
+        manifest=rules.fetch_model.output.manifest,
         tokens=section_tokens("anatomy"),
-        taxonomy="results/{model}/taxonomy/taxonomy.csv",
-        heads="results/{model}/taxonomy/heads.csv",
+        taxonomy=rules.diagonal_taxonomy.output.table,
+        heads=rules.diagonal_taxonomy.output.heads,
     output:
         table=report(
             "results/{model}/anatomy/taxa.csv",
@@ -93,3 +93,7 @@ rule score_taxa:
         anatomy=section_params("anatomy"),
     script:
         "../../scripts/score_taxa.py"
+
+
+collect(rules.score_anatomy, model=selected(config, "anatomy", "models"))
+collect(rules.score_taxa, model=selected(config, "anatomy", "models"))
