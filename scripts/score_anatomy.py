@@ -37,8 +37,8 @@ def main(smk, log):
     sa.write_scores(smk.output.h5, panels, doc, meta)
     tri = [(x.head, role, x.raw, x.masked, x.pattern) for x, (_, role) in zip(panels, heads)]
     where = f"{model}, {p['corpus']} document {j} ({context} tokens)"
-    score_triptychs(tri, start, size, False, f"P12 {where}: scores and pattern, full", smk.output.full)
-    score_triptychs(tri, start, size, True, f"P12 {where}: {size}x{size} zoom at {start}", smk.output.zoom)
+    score_triptychs(tri, start, size, False, f"P12 {where}: scores and pattern, full", smk.output.full, p["window"])
+    score_triptychs(tri, start, size, True, f"P12 {where}: {size}x{size} zoom at {start}", smk.output.zoom, p["window"])
     rows = [{"claim": "P12", "model": model, "quantity": "score_figures", "value": [h for h, _ in heads],
              "detail": f"{where}; zoom {size}x{size} at {start}; raw = q·k/{meta['scale']:.4g}",
              "artifact": smk.output.zoom}]

@@ -192,6 +192,18 @@ def test_unknown_head_is_an_error(bridge):
         sa.head_scores(bridge, _docs(1)[0], ["L3H0"])
 
 
+def test_row_windows_show_the_dip_and_the_bump_as_columns():
+    D = sa.row_windows(dark(12), W)
+    assert np.isnan(D[:W]).all() and np.isnan(D[12 - W:]).all()
+    inner = D[W: 12 - W]
+    # offset 0 lies below both neighbours (dark column); the trend rises from -W to +W
+    assert (inner[:, W] < inner[:, W - 1]).all() and (inner[:, W] < inner[:, W + 1]).all()
+    assert (inner[:, -1] > inner[:, 0]).all()
+    B = sa.row_windows(bright(12), W)
+    assert (np.argmax(B[W: 12 - W], axis=1) == W - 1).all()  # offset -1
+    np.testing.assert_allclose(sa.row_windows(np.zeros((12, 12)), W)[W: 12 - W], 0.0)
+
+
 def test_row_centring_ignores_masked_entries():
     C = sa.centre_rows(sa.masked_scores(dark(6)))
     assert np.isnan(C[0, 1:]).all() and np.nanmedian(C, axis=1) == pytest.approx(np.zeros(6))

@@ -322,12 +322,31 @@ class ScoreProfiles:
 
     def normalised(self) -> np.ndarray:
         """Row-centred windows divided by their spread (flat rows: 0): ``[L, H, R, 2W+1]``."""
-        w = self.windows.astype(np.float64)
-        c = w - w.mean(-1, keepdims=True)
-        s = w.std(-1, keepdims=True)
+        return normalise_windows(self.windows)
+
+
+def normalise_windows(win: np.ndarray) -> np.ndarray:
+    """Row windows ``[..., 2W+1]`` minus their mean, divided by their spread (standard
+    deviation over the window); flat rows (:data:`FLAT_RTOL`) are 0, NaN rows stay NaN."""
+    w = np.asarray(win, dtype=np.float64)
+    c = w - w.mean(-1, keepdims=True)
+    s = w.std(-1, keepdims=True)
+    with np.errstate(all="ignore"):
         flat = s <= FLAT_RTOL * np.abs(w).max(-1, keepdims=True)
-        with np.errstate(all="ignore"):
-            return np.where(flat, 0.0, c / s)
+        return np.where(flat, 0.0, c / s)
+
+
+def row_windows(raw: np.ndarray, window: int) -> np.ndarray:
+    """The normalised row windows of one head's raw scores ``[n, n]``: ``[n, 2W+1]``, row
+    ``q`` = scores at keys ``q-W..q+W`` (:func:`normalise_windows`), NaN for queries whose
+    window leaves the document.  Drawn next to the triptychs: a dark diagonal is a dark
+    column at offset 0, a bright sub-diagonal a bright column at -1."""
+    n = raw.shape[0]
+    out = np.full((n, 2 * window + 1), np.nan)
+    rows = np.arange(window, n - window)
+    if len(rows):
+        out[rows] = normalise_windows(raw[rows[:, None], rows[:, None] + offsets(window)[None, :]])
+    return out
 
 
 def score_profiles(

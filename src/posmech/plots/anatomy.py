@@ -13,11 +13,12 @@ import pandas as pd
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.patches import Rectangle
 
-from posmech.analyses.score_anatomy import TAXA, Thresholds, centre_rows
+from posmech.analyses.score_anatomy import TAXA, Thresholds, centre_rows, offsets, row_windows
 from posmech.plots import save
 
 TAXON_COLOURS = {TAXA[0]: "tab:blue", TAXA[1]: "tab:red", TAXA[2]: "0.6"}
-COLUMNS = ("raw scores (future included)", "masked scores", "pattern (softmax)")
+COLUMNS = ("raw scores (future included)", "masked scores", "pattern (softmax)",
+           "row windows (normalised raw scores)")
 
 
 def _diverging(ax: Any, M: np.ndarray, extent: list[float], first_key: bool) -> Any:
@@ -36,15 +37,20 @@ def _diverging(ax: Any, M: np.ndarray, extent: list[float], first_key: bool) -> 
 
 def score_triptychs(
     panels: Sequence[tuple[str, str, np.ndarray, np.ndarray, np.ndarray]], start: int, size: int, zoom: bool,
-    title: str, path: str | os.PathLike[str],
+    title: str, path: str | os.PathLike[str], window: int = 5,
 ) -> None:
     """One row per head ``(head, role, raw, masked, pattern)`` (full ``[n, n]`` matrices):
-    raw scores, masked scores, pattern; ``zoom``: the ``size × size`` window at ``start``
-    (axes in document positions), else the whole matrix with the window outlined in red.
-    Scores are centred per row (minus the row's median over its shown, unmasked entries) so
-    the diverging colour map shows the structure along each row."""
+    the post's triptych — raw scores, masked scores, pattern — and a fourth panel, each
+    query's P13 row window (raw scores at keys ``q−W..q+W``, centred and divided by their
+    spread: :func:`~posmech.analyses.score_anatomy.row_windows`); ``zoom``: the ``size × size``
+    window at ``start`` (axes in document positions), else the whole matrix with the window
+    outlined in red.  Scores are centred per row (minus the row's median over its shown,
+    unmasked entries) so the diverging colour map shows the structure along each row; the
+    fourth panel shows the structure at the diagonal that a strong trend along the keys
+    hides there (a dark diagonal: a dark column at 0; a bright sub-diagonal: a bright
+    column at −1)."""
     n_rows = len(panels)
-    fig, axes = plt.subplots(n_rows, 3, figsize=(12.5, 3.7 * n_rows + 0.6), squeeze=False)
+    fig, axes = plt.subplots(n_rows, 4, figsize=(16.5, 3.7 * n_rows + 0.6), squeeze=False)
     for r, (head, role, raw, masked, pattern) in enumerate(panels):
         n = raw.shape[0]
         sl = slice(start, start + size) if zoom else slice(0, n)
@@ -60,13 +66,21 @@ def score_triptychs(
         pmax = float(np.nanpercentile(P, 99.5)) if np.isfinite(P).any() else 1.0
         im = axes[r, 2].imshow(P, cmap=cmap, vmin=0, vmax=max(pmax, 1e-6), extent=extent, interpolation="nearest")
         fig.colorbar(im, ax=axes[r, 2], fraction=0.046, pad=0.03, label="attention")
-        for c in range(3):
+        Z = row_windows(raw, window)[sl]
+        cmap = plt.get_cmap("RdBu_r").copy()
+        cmap.set_bad("0.88")
+        o = offsets(window)
+        im = axes[r, 3].imshow(Z, cmap=cmap, norm=TwoSlopeNorm(0.0, -2.5, 2.5), aspect="auto", interpolation="nearest",
+                               extent=[o[0] - 0.5, o[-1] + 0.5, hi - 0.5, lo - 0.5])
+        fig.colorbar(im, ax=axes[r, 3], fraction=0.046, pad=0.03, label="(score − window mean) / spread",
+                     extend="both")
+        for c in range(4):
             ax = axes[r, c]
             ax.set_title(f"{head} ({role}): {COLUMNS[c]}", fontsize=8)
-            ax.set_xlabel("key position", fontsize=7)
+            ax.set_xlabel("key offset from the query" if c == 3 else "key position", fontsize=7)
             ax.set_ylabel("query position", fontsize=7)
             ax.tick_params(labelsize=6)
-            if not zoom and size < n:
+            if not zoom and size < n and c < 3:
                 ax.add_patch(Rectangle((start - 0.5, start - 0.5), size, size, fill=False, ec="red", lw=1.0))
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
