@@ -46,7 +46,7 @@ def main() -> None:
                 bridge(torch.as_tensor(d)[None], return_type=None)
 
     def taxa(rows: int | None) -> None:
-        out[str(rows)] = sa.score_profiles(bridge, docs, 5, rows, batch_size=1, progress_every=0)
+        out[str(rows)] = sa.score_profiles(bridge, docs, 5, rows, batch_size=1, progress=False)
 
     runs = {"bare": bare, "taxa": lambda: taxa(64), "taxa (all rows)": lambda: taxa(None)}
     bare()  # warm-up

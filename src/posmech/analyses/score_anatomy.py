@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +52,7 @@ import pandas as pd
 from posmech.analyses.attention import check_head, head_name, parse_head
 from posmech.analyses.taxonomy import document_batches
 from posmech.errors import PosmechError
+from posmech.runner import logged
 
 LOG = logging.getLogger(__name__)
 
@@ -351,11 +351,12 @@ def row_windows(raw: np.ndarray, window: int) -> np.ndarray:
 
 def score_profiles(
     bridge: Any, documents: Iterable[np.ndarray], window: int, rows_per_document: int | None = None,
-    first_query: int | None = None, batch_size: int = 1, progress_every: int = 10,
+    first_query: int | None = None, batch_size: int = 1, progress: bool = True,
 ) -> ScoreProfiles:
     """Run ``documents`` through ``bridge``; for every head collect the raw row windows of
     :func:`query_rows` (computed from ``hook_q``/``hook_k`` inside the forward pass, never
-    the full score matrix) and their :func:`row_features`."""
+    the full score matrix) and their :func:`row_features`; ``progress``: log
+    :func:`posmech.runner.logged` progress lines."""
     cfg = bridge.cfg
     L, H = int(cfg.n_layers), int(cfg.n_heads)
     wins: list[np.ndarray] = []
@@ -381,7 +382,6 @@ def score_profiles(
     cap = _Captured(range(L), on_layer)
     n_docs = n_tokens = 0
     batch: list[np.ndarray] = []
-    t0 = time.monotonic()
 
     def flush() -> None:
         nonlocal n_docs, n_tokens
@@ -400,11 +400,8 @@ def score_profiles(
         n_docs += len(batch)
         n_tokens += n * len(batch)
         batch.clear()
-        if progress_every and n_docs % progress_every < batch_size:
-            LOG.info("score profiles: %d documents, %d rows per head (%.0f s)", n_docs,
-                     sum(len(r) for r in queries), time.monotonic() - t0)
 
-    for chunk in document_batches(documents, batch_size, int(cfg.n_ctx)):
+    for chunk in document_batches(logged(documents) if progress else documents, batch_size, int(cfg.n_ctx)):
         batch.extend(chunk)
         flush()
     if not wins:
@@ -545,21 +542,27 @@ def scores_table(panels: list[HeadScores], roles: dict[str, str], window: int) -
 def write_scores(path: Any, panels: list[HeadScores], tokens: np.ndarray, attrs: dict[str, Any]) -> None:
     """``results/{model}/anatomy/scores.h5``: per head ``{head}/raw``, ``{head}/masked``
     (``-inf`` above the diagonal), ``{head}/pattern`` ``[n, n]`` float32, and ``tokens [n]``."""
-    from posmech.hdf5 import artifact_writer
+    from posmech.hdf5 import artifact_writer, describe
 
+    what = {"raw": "raw scores q·k/scale for every query-key pair, the future (upper) triangle included",
+            "masked": "the raw scores with -inf above the diagonal (equal to hook_attn_scores)",
+            "pattern": "row softmax of the masked scores (the attention pattern)"}
     with artifact_writer(path, "score_anatomy", "score_anatomy", attrs) as f:
         f.create_dataset("tokens", data=np.asarray(tokens, dtype=np.int64))
+        texts = {"tokens": "[n] int64 token ids of the document the scores are computed on"}
         for p in panels:
             for name in ("raw", "masked", "pattern"):
                 f.create_dataset(f"{p.head}/{name}", data=getattr(p, name), compression="gzip", compression_opts=4,
                                  shuffle=True)
+                texts[f"{p.head}/{name}"] = f"[n, n] float32 (query, key) of head {p.head}: {what[name]}"
+        describe(f, texts)
 
 
 def write_profiles(path: Any, profiles: ScoreProfiles, attrs: dict[str, Any]) -> None:
     """``results/{model}/anatomy/profiles.h5``: ``windows [L, H, R, 2W+1]`` raw row windows,
     ``features [L, H, R, 3]`` (dip, bump, trend), ``offsets [2W+1]``, ``document [R]``,
     ``query [R]`` (where each row comes from)."""
-    from posmech.hdf5 import artifact_writer
+    from posmech.hdf5 import artifact_writer, describe
 
     with artifact_writer(path, "score_profiles", "score_taxa", attrs) as f:
         f.create_dataset("windows", data=profiles.windows, compression="gzip", compression_opts=4, shuffle=True)
@@ -569,3 +572,12 @@ def write_profiles(path: Any, profiles: ScoreProfiles, attrs: dict[str, Any]) ->
         f.create_dataset("document", data=profiles.documents)
         f.create_dataset("query", data=profiles.queries)
         f["features"].attrs["columns"] = list(FEATURES)
+        describe(f, {
+            "windows": "[n_layers, n_heads, n_rows, 2W+1] float32 raw scores of each sampled query row at keys "
+                       "query-W..query+W (future keys included)",
+            "features": "[n_layers, n_heads, n_rows, 3] float32 per-row dip at 0, bump at -1, trend (attribute "
+                        "`columns`), in units of the row's spread",
+            "offsets": "[2W+1] key offset of each window column (key = query + offset)",
+            "document": "[n_rows] 0-based index, among the documents used, of each row's document",
+            "query": "[n_rows] query position of each row",
+        })

@@ -25,6 +25,7 @@ import pandas as pd
 
 from posmech.analyses.attention import head_name, parse_head
 from posmech.errors import PosmechError
+from posmech.runner import logged
 from posmech.tables import read_table
 
 HEADS_COLUMNS = ["model", "role", "head", "layer", "head_index", "score", "rule"]
@@ -210,7 +211,7 @@ def accumulate_diagonals(
         batch.clear()
 
     with torch.inference_mode():
-        for chunk in document_batches(documents, batch_size, n_ctx):
+        for chunk in document_batches(logged(documents), batch_size, n_ctx):
             batch.extend(chunk)
             flush()
     if stats.n_documents == 0:

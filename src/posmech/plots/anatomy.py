@@ -17,8 +17,7 @@ from posmech.analyses.score_anatomy import TAXA, Thresholds, centre_rows, offset
 from posmech.plots import save
 
 TAXON_COLOURS = {TAXA[0]: "tab:blue", TAXA[1]: "tab:red", TAXA[2]: "0.6"}
-COLUMNS = ("raw scores (future included)", "masked scores", "pattern (softmax)",
-           "row windows (normalised raw scores)")
+COLUMNS = ("raw scores (future incl.)", "masked scores", "pattern (softmax)", "row windows ±W")
 
 
 def _diverging(ax: Any, M: np.ndarray, extent: list[float], first_key: bool) -> Any:
@@ -50,7 +49,8 @@ def score_triptychs(
     hides there (a dark diagonal: a dark column at 0; a bright sub-diagonal: a bright
     column at −1)."""
     n_rows = len(panels)
-    fig, axes = plt.subplots(n_rows, 4, figsize=(16.5, 3.7 * n_rows + 0.6), squeeze=False)
+    fig, axes = plt.subplots(n_rows, 4, figsize=(8.0, 2.05 * n_rows + 0.5), squeeze=False,
+                             gridspec_kw={"width_ratios": [1, 1, 1, 0.8]})
     for r, (head, role, raw, masked, pattern) in enumerate(panels):
         n = raw.shape[0]
         sl = slice(start, start + size) if zoom else slice(0, n)
@@ -58,42 +58,61 @@ def score_triptychs(
         extent = [lo - 0.5, hi - 0.5, hi - 0.5, lo - 0.5]
         for c, M in enumerate((raw, masked)):
             im = _diverging(axes[r, c], M[sl, sl], extent, lo == 0)
-            fig.colorbar(im, ax=axes[r, c], fraction=0.046, pad=0.03, label="score − row median", extend="both")
+            _colorbar(fig, im, axes[r, c], "score − row median" if c == 0 else None, extend="both")
         P = pattern[sl, sl].astype(np.float64)
         P = np.where(np.triu(np.ones_like(P, dtype=bool), 1), np.nan, P)
         cmap = plt.get_cmap("viridis").copy()
         cmap.set_bad("0.88")
         pmax = float(np.nanpercentile(P, 99.5)) if np.isfinite(P).any() else 1.0
         im = axes[r, 2].imshow(P, cmap=cmap, vmin=0, vmax=max(pmax, 1e-6), extent=extent, interpolation="nearest")
-        fig.colorbar(im, ax=axes[r, 2], fraction=0.046, pad=0.03, label="attention")
+        _colorbar(fig, im, axes[r, 2], "attention")
         Z = row_windows(raw, window)[sl]
         cmap = plt.get_cmap("RdBu_r").copy()
         cmap.set_bad("0.88")
         o = offsets(window)
         im = axes[r, 3].imshow(Z, cmap=cmap, norm=TwoSlopeNorm(0.0, -2.5, 2.5), aspect="auto", interpolation="nearest",
                                extent=[o[0] - 0.5, o[-1] + 0.5, hi - 0.5, lo - 0.5])
-        fig.colorbar(im, ax=axes[r, 3], fraction=0.046, pad=0.03, label="(score − window mean) / spread",
-                     extend="both")
+        _colorbar(fig, im, axes[r, 3], "row spreads", extend="both")
         for c in range(4):
             ax = axes[r, c]
-            ax.set_title(f"{head} ({role}): {COLUMNS[c]}", fontsize=8)
-            ax.set_xlabel("key offset from the query" if c == 3 else "key position", fontsize=7)
-            ax.set_ylabel("query position", fontsize=7)
-            ax.tick_params(labelsize=6)
+            ax.set_title(f"{head} ({role}): {COLUMNS[c]}" if c == 0 else COLUMNS[c], fontsize=5.5)
+            ax.set_xlabel("key offset" if c == 3 else "key position", fontsize=5, labelpad=1)
+            if c == 0:
+                ax.set_ylabel("query position", fontsize=5, labelpad=1)
+            ax.tick_params(labelsize=4.5, length=2, pad=1)
             if not zoom and size < n and c < 3:
                 ax.add_patch(Rectangle((start - 0.5, start - 0.5), size, size, fill=False, ec="red", lw=1.0))
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.suptitle(title, fontsize=7.5)
+    fig.tight_layout(pad=0.4, w_pad=0.3, h_pad=0.6, rect=(0, 0, 1, 1 - 0.3 / fig.get_figheight()))
     save(fig, path)
+
+
+def _colorbar(fig: Any, im: Any, ax: Any, label: str | None, **kw: Any) -> None:
+    cb = fig.colorbar(im, ax=ax, fraction=0.05, pad=0.02, **kw)
+    cb.ax.tick_params(labelsize=4.5, length=2, pad=1)
+    if label:
+        cb.set_label(label, fontsize=5, labelpad=1)
+
+
+SMALL = {"font.size": 7, "axes.titlesize": 8, "axes.labelsize": 7, "xtick.labelsize": 6, "ytick.labelsize": 6}
 
 
 def taxa_figure(taxa: pd.DataFrame, profiles: pd.DataFrame, thresholds: Thresholds, chosen: dict[str, str],
                 title: str, path: str | os.PathLike[str]) -> None:
-    """Left: every head's median dip vs median bump (colour: taxon; dashed: thresholds;
-    classified and chosen heads labelled). Middle: the taxon of every head on the layer ×
-    head grid. Right: median normalised score profiles (row-centred, divided by the row's
+    """See :func:`_taxa_figure` (drawn 8 in wide, the report's column)."""
+    with plt.rc_context(SMALL):
+        _taxa_figure(taxa, profiles, thresholds, chosen, title, path)
+
+
+def _taxa_figure(taxa: pd.DataFrame, profiles: pd.DataFrame, thresholds: Thresholds, chosen: dict[str, str],
+                 title: str, path: str | os.PathLike[str]) -> None:
+    """Top left: every head's median dip vs median bump (colour: taxon; dashed: thresholds;
+    classified and chosen heads labelled). Top right: the taxon of every head on the layer ×
+    head grid. Bottom: median normalised score profiles (row-centred, divided by the row's
     spread) around the diagonal, one line per head, coloured by taxon."""
-    fig, axes = plt.subplots(1, 3, figsize=(17, 5.2), gridspec_kw={"width_ratios": [1.1, 0.8, 1.1]})
+    fig = plt.figure(figsize=(8.0, 7.2))
+    grid_spec = fig.add_gridspec(2, 2, width_ratios=[1.25, 1], height_ratios=[1, 1])
+    axes = [fig.add_subplot(grid_spec[0, 0]), fig.add_subplot(grid_spec[0, 1]), fig.add_subplot(grid_spec[1, :])]
     ax = axes[0]
     for taxon in TAXA:
         sel = taxa[taxa["taxon"] == taxon]
@@ -136,8 +155,8 @@ def taxa_figure(taxa: pd.DataFrame, profiles: pd.DataFrame, thresholds: Threshol
         ax.legend(fontsize=6, loc="best")
     ax.axvline(0, color="k", lw=0.5)
     ax.axvline(-1, color="k", lw=0.5, ls=":")
-    ax.set(xlabel="key offset from the query (0: itself, −1: previous token; > 0: future, masked)",
+    ax.set(xlabel="key offset from the query (0: itself, −1: previous token; > 0: future keys, masked in the pattern)",
            ylabel="median row-centred score / row spread", title="median score profile around the diagonal")
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(title, fontsize=8)
     fig.tight_layout()
     save(fig, path)
