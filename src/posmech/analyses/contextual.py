@@ -65,6 +65,24 @@ from posmech.analyses.attention import head_name
 from posmech.errors import PosmechError
 
 KIND = "layer0_decomposition"
+DESCRIPTIONS = {
+    "ln_scale/levels": "[9] quantile levels of the LN-scale quantiles",
+    "ln_scale/quantiles": "[9] quantiles of blocks.0.ln1.hook_scale over the scale corpus's tokens (position 0 excluded)",
+    "ln_scale/counts": "[50] histogram counts of the LN scale (position 0 excluded)",
+    "ln_scale/edges": "[51] histogram bin edges of the LN scale",
+    "ln_scale/position0": "[n_documents] the LN scale at position 0 (BOS) of each document",
+    "factors/query": "[H, n_ctx, d_head] exact-LN query of the fixed destination token at every position n",
+    "factors/positional_key": "[H, n_ctx, d_head] positional key (gamma*p_i/s + beta) W_K + b_K, LN linear at scale s",
+    "factors/content_key": "[H, d_vocab, d_head] content key (gamma*e(x)/s) W_K of every token, LN linear at scale s",
+    "texts/corpus": "[T] corpus of each text (the pattern corpus first)",
+    "texts/doc_index": "[T] document index of each text in its corpus's tokens file",
+    "texts/title": "[T] title of each text",
+    "texts/token_ids": "[T, max_position + 1] the first tokens of each text",
+    "denominators/positions": "[N] destination positions n = 1..max_position",
+    "denominators/log_z_linear": "[T, H, N] log Z_h(n), LN linear, destination token fixed at n",
+    "denominators/log_z_exact": "[T, H, N] log Z*_h(n): real-LN normaliser relative to the positional pattern's",
+    "denominators/tv_linear_exact": "[T, H, N] total variation between the linear-LN and the exact attention rows",
+}
 RULE = "layer0_decomposition"
 CLASSES = ("duplicate_token", "detokenization", "contextual", "other")
 ROTARY = ("gpt_neox", "gptj", "llama", "mistral", "qwen2", "gemma", "gemma2", "phi", "phi3", "bloom", "falcon",
@@ -477,7 +495,7 @@ def build_decomposition(w: Layer0Weights, destination: int, destination_text: st
     """Rule ``layer0_decomposition``: measure the LN scale on ``scale_tokens``, fix ``s``
     (``ln_scale`` or the median), compute the factors and every text's denominators at
     positions ``1..max_position`` and write ``path`` (layout in the module docstring)."""
-    from posmech.hdf5 import STR, artifact_writer
+    from posmech.hdf5 import STR, artifact_writer, describe
 
     summary = ln_scale_summary(w, scale_tokens)
     s = float(ln_scale) if ln_scale is not None else float(summary["quantiles"][4])
@@ -516,6 +534,7 @@ def build_decomposition(w: Layer0Weights, destination: int, destination_text: st
             if progress:
                 progress(j + 1, len(texts))
         tv_med = float(np.median(f["denominators/tv_linear_exact"][()]))
+        describe(f, DESCRIPTIONS)
     return {"ln_scale_used": s, "quantiles": dict(zip(summary["levels"].tolist(), summary["quantiles"].tolist())),
             "tv_median": tv_med, "n_texts": len(texts)}
 

@@ -12,6 +12,7 @@ import pandas as pd
 
 from posmech.plots import save
 
+WIDTH = 7.4  # inches: the report's column at 150 dpi (figures are not shrunk)
 CLASS_COLOURS = {"duplicate_token": "C3", "detokenization": "C1", "contextual": "C0", "other": "C7"}
 
 
@@ -40,7 +41,7 @@ def pattern_grids(grids: dict[int, dict[str, np.ndarray]], g: int, fixed_token: 
     H = next(iter(grids.values()))["fixed"].shape[0]
     kinds = (("fixed", f"p, x_n={fixed_token!r}"), ("own", "p, own x_n"), ("real", "real row"))
     cols = 3 * len(ns)
-    size = 1.15 if H > 6 else 1.5
+    size = min(1.5, (WIDTH - 0.6) / cols)
     fig, axes = plt.subplots(H, cols, figsize=(size * cols + 0.6, size * H + 0.9), squeeze=False)
     for c, n in enumerate(ns):
         for k, (kind, label) in enumerate(kinds):
@@ -66,7 +67,7 @@ def class_figure(df: pd.DataFrame, thr: dict[str, float], title: str, path: str 
     panels = (("duplicate_excess", "duplicate-token excess mass", thr["duplicate_min_excess"]),
               ("local_mass", "positional mass on the last keys", thr["local_min_mass"]),
               ("etc_fraction", "ETC / n_keys of the positional pattern", thr["uniform_min_fraction"]))
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3.4))
+    fig, axes = plt.subplots(1, 3, figsize=(WIDTH, 3.2))
     colours = [CLASS_COLOURS[c] for c in df["head_class"]]
     for ax, (col, label, t) in zip(axes, panels):
         ax.bar(df["head_name"], df[col], color=colours)
@@ -82,7 +83,7 @@ def class_figure(df: pd.DataFrame, thr: dict[str, float], title: str, path: str 
 
 
 def _grid(n: int) -> tuple[int, int]:
-    cols = min(4, n)
+    cols = min(3, n)
     return math.ceil(n / cols), cols
 
 
@@ -92,7 +93,7 @@ def denominator_figure(positions: np.ndarray, log_z: np.ndarray, log_z_exact: np
     (``log_z [T, H, N]``); solid linear LN, dotted exact."""
     T, H, _ = log_z.shape
     rows, cols = _grid(H)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 2.3 * rows + 0.6), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(rows, cols, figsize=(WIDTH, 2.1 * rows + 0.6), squeeze=False, sharex=True)
     for h, ax in enumerate(axes.ravel()[:H]):
         for t in range(T):
             ax.plot(positions, np.exp(log_z[t, h]), lw=0.7, color=f"C{t % 10}", label=titles[t] if h == 0 else None)
@@ -104,7 +105,7 @@ def denominator_figure(positions: np.ndarray, log_z: np.ndarray, log_z_exact: np
         ax.axis("off")
     for ax in axes[-1]:
         ax.set_xlabel("destination position n", fontsize=7)
-    fig.legend(loc="lower center", ncol=min(T, 4), fontsize=6, frameon=False)
+    fig.legend(loc="lower center", ncol=min(T, 3), fontsize=6, frameon=False)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     save(fig, path)
@@ -115,7 +116,7 @@ def variance_figure(df: pd.DataFrame, positions: np.ndarray, log_z: np.ndarray, 
     """K9: predicted vs observed ``Var Z`` (log–log, coloured by class, diagonal = the
     model), and ``Z_h(n) / mean`` along one text per head for ``n ≥ from_n`` (smooth vs
     "confetti")."""
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(WIDTH, 3.6))
     marks = {"resampled": ("o", "i.i.d. redraws at n"), "within_text": ("^", "along the text")}
     for (c, method), sub in df.groupby(["head_class", "method"]):
         a.scatter(sub["predicted"], sub["observed"], s=14, color=CLASS_COLOURS.get(c, "k"),
@@ -150,7 +151,7 @@ def layer1_figure(rows: np.ndarray, kernel: np.ndarray, df: pd.DataFrame, n: int
     positional kernel (grey), the TV between them in the panel title."""
     H = rows.shape[0]
     nr, nc = _grid(H)
-    fig, axes = plt.subplots(nr, nc, figsize=(3.0 * nc, 2.1 * nr + 0.5), squeeze=False)
+    fig, axes = plt.subplots(nr, nc, figsize=(WIDTH, 2.0 * nr + 0.5), squeeze=False)
     keys = np.arange(n + 1)
     for h, ax in enumerate(axes.ravel()[:H]):
         ax.plot(keys, kernel[h, : n + 1], color="0.6", lw=1.2)
