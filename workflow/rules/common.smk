@@ -8,10 +8,19 @@ sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 
 from posmech.config import load_schema, model_names_by_kind, selected, validate_config
 from posmech.errors import PosmechError
+from posmech.preflight import jobs_run_locally, preflight
 
 try:
-    validate_config(
-        config, load_schema(workflow.source_path("../schemas/config.schema.yaml"))
+    _schema = load_schema(workflow.source_path("../schemas/config.schema.yaml"))
+    validate_config(config, _schema)
+    # Duplicate YAML keys, every named file, the model's shape, the device: see
+    # src/posmech/preflight.py (one call, before any job is scheduled).
+    preflight(
+        config,
+        _schema,
+        repo=Path(workflow.basedir).parent,
+        configfiles=workflow.configfiles,
+        jobs_run_here=workflow.is_main_process and jobs_run_locally(sys.argv),
     )
 except PosmechError as err:
     raise WorkflowError(str(err)) from None
