@@ -62,6 +62,7 @@ from posmech.hdf5 import (
     open_artifact,
     preallocated_dataset,
     provenance,
+    require_datasets,
     set_attrs,
 )
 from posmech.io import atomic_path
@@ -421,8 +422,19 @@ def _fingerprint(attrs: dict[str, Any], settings: CacheSettings, tokens: TokenSe
     return config_hash({
         "attrs": {k: v for k, v in attrs.items() if k not in ("created",)},
         "settings": settings.fingerprint_fields(),
-        "tokens": [tokens.attrs.get("config_hash"), tokens.attrs.get("created"), int(tokens.offsets[-1])],
+        "tokens": [tokens.attrs.get("config_hash"), tokens_digest(tokens)],
     })
+
+
+def tokens_digest(tokens: TokenSet) -> str:
+    """sha256 (16 hex digits) of the token ids and document offsets: what the cache's
+    content depends on, not when the tokens file was written."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for a in (tokens.flat.astype(np.int32), tokens.offsets.astype(np.int64)):
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()[:16]
 
 
 def _create_partial(tmp: Path, tokens: TokenSet, n_docs: int, n_layers: int, d_model: int,
@@ -593,13 +605,19 @@ def cache_activations(
 
 
 # --------------------------------------------------------------------------- readers
-def _check_hook(f: h5py.File, path: Any, hook: str) -> None:
-    if f"activations/{hook}" not in f and f"position_stats/{hook}/mean" not in f:
-        have = attr_json(f, "hooks")
+def _check_hook(f: h5py.File, path: Any, hook: str, datasets: tuple[str, ...]) -> None:
+    """The hook was cached, and every dataset a reader needs for it is there."""
+    have = attr_json(f, "hooks") if "hooks" in f.attrs else []
+    if hook not in have:
         raise PosmechError(
             f"{str(path)!r} has no hook {hook!r} (cached hooks: {have}); add it to `cache.hooks` "
             f"and rerun rule `{RULE}`"
         )
+    require_datasets(f, path, [d.format(hook=hook) for d in datasets])
+
+
+_MEANS = ("position_stats/{hook}/mean", "position_stats/count")
+_ACTS = ("activations/{hook}", "doc_offsets")
 
 
 def read_position_means(path: str | os.PathLike[str], hook: str) -> tuple[np.ndarray, np.ndarray]:
@@ -610,14 +628,14 @@ def read_position_means(path: str | os.PathLike[str], hook: str) -> tuple[np.nda
     ``resid_pre`` (``n_layers + 1`` entries, the last the final residual) or ``ln1_out``.
     """
     with open_artifact(path, KIND) as f:
-        _check_hook(f, path, hook)
+        _check_hook(f, path, hook, _MEANS)
         return f[f"position_stats/{hook}/mean"][()], f["position_stats/count"][()]
 
 
 def read_document(path: str | os.PathLike[str], hook: str, layer: int, doc: int) -> np.ndarray:
     """Cached activations of one document at one layer: ``[len_doc, d_model]`` (storage dtype)."""
     with open_artifact(path, KIND) as f:
-        _check_hook(f, path, hook)
+        _check_hook(f, path, hook, _ACTS)
         ds = f[f"activations/{hook}"]
         off = f["doc_offsets"]
         if not (0 <= doc < len(off) - 1) or not (-ds.shape[0] <= layer < ds.shape[0]):
@@ -633,7 +651,7 @@ def read_positions(path: str | os.PathLike[str], hook: str, layer: int, start: i
     document is shorter) and ``lengths`` ``[n_documents]``.
     """
     with open_artifact(path, KIND) as f:
-        _check_hook(f, path, hook)
+        _check_hook(f, path, hook, _ACTS)
         ds = f[f"activations/{hook}"]
         off = f["doc_offsets"][()]
         out = np.full((len(off) - 1, stop - start, ds.shape[2]), np.nan, dtype=np.float32)

@@ -147,6 +147,20 @@ def open_artifact(path: str | os.PathLike[str], kind: str | None = None) -> h5py
     return f
 
 
+def require_datasets(f: h5py.File, path: str | os.PathLike[str], names: list[str]) -> None:
+    """Every one of ``names`` is a dataset of ``f``; otherwise a :class:`PosmechError` naming
+    the file, what is missing and the rule to rerun (a file edited or damaged after it
+    was written: its completion marker alone cannot tell)."""
+    missing = [n for n in names if not isinstance(f.get(n), h5py.Dataset)]
+    if missing:
+        rule = f.attrs.get("rule", "the rule that writes it")
+        raise PosmechError(
+            f"artifact {str(path)!r} lacks dataset(s) {', '.join(missing)} although it is marked complete "
+            f"(edited or damaged after it was written): rerun rule `{rule}` "
+            f"(`snakemake --forcerun {rule}`)"
+        )
+
+
 def attr_json(f: h5py.HLObject, key: str) -> Any:
     """Read an attribute written by :func:`set_attrs` (decoding JSON strings)."""
     v = f.attrs[key]

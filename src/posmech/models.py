@@ -62,11 +62,37 @@ def weights_digest(hf_dir: str | os.PathLike[str]) -> str:
     return h.hexdigest()[:16]
 
 
+def check_safetensors(path: str | os.PathLike[str], key: str) -> None:
+    """A ``.safetensors`` file is whole: its 8-byte header length, its JSON header, and
+    the end of the last tensor's data equal to the file's size (a truncated or corrupt
+    download fails here, naming the file, instead of later inside a loader)."""
+    p = Path(path)
+    size = p.stat().st_size
+    fix = (f"it is truncated or corrupt: delete it and fetch the model again "
+           f"(`snakemake --forcerun fetch_model`), or re-save it with `save_pretrained(dir, safe_serialization=True)`")
+    try:
+        with open(p, "rb") as f:
+            head = f.read(8)
+            n = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if n < 2 or n > size - 8 or n > 100 << 20:
+                raise ValueError(f"header length {n} for a file of {size} bytes")
+            header = json.loads(f.read(n))
+        ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+        expected = 8 + n + max(ends, default=0)
+    except (ValueError, KeyError, TypeError, IndexError) as err:
+        raise PosmechError(f"{key}: weights file {str(p)!r} has no valid safetensors header ({err}); {fix}") from None
+    if expected != size:
+        raise PosmechError(f"{key}: weights file {str(p)!r} is {size} bytes but its header describes "
+                           f"{expected}; {fix}")
+
+
 def check_hf_dir(path: str | os.PathLike[str], key: str) -> None:
-    """A usable local model directory: config.json, safetensors weights, a tokenizer."""
+    """A usable local model directory: config.json, whole safetensors weights, a tokenizer."""
     p = Path(path)
     if not (p / "config.json").is_file():
         raise PosmechError(f"{key}: {str(p)!r} has no config.json; expected a Hugging Face model directory")
+    for w in sorted(p.glob("*.safetensors")):
+        check_safetensors(w, key)
     if is_tl_legacy_dir(p) and list(p.glob("*.safetensors")):
         return
     if not list(p.glob("*.safetensors")):

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from posmech.errors import PosmechError
-from posmech.hdf5 import STR, artifact_writer, attr_json, open_artifact
+from posmech.hdf5 import STR, artifact_writer, attr_json, open_artifact, require_datasets
 
 KIND = "tokens"
 
@@ -94,6 +94,7 @@ class TokenSet:
 
 def read_tokens(path: str | os.PathLike[str]) -> TokenSet:
     with open_artifact(path, KIND) as f:
+        require_datasets(f, path, ["token_ids", "doc_offsets", "documents/title"])
         attrs = {k: attr_json(f, k) for k in f.attrs}
         titles = [t.decode() if isinstance(t, bytes) else str(t) for t in f["documents/title"][()]]
         return TokenSet(f["token_ids"][()], f["doc_offsets"][()], attrs, titles)

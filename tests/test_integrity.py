@@ -1,0 +1,92 @@
+"""Damaged inputs are named, identical runs are identical (issue 13, cases 6, 7, 14, 15)."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+
+from posmech.cache import CacheSettings, cache_activations, read_position_means, tokens_digest
+from posmech.errors import PosmechError
+from posmech.models import check_hf_dir, load_bridge, prepare_local_model
+from posmech.tokens import TokenSet
+
+
+def token_set(seed: int = 0, n: int = 6, n_ctx: int = 12, created: str = "t0") -> TokenSet:
+    rng = np.random.default_rng(seed)
+    docs = [np.concatenate([[0], rng.integers(1, 20, size=n_ctx - 1)]) for _ in range(n)]
+    off = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64)
+    return TokenSet(np.concatenate(docs).astype(np.int32), off, {"config_hash": "x", "created": created},
+                    [f"doc {j}" for j in range(n)])
+
+
+@pytest.fixture(scope="module")
+def cached(prev_token_model_dir, tmp_path_factory):
+    """A small activation cache of the hand-built previous-token model."""
+    bridge = load_bridge({"hf_dir": str(prev_token_model_dir), "name": "pt"}, device="cpu")
+    out = tmp_path_factory.mktemp("cache") / "acts.h5"
+    cache_activations(bridge, token_set(), out, CacheSettings(batch_size=3, storage_dtype="float32"), {"model": "pt"})
+    return out
+
+
+# ---------------------------------------------------------------- case 14: safetensors checked
+@pytest.mark.parametrize("damage", ["truncate", "header"])
+def test_damaged_safetensors_refused_when_the_model_is_prepared(prev_token_model_dir, tmp_path, damage):
+    d = tmp_path / "model"
+    shutil.copytree(prev_token_model_dir, d)
+    w = next(d.glob("*.safetensors"))
+    data = w.read_bytes()
+    w.write_bytes(data[: len(data) - 100] if damage == "truncate" else b"\xff" * 8 + data[8:])
+    with pytest.raises(PosmechError) as info:
+        prepare_local_model("m", {"source": str(d)}, tmp_path / "out")
+    msg = str(info.value)
+    assert "models.m.source" in msg and w.name in msg and ("truncated or corrupt" in msg)
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_whole_safetensors_pass(prev_token_model_dir):
+    check_hf_dir(prev_token_model_dir, "k")
+
+
+# ---------------------------------------------------------------- case 15: reader's dataset check
+def test_deleted_position_mean_is_named(cached, tmp_path):
+    p = tmp_path / "acts.h5"
+    shutil.copy(cached, p)
+    with h5py.File(p, "r+") as f:
+        del f["position_stats/ln1_out/mean"]
+    with pytest.raises(PosmechError) as info:
+        read_position_means(p, "ln1_out")
+    msg = str(info.value)
+    assert str(p) in msg and "position_stats/ln1_out/mean" in msg and "cache_activations" in msg
+    read_position_means(p, "resid_pre")  # the other hook is whole
+
+
+# ---------------------------------------------------------------- case 7: determinism
+def test_cache_fingerprint_hashes_content_not_creation_time(prev_token_model_dir, tmp_path):
+    a, b = token_set(created="2026-01-01"), token_set(created="2026-06-01")
+    assert tokens_digest(a) == tokens_digest(b) != tokens_digest(token_set(seed=1))
+    bridge = load_bridge({"hf_dir": str(prev_token_model_dir), "name": "pt"}, device="cpu")
+    fps = []
+    for name, ts in (("a.h5", a), ("b.h5", b)):
+        cache_activations(bridge, ts, tmp_path / name, CacheSettings(batch_size=3), {"model": "pt"})
+        with h5py.File(tmp_path / name) as f:
+            fps.append(f.attrs["fingerprint"])
+    assert fps[0] == fps[1]
+
+
+def test_strip_plot_is_identical_between_runs(tmp_path):
+    from posmech.plots.interventions import repeated_tokens
+
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"query_set": ["other"] * 30 + ["repeat"] * 30, "prev_mass": rng.uniform(size=60)})
+    digests = []
+    for i in range(2):
+        np.random.seed(i)  # whatever the global state before, the figure is the same
+        repeated_tokens(df, None, "m", tmp_path / f"{i}.png")
+        digests.append(hashlib.sha256((tmp_path / f"{i}.png").read_bytes()).hexdigest())
+    assert digests[0] == digests[1]

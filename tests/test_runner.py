@@ -1,0 +1,106 @@
+"""The runner names every failure in the rule's log (issue 13, case 13): the error, the
+file involved, a likely fix, and the traceback for debugging; never an empty log."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+from types import SimpleNamespace
+
+import h5py
+import numpy as np
+import pytest
+import yaml
+
+from posmech.errors import PosmechError
+from posmech.runner import run
+
+
+class Files(list):
+    """Snakemake's named file lists: a list with attribute access."""
+
+    def __init__(self, **named):
+        super().__init__(named.values())
+        self.__dict__.update(named)
+
+
+def job(tmp_path: Path, **inputs) -> SimpleNamespace:
+    return SimpleNamespace(input=Files(**{k: str(v) for k, v in inputs.items()}),
+                           output=Files(out=str(tmp_path / "out.csv")), log=[str(tmp_path / "rule.log")],
+                           rule="some_rule", threads=1)
+
+
+def failing(tmp_path: Path, main, **inputs) -> str:
+    smk = job(tmp_path, **inputs)
+    with pytest.raises(SystemExit) as info:
+        run(smk, main)
+    assert info.value.code == 1
+    text = Path(smk.log[0]).read_text()
+    assert text.strip(), "the rule's log must not be empty"
+    return text
+
+
+def test_missing_hdf5_dataset_names_file_and_fix(tmp_path):
+    stats = tmp_path / "acts.h5"
+    with h5py.File(stats, "w") as f:
+        f["position_stats/ln1_out/count"] = np.ones(3)
+
+    def main(smk, log):
+        path = smk.input.acts
+        with h5py.File(path, "r") as f:
+            f["position_stats/ln1_out/mean"][()]
+
+    text = failing(tmp_path, main, acts=stats)
+    assert "rule some_rule failed: KeyError" in text
+    assert f"file involved: {stats}" in text
+    assert "rerun the rule that writes it" in text
+    assert "Traceback (for debugging)" in text and 'f["position_stats/ln1_out/mean"]' in text
+
+
+def test_disk_full_names_directory(tmp_path):
+    target = tmp_path / "out.csv"
+
+    def main(smk, log):
+        raise OSError(errno.ENOSPC, "No space left on device", str(target))
+
+    text = failing(tmp_path, main)
+    assert f"file involved: {target}" in text and "disk holding" in text and "is full" in text
+
+
+def test_file_size_limit(tmp_path):
+    def main(smk, log):
+        raise OSError(errno.EFBIG, "File too large", smk.output.out)
+
+    assert "ulimit -f" in failing(tmp_path, main)
+
+
+def test_malformed_yaml_input(tmp_path):
+    prompt = tmp_path / "prompt.yaml"
+    prompt.write_text("prompt: [unclosed\n")
+
+    def main(smk, log):
+        with open(smk.input.prompt) as f:
+            yaml.safe_load(f)
+
+    text = failing(tmp_path, main, prompt=prompt)
+    assert f"file involved: {prompt}" in text and "not valid YAML" in text
+
+
+def test_unexpected_error_lists_inputs(tmp_path):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"text": null}\n')
+
+    def main(smk, log):
+        text = None
+        return text.strip()
+
+    text = failing(tmp_path, main, corpus=corpus)
+    assert "AttributeError" in text and str(corpus) in text and "Traceback" in text
+
+
+def test_posmech_error_has_no_traceback(tmp_path):
+    def main(smk, log):
+        raise PosmechError("config key `x`: bad")
+
+    text = failing(tmp_path, main)
+    assert "config key `x`: bad" in text and "Traceback" not in text
