@@ -90,3 +90,64 @@ def test_strip_plot_is_identical_between_runs(tmp_path):
         repeated_tokens(df, None, "m", tmp_path / f"{i}.png")
         digests.append(hashlib.sha256((tmp_path / f"{i}.png").read_bytes()).hexdigest())
     assert digests[0] == digests[1]
+
+
+# ---------------------------------------------------------------- case 17: inspect on other paths
+@pytest.mark.parametrize("kind", ["directory", "text", "jsonl", "csv", "empty"])
+def test_inspect_says_what_a_non_hdf5_path_is(tmp_path, kind, capsys):
+    from posmech.cli import main
+
+    p = {"directory": tmp_path, "text": tmp_path / "notes.txt", "jsonl": tmp_path / "c.jsonl",
+         "csv": tmp_path / "t.csv", "empty": tmp_path / "e.dat"}[kind]
+    content = {"text": "hello\n", "jsonl": '{"text": "a"}\n', "csv": "a,b\n1,2\n", "empty": ""}
+    if kind != "directory":
+        p.write_text(content[kind])
+    assert main(["inspect", str(p)]) == 1
+    err = capsys.readouterr().err
+    assert "not a pipeline HDF5 file" in err and "delete" not in err
+    word = {"directory": "a directory", "text": "a text file", "jsonl": "JSON-lines", "csv": "a CSV",
+            "empty": "an empty file"}[kind]
+    assert word in err
+
+
+def test_inspect_truncated_h5_still_says_corrupt(cached, tmp_path, capsys):
+    from posmech.cli import main
+
+    p = tmp_path / "t.h5"
+    p.write_bytes(cached.read_bytes()[:2000])
+    assert main(["inspect", str(p)]) == 1
+    assert "corrupt or truncated" in capsys.readouterr().err
+
+
+def test_inspect_json_into_a_closed_pipe(tmp_path):
+    import subprocess
+    import sys
+
+    from posmech.hdf5 import artifact_writer
+
+    big = tmp_path / "many.h5"  # output far beyond a pipe's buffer
+    with artifact_writer(big, "test", "test") as f:
+        for i in range(1500):
+            f.create_dataset(f"group{i % 10}/d{i}", data=np.arange(3))
+    proc = subprocess.run(f"{sys.executable} -m posmech inspect --json {big} | head -n 2",
+                          shell=True, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.count("\n") == 2
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr
+
+
+def test_schema_version_message_is_plain(cached, tmp_path):
+    from posmech.hdf5 import open_artifact
+
+    p = tmp_path / "v.h5"
+    shutil.copy(cached, p)
+    with h5py.File(p, "r+") as f:
+        f.attrs["schema_version"] = np.int64(99)
+    with pytest.raises(PosmechError, match=r"schema_version 99, expected"):
+        open_artifact(p)
+
+
+def test_defined_corpora_spelt_right():
+    from posmech.config import _names_problems
+
+    [msg] = _names_problems({"cache": {"corpora": ["x"]}}, "cache", "corpora", {"bible"}, "corpus")
+    assert "defined corpora are bible" in msg

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,9 @@ def describe(path: str | Path) -> dict[str, Any]:
     from posmech.hdf5 import open_hdf5
 
     p = Path(path)
+    what = not_pipeline_hdf5(p)
+    if what:
+        raise PosmechError(what)
     f = open_hdf5(p)
     groups: dict[str, Any] = {}
     datasets: dict[str, Any] = {}
@@ -74,6 +78,40 @@ def describe(path: str | Path) -> dict[str, Any]:
     status = "complete" if root.get("complete") is True else (
         f"INCOMPLETE (no completion marker): rerun rule `{root.get('rule', '?')}`")
     return {"path": str(p), "attrs": root, "status": status, "groups": groups, "datasets": datasets}
+
+
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def not_pipeline_hdf5(p: Path) -> str | None:
+    """Why ``p`` is not a pipeline HDF5 file, for what is clearly something else (a
+    directory, a text file, JSON lines, CSV, …); ``None`` when it may be one (an HDF5
+    signature at offset 0, or a ``.h5``/``.hdf5`` name: then the HDF5 library decides,
+    and a damaged file is reported as such)."""
+    if not p.exists():
+        return None
+    if p.is_dir():
+        n = sum(1 for _ in p.iterdir())
+        return (f"{str(p)!r} is a directory ({n} entries), not a pipeline HDF5 file; "
+                f"give one of its .h5 files (e.g. `python -m posmech inspect {p}/<name>.h5`)")
+    if not p.is_file():
+        return f"{str(p)!r} is not a regular file, not a pipeline HDF5 file"
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(512)
+    except OSError as err:
+        return f"{str(p)!r} cannot be read ({err.strerror})"
+    if head.startswith(HDF5_SIGNATURE) or p.suffix in (".h5", ".hdf5"):
+        return None
+    if not head:
+        kind = "an empty file"
+    elif b"\0" not in head:
+        first = head.lstrip()[:1]
+        kind = {b"{": "a JSON / JSON-lines text file", b"[": "a JSON text file"}.get(
+            first, "a CSV text file" if p.suffix == ".csv" else "a text file")
+    else:
+        kind = f"a binary file of another format ({p.suffix or 'no extension'})"
+    return f"{str(p)!r} is {kind}, not a pipeline HDF5 file (those are the results/**/*.h5 files)"
 
 
 def _size(n: int) -> str:
@@ -131,7 +169,13 @@ def main(argv: list[str] | None = None) -> int:
     except PosmechError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    print(json.dumps(info, indent=2, default=str) if args.json else format_tree(info))
+    text = json.dumps(info, indent=2, default=str) if args.json else format_tree(info)
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `inspect --json FILE | head`: the reader stopped early, fine
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
     return 0
 
 

@@ -132,7 +132,7 @@ def _names_problems(config: dict[str, Any], section: str, key: str, known: set[s
         if name not in known:
             out.append(
                 f"config key `{section}.{key}`: unknown {kind} {name!r}; "
-                f"defined {kind}s are {', '.join(sorted(known))}"
+                f"defined {'corpora' if kind == 'corpus' else kind + 's'} are {', '.join(sorted(known))}"
             )
     return out
 

@@ -133,7 +133,8 @@ def open_artifact(path: str | os.PathLike[str], kind: str | None = None) -> h5py
     rule = f.attrs.get("rule", "the rule that writes it")
     problem = None
     if f.attrs.get("schema_version") != SCHEMA_VERSION:
-        problem = f"schema_version {f.attrs.get('schema_version')!r}, expected {SCHEMA_VERSION}"
+        v = f.attrs.get("schema_version")
+        problem = f"schema_version {v.item() if isinstance(v, np.generic) else v!r}, expected {SCHEMA_VERSION}"
     elif not bool(f.attrs.get("complete", False)):
         problem = "no completion marker (the writer did not finish)"
     elif kind is not None and f.attrs.get("kind") != kind:
