@@ -151,3 +151,49 @@ def test_defined_corpora_spelt_right():
 
     [msg] = _names_problems({"cache": {"corpora": ["x"]}}, "cache", "corpora", {"bible"}, "corpus")
     assert "defined corpora are bible" in msg
+
+
+# ---------------------------------------------------------------- case 2: an average over nothing
+def test_loss_over_empty_documents_is_an_error(prev_token_model_dir):
+    from posmech.ablations import posembed_averaging
+
+    bridge = load_bridge({"hf_dir": str(prev_token_model_dir), "name": "pt"}, device="cpu")
+    empty = [np.array([0], dtype=np.int32)] * 3  # BOS only: nothing to predict
+    with pytest.raises(PosmechError, match="nothing to average.*posembed_averaging.corpus"):
+        posembed_averaging(bridge, [1, 2], empty, [], True)
+    df = posembed_averaging(bridge, [1], [np.arange(5, dtype=np.int32)], [], True)
+    assert df["n_predictions"].tolist() == [4] and df["value"].iloc[0] > 0
+
+
+def test_mean_over_nothing():
+    from posmech.errors import mean_over
+
+    assert mean_over(6.0, 3, "x") == 2.0
+    with pytest.raises(PosmechError, match="nothing to average for the thing"):
+        mean_over(0.0, 0, "the thing")
+
+
+# ---------------------------------------------------------------- case 3: unknown characters
+def test_char_tokenizer_maps_unknown_characters_and_counts_them(tmp_path):
+    from transformers import AutoTokenizer
+
+    from posmech.models import UNK_TOKEN, build_char_tokenizer
+    from posmech.tokens import tokenize_documents, unknown_tokens
+
+    build_char_tokenizer(["abc "]).save_pretrained(tmp_path)
+    tok = AutoTokenizer.from_pretrained(tmp_path)  # as the tokenize rule loads it
+    docs = [{"text": "a Ωb 😀中"}, {"text": "abc"}]
+    ids, kept = tokenize_documents(docs, tok, 64, True, 1)
+    assert [len(t) for t in ids] == [1 + 7, 1 + 3]  # nothing dropped: one token per character
+    assert tok.convert_ids_to_tokens(ids[0].tolist()).count(UNK_TOKEN) == 3
+    assert unknown_tokens(ids, tok) == (3, 1)
+    assert tok.decode(ids[1][1:]) == "abc"
+
+
+def test_gpt2_style_tokenizer_reports_no_unknowns(prev_token_model_dir):
+    from transformers import AutoTokenizer
+
+    from posmech.tokens import unknown_tokens
+
+    tok = AutoTokenizer.from_pretrained(prev_token_model_dir)
+    assert unknown_tokens([np.array([tok.bos_token_id, 1, 2])], tok) == (0, 0)

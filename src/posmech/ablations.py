@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from posmech.errors import PosmechError
+from posmech.errors import PosmechError, mean_over
 
 ArrayT = TypeVar("ArrayT")
 
@@ -141,7 +141,10 @@ def posembed_averaging(
     for k in ks:
         with averaged_W_pos(bridge, k):
             total, count = next_token_loss(bridge, documents)
-            rows.append({"k": k, "quantity": "loss", "prompt": "", "target": "", "value": total / max(count, 1),
+            loss = mean_over(total, count, "the next-token loss of `posembed_averaging`: its documents have no "
+                             "token to predict (all empty or a single token); use a `posembed_averaging.corpus` "
+                             "with non-empty documents")
+            rows.append({"k": k, "quantity": "loss", "prompt": "", "target": "", "value": loss,
                          "n_predictions": count})
             for p, variants, ids, truncated in prepared:
                 probs, top, top_p = target_probabilities(bridge, ids, variants)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from posmech.errors import PosmechError
+from posmech.errors import PosmechError, mean_over
 from posmech.tables import read_table
 
 HEADS_COLUMNS = ["model", "role", "head", "layer", "head_index", "score", "rule"]
@@ -130,7 +130,9 @@ class DiagonalStats:
 
     def detector_scores(self) -> np.ndarray:
         """Mean ``head_detector`` previous-token score per head ``[n_layers, n_heads]``."""
-        return self.detector_sum / max(self.n_documents, 1)
+        return mean_over(self.detector_sum, self.n_documents,
+                         "the head_detector scores of `diagonal_taxonomy`: no document was measured "
+                         "(check `taxonomy.corpus`, `taxonomy.n_documents`, `taxonomy.context`)")
 
 
 def accumulate_diagonals(

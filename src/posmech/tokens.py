@@ -43,6 +43,18 @@ def tokenize_documents(
     return ids, kept
 
 
+def unknown_tokens(ids: list[np.ndarray], tokenizer: Any) -> tuple[int, int]:
+    """How many tokens of ``ids`` are the tokenizer's unknown token (for the character
+    tokenizer: one per character outside its vocabulary), and in how many documents.
+    ``(0, 0)`` for a tokenizer whose unknown token is its BOS (GPT-2's byte-level BPE,
+    which has no unknown input) or that has none."""
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if unk is None or unk == getattr(tokenizer, "bos_token_id", None):
+        return 0, 0
+    per_doc = [int((t == unk).sum()) for t in ids]
+    return sum(per_doc), sum(1 for n in per_doc if n)
+
+
 def write_tokens(
     path: str | os.PathLike[str], ids: list[np.ndarray], docs: list[dict[str, Any]], attrs: dict[str, Any]
 ) -> None:
