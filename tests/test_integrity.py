@@ -197,3 +197,58 @@ def test_gpt2_style_tokenizer_reports_no_unknowns(prev_token_model_dir):
 
     tok = AutoTokenizer.from_pretrained(prev_token_model_dir)
     assert unknown_tokens([np.array([tok.bos_token_id, 1, 2])], tok) == (0, 0)
+
+
+# ---------------------------------------------------------------- case 6: checksums
+def _flip_bytes_in(path: Path, dataset: str, n: int = 64) -> None:
+    with h5py.File(path, "r") as f:
+        ds = f[dataset]
+        assert ds.fletcher32, f"{dataset} must carry a checksum"
+        info = ds.id.get_chunk_info(0)
+    data = bytearray(path.read_bytes())
+    for i in range(info.byte_offset + 16, info.byte_offset + 16 + n):
+        data[i] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
+def test_flipped_bytes_in_position_means_are_detected(cached, tmp_path, capsys):
+    from posmech.cli import main
+
+    p = tmp_path / "acts.h5"
+    shutil.copy(cached, p)
+    assert main(["inspect", "--verify", str(p)]) == 0
+    _flip_bytes_in(p, "position_stats/ln1_out/mean")
+    with pytest.raises(OSError, match="checksum|filter returned failure"):
+        read_position_means(p, "ln1_out")
+    capsys.readouterr()
+    assert main(["inspect", "--verify", str(p)]) == 2
+    assert "CORRUPT: position_stats/ln1_out/mean" in capsys.readouterr().out
+
+
+def test_every_written_dataset_is_checksummed(cached, tmp_path):
+    from posmech.tokens import write_tokens
+
+    toks = tmp_path / "t.h5"
+    write_tokens(toks, [np.arange(5, dtype=np.int32)], [{"doc_index": 0, "title": "x"}], {})
+    for path in (cached, toks):
+        with h5py.File(path) as f:
+            unprotected = []
+            f.visititems(lambda n, o: unprotected.append(n) if isinstance(o, h5py.Dataset) and not o.fletcher32
+                         and o.dtype.kind != "O" else None)
+            assert unprotected == [], f"{path.name}: {unprotected}"
+
+
+def test_checksum_failure_is_named_by_the_runner(cached, tmp_path):
+    from types import SimpleNamespace
+
+    from posmech.runner import run
+
+    p = tmp_path / "acts.h5"
+    shutil.copy(cached, p)
+    _flip_bytes_in(p, "position_stats/resid_pre/mean")
+    smk = SimpleNamespace(input=[str(p)], output=[], log=[str(tmp_path / "r.log")], rule="positional_kernels",
+                          threads=1)
+    with pytest.raises(SystemExit):
+        run(smk, lambda smk, log: read_position_means(smk.input[0], "resid_pre"))
+    text = (tmp_path / "r.log").read_text()
+    assert f"file involved: {p}" in text and "fails its checksum" in text

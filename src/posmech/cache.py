@@ -58,6 +58,7 @@ from posmech.errors import PosmechError
 from posmech.hdf5 import (
     STR,
     attr_json,
+    checksummed,
     copy_compressed,
     open_artifact,
     preallocated_dataset,
@@ -443,7 +444,7 @@ def _create_partial(tmp: Path, tokens: TokenSet, n_docs: int, n_layers: int, d_m
     n_tok = int(off[-1])
     lengths = np.diff(off)
     n_pos = int(lengths.max())
-    with h5py.File(tmp, "w") as f:
+    with h5py.File(tmp, "w") as f, checksummed(f):
         set_attrs(f, {**provenance(), "kind": KIND, "rule": RULE, "complete": False, **attrs})
         flat = tokens.flat[:n_tok].astype(np.int32)
         f.create_dataset("token_ids", data=flat)
@@ -463,9 +464,9 @@ def _create_partial(tmp: Path, tokens: TokenSet, n_docs: int, n_layers: int, d_m
                       **{k: attrs[k] for k in ("model", "processing", "corpus") if k in attrs}}
             set_attrs(d, {**common, "dtype": settings.storage_dtype, "axes": ["layer", "token", "d_model"]})
             m = preallocated_dataset(f, f"position_stats/{h}/mean", (len(names), n_pos, d_model), "float64",
-                                     None, fillvalue=np.nan)
+                                     (1, n_pos, d_model), fillvalue=np.nan)  # chunked: checksummed
             set_attrs(m, {**common, "dtype": "float64", "axes": ["layer", "position", "d_model"]})
-        c = preallocated_dataset(f, "position_stats/count", (n_pos,), "int64", None, fillvalue=0)
+        c = preallocated_dataset(f, "position_stats/count", (n_pos,), "int64", (n_pos,), fillvalue=0)
         set_attrs(c, {"axes": ["position"]})
 
 

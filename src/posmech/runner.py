@@ -128,6 +128,9 @@ def likely_fix(err: BaseException, path: str | None, rule: str) -> str:
                 f"edited): rerun the rule that writes it (`snakemake --forcerun <that rule>`)")
     if type(err).__module__.startswith("yaml"):
         return f"{where} is not valid YAML: fix the line named above"
+    if "checksum" in text or "filter returned failure" in text:
+        return (f"{where} fails its checksum: its bytes changed after it was written (disk or copy error); "
+                "delete it and rerun the rule that writes it (`snakemake --forcerun <that rule>`)")
     if (path or "").endswith(".h5") or "h5py" in type(err).__module__:
         return (f"{where} is not a readable HDF5 file (corrupt or truncated): rerun the rule that writes it "
                 "(`snakemake --forcerun <that rule>`)")
