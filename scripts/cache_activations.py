@@ -30,7 +30,7 @@ def main(smk, log):
     }
     step = max(1, tokens.n_documents // 10)
     report = lambda done, n: (done % step < settings.batch_size or done == n) and log.info("%d/%d documents", done, n)  # noqa: E731
-    s = cache_activations(capture, tokens, smk.output[0], settings, attrs, progress=report)
+    s = cache_activations(capture, tokens, smk.output[0], settings, attrs, progress=report, keep=True)
     log.info("cached %d documents, %d tokens (resumed after %d documents), %.0f tokens/s",
              s["n_documents"], s["n_tokens"], s["resumed_from"], s["tokens_per_second"])
 

@@ -252,3 +252,56 @@ def test_checksum_failure_is_named_by_the_runner(cached, tmp_path):
         run(smk, lambda smk, log: read_position_means(smk.input[0], "resid_pre"))
     text = (tmp_path / "r.log").read_text()
     assert f"file involved: {p}" in text and "fails its checksum" in text
+
+
+# ---------------------------------------------------------------- case 12: a failed write cleans up
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"), RuntimeError("something else")])
+def test_failed_cache_write_removes_partial_only_for_write_errors(prev_token_model_dir, tmp_path, monkeypatch, error):
+    import posmech.cache as cache
+    from posmech.cache import CHECKPOINT, PARTIAL
+
+    bridge = load_bridge({"hf_dir": str(prev_token_model_dir), "name": "pt"}, device="cpu")
+    real, calls = cache.write_tokens, []
+
+    def failing_write(ds, start, block):
+        calls.append(start)
+        if len(calls) > 4:  # after the first checkpoint
+            raise error
+        real(ds, start, block)
+
+    monkeypatch.setattr(cache, "write_tokens", failing_write)
+    out = tmp_path / "acts.h5"
+    with pytest.raises(type(error)):
+        cache_activations(bridge, token_set(n=9), out,
+                          CacheSettings(batch_size=3, checkpoint_seconds=0), {"model": "pt"})
+    partial, ckpt = out.with_name(out.name + PARTIAL), out.with_name(out.name + CHECKPOINT)
+    left = partial.exists(), ckpt.exists()
+    assert left == ((False, False) if isinstance(error, OSError) else (True, True))
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------- case 8: the cache survives a failed re-run
+def test_kept_cache_survives_output_deletion_and_is_relinked(prev_token_model_dir, tmp_path):
+    import os
+    import time
+
+    from posmech.cache import kept_path
+
+    bridge = load_bridge({"hf_dir": str(prev_token_model_dir), "name": "pt"}, device="cpu")
+    out = tmp_path / "acts.h5"
+    s = cache_activations(bridge, token_set(), out, CacheSettings(batch_size=3), {"model": "pt"}, keep=True)
+    assert not s.get("reused")
+    with h5py.File(out) as f:
+        fp = f.attrs["fingerprint"]
+    kept = kept_path(out, fp)
+    assert kept.is_file() and os.path.samefile(kept, out)  # a hard link: no second copy
+    digest = hashlib.sha256(out.read_bytes()).hexdigest()
+    out.unlink()  # what Snakemake does to a job's outputs before running it again
+    time.sleep(0.01)
+    s = cache_activations(bridge, token_set(), out, CacheSettings(batch_size=3), {"model": "pt"}, keep=True)
+    assert s["reused"] and hashlib.sha256(out.read_bytes()).hexdigest() == digest
+    assert out.stat().st_mtime >= time.time() - 60
+    # other content: computed afresh, and the kept copy of the old content is replaced
+    s = cache_activations(bridge, token_set(seed=5), out, CacheSettings(batch_size=3), {"model": "pt"}, keep=True)
+    assert not s.get("reused") and not kept.exists()
+    assert len(list(kept.parent.iterdir())) == 1

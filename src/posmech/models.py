@@ -43,13 +43,25 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         with open(p) as f:
             m = json.load(f)
-        m["hf_dir"]  # noqa: B018 - presence check
+        hf = m["hf_dir"]
     except (OSError, ValueError, KeyError) as err:
         raise PosmechError(
             f"model manifest {str(p)!r} is missing or unreadable ({err}); rerun the model rule "
             "(`snakemake --forcerun fetch_model` or `train_demo_model`)"
         ) from None
+    if not os.path.isabs(hf):  # relative to the manifest's directory (a relocatable project)
+        m["hf_dir"] = str((p.parent / hf).resolve())
     return m
+
+
+def manifest_hf_dir(hf_dir: str | os.PathLike[str], manifest_dir: str | os.PathLike[str]) -> str:
+    """How a manifest records its model directory: relative to the manifest's directory
+    when both lie inside the working directory (the project: a copied or moved project
+    loads its own model), else absolute (a model directory elsewhere on the machine)."""
+    hf, md, root = (Path(x).resolve() for x in (hf_dir, manifest_dir, Path.cwd()))
+    if hf.is_relative_to(root) and md.is_relative_to(root):
+        return os.path.relpath(hf, md)
+    return str(hf)
 
 
 def weights_digest(hf_dir: str | os.PathLike[str]) -> str:
@@ -116,7 +128,7 @@ def prepare_local_model(name: str, entry: dict[str, Any], out_dir: str | os.Path
         "name": name,
         "kind": "local",
         "source": entry["source"],
-        "hf_dir": str(src),
+        "hf_dir": manifest_hf_dir(src, out_dir),
         "revision": entry.get("revision", "main"),
         "resolved_revision": f"local:{weights_digest(src)}",
         "weights_sha256_16": weights_digest(src),
@@ -153,7 +165,7 @@ def fetch_hub_model(name: str, entry: dict[str, Any], out_dir: str | os.PathLike
         "name": name,
         "kind": "hub",
         "source": repo,
-        "hf_dir": str(hf_dir.resolve()),
+        "hf_dir": manifest_hf_dir(hf_dir, out),
         "revision": revision,
         "resolved_revision": resolved,
         "weights_sha256_16": weights_digest(hf_dir),
@@ -484,7 +496,7 @@ def train_demo_model(
         "name": name,
         "kind": "train",
         "source": "train_demo_model",
-        "hf_dir": str((out / HF_SUBDIR).resolve()),
+        "hf_dir": manifest_hf_dir(out / HF_SUBDIR, out),
         "revision": None,
         "resolved_revision": f"trained:{weights_digest(out / HF_SUBDIR)}",
         "weights_sha256_16": weights_digest(out / HF_SUBDIR),

@@ -37,9 +37,12 @@ def regex(names):
 
 
 def static(path):
-    """A static input shipped in the repository (e.g. ``resources/prompts/...``), as an
-    absolute path, so the workflow also runs with ``--directory`` elsewhere."""
-    return str(REPO / path)
+    """A static input shipped in the repository (e.g. ``resources/prompts/...``), relative
+    to the working directory: the workflow runs with ``--directory`` elsewhere, and a
+    copied or moved project records the same input paths (no rerun)."""
+    import os
+
+    return os.path.relpath(REPO / path)
 
 
 def on_gpu(model):
@@ -129,6 +132,15 @@ def train_runtime(wildcards, attempt):
 
 def model_entry(wildcards):
     return config["models"][wildcards.model]
+
+
+def weights_entry(wildcards):
+    """What determines a model's weights, and only that (the params of fetch_model and
+    train_demo_model: analysis keys such as n_ctx, device, dtype never refetch/retrain)."""
+    entry = config["models"][wildcards.model]
+    if "train" in entry:
+        return {"train": entry["train"]}
+    return {"source": entry["source"], "revision": entry["revision"]}
 
 
 def corpus_entry(wildcards):
@@ -339,8 +351,11 @@ def section_tokens(section):
 
 
 def repo_file(path):
-    """A repository file named in the config (absolute paths are kept)."""
-    return path if path.startswith("/") else static(path)
+    """A repository file named in the config (absolute paths, and ``~``, are kept)."""
+    import os
+
+    p = os.path.expanduser(path)
+    return p if os.path.isabs(p) else static(path)
 
 
 def taxonomy_scorecards():
@@ -419,7 +434,7 @@ def interventions_tokens(wildcards):
 
 
 def induction_prompt(wildcards):
-    return static(config["interventions"]["induction_intervention"]["prompt"])
+    return repo_file(config["interventions"]["induction_intervention"]["prompt"])
 
 
 INTERVENTION_RULES = [

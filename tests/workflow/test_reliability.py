@@ -1,0 +1,120 @@
+"""Issue 13 on the CI-sized DAG: what the config alone can tell is refused before any job,
+whatever outputs exist; analysis keys never retrain; a copied project is its own."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from posmech.models import read_manifest
+
+from .conftest import REPO, snakemake
+
+pytestmark = pytest.mark.workflow
+
+
+def _ci() -> dict:
+    return yaml.safe_load((REPO / "config/ci.yaml").read_text())
+
+
+def _mtimes(work: Path) -> dict[str, int]:
+    return {str(p.relative_to(work)): p.stat().st_mtime_ns
+            for p in sorted((work / "results").rglob("*")) if p.is_file()}
+
+
+def _write(tmp_path: Path, cfg: dict | str) -> Path:
+    p = tmp_path / "config.yaml"
+    p.write_text(cfg if isinstance(cfg, str) else yaml.safe_dump(cfg))
+    return p
+
+
+@pytest.mark.parametrize(
+    "mutate, key",
+    [
+        (lambda c: c["interventions"]["induction_intervention"].update(prompt="resources/prompts/gone.yaml"),
+         "interventions.induction_intervention.prompt"),
+        (lambda c: c["posembed_averaging"].update(prompts="/nonexistent/prompts.yaml"), "posembed_averaging.prompts"),
+        (lambda c: c["interventions"]["prev_knockout"].update(layers=[99]), "interventions.prev_knockout.layers"),
+        (lambda c: c["interventions"]["prev_knockout"].update(period=5, phase=5), "interventions.prev_knockout.phase"),
+        (lambda c: c["taxonomy"].update(pin={"gpt2": {"sharp": "L4H11"}}), "taxonomy.pin.gpt2"),
+        (lambda c: c["kernels"].update(etc_positions=[16, 40]), "kernels.etc_positions"),
+        (lambda c: c["models"]["demo"].update(device="cuda"), "models.demo.device"),
+    ],
+    ids=["missing-induction-prompt", "missing-averaging-prompts", "knockout-layer", "knockout-phase",
+         "pin-undefined-model", "etc-beyond-context", "cuda-without-gpu"],
+)
+def test_config_errors_refused_before_any_job_even_with_outputs(ci_run, tmp_path, mutate, key):
+    """Case 1 and 16: with every output present (a finished run), the bad key is named and
+    nothing is run, deleted or touched (today's main: exit 0 or a job that fails late)."""
+    import torch
+
+    if key.endswith("device") and torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    cfg = _ci()
+    mutate(cfg)
+    before = _mtimes(ci_run)
+    proc = snakemake(ci_run, configfile=_write(tmp_path, cfg), timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and key in out and "before any job" in out, out[-3000:]
+    assert "Traceback" not in out
+    assert _mtimes(ci_run) == before
+
+
+def test_duplicate_yaml_key_refused_by_name(ci_run, tmp_path):
+    """Case 4: a second `cache:` section is an error naming the key and the lines."""
+    text = (REPO / "config/ci.yaml").read_text() + "\ncache:\n  batch_size: 4\n"
+    proc = snakemake(ci_run, "-n", configfile=_write(tmp_path, text), timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "duplicate key 'cache'" in out and "again on line" in out
+
+
+def test_analysis_keys_do_not_retrain(ci_run, tmp_path):
+    """Case 9: n_ctx, device, dtype, processing, prepend_bos of a trained model are not
+    what determines its weights: the dry run schedules no training (and no fetch)."""
+    cfg = _ci()
+    cfg["models"]["demo"].update(n_ctx=32, device="auto", processing="raw", prepend_bos=False)
+    proc = snakemake(ci_run, "-n", configfile=_write(tmp_path, cfg), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rule tokenize:" in proc.stdout  # the keys do change what is analysed
+    assert "rule train_demo_model:" not in proc.stdout
+    cfg["models"]["demo"]["train"]["steps"] += 1  # a weight-determining key does retrain
+    proc = snakemake(ci_run, "-n", configfile=_write(tmp_path, cfg), timeout=300)
+    assert "rule train_demo_model:" in proc.stdout
+
+
+def test_copied_project_is_its_own(ci_run, tmp_path_factory):
+    """Case 10: a copy of the finished working directory (same depth, so the repository
+    lies at the same relative path) loads its own model and has nothing to rerun."""
+    copy = tmp_path_factory.mktemp("moved") / "project"
+    shutil.copytree(ci_run, copy, symlinks=True)
+    man = read_manifest(copy / "resources/models/demo/manifest.json")
+    assert Path(man["hf_dir"]).is_relative_to(copy.resolve())
+    raw = (copy / "resources/models/demo/manifest.json").read_text()
+    assert str(ci_run) not in raw and '"hf_dir": "hf"' in raw
+    proc = snakemake(copy, "-n", "--forceall", timeout=300)
+    static = [line for line in proc.stdout.splitlines() if "resources/prompts" in line]
+    assert static and not any(" /" in line.split("input:", 1)[-1] for line in static)
+    proc = snakemake(copy, "-n", timeout=300)
+    assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-3000:]
+
+
+def test_failed_rerun_keeps_the_activation_cache_and_names_the_file(ci_run, tmp_path_factory):
+    """Cases 8 and 13: a damaged tokens file makes Snakemake rerun the cache, which fails;
+    Snakemake deletes the cache output first, but its kept hard link survives, and the
+    failing rule's log names the tokens file and the fix."""
+    work = tmp_path_factory.mktemp("damaged") / "project"
+    shutil.copytree(ci_run, work, symlinks=True)
+    cache = work / "results/demo/activations/bible.h5"
+    size = cache.stat().st_size
+    tokens = work / "results/demo/tokens/bible.h5"
+    tokens.write_bytes(tokens.read_bytes()[:1500])  # truncated (and newer than the cache)
+    proc = snakemake(work, "results/demo/activations/bible.h5", timeout=600)
+    assert proc.returncode != 0
+    assert not cache.exists()  # Snakemake removed the output before the job ...
+    [kept] = (work / "results/demo/activations/.kept").iterdir()  # ... but not the kept copy
+    assert kept.stat().st_size == size
+    log = (work / "logs/cache_activations/demo/bible.log").read_text()
+    assert "results/demo/tokens/bible.h5" in log and "rerun" in log
