@@ -4,7 +4,7 @@ from transformers import AutoTokenizer
 
 from posmech.config import config_hash
 from posmech.io import read_jsonl
-from posmech.models import model_context, read_manifest
+from posmech.models import analysis_context, read_manifest
 from posmech.runner import run
 from posmech.tokens import tokenize_documents, unknown_tokens, write_tokens
 
@@ -13,7 +13,7 @@ def main(smk, log):
     man = read_manifest(smk.input.manifest)
     model, corpus = smk.params.model, smk.params.corpus
     tok = AutoTokenizer.from_pretrained(man["hf_dir"], trust_remote_code=False)
-    n_ctx = min(model["n_ctx"] or 10**9, model_context(man["hf_dir"]))
+    n_ctx = analysis_context(smk.wildcards.model, model, man["hf_dir"])
     docs = read_jsonl(smk.input.corpus)
     ids, kept = tokenize_documents(docs, tok, n_ctx, model["prepend_bos"], corpus["min_tokens"])
     n_unk, docs_unk = unknown_tokens(ids, tok)

@@ -167,3 +167,13 @@ def test_executor_from_the_command_line(tmp_path):
     assert not jobs_run_locally(["snakemake", "--workflow-profile", str(REPO / "profiles/slurm")], {})
     assert jobs_run_locally(["snakemake", "--workflow-profile", str(REPO / "profiles/default")], {})
     assert not jobs_run_locally(["snakemake"], {"SNAKEMAKE_PROFILE": str(REPO / "profiles/slurm")})
+
+
+def test_n_ctx_beyond_context_is_an_error_at_run_time_too(prev_token_model_dir):
+    """For a hub model not fetched when the run starts, the tokenize rule refuses it."""
+    from posmech.models import analysis_context
+
+    assert analysis_context("m", {"n_ctx": None}, prev_token_model_dir) == 12
+    assert analysis_context("m", {"n_ctx": 8}, prev_token_model_dir) == 8
+    with pytest.raises(PosmechError, match="models.m.n_ctx.*beyond the model's context of 12"):
+        analysis_context("m", {"n_ctx": 13}, prev_token_model_dir)

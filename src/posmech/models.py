@@ -256,6 +256,17 @@ def model_context(hf_dir: str | os.PathLike[str]) -> int:
     raise PosmechError(f"{str(hf_dir)!r}: config.json records no context length; set the model's `n_ctx`")
 
 
+def analysis_context(name: str, entry: dict[str, Any], hf_dir: str | os.PathLike[str]) -> int:
+    """Tokens per document: ``models.<name>.n_ctx``, or the model's context when null; a
+    value beyond the model's context is an error naming the key (never clamped)."""
+    ctx = model_context(hf_dir)
+    asked = entry.get("n_ctx")
+    if asked and int(asked) > ctx:
+        raise PosmechError(f"config key `models.{name}.n_ctx`: {asked} is beyond the model's context of {ctx} "
+                           f"tokens ({str(hf_dir)!r}/config.json); give at most {ctx}, or null")
+    return int(asked or ctx)
+
+
 def _resolved_revision(repo: str, revision: str) -> str:
     try:
         from huggingface_hub import HfApi

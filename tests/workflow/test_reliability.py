@@ -3,7 +3,11 @@ whatever outputs exist; analysis keys never retrain; a copied project is its own
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +15,7 @@ import yaml
 
 from posmech.models import read_manifest
 
-from .conftest import REPO, snakemake
+from .conftest import REPO, SNAKEMAKE, snakemake
 
 pytestmark = pytest.mark.workflow
 
@@ -118,3 +122,56 @@ def test_failed_rerun_keeps_the_activation_cache_and_names_the_file(ci_run, tmp_
     assert kept.stat().st_size == size
     log = (work / "logs/cache_activations/demo/bible.log").read_text()
     assert "results/demo/tokens/bible.h5" in log and "rerun" in log
+
+
+def _popen(work: Path) -> subprocess.Popen:
+    cmd = [SNAKEMAKE, "--snakefile", str(REPO / "workflow" / "Snakefile"), "--directory", str(work),
+           "--configfile", str(REPO / "config" / "ci.yaml"), "--cores", "2"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=work,
+                            start_new_session=True)
+
+
+def _read(p: Path) -> str:
+    try:
+        return p.read_text()
+    except OSError:
+        return ""
+
+
+def test_sigkill_at_several_points_recovers_to_an_uninterrupted_run(ci_run, tmp_path_factory):
+    """Case 11 and "How it is checked": SIGKILL the whole run (Snakemake and its jobs) while
+    the demo model trains, while the activation cache is written, and while the analyses
+    run; recover each time with the documented commands (a plain rerun fails on the lock;
+    `--unlock`, then the same command); the finished outputs equal those of the
+    uninterrupted run (ci_run) output by output (tests/workflow/compare.py names what is
+    run-specific: the `created` attribute, timings).  Also the two-fresh-runs comparison:
+    the recovered run is a second run from scratch."""
+    from .compare import differences
+
+    work = tmp_path_factory.mktemp("killed")
+    moments = {
+        "training": lambda: "step " in _read(work / "logs/train_demo_model/demo.log"),
+        "cache": lambda: (work / "results/demo/activations/bible.h5.partial").exists(),
+        "analyses": lambda: (work / "results/demo/taxonomy/heads.csv").exists(),
+    }
+    killed = []
+    for name, ready in moments.items():
+        proc = _popen(work)
+        deadline = time.monotonic() + 900
+        while proc.poll() is None and not ready() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            killed.append(name)
+        assert proc.returncode in (-signal.SIGKILL, 0, None), name
+        if len(killed) == 1 and killed[0] == name:
+            plain = snakemake(work, timeout=300)
+            assert plain.returncode != 0 and "lock" in (plain.stdout + plain.stderr).lower()
+        unlock = snakemake(work, "--unlock", timeout=300)
+        assert unlock.returncode == 0, unlock.stderr[-2000:]
+    assert "training" in killed and len(killed) >= 2, killed
+    final = snakemake(work, timeout=1500)
+    assert final.returncode == 0, final.stderr[-4000:]
+    assert differences(ci_run, work) == []

@@ -135,8 +135,9 @@ def model_entry(wildcards):
 
 
 def weights_entry(wildcards):
-    """What determines a model's weights, and only that (the params of fetch_model and
-    train_demo_model: analysis keys such as n_ctx, device, dtype never refetch/retrain)."""
+    """What determines a model's weights, and only that: the params of fetch_model and
+    train_demo_model (analysis keys such as n_ctx, device, dtype never refetch/retrain).
+    """
     entry = config["models"][wildcards.model]
     if "train" in entry:
         return {"train": entry["train"]}
