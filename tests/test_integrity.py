@@ -13,8 +13,8 @@ import pytest
 
 from posmech.cache import CacheSettings, cache_activations, read_position_means, tokens_digest
 from posmech.errors import PosmechError
-from posmech.models import check_hf_dir, load_bridge, prepare_local_model
-from posmech.tokens import TokenSet
+from posmech.models.loading import check_hf_dir, load_bridge, prepare_local_model
+from posmech.data.tokens import TokenSet
 
 
 def token_set(seed: int = 0, n: int = 6, n_ctx: int = 12, created: str = "t0") -> TokenSet:
@@ -155,7 +155,7 @@ def test_defined_corpora_spelt_right():
 
 # ---------------------------------------------------------------- case 2: an average over nothing
 def test_loss_over_empty_documents_is_an_error(prev_token_model_dir):
-    from posmech.ablations import posembed_averaging
+    from posmech.analyses.wpos import posembed_averaging
 
     bridge = load_bridge({"hf_dir": str(prev_token_model_dir), "name": "pt"}, device="cpu")
     empty = [np.array([0], dtype=np.int32)] * 3  # BOS only: nothing to predict
@@ -177,8 +177,8 @@ def test_mean_over_nothing():
 def test_char_tokenizer_maps_unknown_characters_and_counts_them(tmp_path):
     from transformers import AutoTokenizer
 
-    from posmech.models import UNK_TOKEN, build_char_tokenizer
-    from posmech.tokens import tokenize_documents, unknown_tokens
+    from posmech.models.training import UNK_TOKEN, build_char_tokenizer
+    from posmech.data.tokens import tokenize_documents, unknown_tokens
 
     build_char_tokenizer(["abc "]).save_pretrained(tmp_path)
     tok = AutoTokenizer.from_pretrained(tmp_path)  # as the tokenize rule loads it
@@ -193,7 +193,7 @@ def test_char_tokenizer_maps_unknown_characters_and_counts_them(tmp_path):
 def test_gpt2_style_tokenizer_reports_no_unknowns(prev_token_model_dir):
     from transformers import AutoTokenizer
 
-    from posmech.tokens import unknown_tokens
+    from posmech.data.tokens import unknown_tokens
 
     tok = AutoTokenizer.from_pretrained(prev_token_model_dir)
     assert unknown_tokens([np.array([tok.bos_token_id, 1, 2])], tok) == (0, 0)
@@ -226,7 +226,7 @@ def test_flipped_bytes_in_position_means_are_detected(cached, tmp_path, capsys):
 
 
 def test_every_written_dataset_is_checksummed(cached, tmp_path):
-    from posmech.tokens import write_tokens
+    from posmech.data.tokens import write_tokens
 
     toks = tmp_path / "t.h5"
     write_tokens(toks, [np.arange(5, dtype=np.int32)], [{"doc_index": 0, "title": "x"}], {})

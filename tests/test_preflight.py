@@ -171,7 +171,7 @@ def test_executor_from_the_command_line(tmp_path):
 
 def test_n_ctx_beyond_context_is_an_error_at_run_time_too(prev_token_model_dir):
     """For a hub model not fetched when the run starts, the tokenize rule refuses it."""
-    from posmech.models import analysis_context
+    from posmech.models.loading import analysis_context
 
     assert analysis_context("m", {"n_ctx": None}, prev_token_model_dir) == 12
     assert analysis_context("m", {"n_ctx": 8}, prev_token_model_dir) == 8

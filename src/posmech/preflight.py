@@ -196,7 +196,7 @@ def file_problems(config: dict[str, Any], schema: dict[str, Any], repo: str | os
     published = Path(repo) / "resources" / "published.yaml"
     if published.exists():
         try:
-            from posmech.scorecard import load_published
+            from posmech.report.scorecard import load_published
 
             strict_load(published)
             load_published(published)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from posmech.models import read_manifest
+from posmech.models.loading import read_manifest
 
 from .conftest import REPO, SNAKEMAKE, snakemake
 
