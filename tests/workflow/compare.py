@@ -17,12 +17,12 @@ import h5py
 import numpy as np
 import pandas as pd
 
-#: HDF5 attributes documented as run-specific (docs/artifacts.md).
-RUN_SPECIFIC_ATTRS = {"created"}
+#: HDF5 attributes documented as run-specific (docs/artifacts.md): when, and how fast.
+RUN_SPECIFIC_ATTRS = {"created", "forward_seconds", "tokens_per_second"}
 #: CSV columns that are timings.
 RUN_SPECIFIC_COLUMNS = {"elapsed_s"}
-#: JSON keys that are timings.
-RUN_SPECIFIC_KEYS = {"train_seconds", "tokens_per_second"}
+#: JSON keys (also of CSV `# key: value` metadata lines) that are timings.
+RUN_SPECIFIC_KEYS = {"train_seconds", "tokens_per_second", "forward_seconds"}
 #: Files that record the run itself (timings, dates) rather than results.
 RUN_SPECIFIC_FILES = {"results/report/index.html"}
 SKIPPED_DIRS = ("logs/", "benchmarks/", ".snakemake/")
@@ -72,20 +72,30 @@ def _drop(obj: Any) -> Any:
     return obj
 
 
+def _meta(path: Path) -> list[str]:
+    lines = [ln for ln in path.read_text().splitlines() if ln.startswith("#")]
+    return [ln for ln in lines if ln[1:].split(":", 1)[0].strip() not in RUN_SPECIFIC_KEYS]
+
+
+def _is_hdf5(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(8) == b"\x89HDF\r\n\x1a\n"
+
+
 def differences(a: Path, b: Path) -> list[str]:
-    """Every difference between the outputs of working directories ``a`` and ``b``."""
+    """Every difference between the outputs of working directory ``b`` and the same files
+    in ``a`` (``a`` may hold more: files other tests made in it)."""
     fa, fb = outputs(a), outputs(b)
-    out = [f"{p}: only in {a if p in fa else b}" for p in sorted(fa ^ fb)]
+    out = [f"{p}: missing in {a}" for p in sorted(fb - fa)]
     for rel in sorted((fa & fb) - RUN_SPECIFIC_FILES):
         pa, pb = a / rel, b / rel
-        if rel.endswith(".h5"):
+        if _is_hdf5(pa) and _is_hdf5(pb):
             out += [f"{rel}: {d}" for d in _h5_differences(pa, pb)]
         elif rel.endswith(".csv"):
             ta = pd.read_csv(pa, comment="#")
             tb = pd.read_csv(pb, comment="#")
             cols = [c for c in ta.columns if c not in RUN_SPECIFIC_COLUMNS]
-            meta = [ln for ln in pa.read_text().splitlines() if ln.startswith("#")]
-            if meta != [ln for ln in pb.read_text().splitlines() if ln.startswith("#")]:
+            if _meta(pa) != _meta(pb):
                 out.append(f"{rel}: metadata lines differ")
             if list(ta.columns) != list(tb.columns) or not ta[cols].equals(tb[cols]):
                 out.append(f"{rel}: table differs")

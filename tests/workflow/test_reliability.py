@@ -92,8 +92,8 @@ def test_analysis_keys_do_not_retrain(ci_run, tmp_path):
 def test_copied_project_is_its_own(ci_run, tmp_path_factory):
     """Case 10: a copy of the finished working directory (same depth, so the repository
     lies at the same relative path) loads its own model and has nothing to rerun."""
-    copy = tmp_path_factory.mktemp("moved") / "project"
-    shutil.copytree(ci_run, copy, symlinks=True)
+    copy = tmp_path_factory.mktemp("moved")
+    shutil.copytree(ci_run, copy, symlinks=True, dirs_exist_ok=True)
     man = read_manifest(copy / "resources/models/demo/manifest.json")
     assert Path(man["hf_dir"]).is_relative_to(copy.resolve())
     raw = (copy / "resources/models/demo/manifest.json").read_text()
