@@ -11,6 +11,10 @@ from posmech.config import load_schema, model_names_by_kind, selected, validate_
 from posmech.errors import PosmechError
 from posmech.preflight import jobs_run_locally, preflight
 
+# workflow/rules/ -> the repository (also when another Snakefile includes this file)
+_REPO_OF_THIS_FILE = Path(
+    workflow.current_basedir.get_path_or_uri(secret_free=True)
+).parents[1]
 try:
     _schema = load_schema(workflow.source_path("../schemas/config.schema.yaml"))
     validate_config(config, _schema)
@@ -19,7 +23,7 @@ try:
     preflight(
         config,
         _schema,
-        repo=Path(workflow.basedir).parent,
+        repo=_REPO_OF_THIS_FILE,
         configfiles=workflow.configfiles,
         jobs_run_here=workflow.is_main_process and jobs_run_locally(sys.argv),
     )
