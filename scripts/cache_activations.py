@@ -34,7 +34,7 @@ def main(smk, log):
         progress.total = n
         progress.update(done)
 
-    s = cache_activations(capture, tokens, smk.output[0], settings, attrs, progress=report)
+    s = cache_activations(capture, tokens, smk.output[0], settings, attrs, progress=report, keep=True)
     log.info("cached %d documents, %d tokens (resumed after %d documents), %.0f tokens/s",
              s["n_documents"], s["n_tokens"], s["resumed_from"], s["tokens_per_second"])
 

@@ -3,9 +3,9 @@
 from transformers import AutoTokenizer
 
 from posmech.config import config_hash
-from posmech.data.tokens import tokenize_documents, write_tokens
+from posmech.data.tokens import tokenize_documents, unknown_tokens, write_tokens
 from posmech.io import read_jsonl
-from posmech.models.loading import model_context, read_manifest
+from posmech.models.loading import analysis_context, read_manifest
 from posmech.runner import run
 
 
@@ -13,10 +13,16 @@ def main(smk, log):
     man = read_manifest(smk.input.manifest)
     model, corpus = smk.params.model, smk.params.corpus
     tok = AutoTokenizer.from_pretrained(man["hf_dir"], trust_remote_code=False)
-    n_ctx = min(model["n_ctx"] or 10**9, model_context(man["hf_dir"]))
+    n_ctx = analysis_context(smk.wildcards.model, model, man["hf_dir"])
     docs = read_jsonl(smk.input.corpus)
     ids, kept = tokenize_documents(docs, tok, n_ctx, model["prepend_bos"], corpus["min_tokens"])
+    n_unk, docs_unk = unknown_tokens(ids, tok)
+    if n_unk:
+        log.warning("%d characters/tokens in %d documents are outside the tokenizer's vocabulary: "
+                    "each became the unknown token %r", n_unk, docs_unk, tok.unk_token)
     attrs = {
+        "n_unknown_tokens": n_unk,
+        "n_documents_with_unknown_tokens": docs_unk,
         "model": smk.wildcards.model,
         "model_source": man["source"],
         "resolved_revision": man["resolved_revision"],
@@ -28,7 +34,8 @@ def main(smk, log):
         "bos_token_id": tok.bos_token_id if tok.bos_token_id is not None else -1,
     }
     write_tokens(smk.output[0], ids, [docs[j] for j in kept], attrs)
-    log.info("%d of %d documents, %d tokens (n_ctx %d)", len(ids), len(docs), sum(map(len, ids)), n_ctx)
+    log.info("%d of %d documents, %d tokens (n_ctx %d), %d unknown", len(ids), len(docs), sum(map(len, ids)),
+             n_ctx, n_unk)
 
 
 run(snakemake, main)  # noqa: F821

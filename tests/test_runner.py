@@ -1,57 +1,106 @@
-"""Progress lines of long loops: done/total, rate, time left, at a bounded interval."""
+"""The runner names every failure in the rule's log (issue 13, case 13): the error, the
+file involved, a likely fix, and the traceback for debugging; never an empty log."""
 
 from __future__ import annotations
 
-import logging
+import errno
+from pathlib import Path
+from types import SimpleNamespace
 
-from posmech.runner import Progress, logged
+import h5py
+import numpy as np
+import pytest
+import yaml
 
-
-def test_progress_logs_first_every_interval_and_last(caplog):
-    now = [0.0]
-    caplog.set_level(logging.INFO, logger="posmech")
-    p = Progress(100, "documents", every_s=30, clock=lambda: now[0])
-    for i in range(1, 101):
-        now[0] += 1.0  # one document per second
-        p.update(i)
-    lines = [r.getMessage() for r in caplog.records]
-    # first update, then every 30 s (at 31, 61, 91), and the last
-    assert len(lines) == 5
-    assert lines[0] == "documents 1/100 (1 %), 1/s, ~99 s left"
-    assert lines[-1] == "documents 100/100 (100 %), 1/s"
+from posmech.errors import PosmechError
+from posmech.runner import run
 
 
-def test_logged_passes_items_through_and_knows_the_total(caplog):
-    caplog.set_level(logging.INFO, logger="posmech")
-    items = list(logged(["a", "b", "c"], what="chapters", every_s=3600))
-    assert items == ["a", "b", "c"]
-    msgs = [r.getMessage() for r in caplog.records]
-    assert msgs[0].startswith("chapters 1/3") and msgs[-1].startswith("chapters 3/3 (100 %)")
-    caplog.clear()
-    assert list(logged(iter(range(2)), every_s=3600)) == [0, 1]  # no length: counts without a total
-    assert caplog.records[-1].getMessage() == "documents 2"  # no rate: under a second
+class Files(list):
+    """Snakemake's named file lists: a list with attribute access."""
+
+    def __init__(self, **named):
+        super().__init__(named.values())
+        self.__dict__.update(named)
 
 
-def test_progress_goes_to_the_log_file_not_the_terminal(tmp_path, capsys):
-    from posmech.runner import LOG, setup_logging
+def job(tmp_path: Path, **inputs) -> SimpleNamespace:
+    return SimpleNamespace(input=Files(**{k: str(v) for k, v in inputs.items()}),
+                           output=Files(out=str(tmp_path / "out.csv")), log=[str(tmp_path / "rule.log")],
+                           rule="some_rule", threads=1)
 
-    log_file = tmp_path / "rule.log"
-    root = logging.getLogger()
-    saved = (list(root.handlers), root.level)
-    try:
-        setup_logging(str(log_file))
-        LOG.info("rule message")
-        Progress(2, "documents", every_s=0).update(2)
-        for h in root.handlers:
-            h.flush()
-        text = log_file.read_text()
-        assert "rule message" in text and "documents 2/2 (100 %)" in text
-        err = capsys.readouterr().err
-        assert "rule message" in err and "documents 2/2" not in err
-    finally:
-        for h in list(root.handlers):
-            root.removeHandler(h)
-            h.close()
-        for h in saved[0]:
-            root.addHandler(h)
-        root.setLevel(saved[1])
+
+def failing(tmp_path: Path, main, **inputs) -> str:
+    smk = job(tmp_path, **inputs)
+    with pytest.raises(SystemExit) as info:
+        run(smk, main)
+    assert info.value.code == 1
+    text = Path(smk.log[0]).read_text()
+    assert text.strip(), "the rule's log must not be empty"
+    return text
+
+
+def test_missing_hdf5_dataset_names_file_and_fix(tmp_path):
+    stats = tmp_path / "acts.h5"
+    with h5py.File(stats, "w") as f:
+        f["position_stats/ln1_out/count"] = np.ones(3)
+
+    def main(smk, log):
+        path = smk.input.acts
+        with h5py.File(path, "r") as f:
+            f["position_stats/ln1_out/mean"][()]
+
+    text = failing(tmp_path, main, acts=stats)
+    assert "rule some_rule failed: KeyError" in text
+    assert f"file involved: {stats}" in text
+    assert "rerun the rule that writes it" in text
+    assert "Traceback (for debugging)" in text and 'f["position_stats/ln1_out/mean"]' in text
+
+
+def test_disk_full_names_directory(tmp_path):
+    target = tmp_path / "out.csv"
+
+    def main(smk, log):
+        raise OSError(errno.ENOSPC, "No space left on device", str(target))
+
+    text = failing(tmp_path, main)
+    assert f"file involved: {target}" in text and "disk holding" in text and "is full" in text
+
+
+def test_file_size_limit(tmp_path):
+    def main(smk, log):
+        raise OSError(errno.EFBIG, "File too large", smk.output.out)
+
+    assert "ulimit -f" in failing(tmp_path, main)
+
+
+def test_malformed_yaml_input(tmp_path):
+    prompt = tmp_path / "prompt.yaml"
+    prompt.write_text("prompt: [unclosed\n")
+
+    def main(smk, log):
+        with open(smk.input.prompt) as f:
+            yaml.safe_load(f)
+
+    text = failing(tmp_path, main, prompt=prompt)
+    assert f"file involved: {prompt}" in text and "not valid YAML" in text
+
+
+def test_unexpected_error_lists_inputs(tmp_path):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"text": null}\n')
+
+    def main(smk, log):
+        text = None
+        return text.strip()
+
+    text = failing(tmp_path, main, corpus=corpus)
+    assert "AttributeError" in text and str(corpus) in text and "Traceback" in text
+
+
+def test_posmech_error_has_no_traceback(tmp_path):
+    def main(smk, log):
+        raise PosmechError("config key `x`: bad")
+
+    text = failing(tmp_path, main)
+    assert "config key `x`: bad" in text and "Traceback" not in text

@@ -43,10 +43,11 @@ The file is renamed onto ``path`` only after the completion marker is set.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,11 +61,13 @@ from posmech.errors import PosmechError
 from posmech.hdf5 import (
     STR,
     attr_json,
+    checksummed,
     copy_compressed,
     describe,
     open_artifact,
     preallocated_dataset,
     provenance,
+    require_datasets,
     set_attrs,
 )
 from posmech.io import atomic_path
@@ -417,14 +420,94 @@ def write_tokens(ds: h5py.Dataset, start: int, block: np.ndarray) -> None:
     ds.id.write(h5py.h5s.create_simple(block.shape), fspace, block)
 
 
+# --------------------------------------------------------------------------- kept copies
+KEEP_DIR = ".kept"
+
+
+def kept_path(path: Path, fingerprint: str) -> Path:
+    """Where the finished cache ``path`` with ``fingerprint`` is kept (a hard link):
+    ``<dir>/.kept/<name>.<fingerprint>``."""
+    return path.parent / KEEP_DIR / f"{path.name}.{fingerprint}"
+
+
+def _keep(path: Path, kept: Path) -> None:
+    """Hard-link the finished ``path`` into the keep directory, replacing older kept
+    copies of the same file (other fingerprints).  Snakemake deletes a job's outputs
+    before running it again; the kept link survives that, so a re-run that fails leaves
+    the expensive cache on disk and a re-run with the same fingerprint relinks it
+    instead of recomputing.  A file system without hard links keeps nothing."""
+    kept.parent.mkdir(exist_ok=True)
+    tmp = kept.with_name(kept.name + ".link")
+    try:
+        tmp.unlink(missing_ok=True)
+        os.link(path, tmp)
+        os.replace(tmp, kept)
+    except OSError as err:
+        LOG.warning("could not keep a hard link of %s (%s): a failed re-run will have to recompute it", path, err)
+        return
+    for old in kept.parent.glob(f"{path.name}.*"):
+        if old != kept:
+            old.unlink(missing_ok=True)
+
+
+def _reuse_kept(kept: Path, path: Path, fingerprint: str) -> bool:
+    """Link a kept copy back onto ``path`` when it is complete, of this fingerprint and
+    written by this code (same ``git_commit``); its mtime is set to now, so Snakemake
+    sees an output newer than its inputs."""
+    from posmech.hdf5 import git_commit
+
+    if not kept.is_file():
+        return False
+    try:
+        with h5py.File(kept, "r") as f:
+            ok = (bool(f.attrs.get("complete")) and f.attrs.get("fingerprint") == fingerprint
+                  and f.attrs.get("git_commit") == git_commit())
+    except OSError:
+        ok = False
+    if not ok:
+        return False
+    tmp = path.with_name(path.name + ".link")
+    tmp.unlink(missing_ok=True)
+    os.link(kept, tmp)
+    os.replace(tmp, path)
+    os.utime(path)
+    return True
+
+
+@contextlib.contextmanager
+def _discard_on_write_error(*paths: Path) -> Iterator[None]:
+    """A write that fails (``OSError``: disk full, file-size limit, quota, I/O error)
+    removes the in-progress file and its checkpoint: a preallocated partial file can be
+    as large as the finished cache, and a resume would hit the same wall.  Any other
+    failure, and a kill, keeps them for the resume."""
+    try:
+        yield
+    except OSError as err:
+        for p in paths:
+            p.unlink(missing_ok=True)
+        LOG.error("write failed (%s); removed the in-progress files %s", err, ", ".join(p.name for p in paths))
+        raise
+
+
 def _fingerprint(attrs: dict[str, Any], settings: CacheSettings, tokens: TokenSet) -> str:
     from posmech.config import config_hash
 
     return config_hash({
         "attrs": {k: v for k, v in attrs.items() if k not in ("created",)},
         "settings": settings.fingerprint_fields(),
-        "tokens": [tokens.attrs.get("config_hash"), tokens.attrs.get("created"), int(tokens.offsets[-1])],
+        "tokens": [tokens.attrs.get("config_hash"), tokens_digest(tokens)],
     })
+
+
+def tokens_digest(tokens: TokenSet) -> str:
+    """sha256 (16 hex digits) of the token ids and document offsets: what the cache's
+    content depends on, not when the tokens file was written."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for a in (tokens.flat.astype(np.int32), tokens.offsets.astype(np.int64)):
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()[:16]
 
 
 def _create_partial(tmp: Path, tokens: TokenSet, n_docs: int, n_layers: int, d_model: int,
@@ -433,7 +516,7 @@ def _create_partial(tmp: Path, tokens: TokenSet, n_docs: int, n_layers: int, d_m
     n_tok = int(off[-1])
     lengths = np.diff(off)
     n_pos = int(lengths.max())
-    with h5py.File(tmp, "w") as f:
+    with h5py.File(tmp, "w") as f, checksummed(f):
         set_attrs(f, {**provenance(), "kind": KIND, "rule": RULE, "complete": False, **attrs})
         flat = tokens.flat[:n_tok].astype(np.int32)
         f.create_dataset("token_ids", data=flat)
@@ -453,9 +536,9 @@ def _create_partial(tmp: Path, tokens: TokenSet, n_docs: int, n_layers: int, d_m
                       **{k: attrs[k] for k in ("model", "processing", "corpus") if k in attrs}}
             set_attrs(d, {**common, "dtype": settings.storage_dtype, "axes": ["layer", "token", "d_model"]})
             m = preallocated_dataset(f, f"position_stats/{h}/mean", (len(names), n_pos, d_model), "float64",
-                                     None, fillvalue=np.nan)
+                                     (1, n_pos, d_model), fillvalue=np.nan)  # chunked: checksummed
             set_attrs(m, {**common, "dtype": "float64", "axes": ["layer", "position", "d_model"]})
-        c = preallocated_dataset(f, "position_stats/count", (n_pos,), "int64", None, fillvalue=0)
+        c = preallocated_dataset(f, "position_stats/count", (n_pos,), "int64", (n_pos,), fillvalue=0)
         set_attrs(c, {"axes": ["position"]})
         describe(f, {**{k: v for k, v in TOKEN_DESCRIPTIONS.items() if k in f}, **{
             "documents/title": "[n_documents] str title from the tokens file (Bible: 'Genesis 1'; empty for web text)",
@@ -509,9 +592,14 @@ def cache_activations(
     settings: CacheSettings,
     attrs: dict[str, Any],
     progress: Callable[[int, int], None] | None = None,
+    keep: bool = False,
 ) -> dict[str, Any]:
     """Run ``model`` over the first ``settings.n_documents`` documents of ``tokens`` and
     write the activation cache to ``path`` (see the module docstring for the layout).
+
+    ``keep``: also keep the finished file as a hard link in ``.kept/`` next to it
+    (:func:`kept_path`), and reuse a kept file of the same fingerprint instead of
+    recomputing (the rule does: a failed re-run never loses the cache).
 
     ``model``: a TransformerBridge, or an :class:`HFCapture`/:class:`BridgeCapture`
     (:func:`load_capture`).
@@ -519,7 +607,7 @@ def cache_activations(
     Memory is bounded by one batch plus the ``[L, n_positions, d_model]`` float64 sums,
     whatever the number of documents.  Returns a summary: ``n_documents``, ``n_tokens``,
     ``resumed_from`` (documents already done by an interrupted run), ``seconds``,
-    ``tokens_per_second`` (of this invocation).
+    ``tokens_per_second`` (of this invocation), ``reused`` when a kept file was relinked.
     """
     path = Path(path)
     n_docs = tokens.n_documents if settings.n_documents is None else min(settings.n_documents, tokens.n_documents)
@@ -541,76 +629,90 @@ def cache_activations(
     attrs["fingerprint"] = fp
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp, ckpt = path.with_name(path.name + PARTIAL), path.with_name(path.name + CHECKPOINT)
+    kept = kept_path(path, fp) if keep else None
+    if kept is not None and _reuse_kept(kept, path, fp):
+        LOG.info("reusing %s: a finished cache with the same fingerprint %s (kept in %s/)", path, fp, KEEP_DIR)
+        return {"n_documents": n_docs, "n_tokens": int(off[-1]), "resumed_from": n_docs, "reused": True,
+                "seconds": 0.0, "tokens_per_second": float("nan")}
 
-    state = _open_resumable(tmp, ckpt, fp, settings)
-    if state is None:
-        for p in (tmp, ckpt):
-            p.unlink(missing_ok=True)
-        _create_partial(tmp, tokens, n_docs, n_layers, d_model, settings, attrs)
-        f = h5py.File(tmp, "r+", rdcc_nbytes=0)
-        done, count = 0, np.zeros(n_pos, dtype=np.int64)
-        sums = {h: np.zeros((len(hook_points(h, n_layers)), n_pos, d_model)) for h in settings.hooks}
-    else:
-        f, done, sums, count = state
-        LOG.info("resuming %s after %d of %d documents (checkpoint %s)", path, done, n_docs, ckpt.name)
-    resumed_from = done
-    t0 = time.perf_counter()
-    datasets = {h: f[f"activations/{h}"] for h in settings.hooks}
-    n_tok_run = 0
-    try:
-        since, last_ckpt = 0, time.monotonic()
-        for start in range(done, n_docs, settings.batch_size):
-            stop = min(start + settings.batch_size, n_docs)
-            lens = lengths[start:stop]
-            a0, a1 = int(off[start]), int(off[stop])
-            T = int(lens.max())
-            if (lens == T).all():
-                ids = tokens.flat[a0:a1].reshape(stop - start, T).astype(np.int64)
-            else:
-                ids = np.zeros((stop - start, T), dtype=np.int64)
-                for b, j in enumerate(range(start, stop)):
-                    ids[b, : lens[b]] = tokens.doc(j)
-            acts = capture(ids, settings.hooks)
-            count[:T] += padding_mask(lens, T).sum(axis=0)
-            for h, a in acts.items():
-                accumulate(sums[h], a, lens)
-                write_tokens(datasets[h], a0, ragged(a, lens, settings.storage_dtype))
-            since, n_tok_run = since + 1, n_tok_run + (a1 - a0)
-            due = since >= settings.checkpoint_every and time.monotonic() - last_ckpt >= settings.checkpoint_seconds
-            if due or stop == n_docs:
-                f.flush()
-                _save_checkpoint(ckpt, fp, stop, sums, count)
-                since, last_ckpt = 0, time.monotonic()
-            if progress:
-                progress(stop, n_docs)
-        for h in settings.hooks:
-            with np.errstate(invalid="ignore", divide="ignore"):
-                f[f"position_stats/{h}/mean"][...] = sums[h] / count[None, :, None]
-        f["position_stats/count"][...] = count
-        f.attrs["complete"] = True
-        f.flush()
-    finally:
-        f.close()
-    if settings.compression:
-        with atomic_path(path, suffix=".compressing") as out:
-            copy_compressed(tmp, out, settings.compression, settings.compression_level)
-        tmp.unlink()
-    else:
-        os.replace(tmp, path)
-    ckpt.unlink(missing_ok=True)
+    with _discard_on_write_error(tmp, ckpt):
+        state = _open_resumable(tmp, ckpt, fp, settings)
+        if state is None:
+            for p in (tmp, ckpt):
+                p.unlink(missing_ok=True)
+            _create_partial(tmp, tokens, n_docs, n_layers, d_model, settings, attrs)
+            f = h5py.File(tmp, "r+", rdcc_nbytes=0)
+            done, count = 0, np.zeros(n_pos, dtype=np.int64)
+            sums = {h: np.zeros((len(hook_points(h, n_layers)), n_pos, d_model)) for h in settings.hooks}
+        else:
+            f, done, sums, count = state
+            LOG.info("resuming %s after %d of %d documents (checkpoint %s)", path, done, n_docs, ckpt.name)
+        resumed_from = done
+        t0 = time.perf_counter()
+        datasets = {h: f[f"activations/{h}"] for h in settings.hooks}
+        n_tok_run = 0
+        try:
+            since, last_ckpt = 0, time.monotonic()
+            for start in range(done, n_docs, settings.batch_size):
+                stop = min(start + settings.batch_size, n_docs)
+                lens = lengths[start:stop]
+                a0, a1 = int(off[start]), int(off[stop])
+                T = int(lens.max())
+                if (lens == T).all():
+                    ids = tokens.flat[a0:a1].reshape(stop - start, T).astype(np.int64)
+                else:
+                    ids = np.zeros((stop - start, T), dtype=np.int64)
+                    for b, j in enumerate(range(start, stop)):
+                        ids[b, : lens[b]] = tokens.doc(j)
+                acts = capture(ids, settings.hooks)
+                count[:T] += padding_mask(lens, T).sum(axis=0)
+                for h, a in acts.items():
+                    accumulate(sums[h], a, lens)
+                    write_tokens(datasets[h], a0, ragged(a, lens, settings.storage_dtype))
+                since, n_tok_run = since + 1, n_tok_run + (a1 - a0)
+                due = since >= settings.checkpoint_every and time.monotonic() - last_ckpt >= settings.checkpoint_seconds
+                if due or stop == n_docs:
+                    f.flush()
+                    _save_checkpoint(ckpt, fp, stop, sums, count)
+                    since, last_ckpt = 0, time.monotonic()
+                if progress:
+                    progress(stop, n_docs)
+            for h in settings.hooks:
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    f[f"position_stats/{h}/mean"][...] = sums[h] / count[None, :, None]
+            f["position_stats/count"][...] = count
+            f.attrs["complete"] = True
+            f.flush()
+        finally:
+            f.close()
+        if settings.compression:
+            with atomic_path(path, suffix=".compressing") as out:
+                copy_compressed(tmp, out, settings.compression, settings.compression_level)
+            tmp.unlink()
+        else:
+            os.replace(tmp, path)
+        if kept is not None:
+            _keep(path, kept)
+        ckpt.unlink(missing_ok=True)
     secs = time.perf_counter() - t0
     return {"n_documents": n_docs, "n_tokens": int(off[-1]), "resumed_from": resumed_from,
             "seconds": secs, "tokens_per_second": n_tok_run / secs if secs > 0 else float("nan")}
 
 
 # --------------------------------------------------------------------------- readers
-def _check_hook(f: h5py.File, path: Any, hook: str) -> None:
-    if f"activations/{hook}" not in f and f"position_stats/{hook}/mean" not in f:
-        have = attr_json(f, "hooks")
+def _check_hook(f: h5py.File, path: Any, hook: str, datasets: tuple[str, ...]) -> None:
+    """The hook was cached, and every dataset a reader needs for it is there."""
+    have = attr_json(f, "hooks") if "hooks" in f.attrs else []
+    if hook not in have:
         raise PosmechError(
             f"{str(path)!r} has no hook {hook!r} (cached hooks: {have}); add it to `cache.hooks` "
             f"and rerun rule `{RULE}`"
         )
+    require_datasets(f, path, [d.format(hook=hook) for d in datasets])
+
+
+_MEANS = ("position_stats/{hook}/mean", "position_stats/count")
+_ACTS = ("activations/{hook}", "doc_offsets")
 
 
 def read_position_means(path: str | os.PathLike[str], hook: str) -> tuple[np.ndarray, np.ndarray]:
@@ -621,14 +723,14 @@ def read_position_means(path: str | os.PathLike[str], hook: str) -> tuple[np.nda
     ``resid_pre`` (``n_layers + 1`` entries, the last the final residual) or ``ln1_out``.
     """
     with open_artifact(path, KIND) as f:
-        _check_hook(f, path, hook)
+        _check_hook(f, path, hook, _MEANS)
         return f[f"position_stats/{hook}/mean"][()], f["position_stats/count"][()]
 
 
 def read_document(path: str | os.PathLike[str], hook: str, layer: int, doc: int) -> np.ndarray:
     """Cached activations of one document at one layer: ``[len_doc, d_model]`` (storage dtype)."""
     with open_artifact(path, KIND) as f:
-        _check_hook(f, path, hook)
+        _check_hook(f, path, hook, _ACTS)
         ds = f[f"activations/{hook}"]
         off = f["doc_offsets"]
         if not (0 <= doc < len(off) - 1) or not (-ds.shape[0] <= layer < ds.shape[0]):
@@ -644,7 +746,7 @@ def read_positions(path: str | os.PathLike[str], hook: str, layer: int, start: i
     document is shorter) and ``lengths`` ``[n_documents]``.
     """
     with open_artifact(path, KIND) as f:
-        _check_hook(f, path, hook)
+        _check_hook(f, path, hook, _ACTS)
         ds = f[f"activations/{hook}"]
         off = f["doc_offsets"][()]
         out = np.full((len(off) - 1, stop - start, ds.shape[2]), np.nan, dtype=np.float32)

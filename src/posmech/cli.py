@@ -1,7 +1,8 @@
 """Command line: ``python -m posmech inspect PATH [--json]`` (also the ``posmech`` script).
 
 ``inspect`` opens any HDF5 file the pipeline writes read-only (even a partial one, which
-it flags) and prints the tree: every group with a one-line summary, every dataset with
+it flags; ``--verify`` also reads every dataset so that damaged bytes are found by their
+checksums, exit status 2) and prints the tree: every group with a one-line summary, every dataset with
 shape, dtype, chunking, compression and attributes, and the root attributes.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,32 @@ def _attr(v: Any) -> Any:
     return v
 
 
-def describe(path: str | Path) -> dict[str, Any]:
+def verify(f: Any, block_bytes: int = 64 << 20) -> list[str]:
+    """Read every dataset of open file ``f`` (in blocks along the first axes), so that
+    HDF5 checks every chunk's fletcher32 checksum; the names of datasets that fail."""
+    import h5py
+
+    bad: list[str] = []
+
+    def visit(name: str, obj: Any) -> None:
+        if not isinstance(obj, h5py.Dataset) or obj.size == 0:
+            return
+        try:
+            if obj.ndim == 0:
+                obj[()]
+                return
+            row = max(1, obj.dtype.itemsize * int(np.prod(obj.shape[1:])))
+            step = max(1, block_bytes // row)
+            for i in range(0, obj.shape[0], step):
+                obj[i : i + step]
+        except OSError:
+            bad.append(name)
+
+    f.visititems(visit)
+    return bad
+
+
+def describe(path: str | Path, check: bool = False) -> dict[str, Any]:
     """The tree of an HDF5 file as plain data.
 
     ``{"path", "attrs", "status", "groups": {name: {"attrs", "summary"}},
@@ -47,6 +74,9 @@ def describe(path: str | Path) -> dict[str, Any]:
     from posmech.hdf5 import open_hdf5
 
     p = Path(path)
+    what = not_pipeline_hdf5(p)
+    if what:
+        raise PosmechError(what)
     f = open_hdf5(p)
     groups: dict[str, Any] = {}
     datasets: dict[str, Any] = {}
@@ -65,6 +95,7 @@ def describe(path: str | Path) -> dict[str, Any]:
 
         f.visititems(visit)
         root = {k: _attr(v) for k, v in f.attrs.items()}
+        corrupt = verify(f) if check else []
     for g, info in groups.items():
         kids = [d for d in datasets if d.rsplit("/", 1)[0] == g]
         subgroups = [s for s in groups if s.rsplit("/", 1)[0] == g and "/" in s]
@@ -73,7 +104,46 @@ def describe(path: str | Path) -> dict[str, Any]:
                            f"{_size(sum(datasets[d]['storage_bytes'] for d in below))} stored")
     status = "complete" if root.get("complete") is True else (
         f"INCOMPLETE (no completion marker): rerun rule `{root.get('rule', '?')}`")
+    if corrupt:
+        status = (f"CORRUPT: {', '.join(corrupt)} fail(s) the checksum (bytes changed after writing): "
+                  f"delete the file and rerun rule `{root.get('rule', '?')}`")
+    elif check:
+        status += ", every dataset read back (checksums verified where present)"
     return {"path": str(p), "attrs": root, "status": status, "groups": groups, "datasets": datasets}
+
+
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def not_pipeline_hdf5(p: Path) -> str | None:
+    """Why ``p`` is not a pipeline HDF5 file, for what is clearly something else (a
+    directory, a text file, JSON lines, CSV, …); ``None`` when it may be one (an HDF5
+    signature at offset 0, or a ``.h5``/``.hdf5`` name: then the HDF5 library decides,
+    and a damaged file is reported as such)."""
+    if not p.exists():
+        return None
+    if p.is_dir():
+        n = sum(1 for _ in p.iterdir())
+        return (f"{str(p)!r} is a directory ({n} entries), not a pipeline HDF5 file; "
+                f"give one of its .h5 files (e.g. `python -m posmech inspect {p}/<name>.h5`)")
+    if not p.is_file():
+        return f"{str(p)!r} is not a regular file, not a pipeline HDF5 file"
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(512)
+    except OSError as err:
+        return f"{str(p)!r} cannot be read ({err.strerror})"
+    if head.startswith(HDF5_SIGNATURE) or p.suffix in (".h5", ".hdf5"):
+        return None
+    if not head:
+        kind = "an empty file"
+    elif b"\0" not in head:
+        first = head.lstrip()[:1]
+        kind = {b"{": "a JSON / JSON-lines text file", b"[": "a JSON text file"}.get(
+            first, "a CSV text file" if p.suffix == ".csv" else "a text file")
+    else:
+        kind = f"a binary file of another format ({p.suffix or 'no extension'})"
+    return f"{str(p)!r} is {kind}, not a pipeline HDF5 file (those are the results/**/*.h5 files)"
 
 
 def _size(n: int) -> str:
@@ -125,14 +195,23 @@ def main(argv: list[str] | None = None) -> int:
     ins = sub.add_parser("inspect", help="print the tree of a pipeline HDF5 file (read-only)")
     ins.add_argument("path")
     ins.add_argument("--json", action="store_true", help="machine-readable output")
+    ins.add_argument("--verify", action="store_true",
+                     help="read every dataset so that its checksums are checked (reads the whole file)")
     args = parser.parse_args(argv)
     try:
-        info = describe(args.path)
+        info = describe(args.path, check=args.verify)
     except PosmechError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    print(json.dumps(info, indent=2, default=str) if args.json else format_tree(info))
-    return 0
+    status = 2 if info["status"].startswith("CORRUPT") else 0
+    text = json.dumps(info, indent=2, default=str) if args.json else format_tree(info)
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `inspect --json FILE | head`: the reader stopped early, fine
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
+    return status
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -165,9 +165,34 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any], base: str = 
         msgs = list(dict.fromkeys(_format_error(e) for e in errors))
         raise PosmechError("invalid configuration:\n  - " + "\n  - ".join(msgs[:12]))
     apply_defaults(config, schema)
+    canonical_order(config)
     problems = semantic_problems(config, base)
     if problems:
         raise PosmechError("invalid configuration:\n  - " + "\n  - ".join(problems))
+    return config
+
+
+ORDERED_MAPS = ("models", "corpora")
+
+
+def canonical_order(config: dict[str, Any]) -> dict[str, Any]:
+    """Sort the keys of every mapping in ``config`` in place, except the order of the
+    names under ``models`` and ``corpora`` (it means something: the first corpus is the
+    default).  Snakemake compares a job's params as written, order included: without this,
+    the same settings written in another order (or a re-saved YAML file) would rerun jobs."""
+
+    def sort(d: dict[str, Any], keep_order: bool = False) -> None:
+        for k in (list(d) if keep_order else sorted(d, key=str)):
+            v = d.pop(k)
+            if isinstance(v, dict):
+                sort(v)
+            d[k] = v
+
+    for section in list(config):
+        value = config.pop(section)
+        if isinstance(value, dict):
+            sort(value, keep_order=section in ORDERED_MAPS)
+        config[section] = value
     return config
 
 
@@ -177,7 +202,7 @@ def _names_problems(config: dict[str, Any], section: str, key: str, known: set[s
         if name not in known:
             out.append(
                 f"config key `{section}.{key}`: unknown {kind} {name!r}; "
-                f"defined {kind}s are {', '.join(sorted(known))}"
+                f"defined {'corpora' if kind == 'corpus' else kind + 's'} are {', '.join(sorted(known))}"
             )
     return out
 

@@ -6,6 +6,8 @@ file and says what to do.  Scripts run by Snakemake print only that message (no
 traceback wall) via :func:`posmech.runner.run`.
 """
 
+from typing import Any
+
 
 class PosmechError(RuntimeError):
     """A user-facing error: the message names the key/file and the fix."""
@@ -35,3 +37,13 @@ def require_hub(what: str, timeout: float = 5.0) -> None:
         socket.create_connection((host, port), timeout=timeout).close()
     except OSError as err:
         raise PosmechError(f"cannot fetch {what}: {host}:{port} is unreachable ({err}).\n{HUB_HINT}") from None
+
+
+def mean_over(total: Any, count: int, what: str) -> Any:
+    """``total / count``; an average over nothing (``count == 0``) is an error naming
+    ``what`` was averaged and why there was nothing, never 0.  ``what`` reads like
+    "the held-out loss of rule `posembed_averaging` (no document has 2 or more tokens:
+    check `posembed_averaging.corpus`)"."""
+    if count <= 0:
+        raise PosmechError(f"nothing to average for {what}")
+    return total / count

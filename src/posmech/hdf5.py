@@ -95,13 +95,62 @@ def set_attrs(obj: h5py.HLObject, attrs: dict[str, Any]) -> None:
         obj.attrs[k] = v
 
 
+# ------------------------------------------------------------------ checksums
+# Every dataset of a file the pipeline writes carries HDF5's fletcher32 checksum filter
+# (per chunk), so flipped bytes are detected when the data is read (h5py raises
+# ``OSError: ... fletcher32 checksum``) instead of silently changing results.  The files
+# being written are registered in _CHECKSUMMED; for them ``create_dataset`` defaults to
+# ``fletcher32=True`` (h5py has no file-level default filter).  Not protected: scalar
+# datasets and variable-length strings (HDF5 cannot filter them), and attributes and the
+# file's structure (HDF5's own metadata checksums cover the superblock and object headers).
+_CHECKSUMMED: set[str] = set()
+_create_dataset = h5py.Group.create_dataset
+
+
+def _checksummable(shape: Any, dtype: Any, data: Any) -> bool:
+    if data is not None:
+        arr = np.asarray(data) if not isinstance(data, (h5py.Dataset, np.ndarray)) else data
+        shape = arr.shape if shape is None else shape
+        dtype = arr.dtype if dtype is None else dtype
+    if shape is None or shape == () or int(np.prod(shape)) == 0:
+        return False
+    dt = np.dtype(dtype) if dtype is not None else None
+    return dt is not None and dt.kind not in "OUS" and h5py.check_vlen_dtype(dt) is None
+
+
+def _create_dataset_checksummed(self: h5py.Group, name: Any, shape: Any = None, dtype: Any = None,
+                                data: Any = None, **kw: Any) -> h5py.Dataset:
+    if "fletcher32" not in kw and "dcpl" not in kw and self.file.filename in _CHECKSUMMED:
+        try:
+            if _checksummable(shape, dtype, data):
+                kw["fletcher32"] = True
+        except (TypeError, ValueError):
+            pass
+    return _create_dataset(self, name, shape, dtype, data, **kw)
+
+
+h5py.Group.create_dataset = _create_dataset_checksummed
+
+
+@contextlib.contextmanager
+def checksummed(f: h5py.File) -> Iterator[h5py.File]:
+    """Within the block, datasets created in ``f`` get the fletcher32 checksum filter
+    (unless the call says otherwise); see :func:`preallocated_dataset` for the
+    preallocated ones."""
+    _CHECKSUMMED.add(f.filename)
+    try:
+        yield f
+    finally:
+        _CHECKSUMMED.discard(f.filename)
+
+
 @contextlib.contextmanager
 def artifact_writer(path: str | os.PathLike[str], kind: str, rule: str, attrs: dict[str, Any] | None = None) -> Iterator[h5py.File]:
     """Open a new artifact for writing at a temporary name; on success set the completion
     marker and rename it onto ``path``.  On error the partial file is removed and
     whatever was at ``path`` before stays untouched."""
     with atomic_path(path) as tmp:
-        with h5py.File(tmp, "w") as f:
+        with h5py.File(tmp, "w") as f, checksummed(f):
             set_attrs(f, {**provenance(), "kind": kind, "rule": rule, "complete": False, **(attrs or {})})
             yield f
             f.attrs["complete"] = True
@@ -133,7 +182,8 @@ def open_artifact(path: str | os.PathLike[str], kind: str | None = None) -> h5py
     rule = f.attrs.get("rule", "the rule that writes it")
     problem = None
     if f.attrs.get("schema_version") != SCHEMA_VERSION:
-        problem = f"schema_version {f.attrs.get('schema_version')!r}, expected {SCHEMA_VERSION}"
+        v = f.attrs.get("schema_version")
+        problem = f"schema_version {v.item() if isinstance(v, np.generic) else v!r}, expected {SCHEMA_VERSION}"
     elif not bool(f.attrs.get("complete", False)):
         problem = "no completion marker (the writer did not finish)"
     elif kind is not None and f.attrs.get("kind") != kind:
@@ -145,6 +195,20 @@ def open_artifact(path: str | os.PathLike[str], kind: str | None = None) -> h5py
             f"(e.g. `snakemake --forcerun {rule}`)"
         )
     return f
+
+
+def require_datasets(f: h5py.File, path: str | os.PathLike[str], names: list[str]) -> None:
+    """Every one of ``names`` is a dataset of ``f``; otherwise a :class:`PosmechError` naming
+    the file, what is missing and the rule to rerun (a file edited or damaged after it
+    was written: its completion marker alone cannot tell)."""
+    missing = [n for n in names if not isinstance(f.get(n), h5py.Dataset)]
+    if missing:
+        rule = f.attrs.get("rule", "the rule that writes it")
+        raise PosmechError(
+            f"artifact {str(path)!r} lacks dataset(s) {', '.join(missing)} although it is marked complete "
+            f"(edited or damaged after it was written): rerun rule `{rule}` "
+            f"(`snakemake --forcerun {rule}`)"
+        )
 
 
 def attr_json(f: h5py.HLObject, key: str) -> Any:
@@ -183,7 +247,7 @@ def undescribed(f: h5py.Group) -> list[str]:
 
 def preallocated_dataset(
     group: h5py.Group, name: str, shape: tuple[int, ...], dtype: Any, chunks: tuple[int, ...] | None,
-    fillvalue: Any = None, write_fill: bool = True,
+    fillvalue: Any = None, write_fill: bool = True, checksum: bool = True,
 ) -> h5py.Dataset:
     """Create a dataset whose storage is allocated at creation (``H5D_ALLOC_TIME_EARLY``).
 
@@ -192,9 +256,12 @@ def preallocated_dataset(
     resumable writers.  ``chunks=None``: contiguous.  No compression (use
     :func:`copy_compressed` afterwards).  ``write_fill=False``: the fill value is recorded
     but not written (for data the writer overwrites entirely before the file is complete;
-    unwritten storage then reads as zeros), which saves writing the dataset twice."""
+    unwritten storage then reads as zeros), which saves writing the dataset twice.
+    ``checksum``: chunked datasets carry the fletcher32 filter (contiguous ones cannot)."""
     dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
     dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    if chunks is not None and checksum:
+        dcpl.set_fletcher32()
     if not write_fill:
         dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
     return group.create_dataset(name, shape=shape, dtype=dtype, chunks=chunks, fillvalue=fillvalue, dcpl=dcpl)
@@ -216,7 +283,7 @@ def copy_compressed(src: str | os.PathLike[str], dst: str | os.PathLike[str], co
             if isinstance(obj, h5py.Group):
                 g = fd.require_group(name)
             else:
-                kw = dict(opts, chunks=obj.chunks) if obj.chunks else {}
+                kw = dict(opts, chunks=obj.chunks, fletcher32=obj.fletcher32) if obj.chunks else {}
                 g = fd.create_dataset(name, shape=obj.shape, dtype=obj.dtype, fillvalue=obj.fillvalue, **kw)
                 if obj.ndim == 0:
                     g[()] = obj[()]

@@ -107,9 +107,121 @@ def setup_logging(log_path: str | None) -> logging.Logger:
     return LOG
 
 
+def _job_files(smk: Any) -> list[str]:
+    """The job's input and output paths, and its string params that name existing files."""
+    out: list[str] = []
+    for attr in ("input", "output"):
+        for v in getattr(smk, attr, []) or []:
+            out.append(str(v))
+    return out
+
+
+def _path_like(v: Any) -> str | None:
+    if isinstance(v, (str, os.PathLike)) and not isinstance(v, bytes):
+        s = os.fspath(v)
+        return s if s and len(s) < 4096 and "\n" not in s else None
+    return None
+
+
+def _file_name(v: Any) -> str | None:
+    """A path held by ``v``: a path itself, an open file's ``name``, an h5py object's file."""
+    s = _path_like(v)
+    if s is not None:
+        return s
+    try:
+        if hasattr(v, "read") or hasattr(v, "write"):
+            return _path_like(getattr(v, "name", None))
+        import h5py
+
+        if isinstance(v, h5py.HLObject):
+            return _path_like(v.file.filename)
+    except (ValueError, OSError, RuntimeError, ImportError):  # a closed h5py object
+        return None
+    return None
+
+
+def involved_file(err: BaseException, job_files: list[str]) -> str | None:
+    """The file a failure is about: an ``OSError``'s own ``filename``; else the innermost
+    traceback frame holding a path (a local variable or argument) that is one of the job's
+    files (or lies below one of the job's directories); else ``None``."""
+    for e in (err, err.__cause__, err.__context__):
+        name = getattr(e, "filename", None)
+        if isinstance(e, OSError) and name:
+            return os.fspath(name)
+    known = {os.path.abspath(p): p for p in job_files}
+    tb = err.__traceback__
+    frames = []
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    mark = getattr(err, "problem_mark", None)  # a YAML error knows its file
+    values: list[Any] = [getattr(mark, "name", None)]
+    for frame in reversed(frames):
+        values += list(frame.f_locals.values())
+    for v in values:
+        s = _file_name(v)
+        if s is None:
+            continue
+        a = os.path.abspath(s)
+        if a in known:
+            return known[a]
+        if any(a.startswith(k.rstrip("/") + "/") for k in known if os.path.isdir(k)):
+            return s
+    return None
+
+
+def likely_fix(err: BaseException, path: str | None, rule: str) -> str:
+    """A one-line suggestion for an error that is not a :class:`PosmechError`."""
+    where = repr(path) if path else "the job's files"
+    errno_ = getattr(err, "errno", None)
+    text = f"{type(err).__name__}: {err}"
+    if errno_ == 28:
+        d = os.path.dirname(os.path.abspath(path)) if path else "."
+        return (f"the disk holding {d!r} is full (errno 28): free space (`df -h {d}`) and rerun; "
+                "nothing finished was overwritten")
+    if errno_ == 27:
+        return f"the file-size limit was reached writing {where} (errno 27): raise it (`ulimit -f unlimited`) and rerun"
+    if errno_ in (13, 30):
+        return f"no permission to write {where} (read-only file system or directory): fix the permissions and rerun"
+    if errno_ == 2:
+        return f"{where} does not exist: run the workflow target that makes it, or fix the path in the config"
+    if isinstance(err, MemoryError):
+        return "out of memory: lower the section's `batch_size` / `n_documents`, or give the job more memory (mem_mb)"
+    if "safetensor" in text.lower() or (path or "").endswith(".safetensors"):
+        return (f"the model weights {where} are corrupt or truncated: delete the model directory and rerun "
+                "(`snakemake --forcerun fetch_model` or `train_demo_model`), or replace the local copy")
+    if isinstance(err, KeyError) and ("object" in text or "doesn't exist" in text or "Unable to" in text):
+        return (f"{where} lacks a dataset or attribute this rule reads (written by another version, or "
+                f"edited): rerun the rule that writes it (`snakemake --forcerun <that rule>`)")
+    if type(err).__module__.startswith("yaml"):
+        return f"{where} is not valid YAML: fix the line named above"
+    if "checksum" in text or "filter returned failure" in text:
+        return (f"{where} fails its checksum: its bytes changed after it was written (disk or copy error); "
+                "delete it and rerun the rule that writes it (`snakemake --forcerun <that rule>`)")
+    if (path or "").endswith(".h5") or "h5py" in type(err).__module__:
+        return (f"{where} is not a readable HDF5 file (corrupt or truncated): rerun the rule that writes it "
+                "(`snakemake --forcerun <that rule>`)")
+    return (f"unexpected error in rule `{rule}` (an input the checks did not catch, or a bug): look at "
+            f"{where} and the traceback below; report it with this log if the input looks right")
+
+
+def _traceback_only_to_file(log_path: str | None, text: str) -> None:
+    """The traceback goes into the log file (for debugging), not to the terminal."""
+    if not log_path:
+        return
+    try:
+        with open(log_path, "a", encoding="utf-8") as f:
+            f.write(text)
+    except OSError:  # disk full: the one-line error above is what survives
+        pass
+
+
 def run(smk: Any, main: Callable[[Any, logging.Logger], None]) -> None:
-    """Run ``main(snakemake, logger)``; a :class:`PosmechError` ends the job with its
-    message only (written to the log and stderr), exit status 1."""
+    """Run ``main(snakemake, logger)``.  A :class:`PosmechError` ends the job with its
+    message only (written to the log and stderr), exit status 1.  Any other exception
+    is logged too, never left to a bare traceback on stderr with an empty log: the
+    rule, the error, the file involved (:func:`involved_file`) and a likely fix
+    (:func:`likely_fix`), then the full traceback (in the log file only); exit status 1."""
     log_path = str(smk.log[0]) if len(smk.log) else None
     log = setup_logging(log_path)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -121,9 +233,26 @@ def run(smk: Any, main: Callable[[Any, logging.Logger], None]) -> None:
     except ImportError:  # pragma: no cover
         pass
     t0 = time.perf_counter()
+    rule = getattr(smk, "rule", "?")
     try:
         main(smk, log)
     except PosmechError as err:
-        log.error("rule %s failed: %s", getattr(smk, "rule", "?"), err)
+        log.error("rule %s failed: %s", rule, err)
         sys.exit(1)
-    log.info("rule %s done in %.1f s", getattr(smk, "rule", "?"), time.perf_counter() - t0)
+    except Exception as err:  # noqa: BLE001 - every failure is named in the log
+        import traceback
+
+        path = involved_file(err, _job_files(smk))
+        log.error(
+            "rule %s failed: %s: %s\n  file involved: %s\n  likely fix: %s\n  (traceback in %s)",
+            rule, type(err).__name__, err, path or "(none identified; inputs: "
+            + ", ".join(map(str, getattr(smk, "input", []) or [])) + ")",
+            likely_fix(err, path, rule), log_path or "stderr",
+        )
+        tb = "Traceback (for debugging):\n" + "".join(traceback.format_exception(err))
+        if log_path:
+            _traceback_only_to_file(log_path, tb)
+        else:
+            sys.stderr.write(tb)
+        sys.exit(1)
+    log.info("rule %s done in %.1f s", rule, time.perf_counter() - t0)

@@ -9,10 +9,23 @@ sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 
 from posmech.config import load_schema, model_names_by_kind, selected, validate_config
 from posmech.errors import PosmechError
+from posmech.preflight import jobs_run_locally, preflight
 
+# workflow/rules/ -> the repository (also when another Snakefile includes this file)
+_REPO_OF_THIS_FILE = Path(
+    workflow.current_basedir.get_path_or_uri(secret_free=True)
+).parents[1]
 try:
-    validate_config(
-        config, load_schema(workflow.source_path("../schemas/config.schema.yaml"))
+    _schema = load_schema(workflow.source_path("../schemas/config.schema.yaml"))
+    validate_config(config, _schema)
+    # Duplicate YAML keys, every named file, the model's shape, the device: see
+    # src/posmech/preflight.py (one call, before any job is scheduled).
+    preflight(
+        config,
+        _schema,
+        repo=_REPO_OF_THIS_FILE,
+        configfiles=workflow.configfiles,
+        jobs_run_here=workflow.is_main_process and jobs_run_locally(sys.argv),
     )
 except PosmechError as err:
     raise WorkflowError(str(err)) from None
@@ -29,9 +42,12 @@ def regex(names):
 
 
 def static(path):
-    """A static input shipped in the repository (e.g. ``resources/prompts/...``), as an
-    absolute path, so the workflow also runs with ``--directory`` elsewhere."""
-    return str(REPO / path)
+    """A static input shipped in the repository (e.g. ``resources/prompts/...``), relative
+    to the working directory: the workflow runs with ``--directory`` elsewhere, and a
+    copied or moved project records the same input paths (no rerun)."""
+    import os
+
+    return os.path.relpath(REPO / path)
 
 
 def on_gpu(model):
@@ -122,6 +138,16 @@ def train_runtime(wildcards, attempt):
 
 def model_entry(wildcards):
     return config["models"][wildcards.model]
+
+
+def weights_entry(wildcards):
+    """What determines a model's weights, and only that: the params of fetch_model and
+    train_demo_model (analysis keys such as n_ctx, device, dtype never refetch/retrain).
+    """
+    entry = config["models"][wildcards.model]
+    if "train" in entry:
+        return {"train": entry["train"]}
+    return {"source": entry["source"], "revision": entry["revision"]}
 
 
 def corpus_entry(wildcards):
@@ -283,8 +309,11 @@ def section_tokens(section):
 
 
 def repo_file(path):
-    """A repository file named in the config (absolute paths are kept)."""
-    return path if path.startswith("/") else static(path)
+    """A repository file named in the config (absolute paths, and ``~``, are kept)."""
+    import os
+
+    p = os.path.expanduser(path)
+    return p if os.path.isabs(p) else static(path)
 
 
 def interventions_models():
@@ -305,7 +334,7 @@ def interventions_tokens(wildcards):
 
 
 def induction_prompt(wildcards):
-    return static(config["interventions"]["induction_intervention"]["prompt"])
+    return repo_file(config["interventions"]["induction_intervention"]["prompt"])
 
 
 def contextual_models():

@@ -20,7 +20,7 @@ rule fetch_model:
     conda:
         "../envs/posmech.yaml"
     params:
-        entry=model_entry,
+        entry=weights_entry,
     script:
         "../../scripts/fetch_model.py"
 
@@ -60,7 +60,7 @@ rule train_demo_model:
         mem_mb=heavy_mem_mb,
         runtime=train_runtime,
     params:
-        entry=model_entry,
+        entry=weights_entry,
     script:
         "../../scripts/train_demo_model.py"
 

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from posmech.analyses.attention import head_name, parse_head
-from posmech.errors import PosmechError
+from posmech.errors import PosmechError, mean_over
 from posmech.runner import logged
 from posmech.tables import read_table
 
@@ -129,7 +129,9 @@ class DiagonalStats:
 
     def detector_scores(self) -> np.ndarray:
         """Mean ``head_detector`` previous-token score per head ``[n_layers, n_heads]``."""
-        return self.detector_sum / max(self.n_documents, 1)
+        return mean_over(self.detector_sum, self.n_documents,
+                         "the head_detector scores of `diagonal_taxonomy`: no document was measured "
+                         "(check `taxonomy.corpus`, `taxonomy.n_documents`, `taxonomy.context`)")
 
 
 def document_batches(documents: Iterable[np.ndarray], batch_size: int, n_ctx: int) -> Iterator[list[np.ndarray]]:

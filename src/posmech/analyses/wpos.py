@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from posmech.analyses.attention import check_head, mean_prev_token_mass, window
-from posmech.errors import PosmechError
+from posmech.errors import PosmechError, mean_over
 from posmech.runner import logged
 
 ArrayT = TypeVar("ArrayT")
@@ -143,7 +143,10 @@ def posembed_averaging(
     for k in ks:
         with averaged_W_pos(bridge, k):
             total, count = next_token_loss(bridge, documents)
-            rows.append({"k": k, "quantity": "loss", "prompt": "", "target": "", "value": total / max(count, 1),
+            loss = mean_over(total, count, "the next-token loss of `posembed_averaging`: its documents have no "
+                             "token to predict (all empty or a single token); use a `posembed_averaging.corpus` "
+                             "with non-empty documents")
+            rows.append({"k": k, "quantity": "loss", "prompt": "", "target": "", "value": loss,
                          "n_predictions": count})
             for p, variants, ids, truncated in prepared:
                 probs, top, top_p = target_probabilities(bridge, ids, variants)

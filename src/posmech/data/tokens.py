@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from posmech.errors import PosmechError
-from posmech.hdf5 import STR, artifact_writer, attr_json, describe, open_artifact
+from posmech.hdf5 import STR, artifact_writer, attr_json, describe, open_artifact, require_datasets
 
 KIND = "tokens"
 DESCRIPTIONS = {
@@ -52,6 +52,18 @@ def tokenize_documents(
             ids.append(t)
             kept.append(j)
     return ids, kept
+
+
+def unknown_tokens(ids: list[np.ndarray], tokenizer: Any) -> tuple[int, int]:
+    """How many tokens of ``ids`` are the tokenizer's unknown token (for the character
+    tokenizer: one per character outside its vocabulary), and in how many documents.
+    ``(0, 0)`` for a tokenizer whose unknown token is its BOS (GPT-2's byte-level BPE,
+    which has no unknown input) or that has none."""
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if unk is None or unk == getattr(tokenizer, "bos_token_id", None):
+        return 0, 0
+    per_doc = [int((t == unk).sum()) for t in ids]
+    return sum(per_doc), sum(1 for n in per_doc if n)
 
 
 def write_tokens(
@@ -106,6 +118,7 @@ class TokenSet:
 
 def read_tokens(path: str | os.PathLike[str]) -> TokenSet:
     with open_artifact(path, KIND) as f:
+        require_datasets(f, path, ["token_ids", "doc_offsets", "documents/title"])
         attrs = {k: attr_json(f, k) for k in f.attrs}
         titles = [t.decode() if isinstance(t, bytes) else str(t) for t in f["documents/title"][()]]
         return TokenSet(f["token_ids"][()], f["doc_offsets"][()], attrs, titles)

@@ -26,6 +26,7 @@ LOG = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 HF_SUBDIR = "hf"
 BOS_TOKEN = "<|endoftext|>"
+UNK_TOKEN = "<|unk|>"
 HUB_FILES = ["*.safetensors", "*.json", "*.txt", "*.model", "merges.txt", "vocab.*"]
 
 
@@ -38,13 +39,25 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         with open(p) as f:
             m = json.load(f)
-        m["hf_dir"]  # noqa: B018 - presence check
+        hf = m["hf_dir"]
     except (OSError, ValueError, KeyError) as err:
         raise PosmechError(
             f"model manifest {str(p)!r} is missing or unreadable ({err}); rerun the model rule "
             "(`snakemake --forcerun fetch_model` or `train_demo_model`)"
         ) from None
+    if not os.path.isabs(hf):  # relative to the manifest's directory (a relocatable project)
+        m["hf_dir"] = str((p.parent / hf).resolve())
     return m
+
+
+def manifest_hf_dir(hf_dir: str | os.PathLike[str], manifest_dir: str | os.PathLike[str]) -> str:
+    """How a manifest records its model directory: relative to the manifest's directory
+    when both lie inside the working directory (the project: a copied or moved project
+    loads its own model), else absolute (a model directory elsewhere on the machine)."""
+    hf, md, root = (Path(x).resolve() for x in (hf_dir, manifest_dir, Path.cwd()))
+    if hf.is_relative_to(root) and md.is_relative_to(root):
+        return os.path.relpath(hf, md)
+    return str(hf)
 
 
 def weights_digest(hf_dir: str | os.PathLike[str]) -> str:
@@ -58,11 +71,37 @@ def weights_digest(hf_dir: str | os.PathLike[str]) -> str:
     return h.hexdigest()[:16]
 
 
+def check_safetensors(path: str | os.PathLike[str], key: str) -> None:
+    """A ``.safetensors`` file is whole: its 8-byte header length, its JSON header, and
+    the end of the last tensor's data equal to the file's size (a truncated or corrupt
+    download fails here, naming the file, instead of later inside a loader)."""
+    p = Path(path)
+    size = p.stat().st_size
+    fix = (f"it is truncated or corrupt: delete it and fetch the model again "
+           f"(`snakemake --forcerun fetch_model`), or re-save it with `save_pretrained(dir, safe_serialization=True)`")
+    try:
+        with open(p, "rb") as f:
+            head = f.read(8)
+            n = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if n < 2 or n > size - 8 or n > 100 << 20:
+                raise ValueError(f"header length {n} for a file of {size} bytes")
+            header = json.loads(f.read(n))
+        ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+        expected = 8 + n + max(ends, default=0)
+    except (ValueError, KeyError, TypeError, IndexError) as err:
+        raise PosmechError(f"{key}: weights file {str(p)!r} has no valid safetensors header ({err}); {fix}") from None
+    if expected != size:
+        raise PosmechError(f"{key}: weights file {str(p)!r} is {size} bytes but its header describes "
+                           f"{expected}; {fix}")
+
+
 def check_hf_dir(path: str | os.PathLike[str], key: str) -> None:
-    """A usable local model directory: config.json, safetensors weights, a tokenizer."""
+    """A usable local model directory: config.json, whole safetensors weights, a tokenizer."""
     p = Path(path)
     if not (p / "config.json").is_file():
         raise PosmechError(f"{key}: {str(p)!r} has no config.json; expected a Hugging Face model directory")
+    for w in sorted(p.glob("*.safetensors")):
+        check_safetensors(w, key)
     if is_tl_legacy_dir(p) and list(p.glob("*.safetensors")):
         return
     if not list(p.glob("*.safetensors")):
@@ -85,7 +124,7 @@ def prepare_local_model(name: str, entry: dict[str, Any], out_dir: str | os.Path
         "name": name,
         "kind": "local",
         "source": entry["source"],
-        "hf_dir": str(src),
+        "hf_dir": manifest_hf_dir(src, out_dir),
         "revision": entry.get("revision", "main"),
         "resolved_revision": f"local:{weights_digest(src)}",
         "weights_sha256_16": weights_digest(src),
@@ -122,7 +161,7 @@ def fetch_hub_model(name: str, entry: dict[str, Any], out_dir: str | os.PathLike
         "name": name,
         "kind": "hub",
         "source": repo,
-        "hf_dir": str(hf_dir.resolve()),
+        "hf_dir": manifest_hf_dir(hf_dir, out),
         "revision": revision,
         "resolved_revision": resolved,
         "weights_sha256_16": weights_digest(hf_dir),
@@ -211,6 +250,17 @@ def model_context(hf_dir: str | os.PathLike[str]) -> int:
         if isinstance(cfg.get(key), int):
             return int(cfg[key])
     raise PosmechError(f"{str(hf_dir)!r}: config.json records no context length; set the model's `n_ctx`")
+
+
+def analysis_context(name: str, entry: dict[str, Any], hf_dir: str | os.PathLike[str]) -> int:
+    """Tokens per document: ``models.<name>.n_ctx``, or the model's context when null; a
+    value beyond the model's context is an error naming the key (never clamped)."""
+    ctx = model_context(hf_dir)
+    asked = entry.get("n_ctx")
+    if asked and int(asked) > ctx:
+        raise PosmechError(f"config key `models.{name}.n_ctx`: {asked} is beyond the model's context of {ctx} "
+                           f"tokens ({str(hf_dir)!r}/config.json); give at most {ctx}, or null")
+    return int(asked or ctx)
 
 
 def _resolved_revision(repo: str, revision: str) -> str:

@@ -50,7 +50,7 @@ import numpy as np
 
 from posmech.errors import PosmechError
 from posmech.io import atomic_path, write_json
-from posmech.models.loading import BOS_TOKEN, HF_SUBDIR, MANIFEST, weights_digest
+from posmech.models.loading import BOS_TOKEN, HF_SUBDIR, MANIFEST, UNK_TOKEN, manifest_hf_dir, weights_digest
 
 LOG = logging.getLogger(__name__)
 
@@ -58,17 +58,19 @@ LOG = logging.getLogger(__name__)
 # --------------------------------------------------------------------------- tokenizer
 def build_char_tokenizer(texts: list[str]) -> Any:
     """A character-level fast tokenizer over the characters of ``texts``; id 0 is the
-    BOS/EOS token ``<|endoftext|>`` (as in GPT-2)."""
+    BOS/EOS token ``<|endoftext|>`` (as in GPT-2), the last id the unknown token
+    ``<|unk|>``: a character outside the training text becomes one unknown token (never
+    dropped), counted by :func:`posmech.data.tokens.unknown_tokens` when a corpus is tokenized."""
     from tokenizers import Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
 
-    chars = sorted(set("".join(texts)))
-    vocab = {BOS_TOKEN: 0, **{c: i + 1 for i, c in enumerate(chars)}}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None, fuse_unk=False))
+    chars = sorted(set("".join(texts)) - {UNK_TOKEN})
+    vocab = {BOS_TOKEN: 0, **{c: i + 1 for i, c in enumerate(chars)}, UNK_TOKEN: len(chars) + 1}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK_TOKEN, fuse_unk=False))
     tok.decoder = decoders.Fuse()
-    tok.add_special_tokens([BOS_TOKEN])
+    tok.add_special_tokens([BOS_TOKEN, UNK_TOKEN])
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=BOS_TOKEN, eos_token=BOS_TOKEN, pad_token=BOS_TOKEN, unk_token=None
+        tokenizer_object=tok, bos_token=BOS_TOKEN, eos_token=BOS_TOKEN, pad_token=BOS_TOKEN, unk_token=UNK_TOKEN
     )
 
 
@@ -529,7 +531,7 @@ def train_demo_model(
         "name": name,
         "kind": "train",
         "source": "train_demo_model",
-        "hf_dir": str((out / HF_SUBDIR).resolve()),
+        "hf_dir": manifest_hf_dir(out / HF_SUBDIR, out),
         "revision": None,
         "resolved_revision": f"trained:{digest}",
         "weights_sha256_16": digest,

@@ -6,10 +6,13 @@ submodule (``posmech.plots.geometry``, ``posmech.plots.kernels``, …)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -19,6 +22,19 @@ import seaborn as sns  # noqa: E402
 from posmech.io import atomic_path  # noqa: E402
 
 DPI = 150
+
+
+@contextlib.contextmanager
+def seeded(seed: int = 0) -> Iterator[None]:
+    """Seed NumPy's global random state for the block (seaborn's strip-plot jitter draws
+    from it), and restore the caller's state afterwards: identical runs give identical
+    figures.  Every figure function whose seaborn calls draw random numbers uses it."""
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
 
 
 def save(fig: Any, path: str | os.PathLike[str]) -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from posmech.plots import save
+from posmech.plots import save, seeded
 
 CONDITION_TITLES = {
     "intact": "intact",
@@ -115,7 +115,8 @@ def repeated_tokens(df: pd.DataFrame, zoom: Any | None, model: str, path: str | 
     fig, axes = plt.subplots(1, 2, figsize=(8.2, 3.6), gridspec_kw={"width_ratios": [1, 1.2]}, layout="constrained")
     d = df.dropna(subset=["prev_mass"])
     order = ["other", "repeat"]
-    sns.stripplot(data=d, x="query_set", y="prev_mass", order=order, ax=axes[0], size=4, alpha=0.7)
+    with seeded(0):  # the jitter: identical runs, identical figures
+        sns.stripplot(data=d, x="query_set", y="prev_mass", order=order, ax=axes[0], size=4, alpha=0.7)
     sns.pointplot(data=d, x="query_set", y="prev_mass", order=order, ax=axes[0], color="black",
                   linestyle="none", errorbar=None, markers="_")
     axes[0].set_ylim(-0.02, 1.02)

@@ -1,0 +1,339 @@
+"""Checks that run once, before Snakemake schedules any job (called from ``common.smk``).
+
+The schema (:func:`posmech.config.validate_config`) checks types and names.  This module
+checks what needs more than the config's own structure, so that a mistake the config
+alone can reveal never gets as far as a job (a job that fails has already had its
+outputs deleted by Snakemake, and its neighbours may have run):
+
+* **duplicate keys** in the YAML config files (a second ``cache:`` section silently
+  replaced the first): every config file given with ``--configfile`` (or the default)
+  is re-read with a loader that refuses them, naming the key and both lines;
+* **every file the config names** exists and parses: every key the schema marks with
+  ``format: repo-file`` (prompt files, …; repository-relative or absolute), and the
+  shipped ``resources/published.yaml``; YAML files are parsed with the same strict loader;
+* **what the model's shape decides**: ``models.<m>.n_ctx`` within the model's context;
+  ``taxonomy.pin`` naming a defined model and heads it has; ``interventions.prev_knockout``
+  (``phase < period``, ``layers`` that exist); ``kernels`` query positions within the
+  context.  The shape comes from the model's ``config.json`` when it is on disk (a local
+  source, or a fetched/trained model under ``resources/models/<m>/hf``), or from the
+  ``train`` section of a model the pipeline trains; a hub model not fetched yet is
+  checked again at run time by the rule itself;
+* **``device: cuda`` with no GPU visible**, when the jobs run on this machine (not when
+  they are submitted to a cluster through an executor plugin).
+
+Every problem names its key (or file) and the fix; all of them are reported at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from posmech.config import is_local, local_path
+from posmech.errors import PosmechError
+
+HEAD = re.compile(r"^L(\d+)H(\d+)$")
+
+
+# --------------------------------------------------------------------------- strict YAML
+class _StrictLoader(yaml.SafeLoader):
+    """A safe loader that refuses a mapping with the same key twice."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    loader.flatten_mapping(node)
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None,
+                f"duplicate key {key!r} (first on line {seen[key]}, again on line {line}); "
+                "YAML keeps only the last one: merge the two entries into one",
+                key_node.start_mark,
+            )
+        seen[key] = line
+    return loader.construct_mapping(node, deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def strict_load(path: str | os.PathLike[str]) -> Any:
+    """Parse a YAML file refusing duplicate keys; :class:`PosmechError` names the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return yaml.load(f, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except OSError as err:
+        raise PosmechError(f"cannot read {str(path)!r}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise PosmechError(f"{str(path)!r} is not valid YAML: {err}") from None
+
+
+# --------------------------------------------------------------------------- model shapes
+@dataclass(frozen=True)
+class KnownShape:
+    """What the checks need to know of a model: its context, layers, heads per layer."""
+
+    n_ctx: int
+    n_layers: int
+    n_heads: int
+    where: str  # where the numbers come from (for messages)
+
+
+def _first(cfg: dict[str, Any], *keys: str) -> int | None:
+    for k in keys:
+        if isinstance(cfg.get(k), int):
+            return int(cfg[k])
+    return None
+
+
+def known_shape(name: str, entry: dict[str, Any], base: str | os.PathLike[str] = ".") -> KnownShape | None:
+    """The exact shape of configured model ``name`` when it can be known without running
+    anything: a ``config.json`` on disk (local source, or ``resources/models/<name>/hf``
+    relative to ``base``), else a trained model's ``train`` section; ``None`` otherwise."""
+    candidates = []
+    if "source" in entry and is_local(entry["source"]):
+        candidates.append(local_path(entry["source"], base) / "config.json")
+    if "train" not in entry:
+        candidates.append(Path(base) / "resources" / "models" / name / "hf" / "config.json")
+    for c in candidates:
+        try:
+            cfg = json.loads(c.read_text())
+        except (OSError, ValueError):
+            continue
+        ctx = _first(cfg, "n_positions", "max_position_embeddings", "n_ctx")
+        layers = _first(cfg, "n_layer", "num_hidden_layers", "n_layers", "num_layers")
+        heads = _first(cfg, "n_head", "num_attention_heads", "n_heads")
+        if ctx and layers and heads:
+            return KnownShape(ctx, layers, heads, str(c))
+    if "train" in entry:
+        t = entry["train"]
+        return KnownShape(int(t.get("n_ctx", 64)), int(t.get("n_layer", 2)), int(t.get("n_head", 4)),
+                          f"models.{name}.train")
+    return None
+
+
+def effective_context(entry: dict[str, Any], shape: KnownShape) -> int:
+    """Tokens per document the pipeline uses: ``models.<m>.n_ctx`` or the model's context."""
+    return int(entry.get("n_ctx") or shape.n_ctx)
+
+
+# --------------------------------------------------------------------------- checks
+def duplicate_key_problems(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
+    """One message per config file that has a duplicate key (or does not parse)."""
+    out = []
+    for p in paths:
+        try:
+            strict_load(p)
+        except PosmechError as err:
+            out.append(f"config file {err}")
+    return out
+
+
+def _schema_file_keys(schema: dict[str, Any], root: dict[str, Any] | None = None,
+                      prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Key paths (within fixed sections) whose schema says ``format: repo-file``."""
+    root = root or schema
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        node: Any = root
+        for part in ref[2:].split("/"):
+            node = node[part]
+        schema = node
+    if schema.get("format") == "repo-file":
+        return [prefix]
+    out = []
+    for name, sub in (schema.get("properties") or {}).items():
+        out += _schema_file_keys(sub, root, (*prefix, name))
+    return out
+
+
+def _get(config: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    node: Any = config
+    for k in keys:
+        if not isinstance(node, dict) or k not in node:
+            return None
+        node = node[k]
+    return node
+
+
+def repo_path(value: str, repo: str | os.PathLike[str]) -> Path:
+    """A repository file named in the config: absolute paths (and ``~``) are kept,
+    others are relative to the repository."""
+    p = Path(os.path.expanduser(value))
+    return p if p.is_absolute() else Path(repo) / p
+
+
+def file_problems(config: dict[str, Any], schema: dict[str, Any], repo: str | os.PathLike[str]) -> list[str]:
+    """Every file the config names (``format: repo-file`` keys) exists, is a file, and,
+    when it is YAML, parses without duplicate keys; ``resources/published.yaml`` too."""
+    out = []
+    for keys in _schema_file_keys(schema):
+        value = _get(config, keys)
+        if not isinstance(value, str):
+            continue
+        key = ".".join(keys)
+        p = repo_path(value, repo)
+        if not p.exists():
+            out.append(f"config key `{key}`: file {str(p)!r} does not exist "
+                       "(a path relative to the repository, or absolute)")
+        elif not p.is_file():
+            out.append(f"config key `{key}`: {str(p)!r} is not a file")
+        elif p.suffix in (".yaml", ".yml"):
+            try:
+                strict_load(p)
+            except PosmechError as err:
+                out.append(f"config key `{key}`: {err}")
+    published = Path(repo) / "resources" / "published.yaml"
+    if published.exists():
+        try:
+            from posmech.report.scorecard import load_published
+
+            strict_load(published)
+            load_published(published)
+        except PosmechError as err:
+            out.append(f"published values: {err}")
+    return out
+
+
+def _heads_problems(key: str, heads: Iterable[str], shape: KnownShape | None) -> list[str]:
+    out = []
+    for h in heads:
+        m = HEAD.match(str(h))
+        if m is None:
+            out.append(f"config key `{key}`: {h!r} is not a head name `L{{layer}}H{{head}}`")
+        elif shape is not None and (int(m[1]) >= shape.n_layers or int(m[2]) >= shape.n_heads):
+            out.append(
+                f"config key `{key}`: the model has no head {h} ({shape.n_layers} layers L0-L{shape.n_layers - 1}, "
+                f"{shape.n_heads} heads per layer H0-H{shape.n_heads - 1}; from {shape.where})"
+            )
+    return out
+
+
+def _selected(config: dict[str, Any], section: str) -> list[str]:
+    from posmech.config import selected
+
+    return selected(config, section, "models")
+
+
+def model_problems(config: dict[str, Any], base: str | os.PathLike[str] = ".") -> list[str]:
+    """Checks that need the model's shape (see the module docstring)."""
+    out: list[str] = []
+    models = config["models"]
+    shapes = {n: known_shape(n, e, base) for n, e in models.items()}
+    for name, entry in models.items():
+        s = shapes[name]
+        if s is not None and entry.get("n_ctx") and int(entry["n_ctx"]) > s.n_ctx:
+            out.append(
+                f"config key `models.{name}.n_ctx`: {entry['n_ctx']} is beyond the model's context of "
+                f"{s.n_ctx} tokens (from {s.where}); give at most {s.n_ctx}, or null for the model's context"
+            )
+    pins = (config.get("taxonomy") or {}).get("pin") or {}
+    for name, pin in pins.items():
+        if name not in models:
+            out.append(f"config key `taxonomy.pin.{name}`: no model {name!r} is defined; "
+                       f"defined models are {', '.join(sorted(models))}")
+            continue
+        heads = ([pin["sharp"]] if pin.get("sharp") else []) + list(pin.get("early") or [])
+        out += _heads_problems(f"taxonomy.pin.{name}", heads, shapes[name])
+    iv = config.get("interventions") or {}
+    ko = iv.get("prev_knockout") or {}
+    if "period" in ko and "phase" in ko and int(ko["phase"]) >= int(ko["period"]):
+        out.append(f"config key `interventions.prev_knockout.phase`: {ko['phase']} must be below "
+                   f"`period` ({ko['period']}); no query position would be knocked out otherwise")
+    for name in _selected(config, "interventions") if iv else []:
+        s = shapes.get(name)
+        if s is None:
+            continue
+        bad = [x for x in ko.get("layers") or [] if int(x) >= s.n_layers]
+        if bad:
+            out.append(f"config key `interventions.prev_knockout.layers`: model {name!r} has no layer "
+                       f"{', '.join(map(str, bad))} ({s.n_layers} layers, 0-{s.n_layers - 1}; from {s.where})")
+    kn = config.get("kernels") or {}
+    if kn:
+        for name in _selected(config, "kernels"):
+            s = shapes.get(name)
+            if s is None:
+                continue
+            ctx = effective_context(models[name], s)
+            asked = {"etc_positions": max(kn.get("etc_positions") or [0]),
+                     "heatmap_max_position": kn.get("heatmap_max_position", 0),
+                     "etc_heatmap_position": kn.get("etc_heatmap_position", 0)}
+            for key, pos in asked.items():
+                if int(pos) >= ctx:
+                    out.append(f"config key `kernels.{key}`: query position {pos} is beyond model {name!r}'s "
+                               f"context ({ctx} positions, 0-{ctx - 1}); give positions below {ctx}")
+    return out
+
+
+def device_problems(config: dict[str, Any], jobs_run_here: bool = True) -> list[str]:
+    """``device: cuda`` for a model whose jobs run on this machine, which has no GPU."""
+    cuda = [n for n, e in config["models"].items() if e.get("device") == "cuda"]
+    if not cuda or not jobs_run_here:
+        return []
+    import torch
+
+    if torch.cuda.is_available():
+        return []
+    return [f"config key `models.{n}.device`: `cuda` but no CUDA device is visible on this machine; "
+            "set `device: auto` (GPU when there is one) or `cpu`, or submit the jobs to a GPU "
+            "cluster (`--workflow-profile profiles/slurm`)" for n in cuda]
+
+
+def _profile_executor(profile: str) -> str | None:
+    for cand in (Path(profile) / "config.yaml", Path(profile) / "config.v8+.yaml"):
+        try:
+            doc = yaml.safe_load(cand.read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(doc, dict) and doc.get("executor"):
+            return str(doc["executor"])
+    return None
+
+
+def jobs_run_locally(argv: list[str], environ: dict[str, str] | None = None) -> bool:
+    """Whether this Snakemake invocation runs its jobs on this machine: no ``--executor``
+    (``-e``) other than ``local``/``dryrun``/``touch``, and no ``--profile`` /
+    ``--workflow-profile`` (or ``$SNAKEMAKE_PROFILE``) that names another executor.
+    (Snakemake parses the Snakefile before it knows its executor, hence the command line.)"""
+    environ = dict(os.environ) if environ is None else environ
+    local = {"local", "dryrun", "touch"}
+    executor: str | None = None
+    profiles = [environ["SNAKEMAKE_PROFILE"]] if environ.get("SNAKEMAKE_PROFILE") else []
+    for i, a in enumerate(argv):
+        nxt = argv[i + 1] if i + 1 < len(argv) else ""
+        if a in ("--executor", "-e"):
+            executor = nxt
+        elif a.startswith("--executor="):
+            executor = a.split("=", 1)[1]
+        elif a in ("--profile", "--workflow-profile"):
+            profiles.append(nxt)
+        elif a.startswith(("--profile=", "--workflow-profile=")):
+            profiles.append(a.split("=", 1)[1])
+    if executor is None:
+        for prof in profiles:
+            executor = _profile_executor(prof) or executor
+    return executor is None or executor in local
+
+
+def preflight(config: dict[str, Any], schema: dict[str, Any], repo: str | os.PathLike[str],
+              configfiles: Iterable[str | os.PathLike[str]] = (), base: str | os.PathLike[str] = ".",
+              jobs_run_here: bool = True) -> None:
+    """Run every check above on a config already validated by the schema (defaults
+    filled); raise one :class:`PosmechError` listing every problem."""
+    problems = duplicate_key_problems(configfiles)
+    problems += file_problems(config, schema, repo)
+    problems += model_problems(config, base)
+    problems += device_problems(config, jobs_run_here)
+    if problems:
+        raise PosmechError("invalid configuration (checked before any job runs):\n  - "
+                           + "\n  - ".join(problems))

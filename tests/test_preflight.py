@@ -1,0 +1,179 @@
+"""Checks before any job runs (issue 13, cases 1, 4, 5, 16): every problem names its key."""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from posmech.config import load_schema, validate_config
+from posmech.errors import PosmechError
+from posmech.preflight import (
+    device_problems,
+    jobs_run_locally,
+    known_shape,
+    preflight,
+    strict_load,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = load_schema(REPO / "workflow/schemas/config.schema.yaml")
+
+
+def ci():
+    return validate_config(yaml.safe_load((REPO / "config/ci.yaml").read_text()), copy.deepcopy(SCHEMA), str(REPO))
+
+
+def _err(cfg, **kw):
+    with pytest.raises(PosmechError) as info:
+        preflight(cfg, SCHEMA, REPO, **kw)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("name", ["demo.yaml", "ci.yaml"])
+def test_shipped_offline_configs_pass(name):
+    cfg = validate_config(yaml.safe_load((REPO / "config" / name).read_text()), SCHEMA, str(REPO))
+    preflight(cfg, SCHEMA, REPO, configfiles=[REPO / "config" / name], base=REPO)
+
+
+# ---------------------------------------------------------------- case 4: duplicate keys
+def test_duplicate_section_is_refused_by_name(tmp_path):
+    text = (REPO / "config/ci.yaml").read_text() + "\ncache:\n  batch_size: 4\n"
+    p = tmp_path / "dup.yaml"
+    p.write_text(text)
+    assert yaml.safe_load(text)["cache"] == {"batch_size": 4}  # what YAML alone does: keeps the last
+    msg = _err(ci(), configfiles=[p])
+    assert "duplicate key 'cache'" in msg and str(p) in msg and "again on line" in msg
+
+
+def test_duplicate_nested_key_is_refused(tmp_path):
+    p = tmp_path / "dup.yaml"
+    p.write_text("models:\n  demo:\n    train:\n      corpus: bible\n      steps: 5\n      steps: 60\n")
+    with pytest.raises(PosmechError, match="duplicate key 'steps'.*line 5.*line 6"):
+        strict_load(p)
+
+
+# ---------------------------------------------------------------- case 1: every named file
+def test_missing_induction_prompt_is_named():
+    cfg = ci()
+    cfg["interventions"]["induction_intervention"]["prompt"] = "resources/prompts/nope.yaml"
+    msg = _err(cfg)
+    assert "interventions.induction_intervention.prompt" in msg and "nope.yaml" in msg and "does not exist" in msg
+
+
+def test_missing_averaging_prompts_is_named(tmp_path):
+    cfg = ci()
+    cfg["posembed_averaging"]["prompts"] = str(tmp_path / "gone.yaml")
+    msg = _err(cfg)
+    assert "posembed_averaging.prompts" in msg and "gone.yaml" in msg
+
+
+def test_malformed_prompt_yaml_is_named(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("prompt: [unclosed\n")
+    cfg = ci()
+    cfg["interventions"]["induction_intervention"]["prompt"] = str(bad)
+    msg = _err(cfg)
+    assert "interventions.induction_intervention.prompt" in msg and "not valid YAML" in msg
+
+
+def test_directory_as_prompt_file(tmp_path):
+    cfg = ci()
+    cfg["posembed_averaging"]["prompts"] = str(tmp_path)
+    assert "is not a file" in _err(cfg)
+
+
+# ---------------------------------------------------------------- cases 5, 16: the model's shape
+def test_pin_to_undefined_model_is_an_error():
+    cfg = ci()
+    cfg["taxonomy"]["pin"] = {"gpt2": {"sharp": "L4H11"}}
+    msg = _err(cfg)
+    assert "taxonomy.pin.gpt2" in msg and "no model 'gpt2'" in msg
+
+
+def test_pin_to_nonexistent_head_is_an_error():
+    cfg = ci()  # demo: 2 layers, 2 heads
+    cfg["taxonomy"]["pin"] = {"demo": {"sharp": "L1H1", "early": ["L0H5"]}}
+    msg = _err(cfg)
+    assert "taxonomy.pin.demo" in msg and "no head L0H5" in msg and "L1H1" not in msg.split("no head")[1][:6]
+
+
+def test_n_ctx_beyond_a_local_models_context(prev_token_model_dir):
+    cfg = ci()
+    cfg["models"]["hb"] = {"source": str(prev_token_model_dir), "n_ctx": 13, "device": "cpu",
+                           "dtype": "float32", "processing": "compatibility", "prepend_bos": True}
+    shape = known_shape("hb", cfg["models"]["hb"])
+    assert (shape.n_ctx, shape.n_layers, shape.n_heads) == (12, 2, 2)
+    msg = _err(cfg)
+    assert "models.hb.n_ctx" in msg and "13" in msg and "context of 12" in msg
+    cfg["models"]["hb"]["n_ctx"] = 12
+    cfg["kernels"]["models"] = ["demo"]  # hb's 12 positions are too few for ci.yaml's kernels
+    preflight(cfg, SCHEMA, REPO)
+
+
+def test_n_ctx_checked_against_a_fetched_models_config(tmp_path):
+    hf = tmp_path / "resources/models/gpt2/hf"
+    hf.mkdir(parents=True)
+    (hf / "config.json").write_text(json.dumps({"n_positions": 1024, "n_layer": 12, "n_head": 12}))
+    cfg = ci()
+    cfg["models"]["gpt2"] = {"source": "gpt2", "n_ctx": 2048}
+    assert "models.gpt2.n_ctx" in _err(cfg, base=tmp_path)
+    preflight(cfg, SCHEMA, REPO, base=tmp_path / "elsewhere")  # not fetched yet: unknown, not refused
+
+
+def test_knockout_phase_at_or_beyond_period():
+    cfg = ci()
+    cfg["interventions"]["prev_knockout"].update(period=3, phase=3)
+    assert "interventions.prev_knockout.phase" in _err(cfg)
+
+
+def test_knockout_layer_out_of_range():
+    cfg = ci()
+    cfg["interventions"]["prev_knockout"]["layers"] = [0, 99]
+    msg = _err(cfg)
+    assert "interventions.prev_knockout.layers" in msg and "no layer 99" in msg
+
+
+def test_etc_positions_beyond_the_context():
+    cfg = ci()  # demo n_ctx 32: positions 0..31
+    cfg["kernels"]["etc_positions"] = [16, 32]
+    msg = _err(cfg)
+    assert "kernels.etc_positions" in msg and "position 32" in msg
+
+
+def test_cuda_without_gpu_when_jobs_run_here(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cfg = ci()
+    cfg["models"]["demo"]["device"] = "cuda"
+    assert "models.demo.device" in " ".join(device_problems(cfg, jobs_run_here=True))
+    assert device_problems(cfg, jobs_run_here=False) == []
+
+
+def test_every_problem_is_reported_at_once():
+    cfg = ci()
+    cfg["interventions"]["prev_knockout"].update(period=2, phase=5, layers=[7])
+    cfg["taxonomy"]["pin"] = {"nope": {"sharp": "L0H0"}}
+    msg = _err(cfg)
+    assert msg.count("\n  - ") == 3
+
+
+def test_executor_from_the_command_line(tmp_path):
+    assert jobs_run_locally(["snakemake", "--cores", "8"], {})
+    assert not jobs_run_locally(["snakemake", "--executor", "slurm"], {})
+    assert not jobs_run_locally(["snakemake", "-e=slurm"][:1] + ["--executor=slurm"], {})
+    assert not jobs_run_locally(["snakemake", "--workflow-profile", str(REPO / "profiles/slurm")], {})
+    assert jobs_run_locally(["snakemake", "--workflow-profile", str(REPO / "profiles/default")], {})
+    assert not jobs_run_locally(["snakemake"], {"SNAKEMAKE_PROFILE": str(REPO / "profiles/slurm")})
+
+
+def test_n_ctx_beyond_context_is_an_error_at_run_time_too(prev_token_model_dir):
+    """For a hub model not fetched when the run starts, the tokenize rule refuses it."""
+    from posmech.models.loading import analysis_context
+
+    assert analysis_context("m", {"n_ctx": None}, prev_token_model_dir) == 12
+    assert analysis_context("m", {"n_ctx": 8}, prev_token_model_dir) == 8
+    with pytest.raises(PosmechError, match="models.m.n_ctx.*beyond the model's context of 12"):
+        analysis_context("m", {"n_ctx": 13}, prev_token_model_dir)
