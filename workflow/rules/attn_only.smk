@@ -45,11 +45,19 @@ ATTN_ONLY_FIGURES = {
 }
 
 
+def attn_only_rules(model):
+    """The L rules run on ``model``: bos_induction (L4) compares with and without BOS, so
+    it is left out for a model run without BOS (`attn_only.bos` false or `model` with
+    `prepend_bos: false`)."""
+    bos = resolve_bos(config["attn_only"]["bos"], config["models"][model])
+    return [r for r in ATTN_ONLY_FIGURES if bos or r != "bos_induction"]
+
+
 def attn_only_scorecards():
     return [
         f"results/{m}/scorecard/{r}.csv"
         for m in attn_only_models()
-        for r in ATTN_ONLY_FIGURES
+        for r in attn_only_rules(m)
     ]
 
 
@@ -57,8 +65,8 @@ def attn_only_figures():
     return [
         f"results/{m}/attn_only/{f}"
         for m in attn_only_models()
-        for figs in ATTN_ONLY_FIGURES.values()
-        for f in figs
+        for r in attn_only_rules(m)
+        for f in ATTN_ONLY_FIGURES[r]
     ]
 
 
@@ -66,7 +74,7 @@ def attn_only_tables():
     return [
         f"results/{m}/attn_only/{r}.csv"
         for m in attn_only_models()
-        for r in ATTN_ONLY_FIGURES
+        for r in attn_only_rules(m)
     ]
 
 
