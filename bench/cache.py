@@ -47,7 +47,7 @@ def build_model(shape: str, out: Path) -> Path:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from posmech import handbuilt as hb
+    from posmech.models import handbuilt as hb
 
     torch.manual_seed(0)
     m = GPT2LMHeadModel(GPT2Config(**SHAPES[shape]))
@@ -57,7 +57,7 @@ def build_model(shape: str, out: Path) -> Path:
 
 
 def tokens(shape: str, n_docs: int, doc_len: int, seed: int = 0):
-    from posmech.tokens import TokenSet
+    from posmech.data.tokens import TokenSet
 
     rng = np.random.default_rng(seed)
     flat = rng.integers(1, SHAPES[shape]["vocab_size"], size=n_docs * doc_len).astype(np.int32)
@@ -95,7 +95,7 @@ def worker(args: argparse.Namespace) -> dict:
     import torch
 
     from posmech.cache import cache_activations, load_capture
-    from posmech.models import load_bridge, load_hf
+    from posmech.models.loading import load_bridge, load_hf
 
     torch.set_num_threads(1)
     man = {"hf_dir": args.model_dir, "name": args.shape}

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from posmech import geometry as geo
-from posmech import handbuilt as hb
-from posmech.models import load_bridge, read_manifest
+from posmech.analyses import geometry as geo
+from posmech.models import handbuilt as hb
+from posmech.models.loading import load_bridge, read_manifest
 from posmech.plots import geometry as plots
 from posmech.tables import scorecard_rows, write_table
 

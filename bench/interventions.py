@@ -30,9 +30,9 @@ def main() -> None:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from posmech import handbuilt as hb
-    from posmech import interventions as iv
-    from posmech.models import load_bridge
+    from posmech.analyses import interventions as iv
+    from posmech.models import handbuilt as hb
+    from posmech.models.loading import load_bridge
 
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:

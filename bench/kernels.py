@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from posmech import kernels as kn
+from posmech.analyses import kernels as kn
 
 
 def gpt2_small_like(rng: np.random.Generator, texts: int, positions: np.ndarray):

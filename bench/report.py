@@ -4,7 +4,7 @@
 
 Fabricates, per model, the given number of 150-dpi PNG figures (6x4 in) and tidy tables
 (2,000 rows), one scorecard per analysis rule with one row for each published quantity, a
-training summary and benchmark files, then times :func:`posmech.report.build` (what the
+training summary and benchmark files, then times :func:`posmech.report.html.build` (what the
 rule's script runs).  The report's cost depends on the number and size of the figures and
 tables, not on the model, so this stands in for the demo and the full study.  Target:
 under 30 s.  Numbers go to docs/performance.md.
@@ -23,9 +23,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from posmech import report as rp
 from posmech.plots import save
-from posmech.scorecard import load_published
+from posmech.report import html as rp
+from posmech.report.scorecard import load_published
 from posmech.tables import scorecard_rows, write_table
 
 REPO = Path(__file__).resolve().parents[1]

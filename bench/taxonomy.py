@@ -3,10 +3,10 @@
     OMP_NUM_THREADS=1 .venv/bin/python bench/taxonomy.py [--docs 3] [--repeats 3] [--small]
 
 A GPT-2-small-shaped model (12 layers x 12 heads, d_model 768, 1024 positions, vocabulary
-50257; random weights, loaded through posmech.models.load_bridge in compatibility mode
+50257; random weights, loaded through posmech.models.loading.load_bridge in compatibility mode
 like every rule) runs `--docs` full-context documents (1024 tokens) twice, interleaved
 `--repeats` times: bare (`bridge(x, return_type=None)`, no hooks) and with the taxonomy
-hooks (posmech.taxonomy.accumulate_diagonals: one-pass diagonal sums of every head's
+hooks (posmech.analyses.taxonomy.accumulate_diagonals: one-pass diagonal sums of every head's
 pattern inside blocks.L.attn.hook_pattern, plus the head_detector score), and the hooks'
 work alone on a synthetic pattern of the same shape.  Target: the
 taxonomy costs at most 10 % more than the bare forward passes.  On a shared machine the
@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from posmech import handbuilt as hb
-from posmech.models import load_bridge
-from posmech.taxonomy import accumulate_diagonals, diagonal_sums
+from posmech.analyses.taxonomy import accumulate_diagonals, diagonal_sums
+from posmech.models import handbuilt as hb
+from posmech.models.loading import load_bridge
 
 
 def build(tmp: Path, n_layer: int, n_ctx: int, d_vocab: int) -> Path:

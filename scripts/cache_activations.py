@@ -2,9 +2,9 @@
 
 from posmech.cache import CacheSettings, cache_activations, load_capture
 from posmech.config import config_hash
-from posmech.models import read_manifest
+from posmech.data.tokens import read_tokens
+from posmech.models.loading import read_manifest
 from posmech.runner import run
-from posmech.tokens import read_tokens
 
 
 def main(smk, log):

@@ -1,7 +1,7 @@
 """Rule canonical_angles: principal angles between the top-k right-singular subspaces of
 W_pos and of each layer's extended embeddings (P11)."""
 
-from posmech import geometry as geo
+from posmech.analyses import geometry as geo
 from posmech.plots import geometry as plots
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table

@@ -1,12 +1,12 @@
 """Rule diagonal_taxonomy: per-head mean attention per diagonal offset (P6), the P7
 ranking with TransformerLens's head_detector score, and the chosen sharp / early heads."""
 
-from posmech.models import load_bridge, read_manifest
+from posmech.analyses.taxonomy import full_context_documents, run_taxonomy
+from posmech.data.tokens import read_tokens
+from posmech.models.loading import load_bridge, read_manifest
 from posmech.plots.taxonomy import taxonomy_figure
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
-from posmech.taxonomy import full_context_documents, run_taxonomy
-from posmech.tokens import read_tokens
 
 
 def main(smk, log):

@@ -1,6 +1,6 @@
 """Rule etc_heatmap: log ETC over layers x heads, every configured model side by side (K4)."""
 
-from posmech import kernels as kn
+from posmech.analyses import kernels as kn
 from posmech.plots import kernels as plots
 from posmech.runner import run
 from posmech.tables import read_table

@@ -1,7 +1,7 @@
 """Rule etc_table: Effective Token Count of every (layer, head, n) with its spread over the
 query texts and the kernel type (K3, K4, K5); scorecard rows K1–K5."""
 
-from posmech import kernels as kn
+from posmech.analyses import kernels as kn
 from posmech.runner import run
 from posmech.tables import write_table
 

@@ -1,15 +1,16 @@
 """Rule extended_averaging (P15): replace the residual stream's positional component (the
 extended positional embeddings) by its group average just before each chosen head's layer."""
 
-from posmech import interventions as iv
-from posmech.ablations import group_average
-from posmech.geometry import read_extended_artifact
-from posmech.models import load_bridge, read_manifest
+from posmech.analyses import interventions as iv
+from posmech.analyses.attention import parse_head
+from posmech.analyses.geometry import read_extended_artifact
+from posmech.analyses.taxonomy import read_chosen_heads
+from posmech.analyses.wpos import group_average
+from posmech.data.tokens import read_tokens
+from posmech.models.loading import load_bridge, read_manifest
 from posmech.plots import interventions as plots
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
-from posmech.taxonomy import read_chosen_heads
-from posmech.tokens import read_tokens
 
 
 def main(smk, log):
@@ -20,10 +21,10 @@ def main(smk, log):
     heads = read_chosen_heads(smk.input.heads)
     roles = {**{h: "early" for h in heads["early"]}, heads["sharp"][0]: "sharp"}
     ext = read_extended_artifact(smk.input.extended)
-    layers = sorted({iv.parse_head(h)[0] for h in roles})
+    layers = sorted({parse_head(h)[0] for h in roles})
     deltas = {l: iv.extended_shift(ext.extended[l], k, ext.first_token_position, group_average) for l in layers}
     docs = iv.select_documents(read_tokens(smk.input.tokens), cfg["n_documents"], cfg["min_tokens"], cfg["max_tokens"])
-    measured = sorted(roles, key=iv.parse_head)  # by layer: the figure reads top (early) to bottom
+    measured = sorted(roles, key=parse_head)  # by layer: the figure reads top (early) to bottom
     with iv.unchanged(bridge):
         rows, zooms = iv.extended_averaging(bridge, docs, measured, deltas, cfg["zoom"], cfg["zoom_start"])
     params = {"group_size": k, "first_averaged_position": ext.first_token_position, "corpus": smk.params.corpus}

@@ -1,9 +1,9 @@
 """Rule extended_positional_embeddings: repeated-token prompts through the model; write the
 token-averaged, position-centred residual stream at every layer (P8) and its agreement."""
 
-from posmech import geometry as geo
+from posmech.analyses import geometry as geo
 from posmech.config import config_hash
-from posmech.models import load_bridge, read_manifest
+from posmech.models.loading import load_bridge, read_manifest
 from posmech.plots import geometry as plots
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table

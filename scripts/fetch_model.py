@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from posmech.models import fetch_hub_model, model_kind, prepare_local_model
+from posmech.models.loading import fetch_hub_model, model_kind, prepare_local_model
 from posmech.runner import run
 
 

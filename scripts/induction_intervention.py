@@ -3,12 +3,12 @@ and scale its output; probabilities of the original and the redirected continuat
 
 import yaml
 
-from posmech import interventions as iv
-from posmech.models import load_bridge, read_manifest
+from posmech.analyses import interventions as iv
+from posmech.analyses.taxonomy import read_chosen_heads
+from posmech.models.loading import load_bridge, read_manifest
 from posmech.plots import interventions as plots
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
-from posmech.taxonomy import read_chosen_heads
 
 
 def main(smk, log):

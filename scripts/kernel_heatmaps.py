@@ -1,7 +1,8 @@
 """Rule kernel_heatmaps: query x key heatmaps of the layer-0 and selected later heads (K2),
 and the kernel at n with its spread over query texts (K5)."""
 
-from posmech import kernels as kn
+from posmech.analyses import kernels as kn
+from posmech.analyses.attention import head_name
 from posmech.plots import kernels as plots
 from posmech.runner import run
 from posmech.tables import read_table
@@ -13,7 +14,7 @@ def main(smk, log):
     at = kn.types_at(read_table(smk.input.table), p["etc_heatmap_position"])
     types = dict(zip(at["head_name"], at["kernel_type"]))
     k0, n_max = int(ks.attrs["k0"]), p["heatmap_max_position"]
-    layer0 = [kn.head_name(0, h) for h in range(ks.n_heads)]
+    layer0 = [head_name(0, h) for h in range(ks.n_heads)]
     later = kn.pick_heads(at, p["selected_heads"])
     idx = lambda name: tuple(int(v) for v in name[1:].split("H"))  # noqa: E731
     for heads, path, what in ((layer0, out.layer0, "layer-0 heads"), (later, out.selected, "selected heads")):

@@ -3,14 +3,14 @@ W_pos averaged in groups of k (P4): metrics table, patterns (HDF5), figure."""
 
 import numpy as np
 
-from posmech.ablations import posembed_attention
+from posmech.analyses.taxonomy import read_chosen_heads
+from posmech.analyses.wpos import posembed_attention
+from posmech.data.tokens import read_tokens
 from posmech.hdf5 import artifact_writer
-from posmech.models import load_bridge, read_manifest
+from posmech.models.loading import load_bridge, read_manifest
 from posmech.plots.taxonomy import attention_figure
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
-from posmech.taxonomy import read_chosen_heads
-from posmech.tokens import read_tokens
 
 
 def main(smk, log):

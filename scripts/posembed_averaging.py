@@ -1,14 +1,14 @@
 """Rule posembed_averaging: W_pos averaged in groups of k; held-out loss (P2) and the
 repeat-string prompt probabilities (P3), the model restored bitwise after each k."""
 
-from posmech.ablations import heldout_documents, max_unchanged_k, posembed_averaging, read_doc_index
+from posmech.analyses.wpos import heldout_documents, max_unchanged_k, posembed_averaging, read_doc_index
+from posmech.data.prompts import load_prompts
+from posmech.data.tokens import read_tokens
 from posmech.io import read_jsonl
-from posmech.models import load_bridge, read_manifest
+from posmech.models.loading import load_bridge, read_manifest
 from posmech.plots.taxonomy import averaging_figure
-from posmech.prompts import load_prompts
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
-from posmech.tokens import read_tokens
 
 
 def main(smk, log):

@@ -4,13 +4,13 @@ means (p_i) and post-ln1 embeddings of Bible chapters (x_n); writes kernels.h5 (
 import json
 from pathlib import Path
 
-from posmech import kernels as kn
+from posmech.analyses import kernels as kn
 from posmech.cache import read_position_means
 from posmech.config import config_hash
+from posmech.data.tokens import read_tokens
 from posmech.hdf5 import attr_json, open_artifact
-from posmech.models import load_bridge, read_manifest
+from posmech.models.loading import load_bridge, read_manifest
 from posmech.runner import run
-from posmech.tokens import read_tokens
 
 
 def main(smk, log):

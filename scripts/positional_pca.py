@@ -1,7 +1,7 @@
 """Rule positional_pca: PCA of W_pos and of every layer's extended embeddings; helix
 figures (P1, P10) and the three-panel comparison."""
 
-from posmech import geometry as geo
+from posmech.analyses import geometry as geo
 from posmech.plots import geometry as plots
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table

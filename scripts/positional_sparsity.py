@@ -1,7 +1,7 @@
 """Rule positional_sparsity: per layer, the fraction of far-from-zero entries of the
 extended embeddings relative to W_pos's scale, and the ratio to W_pos (P9)."""
 
-from posmech import geometry as geo
+from posmech.analyses import geometry as geo
 from posmech.plots import geometry as plots
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table

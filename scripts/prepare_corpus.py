@@ -1,6 +1,6 @@
 """Rule prepare_corpus: load and select a corpus, write it as JSON lines."""
 
-from posmech.corpora import load_corpus
+from posmech.data.corpora import load_corpus
 from posmech.io import write_jsonl
 from posmech.runner import run
 

@@ -1,13 +1,13 @@
 """Rule prev_knockout (P5): zero attention to the previous position at every period-th query
 in the early layers; the sharp head's previous-token mass and pattern before/after."""
 
-from posmech import interventions as iv
-from posmech.models import load_bridge, read_manifest
+from posmech.analyses import interventions as iv
+from posmech.analyses.taxonomy import read_chosen_heads
+from posmech.data.tokens import read_tokens
+from posmech.models.loading import load_bridge, read_manifest
 from posmech.plots import interventions as plots
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
-from posmech.taxonomy import read_chosen_heads
-from posmech.tokens import read_tokens
 
 
 def main(smk, log):

@@ -1,13 +1,13 @@
 """Rule repeated_tokens (P14): the sharp head's previous-token attention where the previous
 token equals the current one vs elsewhere, on web-text documents."""
 
-from posmech import interventions as iv
-from posmech.models import load_bridge, read_manifest
+from posmech.analyses import interventions as iv
+from posmech.analyses.taxonomy import read_chosen_heads
+from posmech.data.tokens import read_tokens
+from posmech.models.loading import load_bridge, read_manifest
 from posmech.plots import interventions as plots
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
-from posmech.taxonomy import read_chosen_heads
-from posmech.tokens import read_tokens
 
 
 def main(smk, log):

@@ -1,6 +1,6 @@
 """Rule report: scorecard (published vs reproduced) and the offline HTML report."""
 
-from posmech.report import build
+from posmech.report.html import build
 from posmech.runner import run
 
 

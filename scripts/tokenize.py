@@ -3,10 +3,10 @@
 from transformers import AutoTokenizer
 
 from posmech.config import config_hash
+from posmech.data.tokens import tokenize_documents, write_tokens
 from posmech.io import read_jsonl
-from posmech.models import model_context, read_manifest
+from posmech.models.loading import model_context, read_manifest
 from posmech.runner import run
-from posmech.tokens import tokenize_documents, write_tokens
 
 
 def main(smk, log):

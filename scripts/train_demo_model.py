@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 
 from posmech.io import atomic_path, read_jsonl, write_json
-from posmech.models import train_demo_model
+from posmech.models.training import train_demo_model
 from posmech.plots import training_curve
 from posmech.runner import run
 

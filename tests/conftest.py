@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from posmech import handbuilt as hb
+from posmech.models import handbuilt as hb
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 import torch
 
-from posmech import handbuilt as hb
 from posmech.cache import (
     CHECKPOINT,
     PARTIAL,
@@ -27,9 +26,10 @@ from posmech.cache import (
     read_position_means,
     read_positions,
 )
+from posmech.data.tokens import TokenSet
 from posmech.errors import PosmechError
-from posmech.models import load_bridge
-from posmech.tokens import TokenSet
+from posmech.models import handbuilt as hb
+from posmech.models.loading import load_bridge
 
 N_CTX, D_VOCAB = 12, 30
 
@@ -155,7 +155,7 @@ def _gpt_neo_dir(tmp_path: Path) -> Path:
 def hf_reference(path: Path, docs: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
     """Per document: ``hidden`` ``[L + 1, len, d]`` (block inputs, then ln_f's input) and
     ``ln1`` ``[L, len, d]`` (ln_1 outputs), from the Hugging Face model one document at a time."""
-    from posmech.models import load_hf
+    from posmech.models.loading import load_hf
 
     model, _ = load_hf({"hf_dir": str(path), "name": "ref"})
     out = []
@@ -213,9 +213,9 @@ CHILD = """
 import sys, time, numpy as np
 sys.path.insert(0, {tests!r})
 from test_cache import token_set, random_docs
-from posmech.models import load_bridge
 from posmech.cache import cache_activations, CacheSettings
 import posmech.cache as C
+from posmech.models.loading import load_bridge
 bridge = load_bridge({{"hf_dir": {model!r}, "name": "tok"}}, device="cpu")
 orig = C.forward_batch
 def slow(*a, **k):

@@ -15,8 +15,8 @@ import pytest
 
 from posmech.cache import PARTIAL, CacheSettings, cache_activations
 from posmech.cli import describe, main
-from posmech.models import load_bridge
-from posmech.tokens import read_tokens, write_tokens
+from posmech.data.tokens import read_tokens, write_tokens
+from posmech.models.loading import load_bridge
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -54,6 +54,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from posmech.data.tokens import TokenSet
 from posmech.errors import PosmechError
 from posmech.hdf5 import (
     STR,
@@ -65,7 +66,6 @@ from posmech.hdf5 import (
     set_attrs,
 )
 from posmech.io import atomic_path
-from posmech.tokens import TokenSet
 
 LOG = logging.getLogger(__name__)
 
@@ -348,7 +348,7 @@ def load_capture(manifest: dict[str, Any], device: str, dtype: str, processing: 
     """The model to cache from: ``engine='hf'`` (plain Hugging Face model, GPT-2-style
     architectures), ``'bridge'`` (TransformerBridge, any architecture), ``'auto'`` (hf when
     supported)."""
-    from posmech.models import is_tl_legacy_dir, load_bridge, load_hf, resolve_device
+    from posmech.models.loading import is_tl_legacy_dir, load_bridge, load_hf, resolve_device
 
     if engine in ("auto", "hf") and not is_tl_legacy_dir(manifest["hf_dir"]):
         model, _ = load_hf(manifest, resolve_device(device), dtype)

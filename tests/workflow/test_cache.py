@@ -11,9 +11,9 @@ import sys
 import numpy as np
 
 from posmech.cache import read_document, read_position_means
+from posmech.data.tokens import read_tokens
 from posmech.hdf5 import open_artifact
-from posmech.models import read_manifest
-from posmech.tokens import read_tokens
+from posmech.models.loading import read_manifest
 from tests.test_cache import hf_reference
 
 

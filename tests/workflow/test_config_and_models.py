@@ -4,8 +4,8 @@
 import pytest
 import yaml
 
-from posmech import handbuilt as hb
-from posmech.tokens import read_tokens
+from posmech.data.tokens import read_tokens
+from posmech.models import handbuilt as hb
 
 from .conftest import REPO, snakemake
 

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import yaml
 
-from posmech import geometry as geo
-from posmech.models import load_bridge, read_manifest
+from posmech.analyses import geometry as geo
+from posmech.models.loading import load_bridge, read_manifest
 from posmech.tables import read_table
 
 from .conftest import REPO

@@ -9,12 +9,12 @@ import h5py
 import numpy as np
 import pandas as pd
 
-from posmech import kernels as kn
+from posmech.analyses import kernels as kn
 from posmech.cache import read_position_means
-from posmech.models import load_bridge, read_manifest
-from posmech.scorecard import load_published
+from posmech.data.tokens import read_tokens
+from posmech.models.loading import load_bridge, read_manifest
+from posmech.report.scorecard import load_published
 from posmech.tables import read_table
-from posmech.tokens import read_tokens
 
 REPO = Path(__file__).resolve().parents[2]
 

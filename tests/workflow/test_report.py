@@ -9,8 +9,8 @@ import re
 import pandas as pd
 import pytest
 
-from posmech.browser import check_page
-from posmech.scorecard import load_published
+from posmech.report.browser import check_page
+from posmech.report.scorecard import load_published
 from posmech.tables import read_table
 from tests.conftest import require_system
 from tests.workflow.conftest import REPO, snakemake

@@ -6,7 +6,7 @@ import h5py
 import numpy as np
 import pandas as pd
 
-from posmech.tokens import read_tokens
+from posmech.data.tokens import read_tokens
 
 
 def test_ci_dag_trains_model_and_tokenizes(ci_run):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import yaml
 
+from posmech.analyses.taxonomy import HEADS_COLUMNS, read_chosen_heads
 from posmech.hdf5 import open_artifact
 from posmech.tables import read_table
-from posmech.taxonomy import HEADS_COLUMNS, read_chosen_heads
 
 REPO_PUBLISHED = __import__("pathlib").Path(__file__).resolve().parents[2] / "resources" / "published.yaml"
 

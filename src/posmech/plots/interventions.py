@@ -1,6 +1,6 @@
 """Figures of the intervention rules (P5, P14, P15, P16): zoomed attention patterns of the
 chosen heads before/after, and probability bars.  Each function takes the zoom windows /
-tidy frames produced by :mod:`posmech.interventions` and writes one PNG."""
+tidy frames produced by :mod:`posmech.analyses.interventions` and writes one PNG."""
 
 from __future__ import annotations
 

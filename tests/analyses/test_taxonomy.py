@@ -7,11 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from posmech import handbuilt as hb
-from posmech.errors import PosmechError
-from posmech.models import load_bridge
-from posmech.tables import write_table
-from posmech.taxonomy import (
+from posmech.analyses.taxonomy import (
     HEADS_COLUMNS,
     accumulate_diagonals,
     choose_heads,
@@ -21,6 +17,10 @@ from posmech.taxonomy import (
     rank_correlations,
     read_chosen_heads,
 )
+from posmech.errors import PosmechError
+from posmech.models import handbuilt as hb
+from posmech.models.loading import load_bridge
+from posmech.tables import write_table
 
 N = 12
 
@@ -179,8 +179,8 @@ def test_read_chosen_heads_rejects_bad_tables(tmp_path):
 
 
 def test_full_context_documents_selects_long_documents_and_names_the_key():
-    from posmech.tokens import TokenSet
-    from posmech.taxonomy import full_context_documents
+    from posmech.analyses.taxonomy import full_context_documents
+    from posmech.data.tokens import TokenSet
 
     lengths = [12, 5, 12, 9, 12]
     flat = np.concatenate([np.arange(n) for n in lengths])

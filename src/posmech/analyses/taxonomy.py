@@ -16,7 +16,6 @@ intervention rules: one row per chosen head, columns :data:`HEADS_COLUMNS`, role
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -24,25 +23,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from posmech.analyses.attention import head_name, parse_head
 from posmech.errors import PosmechError
 from posmech.tables import read_table
 
 HEADS_COLUMNS = ["model", "role", "head", "layer", "head_index", "score", "rule"]
 ROLES = ("sharp", "early")
-HEAD_RE = re.compile(r"^L(\d+)H(\d+)$")
-
-
-def head_name(layer: int, head: int) -> str:
-    """``L{layer}H{head}``."""
-    return f"L{int(layer)}H{int(head)}"
-
-
-def parse_head(name: str, key: str = "head") -> tuple[int, int]:
-    """``'L4H11'`` → ``(4, 11)``; :class:`PosmechError` naming ``key`` otherwise."""
-    m = HEAD_RE.match(str(name))
-    if not m:
-        raise PosmechError(f"{key}: {name!r} is not a head name; write heads as L<layer>H<head>, e.g. L4H11")
-    return int(m.group(1)), int(m.group(2))
 
 
 def read_chosen_heads(path: str | os.PathLike[str]) -> dict[str, list[str]]:
@@ -330,7 +316,7 @@ def diagonals_frame(means: np.ndarray, counts: np.ndarray, model: str, max_offse
 
 # --------------------------------------------------------------------------- rule helpers
 def full_context_documents(tokens: Any, n_documents: int, context: int | None) -> tuple[list[np.ndarray], int]:
-    """The first ``n_documents`` documents of a :class:`~posmech.tokens.TokenSet` with at
+    """The first ``n_documents`` documents of a :class:`~posmech.data.tokens.TokenSet` with at
     least ``context`` tokens (``None``: its ``n_ctx``), cut to ``context``.  Returns
     ``(documents, context)``; fewer documents when fewer are long enough."""
     ctx = int(context or tokens.attrs.get("n_ctx") or tokens.lengths().max())

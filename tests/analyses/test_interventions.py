@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from posmech import handbuilt as hb
-from posmech import interventions as iv
-from posmech.ablations import group_average
+from posmech.analyses import interventions as iv
+from posmech.analyses.wpos import group_average
 from posmech.errors import PosmechError
-from posmech.models import load_bridge
+from posmech.models import handbuilt as hb
+from posmech.models.loading import load_bridge
 
 N = 12  # context of the hand-built models
 V = 8  # vocabulary of the copy model
@@ -77,12 +77,6 @@ def assert_unchanged(bridge, snap) -> None:
 
 
 # ----------------------------------------------------------------- pure helpers
-def test_parse_head_and_errors():
-    assert iv.parse_head("L4H11") == (4, 11)
-    with pytest.raises(PosmechError, match="L4H11"):
-        iv.parse_head("4.11")
-
-
 def test_knockout_rows_every_period():
     rows = iv.knockout_rows(12, 5)
     assert np.flatnonzero(rows).tolist() == [5, 10]
@@ -300,7 +294,7 @@ def test_ninja_prompt_file_with_byte_level_bpe():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    spec = yaml.safe_load((Path(__file__).resolve().parents[1] / "resources/prompts/induction_ninja.yaml").read_text())
+    spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "resources/prompts/induction_ninja.yaml").read_text())
     tk = Tokenizer(models.BPE())
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tk.decoder = decoders.ByteLevel()

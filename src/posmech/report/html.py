@@ -4,7 +4,7 @@
 figure and table it shows (relative links only, no JavaScript, no CDN): the folder can
 be copied or mailed and opened offline.  Everything shown comes from named inputs:
 
-* the scorecard (:mod:`posmech.scorecard`) from ``resources/published.yaml`` and the
+* the scorecard (:mod:`posmech.report.scorecard`) from ``resources/published.yaml`` and the
   ``results/{model}/scorecard/<rule>.csv`` files;
 * figures and tables registered by the stages, with the rst caption and category of
   their rule's ``report(...)`` flag (rendered with ``snakemake.wildcards`` and
@@ -30,9 +30,9 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from posmech import scorecard as sc
 from posmech.errors import PosmechError
 from posmech.io import atomic_path
+from posmech.report import scorecard as sc
 
 TEMPLATE = "report.html.j2"
 CLAIM_ID = re.compile(r"\b([PLKC])(\d{1,2})\b")
@@ -236,7 +236,7 @@ def demo_sections(summaries: list[str], curves: dict[str, Asset]) -> list[dict[s
 
 def _display_path(path: str) -> str:
     """``path`` relative to the repository when it lies in it (``resources/published.yaml``)."""
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     try:
         return Path(path).resolve().relative_to(repo).as_posix()
     except ValueError:
@@ -316,7 +316,7 @@ def build(
         "published_path": _display_path(published),
     }
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("posmech", "templates"), autoescape=jinja2.select_autoescape(["html", "j2"]),
+        loader=jinja2.PackageLoader("posmech.report", "templates"), autoescape=jinja2.select_autoescape(["html", "j2"]),
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
     )
     text = env.get_template(TEMPLATE).render(**context)

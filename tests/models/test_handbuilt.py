@@ -1,8 +1,8 @@
 import numpy as np
 import torch
 
-from posmech import handbuilt as hb
-from posmech.models import load_bridge
+from posmech.models import handbuilt as hb
+from posmech.models.loading import load_bridge
 
 
 def test_positional_model_has_exact_patterns(prev_token_model_dir):

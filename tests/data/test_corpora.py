@@ -3,7 +3,7 @@ import json
 import pandas as pd
 import pytest
 
-from posmech.corpora import bible_chapters, clean_kjv, load_corpus, select_indices
+from posmech.data.corpora import bible_chapters, clean_kjv, load_corpus, select_indices
 from posmech.errors import PosmechError
 
 

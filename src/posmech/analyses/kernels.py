@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from posmech.analyses.attention import head_name
 from posmech.errors import PosmechError
 
 KIND = "kernels"
@@ -414,10 +415,6 @@ def read_kernels(path: str | os.PathLike[str]) -> KernelSet:
 
 
 # --------------------------------------------------------------------------- tables
-def head_name(layer: int, head: int) -> str:
-    return f"L{layer}H{head}"
-
-
 def etc_frame(ks: KernelSet, model: str, local_max: float, uniform_min: float) -> pd.DataFrame:
     """Tidy ETC table (K3/K4/K5): one row per (layer, head, n) with the ETC's mean, std,
     min and max over the query texts, the ETC of the mean kernel, ``n_keys``, the fraction
@@ -571,7 +568,7 @@ def build_kernels(
 ) -> dict[str, Any]:
     """Rule ``positional_kernels``: choose the query texts, run them through ``bridge`` for
     ``x_n``, compute every head's kernels from ``means [L, P, d_model]`` and stream them to
-    ``path``.  ``tokens``: the query corpus (:class:`posmech.tokens.TokenSet`);
+    ``path``.  ``tokens``: the query corpus (:class:`posmech.data.tokens.TokenSet`);
     ``params``: the ``kernels`` config section.  Returns a small summary for the log."""
     k0 = int(params["k0"])
     pos = query_positions(k0, int(params["heatmap_max_position"]), params["etc_positions"])

@@ -9,7 +9,7 @@ exceptions and failed loads, checks that every ``<img>`` decoded and every inter
 resolves (``#anchor`` to an element id, relative paths to existing files), and saves a
 full-page screenshot.  Used by the report's tests; also handy by hand::
 
-    python -m posmech.browser results/report/index.html
+    python -m posmech.report.browser results/report/index.html
 """
 
 from __future__ import annotations
@@ -240,7 +240,7 @@ def check_page(html: str | os.PathLike[str], screenshot: str | os.PathLike[str] 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args:
-        print("usage: python -m posmech.browser PAGE.html [SCREENSHOT.png]", file=sys.stderr)
+        print("usage: python -m posmech.report.browser PAGE.html [SCREENSHOT.png]", file=sys.stderr)
         return 2
     res = check_page(args[0], args[1] if len(args) > 1 else None)
     print(json.dumps(res.__dict__, indent=2))

@@ -4,16 +4,16 @@ import numpy as np
 import pytest
 import torch
 
-from posmech import handbuilt as hb
 from posmech.errors import PosmechError
-from posmech.models import (
-    build_char_tokenizer,
+from posmech.models import handbuilt as hb
+from posmech.models.loading import (
     check_hf_dir,
     fetch_hub_model,
     load_bridge,
     prepare_local_model,
     read_manifest,
 )
+from posmech.models.training import build_char_tokenizer
 
 
 def test_char_tokenizer_roundtrip_and_bos():
@@ -64,7 +64,7 @@ def test_hub_fetch_offline_fails_fast_and_leaves_nothing(tmp_path, monkeypatch):
 def test_cuda_without_gpu_is_a_clear_error():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    from posmech.models import resolve_device
+    from posmech.models.loading import resolve_device
 
     with pytest.raises(PosmechError, match="device"):
         resolve_device("cuda")
@@ -111,7 +111,7 @@ def _legacy_dir(path):
 
 def test_tl_legacy_directory_loads_with_exact_attention(tmp_path):
     """attn-only-2l style checkpoints: layer-0 pattern equals a hand computation."""
-    from posmech.models import model_context
+    from posmech.models.loading import model_context
 
     d, sd = _legacy_dir(tmp_path / "legacy")
     m = prepare_local_model("leg", {"source": str(d)}, tmp_path / "manifest")

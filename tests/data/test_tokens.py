@@ -2,9 +2,9 @@ import h5py
 import numpy as np
 import pytest
 
+from posmech.data.tokens import read_tokens, tokenize_documents, write_tokens
 from posmech.errors import PosmechError
-from posmech.handbuilt import char_tokenizer
-from posmech.tokens import read_tokens, tokenize_documents, write_tokens
+from posmech.models.handbuilt import char_tokenizer
 
 
 def _docs():

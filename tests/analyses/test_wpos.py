@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 import torch
 
-from posmech import handbuilt as hb
-from posmech.ablations import (
+from posmech.analyses.attention import mean_prev_token_mass
+from posmech.analyses.wpos import (
     averaged_W_pos,
     group_average,
     head_pattern,
@@ -18,12 +18,8 @@ from posmech.ablations import (
     next_token_loss,
     pattern_similarity,
     posembed_averaging,
-    previous_token_mass,
-    window,
 )
-from posmech.errors import PosmechError
-from posmech.models import load_bridge
-from posmech.prompts import (
+from posmech.data.prompts import (
     Prompt,
     continuation_probability,
     load_prompts,
@@ -31,8 +27,11 @@ from posmech.prompts import (
     target_probabilities,
     variant_token_ids,
 )
+from posmech.errors import PosmechError
+from posmech.models import handbuilt as hb
+from posmech.models.loading import load_bridge
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 N = 12
 
 
@@ -112,8 +111,8 @@ def test_previous_token_head_sees_groups_of_k(bridge):
     # k = 2: positions (2g, 2g+1) share an embedding, so query 2g+1 cannot tell keys 2g and 2g+1 apart
     with averaged_W_pos(bridge, 2):
         pat = head_pattern(bridge, _doc(), 0, 1)
-    assert previous_token_mass(head_pattern(bridge, _doc(), 0, 1)) == pytest.approx(1.0, abs=1e-9)
-    assert previous_token_mass(pat) < 0.9
+    assert mean_prev_token_mass(head_pattern(bridge, _doc(), 0, 1)) == pytest.approx(1.0, abs=1e-9)
+    assert mean_prev_token_mass(pat) < 0.9
 
 
 def test_posembed_averaging_table_and_model_unchanged(bridge):
@@ -178,14 +177,10 @@ def test_max_unchanged_k():
     assert max_unchanged_k(df, 0.5, 0.005) == 5
 
 
-def test_similarity_numbers_and_window():
+def test_similarity_numbers():
     a = np.eye(4, k=-1)
     a[0, 0] = 1
-    assert previous_token_mass(a) == 1.0
     s = pattern_similarity(a, a)
     assert s["cosine_similarity"] == pytest.approx(1.0) and s["mean_abs_diff"] == 0 and s["mean_row_tv"] == 0
     b = np.tril(np.ones((4, 4))) / np.arange(1, 5)[:, None]
     assert pattern_similarity(a, b)["mean_row_tv"] == pytest.approx(np.mean([0, 0.5, 2 / 3, 0.75]))
-    assert window(1024, 100, 50) == (100, 50)
-    assert window(32, 100, 50) == (0, 32)
-    assert window(60, 30, 50) == (10, 50)

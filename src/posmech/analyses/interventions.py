@@ -31,48 +31,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from posmech.analyses.attention import check_head, parse_head, prev_token_mass, window_block
 from posmech.errors import PosmechError
 
 LOG = logging.getLogger(__name__)
 
 Hook = tuple[str, Callable[..., Any]]
-HEAD_RE = re.compile(r"^L(\d+)H(\d+)$")
-
-
-# --------------------------------------------------------------------------- heads
-def parse_head(name: str) -> tuple[int, int]:
-    """``"L4H11"`` → ``(4, 11)``; :class:`PosmechError` for anything else."""
-    m = HEAD_RE.match(str(name))
-    if not m:
-        raise PosmechError(f"head {name!r} is not written `L{{layer}}H{{head}}` (e.g. `L4H11`)")
-    return int(m.group(1)), int(m.group(2))
-
-
-def check_head(bridge: Any, name: str) -> tuple[int, int]:
-    """Parse ``name`` and check it exists in ``bridge``."""
-    layer, head = parse_head(name)
-    if layer >= bridge.cfg.n_layers or head >= bridge.cfg.n_heads:
-        raise PosmechError(
-            f"head {name} does not exist in a model with {bridge.cfg.n_layers} layers × "
-            f"{bridge.cfg.n_heads} heads; check the chosen heads (results/<model>/taxonomy/heads.csv)"
-        )
-    return layer, head
 
 
 # --------------------------------------------------------------------------- pure helpers
-def prev_token_mass(pattern: np.ndarray) -> np.ndarray:
-    """Attention from each query ``q >= 1`` to key ``q - 1``: ``pattern [T, T]`` → ``[T - 1]``
-    (entry ``j`` belongs to query ``j + 1``)."""
-    return np.diagonal(np.asarray(pattern), offset=-1).copy()
-
-
 def knockout_rows(n_pos: int, period: int, phase: int = 0) -> np.ndarray:
     """Boolean ``[n_pos]``: query positions ``q >= 1`` with ``q % period == phase`` (the
     rows whose attention to ``q - 1`` is knocked out)."""
@@ -207,7 +180,7 @@ def unchanged(bridge: Any) -> Iterator[None]:
     if fingerprint(bridge) != before or leftover:
         raise PosmechError(
             "an intervention changed the model's weights or left hooks behind "
-            f"({', '.join(leftover[:5]) or 'weights changed'}); this is a bug in posmech.interventions"
+            f"({', '.join(leftover[:5]) or 'weights changed'}); this is a bug in posmech.analyses.interventions"
         )
 
 
@@ -256,10 +229,6 @@ class Zoom:
     marks: np.ndarray | None = None  # bool [n]: rows to mark (knocked-out / repeated queries)
 
 
-def _window(pattern: np.ndarray, start: int, size: int) -> np.ndarray:
-    return pattern[start : start + size, start : start + size].copy()
-
-
 def _mass_rows(mass: np.ndarray, sets: dict[str, np.ndarray]) -> list[dict[str, Any]]:
     """Mean previous-token mass per query set; ``mass [T - 1]`` for queries 1..T-1."""
     out = []
@@ -299,7 +268,7 @@ def prev_knockout(
             for r in _mass_rows(prev_token_mass(pats[lh]), sets):
                 rows.append({"document": j, "n_tokens": T, "condition": cond, **r})
             if j == 0:
-                z.matrices[cond] = _window(pats[lh], zoom_start, zoom)
+                z.matrices[cond] = window_block(pats[lh], zoom_start, zoom)
                 z.marks = ko[zoom_start : zoom_start + zoom]
     return rows, z
 
@@ -326,7 +295,7 @@ def extended_averaging(
         masses = {h: prev_token_mass(base[parsed[h]]) for h in heads}
         for h in heads:
             if j == 0:
-                zooms[h].matrices["intact"] = _window(base[parsed[h]], zoom_start, zoom)
+                zooms[h].matrices["intact"] = window_block(base[parsed[h]], zoom_start, zoom)
         for layer, delta in deltas.items():
             if delta.shape[0] < T:
                 raise PosmechError(f"extended embeddings cover {delta.shape[0]} positions, the document has {T}")
@@ -340,7 +309,7 @@ def extended_averaging(
                     rows.append({"document": j, "n_tokens": T, "head": h, "head_layer": hl, "averaged_layer": layer,
                                  "condition": cond, "n_queries": T - 1, "prev_mass": float(m.mean())})
                 if j == 0 and hl == layer:
-                    zooms[h].matrices[f"averaged_L{layer}"] = _window(pats[parsed[h]], zoom_start, zoom)
+                    zooms[h].matrices[f"averaged_L{layer}"] = window_block(pats[parsed[h]], zoom_start, zoom)
     return rows, [zooms[h] for h in heads]
 
 
@@ -372,7 +341,7 @@ def repeated_tokens(
             })
         if z is None and rep.any():
             start = max(0, min(int(np.flatnonzero(rep)[0]) - context, T - zoom))
-            z = Zoom(sharp, start, {"intact": _window(P, start, zoom)}, rep[start : start + zoom])
+            z = Zoom(sharp, start, {"intact": window_block(P, start, zoom)}, rep[start : start + zoom])
     return rows, z
 
 
@@ -504,7 +473,7 @@ def induction_intervention(
 
 # --------------------------------------------------------------------------- tables
 def select_documents(toks: Any, n_documents: int, min_tokens: int, max_tokens: int | None) -> list[np.ndarray]:
-    """The first ``n_documents`` documents of a token set (``posmech.tokens.TokenSet``) with at
+    """The first ``n_documents`` documents of a token set (``posmech.data.tokens.TokenSet``) with at
     least ``min_tokens`` tokens, each cut to ``max_tokens`` (``None``: as stored)."""
     out = []
     for j in range(toks.n_documents):

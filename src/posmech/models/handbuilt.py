@@ -10,7 +10,7 @@ every layer.  Each head's query/key weights are chosen so that its score matrix 
 inputs is any given ``[n_ctx, n_ctx]`` matrix of rank ``<= d_head``.
 
 All functions return plain numpy arrays or write a Hugging Face directory that
-:func:`posmech.models.load_bridge` and ``prepare_local_model`` accept.
+:func:`posmech.models.loading.load_bridge` and ``prepare_local_model`` accept.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
+from posmech.analyses.attention import check_head, mean_prev_token_mass, window
 from posmech.errors import PosmechError
 
 ArrayT = TypeVar("ArrayT")
@@ -127,7 +128,7 @@ def posembed_averaging(
     ``target``, ``value``, ``n_predictions`` (loss) / ``n_prompt_tokens``,
     ``prompt_truncated``, ``top_token``, ``top_token_probability`` (probability rows).
     """
-    from posmech.prompts import prompt_token_ids, target_probabilities, variant_token_ids
+    from posmech.data.prompts import prompt_token_ids, target_probabilities, variant_token_ids
 
     tok = bridge.tokenizer
     n_ctx = bridge.cfg.n_ctx
@@ -180,15 +181,6 @@ def head_pattern(bridge: Any, doc: np.ndarray, layer: int, head: int) -> np.ndar
     return head_patterns(bridge, doc, [name])[name]
 
 
-def previous_token_mass(pattern: np.ndarray, rows: slice | None = None) -> float:
-    """Mean attention from query ``i`` to key ``i − 1`` over query rows ``rows`` (default
-    all rows ``i >= 1``) of a ``[n, n]`` pattern."""
-    n = pattern.shape[0]
-    q = np.arange(n)[rows] if rows is not None else np.arange(n)
-    q = q[q >= 1]
-    return float(pattern[q, q - 1].mean()) if len(q) else float("nan")
-
-
 def pattern_similarity(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
     """Similarity of two attention (sub)matrices of equal shape: ``cosine_similarity`` of
     the flattened matrices, ``mean_abs_diff`` (per entry) and ``mean_row_tv`` (mean over
@@ -200,13 +192,6 @@ def pattern_similarity(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
         "mean_abs_diff": float(np.abs(a - b).mean()),
         "mean_row_tv": float(0.5 * np.abs(a - b).sum(-1).mean()),
     }
-
-
-def window(length: int, start: int, size: int) -> tuple[int, int]:
-    """A ``size``-position window starting at ``start`` fitted into ``length`` positions:
-    ``(start, size)`` clamped so that ``start + size <= length``."""
-    size = min(size, length)
-    return max(0, min(start, length - size)), size
 
 
 # --------------------------------------------------------------------------- documents
@@ -222,7 +207,7 @@ def heldout_documents(
     tokens: Any, doc_index: np.ndarray, corpus_doc_index: list[int], manifest: dict[str, Any], corpus: str,
     n_documents: int,
 ) -> tuple[list[np.ndarray], str]:
-    """Documents of a :class:`~posmech.tokens.TokenSet` on which the model was not trained.
+    """Documents of a :class:`~posmech.data.tokens.TokenSet` on which the model was not trained.
 
     For a model trained by the pipeline on ``corpus`` (manifest ``kind: train``), those at
     positions ``i % heldout_every == 0`` of the corpus file (``corpus_doc_index``: the
@@ -249,14 +234,9 @@ def head_patterns(bridge: Any, doc: np.ndarray, heads: list[str]) -> dict[str, n
     """Attention patterns ``[n, n]`` float64 of several heads (``L{l}H{h}``) in one forward pass."""
     import torch
 
-    from posmech.taxonomy import parse_head
-
     wanted: dict[int, list[tuple[str, int]]] = {}
     for name in heads:
-        layer, h = parse_head(name)
-        if layer >= bridge.cfg.n_layers or h >= bridge.cfg.n_heads:
-            raise PosmechError(f"head {name} does not exist in a model with {bridge.cfg.n_layers} layers × "
-                               f"{bridge.cfg.n_heads} heads; check results/<model>/taxonomy/heads.csv")
+        layer, h = check_head(bridge, name)
         wanted.setdefault(layer, []).append((name, h))
     out: dict[str, np.ndarray] = {}
 
@@ -297,9 +277,9 @@ def posembed_attention(
         sim["mean_row_tv"] = pattern_similarity(a[sl], b[sl])["mean_row_tv"]
         rows.append({
             "head": h, "k": k, "window_start": start, "window_size": size, "document_length": len(doc),
-            "prev_token_mass_intact": previous_token_mass(a, sl), "prev_token_mass_averaged": previous_token_mass(b, sl),
-            "prev_token_mass_intact_document": previous_token_mass(a),
-            "prev_token_mass_averaged_document": previous_token_mass(b), **sim,
+            "prev_token_mass_intact": mean_prev_token_mass(a, sl), "prev_token_mass_averaged": mean_prev_token_mass(b, sl),
+            "prev_token_mass_intact_document": mean_prev_token_mass(a),
+            "prev_token_mass_averaged_document": mean_prev_token_mass(b), **sim,
         })
         panels.append((h, a[sl, sl], b[sl, sl]))
     return pd.DataFrame(rows), panels, (start, size)

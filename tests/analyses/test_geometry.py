@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from posmech import geometry as geo
-from posmech import handbuilt as hb
+from posmech.analyses import geometry as geo
 from posmech.errors import PosmechError
-from posmech.models import load_bridge
+from posmech.models import handbuilt as hb
+from posmech.models.loading import load_bridge
 
 N_CTX, D_VOCAB = 12, 20
 
@@ -91,7 +91,7 @@ def test_extended_matches_brute_force_hidden_states(writing_dir):
     acc, _ = geo.extended_embeddings(bridge, tokens, N_CTX, bos_id=0, batch_size=3)
     hf = bridge.original_model if hasattr(bridge, "original_model") else None
     if hf is None:
-        from posmech.models import load_hf
+        from posmech.models.loading import load_hf
 
         hf, _ = load_hf({"hf_dir": str(writing_dir)})
     x = torch.from_numpy(geo.repeated_prompts(tokens, N_CTX, 0))
@@ -198,8 +198,8 @@ def test_reader_refuses_other_kinds(tmp_path):
 
 def test_layer0_identity_on_a_legacy_attention_only_checkpoint(tmp_path):
     """attn-only-2l style (native TransformerBridge, no MLPs): same contract."""
-    from posmech.models import prepare_local_model
-    from tests.test_models import _legacy_dir
+    from posmech.models.loading import prepare_local_model
+    from tests.models.test_loading import _legacy_dir
 
     d, sd = _legacy_dir(tmp_path / "legacy")
     bridge = load_bridge(prepare_local_model("leg", {"source": str(d)}, tmp_path / "m"), device="cpu")

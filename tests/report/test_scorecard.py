@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from posmech import scorecard as sc
 from posmech.errors import PosmechError
+from posmech.report import scorecard as sc
 from posmech.tables import scorecard_rows, write_table
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 PUBLISHED = {
     "entries": [

@@ -10,13 +10,13 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from posmech import report as rp
-from posmech.browser import check_page
 from posmech.plots import save
+from posmech.report import html as rp
+from posmech.report.browser import check_page
 from posmech.tables import read_table, scorecard_rows, write_table
 from tests.conftest import require_system
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _figure(path: str, title: str) -> None:

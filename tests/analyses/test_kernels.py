@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from posmech import handbuilt as hb
-from posmech import kernels as kn
+from posmech.analyses import kernels as kn
 from posmech.errors import PosmechError
-from posmech.models import load_bridge
+from posmech.models import handbuilt as hb
+from posmech.models.loading import load_bridge
 
 N = 12  # n_ctx of the hand-built models
 
@@ -294,7 +294,7 @@ def test_config_section_is_validated():
 
 
 def test_build_kernels_refuses_positions_beyond_context(prevtok, tmp_path):
-    from posmech.tokens import TokenSet
+    from posmech.data.tokens import TokenSet
 
     bridge = prevtok[0]
     toks = TokenSet(np.full(3 * N, 5), np.array([0, N, 2 * N, 3 * N]), {}, ["a", "b", "c"])

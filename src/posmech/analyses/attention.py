@@ -1,0 +1,84 @@
+"""Attention helpers shared by the analyses: head names, previous-token masses, windows.
+
+One home for what several analyses (taxonomy, kernels, the W_pos interventions, the other
+interventions, and the wave-2 analyses) read off attention patterns, so that a head is
+named, a mass is measured and a window is cut the same way everywhere:
+
+* heads are written ``L{layer}H{head}`` (:func:`head_name`, :func:`parse_head`,
+  :func:`check_head`);
+* the previous-token mass of query ``q`` is ``pattern[q, q - 1]`` (:func:`prev_token_mass`
+  per query, :func:`mean_prev_token_mass` averaged over a set of query rows);
+* a zoom window is a ``size × size`` block on the diagonal (:func:`window` fits it into a
+  document, :func:`window_block` cuts it).
+
+Patterns are ``[T, T]`` arrays (query, key) of one head on one document.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from posmech.errors import PosmechError
+
+HEAD_RE = re.compile(r"^L(\d+)H(\d+)$")
+
+
+# --------------------------------------------------------------------------- head names
+def head_name(layer: int, head: int) -> str:
+    """``(4, 11)`` → ``"L4H11"``."""
+    return f"L{int(layer)}H{int(head)}"
+
+
+def parse_head(name: str, key: str = "head") -> tuple[int, int]:
+    """``"L4H11"`` → ``(4, 11)``; :class:`PosmechError` naming ``key`` (the config key or
+    file the name came from) for anything else."""
+    m = HEAD_RE.match(str(name))
+    if not m:
+        raise PosmechError(f"{key}: {name!r} is not a head name; write heads as L<layer>H<head>, e.g. L4H11")
+    return int(m.group(1)), int(m.group(2))
+
+
+def check_head(bridge: Any, name: str) -> tuple[int, int]:
+    """Parse ``name`` and check the head exists in ``bridge`` (``cfg.n_layers`` × ``cfg.n_heads``)."""
+    layer, head = parse_head(name)
+    if layer >= bridge.cfg.n_layers or head >= bridge.cfg.n_heads:
+        raise PosmechError(
+            f"head {name} does not exist in a model with {bridge.cfg.n_layers} layers × "
+            f"{bridge.cfg.n_heads} heads; check the chosen heads (results/<model>/taxonomy/heads.csv)"
+        )
+    return layer, head
+
+
+# --------------------------------------------------------------------------- masses
+def prev_token_mass(pattern: np.ndarray) -> np.ndarray:
+    """Attention from each query ``q >= 1`` to key ``q - 1``: ``pattern [T, T]`` → ``[T - 1]``
+    (entry ``j`` belongs to query ``j + 1``)."""
+    return np.diagonal(np.asarray(pattern), offset=-1).copy()
+
+
+def mean_prev_token_mass(pattern: np.ndarray, rows: slice | None = None) -> float:
+    """Mean of :func:`prev_token_mass` over the query rows ``rows`` of ``pattern [T, T]``
+    (default: every query ``q >= 1``; query 0 has no previous token and is never counted).
+    NaN when the rows hold no query ``q >= 1``."""
+    q = np.arange(pattern.shape[0])
+    if rows is not None:
+        q = q[rows]
+    q = q[q >= 1]
+    return float(prev_token_mass(pattern)[q - 1].mean()) if len(q) else float("nan")
+
+
+# --------------------------------------------------------------------------- windows
+def window(length: int, start: int, size: int) -> tuple[int, int]:
+    """A ``size``-position window starting at ``start`` fitted into ``length`` positions:
+    ``(start, size)`` clamped so that ``start + size <= length``."""
+    size = min(size, length)
+    return max(0, min(start, length - size)), size
+
+
+def window_block(pattern: np.ndarray, start: int, size: int) -> np.ndarray:
+    """The ``[size, size]`` block of ``pattern`` on the diagonal at ``start`` (queries and
+    keys ``start .. start + size``; shorter at the end of the document), as a copy."""
+    return pattern[start : start + size, start : start + size].copy()

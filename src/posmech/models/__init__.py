@@ -1,0 +1,3 @@
+"""Models: fetching or validating a configured model and loading it as a TransformerBridge
+(``loading``), training the demo model (``training``), and hand-built GPT-2-architecture
+models whose behaviour is known exactly, for tests (``handbuilt``)."""
