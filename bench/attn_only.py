@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from posmech import handbuilt as hb
+from posmech.models import handbuilt as hb
 from posmech.analyses import attn_only as ao
-from posmech.models import load_bridge
+from posmech.models.loading import load_bridge
 
 SHAPE = {"n_layers": 2, "n_heads": 8, "d_model": 512, "d_head": 64, "n_ctx": 1024, "d_vocab": 48262}
 

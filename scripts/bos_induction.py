@@ -4,7 +4,7 @@ the induction head's attention row at that query."""
 import pandas as pd
 
 from posmech.analyses import attn_only as ao
-from posmech.models import load_bridge, read_manifest
+from posmech.models.loading import load_bridge, read_manifest
 from posmech.plots import attn_only as plots
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table

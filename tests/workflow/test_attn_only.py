@@ -11,7 +11,7 @@ import pytest
 import yaml
 from scipy.special import softmax
 
-from posmech import handbuilt as hb
+from posmech.models import handbuilt as hb
 from posmech.tables import SCORECARD_COLUMNS, read_table
 from tests.workflow.conftest import REPO, snakemake
 

@@ -30,13 +30,13 @@ query, key]``; position 0 is BOS when the sequences have one.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from posmech.analyses.attention import head_name, parse_head
 from posmech.errors import PosmechError
 
 LOG = logging.getLogger(__name__)
@@ -44,23 +44,10 @@ LOG = logging.getLogger(__name__)
 VARIANTS = ("both", "position_only", "token_only")
 VARIANT_LABELS = {"both": "both", "position_only": "position only", "token_only": "token only"}
 ROLES = ("previous", "look_back_two", "induction")
-HEAD_RE = re.compile(r"^L(\d+)H(\d+)$")
 Hook = tuple[str, Callable[..., Any]]
 
 
 # --------------------------------------------------------------------------- heads
-def head_name(layer: int, head: int) -> str:
-    return f"L{int(layer)}H{int(head)}"
-
-
-def parse_head(name: str, key: str = "head") -> tuple[int, int]:
-    """``"L1H6"`` → ``(1, 6)``; :class:`PosmechError` naming ``key`` otherwise."""
-    m = HEAD_RE.match(str(name))
-    if not m:
-        raise PosmechError(f"{key}: {name!r} is not a head written `L{{layer}}H{{head}}` (e.g. `L0H3`)")
-    return int(m.group(1)), int(m.group(2))
-
-
 def check_pins(pins: dict[str, str] | None, n_layers: int, n_heads: int, key: str) -> dict[str, tuple[int, int]]:
     """Parse pinned roles ``{role: head}`` and check each head exists (before any forward pass)."""
     out = {}

@@ -10,10 +10,10 @@ import pytest
 import torch
 from scipy.special import softmax
 
-from posmech import handbuilt as hb
+from posmech.models import handbuilt as hb
 from posmech.analyses import attn_only as ao
 from posmech.errors import PosmechError
-from posmech.models import is_tl_legacy_dir, load_bridge, prepare_local_model
+from posmech.models.loading import is_tl_legacy_dir, load_bridge, prepare_local_model
 
 N, V = 16, 24
 PREV, LB2, IND = (0, 0), (0, 1), (1, 0)
@@ -233,7 +233,7 @@ def test_shortformer_checkpoint_is_refused_by_name(tmp_path, model):
 
 def test_scores_match_the_pattern_on_a_random_legacy_model(tmp_path):
     """On random weights (no planted structure) the recomputed scores still give the model's pattern."""
-    from tests.test_models import _legacy_dir
+    from tests.models.test_loading import _legacy_dir
 
     d, _ = _legacy_dir(tmp_path / "legacy")
     bridge = load_bridge({"hf_dir": str(d), "name": "r"}, "cpu", "float32", "compatibility")
