@@ -164,13 +164,14 @@ class Forward:
     """Scores and patterns of one forward variant over a batch of sequences.
 
     ``scores``/``patterns``: float64 ``[batch, n_captured, T, T]`` for ``heads`` (in order);
-    scores are NaN above the diagonal, patterns 0 there.  ``logits``: float64
-    ``[batch, d_vocab]`` at the last position (when asked for)."""
+    scores are NaN above the diagonal, patterns 0 there.  ``target_logprob``: float64
+    ``[batch]``, the log-probability of each sequence's target token at the last position
+    (when targets were given)."""
 
     heads: list[tuple[int, int]]
     scores: np.ndarray
     patterns: np.ndarray
-    logits: np.ndarray | None = None
+    target_logprob: np.ndarray | None = None
 
     def head(self, lh: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
         i = self.heads.index(lh)
@@ -186,9 +187,10 @@ def attn_scale(bridge: Any) -> float:
 
 def run_variant(
     bridge: Any, tokens: np.ndarray, variant: str, heads: Sequence[tuple[int, int]] | None = None,
-    logits: bool = False, batch_size: int = 100, progress: str | None = None,
+    targets: np.ndarray | None = None, batch_size: int = 100, progress: str | None = None,
 ) -> Forward:
-    """Forward ``tokens [B, T]`` under ``variant`` in batches; capture ``heads`` (all when None)."""
+    """Forward ``tokens [B, T]`` under ``variant`` in batches; capture ``heads`` (all when None);
+    with ``targets [B]`` also the log-probability of each target token at the last position."""
     import torch
 
     cfg = bridge.cfg
@@ -197,7 +199,7 @@ def run_variant(
     B, T = tokens.shape
     scores = np.full((B, len(heads), T, T), np.nan)
     patterns = np.zeros((B, len(heads), T, T))
-    last = np.zeros((B, cfg.d_vocab)) if logits else None
+    last = np.zeros(B) if targets is not None else None
     scale = attn_scale(bridge)
     upper = np.triu(np.ones((T, T), dtype=bool), 1)
     hooks = variant_hooks(variant)
@@ -219,8 +221,9 @@ def run_variant(
             s[:, upper] = np.nan
             scores[sl, i] = s
             patterns[sl, i] = got[("hook_pattern", la)][:, h].numpy()
-        if last is not None:
-            last[sl] = out[:, -1].detach().to("cpu", torch.float64).numpy()
+        if last is not None and targets is not None:
+            t = torch.as_tensor(targets[sl], device=out.device)[:, None]
+            last[sl] = torch.log_softmax(out[:, -1].double(), -1).gather(-1, t)[:, 0].cpu().numpy()
         if progress:
             LOG.info("%s: %s forward, %d/%d sequences", progress, variant, min(start + batch_size, B), B)
     return Forward(heads, scores, patterns, last)
@@ -337,13 +340,6 @@ def induction_sequences(distinct: np.ndarray, bos: int | None) -> tuple[np.ndarr
         x = np.concatenate([np.full((len(x), 1), bos, dtype=np.int64), x], axis=1)
         labels = ["BOS", *labels]
     return x.astype(np.int64), labels
-
-
-def log_softmax_at(logits: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """``log softmax(logits [B, V])[b, ids[b]]`` → ``[B]``."""
-    from scipy.special import log_softmax
-
-    return log_softmax(logits, axis=-1)[np.arange(len(ids)), ids]
 
 
 # --------------------------------------------------------------------------- scorecards
@@ -468,9 +464,9 @@ def bos_induction(
     rows, mean_rows = [], {}
     for cond, bos in (("with_bos", setup.bos), ("without_bos", None)):
         x, labels = induction_sequences(draws, bos)
-        f = run_variant(bridge, x, "both", [induction], logits=True, batch_size=p["batch_size"],
+        f = run_variant(bridge, x, "both", [induction], targets=draws[:, 1], batch_size=p["batch_size"],
                         progress=f"{progress} {cond}")
-        pb = np.exp(log_softmax_at(f.logits, draws[:, 1]))
+        pb = np.exp(f.target_logprob)
         rows.append({"condition": cond, "quantity": "p_B", "key_label": "", "key_position": -1,
                      "value": float(pb.mean()), "sd": float(pb.std()), "n_samples": len(pb)})
         row = f.patterns[:, 0, -1, :]
