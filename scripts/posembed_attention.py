@@ -8,7 +8,7 @@ from posmech.analyses.wpos import posembed_attention
 from posmech.data.tokens import read_tokens
 from posmech.hdf5 import artifact_writer
 from posmech.models.loading import load_bridge, read_manifest
-from posmech.plots.taxonomy import attention_figure
+from posmech.plots.wpos import attention_figure
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
 

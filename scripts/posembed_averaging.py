@@ -6,7 +6,7 @@ from posmech.data.prompts import load_prompts
 from posmech.data.tokens import read_tokens
 from posmech.io import read_jsonl
 from posmech.models.loading import load_bridge, read_manifest
-from posmech.plots.taxonomy import averaging_figure
+from posmech.plots.wpos import averaging_figure
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
 

@@ -1,6 +1,6 @@
 """posmech: positional mechanisms in attention heads, reproduced as a pipeline.
 
-The folders follow the data flow (docs/layout.md):
+The folders follow the data flow (README.md, "Layout"):
 
 * ``data/`` — corpora, tokenization, prompt files;
 * ``models/`` — fetching/loading models, training the demo model, hand-built models;

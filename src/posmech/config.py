@@ -108,6 +108,51 @@ def apply_defaults(instance: Any, schema: dict[str, Any], root: dict[str, Any] |
     return instance
 
 
+def redundant_keys(instance: Any, schema: dict[str, Any], root: dict[str, Any] | None = None,
+                   prefix: str = "") -> list[str]:
+    """Dotted keys of ``instance`` (a config as written, before defaults are filled) whose
+    value equals the schema's default: a config states only what differs from the schema,
+    the one source of defaults (``tests/test_config.py`` holds the shipped configs to it)."""
+    root = root if root is not None else schema
+    schema = _resolve(schema, root)
+    if not isinstance(instance, dict):
+        return []
+    out: list[str] = []
+    props = schema.get("properties", {})
+    extra = schema.get("additionalProperties")
+    for name, value in instance.items():
+        sub = props.get(name, extra if isinstance(extra, dict) else None)
+        if sub is None:
+            continue
+        sub_r = _resolve(sub, root)
+        key = f"{prefix}{name}"
+        if "default" in sub_r and value == sub_r["default"] and not (isinstance(value, dict) and value):
+            out.append(key)
+        else:
+            out += redundant_keys(value, sub_r, root, key + ".")
+    return out
+
+
+def schema_keys(schema: dict[str, Any], root: dict[str, Any] | None = None, prefix: str = "") -> dict[str, Any]:
+    """Every documented key of the schema, dotted (``models.<name>.train.steps``,
+    ``interventions.prev_knockout.period``; a map of user-named entries is ``<name>``),
+    mapped to its resolved sub-schema. Objects with ``properties`` are listed and so are
+    their keys."""
+    root = root if root is not None else schema
+    schema = _resolve(schema, root)
+    out: dict[str, Any] = {}
+    for name, sub in schema.get("properties", {}).items():
+        sub_r = _resolve(sub, root)
+        key = f"{prefix}{name}"
+        out[key] = sub_r
+        if sub_r.get("properties"):
+            out.update(schema_keys(sub_r, root, key + "."))
+        extra = sub_r.get("additionalProperties")
+        if isinstance(extra, dict) and _resolve(extra, root).get("properties") and not sub_r.get("properties"):
+            out.update(schema_keys(_resolve(extra, root), root, key + ".<name>."))
+    return out
+
+
 def validate_config(config: dict[str, Any], schema: dict[str, Any], base: str = ".") -> dict[str, Any]:
     """Validate ``config`` against ``schema``, fill defaults, run semantic checks.
 

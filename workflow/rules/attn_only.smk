@@ -1,118 +1,17 @@
 # The attention-only family (L1-L5, seed 001): random-token inputs, position-only /
-# token-only forward variants, BOS and induction. Library: posmech.analyses.attn_only.
-from posmech.analyses.attn_only import check_settings, resolve_bos, sequence_lengths
-
-
-def attn_only_models():
-    return selected(config, "attn_only", "models")
-
-
-def attn_only_params(wildcards=None):
-    return config["attn_only"]
-
-
-def _check_attn_only():
-    """What the config alone can tell, before any job: settings, and sequence lengths
-    against the context of trained models (whose n_ctx is in the config)."""
-    p = config["attn_only"]
-    check_settings(p)
-    for m in attn_only_models():
-        entry = config["models"][m]
-        if "train" in entry:
-            lengths = sequence_lengths(p, resolve_bos(p["bos"], entry))
-            for key, n in lengths.items():
-                if n > entry["train"]["n_ctx"]:
-                    raise PosmechError(
-                        f"{key}: sequences of {n} tokens are longer than model `{m}`'s context "
-                        f"(models.{m}.train.n_ctx = {entry['train']['n_ctx']}); lower it"
-                    )
-
-
+# token-only forward variants, BOS and induction. Library: posmech.analyses.attn_only;
+# helpers (attn_only_*) in common.smk.
 try:
-    _check_attn_only()
+    check_attn_only()
 except PosmechError as err:
     raise WorkflowError(str(err)) from None
-
-
-ATTN_ONLY_FIGURES = {
-    "random_token_patterns": ["random_token_patterns.png"],
-    "input_decomposition": [
-        "decomposition_previous.png",
-        "position_only_previous.png",
-        "decomposition_look_back_two.png",
-    ],
-    "bos_induction": ["bos_induction.png"],
-}
-
-
-def attn_only_rules(model):
-    """The L rules run on ``model``: bos_induction (L4) compares with and without BOS, so
-    it is left out for a model run without BOS (`attn_only.bos` false or `model` with
-    `prepend_bos: false`)."""
-    bos = resolve_bos(config["attn_only"]["bos"], config["models"][model])
-    return [r for r in ATTN_ONLY_FIGURES if bos or r != "bos_induction"]
-
-
-def attn_only_scorecards():
-    return [
-        f"results/{m}/scorecard/{r}.csv"
-        for m in attn_only_models()
-        for r in attn_only_rules(m)
-    ]
-
-
-def attn_only_figures():
-    return [
-        f"results/{m}/attn_only/{f}"
-        for m in attn_only_models()
-        for r in attn_only_rules(m)
-        for f in ATTN_ONLY_FIGURES[r]
-    ]
-
-
-def attn_only_tables():
-    return [
-        f"results/{m}/attn_only/{r}.csv"
-        for m in attn_only_models()
-        for r in attn_only_rules(m)
-    ]
-
-
-def attn_only_targets():
-    return (
-        [f"results/{m}/attn_only/heads.csv" for m in attn_only_models()]
-        + attn_only_scorecards()
-        + attn_only_figures()
-        + attn_only_tables()
-    )
-
-
-TARGETS.append(attn_only_targets)
-SCORECARDS.append(attn_only_scorecards)
-REPORT_FIGURES.append(attn_only_figures)
-REPORT_TABLES.append(attn_only_tables)
-
-
-def attn_only_passes(*counts):
-    """``runtime`` of an L rule: ``counts`` forward passes of sequences of the context size
-    (an upper bound: the L sequences are short)."""
-
-    def runtime(wildcards, attempt):
-        from posmech.cluster import runtime_min
-
-        shape = model_shape(wildcards.model)
-        scale = config.get("cluster", {}).get("runtime_scale", 1.0)
-        tokens = sum(counts) * 32
-        return runtime_min(shape, tokens, 1, on_gpu(wildcards.model), scale, attempt)
-
-    return runtime
 
 
 rule random_token_patterns:
     """Mean attention of every head over random-token sequences (L1); the previous-token,
     look-back-two and induction heads (found or pinned) in heads.csv."""
     input:
-        manifest="resources/models/{model}/manifest.json",
+        manifest=rules.fetch_model.output.manifest,
     output:
         table=report(
             "results/{model}/attn_only/random_token_patterns.csv",
@@ -141,7 +40,7 @@ rule random_token_patterns:
     resources:
         gpu=heavy_resources,
         mem_mb=heavy_mem_mb_for(config["attn_only"]["batch_size"]),
-        runtime=attn_only_passes(
+        runtime=attn_only_runtime(
             config["attn_only"]["n_sequences"],
             config["attn_only"]["induction_score"]["n_sequences"],
         ),
@@ -156,8 +55,8 @@ rule input_decomposition:
     """Scores and patterns of the previous-token and look-back-two heads with position-only,
     token-only and both inputs (L2, L5); the position-only pattern (L3)."""
     input:
-        manifest="resources/models/{model}/manifest.json",
-        heads="results/{model}/attn_only/heads.csv",
+        manifest=rules.fetch_model.output.manifest,
+        heads=rules.random_token_patterns.output.heads,
     output:
         table=report(
             "results/{model}/attn_only/input_decomposition.csv",
@@ -196,7 +95,7 @@ rule input_decomposition:
     resources:
         gpu=heavy_resources,
         mem_mb=heavy_mem_mb_for(config["attn_only"]["batch_size"]),
-        runtime=attn_only_passes(2 * config["attn_only"]["n_sequences"]),
+        runtime=attn_only_runtime(2 * config["attn_only"]["n_sequences"]),
     params:
         entry=model_entry,
         cfg=attn_only_params,
@@ -208,8 +107,8 @@ rule bos_induction:
     """P([B]) at the final [A] of [BOS] A B R1..R7 A vs A B R1..R7 A; the induction head's
     attention row there (L4)."""
     input:
-        manifest="resources/models/{model}/manifest.json",
-        heads="results/{model}/attn_only/heads.csv",
+        manifest=rules.fetch_model.output.manifest,
+        heads=rules.random_token_patterns.output.heads,
     output:
         table=report(
             "results/{model}/attn_only/bos_induction.csv",
@@ -236,9 +135,14 @@ rule bos_induction:
     resources:
         gpu=heavy_resources,
         mem_mb=heavy_mem_mb_for(config["attn_only"]["batch_size"]),
-        runtime=attn_only_passes(2 * config["attn_only"]["bos_induction"]["n_samples"]),
+        runtime=attn_only_runtime(2 * config["attn_only"]["bos_induction"]["n_samples"]),
     params:
         entry=model_entry,
         cfg=attn_only_params,
     script:
         "../../scripts/bos_induction.py"
+
+
+collect(rules.random_token_patterns, model=attn_only_models())
+collect(rules.input_decomposition, model=attn_only_models())
+collect(rules.bos_induction, model=attn_only_models(bos=True))

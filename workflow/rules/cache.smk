@@ -3,10 +3,10 @@
 rule cache_activations:
     """Cache resid_pre / ln1_out of every layer and their position-wise means."""
     input:
-        tokens="results/{model}/tokens/{corpus}.h5",
-        manifest="resources/models/{model}/manifest.json",
+        tokens=rules.tokenize.output.h5,
+        manifest=rules.fetch_model.output.manifest,
     output:
-        "results/{model}/activations/{corpus}.h5",
+        h5="results/{model}/activations/{corpus}.h5",
     log:
         "logs/cache_activations/{model}/{corpus}.log",
     benchmark:
@@ -27,3 +27,10 @@ rule cache_activations:
         cache=config["cache"],
     script:
         "../../scripts/cache_activations.py"
+
+
+collect(
+    rules.cache_activations,
+    model=selected(config, "cache", "models"),
+    corpus=selected(config, "cache", "corpora"),
+)

@@ -3,6 +3,7 @@ import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
+from snakemake.io import apply_wildcards, strip_wildcard_constraints
 
 sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 
@@ -56,7 +57,8 @@ def model_shape(model):
     """Estimated size of a configured model (config.json when on disk, else from config)."""
     from posmech.cluster import model_shape as estimate
 
-    return estimate(model, config["models"][model], f"resources/models/{model}")
+    manifest = output_of(rules.fetch_model.output.manifest, model=model)
+    return estimate(model, config["models"][model], str(Path(manifest).parent))
 
 
 def heavy_corpora(wildcards):
@@ -126,141 +128,125 @@ def corpus_entry(wildcards):
     return config["corpora"][wildcards.corpus]
 
 
-def manifest(model):
-    return f"resources/models/{model}/manifest.json"
+# ---------------------------------------------------------------- collecting outputs
+# A path is named once: in its rule's `output:`. Every stage file ends with one
+# `collect(rules.<rule>, <wildcard>=[values], ...)` line per rule whose outputs the run
+# wants; `rule all`, the report's inputs and the scorecard collection all derive from
+# those rules' outputs (see the Snakefile's header and docs/workflow.md):
+#   every output                      -> a target of `rule all` (and runs before the report)
+#   the output named `scorecard`      -> a scorecard the report reads
+#                                        (must be results/{model}/scorecard/<rule>.csv)
+#   report(...) outputs, .png         -> figures of the HTML report (caption, category reused)
+#   report(...) outputs, .csv / .tsv  -> tables of the HTML report (unless report_tables=False)
+COLLECTED = []
+
+FIGURE_SUFFIXES = (".png", ".svg", ".jpg", ".jpeg")
+TABLE_SUFFIXES = (".csv", ".tsv")
 
 
-def tokens_targets():
-    models = selected(config, "tokenize", "models")
-    corpora = selected(config, "tokenize", "corpora")
-    return [f"results/{m}/tokens/{c}.h5" for m in models for c in corpora]
+def collect(proxy, when=True, report_tables=True, **values):
+    """Register ``proxy`` (``rules.<name>``) for the run, once for every combination
+    of the wildcard values given (``model=[...]``, ``corpus=[...]``; one list per wildcard
+    of its outputs), or once for a rule without wildcards; nothing when ``when`` is false.
+    """
+    import itertools
+
+    step = getattr(proxy, "rule", proxy)
+    wildcards = set(step.wildcard_names or ())
+    if set(values) != wildcards:
+        raise WorkflowError(
+            f"collect(rules.{step.name}): give one list of values per wildcard of its "
+            f"outputs ({', '.join(sorted(wildcards)) or 'none'}), got {', '.join(sorted(values)) or 'none'}"
+        )
+    named = sum(len(v) if isinstance(v, list) else 1 for _, v in step.output.items())
+    if named != len(step.output):
+        raise WorkflowError(
+            f"name every output of rule {step.name} (key=path) so that it can be collected"
+        )
+    scorecard = step.output.get("scorecard")
+    expected = f"results/{{model}}/scorecard/{step.name}.csv"
+    if scorecard is not None and strip_wildcard_constraints(str(scorecard)) != expected:
+        raise WorkflowError(
+            f"the scorecard output of rule {step.name} must be {expected!r} (the report finds "
+            "the rule of a scorecard row by the file name)"
+        )
+    jobs = [dict(zip(values, combo)) for combo in itertools.product(*values.values())]
+    COLLECTED.append((step, jobs if when else [], report_tables))
 
 
-def training_targets():
-    return [
-        f"results/{m}/training/{f}"
-        for m in model_names_by_kind(config, "train")
-        for f in ("curve.csv", "curve.png", "summary.json")
+def collected_outputs():
+    """``(path, rule object, wildcards, key, iofile, report_tables)`` of every collected output, in
+    the order of the `collect` lines (stage files in include order)."""
+    for step, jobs, report_tables in COLLECTED:
+        for wc in jobs:
+            for key, files in step.output.items():
+                for f in files if isinstance(files, list) else [files]:
+                    path = apply_wildcards(str(f), wc)
+                    yield path, step, wc, key, f, report_tables
+
+
+def report_kind(path, key, f, report_tables):
+    """``scorecard``, ``figure``, ``table`` or None for one collected output."""
+    if key == "scorecard":
+        return "scorecard"
+    if f.flags.get("report") is None:
+        return None
+    if path.endswith(FIGURE_SUFFIXES):
+        return "figure"
+    if path.endswith(TABLE_SUFFIXES) and report_tables:
+        return "table"
+    return None
+
+
+def collected(kind=None, of=None):
+    """Collected paths (no duplicates, in order): every one, or those of ``kind``
+    (``scorecard``, ``figure``, ``table``), or those of the rule named ``of``."""
+    out = [
+        path
+        for path, r, _, key, f, tables in collected_outputs()
+        if (kind is None or report_kind(path, key, f, tables) == kind)
+        and (of is None or r.name == of)
     ]
+    return list(dict.fromkeys(out))
 
 
-# Each stage's rule file appends a function returning its final targets; `rule all`
-# asks for all of them (nothing reads results/ by globbing).
-TARGETS = [tokens_targets, training_targets]
+def output_of(pattern, wildcards=None, **values):
+    """Another rule's output (``rules.<name>.output.<key>``) for this job: its wildcards
+    from the job's ``wildcards`` (or explicit ``values``, which win)."""
+    given = dict(wildcards.items()) if wildcards is not None else {}
+    return apply_wildcards(str(pattern), {**given, **values})
 
 
-def all_targets():
-    return [t for targets in TARGETS for t in targets()]
+def report_flags(wildcards):
+    """Per figure/table of the report: the producing rule, its wildcards and its
+    report() caption and category (so the HTML report reuses the captions of Snakemake's
+    native report)."""
+    out = {}
+    for path, step, wc, key, f, tables in collected_outputs():
+        if report_kind(path, key, f, tables) not in ("figure", "table") or path in out:
+            continue
+        flag = f.flags["report"]
+        caption = flag.caption
+        out[path] = {
+            "rule": step.name,
+            "wildcards": dict(wc),
+            "caption": caption.get_path_or_uri(secret_free=True) if caption else None,
+            "category": flag.category,
+        }
+    return out
 
 
-# What the final `report` rule (rules/report.smk) reads, as named inputs. Each stage
-# appends, at the end of its .smk, a function returning paths (one line each):
-#   SCORECARDS.append(<stage>_scorecards)  -> results/{model}/scorecard/<rule>.csv files
-#   REPORT_FIGURES.append(<stage>_figures)  -> PNGs shown in the HTML report (their rule's
-#                                              report(caption=, category=) is reused)
-#   REPORT_TABLES.append(<stage>_tables)    -> tidy CSVs shown (head) and linked
-SCORECARDS = []
-REPORT_FIGURES = []
-REPORT_TABLES = []
+# ---------------------------------------------------------------- stage helpers
+# (parameters and inputs of the rules; Snakemake's linter wants functions out of the
+# rule files)
+def trained_models():
+    return model_names_by_kind(config, "train")
 
 
-# ---------------------------------------------------------------- cache stage (cache.smk)
-def cache_targets():
-    models = selected(config, "cache", "models")
-    corpora = selected(config, "cache", "corpora")
-    return [f"results/{m}/activations/{c}.h5" for m in models for c in corpora]
-
-
-TARGETS.append(cache_targets)
-
-
-# ---------------------------------------------------------------- geometry stage (geometry.smk)
 def geometry_models():
     return selected(config, "geometry", "models")
 
 
-GEOMETRY_RULES = [
-    "extended_positional_embeddings",
-    "positional_pca",
-    "canonical_angles",
-    "positional_sparsity",
-]
-GEOMETRY_RULES = [
-    "extended_positional_embeddings",
-    "positional_pca",
-    "canonical_angles",
-    "positional_sparsity",
-]
-GEOMETRY_FIGURES = [
-    "extended_agreement.png",
-    "pca_wpos_helix.png",
-    "pca_helices.png",
-    "pca_comparison.png",
-    "pca_explained.png",
-    "canonical_angles.png",
-    "sparsity.png",
-]
-GEOMETRY_FIGURES = [
-    "extended_agreement.png",
-    "pca_wpos_helix.png",
-    "pca_helices.png",
-    "pca_comparison.png",
-    "pca_explained.png",
-    "canonical_angles.png",
-    "sparsity.png",
-]
-GEOMETRY_TABLES = [
-    "extended_agreement.csv",
-    "pca.csv",
-    "canonical_angles.csv",
-    "sparsity.csv",
-]
-
-
-GEOMETRY_TABLES = [
-    "extended_agreement.csv",
-    "pca.csv",
-    "canonical_angles.csv",
-    "sparsity.csv",
-]
-
-
-def geometry_scorecards():
-    return [
-        f"results/{m}/scorecard/{r}.csv"
-        for m in geometry_models()
-        for r in GEOMETRY_RULES
-    ]
-
-
-def geometry_figures():
-    return [
-        f"results/{m}/geometry/{f}" for m in geometry_models() for f in GEOMETRY_FIGURES
-    ]
-
-
-def geometry_tables():
-    return [
-        f"results/{m}/geometry/{f}" for m in geometry_models() for f in GEOMETRY_TABLES
-    ]
-
-
-def geometry_targets():
-    return (
-        [f"results/{m}/geometry/extended.h5" for m in geometry_models()]
-        + geometry_scorecards()
-        + geometry_figures()
-        + geometry_tables()
-    )
-
-
-TARGETS.append(geometry_targets)
-SCORECARDS.append(geometry_scorecards)
-REPORT_FIGURES.append(geometry_figures)
-REPORT_TABLES.append(geometry_tables)
-
-
-# ---------------------------------------------------------------- kernels stage (kernels.smk)
 def kernels_models():
     return selected(config, "kernels", "models")
 
@@ -274,40 +260,6 @@ def kernels_params(wildcards=None):
     return p
 
 
-def kernels_scorecards():
-    return [f"results/{m}/scorecard/etc_table.csv" for m in kernels_models()]
-
-
-def kernels_figures():
-    figs = ["results/kernels/etc_heatmap.png"] if kernels_models() else []
-    for m in kernels_models():
-        figs += [
-            f"results/{m}/kernels/{f}.png"
-            for f in ("kernels_layer0", "kernels_selected", "kernel_profiles")
-        ]
-    return figs
-
-
-def kernels_tables():
-    return [f"results/{m}/kernels/etc.csv" for m in kernels_models()]
-
-
-def kernels_targets():
-    return (
-        [f"results/{m}/kernels/kernels.h5" for m in kernels_models()]
-        + kernels_scorecards()
-        + kernels_figures()
-        + kernels_tables()
-    )
-
-
-TARGETS.append(kernels_targets)
-SCORECARDS.append(kernels_scorecards)
-REPORT_FIGURES.append(kernels_figures)
-REPORT_TABLES.append(kernels_tables)
-
-
-# ---------------------------------------------------------------- taxonomy stage (taxonomy.smk)
 def taxonomy_models(section="taxonomy"):
     return selected(config, section, "models")
 
@@ -324,8 +276,9 @@ def section_params(section):
 
 
 def section_tokens(section):
-    return (
-        lambda wc: f"results/{wc.model}/tokens/{section_params(section)()['corpus']}.h5"
+    """The tokens file of ``section``'s corpus for the job's model."""
+    return lambda wc: output_of(
+        rules.tokenize.output.h5, wc, corpus=section_params(section)()["corpus"]
     )
 
 
@@ -334,64 +287,6 @@ def repo_file(path):
     return path if path.startswith("/") else static(path)
 
 
-def taxonomy_scorecards():
-    return (
-        [f"results/{m}/scorecard/diagonal_taxonomy.csv" for m in taxonomy_models()]
-        + [
-            f"results/{m}/scorecard/posembed_averaging.csv"
-            for m in taxonomy_models("posembed_averaging")
-        ]
-        + [
-            f"results/{m}/scorecard/posembed_attention.csv"
-            for m in taxonomy_models("posembed_attention")
-        ]
-    )
-
-
-def taxonomy_figures():
-    return (
-        [f"results/{m}/taxonomy/taxonomy.png" for m in taxonomy_models()]
-        + [
-            f"results/{m}/posembed/averaging.png"
-            for m in taxonomy_models("posembed_averaging")
-        ]
-        + [
-            f"results/{m}/posembed/attention.png"
-            for m in taxonomy_models("posembed_attention")
-        ]
-    )
-
-
-def taxonomy_tables():
-    return (
-        [f"results/{m}/taxonomy/taxonomy.csv" for m in taxonomy_models()]
-        + [
-            f"results/{m}/posembed/averaging.csv"
-            for m in taxonomy_models("posembed_averaging")
-        ]
-        + [
-            f"results/{m}/posembed/attention.csv"
-            for m in taxonomy_models("posembed_attention")
-        ]
-    )
-
-
-def taxonomy_targets():
-    return (
-        [f"results/{m}/taxonomy/heads.csv" for m in taxonomy_models()]
-        + taxonomy_scorecards()
-        + taxonomy_figures()
-        + taxonomy_tables()
-    )
-
-
-TARGETS.append(taxonomy_targets)
-SCORECARDS.append(taxonomy_scorecards)
-REPORT_FIGURES.append(taxonomy_figures)
-REPORT_TABLES.append(taxonomy_tables)
-
-
-# ---------------------------------------------------------------- interventions stage (interventions.smk)
 def interventions_models():
     return selected(config, "interventions", "models")
 
@@ -406,121 +301,62 @@ def interventions_corpus(wildcards=None):
 
 
 def interventions_tokens(wildcards):
-    return f"results/{wildcards.model}/tokens/{interventions_corpus()}.h5"
+    return output_of(rules.tokenize.output.h5, wildcards, corpus=interventions_corpus())
 
 
 def induction_prompt(wildcards):
     return static(config["interventions"]["induction_intervention"]["prompt"])
 
 
-INTERVENTION_RULES = [
-    "prev_knockout",
-    "extended_averaging",
-    "repeated_tokens",
-    "induction_intervention",
-]
+def attn_only_models(bos=None):
+    """Models of the `attn_only` section; ``bos=True``: only those run with BOS
+    (bos_induction, L4, compares with and without it)."""
+    from posmech.analyses.attn_only import resolve_bos
+
+    p = config["attn_only"]
+    models = selected(config, "attn_only", "models")
+    if bos is None:
+        return models
+    return [m for m in models if resolve_bos(p["bos"], config["models"][m]) == bos]
 
 
-INTERVENTION_RULES = [
-    "prev_knockout",
-    "extended_averaging",
-    "repeated_tokens",
-    "induction_intervention",
-]
+def attn_only_params(wildcards=None):
+    return config["attn_only"]
 
 
-def interventions_targets():
-    return [
-        f"results/{m}/{d}/{r}.{ext}"
-        for m in interventions_models()
-        for r in INTERVENTION_RULES
-        for d, ext in (
-            ("interventions", "csv"),
-            ("interventions", "png"),
-            ("scorecard", "csv"),
-        )
-    ]
+def check_attn_only():
+    """What the config alone tells about the L rules, before any job: the settings, and
+    sequence lengths against the context of trained models (n_ctx in the config)."""
+    from posmech.analyses.attn_only import (
+        check_settings,
+        resolve_bos,
+        sequence_lengths,
+    )
+
+    p = config["attn_only"]
+    check_settings(p)
+    for m in attn_only_models():
+        entry = config["models"][m]
+        if "train" not in entry:
+            continue
+        for key, n in sequence_lengths(p, resolve_bos(p["bos"], entry)).items():
+            if n > entry["train"]["n_ctx"]:
+                raise PosmechError(
+                    f"{key}: sequences of {n} tokens are longer than model `{m}`'s context "
+                    f"(models.{m}.train.n_ctx = {entry['train']['n_ctx']}); lower it"
+                )
 
 
-def interventions_scorecards():
-    return [
-        f"results/{m}/scorecard/{r}.csv"
-        for m in interventions_models()
-        for r in INTERVENTION_RULES
-    ]
+def attn_only_runtime(*counts):
+    """``runtime`` of an L rule doing forward passes of ``sum(counts)`` short sequences
+    (32 tokens each: an upper bound)."""
 
+    def runtime(wildcards, attempt):
+        from posmech.cluster import runtime_min
 
-def interventions_figures():
-    return [
-        f"results/{m}/interventions/{r}.png"
-        for m in interventions_models()
-        for r in INTERVENTION_RULES
-    ]
+        shape = model_shape(wildcards.model)
+        scale = config.get("cluster", {}).get("runtime_scale", 1.0)
+        tokens = sum(counts) * 32
+        return runtime_min(shape, tokens, 1, on_gpu(wildcards.model), scale, attempt)
 
-
-def interventions_tables():
-    return [
-        f"results/{m}/interventions/{r}.csv"
-        for m in interventions_models()
-        for r in INTERVENTION_RULES
-    ]
-
-
-TARGETS.append(interventions_targets)
-SCORECARDS.append(interventions_scorecards)
-REPORT_FIGURES.append(interventions_figures)
-REPORT_TABLES.append(interventions_tables)
-
-
-# ---------------------------------------------------------------- report stage (report.smk)
-def report_registered(registry):
-    return list(dict.fromkeys(p for paths in registry for p in paths()))
-
-
-def report_figures():
-    """Registered figures, then each trained model's training curve."""
-    curves = [
-        f"results/{m}/training/curve.png" for m in model_names_by_kind(config, "train")
-    ]
-    return list(dict.fromkeys(report_registered(REPORT_FIGURES) + curves))
-
-
-def report_upstream_targets():
-    """Every other stage's final targets: the report runs after all of them."""
-    return [
-        t for targets in TARGETS if targets is not report_targets for t in targets()
-    ]
-
-
-def report_flags(wildcards):
-    """Per figure/table: the producing rule, its wildcards and its report() caption and
-    category (so the HTML report reuses the captions of Snakemake's native report)."""
-    out = {}
-    for path in report_figures() + report_registered(REPORT_TABLES):
-        for r in workflow.rules:
-            for o in r.output:
-                flag = o.flags.get("report")
-                match = o.match(path) if flag is not None else None
-                if match:
-                    caption = flag.caption
-                    out[path] = {
-                        "rule": r.name,
-                        "wildcards": match.groupdict(),
-                        "caption": (
-                            caption.get_path_or_uri(secret_free=True)
-                            if caption
-                            else None
-                        ),
-                        "category": flag.category,
-                    }
-                    break
-            if path in out:
-                break
-    return out
-
-
-def report_targets():
-    return ["results/report/index.html", "results/report/scorecard.csv"]
-
-
-TARGETS.append(report_targets)
+    return runtime

@@ -9,7 +9,7 @@ localrules:
 rule prepare_corpus:
     """Load a corpus (packaged KJV Bible, Hub dataset, or local copy), select documents."""
     output:
-        "resources/corpora/{corpus}.jsonl",
+        jsonl="resources/corpora/{corpus}.jsonl",
     log:
         "logs/prepare_corpus/{corpus}.log",
     wildcard_constraints:
@@ -20,3 +20,6 @@ rule prepare_corpus:
         entry=corpus_entry,
     script:
         "../../scripts/prepare_corpus.py"
+
+
+collect(rules.prepare_corpus, corpus=CORPORA)

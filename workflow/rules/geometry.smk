@@ -8,7 +8,7 @@ localrules:
 rule extended_positional_embeddings:
     """Residual stream on one-token-repeated prompts, centred over positions, averaged over tokens (P8)."""
     input:
-        manifest="resources/models/{model}/manifest.json",
+        manifest=rules.fetch_model.output.manifest,
     output:
         h5="results/{model}/geometry/extended.h5",
         agreement=report(
@@ -47,7 +47,7 @@ rule extended_positional_embeddings:
 rule positional_pca:
     """PCA of W_pos and of the extended embeddings per layer: explained variance, helices (P1, P10)."""
     input:
-        h5="results/{model}/geometry/extended.h5",
+        h5=rules.extended_positional_embeddings.output.h5,
     output:
         table=report(
             "results/{model}/geometry/pca.csv",
@@ -95,7 +95,7 @@ rule positional_pca:
 rule canonical_angles:
     """Principal angles between top-k right-singular subspaces of W_pos and each layer (P11)."""
     input:
-        h5="results/{model}/geometry/extended.h5",
+        h5=rules.extended_positional_embeddings.output.h5,
     output:
         table=report(
             "results/{model}/geometry/canonical_angles.csv",
@@ -125,7 +125,7 @@ rule canonical_angles:
 rule positional_sparsity:
     """Fraction of far-from-zero entries per layer vs W_pos (P9)."""
     input:
-        h5="results/{model}/geometry/extended.h5",
+        h5=rules.extended_positional_embeddings.output.h5,
     output:
         table=report(
             "results/{model}/geometry/sparsity.csv",
@@ -150,3 +150,9 @@ rule positional_sparsity:
         geometry=config["geometry"],
     script:
         "../../scripts/positional_sparsity.py"
+
+
+collect(rules.extended_positional_embeddings, model=geometry_models())
+collect(rules.positional_pca, model=geometry_models())
+collect(rules.canonical_angles, model=geometry_models())
+collect(rules.positional_sparsity, model=geometry_models())

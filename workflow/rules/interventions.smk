@@ -3,9 +3,9 @@
 rule prev_knockout:
     """Zero attention to the previous position at every period-th query in the early layers (P5)."""
     input:
-        manifest="resources/models/{model}/manifest.json",
+        manifest=rules.fetch_model.output.manifest,
         tokens=interventions_tokens,
-        heads="results/{model}/taxonomy/heads.csv",
+        heads=rules.diagonal_taxonomy.output.heads,
     output:
         table=report(
             "results/{model}/interventions/prev_knockout.csv",
@@ -44,10 +44,10 @@ rule prev_knockout:
 rule extended_averaging:
     """Average the extended positional embeddings just before each chosen head's layer (P15)."""
     input:
-        manifest="resources/models/{model}/manifest.json",
+        manifest=rules.fetch_model.output.manifest,
         tokens=interventions_tokens,
-        heads="results/{model}/taxonomy/heads.csv",
-        extended="results/{model}/geometry/extended.h5",
+        heads=rules.diagonal_taxonomy.output.heads,
+        extended=rules.extended_positional_embeddings.output.h5,
     output:
         table=report(
             "results/{model}/interventions/extended_averaging.csv",
@@ -86,9 +86,9 @@ rule extended_averaging:
 rule repeated_tokens:
     """The sharp head's previous-token attention on repeated consecutive tokens (P14)."""
     input:
-        manifest="resources/models/{model}/manifest.json",
+        manifest=rules.fetch_model.output.manifest,
         tokens=interventions_tokens,
-        heads="results/{model}/taxonomy/heads.csv",
+        heads=rules.diagonal_taxonomy.output.heads,
     output:
         table=report(
             "results/{model}/interventions/repeated_tokens.csv",
@@ -127,8 +127,8 @@ rule repeated_tokens:
 rule induction_intervention:
     """Redirect the sharp head's attention and scale its output on a repeat prompt (P16)."""
     input:
-        manifest="resources/models/{model}/manifest.json",
-        heads="results/{model}/taxonomy/heads.csv",
+        manifest=rules.fetch_model.output.manifest,
+        heads=rules.diagonal_taxonomy.output.heads,
         prompt=induction_prompt,
     output:
         table=report(
@@ -162,3 +162,9 @@ rule induction_intervention:
         cfg=interventions_params,
     script:
         "../../scripts/induction_intervention.py"
+
+
+collect(rules.prev_knockout, model=interventions_models())
+collect(rules.extended_averaging, model=interventions_models())
+collect(rules.repeated_tokens, model=interventions_models())
+collect(rules.induction_intervention, model=interventions_models())

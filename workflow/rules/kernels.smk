@@ -8,9 +8,15 @@ localrules:
 rule positional_kernels:
     """Every head's positional kernel pi(i | x_n) at the configured query positions (K1, K5)."""
     input:
-        manifest="resources/models/{model}/manifest.json",
-        means=lambda wc: f"results/{wc.model}/activations/{kernels_params()['means_corpus']}.h5",
-        tokens=lambda wc: f"results/{wc.model}/tokens/{kernels_params()['query_corpus']}.h5",
+        manifest=rules.fetch_model.output.manifest,
+        means=lambda wc: output_of(
+            rules.cache_activations.output.h5,
+            wc,
+            corpus=kernels_params()["means_corpus"],
+        ),
+        tokens=lambda wc: output_of(
+            rules.tokenize.output.h5, wc, corpus=kernels_params()["query_corpus"]
+        ),
     output:
         h5="results/{model}/kernels/kernels.h5",
     log:
@@ -36,7 +42,7 @@ rule positional_kernels:
 rule etc_table:
     """ETC of every (layer, head, n), its spread over query texts, kernel types (K3-K5)."""
     input:
-        h5="results/{model}/kernels/kernels.h5",
+        h5=rules.positional_kernels.output.h5,
     output:
         table=report(
             "results/{model}/kernels/etc.csv",
@@ -53,9 +59,10 @@ rule etc_table:
         "../envs/posmech.yaml"
     params:
         kernels=kernels_params,
-        kernels_figure="results/{model}/kernels/kernels_selected.png",
-        heatmap="results/kernels/etc_heatmap.png",
-        profiles="results/{model}/kernels/kernel_profiles.png",
+        # the figures its scorecard rows point to (rules defined below: lambdas)
+        kernels_figure=lambda wc: output_of(rules.kernel_heatmaps.output.selected, wc),
+        heatmap=lambda wc: str(rules.etc_heatmap.output.figure),
+        profiles=lambda wc: output_of(rules.kernel_heatmaps.output.profiles, wc),
     script:
         "../../scripts/etc_table.py"
 
@@ -63,8 +70,8 @@ rule etc_table:
 rule kernel_heatmaps:
     """Query x key kernel heatmaps (K2) and kernels at n with their spread over texts (K5)."""
     input:
-        h5="results/{model}/kernels/kernels.h5",
-        table="results/{model}/kernels/etc.csv",
+        h5=rules.positional_kernels.output.h5,
+        table=rules.etc_table.output.table,
     output:
         layer0=report(
             "results/{model}/kernels/kernels_layer0.png",
@@ -99,7 +106,7 @@ rule kernel_heatmaps:
 rule etc_heatmap:
     """log ETC over layers x heads, every kernels model side by side (K4)."""
     input:
-        tables=expand("results/{model}/kernels/etc.csv", model=kernels_models()),
+        tables=expand(rules.etc_table.output.table, model=kernels_models()),
     output:
         figure=report(
             "results/kernels/etc_heatmap.png",
@@ -116,3 +123,9 @@ rule etc_heatmap:
         models=kernels_models(),
     script:
         "../../scripts/etc_heatmap.py"
+
+
+collect(rules.etc_heatmap, when=bool(kernels_models()))
+collect(rules.positional_kernels, model=kernels_models())
+collect(rules.etc_table, model=kernels_models())
+collect(rules.kernel_heatmaps, model=kernels_models())

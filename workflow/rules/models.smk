@@ -28,9 +28,13 @@ rule fetch_model:
 rule train_demo_model:
     """Train the small GPT-2-architecture character model (seeded, fixed steps)."""
     input:
-        corpus=lambda wc: f"resources/corpora/{model_entry(wc)['train']['corpus']}.jsonl",
+        corpus=lambda wc: output_of(
+            rules.prepare_corpus.output.jsonl,
+            corpus=model_entry(wc)["train"]["corpus"],
+        ),
     output:
-        manifest="resources/models/{model}/manifest.json",
+        # the same manifest as fetch_model's: every analysis reads one kind of model
+        manifest=rules.fetch_model.output.manifest,
         curve=report(
             "results/{model}/training/curve.csv",
             caption="../report/training_curve.rst",
@@ -58,3 +62,12 @@ rule train_demo_model:
         entry=model_entry,
     script:
         "../../scripts/train_demo_model.py"
+
+
+collect(
+    rules.fetch_model,
+    model=model_names_by_kind(config, "hub") + model_names_by_kind(config, "local"),
+)
+# The training curve table is in Snakemake's native report; the HTML report shows the
+# curve figure in its demo-model section.
+collect(rules.train_demo_model, model=trained_models(), report_tables=False)

@@ -7,16 +7,14 @@ rule report:
     """Assemble the HTML report and the scorecard (published vs reproduced)."""
     input:
         published=static("resources/published.yaml"),
-        scorecards=lambda wc: report_registered(SCORECARDS),
-        figures=lambda wc: report_figures(),
-        tables=lambda wc: report_registered(REPORT_TABLES),
-        summaries=lambda wc: [
-            f"results/{m}/training/summary.json"
-            for m in model_names_by_kind(config, "train")
-        ],
-        manifests=[manifest(m) for m in MODELS],
-        tokens=lambda wc: tokens_targets(),
-        upstream=lambda wc: report_upstream_targets(),
+        # what every stage collected (common.smk: collect), read when the DAG is built
+        scorecards=lambda wc: collected("scorecard"),
+        figures=lambda wc: collected("figure"),
+        tables=lambda wc: collected("table"),
+        summaries=expand(rules.train_demo_model.output.summary, model=trained_models()),
+        manifests=expand(rules.fetch_model.output.manifest, model=MODELS),
+        tokens=lambda wc: collected(of="tokenize"),
+        upstream=lambda wc: collected(),
     output:
         html="results/report/index.html",
         figures=directory("results/report/figures"),

@@ -5,7 +5,7 @@ rule diagonal_taxonomy:
     ranking (P7), TransformerLens's head_detector score; the chosen sharp / early heads.
     """
     input:
-        manifest="resources/models/{model}/manifest.json",
+        manifest=rules.fetch_model.output.manifest,
         tokens=section_tokens("taxonomy"),
     output:
         table=report(
@@ -47,9 +47,12 @@ rule posembed_averaging:
     """W_pos averaged in groups of k: held-out next-token loss (P2) and repeat-string
     prompt probabilities (P3); the model is restored bitwise after each k."""
     input:
-        manifest="resources/models/{model}/manifest.json",
+        manifest=rules.fetch_model.output.manifest,
         tokens=section_tokens("posembed_averaging"),
-        corpus=lambda wc: f"resources/corpora/{section_params('posembed_averaging')()['corpus']}.jsonl",
+        corpus=lambda wc: output_of(
+            rules.prepare_corpus.output.jsonl,
+            corpus=section_params("posembed_averaging")()["corpus"],
+        ),
         prompts=repo_file(config["posembed_averaging"]["prompts"]),
     output:
         table=report(
@@ -88,9 +91,9 @@ rule posembed_averaging:
 rule posembed_attention:
     """The chosen heads' attention window on a document, intact vs W_pos averaged (P4)."""
     input:
-        manifest="resources/models/{model}/manifest.json",
+        manifest=rules.fetch_model.output.manifest,
         tokens=section_tokens("posembed_attention"),
-        heads="results/{model}/taxonomy/heads.csv",
+        heads=rules.diagonal_taxonomy.output.heads,
     output:
         table=report(
             "results/{model}/posembed/attention.csv",
@@ -124,3 +127,8 @@ rule posembed_attention:
         attention=section_params("posembed_attention"),
     script:
         "../../scripts/posembed_attention.py"
+
+
+collect(rules.diagonal_taxonomy, model=taxonomy_models())
+collect(rules.posembed_averaging, model=taxonomy_models("posembed_averaging"))
+collect(rules.posembed_attention, model=taxonomy_models("posembed_attention"))

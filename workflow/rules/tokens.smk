@@ -9,10 +9,10 @@ localrules:
 rule tokenize:
     """Token ids, document ids and positions of a corpus for a model, in HDF5."""
     input:
-        corpus="resources/corpora/{corpus}.jsonl",
-        manifest="resources/models/{model}/manifest.json",
+        corpus=rules.prepare_corpus.output.jsonl,
+        manifest=rules.fetch_model.output.manifest,
     output:
-        "results/{model}/tokens/{corpus}.h5",
+        h5="results/{model}/tokens/{corpus}.h5",
     log:
         "logs/tokenize/{model}/{corpus}.log",
     wildcard_constraints:
@@ -25,3 +25,10 @@ rule tokenize:
         corpus=corpus_entry,
     script:
         "../../scripts/tokenize.py"
+
+
+collect(
+    rules.tokenize,
+    model=selected(config, "tokenize", "models"),
+    corpus=selected(config, "tokenize", "corpora"),
+)
