@@ -2,16 +2,28 @@
 #   make demo   – set up .venv and run the whole DAG on the offline default (config/demo.yaml)
 #   make test   – set up .venv and run the test suite (unit tests + an end-to-end CI-sized DAG)
 #   make study  – run the full study (config/config.yaml; needs the Hugging Face Hub or local copies)
+#   make clean-demo – delete what `make demo` wrote (its outputs, logs/, benchmarks/); keeps .venv
 PYTHON ?= python3
 VENV   ?= .venv
 CORES  ?= 8
 BIN    := $(VENV)/bin
+# Which PyTorch build `make setup` installs (torch==2.13.0 from requirements.lock).
+# TORCH_INDEX is an extra package index searched for torch; a build found there wins over
+# PyPI's because its local version label (+cpu, +cu128) sorts above the plain version.
+#   CPU build (default):     TORCH_INDEX=https://download.pytorch.org/whl/cpu
+#   CUDA 12.8 build:         make setup TORCH_INDEX=https://download.pytorch.org/whl/cu128
+#   PyPI's own build:        make setup TORCH_INDEX=   (on Linux x86_64 that is the CUDA build,
+#                            which brings ~20 nvidia-* packages, several GB)
+# Check what is installed: .venv/bin/python -c "import torch; print(torch.__version__, torch.cuda.is_available())"
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_PIN   := $(shell grep -E '^torch==' requirements.lock)
 
 .PHONY: setup demo study test lint format clean-demo
 
 $(BIN)/snakemake: requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "$(TORCH_PIN)"
 	$(BIN)/pip install --quiet -r requirements.lock
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $@
@@ -33,3 +45,19 @@ lint: setup
 
 format: setup
 	$(BIN)/snakefmt workflow
+
+# Delete exactly the outputs of the demo DAG (Snakemake knows them: prepared corpus,
+# results/demo, the report, the model manifest), the trained model's files, the table
+# sidecars left without their table, then the logs/ and benchmarks/ folders (of every run);
+# .venv and the results of other configurations stay.
+clean-demo:
+	@if [ -x $(BIN)/snakemake ]; then \
+	  $(BIN)/snakemake --cores 1 --configfile config/demo.yaml --delete-all-output; \
+	fi
+	@# table-metadata sidecars (NAME.meta.json) whose table is gone
+	@if [ -d results ]; then find results -name '*.meta.json' -exec sh -c '[ -e "$${1%.meta.json}.csv" ] || rm "$$1"' _ {} \; ; fi
+	rm -rf results/report logs benchmarks .snakemake/incomplete
+	@# the Hugging Face folder of a model whose manifest was deleted (the trained demo model)
+	@for d in resources/models/*/hf; do [ -d "$$d" ] && [ ! -e "$$(dirname $$d)/manifest.json" ] && rm -rf "$$d"; done; true
+	@# folders the deletions left empty
+	@for d in results resources/models resources/corpora; do [ -d $$d ] && find $$d -mindepth 1 -type d -empty -delete; done; true

@@ -4,7 +4,7 @@ from posmech.cache import CacheSettings, cache_activations, load_capture
 from posmech.config import config_hash
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import read_manifest
-from posmech.runner import run
+from posmech.runner import Progress, run
 
 
 def main(smk, log):
@@ -28,8 +28,12 @@ def main(smk, log):
         "tokens_config_hash": tokens.attrs.get("config_hash", "unknown"),
         "prepend_bos": bool(tokens.attrs.get("prepend_bos", True)),
     }
-    step = max(1, tokens.n_documents // 10)
-    report = lambda done, n: (done % step < settings.batch_size or done == n) and log.info("%d/%d documents", done, n)  # noqa: E731
+    progress = Progress(None, "documents")
+
+    def report(done, n):
+        progress.total = n
+        progress.update(done)
+
     s = cache_activations(capture, tokens, smk.output[0], settings, attrs, progress=report)
     log.info("cached %d documents, %d tokens (resumed after %d documents), %.0f tokens/s",
              s["n_documents"], s["n_tokens"], s["resumed_from"], s["tokens_per_second"])

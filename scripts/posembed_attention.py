@@ -6,7 +6,7 @@ import numpy as np
 from posmech.analyses.taxonomy import read_chosen_heads
 from posmech.analyses.wpos import posembed_attention
 from posmech.data.tokens import read_tokens
-from posmech.hdf5 import artifact_writer
+from posmech.hdf5 import artifact_writer, describe
 from posmech.models.loading import load_bridge, read_manifest
 from posmech.plots.wpos import attention_figure
 from posmech.runner import run
@@ -32,6 +32,9 @@ def main(smk, log):
         for head, intact, averaged in panels:
             f.create_dataset(f"{head}/intact", data=intact)
             f.create_dataset(f"{head}/averaged", data=averaged)
+            describe(f, {f"{head}/intact": f"[window, window] float64 {head}'s attention (query x key) on positions "
+                                           f"{start}.. of the document, intact model",
+                         f"{head}/averaged": f"[window, window] float64 the same with W_pos averaged in groups of {p['k']}"})
     attention_figure(panels, start, p["k"], model, smk.output.figure)
     sharp = df.iloc[0]
     rows = [{"claim": "P4", "model": model, "quantity": f"pattern_similarity_k{p['k']}",

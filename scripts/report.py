@@ -19,6 +19,7 @@ def main(smk, log):
         flags=dict(smk.params.flags),
         config=dict(smk.config),
         benchmarks=smk.params.benchmarks,
+        claims=smk.input.claims,
     )
     log.info("scorecard: %s", ", ".join(f"{k} {v}" for k, v in counts.items()))
     log.info("report written to %s", smk.output.html)

@@ -107,7 +107,7 @@ def compare_csv(a: Path, b: Path, rel: str, rep: Report, roots: tuple[str, str])
 
     da, db = read_table(a), read_table(b)
     if not _equal(dict(da.attrs), dict(db.attrs), roots):
-        rep.differences.append(f"{rel}: metadata lines differ")
+        rep.differences.append(f"{rel}: metadata ({a.stem}.meta.json) differs")
     if list(da.columns) != list(db.columns) or len(da) != len(db):
         rep.differences.append(f"{rel}: columns/rows differ")
         return

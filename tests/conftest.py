@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
-import numpy as np
-import pytest
-
-from posmech.models import handbuilt as hb
-
-REPO = Path(__file__).resolve().parents[1]
+# Tests write only under temporary directories: every cache a library could fill (Hugging
+# Face hub/datasets, torch, matplotlib, XDG) points into one per-session temporary folder,
+# set before any of those libraries is imported (they read these variables at import).
+_CACHE = tempfile.mkdtemp(prefix="posmech-test-cache-")
+atexit.register(shutil.rmtree, _CACHE, True)
+for _var, _sub in (("HF_HOME", "hf"), ("HF_DATASETS_CACHE", "hf/datasets"), ("TORCH_HOME", "torch"),
+                   ("MPLCONFIGDIR", "matplotlib"), ("XDG_CACHE_HOME", "xdg")):
+    os.environ[_var] = os.path.join(_CACHE, _sub)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from posmech.models import handbuilt as hb  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def require_system(tool: str) -> None:

@@ -56,3 +56,20 @@ def test_writer_error_leaves_no_file(tmp_path):
             f.create_dataset("x", data=[1])
             raise RuntimeError("boom")
     assert not p.exists() and not list(tmp_path.iterdir())
+
+
+def test_describe_sets_descriptions_and_undescribed_lists_the_rest(tmp_path):
+    from posmech.hdf5 import describe, undescribed
+
+    path = tmp_path / "a.h5"
+    with artifact_writer(path, "demo_kind", "some_rule") as f:
+        f.create_dataset("x", data=np.arange(3))
+        f.create_dataset("g/y", data=np.zeros(2))
+        f.create_dataset("g/z", data=np.zeros(2))
+        describe(f, {"x": "[3] int counts", "g/y": "[2] float zeros"})
+        assert undescribed(f) == ["g/z"]
+        with pytest.raises(PosmechError, match="no dataset 'g/w'"):
+            describe(f, {"g/w": "stale text"})
+        describe(f, {"g/z": "[2] float zeros too"})
+    with h5py.File(path, "r") as f:
+        assert undescribed(f) == [] and f["g/y"].attrs["description"] == "[2] float zeros"

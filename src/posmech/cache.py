@@ -54,12 +54,14 @@ from typing import Any
 import h5py
 import numpy as np
 
+from posmech.data.tokens import DESCRIPTIONS as TOKEN_DESCRIPTIONS
 from posmech.data.tokens import TokenSet
 from posmech.errors import PosmechError
 from posmech.hdf5 import (
     STR,
     attr_json,
     copy_compressed,
+    describe,
     open_artifact,
     preallocated_dataset,
     provenance,
@@ -455,6 +457,15 @@ def _create_partial(tmp: Path, tokens: TokenSet, n_docs: int, n_layers: int, d_m
             set_attrs(m, {**common, "dtype": "float64", "axes": ["layer", "position", "d_model"]})
         c = preallocated_dataset(f, "position_stats/count", (n_pos,), "int64", None, fillvalue=0)
         set_attrs(c, {"axes": ["position"]})
+        describe(f, {**{k: v for k, v in TOKEN_DESCRIPTIONS.items() if k in f}, **{
+            "documents/title": "[n_documents] str title from the tokens file (Bible: 'Genesis 1'; empty for web text)",
+            "position_stats/count": "[n_positions] int64 number of documents reaching each position",
+            **{f"activations/{h}": f"[n_layers_hook, n_tokens, d_model] {settings.storage_dtype} activation of every "
+               f"token at every hook point of `{h}` (attribute hook_points); document j, layer l is "
+               "[l, doc_offsets[j]:doc_offsets[j+1]]" for h in settings.hooks},
+            **{f"position_stats/{h}/mean": f"[n_layers_hook, n_positions, d_model] float64 mean over documents of the "
+               f"`{h}` activation at each position" for h in settings.hooks},
+        }})
 
 
 def _save_checkpoint(path: Path, fingerprint: str, docs_done: int, sums: dict[str, np.ndarray],

@@ -159,6 +159,28 @@ def attr_json(f: h5py.HLObject, key: str) -> Any:
     return v.tolist() if isinstance(v, np.ndarray) else v
 
 
+def describe(f: h5py.Group, descriptions: dict[str, str]) -> None:
+    """Set the ``description`` attribute (shape and meaning, one sentence) of datasets of
+    ``f``, by path; a name that is not a dataset of ``f`` is an error (a stale text)."""
+    for name, text in descriptions.items():
+        obj = f.get(name)
+        if not isinstance(obj, h5py.Dataset):
+            raise PosmechError(f"describe: {f.file.filename!r} has no dataset {name!r} to describe")
+        obj.attrs["description"] = text
+
+
+def undescribed(f: h5py.Group) -> list[str]:
+    """Paths of the datasets below ``f`` without a non-empty ``description`` attribute."""
+    out: list[str] = []
+
+    def visit(name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset) and not str(obj.attrs.get("description", "")).strip():
+            out.append(name)
+
+    f.visititems(visit)
+    return out
+
+
 def preallocated_dataset(
     group: h5py.Group, name: str, shape: tuple[int, ...], dtype: Any, chunks: tuple[int, ...] | None,
     fillvalue: Any = None, write_fill: bool = True,

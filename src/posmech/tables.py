@@ -1,9 +1,10 @@
 """Tidy CSV tables with metadata, and the scorecard rows every analysis emits.
 
-Tables are tidy (one row per observation) with a ``claim`` and a ``model`` column.
-Table-level metadata (e.g. the centring used, a rank correlation) is written as leading
-``# key: <json>`` comment lines; :func:`read_table` returns it in ``df.attrs``
-(pandas users: ``pd.read_csv(path, comment="#")``).
+Tables are tidy (one row per observation) with a ``claim`` and a ``model`` column; every
+CSV is plain (``pandas.read_csv(path)`` reads it, no comment lines).  Table-level metadata
+(e.g. the centring used, a rank correlation) goes to a JSON sidecar next to it,
+``NAME.meta.json`` for ``NAME.csv`` (:func:`meta_path`); :func:`read_table` returns it in
+``df.attrs``.
 
 Scorecard rows (``results/{model}/scorecard/{rule}.csv``) are what the report compares
 with ``resources/published.yaml``: columns ``claim, model, quantity, value, detail,
@@ -16,34 +17,57 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from posmech.io import atomic_path
+from posmech.errors import PosmechError
+from posmech.io import atomic_path, write_json
 
+META_SUFFIX = ".meta.json"
 SCORECARD_COLUMNS = ["claim", "model", "quantity", "value", "detail", "artifact"]
 
 
+def meta_path(path: str | os.PathLike[str]) -> Path:
+    """The metadata sidecar of a table: ``dir/NAME.meta.json`` for ``dir/NAME.csv``."""
+    p = Path(path)
+    return p.with_name(p.stem + META_SUFFIX)
+
+
 def write_table(df: pd.DataFrame, path: str | os.PathLike[str], meta: dict[str, Any] | None = None) -> None:
-    """Write ``df`` as CSV atomically, preceded by ``# key: json`` metadata lines."""
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as f:
-        for k, v in (meta or {}).items():
-            f.write(f"# {k}: {json.dumps(v, default=str)}\n")
-        df.to_csv(f, index=False)
+    """Write ``df`` as a plain CSV atomically, and ``meta`` (when given) to its JSON sidecar
+    (:func:`meta_path`); a stale sidecar of an earlier run is removed when ``meta`` is empty."""
+    side = meta_path(path)
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
+            df.to_csv(f, index=False)
+        if meta:
+            write_json(side, meta)
+        elif side.exists():
+            side.unlink()
+
+
+def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The metadata of the table at ``path`` (``{}`` when it has no sidecar)."""
+    side = meta_path(path)
+    if not side.exists():
+        return {}
+    try:
+        meta = json.loads(side.read_text(encoding="utf-8"))
+    except ValueError as err:
+        raise PosmechError(
+            f"table metadata {str(side)!r} is not valid JSON ({err}); rerun the rule that writes {str(path)!r}"
+        ) from None
+    if not isinstance(meta, dict):
+        raise PosmechError(f"table metadata {str(side)!r} must hold a JSON object; rerun the rule that writes it")
+    return meta
 
 
 def read_table(path: str | os.PathLike[str]) -> pd.DataFrame:
-    """Read a table written by :func:`write_table`; metadata in ``df.attrs``."""
-    meta: dict[str, Any] = {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.startswith("# "):
-                break
-            k, _, v = line[2:].partition(": ")
-            meta[k] = json.loads(v)
-    df = pd.read_csv(path, comment=None, skiprows=len(meta))
-    df.attrs.update(meta)
+    """Read a table written by :func:`write_table`; its metadata in ``df.attrs``."""
+    df = pd.read_csv(path)
+    df.attrs.update(read_meta(path))
     return df
 
 

@@ -102,6 +102,7 @@ def fabricated_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
                  "results/gpt2/kernels/etc.png", "results/demo/training/curve.png"],
         tables=[table], summaries=[summary], manifests=manifests, tokens=[], flags=flags,
         config={"models": {"gpt2": {}, "demo": {}}, "taxonomy": {"n_prompts": 37}}, benchmarks="benchmarks",
+        claims=str(REPO / "docs" / "claims.md"),
     )
     counts = rp.build(**kwargs)
     return {"dir": tmp_path, "counts": counts, **kwargs}
@@ -132,7 +133,17 @@ def test_html_has_scorecard_first_captions_and_run(fabricated_run):
     html = Path("results/report/index.html").read_text()
     assert html.index('id="scorecard"') < html.index('id="demo"') < html.index('id="family-P"') < html.index('id="run"')
     # the plain statement about which models the published values refer to
-    assert "refer to the model named in each row" in html and "gpt2" in html
+    assert "belong to the model each was measured on" in html and "gpt2" in html
+    # judged rows (gpt2) first; the demo's rows compactly, with what it does
+    judged = html[html.index('id="scorecard-judged"'):html.index('id="scorecard-compact"')]
+    compact = html[html.index('id="scorecard-compact"'):html.index('id="demo"')]
+    assert "<td>gpt2</td>" in judged and "<td>demo</td>" not in judged
+    assert "<td>demo</td>" in compact and "<code>n_prev_token_heads</code> = 3" in compact
+    assert "not applicable" not in compact
+    # claim IDs link to the claims catalogue rendered at the end, which links to the posts
+    assert 'href="#claim-P6"' in html and '<tr id="claim-P6">' in html
+    assert html.index('id="run"') < html.index('id="claims"')
+    assert "https://www.lesswrong.com/posts/zRA8B2FJLtTYRgie6/" in html
     # caption rendered from rst with wildcards and config (like Snakemake's report)
     assert "over 37 prompts" in html and "<strong>P6</strong>" in html
     # the demo model's curve and the previous-token head it found
@@ -141,6 +152,10 @@ def test_html_has_scorecard_first_captions_and_run(fabricated_run):
     # scorecard links go to the figure in the report; the table is shown and linked
     assert 'href="#figure-results-gpt2-taxonomy-diagonals-png"' in html
     assert 'href="figures/gpt2/kernels/etc.csv"' in html and "L0H5" in html
+    assert Path("results/report/figures/gpt2/kernels/etc.meta.json").is_file()  # the table's metadata travels with it
+    # the table shares its caption with the K4 figure: the caption is printed once, the table points to it
+    assert html.count("Effective token count per head (K4).") == 1
+    assert 'The table behind <a href="#figure-results-gpt2-kernels-etc-png">the figure above</a>' in html
     # run section: wall time from the benchmark file, model revisions, versions
     assert "diagonal_taxonomy" in html and "12.5" in html and "abc123" in html and "transformer_lens" in html
     for f in fabricated_run["figures"] + fabricated_run["tables"]:
@@ -161,6 +176,9 @@ def test_report_opens_cleanly_in_chromium_from_a_copied_folder(fabricated_run, t
     assert res.ok, (res.console_errors, res.broken_images, res.broken_links)
     assert res.n_images == 4 and res.n_links >= 5
     assert (copy / "screenshot.png").stat().st_size > 10_000 and res.size[1] > 1500
+    # at 1280 px nothing is wider than its column and the scorecard does not scroll sideways
+    assert res.size[0] <= 1280 and not res.page_scrolls_sideways
+    assert res.wide_elements == [] and res.scrolling_elements == []
 
 
 def test_page_checker_finds_broken_images_links_and_console_errors(tmp_path):
@@ -174,7 +192,33 @@ def test_page_checker_finds_broken_images_links_and_console_errors(tmp_path):
         '<script>console.error("boom")</script></body></html>'
     )
     res = check_page(page)
+    assert res.wide_elements == [] and not res.page_scrolls_sideways
     assert res.broken_images == ["nope.png"]
     assert sorted(b.split(":")[0] for b in res.broken_links) == ["#nowhere", "missing.csv"]
     assert any("boom" in e for e in res.console_errors)
     assert not res.ok
+
+
+def test_page_checker_measures_layout_at_1280_px(tmp_path):
+    """A too-wide image, a table scrolling in its box and a page scrolling sideways are
+    all reported; an image narrower than its column is shown at its natural width."""
+    require_system("chromium")
+    fig, ax = plt.subplots(figsize=(20, 2))  # 3000 px at 150 dpi
+    ax.plot([0, 1])
+    save(fig, tmp_path / "wide.png")
+    _figure(str(tmp_path / "small.png"), "small")
+    cells = "".join(f"<td>{'x' * 40}</td>" for _ in range(60))
+    page = tmp_path / "wide.html"
+    page.write_text(
+        '<!DOCTYPE html><html><head><title>w</title><link rel="icon" href="data:,"><style>'
+        "main { max-width: 1000px; padding: 0 20px; } .box { overflow-x: auto; }</style></head><body><main>"
+        '<img src="small.png"><img src="wide.png" id="wide">'
+        f'<div class="box" id="box"><table id="t"><tr>{cells}</tr></table></div>'
+        '<div style="width: 3000px">too wide</div></main></body></html>'
+    )
+    res = check_page(page)
+    assert any(w.startswith("img#wide") for w in res.wide_elements), res.wide_elements
+    assert not any("small.png" in w for w in res.wide_elements)
+    assert "div#box" in res.scrolling_elements and res.page_scrolls_sideways
+    shown = {src: (nat, w) for src, nat, w in res.image_widths}
+    assert shown["small.png"][0] == shown["small.png"][1] > 0

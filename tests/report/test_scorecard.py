@@ -201,3 +201,32 @@ def test_unreadable_scorecard_names_the_file_and_rule(tmp_path):
     bad.write_text("claim,model\nP6,gpt2\n")
     with pytest.raises(PosmechError, match="lacks column"):
         sc.read_scorecards([bad])
+
+
+def test_nothing_to_measure_and_compact_rows(tmp_path, published):
+    """A row without a value but with a reason is "nothing to measure" (never a pass, the
+    reason shown); rows of a model the posts give no value for are grouped per claim."""
+    paths = [
+        _write(tmp_path, "gpt2", "induction_intervention", [
+            {"claim": "P16", "quantity": "p_pirate_after", "value": None,
+             "detail": "no head in a layer >= 1 to redirect: the sharp head is in layer 0"},
+        ]),
+        _write(tmp_path, "demo", "diagonal_taxonomy", [
+            {"claim": "P6", "quantity": "n_prev_token_heads", "value": 3, "detail": "on 10 documents"},
+            {"claim": "P7", "quantity": "diagonal_ratio", "value": {"L1H0": 0.2}},
+            {"claim": "P7", "quantity": "extra_quantity", "value": None, "detail": "no previous-token head"},
+        ]),
+    ]
+    card = sc.build_scorecard(published, sc.read_scorecards(paths), sc.registered_rules(paths))
+    row = _status(card, "P16", "p_pirate_after", "gpt2")
+    assert row.status == "nothing to measure" and "sharp head is in layer 0" in row.reason
+    assert _status(card, "P7", "extra_quantity", "demo").status == "nothing to measure"
+    assert "nothing to measure" in sc.STATUSES and set(sc.JUDGED) < set(sc.STATUSES)
+    compact = sc.compact_rows(card)
+    assert [(e["claim"], e["model"]) for e in compact] == [("P6", "demo"), ("P7", "demo")]
+    p6, p7 = compact
+    assert p6["measured"] == [{"quantity": "n_prev_token_heads", "value": "3", "detail": "on 10 documents"}]
+    assert p6["published"] == [{"quantity": "n_prev_token_heads", "value": "69", "model": "gpt2"}]
+    assert {m["quantity"] for m in p7["measured"]} == {"diagonal_ratio"}
+    # judged rows never appear in the compact list
+    assert not any(e["model"] == "gpt2" for e in compact)

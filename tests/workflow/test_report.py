@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from posmech.report.browser import check_page
-from posmech.report.scorecard import load_published
+from posmech.report.scorecard import is_judged, load_published
 from posmech.tables import read_table
 from tests.conftest import require_system
 from tests.workflow.conftest import REPO, snakemake
@@ -29,6 +29,13 @@ def test_report_opens_in_chromium_with_every_image_and_link(ci_run):
     figures = sorted(p for p in (report / "figures").rglob("*.png"))
     assert res.n_images == len(figures) >= 1  # every copied figure is shown, the training curve at least
     assert shot.stat().st_size > 20_000
+    # at 1280 px: no figure wider than its column, no horizontal scrollbar (scorecard included)
+    assert res.size[0] <= 1280 and not res.page_scrolls_sideways
+    assert res.wide_elements == []
+    assert not [e for e in res.scrolling_elements if "scorecard" in e or e.startswith("main")], res.scrolling_elements
+    # figures are drawn for the report's column: none is shrunk below 85 % of its natural width
+    for src, natural, shown in res.image_widths:
+        assert shown >= 0.85 * min(natural, 1190), (src, natural, shown)
 
 
 def test_demo_report_says_published_values_are_for_other_models(ci_run):
@@ -38,6 +45,19 @@ def test_demo_report_says_published_values_are_for_other_models(ci_run):
     assert re.search(rf'id="demo-demo-prev-head">{summary["best_previous_token_head"]}<', html)
     assert 'src="figures/demo/training/curve.png"' in html
     assert "<h2 id=\"run\">" in html and "bible" in html
+
+
+def test_scorecard_shows_judged_rows_first_and_the_rest_compactly(ci_run):
+    html = (ci_run / "results/report/index.html").read_text()
+    card = pd.read_csv(ci_run / "results/report/scorecard.csv")
+    judged = card[[is_judged(r) for r in card.to_dict("records")]]
+    if len(judged):
+        assert html.index('id="scorecard-judged"') < html.index('id="scorecard-compact"')
+    compact = html[html.index('id="scorecard-compact"'):html.index('<h2 id="demo"')]
+    # one line per claim and model, not one per quantity, and no wall of "not applicable"
+    rest = card[~card.index.isin(judged.index)]
+    assert compact.count("<tr>") - 1 == len(rest.groupby(["claim", "model"]))
+    assert "not applicable" not in compact
 
 
 def test_scorecard_on_demo_never_passes_a_gpt2_number(ci_run):

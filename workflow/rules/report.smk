@@ -7,6 +7,7 @@ rule report:
     """Assemble the HTML report and the scorecard (published vs reproduced)."""
     input:
         published=static("resources/published.yaml"),
+        claims=static("docs/claims.md"),
         # what every stage collected (common.smk: collect), read when the DAG is built
         scorecards=lambda wc: collected("scorecard"),
         figures=lambda wc: collected("figure"),

@@ -38,6 +38,7 @@ import numpy as np
 
 from posmech.analyses.attention import head_name, parse_head
 from posmech.errors import PosmechError
+from posmech.runner import Progress
 
 LOG = logging.getLogger(__name__)
 
@@ -203,6 +204,7 @@ def run_variant(
     scale = attn_scale(bridge)
     upper = np.triu(np.ones((T, T), dtype=bool), 1)
     hooks = variant_hooks(variant)
+    prog = Progress(B, f"{progress}: {variant} forward, sequences", logger=LOG) if progress else None
     for start in range(0, B, batch_size):
         got: dict[tuple[str, int], Any] = {}
 
@@ -224,8 +226,8 @@ def run_variant(
         if last is not None and targets is not None:
             t = torch.as_tensor(targets[sl], device=out.device)[:, None]
             last[sl] = torch.log_softmax(out[:, -1].double(), -1).gather(-1, t)[:, 0].cpu().numpy()
-        if progress:
-            LOG.info("%s: %s forward, %d/%d sequences", progress, variant, min(start + batch_size, B), B)
+        if prog is not None:
+            prog.update(min(start + batch_size, B))
     return Forward(heads, scores, patterns, last)
 
 

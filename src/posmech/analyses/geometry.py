@@ -33,6 +33,7 @@ from scipy.linalg import subspace_angles
 
 from posmech.errors import PosmechError
 from posmech.hdf5 import STR, artifact_writer, attr_json, open_artifact
+from posmech.runner import logged
 
 LOG = logging.getLogger(__name__)
 
@@ -177,7 +178,7 @@ def extended_embeddings(
     fwd = [(n, hook_for(i)) for i, n in enumerate(names)]
     t0 = time.perf_counter()
     with torch.inference_mode(), bridge.hooks(fwd_hooks=fwd):
-        for start in range(0, len(prompts), batch_size):
+        for start in logged(range(0, len(prompts), batch_size), what=f"batches of {batch_size} prompts"):
             x = torch.from_numpy(prompts[start : start + batch_size]).to(device)
             try:
                 bridge(x)
@@ -475,8 +476,13 @@ def helices(ext: Extended, first: int, pcas: dict[int, tuple[np.ndarray, np.ndar
     labelled ``panels`` of :func:`posmech.plots.geometry.helix_grid`."""
     pcas = pcas or all_pcas(ext, first, 3)
     out_ext = [project(centre(ext.extended[i], first), pcas[i][0][:3]) for i in range(ext.n_layers + 1)]
-    Pw = project(centre(ext.W_pos, first), pcas[-1][0][:3])
-    panels = [("P1 W_pos", Pw)] + [(f"P10 layer {i}: {s}", P) for i, (s, P) in enumerate(zip(ext.sites, out_ext))]
+    Wc = centre(ext.W_pos, first)
+    Pw = project(Wc, pcas[-1][0][:3])
+    # layer 0's extended embeddings are W_pos itself (P8): one panel for both, not two identical ones
+    same0 = np.allclose(centre(ext.extended[0], first), Wc, rtol=0, atol=1e-6 * max(rms(Wc), 1e-12))
+    panels = [("P1 W_pos" + (" = P10 layer 0" if same0 else ""), Pw)] + [
+        (f"P10 layer {i}" if i < ext.n_layers else "P10 final residual", P)
+        for i, P in enumerate(out_ext) if i > 0 or not same0]
     return {"W_pos": Pw, "extended": np.stack(out_ext), "positions": np.arange(first, ext.W_pos.shape[0]),
             "panels": panels}
 

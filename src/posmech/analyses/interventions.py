@@ -39,6 +39,7 @@ import numpy as np
 
 from posmech.analyses.attention import check_head, parse_head, prev_token_mass, window_block
 from posmech.errors import PosmechError
+from posmech.runner import logged
 
 LOG = logging.getLogger(__name__)
 
@@ -255,7 +256,7 @@ def prev_knockout(
             raise PosmechError(f"knock-out layer {layer} does not exist (model has {bridge.cfg.n_layers} layers)")
     rows: list[dict[str, Any]] = []
     z = Zoom(sharp, zoom_start)
-    for j, doc in enumerate(docs):
+    for j, doc in enumerate(logged(docs)):
         T = len(doc)
         ko = knockout_rows(T, period, phase)
         sets = {"all": np.arange(T) >= 1, "knocked": ko, "other": (np.arange(T) >= 1) & ~ko}
@@ -289,7 +290,7 @@ def extended_averaging(
     capture = list(dict.fromkeys(parsed.values()))
     zooms = {h: Zoom(h, zoom_start) for h in heads}
     rows: list[dict[str, Any]] = []
-    for j, doc in enumerate(docs):
+    for j, doc in enumerate(logged(docs)):
         T = len(doc)
         base, _ = run_hooked(bridge, doc, capture=capture)
         masses = {h: prev_token_mass(base[parsed[h]]) for h in heads}
@@ -326,7 +327,7 @@ def repeated_tokens(
     lh = check_head(bridge, sharp)
     rows: list[dict[str, Any]] = []
     z: Zoom | None = None
-    for j, doc in enumerate(docs):
+    for j, doc in enumerate(logged(docs)):
         T = len(doc)
         rep = repeat_queries(doc)
         pats, _ = run_hooked(bridge, doc, capture=[lh])
@@ -518,12 +519,19 @@ def pooled(df: Any, by: list[str]) -> Any:
 
 
 def knockout_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any]]:
-    """P5 scorecard rows: pooled masses and the after/before ratio (all queries)."""
+    """P5 scorecard rows: pooled masses and the after/before ratio (all queries); with no
+    layer to knock out (sharp head in layer 0) the ratios are left empty with the reason."""
     m = pooled(df, ["condition", "query_set"])
     head = df["head"].iloc[0]
     rows = [{"claim": "P5", "model": model, "quantity": f"prev_token_mass_{c}", "value": float(m[(c, "all")]),
              "detail": f"{head}, all queries >= 1", "artifact": artifact}
             for c in ("intact", "knockout", "knockout_renormalised")]
+    layers = df["layers"].iloc[0]
+    if layers is None or (isinstance(layers, float) and np.isnan(layers)) or str(layers) == "":
+        why = (f"nothing to knock out: the sharp head {head} is in layer 0, so no earlier layer can carry "
+               "the previous position")
+        return rows + [{"claim": "P5", "model": model, "quantity": q, "value": None, "detail": why, "artifact": artifact}
+                       for q in ("prev_token_mass_ratio", "prev_token_mass_ratio_renormalised")]
     for c, q in (("knockout", "prev_token_mass_ratio"), ("knockout_renormalised", "prev_token_mass_ratio_renormalised")):
         rows.append({"claim": "P5", "model": model, "quantity": q, "value": float(m[(c, "all")] / m[("intact", "all")]),
                      "detail": f"{head}: {c} / intact, all queries; knocked-only {m[(c, 'knocked')]:.3f} vs "

@@ -38,8 +38,24 @@ import pandas as pd
 
 from posmech.analyses.attention import head_name
 from posmech.errors import PosmechError
+from posmech.runner import logged
 
 KIND = "kernels"
+DESCRIPTIONS = {
+    "positions": "[Q] int32 query positions n at which the kernels are computed",
+    "means_count": "[K] int64 documents behind each mean key embedding p_i",
+    "chapters/doc_index": "[C] int64 query texts: document number in the query corpus's tokens file",
+    "chapters/title": "[C] str query texts' titles (Bible: 'Genesis 1')",
+    "chapters/length": "[C] int32 query texts' lengths in tokens",
+    "kernel_mean": "[L, H, Q, K] float32 positional kernel pi(i | x_n) averaged over the query texts; "
+                   "zero outside keys key_start..n",
+    "kernel_std": "[L, H, Q, K] float32 standard deviation of the kernel over the query texts (K5)",
+    "etc": "[C, L, H, Q] float64 Effective Token Count 1 / sum_i pi_i^2 of each query text's kernel",
+    "tv_spread": "[C, L, H, Q] float64 total-variation distance of each text's kernel to the mean kernel (K5)",
+    "etc_of_mean": "[L, H, Q] float64 Effective Token Count of kernel_mean",
+    "key_start": "[L, Q] int32 first key position in the softmax (k0, or n - window + 1 for a sliding window)",
+    "n_keys": "[L, Q] int32 keys in the softmax, n - key_start + 1 (the ETC of a uniform kernel)",
+}
 RULE = "positional_kernels"
 KERNEL_TYPES = ("local", "slow_decay", "uniform")
 
@@ -316,7 +332,7 @@ def query_embeddings(bridge: Any, docs: Sequence[np.ndarray], positions: Sequenc
     out = np.empty((len(docs), L, len(pos), bridge.cfg.d_model))
     dev = next(bridge.parameters()).device
     index = torch.as_tensor(pos, device=dev)
-    for c, ids in enumerate(docs):
+    for c, ids in enumerate(logged(docs, what="query texts")):
         toks = torch.as_tensor(np.asarray(ids[: pos.max() + 1], dtype=np.int64), device=dev)[None]
         store: dict[int, np.ndarray] = {}
 
@@ -344,7 +360,7 @@ def write_kernels(
     attrs: dict[str, Any],
 ) -> None:
     """Stream layer results into ``kernels.h5`` (layout in docs/artifacts.md)."""
-    from posmech.hdf5 import STR, artifact_writer
+    from posmech.hdf5 import STR, artifact_writer, describe
 
     Q, K = len(positions), int(np.max(positions)) + 1
     C = len(chapters["doc_index"])
@@ -363,6 +379,7 @@ def write_kernels(
         etcm = f.create_dataset("etc_of_mean", (n_layers, n_heads, Q), dtype="f8")
         start = f.create_dataset("key_start", (n_layers, Q), dtype="i4")
         nk = f.create_dataset("n_keys", (n_layers, Q), dtype="i4")
+        describe(f, DESCRIPTIONS)
         for layer, lk in enumerate(layers):
             kmean[layer] = lk.mean.astype(np.float32)
             kstd[layer] = lk.std.astype(np.float32)

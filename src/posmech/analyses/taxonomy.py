@@ -25,6 +25,7 @@ import pandas as pd
 
 from posmech.analyses.attention import head_name, parse_head
 from posmech.errors import PosmechError
+from posmech.runner import logged
 from posmech.tables import read_table
 
 HEADS_COLUMNS = ["model", "role", "head", "layer", "head_index", "score", "rule"]
@@ -169,7 +170,7 @@ def accumulate_diagonals(
         batch.clear()
 
     with torch.inference_mode():
-        for doc in documents:
+        for doc in logged(documents):
             if len(doc) > n_ctx:
                 raise PosmechError(f"document of {len(doc)} tokens exceeds the model context {n_ctx}")
             if batch and len(doc) != len(batch[0]):

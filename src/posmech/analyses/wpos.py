@@ -18,6 +18,7 @@ import pandas as pd
 
 from posmech.analyses.attention import check_head, mean_prev_token_mass, window
 from posmech.errors import PosmechError
+from posmech.runner import logged
 
 ArrayT = TypeVar("ArrayT")
 
@@ -108,7 +109,7 @@ def next_token_loss(bridge: Any, documents: list[np.ndarray]) -> tuple[float, in
     device = next(bridge.parameters()).device
     total, count = 0.0, 0
     with torch.inference_mode():
-        for doc in documents:
+        for doc in logged(documents, what="documents (next-token loss)"):
             if len(doc) < 2:
                 continue
             x = torch.as_tensor(np.asarray(doc, dtype=np.int64), device=device)[None]

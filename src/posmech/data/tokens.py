@@ -14,9 +14,20 @@ from typing import Any
 import numpy as np
 
 from posmech.errors import PosmechError
-from posmech.hdf5 import STR, artifact_writer, attr_json, open_artifact
+from posmech.hdf5 import STR, artifact_writer, attr_json, describe, open_artifact
 
 KIND = "tokens"
+DESCRIPTIONS = {
+    "token_ids": "[n_tokens] int32 token ids of every document, concatenated (BOS first in each when prepend_bos)",
+    "doc_ids": "[n_tokens] int32 document number (0..n_documents-1) of each token",
+    "positions": "[n_tokens] int32 position of each token in its document (0 = first token, BOS when prepended)",
+    "doc_offsets": "[n_documents+1] int64 document j is token_ids[doc_offsets[j]:doc_offsets[j+1]]",
+    "documents/doc_index": "[n_documents] int64 index of each document in the corpus file (its source order)",
+    "documents/length": "[n_documents] int32 tokens per document (at most the model's n_ctx)",
+    "documents/title": "[n_documents] str document title (Bible: 'Genesis 1'; empty for web text)",
+    "documents/book": "[n_documents] str Bible book of each chapter (e.g. GENESIS)",
+    "documents/chapter": "[n_documents] int32 Bible chapter number within its book",
+}
 
 
 def tokenize_documents(
@@ -70,6 +81,7 @@ def write_tokens(
         if all("book" in d for d in docs):
             g.create_dataset("book", data=[d["book"] for d in docs], dtype=STR)
             g.create_dataset("chapter", data=np.array([d["chapter"] for d in docs], dtype=np.int32))
+        describe(f, {k: v for k, v in DESCRIPTIONS.items() if k in f})
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Hand-built GPT-2-architecture models whose behaviour is known exactly (for tests and
 benchmarks).
 
-Design (``../shared/DESIGN.md``, "Testing on known answers"): positional embeddings are
+Design (a model whose answer is known makes analysis tests exact): positional embeddings are
 scaled one-hot vectors ``s·(e_i − e_spare)`` (the spare dimension cancels the layer
 norm's centring, so every post-LN positional embedding is ``sqrt(d_model/2)·(e_i − e_spare)``),
 token embeddings are zero (or whatever the caller sets), every attention-output and MLP

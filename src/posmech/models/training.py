@@ -117,6 +117,7 @@ def train_demo_model(
         tie_word_embeddings=True,
     )
     model = GPT2LMHeadModel(gcfg)
+    model.loss_type = "ForCausalLM"  # transformers finds no loss type in the class name and warns on every run
     model.config._attn_implementation = "eager"
     opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
 

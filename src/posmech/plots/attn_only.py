@@ -40,7 +40,7 @@ def random_token_patterns(mats: dict[str, np.ndarray], roles: dict[str, str], ma
                           model: str, n: int, bos: bool, path: str | os.PathLike[str]) -> None:
     """L1 (the post's Figures 1 and 6): mean pattern of the previous-token and the
     look-back-two head over ``n`` random-token sequences; titles carry the masses."""
-    fig, axes = plt.subplots(1, len(mats), figsize=(4.2 * len(mats) + 0.8, 4.4), squeeze=False,
+    fig, axes = plt.subplots(1, len(mats), figsize=(3.6 * len(mats) + 0.6, 3.9), squeeze=False,
                              layout="constrained")
     im = None
     for ax, (role, M) in zip(axes[0], mats.items()):
@@ -58,7 +58,7 @@ def decomposition_curves(df: pd.DataFrame, head: str, role: str, claim: str, que
     at ``query`` for every key ``<= query`` under the three inputs (mean over sequences;
     shaded: ± one sd of the score)."""
     d = df[(df["head"] == head) & (df["query"] == query)]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9.5, 3.6), layout="constrained")
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(7.8, 3.3), layout="constrained")
     for v, color in COLORS.items():
         g = d[d["variant"] == v].sort_values("key")
         a1.plot(g["key"], g["score_mean"], "o-", color=color, label=LABELS[v], markersize=3)
@@ -82,7 +82,7 @@ def decomposition_curves(df: pd.DataFrame, head: str, role: str, claim: str, que
 
 def position_only_pattern(M: np.ndarray, head: str, model: str, bos: bool, path: str | os.PathLike[str]) -> None:
     """L3 (the post's Figure 4): the previous-token head's pattern with position-only input."""
-    fig, ax = plt.subplots(figsize=(5.2, 4.6), layout="constrained")
+    fig, ax = plt.subplots(figsize=(5.0, 4.4), layout="constrained")
     im = _heatmap(ax, M, f"row 1: [{M[1, 0]:.4f}, {M[1, 1]:.4f}];  min over q ≥ 2 of P[q, q−1]: "
                   f"{min(M[q, q - 1] for q in range(2, M.shape[0])):.4f}", bos)
     fig.colorbar(im, ax=ax, shrink=0.8, label="attention")
@@ -94,7 +94,7 @@ def bos_induction(df: pd.DataFrame, head: str, model: str, path: str | os.PathLi
     """L4 (the post's Figure 5): the induction head's attention row at the final [A] with and
     without BOS (mean over samples; bars ± sd), P([B]) in the panel titles."""
     conds = [("with_bos", "[BOS] A B R1..R7 A"), ("without_bos", "A B R1..R7 A (A at position 0)")]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained", sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(7.8, 3.4), layout="constrained", sharey=True)
     for ax, (c, title) in zip(axes, conds):
         g = df[(df["condition"] == c) & (df["quantity"] == "attention")].sort_values("key_position")
         pb = df[(df["condition"] == c) & (df["quantity"] == "p_B")]["value"].iloc[0]

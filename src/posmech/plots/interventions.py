@@ -40,12 +40,34 @@ def _mass(M: np.ndarray) -> float:
     return float(d.mean()) if d.size else float("nan")
 
 
+def _words(fig: Any, title: str, text: str) -> None:
+    """A figure that says in words why there is nothing to draw."""
+    ax = fig.add_subplot()
+    ax.axis("off")
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=10, wrap=True)
+    fig.suptitle(title, fontsize=9)
+
+
 def knockout_patterns(zoom: Any, masses: dict[str, float], model: str, layers: list[int], period: int,
                       path: str | os.PathLike[str]) -> None:
     """P5: the sharp head's zoomed pattern intact / knocked out / knocked out + renormalised
-    (red marks: knocked-out query rows); titles carry the pooled previous-token mass."""
+    (red marks: knocked-out query rows); titles carry the pooled previous-token mass.  With
+    no layer below the sharp head, the intact pattern and a sentence saying so."""
+    title = f"P5 · {model} {zoom.head}: every {period}th query cannot attend to its previous position"
+    if not layers:
+        fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.4), layout="constrained", gridspec_kw={"width_ratios": [1, 1.1]})
+        im = _heatmap(axes[0], zoom.matrices["intact"], zoom.start,
+                      f"intact\nprev-token mass {masses.get('intact', float('nan')):.3f}")
+        fig.colorbar(im, ax=axes[0], shrink=0.8, label="attention")
+        axes[1].axis("off")
+        axes[1].text(0.5, 0.5, f"Nothing to knock out: the sharp head\n{zoom.head} is in layer 0, so no earlier\n"
+                     "layer can carry the previous position.", ha="center", va="center", fontsize=9,
+                     transform=axes[1].transAxes)
+        fig.suptitle(title, fontsize=9)
+        save(fig, path)
+        return
     conds = [c for c in CONDITION_TITLES if c in zoom.matrices]
-    fig, axes = plt.subplots(1, len(conds), figsize=(3.4 * len(conds) + 0.8, 3.6), squeeze=False,
+    fig, axes = plt.subplots(1, len(conds), figsize=(2.8 * len(conds) + 0.9, 3.3), squeeze=False,
                              layout="constrained")
     im = None
     for ax, c in zip(axes[0], conds):
@@ -53,44 +75,44 @@ def knockout_patterns(zoom: Any, masses: dict[str, float], model: str, layers: l
                       f"{CONDITION_TITLES[c]}\nprev-token mass {masses.get(c, float('nan')):.3f}",
                       zoom.marks if c != "intact" else None)
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="attention")
-    lay = (f"layers {layers[0]}–{layers[-1]}" if len(layers) > 1 else f"layer {layers[0]}") if layers else "no layer"
-    fig.suptitle(f"P5 · {model} {zoom.head}: every {period}th query cannot attend to its previous position in {lay}",
-                 fontsize=9)
+    lay = f"layers {layers[0]}–{layers[-1]}" if len(layers) > 1 else f"layer {layers[0]}"
+    fig.suptitle(f"{title} in {lay}", fontsize=9)
     save(fig, path)
 
 
 def extended_patterns(zooms: list[Any], damage: dict[str, float], model: str, k: int,
-                      path: str | os.PathLike[str]) -> None:
-    """P15: for each measured head, its zoomed pattern intact and with the extended positional
-    embeddings averaged in groups of ``k`` just before its layer."""
+                      path: str | os.PathLike[str], max_heads: int = 4) -> None:
+    """P15: for at most ``max_heads`` measured heads (the earliest by layer and the last, the
+    sharp head), the zoomed pattern intact and with the extended positional embeddings
+    averaged in groups of ``k`` just before its layer, a colorbar per row; the head's damage
+    in the title of its row."""
     zooms = [z for z in zooms if len(z.matrices) > 1]
+    title = f"P15 · {model}: extended positional embeddings averaged just before each head's layer"
     if not zooms:
-        fig, ax = plt.subplots(figsize=(5, 2))
-        ax.axis("off")
-        ax.text(0.5, 0.5, "no head measured after an averaged layer", ha="center")
-        fig.suptitle(f"P15 · {model}", fontsize=9)
+        fig = plt.figure(figsize=(6, 2))
+        _words(fig, title, "No head was measured after an averaged layer: nothing to compare.")
         save(fig, path)
         return
-    fig, axes = plt.subplots(len(zooms), 2, figsize=(7.5, 3.4 * len(zooms)), squeeze=False, layout="constrained")
-    im = None
-    for row, z in zip(axes, zooms):
+    # the earliest heads and the last (by layer: the sharp head, whose small damage is the point)
+    shown = zooms if len(zooms) <= max_heads else zooms[: max_heads - 1] + zooms[-1:]
+    fig, axes = plt.subplots(len(shown), 2, figsize=(6.2, 2.55 * len(shown) + 0.5), squeeze=False, layout="constrained")
+    for row, z in zip(axes, shown):
         after = next(c for c in z.matrices if c != "intact")
-        im = _heatmap(row[0], z.matrices["intact"], z.start,
-                      f"{z.head} intact\nprev-token mass (window) {_mass(z.matrices['intact']):.3f}")
+        _heatmap(row[0], z.matrices["intact"], z.start,
+                 f"{z.head} intact\nprev-token mass (window) {_mass(z.matrices['intact']):.3f}")
         im = _heatmap(row[1], z.matrices[after], z.start,
                       f"{z.head}, averaged (k={k}) before layer {after.split('_L')[-1]}\n"
-                      f"prev-token mass (window) {_mass(z.matrices[after]):.3f}; "
-                      f"damage {damage.get(z.head, float('nan')):.2f}")
-    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label="attention")
-    fig.suptitle(f"P15 · {model}: extended positional embeddings averaged just before each head's layer",
-                 fontsize=9)
+                      f"mass {_mass(z.matrices[after]):.3f}; damage {damage.get(z.head, float('nan')):.2f}")
+        fig.colorbar(im, ax=row.tolist(), shrink=0.9, label="attention")
+    more = f"\n(+{len(zooms) - len(shown)} more heads in extended_averaging.csv)" if len(zooms) > len(shown) else ""
+    fig.suptitle(title + more, fontsize=9)
     save(fig, path)
 
 
 def repeated_tokens(df: pd.DataFrame, zoom: Any | None, model: str, path: str | os.PathLike[str]) -> None:
     """P14: distribution of the sharp head's per-document previous-token mass on repeated
     vs other queries, and a zoomed pattern around a repeat (red marks: repeated queries)."""
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8), gridspec_kw={"width_ratios": [1, 1.2]}, layout="constrained")
+    fig, axes = plt.subplots(1, 2, figsize=(8.2, 3.6), gridspec_kw={"width_ratios": [1, 1.2]}, layout="constrained")
     d = df.dropna(subset=["prev_mass"])
     order = ["other", "repeat"]
     sns.stripplot(data=d, x="query_set", y="prev_mass", order=order, ax=axes[0], size=4, alpha=0.7)
@@ -102,7 +124,7 @@ def repeated_tokens(df: pd.DataFrame, zoom: Any | None, model: str, path: str | 
     axes[0].set_ylabel("mean prev-token attention per document", fontsize=8)
     if zoom is not None:
         im = _heatmap(axes[1], zoom.matrices["intact"], zoom.start, "pattern around the first repeat", zoom.marks)
-        fig.colorbar(im, ax=axes[1], shrink=0.8)
+        fig.colorbar(im, ax=axes[1], shrink=0.8, label="attention")
     else:
         axes[1].axis("off")
         axes[1].text(0.5, 0.5, "no repeated consecutive tokens\nin the documents", ha="center", va="center")
@@ -114,25 +136,45 @@ def repeated_tokens(df: pd.DataFrame, zoom: Any | None, model: str, path: str | 
 
 def induction_bars(df: pd.DataFrame, patterns: dict[str, np.ndarray], window: tuple[int, int], labels: list[str],
                    model: str, head: str, scale: float, path: str | os.PathLike[str]) -> None:
-    """P16: probability of each target under the four conditions, and the sharp head's
-    pattern on the repeated triple before/after the redirect (token labels on the axes)."""
-    fig, axes = plt.subplots(1, 3, figsize=(12, 4), gridspec_kw={"width_ratios": [1.4, 1, 1]}, layout="constrained")
+    """P16: probability of each target under the four conditions (top), and the sharp head's
+    pattern on the repeated triple before/after the redirect (bottom; token labels on the
+    axes, one colour scale).  When every probability is under 1 %, the bar panel says so in
+    words (the model does not predict the repeat at all) instead of drawing empty bars."""
     order = ["baseline", "redirect", "scale", "redirect_scale"]
     names = {"baseline": "baseline", "redirect": "redirect", "scale": f"output ×{scale:g}",
              "redirect_scale": f"redirect + ×{scale:g}"}
     d = df.assign(condition=df["condition"].map(names))
-    sns.barplot(data=d, x="condition", y="probability", hue="target", order=[names[o] for o in order], ax=axes[0])
-    axes[0].set_ylim(0, 1)
-    axes[0].tick_params(axis="x", labelsize=7)
-    for cont in axes[0].containers:
-        axes[0].bar_label(cont, fmt="%.2f", fontsize=6)
+    empty = bool(len(d)) and float(d["probability"].max()) < 0.01
+    fig = plt.figure(figsize=(8, 4.9 if empty else 7.2), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=[0.22 if empty else 1, 1.25])
+    ax0 = top.subplots()
+    if empty:
+        ax0.axis("off")
+        ax0.text(0.5, 0.5, f"Every target gets < 1 % (max {d['probability'].max():.1e}) in every condition:\n"
+                 f"{model} does not complete the repeated phrase, so there is no induction to redirect.",
+                 ha="center", va="center", fontsize=9, transform=ax0.transAxes)
+    else:
+        sns.barplot(data=d, x="condition", y="probability", hue="target", order=[names[o] for o in order], ax=ax0)
+        ax0.set_ylim(0, 1.08)
+        ax0.set_xlabel("")
+        ax0.set_ylabel("probability of the next word\n(variants summed)", fontsize=8)
+        ax0.tick_params(axis="x", labelsize=8)
+        ax0.legend(title="target", fontsize=8, title_fontsize=8)
+        for cont in ax0.containers:
+            ax0.bar_label(cont, fmt="%.2f", fontsize=7)
+    ax0.set_title("next-word probabilities at the end of the prompt", fontsize=9)
     a, b = window
-    for ax, c in zip(axes[1:], ("baseline", "redirect")):
+    axes = bottom.subplots(1, 2)
+    im = None
+    for ax, c in zip(axes, ("baseline", "redirect")):
         M = patterns[c][a:b, a:b]
-        ax.imshow(M, vmin=0, vmax=1, cmap="viridis", interpolation="nearest")
-        ax.set_xticks(range(b - a), labels, rotation=90, fontsize=6)
-        ax.set_yticks(range(b - a), labels, fontsize=6)
-        ax.set_title(f"{head} pattern: {c}", fontsize=8)
+        im = ax.imshow(M, vmin=0, vmax=1, cmap="viridis", interpolation="nearest")
+        ax.set_xticks(range(b - a), labels, rotation=45, ha="right", rotation_mode="anchor", fontsize=8)
+        ax.set_yticks(range(b - a), labels, fontsize=8)
+        ax.set_xlabel("key token", fontsize=8)
+        ax.set_ylabel("query token", fontsize=8)
+        ax.set_title(f"{head} pattern: {c}", fontsize=9)
+    bottom.colorbar(im, ax=axes.tolist(), shrink=0.8, label="attention")
     fig.suptitle(f"P16 · {model}: induction after redirecting {head}'s attention and scaling its output ×{scale:g}",
                  fontsize=9)
     save(fig, path)

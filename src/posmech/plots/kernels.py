@@ -23,7 +23,7 @@ def etc_heatmap(tables: dict[str, pd.DataFrame], n: dict[str, int], path: str | 
     colour scale runs from log 1 (one key) to log ``n_keys`` (uniform).
     """
     models = list(tables)
-    fig, axes = plt.subplots(1, len(models), figsize=(0.5 + 4.8 * len(models), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(models), figsize=(0.5 + 4.1 * len(models), 4.0), squeeze=False)
     # the colour scale ends at the ETC of a uniform kernel (n_keys): yellow means near uniform
     vmax = max(math.log(max(float(t["n_keys"].max()), float(t["etc_mean"].max()), 2.0)) for t in tables.values())
     for ax, m in zip(axes[0], models):
@@ -32,9 +32,12 @@ def etc_heatmap(tables: dict[str, pd.DataFrame], n: dict[str, int], path: str | 
         kinds = t.pivot(index="layer", columns="head", values="kernel_type").sort_index()
         annot = kinds.apply(lambda col: col.map(TYPE_LETTER))
         big = grid.size <= 400
+        # square cells leave a wide, short grid: the colour bar follows the grid's height
+        shrink = 0.8 * min(1.0, grid.shape[0] / max(grid.shape[1], 1))
         sns.heatmap(
             np.log(grid), ax=ax, cmap="plasma", vmin=0.0, vmax=vmax, annot=annot if big else False, fmt="",
-            annot_kws={"fontsize": 6}, cbar_kws={"label": "log ETC (natural log)", "shrink": 0.8}, square=True,
+            annot_kws={"fontsize": 8 if grid.size <= 64 else 6},
+            cbar_kws={"label": "log ETC (natural log)", "shrink": max(0.3, shrink)}, square=True,
         )
         ax.set_title(f"{m} (n = {n[m]})", fontsize=9)
         ax.set_xlabel("head")
@@ -57,9 +60,9 @@ def kernel_heatmaps(
     and keys ``0..n_max``.  ``types[head]``: kernel type shown in the panel title.
     """
     heads = list(kernels)
-    cols = min(4, max(1, len(heads)))
+    cols = min(3, max(1, len(heads)))  # at most 8 in wide: shown at full size in the report
     rows = math.ceil(len(heads) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.1 * cols, 2.9 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.75 * cols, 2.6 * rows + 0.4), squeeze=False)
     sel = (positions >= k0) & (positions <= n_max)
     q = positions[sel]
     for ax, h in zip(axes.ravel(), heads):
@@ -86,9 +89,9 @@ def kernel_profiles(
     """K5: the kernel at query position ``n`` (mean ± std over ``n_texts`` query texts)
     against key position, one panel per head; ``profiles[head] = (mean [K], std [K])``."""
     heads = list(profiles)
-    cols = min(4, max(1, len(heads)))
+    cols = min(3, max(1, len(heads)))
     rows = math.ceil(len(heads) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.1 * cols, 2.3 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.75 * cols, 2.2 * rows + 0.4), squeeze=False)
     for ax, h in zip(axes.ravel(), heads):
         mean, std = profiles[h]
         i = np.arange(k0, n + 1)

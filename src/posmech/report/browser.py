@@ -6,8 +6,9 @@ binary (Debian package ``chromium``) is needed, and no browser is downloaded.
 
 :func:`check_page` loads the page from ``file://``, collects console errors, uncaught
 exceptions and failed loads, checks that every ``<img>`` decoded and every internal link
-resolves (``#anchor`` to an element id, relative paths to existing files), and saves a
-full-page screenshot.  Used by the report's tests; also handy by hand::
+resolves (``#anchor`` to an element id, relative paths to existing files), measures the
+layout at the window width (elements wider than their column, horizontal scrollbars, each
+image's shown vs natural width), and saves a full-page screenshot.  Used by the report's tests; also handy by hand::
 
     python -m posmech.report.browser results/report/index.html
 """
@@ -39,6 +40,33 @@ FLAGS = (
 IMAGES_JS = "Array.from(document.images).map(i => [i.getAttribute('src'), i.complete, i.naturalWidth])"
 LINKS_JS = "Array.from(document.querySelectorAll('a[href]')).map(a => a.getAttribute('href'))"
 IDS_JS = "Array.from(document.querySelectorAll('[id]')).map(e => e.id)"
+# Layout as a reader at the window width sees it: every <img>/<table>/<figure> wider than
+# the content column of <main> (or its own container), every element scrolling sideways
+# (scrollWidth > clientWidth with overflow-x auto/scroll, <pre> blocks excepted), whether
+# the page itself scrolls sideways, and each image's shown width vs its natural width.
+LAYOUT_JS = """(() => {
+  const name = e => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') +
+    (e.getAttribute('src') ? '[' + e.getAttribute('src') + ']' : '');
+  const main = document.querySelector('main') || document.body;
+  const ms = getComputedStyle(main), mr = main.getBoundingClientRect();
+  const right = mr.right - parseFloat(ms.paddingRight) + 1;
+  const wide = [];
+  const scroller = e => e && ['auto', 'scroll'].includes(getComputedStyle(e).overflowX);
+  for (const e of main.querySelectorAll('img, table, figure')) {
+    if (e.tagName === 'TABLE' && scroller(e.parentElement)) continue;  // scrolls inside its box: listed below
+    const r = e.getBoundingClientRect();
+    if (r.width && r.right > right) wide.push(name(e) + ': right edge ' + Math.round(r.right) + ' > column ' + Math.round(right));
+  }
+  const scrolling = [];
+  for (const e of document.querySelectorAll('body *')) {
+    if (e.tagName === 'PRE') continue;
+    const ox = getComputedStyle(e).overflowX;
+    if ((ox === 'auto' || ox === 'scroll') && e.scrollWidth > e.clientWidth + 1) scrolling.push(name(e));
+  }
+  const doc = document.documentElement;
+  const images = Array.from(document.images).map(i => [i.getAttribute('src'), i.naturalWidth, i.getBoundingClientRect().width]);
+  return {wide, scrolling, page_scrolls: doc.scrollWidth > window.innerWidth + 1, images};
+})()"""
 
 
 @dataclass
@@ -54,6 +82,10 @@ class PageCheck:
     n_links: int = 0
     screenshot: str | None = None
     size: tuple[int, int] = (0, 0)
+    wide_elements: list[str] = field(default_factory=list)  # wider than their column
+    scrolling_elements: list[str] = field(default_factory=list)  # with a horizontal scrollbar
+    page_scrolls_sideways: bool = False
+    image_widths: list[tuple[str, int, float]] = field(default_factory=list)  # src, natural px, shown px
 
     @property
     def ok(self) -> bool:
@@ -211,6 +243,10 @@ def check_page(html: str | os.PathLike[str], screenshot: str | os.PathLike[str] 
         result.broken_images = [src for src, complete, w in images if not complete or not w]
         result.broken_links = [p for p in (_link_problem(h, page, ids) for h in links) if p]
         result.console_errors = [d for d in map(_describe, cdp.events) if d]
+        layout = js(LAYOUT_JS)
+        result.wide_elements, result.scrolling_elements = layout["wide"], layout["scrolling"]
+        result.page_scrolls_sideways = bool(layout["page_scrolls"])
+        result.image_widths = [(str(src), int(nat), float(shown)) for src, nat, shown in layout["images"]]
         if screenshot is not None:
             metrics = cdp.call("Page.getLayoutMetrics", session=sid)
             size = metrics.get("cssContentSize") or metrics["contentSize"]

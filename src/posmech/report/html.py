@@ -33,13 +33,14 @@ import yaml
 from posmech.errors import PosmechError
 from posmech.io import atomic_path
 from posmech.report import scorecard as sc
+from posmech.tables import meta_path
 
 TEMPLATE = "report.html.j2"
 CLAIM_ID = re.compile(r"\b([PLKC])(\d{1,2})\b")
 PUBLISHED_MODELS_NOTE = (
-    "Published values are those of the source posts and refer to the model named in each row's "
-    "“published for” column: {models}. On any other model a row is “not applicable” "
-    "(its reproduced value is still shown); only properties that must hold for every model are judged there."
+    "Published values are those of the source posts and belong to the model each was measured on "
+    "({models}). A value is judged only on that model, or on any model for a property that must hold "
+    "for every model; what this run's other models do is listed compactly after the judged rows."
 )
 VERSION_PACKAGES = (
     "posmech", "torch", "transformer_lens", "transformers", "tokenizers", "datasets", "h5py", "numpy",
@@ -63,6 +64,7 @@ class Asset:
     claims: list[str] = field(default_factory=list)
     table_html: str = ""
     n_rows: int = 0
+    pair: str = ""  # anchor of the figure this table belongs to (caption shown there)
 
 
 def slug(path: str) -> str:
@@ -130,6 +132,32 @@ def copy_asset(src: str, figures_dir: Path) -> str:
     return f"{figures_dir.name}/{rel.as_posix()}"
 
 
+def claims_catalogue_html(path: str | os.PathLike[str]) -> str:
+    """``docs/claims.md`` as an HTML fragment (markdown-it, tables enabled) whose table rows
+    of a claim carry the anchor ``claim-<ID>`` (the scorecard links there); headings one
+    level down (the report's section is the ``h2``)."""
+    from markdown_it import MarkdownIt
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise PosmechError(f"claims catalogue {str(path)!r} cannot be read ({err}); it ships as docs/claims.md") from None
+    text = re.sub(r"\A# .*\n", "", text)  # the document title: the report has its own
+    html = MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+    html = re.sub(r"<h([1-4])>", lambda m: f"<h{int(m.group(1)) + 2}>", html)
+    html = re.sub(r"</h([1-4])>", lambda m: f"</h{int(m.group(1)) + 2}>", html)
+    seen: set[str] = set()
+
+    def anchor(m: re.Match[str]) -> str:
+        cell, cid = m.group(1), m.group(2)
+        if cid in seen:
+            return m.group(0)
+        seen.add(cid)
+        return f'<tr id="claim-{cid}">\n<td>{cell}'
+
+    return re.sub(r"<tr>\n<td>((?:<strong>)?([PLKC]\d{1,2})(?:</strong>)?)", anchor, html)
+
+
 def _family_of(claims: list[str], category: str, path: str) -> str:
     if claims:
         return sc.family(claims[0])
@@ -140,9 +168,7 @@ def _family_of(claims: list[str], category: str, path: str) -> str:
 
 def table_html(path: str, max_rows: int = 15) -> tuple[str, int]:
     """The first rows of a tidy table as an HTML table (escaped), and its row count."""
-    from posmech.tables import read_table
-
-    df = read_table(path)
+    df = pd.read_csv(path)
     return df.head(max_rows).to_html(index=False, border=0, classes="data", na_rep="", escape=True,
                                      float_format=lambda x: f"{x:.4g}"), len(df)
 
@@ -163,7 +189,38 @@ def collect_assets(figures: list[str], tables: list[str], flags: dict[str, dict[
                       category=category, rule=flag.get("rule", ""), claims=claims)
             if kind == "table":
                 a.table_html, a.n_rows = table_html(p)
+                if meta_path(p).is_file():
+                    copy_asset(str(meta_path(p)), figures_dir)
             out.append(a)
+    return out
+
+
+def _same_caption(table: Asset, figure: Asset) -> bool:
+    """Same rendered caption, same model folder (``results/<model>/…``)."""
+    return bool(table.caption_html) and table.caption_html == figure.caption_html and \
+        Path(table.source).parts[:2] == Path(figure.source).parts[:2]
+
+
+def pair_tables(assets: list[Asset]) -> list[Asset]:
+    """Order ``assets`` so that a table whose caption is a figure's caption (same caption
+    text, same model) follows that figure, and drop the repeated caption: the table then
+    points to its figure (``pair``) instead of printing the same text twice."""
+    figures = [a for a in assets if a.kind == "figure"]
+    out: list[Asset] = []
+    placed: set[int] = set()
+    for a in assets:
+        if id(a) in placed:
+            continue
+        if a.kind == "table" and any(_same_caption(a, f) for f in figures):
+            continue  # placed after its figure below
+        out.append(a)
+        placed.add(id(a))
+        if a.kind == "figure":
+            for t in assets:
+                if t.kind == "table" and id(t) not in placed and _same_caption(t, a):
+                    t.pair, t.caption_html = a.anchor, ""
+                    out.append(t)
+                    placed.add(id(t))
     return out
 
 
@@ -247,8 +304,12 @@ def build(
     *, html: str, figures_dir: str, scorecard_csv: str, published: str, scorecards: list[str],
     figures: list[str], tables: list[str], summaries: list[str], manifests: list[str],
     tokens: list[str], flags: dict[str, dict[str, Any]], config: dict[str, Any], benchmarks: str,
+    claims: str | None = None,
 ) -> dict[str, Any]:
-    """Write the scorecard CSV and the HTML report; returns the status counts."""
+    """Write the scorecard CSV and the HTML report; returns the status counts.
+
+    ``claims``: the claims catalogue (``docs/claims.md``), rendered at the end of the report;
+    the scorecard's claim IDs link to its rows."""
     import jinja2
 
     from posmech.hdf5 import git_commit
@@ -266,27 +327,30 @@ def build(
     fdir.mkdir(parents=True)
     assets = collect_assets(figures, tables, flags, config, fdir)
     by_source = {a.source: a for a in assets}
-    links = []
-    for art in card.artifact:
+
+    def link(art: str) -> dict[str, str] | None:
         if art in by_source:
-            links.append({"href": f"#{by_source[art].anchor}", "label": Path(art).name})
-        elif art and Path(art).is_file():
-            links.append({"href": copy_asset(art, fdir), "label": Path(art).name})
-        else:
-            links.append(None)
-    card_rows = [dict(r, link=link) for r, link in zip(card.to_dict("records"), links)]
+            return {"href": f"#{by_source[art].anchor}", "label": Path(art).name}
+        if art and Path(art).is_file():
+            return {"href": copy_asset(art, fdir), "label": Path(art).name}
+        return None
+
+    card_rows = [dict(r, link=link(r["artifact"])) for r in card.to_dict("records")]
+    judged = [r for r in card_rows if sc.is_judged(r)]
+    compact = [dict(e, link=link(e["artifact"])) for e in sc.compact_rows(card)]
 
     curves = {Path(a.source).parent.parent.name: a for a in assets if a.source.endswith("training/curve.png")}
     families = []
     for key, title in [*sc.FAMILIES.items(), ("other", "Other results")]:
-        fam_assets = sorted((a for a in assets if a.family == key),
-                            key=lambda a: sc.claim_sort_key(a.claims[0]) if a.claims else (99, 0, ""))
+        fam_assets = pair_tables(sorted((a for a in assets if a.family == key),
+                                        key=lambda a: sc.claim_sort_key(a.claims[0]) if a.claims else (99, 0, "")))
         fam_rows = [r for r in card_rows if r["family"] == key]
         if fam_assets or fam_rows or key in sc.FAMILIES:
             families.append({"key": key, "title": title, "assets": fam_assets, "rows": fam_rows,
                              "claims": sorted({r["claim"] for r in fam_rows}, key=sc.claim_sort_key)})
 
     run_models = list(config.get("models", {}))
+    claims_html = claims_catalogue_html(claims) if claims else ""
     published_models = sorted({e.model for e in entries})
     bench = read_benchmarks(benchmarks)
     manifests_data = [json.loads(Path(p).read_text(encoding="utf-8")) for p in manifests]
@@ -300,6 +364,11 @@ def build(
         "published_note": PUBLISHED_MODELS_NOTE.format(models=", ".join(published_models)),
         "counts": counts,
         "card": card_rows,
+        "judged": judged,
+        "compact": compact,
+        "claims_html": claims_html,
+        "claim_href": lambda c: f"#claim-{c}" if f'id="claim-{c}"' in claims_html
+        else f"#family-{sc.family(c) if sc.family(c) in sc.FAMILIES else 'other'}",
         "uncovered": sc.uncovered_claims(entries, card),
         "families": families,
         "family_names": sc.FAMILIES,

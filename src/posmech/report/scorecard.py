@@ -13,7 +13,13 @@ Statuses (:data:`STATUSES`):
 * ``missing``: the run covers the claim (a row of the claim, or the entry's ``rule``
   wrote a scorecard) but has no value for this quantity: never shown as passing;
 * ``qualitative``: a figure-only or verbal claim without a numeric criterion;
+* ``nothing to measure``: the rule ran but the model has nothing it can measure (e.g. no
+  layer below the sharp head to knock out); the rule wrote the row with an empty value
+  and says why in its ``detail``, which becomes the reason;
 * ``no published value``: a reproduced quantity the posts give no number for.
+
+:data:`JUDGED` are the statuses of rows compared with a published value of their own
+model; the report shows those first and the rest compactly (:func:`compact_rows`).
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ import yaml
 
 from posmech.errors import PosmechError
 
-STATUSES = ("pass", "fail", "not applicable", "missing", "qualitative", "no published value")
+STATUSES = ("pass", "fail", "not applicable", "missing", "qualitative", "nothing to measure", "no published value")
+JUDGED = ("pass", "fail", "missing", "qualitative", "nothing to measure")
 TOLERANCE_KINDS = ("abs", "rel", "range", "at_least", "at_most", "set", "min_jaccard", "subset")
 FAMILIES = {
     "P": "Positional embeddings and previous-token heads",
@@ -44,6 +51,17 @@ SCORECARD_COLUMNS = [
     "claim", "family", "model", "quantity", "what", "published", "published_model", "reproduced",
     "tolerance", "status", "reason", "source", "detail", "artifact", "rule",
 ]
+
+
+def is_judged(row: dict[str, Any]) -> bool:
+    """A scorecard row compared with a published value meant for its model: ``pass``,
+    ``fail``, ``qualitative``; ``missing`` and ``nothing to measure`` only when there is a
+    published value (an entry that did not apply would have made the row ``not
+    applicable``); never a quantity the posts give no number for."""
+    if row["status"] in ("missing", "nothing to measure"):
+        published_model = row.get("published_model")
+        return isinstance(published_model, str) and bool(published_model)  # NaN from a read CSV: none
+    return row["status"] in JUDGED
 
 
 @dataclass(frozen=True)
@@ -112,7 +130,7 @@ def load_published(path: str | os.PathLike[str]) -> list[Published]:
         if lacking:
             raise PosmechError(f"{where}: missing key(s) {', '.join(lacking)}")
         if family(e["claim"]) == "?":
-            raise PosmechError(f"{where}: claim {e['claim']!r} is not an ID of CLAIMS.md (P1, L2, K4, C3, …)")
+            raise PosmechError(f"{where}: claim {e['claim']!r} is not an ID of a claim in docs/claims.md (P1, L2, K4, C3, …)")
         _check_tolerance(e["tolerance"], where)
         key = (e["claim"], e["quantity"], e["model"])
         if key in seen:
@@ -362,6 +380,8 @@ def build_scorecard(
                 reason = f"published value refers to {e.model}; this row is {m}"
                 if value is None:
                     reason += " (not computed for it)"
+            elif value is None and row and _text(row["detail"]):
+                status, reason = "nothing to measure", _text(row["detail"])
             else:
                 status, reason = judge(e.published, e.tolerance, value)
                 if status == "missing":
@@ -384,8 +404,11 @@ def build_scorecard(
             {
                 "claim": claim, "family": family(claim), "model": m, "quantity": quantity, "what": "",
                 "published": "—", "published_model": "", "reproduced": format_value(value),
-                "tolerance": "—", "status": "missing" if value is None else "no published value",
-                "reason": "no reproduced value" if value is None else "the posts give no number for this quantity",
+                "tolerance": "—",
+                "status": "no published value" if value is not None
+                else "nothing to measure" if _text(row["detail"]) else "missing",
+                "reason": "the posts give no number for this quantity" if value is not None
+                else _text(row["detail"]) or "no reproduced value",
                 "source": "", "detail": _text(row["detail"]), "artifact": _text(row["artifact"]),
                 "rule": _text(row.get("rule")),
             }
@@ -401,3 +424,35 @@ def uncovered_claims(published: list[Published], scorecard: pd.DataFrame) -> lis
     """Claim IDs of the published file that no model of the run covers (sorted)."""
     seen = set(scorecard["claim"])
     return sorted({e.claim for e in published} - seen, key=claim_sort_key)
+
+
+def compact_rows(card: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows of ``card`` that are not judged (:func:`is_judged`), one entry per (claim,
+    model): what the model does, next to what was published for the posts' model.
+
+    Each entry: ``claim, family, model, what`` (the claim's first ``what``), ``measured``
+    (``[{quantity, value, detail}]`` of the quantities with a value), ``unmeasured``
+    (``[{quantity, reason}]``: no value, with the rule's reason when it gave one),
+    ``published`` (``[{quantity, value, model}]``, the posts' values), ``artifact`` (the
+    first artifact named)."""
+    rest = card[[not is_judged(r) for r in card.to_dict("records")]] if len(card) else card
+    out: list[dict[str, Any]] = []
+    for (claim, model), g in rest.groupby(["claim", "model"], sort=False):
+        entry: dict[str, Any] = {
+            "claim": claim, "family": family(str(claim)), "model": model,
+            "what": next((w for w in g["what"] if _text(w)), ""),
+            "measured": [], "unmeasured": [], "published": [],
+            "artifact": next((a for a in g["artifact"] if _text(a)), ""),
+        }
+        for r in g.to_dict("records"):
+            if r["reproduced"] != "—":
+                entry["measured"].append({"quantity": r["quantity"], "value": r["reproduced"],
+                                          "detail": _text(r["detail"])})
+            else:
+                entry["unmeasured"].append({"quantity": r["quantity"], "reason": _text(r["detail"])})
+            if r["published"] != "—":
+                entry["published"].append({"quantity": r["quantity"], "value": r["published"],
+                                           "model": r["published_model"]})
+        out.append(entry)
+    out.sort(key=lambda e: (claim_sort_key(e["claim"]), str(e["model"])))
+    return out

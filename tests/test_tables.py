@@ -1,0 +1,41 @@
+"""Tables are plain CSV (pandas.read_csv reads them as they are); metadata in a sidecar."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from posmech.errors import PosmechError
+from posmech.tables import meta_path, read_meta, read_table, write_table
+
+
+def test_table_is_plain_csv_and_metadata_is_a_sidecar(tmp_path):
+    df = pd.DataFrame({"claim": ["P6", "P6"], "model": "gpt2", "head": ["L4H11", "L5H6"], "ratio": [0.01, 0.18]})
+    path = tmp_path / "taxonomy.csv"
+    meta = {"n_documents": 500, "pin": {}, "note": "# not a comment", "heads": ["L4H11"]}
+    write_table(df, path, meta)
+    assert path.read_text().splitlines()[0] == "claim,model,head,ratio"
+    pd.testing.assert_frame_equal(pd.read_csv(path), df)
+    assert meta_path(path) == tmp_path / "taxonomy.meta.json"
+    assert json.loads(meta_path(path).read_text()) == meta
+    back = read_table(path)
+    pd.testing.assert_frame_equal(back, df)
+    assert back.attrs == meta
+
+
+def test_rewrite_without_metadata_removes_a_stale_sidecar(tmp_path):
+    path = tmp_path / "t.csv"
+    write_table(pd.DataFrame({"a": [1]}), path, {"k": 1})
+    write_table(pd.DataFrame({"a": [2]}), path)
+    assert not meta_path(path).exists() and read_table(path).attrs == {}
+    assert read_meta(path) == {}
+
+
+def test_broken_sidecar_names_the_file(tmp_path):
+    path = tmp_path / "t.csv"
+    write_table(pd.DataFrame({"a": [1]}), path, {"k": 1})
+    meta_path(path).write_text("{not json")
+    with pytest.raises(PosmechError, match=r"t\.meta\.json"):
+        read_table(path)
