@@ -1,4 +1,4 @@
-"""Rule train_demo_model: train the offline-default model; write curve, figure, summary."""
+"""Rule train_demo_model: train an offline demo model; write curve, figure, summary."""
 
 from pathlib import Path
 
@@ -21,8 +21,14 @@ def main(smk, log):
     write_json(smk.output.summary, result["summary"])
     s = result["summary"]
     log.info(
-        "held-out loss %.3f; best previous-token head %s (mean attention to previous position %.3f)",
+        "held-out loss %.3f; previous-token head %s (%.3f), in layer >= 1 %s (%.3f); look-back-two head %s "
+        "(%.3f); induction head %s (%.3f; %.3f with %s zeroed); P(correct) on repeated random characters "
+        "%.3f (first copy %.3f); %.1f CPU s",
         s["heldout_loss"], s["best_previous_token_head"], s["best_previous_token_score"],
+        s["best_previous_token_head_layer_ge_1"], s["best_previous_token_score_layer_ge_1"],
+        s["best_look_back_two_head"], s["best_look_back_two_score"], s["best_induction_head"],
+        s["best_induction_score"], s["induction_score_with_read_head_ablated"], s["induction_reads_head"],
+        s["p_correct_repeated"], s["p_correct_first_copy"], s["train_cpu_seconds"],
     )
 
 

@@ -94,7 +94,7 @@ def test_induction_probabilities(out):
     base = df[df.condition == "baseline"].set_index("target")["probability"]
     scaled = df[df.condition == "scale"].set_index("target")["probability"]
     assert not np.allclose(base, scaled, rtol=0, atol=0)  # scaling the head's output changes the prediction
-    assert df.attrs["positions"]["a"] == [4, 5]  # "an ox ram ass; an ox": BOS, a, n, space, o, x
+    assert df.attrs["positions"]["a"] == [4, 5]  # "an OxRamAss; an Ox": BOS, a, n, space, O, x
     card = read_table(out["dir"] / "scorecard/induction_intervention.csv")
     assert {"p_ram_baseline", "p_ass_after"} <= set(card["quantity"])
     assert json.loads(json.dumps(df.attrs["targets_tokens"]))["ram"]

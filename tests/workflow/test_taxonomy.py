@@ -53,7 +53,7 @@ def test_posembed_averaging_outputs(ci_run):
     assert set(probs["prompt"]) == {"apple_orange", "orange_apple"}
     assert ((probs["value"] >= 0) & (probs["value"] <= 1)).all()
     assert (probs.groupby(["k", "prompt"])["value"].sum() <= 1 + 1e-9).all()  # disjoint variant sets
-    assert probs["prompt_truncated"].all()  # the prompt is longer than the CI model's 32-token context
+    assert not probs["prompt_truncated"].any()  # the character-level prompt fits the CI model's 32-token context
     card = read_table(ci_run / "results/demo/scorecard/posembed_averaging.csv")
     got = set(zip(card["claim"], card["quantity"]))
     assert got == {("P2", "max_unchanged_k"), ("P3", "p_apple_intact"), ("P3", "p_apple_k10"),

@@ -26,7 +26,8 @@ rule fetch_model:
 
 
 rule train_demo_model:
-    """Train the small GPT-2-architecture character model (seeded, fixed steps)."""
+    """Train a small character model (GPT-2 or attention-only; seeded, fixed steps) and
+    measure its head scores."""
     input:
         corpus=lambda wc: output_of(
             rules.prepare_corpus.output.jsonl,
@@ -54,7 +55,7 @@ rule train_demo_model:
         model=regex(model_names_by_kind(config, "train")),
     conda:
         "../envs/posmech.yaml"
-    threads: 2
+    threads: lambda wc: model_entry(wc)["train"].get("threads") or 2
     resources:
         mem_mb=heavy_mem_mb,
         runtime=train_runtime,

@@ -273,20 +273,37 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+DEMO_TABLES = [
+    ("previous_token_scores", "best_previous_token_head", "Previous-token score: mean attention from query n to key n − 1 "
+     "on held-out text, per head (best highlighted)"),
+    ("look_back_two_scores", "best_look_back_two_head", "Look-back-two score: mean attention from query n to key n − 2 "
+     "on held-out text, per head (best highlighted)"),
+    ("induction_scores", "best_induction_head", "Induction score: on [BOS] + R + R (R random characters), mean "
+     "attention from the second copy to the character after the previous occurrence (best in a layer ≥ 1 highlighted)"),
+]
+
+
+def _head_tuple(name: str | None) -> tuple[int, int] | None:
+    return (int(name[1:].split("H")[0]), int(name.split("H")[1])) if name else None
+
+
 def demo_sections(summaries: list[str], curves: dict[str, Asset]) -> list[dict[str, Any]]:
-    """Per trained model: its training summary, the curve figure and the previous-token
-    scores (``[layer][head]``) with the best head."""
+    """Per trained model: its training summary, the curve figure and its per-head score
+    tables (previous-token, look-back-two, induction; ``[layer][head]``) with the best heads."""
     out = []
     for p in summaries:
         s = json.loads(Path(p).read_text(encoding="utf-8"))
         model = s.get("model") or Path(p).parent.parent.name
-        scores = s.get("previous_token_scores") or []
+        tables = [
+            {"key": key, "caption": caption, "best": _head_tuple(s.get(best)),
+             "scores": [[f"{x:.3f}" for x in layer] for layer in s[key]]}
+            for key, best, caption in DEMO_TABLES if s.get(key)
+        ]
         out.append({
             "model": model, "summary": s, "curve": curves.get(model),
             "best_head": s.get("best_previous_token_head"), "best_score": s.get("best_previous_token_score"),
-            "scores": [[f"{x:.3f}" for x in layer] for layer in scores],
-            "best": (int(s["best_previous_token_head"][1:].split("H")[0]),
-                     int(s["best_previous_token_head"].split("H")[1])) if s.get("best_previous_token_head") else None,
+            "tables": tables,
+            "scores": tables[0]["scores"] if tables else [], "best": tables[0]["best"] if tables else None,
         })
     return out
 

@@ -1,0 +1,159 @@
+"""posmech.models.training: data mix, the attention-only model and its legacy-checkpoint round
+trip, and the head scores on hand-built models whose answer is known."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from posmech.models import handbuilt as hb
+from posmech.errors import PosmechError
+from posmech.models.loading import load_bridge, prepare_local_model
+from posmech.models.training import (
+    AttnOnly,
+    _Runner,
+    _save,
+    build_char_tokenizer,
+    diagonal_scores,
+    induction_scores,
+    mixed_batch,
+    repeat_batch,
+    train_demo_model,
+)
+
+
+def test_repeat_batch_repeats_a_bos_free_segment():
+    x = repeat_batch(np.random.default_rng(0), 5, 20, 6, 30)
+    assert x.shape == (5, 20) and (x[:, 0] == 0).all() and (x[:, 1:] > 0).all() and (x < 30).all()
+    np.testing.assert_array_equal(x[:, 1:7], x[:, 7:13])
+    np.testing.assert_array_equal(x[:, 1:8], x[:, 13:20])
+    with pytest.raises(PosmechError, match="n_ctx"):
+        repeat_batch(np.random.default_rng(0), 1, 8, 8, 30)
+
+
+def test_mixed_batch_fraction_and_text_windows():
+    ids = np.arange(1, 200, dtype=np.int64)
+    cfg = {"batch_size": 8, "n_ctx": 16, "repeat_fraction": 0.25, "repeat_min_length": 3, "repeat_max_length": 5}
+    x = mixed_batch(ids, np.random.default_rng(1), cfg, 40)
+    assert x.shape == (8, 16) and (x[:, 0] == 0).all()
+    text = [r for r in x if (np.diff(r[1:]) == 1).all()]  # windows of 1, 2, 3, ... are consecutive
+    assert len(text) == 6
+    for r in x[:2]:  # the repeated rows come first; period 3..5
+        assert any((r[1 + p :] == r[1 : 16 - p]).all() for p in (3, 4, 5))
+    bad = dict(cfg, repeat_min_length=9, repeat_max_length=5)
+    with pytest.raises(PosmechError, match="repeat_min_length"):
+        mixed_batch(ids, np.random.default_rng(1), bad, 40)
+
+
+def _hf_runner(scores):
+    spec = hb.positional_spec(n_ctx=16, n_layer=1, n_head=2, scores=scores)
+    model = hb.to_hf(spec)
+    model.config._attn_implementation = "eager"
+    return _Runner(model.eval(), "gpt2")
+
+
+def test_diagonal_scores_of_an_exact_previous_token_head_and_a_uniform_head():
+    """Head 1 attends to n-1 (planted scores), head 0 has zero scores: uniform over
+    0..n, so its mean attention to n-1 over queries 1..15 is mean(1/(n+1))."""
+    run = _hf_runner({(0, 1): hb.previous_token_scores(16)})
+    x = [torch.zeros(2, 16, dtype=torch.long)]
+    prev = diagonal_scores(run, x, 1)
+    assert prev[0, 1] > 0.999
+    np.testing.assert_allclose(prev[0, 0], np.mean([1 / (n + 1) for n in range(1, 16)]), rtol=1e-6)
+    two = diagonal_scores(run, x, 2)
+    np.testing.assert_allclose(two[0, 0], np.mean([1 / (n + 1) for n in range(2, 16)]), rtol=1e-6)
+    assert two[0, 1] < 1e-3
+
+
+def test_induction_score_of_a_planted_induction_pattern():
+    """A head whose planted scores attend from the second copy's queries to key
+    n - length + 1 has induction score 1; the uniform head has the analytic mean."""
+    n, length = 15, 7
+    S = np.zeros((16, 16))
+    for q in range(1 + length, 1 + 2 * length):
+        S[q, q - length + 1] = 40.0
+    run = _hf_runner({(0, 1): S})
+    x = torch.from_numpy(repeat_batch(np.random.default_rng(0), 3, n, length, 40))
+    ind, p_second, p_first = induction_scores(run, x, length)
+    assert ind[0, 1] > 0.999
+    q = np.arange(1 + length, 1 + 2 * length)
+    np.testing.assert_allclose(ind[0, 0], np.mean(1 / (q + 1)), rtol=1e-6)
+    assert 0 <= p_first <= 1 and 0 <= p_second <= 1
+
+
+def test_attn_only_checkpoint_loads_through_the_legacy_path_with_equal_logits(tmp_path):
+    """The trained attention-only model is saved as a legacy TransformerLens directory
+    (attn-only-2l's format); load_bridge's native boot reproduces its logits and patterns."""
+    tok = build_char_tokenizer(["abcdefghij klmno"])
+    V = len(tok)
+    model = AttnOnly.build(V, 12, 16, 2, 2, 8, seed=3)
+    with torch.no_grad():  # move off the init so biases and LN weights matter
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    _save(model, tok, {"architecture": "attn_only"}, tmp_path / "hf")
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert cfg["attn_only"] and "model_type" not in cfg and cfg["positional_embedding_type"] == "standard"
+    man = prepare_local_model("demo-attn", {"source": str(tmp_path / "hf")}, tmp_path / "man")
+    bridge = load_bridge(man, device="cpu", processing="raw")
+    x = torch.tensor([[0, 3, 5, 7, 3, 5, 7, 2, 9]])
+    with torch.inference_mode():
+        pats: list = []
+        mine = model(x, patterns=pats)
+        theirs, cache = bridge.run_with_cache(x)
+    np.testing.assert_allclose(theirs.numpy(), mine.numpy(), atol=1e-4)
+    for layer in range(2):
+        np.testing.assert_allclose(cache[f"blocks.{layer}.attn.hook_pattern"].numpy(), pats[layer].numpy(), atol=1e-5)
+
+
+def test_attn_only_head_ablation_zeroes_the_head_output():
+    model = AttnOnly.build(10, 8, 8, 1, 2, 4, seed=0)
+    x = torch.tensor([[0, 1, 2, 3]])
+    with torch.inference_mode():
+        base = model(x)
+        both = model(x, ablate={(0, 0), (0, 1)})
+        P = model.params
+        h = P["embed__W_E"][x] + P["pos_embed__W_pos"][:4] + P["blocks__0__attn__b_O"]
+        h = h - h.mean(-1, keepdim=True)
+        h = h / (h.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt() * P["ln_final__w"] + P["ln_final__b"]
+        ref = h @ P["unembed__W_U"] + P["unembed__b_U"]
+    np.testing.assert_allclose(both.numpy(), ref.numpy(), atol=1e-6)
+    assert not torch.allclose(base, both)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "attn_only"])
+def test_tiny_training_run_is_deterministic_and_writes_the_summary(tmp_path, arch):
+    rng = np.random.default_rng(0)
+    docs = [{"text": "".join(rng.choice(list("abcdefgh "), 80))} for _ in range(10)]
+    cfg = {"corpus": "c", "architecture": arch, "n_layer": 2, "n_head": 2, "d_model": 16, "n_ctx": 16,
+           "steps": 6, "batch_size": 4, "warmup_steps": 2, "heldout_every": 5, "eval_every": 3,
+           "eval_batches": 1, "repeat_fraction": 0.5, "induction_samples": 4, "threads": 1}
+    a = train_demo_model(docs, cfg, tmp_path / "a", "m")
+    b = train_demo_model(docs, cfg, tmp_path / "b", "m")
+    sa, sb = a["summary"], b["summary"]
+    assert sa["induction_scores"] == sb["induction_scores"] and sa["heldout_loss"] == sb["heldout_loss"]
+    assert len(sa["previous_token_scores"]) == 2 and len(sa["previous_token_scores"][0]) == 2
+    assert sa["induction_length"] == 7 and sa["best_induction_head"].startswith("L1")
+    assert sa["induction_reads_head"].startswith("L0")
+    assert (tmp_path / "a" / "manifest.json").is_file()
+    with pytest.raises(PosmechError, match="induction_length"):
+        train_demo_model(docs, dict(cfg, induction_length=9), tmp_path / "c", "m")
+
+
+def test_silent_attention_layer_writes_nothing_until_released(tmp_path):
+    rng = np.random.default_rng(1)
+    docs = [{"text": "".join(rng.choice(list("abcdefgh "), 80))} for _ in range(10)]
+    cfg = {"corpus": "c", "n_layer": 2, "n_head": 2, "d_model": 16, "n_ctx": 16, "steps": 4, "batch_size": 4,
+           "warmup_steps": 1, "heldout_every": 5, "eval_every": 4, "eval_batches": 1, "repeat_fraction": 0.5,
+           "induction_samples": 4, "threads": 1, "silent_attention_layers": [0]}
+    from safetensors.torch import load_file
+
+    train_demo_model(docs, cfg, tmp_path / "a", "m")
+    w = load_file(str(tmp_path / "a" / "hf" / "model.safetensors"))
+    assert float(w["transformer.h.0.attn.c_proj.weight"].abs().max()) == 0.0
+    assert float(w["transformer.h.1.attn.c_proj.weight"].abs().max()) > 0.0
+    train_demo_model(docs, dict(cfg, silent_attention_steps=2), tmp_path / "b", "m")
+    w = load_file(str(tmp_path / "b" / "hf" / "model.safetensors"))
+    assert float(w["transformer.h.0.attn.c_proj.weight"].abs().max()) > 0.0
+    with pytest.raises(PosmechError, match="silent_attention_layers"):
+        train_demo_model(docs, dict(cfg, architecture="attn_only"), tmp_path / "c", "m")
