@@ -21,7 +21,7 @@ import argparse
 import contextlib
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +45,43 @@ def random_model_dir(path: Path, n_layer: int, n_head: int, d_model: int, n_ctx:
     GPT2LMHeadModel(cfg).save_pretrained(path, safe_serialization=True)
     hb.char_tokenizer(d_vocab).save_pretrained(path)
     return path
+
+
+def gpt2_small_documents(description: str) -> tuple[argparse.Namespace, object, list[np.ndarray], tuple[int, int, int]]:
+    """The shared set-up of the forward-pass benchmarks: parse ``--docs``, ``--repeats``,
+    ``--small``; one torch thread; a GPT-2-small-shaped random model (12 layers x 12 heads,
+    d_model 768, 1024 positions, vocabulary 50257; ``--small``: 4 layers, 256 positions)
+    loaded with :func:`posmech.models.load_bridge` (compatibility mode); ``--docs`` random
+    full-context documents starting with token 0.  Returns ``(args, bridge, documents,
+    (n_layer, n_ctx, d_vocab))``."""
+    import torch
+
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--docs", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--small", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    n_layer, n_ctx, d_vocab = (4, 256, 50257) if args.small else (12, 1024, 50257)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = random_model_dir(Path(tmp), n_layer, 12, 768, n_ctx, d_vocab)
+        bridge = load_bridge({"name": "bench", "hf_dir": str(path)}, "cpu")
+    rng = np.random.default_rng(0)
+    docs = [np.concatenate([[0], rng.integers(1, d_vocab, n_ctx - 1)]) for _ in range(args.docs)]
+    return args, bridge, docs, (n_layer, n_ctx, d_vocab)
+
+
+def interleaved_rounds(runs: dict[str, Callable[[], object]], repeats: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Run every callable of ``runs`` once per round, ``repeats`` rounds, interleaved (so a
+    load change on a shared machine hits all of them alike); ``(cpu, wall)``: the minimum
+    CPU and wall seconds of each over the rounds."""
+    times: dict[str, list[tuple[float, float]]] = {k: [] for k in runs}
+    for _ in range(repeats):
+        for name, fn in runs.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            fn()
+            times[name].append((time.process_time() - c0, time.perf_counter() - t0))
+    return ({k: min(c for c, _ in v) for k, v in times.items()}, {k: min(w for _, w in v) for k, v in times.items()})
 
 
 @contextlib.contextmanager

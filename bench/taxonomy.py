@@ -17,43 +17,21 @@ positions (a quick check).  Numbers go to docs/performance.md.
 
 from __future__ import annotations
 
-import argparse
 import os
-import tempfile
+import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from posmech.analyses.taxonomy import accumulate_diagonals, diagonal_sums
-from posmech.models import handbuilt as hb
-from posmech.models.loading import load_bridge
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from geometry import gpt2_small_documents, interleaved_rounds  # noqa: E402  (bench/geometry.py)
 
-
-def build(tmp: Path, n_layer: int, n_ctx: int, d_vocab: int) -> Path:
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=d_vocab, n_positions=n_ctx, n_embd=768, n_layer=n_layer, n_head=12,
-                     bos_token_id=0, eos_token_id=0)
-    GPT2LMHeadModel(cfg).save_pretrained(tmp, safe_serialization=True)
-    hb.char_tokenizer(256).save_pretrained(tmp)  # the tokenizer is not used: token ids are given
-    return tmp
+from posmech.analyses.taxonomy import accumulate_diagonals, diagonal_sums  # noqa: E402
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--docs", type=int, default=3)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--small", action="store_true")
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    n_layer, n_ctx, d_vocab = (4, 256, 50257) if args.small else (12, 1024, 50257)
-    with tempfile.TemporaryDirectory() as tmp:
-        bridge = load_bridge({"name": "bench", "hf_dir": str(build(Path(tmp), n_layer, n_ctx, d_vocab))}, "cpu")
-    rng = np.random.default_rng(0)
-    docs = [np.concatenate([[0], rng.integers(1, d_vocab, n_ctx - 1)]) for _ in range(args.docs)]
+    args, bridge, docs, (n_layer, n_ctx, d_vocab) = gpt2_small_documents(__doc__.splitlines()[0])
 
     def bare() -> None:
         with torch.inference_mode():
@@ -64,14 +42,7 @@ def main() -> None:
         accumulate_diagonals(bridge, docs, batch_size=1)
 
     bare()  # warm-up
-    times: dict[str, list[tuple[float, float]]] = {"bare": [], "taxonomy": []}
-    for _ in range(args.repeats):
-        for name, fn in (("bare", bare), ("taxonomy", taxonomy)):
-            t0, c0 = time.perf_counter(), time.process_time()
-            fn()
-            times[name].append((time.process_time() - c0, time.perf_counter() - t0))
-    cpu = {k: min(c for c, _ in v) for k, v in times.items()}
-    wall = {k: min(w for _, w in v) for k, v in times.items()}
+    cpu, wall = interleaved_rounds({"bare": bare, "taxonomy": taxonomy}, args.repeats)
     print(f"model: {n_layer} layers x 12 heads, d_model 768, {n_ctx} positions, vocabulary {d_vocab}; "
           f"{args.docs} documents x {args.repeats} repeats; load average {os.getloadavg()[0]:.1f}")
     for k in cpu:

@@ -12,15 +12,18 @@ def main(smk, log):
     ext = geo.read_extended_artifact(smk.input.h5)
     first = geo.analysis_first(ext, cfg["first_position"])
     layer = geo.helix_layer(ext, cfg["layer"])
-    table = geo.angles_table(ext, model, first, cfg["k"])
-    meta = geo.table_meta(ext, first, k=cfg["k"],
+    table = geo.angles_table(ext, model, first, cfg["k"], cfg["min_gap"])
+    meta = geo.table_meta(ext, first, k=cfg["k"], min_gap=cfg["min_gap"],
                           method="scipy.linalg.subspace_angles on the top-k right-singular vectors (d_model space)")
     write_table(table, out.table, meta)
     plots.angles(table, f"P11 {model}: canonical angles, top-{cfg['k']} subspaces of W_pos vs extended",
                  out.figure)
     rows = geo.angles_scorecard(table, model, layer, out.table)
     write_table(scorecard_rows(rows), out.scorecard)
-    log.info("layer %d canonical angles (deg): %s", layer, rows[0]["value"])
+    if rows[0]["value"] is None:
+        log.warning("layer %d canonical angles: %s", layer, rows[0]["detail"])
+    else:
+        log.info("layer %d canonical angles (deg): %s", layer, rows[0]["value"])
 
 
 run(snakemake, main)  # noqa: F821

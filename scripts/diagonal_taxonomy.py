@@ -18,7 +18,8 @@ def main(smk, log):
                     p["corpus"], context)
     bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
     per_head, diagonals, chosen, meta = run_taxonomy(
-        bridge, docs, model, p["early_top_n"], (p["pin"] or {}).get(model), p["batch_size"], p["exclude_first_query"])
+        bridge, docs, model, p["early_top_n"], (p["pin"] or {}).get(model), p["batch_size"], p["exclude_first_query"],
+        p["tie_rtol"])
     meta = {"claim": "P6,P7", "model": model, "corpus": p["corpus"], "context": context, **meta,
             "resolved_revision": man["resolved_revision"], "processing": entry["processing"]}
     write_table(per_head, smk.output.table, meta)
@@ -37,6 +38,9 @@ def main(smk, log):
          "artifact": smk.output.table},
     ]
     write_table(scorecard_rows([{**r, "model": model} for r in rows]), smk.output.scorecard)
+    if meta["n_heads_with_ties"]:
+        log.info("%d heads have offsets tied for the largest mean diagonal (relative tolerance %g); "
+                 "ties go to the smallest offset", meta["n_heads_with_ties"], p["tie_rtol"])
     log.info("%d of %d heads are previous-token heads; chosen %s", meta["n_previous_token_heads"], meta["n_heads"],
              ", ".join(f"{r.role} {r.head}" for r in chosen.itertuples()))
 

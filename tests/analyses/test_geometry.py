@@ -68,7 +68,7 @@ def test_silent_layers_give_centred_W_pos_at_every_layer(silent_dir, tmp_path, b
     np.testing.assert_array_equal(geo.read_extended(path), M)
     angles = geo.angles_table(ext, "silent", first, 3)
     assert len(angles) == 4 * 3
-    assert angles["angle_deg"].max() < 1e-3
+    assert angles["defined"].all() and angles["angle_deg"].max() < 1e-3
     table = geo.agreement_table(ext, "silent")
     assert table["max_abs_diff_to_W_pos"].max() < 1e-5
 
@@ -209,3 +209,55 @@ def test_layer0_identity_on_a_legacy_attention_only_checkpoint(tmp_path):
     np.testing.assert_allclose(M[0, 1:], geo.centre(W_pos, 1), atol=1e-5)
     raw = sd["pos_embed.W_pos"].double().numpy()  # compatibility mode centres W_pos over d_model
     np.testing.assert_allclose(W_pos, raw - raw.mean(axis=1, keepdims=True), atol=1e-5)
+
+
+def _with_singular_values(s: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """An ``[n, len(s)]`` matrix with singular values ``s`` and random singular vectors,
+    centred over rows (so that centring leaves it unchanged)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, len(s)))
+    U, _ = np.linalg.qr(X - X.mean(0))
+    V, _ = np.linalg.qr(rng.normal(size=(len(s), len(s))))
+    return (U * s) @ V.T
+
+
+def test_repeated_singular_value_at_k_makes_the_angles_undefined():
+    s_tied = np.array([9.0, 7.0, 5.0, 5.0, 1.0, 0.5])  # s3 == s4: no top-3 subspace
+    A = _with_singular_values(s_tied, 40, 0)
+    B = _with_singular_values(np.array([9.0, 7.0, 5.0, 2.0, 1.0, 0.5]), 40, 1)
+    assert np.isnan(geo.canonical_angles_deg(A, B, 3)).all()
+    assert np.isnan(geo.canonical_angles_deg(B, A, 3)).all()
+    assert not np.isnan(geo.canonical_angles_deg(B, B, 3)).any()  # B alone is fine
+    reason = geo.undefined_reason({"A": geo.right_singular(A)[0], "B": geo.right_singular(B)[0]}, 3)
+    assert reason.startswith("top-3 subspace of A is not defined") and "B" not in reason.split(";")[0][20:]
+    assert "s3 = 5" in reason and "s4 = 5" in reason
+    # nearly equal (relative gap 1e-5) is just as undefined; a 1 % gap is defined
+    assert np.isnan(geo.canonical_angles_deg(_with_singular_values(s_tied * [1, 1, 1 + 1e-5, 1, 1, 1], 40, 0), B, 3)).all()
+    assert not np.isnan(geo.canonical_angles_deg(_with_singular_values(s_tied * [1, 1, 1.01, 1, 1, 1], 40, 0), B, 3)).any()
+    # rank below k: s3 = s4 = 0
+    assert geo.gap_of(np.array([2.0, 1.0, 0.0, 0.0]), 3) == 0.0
+
+
+def test_tiny_perturbation_of_a_matrix_with_a_clear_gap_gives_angles_near_zero():
+    A = _with_singular_values(np.array([9.0, 7.0, 5.0, 2.0, 1.0, 0.5]), 40, 2)  # relative gap 0.6 at k=3
+    E = np.random.default_rng(3).normal(size=A.shape) * 1e-6
+    ang = geo.canonical_angles_deg(A, A + E, 3)
+    assert np.isfinite(ang).all() and ang.max() < 1e-3
+
+
+def test_angles_table_and_scorecard_report_undefined_with_the_reason(tmp_path):
+    class Ext:  # the Extended fields angles_table reads
+        n_layers = 1
+        sites = ["blocks.0.hook_resid_pre", "ln_final.hook_in"]
+
+    ext = Ext()
+    ext.W_pos = _with_singular_values(np.array([9.0, 7.0, 5.0, 2.0, 1.0, 0.5]), 30, 4)
+    ext.extended = np.stack([ext.W_pos, _with_singular_values(np.array([9.0, 7.0, 5.0, 5.0, 1.0, 0.5]), 30, 5)])
+    table = geo.angles_table(ext, "m", 0, 3)
+    ok, bad = table[table["layer"] == 0], table[table["layer"] == 1]
+    assert ok["defined"].all() and (ok["undefined_reason"] == "").all() and ok["angle_deg"].max() < 1e-4
+    assert not bad["defined"].any() and bad["angle_deg"].isna().all()
+    assert bad["undefined_reason"].str.contains("extended embeddings at ln_final.hook_in").all()
+    row = geo.angles_scorecard(table, "m", 1, "t.csv")[0]
+    assert row["value"] is None and row["detail"].startswith("undefined: top-3 subspace")
+    assert geo.angles_scorecard(table, "m", 0, "t.csv")[0]["value"] == [0.0, 0.0, 0.0]

@@ -9,7 +9,9 @@ import torch
 
 from posmech.analyses.taxonomy import (
     HEADS_COLUMNS,
+    DiagonalStats,
     accumulate_diagonals,
+    add_pattern,
     choose_heads,
     chosen_heads_frame,
     classify_heads,
@@ -39,11 +41,57 @@ def test_diagonal_sums_match_explicit_diagonals():
     g = torch.Generator().manual_seed(0)
     P = torch.tril(torch.rand(3, 2, 9, 9, generator=g))
     ref = torch.stack([torch.diagonal(P, offset=-d, dim1=-2, dim2=-1).sum(-1) for d in range(9)], -1)
-    torch.testing.assert_close(diagonal_sums(P), ref)
+    torch.testing.assert_close(diagonal_sums(P), ref.double())
+    assert diagonal_sums(P).dtype == torch.float64  # accumulated in float64 whatever the input
     # the one-pass trick relies on causality: a non-zero above the diagonal lands on a lower diagonal
     P2 = P.clone()
     P2[0, 0, 0, 3] = 1.0
-    assert not torch.allclose(diagonal_sums(P2), ref)
+    assert not torch.allclose(diagonal_sums(P2), ref.double())
+
+
+def _uniform_means(n: int, exclude_first_query: bool = True) -> np.ndarray:
+    """Mean diagonals ``[1, 1, n]`` of an exactly uniform causal head at context ``n``,
+    through the rule's own accumulation (:func:`add_pattern`)."""
+    pattern = torch.softmax(torch.triu(torch.full((n, n), -torch.inf), 1), -1)[None, None]
+    stats = DiagonalStats(np.zeros((1, 1, n)), np.zeros(n, np.int64), np.zeros((1, 1)))
+    add_pattern(stats, 0, pattern, exclude_first_query)
+    stats.counts[:] = n - np.arange(n)
+    stats.counts[0] -= int(exclude_first_query)
+    return stats.means()
+
+
+def test_uniform_head_is_never_a_previous_token_head_for_any_context_up_to_1024():
+    # offsets 0 and 1 have exactly equal means (sum over i >= 1 of 1/(i+1), over n-1 queries);
+    # float32 accumulation used to let rounding pick offset 1 for 939 of these 1023 lengths
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # 1023 small reductions: threads only add overhead (~10 s on one core)
+    try:
+        for n in range(2, 1025):
+            df = classify_heads(_uniform_means(n))
+            assert df["top_offset"].iloc[0] == 0, n
+            assert not df["is_previous_token"].iloc[0], n
+            assert df["n_tied"].iloc[0] == 2, n  # offsets 0 and 1, nothing else
+            assert df["ratio"].iloc[0] == pytest.approx(1.0, abs=1e-6), n
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_uniform_heads_of_a_model_are_not_previous_token_heads_at_every_context(bridge):
+    # the whole path (bridge pattern -> hook -> float64 sums -> tie rule) for every length the model takes
+    for n in range(2, N + 1):
+        df = classify_heads(accumulate_diagonals(bridge, _docs(2, n)).means()).set_index("head")
+        for h in ("L0H0", "L1H1"):
+            assert not df.loc[h, "is_previous_token"] and df.loc[h, "top_offset"] == 0, (n, h)
+        assert df.loc["L0H1", "is_previous_token"], n
+
+
+def test_ties_resolve_to_the_smallest_offset_only_within_the_tolerance():
+    means = np.array([[[0.3, 0.3 * (1 + 1e-8), 0.2], [0.3, 0.3 * (1 + 1e-4), 0.2], [0.1, 0.4, 0.4]]])
+    df = classify_heads(means)
+    assert df["top_offset"].tolist() == [0, 1, 1]  # a 1e-4 difference is real; [0.1, 0.4, 0.4]: 1 before 2
+    assert df["n_tied"].tolist() == [2, 1, 2]
+    assert df["is_previous_token"].tolist() == [False, True, True]
+    assert classify_heads(means, tie_rtol=1e-3)["top_offset"].tolist() == [0, 0, 1]
 
 
 def test_exact_previous_token_head_found_with_ratio_zero_and_rank_one(bridge):

@@ -19,8 +19,13 @@ SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 
 def snakemake(workdir: Path, *args: str, configfile: str | Path = REPO / "config" / "ci.yaml",
-              timeout: int = 1200) -> subprocess.CompletedProcess[str]:
-    """Run the repository's workflow in ``workdir`` with ``configfile``; capture output."""
+              timeout: int | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the repository's workflow in ``workdir`` with ``configfile``; capture output.
+
+    ``timeout`` (seconds) defaults to ``POSMECH_WORKFLOW_TIMEOUT`` or 3600: the CI-sized DAG
+    takes minutes on an idle 2-core machine but several times longer on a loaded one."""
+    if timeout is None:
+        timeout = int(os.environ.get("POSMECH_WORKFLOW_TIMEOUT", "3600"))
     cmd = [
         SNAKEMAKE, "--snakefile", str(REPO / "workflow" / "Snakefile"), "--directory", str(workdir),
         "--configfile", str(configfile), "--cores", "2", *args,

@@ -308,6 +308,42 @@ def induction_prompt(wildcards):
     return static(config["interventions"]["induction_intervention"]["prompt"])
 
 
+def contextual_models():
+    return selected(config, "contextual", "models")
+
+
+def contextual_params(wildcards=None):
+    """The `contextual` section with its corpora resolved: `corpora` (empty: all), the
+    pattern corpus first; `scale_corpus` (null: the first corpus)."""
+    p = dict(config["contextual"])
+    chosen = selected(config, "contextual", "corpora")
+    p["pattern_corpus"] = p.get("pattern_corpus") or chosen[0]
+    p["corpora"] = [p["pattern_corpus"]] + [
+        c for c in chosen if c != p["pattern_corpus"]
+    ]
+    p["scale_corpus"] = p.get("scale_corpus") or CORPORA[0]
+    return p
+
+
+def contextual_check():
+    """The `contextual` positions against each model's context, before any job (the
+    rule checks again with the model's own config)."""
+    from posmech.analyses.contextual import resolved_positions
+
+    for m in contextual_models():
+        try:
+            resolved_positions(contextual_params(), model_shape(m).n_ctx, m)
+        except PosmechError as err:
+            raise WorkflowError(str(err)) from None
+
+
+def contextual_tokens(wildcards):
+    """Tokens files of the contextual texts' corpora and of the LN-scale corpus."""
+    p = contextual_params()
+    names = list(dict.fromkeys(p["corpora"] + [p["scale_corpus"]]))
+    return {c: output_of(rules.tokenize.output.h5, wildcards, corpus=c) for c in names}
+
+
 def attn_only_models(bos=None):
     """Models of the `attn_only` section; ``bos=True``: only those run with BOS
     (bos_induction, L4, compares with and without it)."""

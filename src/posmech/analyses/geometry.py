@@ -331,17 +331,46 @@ def subspace_angles_deg(Va: np.ndarray, Vb: np.ndarray) -> np.ndarray:
     return np.sort(np.degrees(subspace_angles(Va.T, Vb.T)))
 
 
-def canonical_angles_deg(A: np.ndarray, B: np.ndarray, k: int) -> np.ndarray:
+MIN_GAP = 1e-3
+
+
+def canonical_angles_deg(A: np.ndarray, B: np.ndarray, k: int, min_gap: float = MIN_GAP) -> np.ndarray:
     """Principal angles (degrees, ascending) between the top-``k`` right-singular subspaces
     of ``A [n, d]`` and ``B [m, d]`` (as given: centre first), via
-    ``scipy.linalg.subspace_angles``; ``[k]``."""
-    return subspace_angles_deg(right_singular(A)[1][:k], right_singular(B)[1][:k])
+    ``scipy.linalg.subspace_angles``; ``[k]``.  All NaN when either subspace is not
+    defined (:func:`undefined_reason`)."""
+    sa, Va = right_singular(A)
+    sb, Vb = right_singular(B)
+    if undefined_reason({"A": sa, "B": sb}, k, min_gap):
+        return np.full(k, np.nan)
+    return subspace_angles_deg(Va[:k], Vb[:k])
 
 
 def gap_of(s: np.ndarray, k: int) -> float:
-    """``1 - s[k]/s[k-1]`` for singular values ``s``: how well the top-``k`` singular
-    subspace is defined (0: not at all)."""
-    return float(1.0 - s[k] / s[k - 1]) if len(s) > k and s[k - 1] > 0 else 1.0
+    """Relative spectral gap ``1 - s[k]/s[k-1]`` at ``k`` for descending singular values
+    ``s``: how well the top-``k`` singular subspace is defined (0: not at all, e.g. a
+    repeated singular value ``s[k-1] == s[k]``, or rank below ``k``; 1 when there is no
+    ``s[k]``, i.e. the top-``k`` subspace is the whole row space)."""
+    if len(s) <= k:
+        return 1.0
+    return float(1.0 - s[k] / s[k - 1]) if s[k - 1] > 0 else 0.0
+
+
+def undefined_reason(singular: dict[str, np.ndarray], k: int, min_gap: float = MIN_GAP) -> str:
+    """Why a top-``k`` singular subspace is not defined, or ``""`` when all are.
+
+    ``singular``: ``{name: descending singular values}``.  The top-``k`` subspace of a matrix
+    is determined only when ``s[k-1] > s[k]``; when the relative gap :func:`gap_of` is below
+    ``min_gap`` (default 1e-3) the subspace is (numerically) any ``k``-dimensional part of
+    the span of the tied singular vectors, and angles to it would be those of an arbitrary
+    basis.  The reason names the matrix, the singular values and the gap."""
+    out = []
+    for name, s in singular.items():
+        g = gap_of(s, k)
+        if g < min_gap:
+            out.append(f"top-{k} subspace of {name} is not defined: singular values s{k} = {s[k - 1]:.6g} and "
+                       f"s{k + 1} = {s[k]:.6g} have relative gap {g:.3g} < {min_gap:g} (geometry.min_gap)")
+    return "; ".join(out)
 
 
 def spectral_gap(X: np.ndarray, k: int) -> float:
@@ -411,17 +440,26 @@ def pca_table(ext: Extended, model: str, first: int, k: int,
     return pd.DataFrame(rows)
 
 
-def angles_table(ext: Extended, model: str, first: int, k: int) -> pd.DataFrame:
+def angles_table(ext: Extended, model: str, first: int, k: int, min_gap: float = MIN_GAP) -> pd.DataFrame:
     """Canonical angles between the top-``k`` right-singular subspaces of centred
-    ``W_pos`` and of each layer's extended embeddings: one row per (layer, angle)."""
+    ``W_pos`` and of each layer's extended embeddings: one row per (layer, angle).
+
+    Columns ``gap_W_pos``/``gap_extended`` are the relative spectral gaps at ``k``
+    (:func:`gap_of`); when either is below ``min_gap`` the layer's angles are NaN,
+    ``defined`` is false and ``undefined_reason`` says why (also logged as a warning)."""
     sw, Vw = right_singular(centre(ext.W_pos, first))
     rows = []
     for i in range(ext.n_layers + 1):
         sx, Vx = right_singular(centre(ext.extended[i], first))
-        for j, a in enumerate(subspace_angles_deg(Vw[:k], Vx[:k])):
+        reason = undefined_reason({"W_pos": sw, f"the extended embeddings at {ext.sites[i]}": sx}, k, min_gap)
+        if reason:
+            LOG.warning("P11 layer %d: angles undefined: %s", i, reason)
+        angles = np.full(k, np.nan) if reason else subspace_angles_deg(Vw[:k], Vx[:k])
+        for j, a in enumerate(angles):
             rows.append({
                 "claim": "P11", "model": model, "layer": i, "site": ext.sites[i], "k": k, "angle_index": j + 1,
                 "angle_deg": float(a), "gap_W_pos": gap_of(sw, k), "gap_extended": gap_of(sx, k),
+                "defined": not reason, "undefined_reason": reason,
             })
     return pd.DataFrame(rows)
 
@@ -542,14 +580,17 @@ def pca_scorecard(table: pd.DataFrame, model: str, layer: int, wpos_fig: str, cm
 
 
 def angles_scorecard(table: pd.DataFrame, model: str, layer: int, artifact: str) -> list[dict[str, Any]]:
-    """P11 row: the canonical angles (degrees, ascending) at ``layer``."""
+    """P11 row: the canonical angles (degrees, ascending) at ``layer``; no value (empty)
+    and the reason in ``detail`` when they are undefined (:func:`undefined_reason`)."""
     sel = table[table["layer"] == layer].sort_values("angle_index")
+    defined = "defined" not in sel or bool(sel["defined"].all())
+    detail = (f"layer {layer} ({sel['site'].iloc[0]}), top-{int(sel['k'].iloc[0])} right-singular "
+              f"subspaces; spectral gaps W_pos {sel['gap_W_pos'].iloc[0]:.3g}, "
+              f"extended {sel['gap_extended'].iloc[0]:.3g}; {CENTRING}")
     return [{
         "claim": "P11", "model": model, "quantity": "canonical_angles_deg",
-        "value": [round(float(a), 3) for a in sel["angle_deg"]],
-        "detail": f"layer {layer} ({sel['site'].iloc[0]}), top-{int(sel['k'].iloc[0])} right-singular "
-                  f"subspaces; spectral gaps W_pos {sel['gap_W_pos'].iloc[0]:.3f}, "
-                  f"extended {sel['gap_extended'].iloc[0]:.3f}; {CENTRING}",
+        "value": [round(float(a), 3) for a in sel["angle_deg"]] if defined else None,
+        "detail": detail if defined else f"undefined: {sel['undefined_reason'].iloc[0]}; {detail}",
         "artifact": artifact,
     }]
 

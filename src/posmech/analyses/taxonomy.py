@@ -16,7 +16,7 @@ intervention rules: one row per chosen head, columns :data:`HEADS_COLUMNS`, role
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +68,9 @@ def chosen_heads_frame(model: str, rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- accumulation
+ROW_BLOCK = 128
+
+
 def diagonal_sums(pattern: Any) -> Any:
     """Sum of a causal attention pattern on each diagonal offset.
 
@@ -78,16 +81,25 @@ def diagonal_sums(pattern: Any) -> Any:
     One pass over the pattern, no copy: flattened, entry ``(i, j)`` has index
     ``i·n + j ≡ j − i (mod n + 1)``, so viewing the first ``n² − 1`` entries as rows of
     ``n + 1`` puts each lower diagonal in its own column (the masked upper triangle,
-    all zeros, shares columns with them).
+    all zeros, shares columns with them).  The sums are accumulated in float64 (the result
+    is float64 whatever the pattern's dtype).
     """
+    import torch
+
     n = pattern.shape[-1]
     lead = tuple(pattern.shape[:-2])
     flat = pattern.reshape(*lead, n * n)
     if n == 1:
-        return flat.clone()
-    cols = flat[..., : n * n - 1].reshape(*lead, n - 1, n + 1).sum(-2)  # [..., n + 1]
-    cols[..., 0] += flat[..., -1]  # the last main-diagonal entry (n-1, n-1)
-    import torch
+        return flat.to(torch.float64)
+    # float64 accumulation: float32 sums of ~1000 entries carry ~1e-7 relative error,
+    # enough to decide the argmax between offsets whose exact means are equal.  Blocks of
+    # rows are converted and summed one at a time: `.sum(dtype=float64)` of the strided view
+    # costs 14x a float32 sum, blockwise conversion 2.5x (gpt2 shape: 0.14 s per document)
+    rows = flat[..., : n * n - 1].reshape(*lead, n - 1, n + 1)
+    cols = torch.zeros(*lead, n + 1, dtype=torch.float64, device=pattern.device)  # [..., n + 1]
+    for start in range(0, n - 1, ROW_BLOCK):
+        cols += rows[..., start : start + ROW_BLOCK, :].to(torch.float64).sum(-2)
+    cols[..., 0] += flat[..., -1].to(torch.float64)  # the last main-diagonal entry (n-1, n-1)
 
     idx = torch.remainder(-torch.arange(n, device=pattern.device), n + 1)
     return cols[..., idx]
@@ -120,6 +132,41 @@ class DiagonalStats:
         return self.detector_sum / max(self.n_documents, 1)
 
 
+def document_batches(documents: Iterable[np.ndarray], batch_size: int, n_ctx: int) -> Iterator[list[np.ndarray]]:
+    """Consecutive documents grouped into batches of at most ``batch_size`` documents of
+    equal length (a length change starts a new batch); :class:`PosmechError` for a
+    document longer than the model context ``n_ctx``."""
+    batch: list[np.ndarray] = []
+    for doc in documents:
+        if len(doc) > n_ctx:
+            raise PosmechError(f"document of {len(doc)} tokens exceeds the model context {n_ctx}")
+        if batch and len(doc) != len(batch[0]):
+            yield batch
+            batch = []
+        batch.append(np.asarray(doc))
+        if len(batch) >= batch_size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def add_pattern(stats: DiagonalStats, layer: int, pattern: Any, exclude_first_query: bool = True) -> None:
+    """Add one batch of layer ``layer``'s patterns (torch ``[batch, n_heads, n, n]``, causal)
+    to ``stats.sums`` and ``stats.detector_sum`` (float64 throughout; counts are the
+    caller's).  ``exclude_first_query``: query 0's entry (offset 0, weight 1) is removed
+    from the offset-0 sum before anything is rounded."""
+    import torch
+
+    ds = diagonal_sums(pattern)  # [b, H, n] float64
+    det = ds[..., 1] / ds.sum(-1) if ds.shape[-1] > 1 else torch.zeros_like(ds[..., 0])
+    if exclude_first_query:
+        ds[..., 0] -= pattern[..., 0, 0].to(torch.float64)
+    n = ds.shape[-1]
+    stats.sums[layer, :, :n] += ds.sum(0).cpu().numpy()
+    stats.detector_sum[layer] += det.sum(0).cpu().numpy()
+
+
 def accumulate_diagonals(
     bridge: Any, documents: Iterable[np.ndarray], batch_size: int = 1, exclude_first_query: bool = True
 ) -> DiagonalStats:
@@ -143,13 +190,7 @@ def accumulate_diagonals(
                 if torch.triu(pattern[0, 0], 1).abs().max() != 0:
                     raise PosmechError("attention pattern is not causal (non-zero above the diagonal)")
                 checked[0] = True
-            ds = diagonal_sums(pattern)  # [b, H, n]
-            det = ds[..., 1] / ds.sum(-1) if ds.shape[-1] > 1 else torch.zeros_like(ds[..., 0])
-            if exclude_first_query:
-                ds[..., 0] -= pattern[..., 0, 0]
-            n = ds.shape[-1]
-            stats.sums[layer, :, :n] += ds.sum(0).double().cpu().numpy()
-            stats.detector_sum[layer] += det.sum(0).double().cpu().numpy()
+            add_pattern(stats, layer, pattern, exclude_first_query)
 
         return hook
 
@@ -170,15 +211,8 @@ def accumulate_diagonals(
         batch.clear()
 
     with torch.inference_mode():
-        for doc in logged(documents):
-            if len(doc) > n_ctx:
-                raise PosmechError(f"document of {len(doc)} tokens exceeds the model context {n_ctx}")
-            if batch and len(doc) != len(batch[0]):
-                flush()
-            batch.append(np.asarray(doc))
-            if len(batch) >= batch_size:
-                flush()
-        if batch:
+        for chunk in document_batches(logged(documents), batch_size, n_ctx):
+            batch.extend(chunk)
             flush()
     if stats.n_documents == 0:
         raise PosmechError("no document to run the diagonal taxonomy on")
@@ -186,29 +220,41 @@ def accumulate_diagonals(
 
 
 # --------------------------------------------------------------------------- classification
-def classify_heads(means: np.ndarray, detector: np.ndarray | None = None) -> pd.DataFrame:
+TIE_RTOL = 1e-6
+
+
+def classify_heads(means: np.ndarray, detector: np.ndarray | None = None, tie_rtol: float = TIE_RTOL) -> pd.DataFrame:
     """One row per head from mean diagonals ``[n_layers, n_heads, n_offsets]`` (NaN = no data).
 
     Columns: ``head, layer, head_index, top_offset`` (offset of the largest mean
-    diagonal; ties go to the smallest offset), ``largest``, ``second_offset``,
-    ``second_largest``, ``ratio`` (second / largest), ``prev_token_mass`` (mean on offset
-    1), ``is_previous_token`` (``top_offset == 1``, P6), ``rank`` (1 = smallest ratio
-    among previous-token heads, P7; empty for other heads), and ``head_detector_score``
-    when ``detector [n_layers, n_heads]`` is given.
+    diagonal), ``n_tied`` (offsets whose mean is within ``tie_rtol`` × the largest of
+    it: tied for the largest; 1 when the largest is unique), ``largest``,
+    ``second_offset``, ``second_largest``, ``ratio`` (second / largest),
+    ``prev_token_mass`` (mean on offset 1), ``is_previous_token`` (``top_offset == 1``,
+    P6), ``rank`` (1 = smallest ratio among previous-token heads, P7; empty for other
+    heads), and ``head_detector_score`` when ``detector [n_layers, n_heads]`` is given.
+
+    Ties: offsets tied for the largest (relative tolerance ``tie_rtol``, default 1e-6:
+    float32 patterns carry ~6e-8 relative rounding per entry, so means that agree this
+    closely are equal up to rounding) go to the **smallest** offset.  An exactly uniform
+    head has equal means on offsets 0 and 1 and is therefore never a previous-token head.
     """
     L, H, _ = means.shape
     rows = []
     for layer in range(L):
         for h in range(H):
             m = np.where(np.isnan(means[layer, h]), -np.inf, means[layer, h])
-            order = np.argsort(-m, kind="stable")
-            top, second = int(order[0]), int(order[1])
-            largest, sec = float(m[top]), float(m[second]) if np.isfinite(m[second]) else float("nan")
+            mx = float(m.max())
+            tied = np.flatnonzero(m >= mx - tie_rtol * abs(mx)) if np.isfinite(mx) else np.array([0])
+            top = int(tied[0])
+            rest = np.delete(np.arange(len(m)), top)
+            second = int(rest[np.argmax(m[rest])]) if len(rest) else top
+            largest, sec = float(m[top]), float(m[second]) if np.isfinite(m[second]) and second != top else float("nan")
             rows.append({
                 "head": head_name(layer, h), "layer": layer, "head_index": h,
-                "top_offset": top, "largest": largest, "second_offset": second, "second_largest": sec,
-                "ratio": sec / largest if largest > 0 else float("nan"),
-                "prev_token_mass": float(m[1]), "is_previous_token": top == 1,
+                "top_offset": top, "n_tied": len(tied), "largest": largest, "second_offset": second,
+                "second_largest": sec, "ratio": sec / largest if largest > 0 else float("nan"),
+                "prev_token_mass": float(m[1]) if len(m) > 1 else float("nan"), "is_previous_token": top == 1,
             })
     df = pd.DataFrame(rows)
     if detector is not None:
@@ -333,6 +379,7 @@ def full_context_documents(tokens: Any, n_documents: int, context: int | None) -
 def run_taxonomy(
     bridge: Any, documents: list[np.ndarray], model: str, early_top_n: int = 11,
     pin: dict[str, Any] | None = None, batch_size: int = 1, exclude_first_query: bool = True,
+    tie_rtol: float = TIE_RTOL,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """The whole P6/P7 analysis: ``(per_head, diagonals, chosen, meta)``.
 
@@ -342,7 +389,7 @@ def run_taxonomy(
     """
     stats = accumulate_diagonals(bridge, documents, batch_size=batch_size, exclude_first_query=exclude_first_query)
     means = stats.means()
-    per_head = classify_heads(means, stats.detector_scores())
+    per_head = classify_heads(means, stats.detector_scores(), tie_rtol=tie_rtol)
     per_head.insert(0, "model", model)
     per_head.insert(0, "claim", np.where(per_head["is_previous_token"], "P6,P7", "P6"))
     chosen = choose_heads(per_head, model, early_top_n=early_top_n, pin=pin)
@@ -356,6 +403,8 @@ def run_taxonomy(
         "head_detector": "transformer_lens.head_detector previous_token_head score, error_measure='mul', "
                          "no exclusions, mean over documents (computed in the same forward pass)",
         "early_top_n": early_top_n,
+        "tie_rtol": tie_rtol,
+        "n_heads_with_ties": int((per_head["n_tied"] > 1).sum()),
         "pin": pin or {},
     }
     return per_head, diagonals_frame(means, stats.counts, model), chosen, meta

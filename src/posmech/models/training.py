@@ -376,7 +376,7 @@ def _build_model(cfg: dict[str, Any], vocab_size: int) -> Any:
         eos_token_id=0, tie_word_embeddings=True,
     )
     model = GPT2LMHeadModel(gcfg)
-    model.loss_type = "ForCausalLM"  # transformers finds no loss type in the class name and warns on every run
+    model.loss_type = "ForCausalLM"  # transformers finds no loss type in the class name and warns when asked for a loss
     model.config._attn_implementation = "eager"
     for layer in cfg.get("silent_attention_layers") or []:
         # attention output projection zero and frozen (until step silent_attention_steps, if

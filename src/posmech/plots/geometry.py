@@ -113,13 +113,18 @@ def explained_variance(table: pd.DataFrame, title: str, path: Path_) -> None:
 
 
 def angles(table: pd.DataFrame, title: str, path: Path_) -> None:
-    """Canonical angles (degrees) per layer, one line per angle index (``angles_table``)."""
+    """Canonical angles (degrees) per layer, one line per angle index (``angles_table``);
+    layers whose angles are undefined are shaded and labelled."""
     fig, ax = plt.subplots(figsize=(6.5, 4))
     sns.lineplot(data=table, x="layer", y="angle_deg", hue="angle_index", marker="o", palette="deep", ax=ax)
     ax.set_ylabel("canonical angle to W_pos (degrees)")
     ax.set_xlabel("layer (resid_pre; last = final residual)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylim(0, 90)
+    if "defined" in table:  # layers whose top-k subspace has no spectral gap: no angles to draw
+        for layer in table.loc[~table["defined"].astype(bool), "layer"].unique():
+            ax.axvspan(layer - 0.4, layer + 0.4, color="0.9", zorder=0)
+            ax.text(layer, 45, "undefined (no spectral gap)", rotation=90, ha="center", va="center", fontsize=7)
     ax.set_title(title, fontsize=9)
     save(fig, path)
 

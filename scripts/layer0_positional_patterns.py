@@ -1,0 +1,44 @@
+"""Rule layer0_positional_patterns (K6): every layer-0 head's positional pattern for the
+fixed destination token and for the pattern text's own token, beside its real attention
+row, at the configured positions; ETC and TV distances per head and n."""
+
+from posmech.analyses import contextual as cx
+from posmech.models.loading import read_manifest
+from posmech.plots.contextual import pattern_grids
+from posmech.runner import run
+from posmech.tables import scorecard_rows, write_table
+
+
+def main(smk, log):
+    model, p, out = smk.wildcards.model, dict(smk.params.contextual), smk.output
+    dec = cx.read_decomposition(smk.input.h5)
+    w, tokenizer = cx.load_weights(read_manifest(smk.input.manifest), model)
+    pos = cx.resolved_positions(p, w.n_ctx, model)
+    s, ids, title = float(dec.attrs["ln_scale_used"]), dec.token_ids[0], dec.texts["title"][0]
+    grids, df = cx.positional_patterns(w, s, ids, pos["positions"], int(dec.attrs["destination_id"]),
+                                       p["grid"] ** 2, p["k0"])
+    df.insert(0, "claim", "K6")
+    df.insert(1, "model", model)
+    df.insert(3, "head_name", [cx.head_name(0, h) for h in df["head"]])
+    df["own_token"] = [tokenizer.decode([int(t)]) for t in df["own_token_id"]]
+    write_table(df, out.table, {"text": title, "corpus": dec.texts["corpus"][0], "k0": p["k0"],
+                                "destination_token": p["destination_token"], "ln_scale_used": s})
+    pattern_grids(grids, p["grid"], p["destination_token"], {n: tokenizer.decode([int(ids[n])]) for n in grids},
+                  f"K6 {model}: layer-0 positional patterns (last {p['grid'] ** 2} keys as {p['grid']}x{p['grid']} "
+                  f"grids) and the real attention row on {title}", out.figure)
+    at = df[df["n"] == max(grids)]
+    rows = [{"claim": "K6", "quantity": "layer0_pattern_grids", "value": "figures",
+             "detail": f"n = {sorted(grids)} on {title}", "artifact": out.figure},
+            {"claim": "K6", "quantity": "tv_fixed_token_vs_real_row",
+             "value": {r.head_name: round(r.tv_fixed_vs_real, 4) for r in at.itertuples()},
+             "detail": f"TV(positional pattern of {p['destination_token']!r}, real attention row) at n = {max(grids)}",
+             "artifact": out.table},
+            {"claim": "K6", "quantity": "tv_between_destination_tokens",
+             "value": {r.head_name: round(r.tv_fixed_vs_own, 4) for r in at.itertuples()},
+             "detail": f"TV between the positional patterns of {p['destination_token']!r} and of the text's own "
+             f"token at n = {max(grids)}", "artifact": out.table}]
+    write_table(scorecard_rows([{**r, "model": model} for r in rows]), out.scorecard)
+    log.info("n = %s: median TV(fixed, real) %.3f", sorted(grids), float(df["tv_fixed_vs_real"].median()))
+
+
+run(snakemake, main)  # noqa: F821

@@ -1,0 +1,46 @@
+"""Rule layer1_patterns (K10): layer-1 attention rows of every head on the pattern text at
+n = max_position, against each head's positional kernel (K1's definition at that n)."""
+
+import json
+from pathlib import Path
+
+from posmech.analyses import kernels as kn
+from posmech.analyses import contextual as cx
+from posmech.cache import read_position_means
+from posmech.errors import PosmechError
+from posmech.models.loading import load_bridge, read_manifest
+from posmech.plots.contextual import layer1_figure
+from posmech.runner import run
+from posmech.tables import scorecard_rows, write_table
+
+
+def main(smk, log):
+    model, p, entry, out = smk.wildcards.model, dict(smk.params.contextual), smk.params.entry, smk.output
+    dec = cx.read_decomposition(smk.input.h5)
+    n, k0 = int(dec.attrs["max_position"]), int(smk.params.kernels["k0"])
+    man = read_manifest(smk.input.manifest)
+    means, count = read_position_means(smk.input.means, "ln1_out")
+    if means.shape[0] < 2:
+        raise PosmechError(f"model {model!r} has one layer: K10 needs layer 1; remove it from `contextual.models`")
+    kn.check_means(count, n + 1, {}, entry["processing"], "unknown", smk.input.means)
+    bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
+    rows, x = cx.layer_rows(bridge, dec.token_ids[0], n, 1)
+    w = kn.bridge_head_weights(bridge, json.loads((Path(man["hf_dir"]) / "config.json").read_text()))
+    kernel = kn.layer_kernels(means[1], x[None, None], [n], w, 1, k0).mean[:, 0]
+    df = cx.layer1_table(rows, kernel, n, k0, p["mostly_positional_max_tv"], model)
+    title = dec.texts["title"][0]
+    write_table(df, out.table, {"text": title, "k0": k0, "means_corpus": smk.params.kernels["means_corpus"],
+                                "mostly_positional_max_tv": p["mostly_positional_max_tv"]})
+    layer1_figure(rows, kernel, df, n, k0, f"K10 {model}: layer-1 attention rows on {title} at n = {n} "
+                  "(grey: positional kernel)", out.figure)
+    heads = df[df["mostly_positional"]]["head_name"].tolist()
+    rows_sc = [{"claim": "K10", "quantity": "layer1_patterns", "value": "figures", "detail": f"{title}, n = {n}",
+                "artifact": out.figure},
+               {"claim": "K10", "quantity": "mostly_positional_heads", "value": heads,
+                "detail": f"layer-1 heads whose real row is within TV {p['mostly_positional_max_tv']} of their "
+                f"positional kernel ({len(heads)} of {len(df)})", "artifact": out.table}]
+    write_table(scorecard_rows([{**r, "model": model} for r in rows_sc]), out.scorecard)
+    log.info("mostly positional: %s", heads)
+
+
+run(snakemake, main)  # noqa: F821

@@ -1,0 +1,51 @@
+"""Rule score_anatomy: raw scores (q·k/√d_head, future included), masked scores and pattern
+of the chosen previous-token heads on one document, full and zoomed (P12)."""
+
+from posmech.analyses import score_anatomy as sa
+from posmech.analyses.attention import window
+from posmech.analyses.taxonomy import read_chosen_heads
+from posmech.data.tokens import read_tokens
+from posmech.errors import PosmechError
+from posmech.models.loading import load_bridge, read_manifest
+from posmech.plots.anatomy import score_triptychs
+from posmech.runner import run
+from posmech.tables import scorecard_rows, write_table
+
+
+def main(smk, log):
+    model, entry, p = smk.wildcards.model, smk.params.entry, dict(smk.params.anatomy)
+    tokens = read_tokens(smk.input.tokens)
+    docs, context, index = sa.long_documents(tokens, p["document"] + 1, p["context"])
+    if p["document"] >= len(docs):
+        raise PosmechError(f"config key `anatomy.document`: {p['document']} but only {len(docs)} documents of "
+                              f"corpus {p['corpus']} have {context} tokens; choose a smaller index")
+    doc, j = docs[p["document"]], index[p["document"]]
+    heads = sa.anatomy_heads(read_chosen_heads(smk.input.heads), (p["heads"] or {}).get(model))
+    bridge = load_bridge(read_manifest(smk.input.manifest), entry["device"], entry["dtype"], entry["processing"])
+    panels = sa.head_scores(bridge, doc, [h for h, _ in heads])
+    start, size = window(context, p["zoom_start"], p["zoom_size"])
+    if (start, size) != (p["zoom_start"], p["zoom_size"]):
+        log.warning("zoom %d+%d does not fit %d tokens; using %d+%d", p["zoom_start"], p["zoom_size"], context,
+                    start, size)
+    meta = {"claim": "P12", "model": model, "corpus": p["corpus"], "document": j, "title": tokens.titles[j],
+            "n_tokens": context, "zoom_start": start, "zoom_size": size, "scale": sa.attn_scale(bridge.cfg),
+            "heads": dict(heads), "processing": entry["processing"]}
+    table = sa.scores_table(panels, dict(heads), p["window"])
+    table.insert(0, "model", model)
+    table.insert(0, "claim", "P12")
+    write_table(table, smk.output.table, meta)
+    sa.write_scores(smk.output.h5, panels, doc, meta)
+    tri = [(x.head, role, x.raw, x.masked, x.pattern) for x, (_, role) in zip(panels, heads)]
+    where = f"{model}, {p['corpus']} document {j} ({context} tokens)"
+    score_triptychs(tri, start, size, False, f"P12 {where}: scores and pattern, full", smk.output.full, p["window"])
+    score_triptychs(tri, start, size, True, f"P12 {where}: {size}x{size} zoom at {start}", smk.output.zoom, p["window"])
+    rows = [{"claim": "P12", "model": model, "quantity": "score_figures", "value": [h for h, _ in heads],
+             "detail": f"{where}; zoom {size}x{size} at {start}; raw = q·k/{meta['scale']:.4g}",
+             "artifact": smk.output.zoom}]
+    write_table(scorecard_rows(rows), smk.output.scorecard)
+    log.info("P12 %s: %s; masked vs hook_attn_scores max |diff| %.3g", where, ", ".join(
+        f"{r.head} ({r.role}) dip {r.dip:.2f} bump {r.bump:.2f}" for r in table.itertuples()),
+        table["max_abs_diff_masked_vs_hook"].max())
+
+
+run(snakemake, main)  # noqa: F821

@@ -1,0 +1,47 @@
+"""Rule score_taxa: every head's score profile around the diagonal over many documents and
+query positions; features (dip, bump, trend), taxa and the P6 split (P13)."""
+
+from dataclasses import asdict
+
+from posmech.analyses import score_anatomy as sa
+from posmech.analyses.taxonomy import read_chosen_heads
+from posmech.data.tokens import read_tokens
+from posmech.models.loading import load_bridge, read_manifest
+from posmech.plots.anatomy import taxa_figure
+from posmech.runner import run
+from posmech.tables import read_table, scorecard_rows, write_table
+
+
+def main(smk, log):
+    model, entry, p = smk.wildcards.model, smk.params.entry, dict(smk.params.anatomy)
+    th = sa.Thresholds.from_config(p["taxa"])
+    docs, context, _ = sa.long_documents(read_tokens(smk.input.tokens), p["n_documents"], p["context"])
+    if len(docs) < p["n_documents"]:
+        log.warning("only %d of %d documents have %d tokens; using them", len(docs), p["n_documents"], context)
+    bridge = load_bridge(read_manifest(smk.input.manifest), entry["device"], entry["dtype"], entry["processing"])
+    prof = sa.score_profiles(bridge, docs, p["window"], p["rows_per_document"], p["first_query"], p["batch_size"])
+    taxa = sa.classify_taxa(prof.features, th)
+    split = sa.split_of_previous_token_heads(taxa, read_table(smk.input.taxonomy))
+    meta = {"claim": "P13", "model": model, "corpus": p["corpus"], "context": context,
+            "n_documents": prof.n_documents, "n_rows_per_head": int(prof.features.shape[2]), "window": p["window"],
+            "rows_per_document": p["rows_per_document"], "thresholds": asdict(th), "flat_rtol": sa.FLAT_RTOL,
+            "max_abs_diff_vs_hook_attn_scores": prof.max_check_error, "prev_token_heads_by_taxon": split,
+            "processing": entry["processing"]}
+    taxa.insert(0, "model", model)
+    taxa.insert(0, "claim", "P13")
+    write_table(sa.taxa_order(taxa), smk.output.table, meta)
+    profiles = sa.profile_frame(prof, model)
+    write_table(profiles, smk.output.profiles, meta)
+    sa.write_profiles(smk.output.h5, prof, meta)
+    chosen = read_chosen_heads(smk.input.heads)
+    roles = {h: r for r in ("early", "sharp") for h in chosen[r]}
+    taxa_figure(taxa, profiles, th, roles, f"P13 {model}: score taxa of every head ({prof.n_documents} documents, "
+                f"{meta['n_rows_per_head']} rows per head, window ±{p['window']})", smk.output.figure)
+    detail = f"{prof.n_documents} {p['corpus']} documents of {context} tokens, {meta['n_rows_per_head']} rows per head"
+    write_table(scorecard_rows(sa.taxa_scorecard(taxa, split, model, detail, smk.output.table)), smk.output.scorecard)
+    for t in sa.TAXA[:2]:
+        log.info("%s: %s", t, ", ".join(taxa.loc[taxa["taxon"] == t, "head"]) or "none")
+    log.info("P6 previous-token heads by taxon: %s", split)
+
+
+run(snakemake, main)  # noqa: F821

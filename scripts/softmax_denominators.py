@@ -1,0 +1,48 @@
+"""Rule softmax_denominators (K8): Z_h(n) against n with the destination token fixed, per
+text, linear and exact LayerNorm; which contextual heads vary most across texts."""
+
+import numpy as np
+import pandas as pd
+
+from posmech.analyses import contextual as cx
+from posmech.plots.contextual import denominator_figure
+from posmech.runner import run
+from posmech.tables import read_table, scorecard_rows, write_table
+
+
+def main(smk, log):
+    model, p, out = smk.wildcards.model, dict(smk.params.contextual), smk.output
+    dec = cx.read_decomposition(smk.input.h5)
+    classes = read_table(smk.input.classes)["head_class"].tolist()
+    pos, frm = dec.positions, p["denominator_from"]
+    spread = {k: cx.denominator_spread(getattr(dec, f"log_z_{k}"), pos, frm) for k in ("linear", "exact")}
+    sel = pos >= frm
+    rows = []
+    for j, t in dec.texts.iterrows():
+        for h, c in enumerate(classes):
+            rows.append({"claim": "K8", "model": model, "head_name": cx.head_name(0, h), "head": h, "head_class": c,
+                         "text": t["title"], "corpus": t["corpus"],
+                         "mean_log_z_linear": float(dec.log_z_linear[j, h, sel].mean()),
+                         "mean_log_z_exact": float(dec.log_z_exact[j, h, sel].mean()),
+                         "std_log_z_linear_over_n": float(dec.log_z_linear[j, h, sel].std()),
+                         "spread_linear": float(spread["linear"][h]), "spread_exact": float(spread["exact"][h]),
+                         "tv_linear_exact_mean": float(dec.tv_linear_exact[j, h, sel].mean())})
+    df = pd.DataFrame(rows)
+    write_table(df, out.table, {"destination_token": p["destination_token"], "denominator_from": frm,
+                                "positions": [int(pos[0]), int(pos[-1])],
+                                "spread": "mean over n >= denominator_from of the std over texts of log Z_h(n)"})
+    denominator_figure(pos, dec.log_z_linear, dec.log_z_exact, list(dec.texts["title"]), classes,
+                       f"K8 {model}: softmax denominator Z_h(n), destination {p['destination_token']!r} "
+                       "(solid: linear LN, dotted: exact)", out.figure)
+    top = {k: cx.most_varying(spread[k], classes, p["n_most_varying"]) for k in spread}
+    ranking = ", ".join(f"{cx.head_name(0, int(h))} {spread['linear'][h]:.3f}" for h in np.argsort(-spread["linear"]))
+    rows = [{"claim": "K8", "quantity": "most_varying_denominator_heads", "value": top["linear"],
+             "detail": f"the {p['n_most_varying']} contextual heads with the largest spread of log Z across "
+             f"{len(dec.texts)} texts (linear LN, n >= {frm}); all heads: {ranking}", "artifact": out.figure},
+            {"claim": "K8", "quantity": "most_varying_denominator_heads_exact", "value": top["exact"],
+             "detail": "the same with the exact LayerNorm", "artifact": out.table}]
+    write_table(scorecard_rows([{**r, "model": model} for r in rows]), out.scorecard)
+    log.info("most varying (linear): %s; (exact): %s", top["linear"], top["exact"])
+
+
+run(snakemake, main)  # noqa: F821

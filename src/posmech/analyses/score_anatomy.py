@@ -1,0 +1,583 @@
+"""Score anatomy of previous-token heads (P12) and the score taxa of every head (P13).
+
+*Raw scores* (P12) are ``q·k / scale`` for **every** query–key pair, the future triangle
+included: TransformerLens records ``hook_attn_scores`` after the causal mask, so they are
+computed here from ``blocks.L.attn.hook_q`` and ``hook_k`` (``scale`` is the model's
+attention scale, :func:`attn_scale`: ``sqrt(d_head)`` for GPT-2).  The *masked* scores
+are the raw ones with ``-inf`` above the diagonal (they equal ``hook_attn_scores``;
+checked on every forward pass this module runs), the *pattern* is their row softmax.
+
+*Score taxa* (P13).  For a query ``n`` the scores at keys ``n + o``, offsets
+``o = -W..W`` (``W`` = ``window``; positive offsets are future keys, present in the raw
+scores), form a *row window* ``s(o)``.  It is centred (minus its mean over the window)
+and its *spread* is its standard deviation over the window.  The *smooth profile* is the
+least-squares quadratic in ``o`` through the window's offsets other than ``-1`` and ``0``
+(the two offsets whose deviations are measured); with ``f`` that fit, the row's
+features, each divided by the spread, are
+
+* ``dip = f(0) - s(0)``: how far the self score lies **below** its neighbours (a *dark*
+  main diagonal, negative self-attention);
+* ``bump = s(-1) - f(-1)``: how far the previous key's score lies **above** its
+  neighbours (a *bright* sub-diagonal);
+* ``trend = W · f'(0)``: the smooth profile's change over ``W`` key positions at the
+  diagonal (> 0: later keys score higher).
+
+A row whose spread is at most :data:`FLAT_RTOL` times its largest absolute score (a
+constant window, e.g. a uniform head) shows no feature: its features are 0.  A head's
+feature is the **median** over its rows (documents × sampled query positions), and
+``frac_<feature>`` the fraction of rows whose feature exceeds ``row_min``.  Taxa
+(thresholds in config, :class:`Thresholds`):
+
+* ``dark diagonal``: median dip ≥ ``dip_min``, ``frac_dip`` ≥ ``fraction_min`` and median
+  trend ≥ ``trend_min`` (``None``: no trend condition);
+* ``bright sub-diagonal``: median bump ≥ ``bump_min`` and ``frac_bump`` ≥ ``fraction_min``;
+* a head meeting both goes to the one whose median exceeds its threshold by the larger
+  factor (``dip/dip_min`` vs ``bump/bump_min``); a head meeting neither is ``neither``.
+
+Hand-built heads with scores ``α·(i − n) − γ·[i = n]`` come out dark diagonal, ``β·[i = n − 1]``
+bright sub-diagonal, uniform and first-position heads neither (tests).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from posmech.analyses.attention import check_head, head_name, parse_head
+from posmech.analyses.taxonomy import document_batches
+from posmech.errors import PosmechError
+from posmech.runner import logged
+
+LOG = logging.getLogger(__name__)
+
+TAXA = ("dark diagonal", "bright sub-diagonal", "neither")
+FEATURES = ("dip", "bump", "trend")
+FLAT_RTOL = 1e-5
+SCORE_CHECK_RTOL = 1e-4
+
+
+# --------------------------------------------------------------------------- raw scores
+def attn_scale(cfg: Any) -> float:
+    """The divisor of ``q·k`` in the model's attention: ``cfg.attn_scale`` when positive,
+    else ``sqrt(d_head)``; 1 when ``cfg.use_attn_scale`` is false (e.g. GPT-Neo)."""
+    if not getattr(cfg, "use_attn_scale", True):
+        return 1.0
+    a = getattr(cfg, "attn_scale", None)
+    return float(a) if a is not None and a > 0 else math.sqrt(int(cfg.d_head))
+
+
+def qk_scores(q: Any, k: Any, scale: float) -> Any:
+    """Raw scores from ``q [b, n_q, H, d_head]`` and ``k [b, n_k, H_kv, d_head]`` (torch):
+    ``[b, H, n_q, n_k]`` float32, ``q·k / scale`` for every pair (grouped key heads are
+    repeated)."""
+    import torch
+
+    q, k = q.float(), k.float()
+    if k.shape[2] != q.shape[2]:
+        k = k.repeat_interleave(q.shape[2] // k.shape[2], dim=2)
+    return torch.einsum("bqhd,bkhd->bhqk", q, k) / scale
+
+
+def masked_scores(raw: np.ndarray) -> np.ndarray:
+    """``raw [..., n, n]`` (query, key) with ``-inf`` above the main diagonal (future keys)."""
+    n = raw.shape[-1]
+    return np.where(np.triu(np.ones((n, n), dtype=bool), 1), -np.inf, raw)
+
+
+def softmax_rows(masked: np.ndarray) -> np.ndarray:
+    """Row softmax of masked scores (float64 internally; ``-inf`` entries get 0)."""
+    x = np.asarray(masked, dtype=np.float64)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return (e / e.sum(-1, keepdims=True)).astype(np.float32)
+
+
+def check_scores(raw: Any, ref: Any, where: str, scale: float) -> float:
+    """Max |raw - ref| over the finite entries of ``ref`` (the bridge's masked
+    ``hook_attn_scores``, same shape); :class:`PosmechError` when it exceeds
+    ``rtol·(1 + max|ref|)``, ``rtol`` = :data:`SCORE_CHECK_RTOL` (float32) or 16 × the
+    machine epsilon of a half-precision model, i.e. when ``q·k/scale`` is not the model's score."""
+    import torch
+
+    rtol = max(SCORE_CHECK_RTOL, 16 * torch.finfo(ref.dtype).eps) if ref.is_floating_point() else SCORE_CHECK_RTOL
+    ref = ref.float()
+    ok = torch.isfinite(ref)
+    if not bool(ok.any()):
+        return 0.0
+    err = float((raw.float() - ref).abs()[ok].max())
+    bound = rtol * (1.0 + float(ref[ok].abs().max()))
+    if not err <= bound:
+        raise PosmechError(
+            f"{where}: q·k/{scale:.4g} differs from hook_attn_scores by {err:.3g} (> {bound:.3g}); the model's "
+            "attention scale or score function is not q·k/sqrt(d_head), so its raw scores cannot be computed here")
+    return err
+
+
+class _Captured:
+    """Hooks that keep each requested layer's ``q`` and ``k`` and hand them, with the
+    bridge's own (masked) ``hook_attn_scores``, to ``on_layer(layer, q, k, scores)``."""
+
+    def __init__(self, layers: Iterable[int], on_layer: Any) -> None:
+        self.layers = list(layers)
+        self.q: dict[int, Any] = {}
+        self.k: dict[int, Any] = {}
+        self.on_layer = on_layer
+
+    def hooks(self) -> list[tuple[str, Any]]:
+        out = []
+        for layer in self.layers:
+            out.append((f"blocks.{layer}.attn.hook_q", self._keep(self.q, layer)))
+            out.append((f"blocks.{layer}.attn.hook_k", self._keep(self.k, layer)))
+            out.append((f"blocks.{layer}.attn.hook_attn_scores", self._scores(layer)))
+        return out
+
+    @staticmethod
+    def _keep(store: dict[int, Any], layer: int) -> Any:
+        def hook(t: Any, hook: Any) -> None:
+            store[layer] = t.detach()
+
+        return hook
+
+    def _scores(self, layer: int) -> Any:
+        def hook(scores: Any, hook: Any) -> None:
+            if layer not in self.q or layer not in self.k:
+                raise PosmechError(f"layer {layer}: hook_q/hook_k did not fire before hook_attn_scores; this "
+                                   "architecture does not expose q and k to TransformerLens hooks")
+            self.on_layer(layer, self.q.pop(layer), self.k.pop(layer), scores.detach())
+
+        return hook
+
+
+def _forward(bridge: Any, ids: np.ndarray, hooks: list[tuple[str, Any]]) -> None:
+    """One forward pass of token ids ``[n]`` or ``[batch, n]`` with ``hooks``, no logits."""
+    import torch
+
+    x = torch.as_tensor(np.asarray(ids, dtype=np.int64), device=next(bridge.parameters()).device)
+    if x.ndim == 1:
+        x = x[None]
+    with torch.inference_mode(), bridge.hooks(fwd_hooks=hooks):
+        bridge(x, return_type=None)
+
+
+@dataclass
+class HeadScores:
+    """One head on one document: ``raw``, ``masked`` and ``pattern`` ``[n, n]`` float32
+    (query, key); ``hook_scores``/``hook_pattern``: the bridge's own ``hook_attn_scores``
+    and ``hook_pattern`` of the same pass (for checks)."""
+
+    head: str
+    raw: np.ndarray
+    masked: np.ndarray
+    pattern: np.ndarray
+    hook_scores: np.ndarray
+    hook_pattern: np.ndarray
+
+
+def head_scores(bridge: Any, tokens: np.ndarray, heads: Sequence[str]) -> list[HeadScores]:
+    """Raw scores, masked scores and pattern of ``heads`` (``L{l}H{h}``) on one document
+    ``tokens [n]`` (one forward pass)."""
+    cfg = bridge.cfg
+    for h in heads:
+        check_head(bridge, h)
+    layers = sorted({parse_head(h)[0] for h in heads})
+    raw: dict[int, np.ndarray] = {}
+    own: dict[tuple[str, int], np.ndarray] = {}
+    scale = attn_scale(cfg)
+
+    def on_layer(layer: int, q: Any, k: Any, scores: Any) -> None:
+        r = qk_scores(q, k, scale)
+        check_scores(r, scores, f"layer {layer}", scale)
+        raw[layer] = r[0].cpu().numpy()
+        own[("attn_scores", layer)] = scores[0].float().cpu().numpy()
+
+    def keep_pattern(layer: int) -> Any:
+        def hook(t: Any, hook: Any) -> None:
+            own[("pattern", layer)] = t[0].float().cpu().numpy()
+
+        return hook
+
+    extra = [(f"blocks.{layer}.attn.hook_pattern", keep_pattern(layer)) for layer in layers]
+    _forward(bridge, tokens, _Captured(layers, on_layer).hooks() + extra)
+    out = []
+    for h in heads:
+        layer, idx = parse_head(h)
+        r = raw[layer][idx].astype(np.float32)
+        m = masked_scores(r).astype(np.float32)
+        out.append(HeadScores(h, r, m, softmax_rows(m), own[("attn_scores", layer)][idx],
+                              own[("pattern", layer)][idx]))
+    return out
+
+
+def centre_rows(M: np.ndarray) -> np.ndarray:
+    """Each row of ``M`` minus its median over its finite entries (``-inf`` → NaN): the
+    display of the triptychs, so that a diverging colour map centred at 0 shows each row's
+    structure whatever its offset."""
+    X = np.where(np.isfinite(M), M, np.nan).astype(np.float64)
+    with np.errstate(all="ignore"):
+        med = np.nanmedian(X, axis=-1, keepdims=True)
+    return X - np.where(np.isnan(med), 0.0, med)
+
+
+# --------------------------------------------------------------------------- score taxa
+@dataclass(frozen=True)
+class Thresholds:
+    """Taxon thresholds (config ``anatomy.taxa``); see the module docstring."""
+
+    row_min: float = 0.25
+    dip_min: float = 0.5
+    bump_min: float = 0.5
+    fraction_min: float = 0.7
+    trend_min: float | None = 0.0
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any]) -> Thresholds:
+        return cls(**{k: cfg[k] for k in ("row_min", "dip_min", "bump_min", "fraction_min", "trend_min") if k in cfg})
+
+
+def offsets(window: int) -> np.ndarray:
+    """Key offsets ``-window..window`` of a row window."""
+    return np.arange(-window, window + 1)
+
+
+def _fit_matrix(window: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(fit_idx, P [3, m])``: window indices of the offsets other than -1 and 0, and the
+    least-squares map from the scores there to the coefficients ``(c0, c1, c2)`` of
+    ``c0 + c1·o + c2·o²``."""
+    o = offsets(window)
+    idx = np.flatnonzero((o != 0) & (o != -1))
+    X = np.stack([np.ones(len(idx)), o[idx], o[idx] ** 2], 1).astype(np.float64)
+    return idx, np.linalg.pinv(X)
+
+
+def row_features(win: np.ndarray) -> np.ndarray:
+    """Normalised features of row windows ``win [..., 2W+1]`` (offsets ``-W..W``):
+    ``[..., 3]`` = ``(dip, bump, trend)`` (module docstring); 0 for flat rows."""
+    win = np.asarray(win, dtype=np.float64)
+    W = (win.shape[-1] - 1) // 2
+    if W < 3:
+        raise PosmechError(f"config key `anatomy.window`: {W} < 3 leaves too few neighbours to fit the smooth profile")
+    idx, P = _fit_matrix(W)
+    c = win - win.mean(-1, keepdims=True)
+    spread = win.std(-1)
+    coef = c[..., idx] @ P.T  # [..., 3]
+    fit0, fitm1 = coef[..., 0], coef[..., 0] - coef[..., 1] + coef[..., 2]
+    raw = np.stack([fit0 - c[..., W], c[..., W - 1] - fitm1, W * coef[..., 1]], -1)
+    flat = spread <= FLAT_RTOL * np.abs(win).max(-1)
+    with np.errstate(all="ignore"):
+        out = raw / spread[..., None]
+    out[flat] = 0.0
+    return out
+
+
+def query_rows(n: int, window: int, rows_per_document: int | None, first_query: int | None = None) -> np.ndarray:
+    """Query positions whose whole window ``n-W..n+W`` lies in a document of ``n`` tokens
+    and starts after position 0 (``first_query`` default ``W + 1``: the first token /
+    BOS, whose scores are special, is never in a window); ``rows_per_document`` of them
+    evenly spaced (``None``: all)."""
+    lo = window + 1 if first_query is None else max(int(first_query), window)
+    hi = n - 1 - window
+    if hi < lo:
+        return np.zeros(0, dtype=np.int64)
+    rows = np.arange(lo, hi + 1)
+    if rows_per_document is not None and len(rows) > rows_per_document:
+        rows = rows[np.unique(np.round(np.linspace(0, len(rows) - 1, rows_per_document)).astype(int))]
+    return rows
+
+
+def window_scores(q: Any, k: Any, rows: np.ndarray, window: int, scale: float) -> Any:
+    """Raw scores of queries ``rows`` at keys ``rows + o``, ``o = -W..W``, from ``q, k
+    [b, n, H, d_head]`` (torch): ``[b, H, len(rows), 2W+1]`` float32.  Only these
+    ``(2W+1)·len(rows)`` dot products are computed, not the ``n × n`` matrix."""
+    import torch
+
+    q, k = q.float(), k.float()
+    if k.shape[2] != q.shape[2]:
+        k = k.repeat_interleave(q.shape[2] // k.shape[2], dim=2)
+    r = torch.as_tensor(rows, device=q.device)
+    keys = r[:, None] + torch.as_tensor(offsets(window), device=q.device)[None, :]  # [R, 2W+1]
+    return torch.einsum("brhd,brohd->bhro", q[:, r], k[:, keys]) / scale
+
+
+@dataclass
+class ScoreProfiles:
+    """Per head, the sampled row windows and their features.
+
+    ``windows [n_layers, n_heads, n_rows, 2W+1]`` float32 raw scores; ``features
+    [n_layers, n_heads, n_rows, 3]`` float64 (dip, bump, trend); ``documents``,
+    ``queries [n_rows]``: where each row comes from; ``window``."""
+
+    windows: np.ndarray
+    features: np.ndarray
+    documents: np.ndarray
+    queries: np.ndarray
+    window: int
+    n_documents: int
+    n_tokens: int
+    max_check_error: float
+
+    def normalised(self) -> np.ndarray:
+        """Row-centred windows divided by their spread (flat rows: 0): ``[L, H, R, 2W+1]``."""
+        return normalise_windows(self.windows)
+
+
+def normalise_windows(win: np.ndarray) -> np.ndarray:
+    """Row windows ``[..., 2W+1]`` minus their mean, divided by their spread (standard
+    deviation over the window); flat rows (:data:`FLAT_RTOL`) are 0, NaN rows stay NaN."""
+    w = np.asarray(win, dtype=np.float64)
+    c = w - w.mean(-1, keepdims=True)
+    s = w.std(-1, keepdims=True)
+    with np.errstate(all="ignore"):
+        flat = s <= FLAT_RTOL * np.abs(w).max(-1, keepdims=True)
+        return np.where(flat, 0.0, c / s)
+
+
+def row_windows(raw: np.ndarray, window: int) -> np.ndarray:
+    """The normalised row windows of one head's raw scores ``[n, n]``: ``[n, 2W+1]``, row
+    ``q`` = scores at keys ``q-W..q+W`` (:func:`normalise_windows`), NaN for queries whose
+    window leaves the document.  Drawn next to the triptychs: a dark diagonal is a dark
+    column at offset 0, a bright sub-diagonal a bright column at -1."""
+    n = raw.shape[0]
+    out = np.full((n, 2 * window + 1), np.nan)
+    rows = np.arange(window, n - window)
+    if len(rows):
+        out[rows] = normalise_windows(raw[rows[:, None], rows[:, None] + offsets(window)[None, :]])
+    return out
+
+
+def score_profiles(
+    bridge: Any, documents: Iterable[np.ndarray], window: int, rows_per_document: int | None = None,
+    first_query: int | None = None, batch_size: int = 1, progress: bool = True,
+) -> ScoreProfiles:
+    """Run ``documents`` through ``bridge``; for every head collect the raw row windows of
+    :func:`query_rows` (computed from ``hook_q``/``hook_k`` inside the forward pass, never
+    the full score matrix) and their :func:`row_features`; ``progress``: log
+    :func:`posmech.runner.logged` progress lines."""
+    cfg = bridge.cfg
+    L, H = int(cfg.n_layers), int(cfg.n_heads)
+    wins: list[np.ndarray] = []
+    docs_of: list[np.ndarray] = []
+    queries: list[np.ndarray] = []
+    state: dict[str, Any] = {}
+
+    scale = attn_scale(cfg)
+    check = {"max_error": 0.0}
+
+    def on_layer(layer: int, q: Any, k: Any, scores: Any) -> None:
+        import torch
+
+        win = window_scores(q, k, state["rows"], window, scale)  # [b, H, R, 2W+1]
+        # the causal part of every window (offsets <= 0) must equal the bridge's own scores
+        r = torch.as_tensor(state["rows"], device=scores.device)
+        keys = r[:, None] + torch.as_tensor(offsets(window)[: window + 1], device=scores.device)[None, :]
+        ref = scores[:, :, r[:, None], keys]
+        err = check_scores(win[..., : window + 1], ref, f"layer {layer}", scale)
+        check["max_error"] = max(check["max_error"], err)
+        state["out"][:, layer] = win.cpu().numpy()
+
+    cap = _Captured(range(L), on_layer)
+    n_docs = n_tokens = 0
+    batch: list[np.ndarray] = []
+
+    def flush() -> None:
+        nonlocal n_docs, n_tokens
+        n = len(batch[0])
+        rows = query_rows(n, window, rows_per_document, first_query)
+        if len(rows):
+            state["rows"] = rows
+            state["out"] = np.empty((len(batch), L, H, len(rows), 2 * window + 1), np.float32)
+            _forward(bridge, np.stack(batch), cap.hooks())
+            for b in range(len(batch)):
+                wins.append(np.moveaxis(state["out"][b], 2, 0))  # [R, L, H, 2W+1]
+                docs_of.append(np.full(len(rows), n_docs + b))
+                queries.append(rows)
+        else:
+            LOG.warning("documents of %d tokens have no query with a whole window of ±%d; skipped", n, window)
+        n_docs += len(batch)
+        n_tokens += n * len(batch)
+        batch.clear()
+
+    for chunk in document_batches(logged(documents) if progress else documents, batch_size, int(cfg.n_ctx)):
+        batch.extend(chunk)
+        flush()
+    if not wins:
+        raise PosmechError(f"no query position with a whole window of ±{window} keys in any document: "
+                           "lower `anatomy.window` or use longer documents")
+    W = np.moveaxis(np.concatenate(wins), 0, 2)  # [L, H, R, 2W+1]
+    return ScoreProfiles(W, row_features(W), np.concatenate(docs_of), np.concatenate(queries), window,
+                         n_docs, n_tokens, check["max_error"])
+
+
+def classify_taxa(features: np.ndarray, thresholds: Thresholds) -> pd.DataFrame:
+    """One row per head from row features ``[n_layers, n_heads, n_rows, 3]``: ``head,
+    layer, head_index``, the medians ``dip, bump, trend``, the fractions of rows above
+    ``row_min`` ``frac_dip, frac_bump, frac_trend``, ``n_rows`` and ``taxon``."""
+    if features.shape[2] == 0:
+        raise PosmechError("score taxa need at least one row per head; none was collected")
+    L, H = features.shape[:2]
+    med = np.median(features, axis=2)
+    frac = (features > thresholds.row_min).mean(axis=2)
+    rows = []
+    t = thresholds
+    for layer in range(L):
+        for h in range(H):
+            dip, bump, trend = (float(x) for x in med[layer, h])
+            fd, fb, ft = (float(x) for x in frac[layer, h])
+            dark = dip >= t.dip_min and fd >= t.fraction_min and (t.trend_min is None or trend >= t.trend_min)
+            bright = bump >= t.bump_min and fb >= t.fraction_min
+            if dark and bright:
+                taxon = TAXA[0] if dip / max(t.dip_min, 1e-12) >= bump / max(t.bump_min, 1e-12) else TAXA[1]
+            else:
+                taxon = TAXA[0] if dark else TAXA[1] if bright else TAXA[2]
+            rows.append({"head": head_name(layer, h), "layer": layer, "head_index": h, "taxon": taxon,
+                         "dip": dip, "bump": bump, "trend": trend, "frac_dip": fd, "frac_bump": fb,
+                         "frac_trend": ft, "n_rows": int(features.shape[2])})
+    return pd.DataFrame(rows)
+
+
+def taxa_order(taxa: pd.DataFrame) -> pd.DataFrame:
+    """The taxa table as written: dark diagonal, then bright sub-diagonal, then neither;
+    by layer and head within a taxon (the report shows the first rows)."""
+    rank = taxa["taxon"].map({t: i for i, t in enumerate(TAXA)})
+    ordered = taxa.assign(_rank=rank).sort_values(["_rank", "layer", "head_index"], kind="stable")
+    return ordered.drop(columns="_rank").reset_index(drop=True)
+
+
+def profile_frame(profiles: ScoreProfiles, model: str) -> pd.DataFrame:
+    """Tidy median normalised profile per head: ``claim, model, head, layer, head_index,
+    offset, median, q25, q75`` (over rows; offsets ``-W..W``, key = query + offset)."""
+    z = profiles.normalised()
+    q25, med, q75 = np.percentile(z, [25, 50, 75], axis=2)  # [L, H, 2W+1]
+    L, H, O = med.shape
+    layer, head, off = np.meshgrid(np.arange(L), np.arange(H), np.arange(O), indexing="ij")
+    o = offsets(profiles.window)
+    return pd.DataFrame({
+        "claim": "P13", "model": model,
+        "head": [head_name(a, b) for a, b in zip(layer.ravel(), head.ravel())],
+        "layer": layer.ravel(), "head_index": head.ravel(), "offset": o[off.ravel()],
+        "median": med.ravel(), "q25": q25.ravel(), "q75": q75.ravel(),
+    })
+
+
+def split_of_previous_token_heads(taxa: pd.DataFrame, taxonomy: pd.DataFrame) -> dict[str, int]:
+    """How the P6 previous-token heads (``is_previous_token`` of the taxonomy table) split
+    over the taxa: ``{taxon: count}`` for every taxon."""
+    if "is_previous_token" not in taxonomy or "head" not in taxonomy:
+        raise PosmechError("the taxonomy table lacks `head`/`is_previous_token`; rerun rule `diagonal_taxonomy`")
+    prev = set(taxonomy.loc[taxonomy["is_previous_token"].astype(bool), "head"])
+    unknown = prev - set(taxa["head"])
+    if unknown:
+        raise PosmechError(f"the taxonomy table names heads {sorted(unknown)} that the model does not have; "
+                           "rerun rule `diagonal_taxonomy`")
+    sel = taxa[taxa["head"].isin(prev)]
+    return {t: int((sel["taxon"] == t).sum()) for t in TAXA}
+
+
+def taxa_scorecard(taxa: pd.DataFrame, split: dict[str, int], model: str, detail: str,
+                   artifact: str) -> list[dict[str, Any]]:
+    """P13 rows: the dark-diagonal and bright sub-diagonal head sets, and the P6 split."""
+    def heads(taxon: str) -> list[str]:
+        return taxa.loc[taxa["taxon"] == taxon].sort_values(["layer", "head_index"])["head"].tolist()
+
+    return [
+        {"claim": "P13", "model": model, "quantity": "dark_diagonal_heads", "value": heads(TAXA[0]),
+         "detail": detail, "artifact": artifact},
+        {"claim": "P13", "model": model, "quantity": "bright_subdiagonal_heads", "value": heads(TAXA[1]),
+         "detail": detail, "artifact": artifact},
+        {"claim": "P13", "model": model, "quantity": "prev_token_heads_by_taxon", "value": split,
+         "detail": f"P6 previous-token heads (diagonal_taxonomy) per score taxon; {detail}", "artifact": artifact},
+    ]
+
+
+# --------------------------------------------------------------------------- rule helpers
+def long_documents(tokens: Any, n_documents: int, context: int | None) -> tuple[list[np.ndarray], int, list[int]]:
+    """The first ``n_documents`` documents of a :class:`~posmech.data.tokens.TokenSet` with at
+    least ``context`` tokens (``None``: its ``n_ctx``), cut to ``context``: ``(documents,
+    context, indices in the tokens file)``."""
+    lengths = tokens.lengths()
+    ctx = int(context or tokens.attrs.get("n_ctx") or lengths.max())
+    idx = np.flatnonzero(lengths >= ctx)[:n_documents]
+    if not len(idx):
+        raise PosmechError(f"config key `anatomy.context`: no document has {ctx} tokens (longest: {int(lengths.max())}); "
+                           "lower `anatomy.context` or use a corpus with longer documents")
+    return [tokens.doc(int(j))[:ctx] for j in idx], ctx, [int(j) for j in idx]
+
+
+def anatomy_heads(chosen: dict[str, list[str]], pinned: list[str] | None) -> list[tuple[str, str]]:
+    """``[(head, role)]`` drawn by P12: ``pinned`` (config ``anatomy.heads``; role
+    ``pinned``) or the chosen sharp head then the early heads."""
+    if pinned:
+        return [(h, "pinned") for h in pinned]
+    return [(h, "sharp") for h in chosen["sharp"]] + [(h, "early") for h in chosen["early"]]
+
+
+def scores_table(panels: list[HeadScores], roles: dict[str, str], window: int) -> pd.DataFrame:
+    """Per drawn head: the checks (masked scores vs ``hook_attn_scores`` where unmasked,
+    pattern vs ``hook_pattern``) and the P13 features on this document (median over its
+    query rows with a whole window, :func:`query_rows`)."""
+    rows = []
+    for p in panels:
+        n = p.raw.shape[0]
+        layer, idx = parse_head(p.head)
+        unmasked = np.isfinite(p.hook_scores)
+        q = query_rows(n, window, None)
+        feats = (row_features(np.stack([p.raw[r, r - window: r + window + 1] for r in q]))
+                 if len(q) else np.full((1, 3), np.nan))
+        med = np.median(feats, axis=0)
+        rows.append({
+            "head": p.head, "role": roles[p.head], "layer": layer, "head_index": idx, "n_tokens": n,
+            "max_abs_diff_masked_vs_hook": float(np.abs(p.masked[unmasked] - p.hook_scores[unmasked]).max()),
+            "masked_entries_agree": bool((np.isfinite(p.masked) == unmasked).all()),
+            "max_abs_diff_pattern_vs_hook": float(np.abs(p.pattern - p.hook_pattern).max()),
+            "raw_future_max": float(np.triu(p.raw, 1).max()) if n > 1 else float("nan"),
+            "dip": float(med[0]), "bump": float(med[1]), "trend": float(med[2]), "n_rows": int(len(q)),
+        })
+    return pd.DataFrame(rows)
+
+
+def write_scores(path: Any, panels: list[HeadScores], tokens: np.ndarray, attrs: dict[str, Any]) -> None:
+    """``results/{model}/anatomy/scores.h5``: per head ``{head}/raw``, ``{head}/masked``
+    (``-inf`` above the diagonal), ``{head}/pattern`` ``[n, n]`` float32, and ``tokens [n]``."""
+    from posmech.hdf5 import artifact_writer, describe
+
+    what = {"raw": "raw scores q·k/scale for every query-key pair, the future (upper) triangle included",
+            "masked": "the raw scores with -inf above the diagonal (equal to hook_attn_scores)",
+            "pattern": "row softmax of the masked scores (the attention pattern)"}
+    with artifact_writer(path, "score_anatomy", "score_anatomy", attrs) as f:
+        f.create_dataset("tokens", data=np.asarray(tokens, dtype=np.int64))
+        texts = {"tokens": "[n] int64 token ids of the document the scores are computed on"}
+        for p in panels:
+            for name in ("raw", "masked", "pattern"):
+                f.create_dataset(f"{p.head}/{name}", data=getattr(p, name), compression="gzip", compression_opts=4,
+                                 shuffle=True)
+                texts[f"{p.head}/{name}"] = f"[n, n] float32 (query, key) of head {p.head}: {what[name]}"
+        describe(f, texts)
+
+
+def write_profiles(path: Any, profiles: ScoreProfiles, attrs: dict[str, Any]) -> None:
+    """``results/{model}/anatomy/profiles.h5``: ``windows [L, H, R, 2W+1]`` raw row windows,
+    ``features [L, H, R, 3]`` (dip, bump, trend), ``offsets [2W+1]``, ``document [R]``,
+    ``query [R]`` (where each row comes from)."""
+    from posmech.hdf5 import artifact_writer, describe
+
+    with artifact_writer(path, "score_profiles", "score_taxa", attrs) as f:
+        f.create_dataset("windows", data=profiles.windows, compression="gzip", compression_opts=4, shuffle=True)
+        f.create_dataset("features", data=profiles.features.astype(np.float32), compression="gzip",
+                         compression_opts=4, shuffle=True)
+        f.create_dataset("offsets", data=offsets(profiles.window))
+        f.create_dataset("document", data=profiles.documents)
+        f.create_dataset("query", data=profiles.queries)
+        f["features"].attrs["columns"] = list(FEATURES)
+        describe(f, {
+            "windows": "[n_layers, n_heads, n_rows, 2W+1] float32 raw scores of each sampled query row at keys "
+                       "query-W..query+W (future keys included)",
+            "features": "[n_layers, n_heads, n_rows, 3] float32 per-row dip at 0, bump at -1, trend (attribute "
+                        "`columns`), in units of the row's spread",
+            "offsets": "[2W+1] key offset of each window column (key = query + offset)",
+            "document": "[n_rows] 0-based index, among the documents used, of each row's document",
+            "query": "[n_rows] query position of each row",
+        })
