@@ -48,9 +48,11 @@ def test_ci_run_has_every_l_output(ci_run):
 
 
 def _spec():
-    S_prev = hb.offset_scores(16, {1: 60.0}, self_first=60.0)
+    """32 positions: the CI config's other sections (e.g. contextual positions 24, 30) fit it."""
+    n = 32
+    S_prev = hb.offset_scores(n, {1: 60.0}, self_first=60.0)
     S_prev[0, 0] = 60.0
-    return hb.AttnOnlySpec(scores_pos={(0, 0): S_prev, (0, 1): hb.offset_scores(16, {2: 5.0, 1: 4.0, 3: 3.0})},
+    return hb.AttnOnlySpec(n_ctx=n, scores_pos={(0, 0): S_prev, (0, 1): hb.offset_scores(n, {2: 5.0, 1: 4.0, 3: 3.0})},
                            copy_head=0, induction=(0, 6.0, 4.0, 12.0))
 
 
