@@ -159,7 +159,8 @@ def test_repository_published_values_are_valid_and_cover_every_claim():
     assert by[("P6", "n_prev_token_heads")].published == 69
     assert by[("P7", "diagonal_ratio")].published["L3H2"] == 0.52
     assert by[("P11", "canonical_angles_deg")].published == [8, 9, 10]
-    assert by[("L5", "lookback2_position_only_mass")].model == "attn-only-2l"
+    assert by[("L5", "posonly_pattern_offset2")].model == "attn-only-2l"
+    assert by[("L5", "posonly_pattern_offset2")].published == 0.585
     assert by[("K7", "duplicate_token_heads")].published == ["L0H1", "L0H5"]
     assert all(e.source in {"000", "001", "003", "004"} for e in entries)
 

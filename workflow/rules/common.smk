@@ -373,6 +373,60 @@ def contextual_tokens(wildcards):
     return {c: output_of(rules.tokenize.output.h5, wildcards, corpus=c) for c in names}
 
 
+def attn_only_models(bos=None):
+    """Models of the `attn_only` section; ``bos=True``: only those run with BOS
+    (bos_induction, L4, compares with and without it)."""
+    from posmech.analyses.attn_only import resolve_bos
+
+    p = config["attn_only"]
+    models = selected(config, "attn_only", "models")
+    if bos is None:
+        return models
+    return [m for m in models if resolve_bos(p["bos"], config["models"][m]) == bos]
+
+
+def attn_only_params(wildcards=None):
+    return config["attn_only"]
+
+
+def check_attn_only():
+    """What the config alone tells about the L rules, before any job: the settings, and
+    sequence lengths against the context of trained models (n_ctx in the config)."""
+    from posmech.analyses.attn_only import (
+        check_settings,
+        resolve_bos,
+        sequence_lengths,
+    )
+
+    p = config["attn_only"]
+    check_settings(p)
+    for m in attn_only_models():
+        entry = config["models"][m]
+        if "train" not in entry:
+            continue
+        for key, n in sequence_lengths(p, resolve_bos(p["bos"], entry)).items():
+            if n > entry["train"]["n_ctx"]:
+                raise PosmechError(
+                    f"{key}: sequences of {n} tokens are longer than model `{m}`'s context "
+                    f"(models.{m}.train.n_ctx = {entry['train']['n_ctx']}); lower it"
+                )
+
+
+def attn_only_runtime(*counts):
+    """``runtime`` of an L rule doing forward passes of ``sum(counts)`` short sequences
+    (32 tokens each: an upper bound)."""
+
+    def runtime(wildcards, attempt):
+        from posmech.cluster import runtime_min
+
+        shape = model_shape(wildcards.model)
+        scale = config.get("cluster", {}).get("runtime_scale", 1.0)
+        tokens = sum(counts) * 32
+        return runtime_min(shape, tokens, 1, on_gpu(wildcards.model), scale, attempt)
+
+    return runtime
+
+
 def model_has_mlp(m):
     """False for an attention-only model (demo `train.architecture: attn_only`, a fetched
     config with `attn_only`, an attn-only hub id), known from the config before any job.

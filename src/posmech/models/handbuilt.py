@@ -184,3 +184,212 @@ def positional_spec(
     for key, S in (scores or {}).items():
         spec.heads[key] = head_for_scores(S, d_model, d_head)
     return spec
+
+
+# --------------------------------------------------------------------------- attention-only models
+# A two-layer attention-only model in TransformerLens's legacy checkpoint format (the format of
+# ``attn-only-2l``), with planted position-only and token-only scores in layer 0 and, optionally,
+# a BOS/induction circuit.  Residual-stream layout (``d_model`` dims):
+#   P block [0, n_ctx)                    positions, one-hot            (W_pos row i = s·(e_i − e_sP))
+#   T block [n_ctx, n_ctx + V)            the token, one-hot            (W_E row t = s·(e_t − e_sT))
+#   R block [n_ctx + V, n_ctx + 2V)       the token a layer-0 previous-token head copied
+#   O block [n_ctx + 2V, n_ctx + 3V)      the token the layer-1 induction head copied (read by W_U)
+#   spare dims sP, sT, sR, sO             make every block's vector zero-mean, so LayerNorm only rescales
+# Every block vector has squared norm 2·s², so LayerNorm maps a residual made of ``m`` blocks to
+# ``x / sigma`` with ``sigma = sqrt(2·m·s²/d_model + eps)``: the scores below are exact, eps included.
+
+
+@dataclass
+class AttnOnlySpec:
+    """An attention-only model with learned absolute positions (TransformerLens legacy form).
+
+    ``scores_pos[(l, h)]`` ``[n_ctx, n_ctx]`` and ``scores_tok[(l, h)]`` ``[d_vocab, d_vocab]``
+    are the planted layer-0 scores: with token embeddings zeroed, head ``(0, h)``'s score of
+    query ``n`` on key ``i`` is ``scores_pos[n, i]``; with positional embeddings zeroed, the score
+    of query token ``a`` on key token ``b`` is ``scores_tok[a, b]``; with both inputs it is
+    ``w_pos · scores_pos + w_tok · scores_tok`` (:meth:`both_weights`).  ``copy_head`` (layer 0)
+    writes the token it attends to into the R block; ``induction`` = ``(head, beta, bos_score,
+    out_scale)`` plants a layer-1 head scoring ``beta`` on keys whose R block equals the query's
+    token and ``bos_score`` on BOS keys, copying the key's token into the O block, which
+    ``W_U`` reads with weight ``out_scale``."""
+
+    n_ctx: int = 16
+    d_vocab: int = 24
+    n_heads: int = 2
+    s: float = 1.0
+    eps: float = 1e-5
+    scores_pos: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
+    scores_tok: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
+    copy_head: int | None = None
+    induction: tuple[int, float, float, float] | None = None
+
+    @property
+    def d_head(self) -> int:
+        need = max(self.n_ctx + self.d_vocab, -(-(self.n_ctx + 3 * self.d_vocab + 4) // self.n_heads))
+        return int(need)
+
+    @property
+    def d_model(self) -> int:
+        return self.n_heads * self.d_head
+
+    def block(self, name: str) -> int:
+        """First dimension of block ``P``/``T``/``R``/``O``."""
+        return {"P": 0, "T": self.n_ctx, "R": self.n_ctx + self.d_vocab, "O": self.n_ctx + 2 * self.d_vocab}[name]
+
+    def spare(self, name: str) -> int:
+        return self.d_model - 1 - "PTRO".index(name)
+
+    def sigma(self, n_blocks: int) -> float:
+        """LayerNorm's divisor for a residual made of ``n_blocks`` block vectors."""
+        return float(np.sqrt(2.0 * n_blocks * self.s**2 / self.d_model + self.eps))
+
+    def both_weights(self) -> tuple[float, float]:
+        """``(w_pos, w_tok)``: a layer-0 score with both inputs is ``w_pos·S_pos + w_tok·S_tok``."""
+        one, two = self.sigma(1), self.sigma(2)
+        return (one / two) ** 2, (one / two) ** 2
+
+
+def _factor(S: np.ndarray, dh: int) -> tuple[np.ndarray, np.ndarray]:
+    """``A [n, r], B [m, r]`` with ``A @ B.T = S * sqrt(dh)`` (r = rank of S)."""
+    U, sv, Vt = np.linalg.svd(np.asarray(S, dtype=np.float64))
+    r = int((sv > 1e-12 * max(1.0, sv[0] if len(sv) else 0.0)).sum())
+    root = np.sqrt(sv[:r]) * float(dh) ** 0.25
+    return U[:, :r] * root, Vt[:r].T * root
+
+
+def attn_only_state_dict(spec: AttnOnlySpec) -> dict[str, Any]:
+    """The legacy TransformerLens state dict (``embed.W_E``, ``blocks.0.attn.W_Q`` ``[n_heads,
+    d_model, d_head]`` …, as ``HookedTransformer.state_dict()`` wrote it) of ``spec``."""
+    import torch
+
+    N, V, H, dh, d, s = spec.n_ctx, spec.d_vocab, spec.n_heads, spec.d_head, spec.d_model, spec.s
+    P0, T0, R0, O0 = (spec.block(b) for b in "PTRO")
+    W_E = np.zeros((V, d))
+    W_E[np.arange(V), T0 + np.arange(V)] = s
+    W_E[:, spec.spare("T")] = -s
+    W_pos = np.zeros((N, d))
+    W_pos[np.arange(N), P0 + np.arange(N)] = s
+    W_pos[:, spec.spare("P")] = -s
+    W = {k: np.zeros((2, H, d, dh)) for k in ("W_Q", "W_K", "W_V")}
+    W_O = np.zeros((2, H, dh, d))
+    one = spec.sigma(1)
+    for (layer, h), S in spec.scores_pos.items():
+        A, B = _factor(S, dh)  # LN(p_i) = (s/one)·e_i on the P block
+        W["W_Q"][layer, h, P0 : P0 + N, : A.shape[1]] = A * one / s
+        W["W_K"][layer, h, P0 : P0 + N, : B.shape[1]] = B * one / s
+    for (layer, h), S in spec.scores_tok.items():
+        A, B = _factor(S, dh)
+        if A.shape[1] > dh - N:
+            raise ValueError(f"token score matrix of rank {A.shape[1]} > d_head - n_ctx = {dh - N}")
+        W["W_Q"][layer, h, T0 : T0 + V, N : N + A.shape[1]] = A * one / s
+        W["W_K"][layer, h, T0 : T0 + V, N : N + B.shape[1]] = B * one / s
+    if spec.copy_head is not None:  # layer 0: value = the key's token; output: R block, norm as a token's
+        two = spec.sigma(2)
+        W["W_V"][0, spec.copy_head, T0 : T0 + V, :V] = np.eye(V)
+        W_O[0, spec.copy_head, :V, R0 : R0 + V] = two * np.eye(V)
+        W_O[0, spec.copy_head, :V, spec.spare("R")] = -two
+    W_U = np.zeros((d, V))
+    if spec.induction is not None:
+        h, beta, bos_score, out_scale = spec.induction
+        three = spec.sigma(3)  # layer-1 residual: P + T + R blocks
+        a = (three / s) * float(dh) ** 0.25
+        W["W_Q"][1, h, T0 : T0 + V, :V] = a * np.sqrt(beta) * np.eye(V)
+        W["W_K"][1, h, R0 : R0 + V, :V] = a * np.sqrt(beta) * np.eye(V)
+        # BOS sink: the query's constant sT coordinate (-s/sigma) times the key's BOS coordinate
+        W["W_Q"][1, h, spec.spare("T"), V] = -a
+        W["W_K"][1, h, T0 + 0, V] = a * bos_score
+        W["W_V"][1, h, T0 : T0 + V, :V] = np.eye(V)
+        W_O[1, h, :V, O0 : O0 + V] = three * np.eye(V)
+        W_O[1, h, :V, spec.spare("O")] = -three
+        W_U[O0 : O0 + V, :] = out_scale * np.eye(V)
+    t = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float32)  # noqa: E731
+    sd: dict[str, Any] = {"embed.W_E": t(W_E), "pos_embed.W_pos": t(W_pos)}
+    for layer in range(2):
+        sd[f"blocks.{layer}.ln1.w"] = torch.ones(d)
+        sd[f"blocks.{layer}.ln1.b"] = torch.zeros(d)
+        for k in ("W_Q", "W_K", "W_V"):
+            sd[f"blocks.{layer}.attn.{k}"] = t(W[k][layer])
+        sd[f"blocks.{layer}.attn.W_O"] = t(W_O[layer])
+        for k in ("b_Q", "b_K", "b_V"):
+            sd[f"blocks.{layer}.attn.{k}"] = torch.zeros(H, dh)
+        sd[f"blocks.{layer}.attn.b_O"] = torch.zeros(d)
+        sd[f"blocks.{layer}.attn.mask"] = torch.tril(torch.ones(N, N, dtype=torch.bool))
+        sd[f"blocks.{layer}.attn.IGNORE"] = torch.tensor(-1e5)
+    sd["ln_final.w"] = torch.ones(d)
+    sd["ln_final.b"] = torch.zeros(d)
+    sd["unembed.W_U"] = t(W_U)
+    sd["unembed.b_U"] = torch.zeros(V)
+    return sd
+
+
+def attn_only_config(spec: AttnOnlySpec, positional: str = "standard") -> dict[str, Any]:
+    """The TransformerLens config.json of a legacy checkpoint (keys as attn-only-2l's)."""
+    return {
+        "n_layers": 2, "d_model": spec.d_model, "d_head": spec.d_head, "n_heads": spec.n_heads,
+        "d_mlp": -1, "d_vocab": spec.d_vocab, "n_ctx": spec.n_ctx, "act_fn": "solu_ln",
+        "normalization_type": "LN", "attn_only": True, "eps": spec.eps,
+        "positional_embedding_type": positional, "shortformer_pos": positional == "shortformer",
+        "tokenizer_name": None, "model_name": "handbuilt-attn-only", "original_architecture": "neel",
+    }
+
+
+def save_attn_only_dir(
+    spec: AttnOnlySpec, path: str | os.PathLike[str], weights: str = "safetensors", positional: str = "standard",
+    tokenizer: bool = True,
+) -> Path:
+    """Write ``spec`` as a legacy TransformerLens directory: ``config.json`` in TransformerLens form,
+    the state dict as ``model.safetensors`` (``weights='safetensors'``, what ``fetch_model``
+    produces) or as ``model_final.pth`` (``'pth'``, what the Hub repo ships), and the character
+    tokenizer (id 0 = BOS) unless ``tokenizer`` is false."""
+    import json
+
+    import torch
+
+    p = Path(path)
+    p.mkdir(parents=True, exist_ok=True)
+    sd = attn_only_state_dict(spec)
+    if weights == "pth":
+        torch.save(sd, p / "model_final.pth")
+    else:
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in sd.items()}, str(p / "model.safetensors"))
+    (p / "config.json").write_text(json.dumps(attn_only_config(spec, positional), indent=2))
+    if tokenizer:
+        char_tokenizer(spec.d_vocab).save_pretrained(p)
+    return p
+
+
+def offset_scores(n_ctx: int, by_offset: dict[int, float], self_first: float | None = None) -> np.ndarray:
+    """``[n_ctx, n_ctx]`` scores ``by_offset[n - i]`` on key ``i`` of query ``n`` (0 elsewhere);
+    ``self_first`` (if given) replaces query 1's scores by ``self_first`` on itself and 0 on key 0
+    (the position-0 exception of L3)."""
+    S = np.zeros((n_ctx, n_ctx))
+    for n in range(n_ctx):
+        for i in range(n + 1):
+            S[n, i] = by_offset.get(n - i, 0.0)
+    if self_first is not None and n_ctx > 1:
+        S[1, :2] = [0.0, self_first]
+    return S
+
+
+def induction_probability(spec: AttnOnlySpec, tokens: np.ndarray, prev_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Analytic output of the planted circuit at the last position of ``tokens [T]``.
+
+    ``prev_key[k]`` is the position whose token the layer-0 copy head wrote at position ``k``
+    (its attention is one-hot up to e^-30).  Returns ``(pattern [T], probs [d_vocab])``: the
+    induction head's attention row at the last query and the next-token distribution."""
+    from scipy.special import softmax
+
+    assert spec.induction is not None
+    _, beta, bos_score, out_scale = spec.induction
+    t = np.asarray(tokens)
+    scores = beta * (t[prev_key] == t[-1]) + bos_score * (t == 0)
+    pattern = softmax(scores)
+    m = np.bincount(t, weights=pattern, minlength=spec.d_vocab)  # attention mass per token
+    s, d = spec.s, spec.d_model
+    # final residual: P + T + R blocks (2 s^2 each) + the head's output s·(sum_v m_v e_v − e_sO)
+    sq = 3 * 2 * s**2 + s**2 * (float((m**2).sum()) + 1.0)
+    sigma_f = np.sqrt(sq / d + spec.eps)
+    logits = out_scale * s * m / sigma_f
+    return pattern, softmax(logits)

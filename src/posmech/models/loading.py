@@ -119,7 +119,15 @@ def check_hf_dir(path: str | os.PathLike[str], key: str) -> None:
 def prepare_local_model(name: str, entry: dict[str, Any], out_dir: str | os.PathLike[str], base: str = ".") -> dict[str, Any]:
     """Validate a local model directory and write a manifest pointing at it (used in place)."""
     src = local_path(entry["source"], base)
-    check_hf_dir(src, f"config key `models.{name}.source`")
+    key = f"config key `models.{name}.source`"
+    hf_dir = Path(src)
+    if is_tl_legacy_dir(src) and not list(Path(src).glob("*.safetensors")):
+        # a legacy TransformerLens checkpoint (config.json + .pth): converted once, like the Hub's
+        with atomic_path(Path(out_dir) / HF_SUBDIR) as tmp:
+            convert_tl_legacy(Path(src), tmp, key)
+        hf_dir = (Path(out_dir) / HF_SUBDIR).resolve()
+    check_hf_dir(hf_dir, key)
+    src = hf_dir
     manifest = {
         "name": name,
         "kind": "local",
@@ -149,6 +157,8 @@ def fetch_hub_model(name: str, entry: dict[str, Any], out_dir: str | os.PathLike
                 path = snapshot_download(
                     repo_id=repo, revision=revision, allow_patterns=HUB_FILES, local_dir=str(tmp)
                 )
+        except PosmechError:
+            raise
         except Exception as err:  # noqa: BLE001 - the hub raises many types
             raise PosmechError(
                 f"could not download model {repo!r} (revision {revision!r}) for `models.{name}`: "
@@ -183,30 +193,75 @@ def is_tl_legacy_dir(path: str | os.PathLike[str]) -> bool:
     return "model_type" not in cfg and "d_model" in cfg and "n_layers" in cfg
 
 
+def refuse_shortformer(cfg: dict[str, Any], where: str) -> None:
+    """TransformerBridge (TransformerLens 4.3) has no shortformer positions: refuse them by name."""
+    if cfg.get("shortformer_pos") or cfg.get("positional_embedding_type") == "shortformer":
+        raise PosmechError(
+            f"{where}: shortformer positional embeddings (config.json `positional_embedding_type: shortformer`) "
+            "are not supported by TransformerLens 4.3's TransformerBridge; choose a model with standard "
+            "learned positions"
+        )
+
+
+def convert_tl_legacy(src: Path, out: Path, where: str, tokenizer_name: str | None = None) -> Path:
+    """A legacy TransformerLens checkpoint directory (TransformerLens ``config.json`` + a
+    ``*final.pth`` state dict, or a single ``*.pth``) → ``out`` with ``model.safetensors``, the
+    config and the tokenizer (the directory's own tokenizer files, else the one the config names).
+    The state dict is read with ``torch.load(weights_only=True)`` (tensors only, no pickled code)."""
+    import shutil
+
+    import torch
+    from safetensors.torch import save_file
+
+    cfg = json.loads((src / "config.json").read_text())
+    refuse_shortformer(cfg, where)
+    pths = sorted(src.glob("*final.pth")) or sorted(src.glob("*.pth"))
+    if len(pths) != 1:
+        raise PosmechError(
+            f"{where}: legacy TransformerLens checkpoint {str(src)!r} needs one '*final.pth' state dict "
+            f"(found {[p.name for p in pths] or 'none'})"
+        )
+    sd = torch.load(pths[0], map_location="cpu", weights_only=True)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in sd.items()}, str(out / "model.safetensors"))
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    tok_files = [f for f in src.iterdir() if f.name.startswith(("tokenizer", "special_tokens_map", "vocab."))
+                 or f.name == "merges.txt"]
+    for f in tok_files:
+        shutil.copy2(f, out / f.name)
+    name = tokenizer_name or cfg.get("tokenizer_name")
+    if not tok_files and name:
+        from transformers import AutoTokenizer
+
+        AutoTokenizer.from_pretrained(name).save_pretrained(out)
+    elif not tok_files:
+        raise PosmechError(
+            f"{where}: {str(src)!r} has no tokenizer files and its config.json names no `tokenizer_name`; "
+            "save the tokenizer into the directory (`tokenizer.save_pretrained(dir)`)"
+        )
+    return out
+
+
 def _fetch_tl_legacy(repo: str, revision: str, out: Path) -> Path:
     """Legacy TransformerLens repos (``NeelNanda/Attn_Only_2L512W_C4_Code`` …) ship a
-    TransformerLens config.json and ``*final.pth`` state dicts.  The state dict is read
-    with ``torch.load(weights_only=True)`` (tensors only, no pickled code) and stored as
-    safetensors, with the config and the tokenizer it names, so loading is
-    safetensors-only like every other model."""
-    import torch
-    from huggingface_hub import HfApi, hf_hub_download
-    from safetensors.torch import save_file
-    from transformers import AutoTokenizer
+    TransformerLens config.json and ``*final.pth`` state dicts: both are downloaded and
+    converted by :func:`convert_tl_legacy`, so loading is safetensors-only like every other
+    model.  A shortformer config is refused before the weights are downloaded."""
+    import tempfile
 
-    out.mkdir(parents=True, exist_ok=True)
+    from huggingface_hub import HfApi, hf_hub_download
+
     cfg_path = hf_hub_download(repo, "config.json", revision=revision)
-    cfg = json.loads(Path(cfg_path).read_text())
+    refuse_shortformer(json.loads(Path(cfg_path).read_text()), f"model {repo!r}")
     files = HfApi().list_repo_files(repo, revision=revision)
     final = [f for f in files if f.endswith("final.pth")]
     if not final:
         raise PosmechError(f"legacy TransformerLens repo {repo!r} has no '*final.pth' weights ({files[:8]})")
-    sd = torch.load(hf_hub_download(repo, final[0], revision=revision), map_location="cpu", weights_only=True)
-    save_file({k: v.contiguous() for k, v in sd.items()}, str(out / "model.safetensors"))
-    (out / "config.json").write_text(json.dumps(cfg, indent=2))
-    if cfg.get("tokenizer_name"):
-        AutoTokenizer.from_pretrained(cfg["tokenizer_name"]).save_pretrained(out)
-    return out
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp)
+        Path(src / "config.json").write_text(Path(cfg_path).read_text())
+        (src / "model_final.pth").symlink_to(hf_hub_download(repo, final[0], revision=revision))
+        return convert_tl_legacy(src, out, f"model {repo!r}")
 
 
 def _load_tl_legacy(hf_dir: str, device: str, dtype: str) -> Any:
@@ -219,14 +274,13 @@ def _load_tl_legacy(hf_dir: str, device: str, dtype: str) -> Any:
     from transformers import AutoTokenizer
 
     cj = json.loads((Path(hf_dir) / "config.json").read_text())
-    if cj.get("shortformer_pos", False):
-        raise PosmechError(f"{hf_dir!r}: shortformer positional embeddings are not supported by TransformerBridge")
+    refuse_shortformer(cj, repr(str(hf_dir)))
     cfg = TransformerBridgeConfig(
         d_model=cj["d_model"], n_layers=cj["n_layers"], d_mlp=cj["d_mlp"], d_head=cj["d_head"],
         n_heads=cj["n_heads"], n_ctx=cj["n_ctx"], d_vocab=cj["d_vocab"], act_fn=cj["act_fn"],
         attn_only=cj["attn_only"], final_rms=cj.get("final_rms", False),
         normalization_type=cj.get("normalization", cj.get("normalization_type")),
-        positional_embedding_type="standard", tokenizer_name=cj.get("tokenizer_name"),
+        positional_embedding_type="standard", tokenizer_name=cj.get("tokenizer_name"), eps=cj.get("eps", 1e-5),
         architecture="TransformerLensNative",
     )
     cfg.original_architecture = cj.get("architecture", "neel")  # type: ignore[attr-defined]

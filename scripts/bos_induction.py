@@ -1,0 +1,30 @@
+"""Rule bos_induction (L4): P([B]) at the final [A] of [BOS] A B R1..R7 A vs A B R1..R7 A, and
+the induction head's attention row at that query."""
+
+import pandas as pd
+
+from posmech.analyses import attn_only as ao
+from posmech.models.loading import load_bridge, read_manifest
+from posmech.plots import attn_only as plots
+from posmech.runner import run
+from posmech.tables import scorecard_rows, write_table
+
+
+def main(smk, log):
+    model, entry, p = smk.wildcards.model, smk.params.entry, dict(smk.params.cfg)
+    man = read_manifest(smk.input.manifest)
+    head = ao.read_roles(smk.input.heads)["induction"]
+    bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
+    setup = ao.prepare(bridge, p, model, entry, need_bos=True)
+    rows, _ = ao.bos_induction(bridge, p, setup, ao.parse_head(head), progress=f"{model} L4")
+    df = pd.DataFrame([{"claim": "L4", "model": model, "head": head, **r} for r in rows])
+    meta = {"claim": "L4", "model": model, "induction_head": head, "resolved_revision": man["resolved_revision"],
+            "processing": entry["processing"], "attn_only_config": p}
+    write_table(df, smk.output.table, meta)
+    plots.bos_induction(df, head, model, smk.output.figure)
+    card = ao.bos_induction_scorecard(rows, head, model, smk.output.figure)
+    write_table(scorecard_rows(card), smk.output.scorecard)
+    log.info("%s", "; ".join(f"{r['quantity']} {r['value']:.4g}" for r in card))
+
+
+run(snakemake, main)  # noqa: F821

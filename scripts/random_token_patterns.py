@@ -1,0 +1,36 @@
+"""Rule random_token_patterns (L1): mean attention of every head over random-token sequences,
+offset masses, and the head roles (previous-token, look-back-two, induction) the other L rules read."""
+
+import pandas as pd
+
+from posmech.analyses import attn_only as ao
+from posmech.models.loading import load_bridge, read_manifest
+from posmech.plots import attn_only as plots
+from posmech.runner import run
+from posmech.tables import scorecard_rows, write_table
+
+
+def main(smk, log):
+    model, entry, p = smk.wildcards.model, smk.params.entry, dict(smk.params.cfg)
+    man = read_manifest(smk.input.manifest)
+    bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
+    setup = ao.prepare(bridge, p, model, entry)
+    out = ao.random_token_patterns(bridge, p, setup, progress=f"{model} L1")
+    meta = {"claim": "L1", "model": model, "resolved_revision": man["resolved_revision"],
+            "processing": entry["processing"], "bos": setup.bos is not None, "attn_only_config": p}
+    tidy = lambda rows: pd.DataFrame([{"claim": "L1", "model": model, **r} for r in rows])  # noqa: E731
+    write_table(tidy(out["patterns"]), smk.output.table, meta)
+    write_table(tidy(out["masses"]), smk.output.masses, meta)
+    write_table(pd.DataFrame([{"model": model, **r} for r in out["roles"]]), smk.output.heads, meta)
+    roles = {r["role"]: r["head"] for r in out["roles"]}
+    shown = {r: roles[r] for r in ("previous", "look_back_two")}
+    idx = {r: setup.heads.index(ao.parse_head(h)) for r, h in shown.items()}
+    masses = {r: {m["mass"]: m["value"] for m in out["masses"] if m["head"] == h} for r, h in shown.items()}
+    plots.random_token_patterns({r: out["mean"][i] for r, i in idx.items()}, shown, masses, model,
+                                p["n_sequences"], setup.bos is not None, smk.output.figure)
+    card = ao.random_token_scorecard(out, p, setup, model, smk.output.figure)
+    write_table(scorecard_rows(card), smk.output.scorecard)
+    log.info("roles: %s", "; ".join(f"{r['role']} {r['head']} ({r['source']}, {r['score']:.3f})" for r in out["roles"]))
+
+
+run(snakemake, main)  # noqa: F821

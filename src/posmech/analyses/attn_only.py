@@ -1,0 +1,581 @@
+"""The attention-only family (L1-L5, seed 001): input decomposition, the position-0 exception,
+BOS and induction, the look-back-two head.
+
+Everything runs on random-token sequences, on any model with learned absolute positional
+embeddings added to the residual stream (``attn-only-2l``, GPT-2, the demo models):
+
+* **Forward variants** (:data:`VARIANTS`, :func:`run_variant`): ``both`` (the normal forward),
+  ``position_only`` (the token embeddings ``hook_embed`` are zeroed at every position, BOS
+  included: the input no longer depends on the tokens) and ``token_only`` (the positional
+  embeddings ``hook_pos_embed`` are zeroed).  The variant holds for the whole forward pass.
+* **Scores** are the pre-softmax attention scores ``q·k / attn_scale`` computed from
+  ``hook_q`` / ``hook_k`` (TransformerLens 4.3 records ``hook_attn_scores`` after the causal
+  mask), for keys ``<=`` query; entries above the diagonal are NaN.  **Patterns** are the
+  model's softmaxes (``hook_pattern``).  Averages over sequences are means of per-sample
+  softmaxes (never softmaxes of mean scores).
+* **Sequences** (:func:`random_tokens`): BOS (when configured) followed by tokens drawn
+  uniformly, with replacement, from the non-special ids of the tokenizer that the model
+  embeds; seeded.
+* **Head roles** (:func:`find_roles`): the *previous-token* head has the largest mean
+  attention at offset −1 on random-token sequences, the *look-back-two* head (another head)
+  the largest at offset −2, both averaged over queries ``first_query..T−1`` (query ``q`` to
+  key ``q − offset``); the *induction* head has the largest induction score: mean attention
+  from each query of the second copy of ``[BOS] R R`` (``R`` random tokens) to the key just
+  after the query token's first occurrence.  Any role can be pinned in config.
+
+Conventions: heads are ``L{layer}H{head}``; arrays of a forward are ``[batch, layer, head,
+query, key]``; position 0 is BOS when the sequences have one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from posmech.analyses.attention import head_name, parse_head
+from posmech.errors import PosmechError
+from posmech.runner import Progress
+
+LOG = logging.getLogger(__name__)
+
+VARIANTS = ("both", "position_only", "token_only")
+VARIANT_LABELS = {"both": "both", "position_only": "position only", "token_only": "token only"}
+ROLES = ("previous", "look_back_two", "induction")
+Hook = tuple[str, Callable[..., Any]]
+
+
+# --------------------------------------------------------------------------- heads
+def check_pins(pins: dict[str, str] | None, n_layers: int, n_heads: int, key: str) -> dict[str, tuple[int, int]]:
+    """Parse pinned roles ``{role: head}`` and check each head exists (before any forward pass)."""
+    out = {}
+    for role, name in (pins or {}).items():
+        if role not in ROLES:
+            raise PosmechError(f"{key}.{role}: unknown role; pinnable roles are {', '.join(ROLES)}")
+        layer, head = parse_head(name, f"{key}.{role}")
+        if layer >= n_layers or head >= n_heads:
+            raise PosmechError(
+                f"{key}.{role}: head {name} does not exist in a model with {n_layers} layers × {n_heads} heads; "
+                "pin an existing head or remove the pin to find the role automatically"
+            )
+        out[role] = (layer, head)
+    return out
+
+
+# --------------------------------------------------------------------------- checks
+def require_learned_positions(bridge: Any, key: str) -> None:
+    """The L rules zero or keep ``hook_pos_embed``: the model must add learned absolute
+    positional embeddings to the residual stream."""
+    kind = getattr(bridge.cfg, "positional_embedding_type", None)
+    if kind != "standard" or "hook_pos_embed" not in bridge.hook_dict or "hook_embed" not in bridge.hook_dict:
+        raise PosmechError(
+            f"{key}: the model has {kind!r} positional embeddings, not learned absolute positions added "
+            "to the residual stream; the L rules (position-only / token-only inputs) do not apply: remove "
+            "it from `attn_only.models`"
+        )
+
+
+def require_context(n_ctx: int, lengths: dict[str, int]) -> None:
+    """Every configured sequence (``{config key: its length in tokens}``) fits the context."""
+    for key, length in lengths.items():
+        if length > n_ctx:
+            raise PosmechError(
+                f"{key}: sequences of {length} tokens are longer than the model's context ({n_ctx}); lower it"
+            )
+
+
+def bos_id(tokenizer: Any, bos: bool, key: str) -> int | None:
+    """The tokenizer's BOS id when ``bos`` (an error naming ``key`` if it has none), else None."""
+    if not bos:
+        return None
+    tid = getattr(tokenizer, "bos_token_id", None) if tokenizer is not None else None
+    if tid is None:
+        raise PosmechError(
+            f"{key}: is true but the model's tokenizer defines no BOS token (bos_token); set `{key}: false` "
+            "or give the tokenizer a bos_token"
+        )
+    return int(tid)
+
+
+def resolve_bos(setting: bool | str, entry: dict[str, Any]) -> bool:
+    """``attn_only.bos``: ``model`` follows the model's ``prepend_bos``."""
+    return bool(entry.get("prepend_bos", True)) if setting == "model" else bool(setting)
+
+
+def sampling_vocab(tokenizer: Any, d_vocab: int) -> np.ndarray:
+    """Ids the random tokens are drawn from: ids ``< min(d_vocab, len(tokenizer))`` that are
+    not special tokens of the tokenizer."""
+    n = min(int(d_vocab), len(tokenizer)) if tokenizer is not None else int(d_vocab)
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    ids = np.asarray([i for i in range(n) if i not in special], dtype=np.int64)
+    if len(ids) < 2:
+        raise PosmechError("the model's tokenizer has fewer than two non-special tokens to draw random tokens from")
+    return ids
+
+
+# --------------------------------------------------------------------------- sequences
+def random_tokens(vocab: np.ndarray, n_sequences: int, n_tokens: int, bos: int | None, seed: int) -> np.ndarray:
+    """``[n_sequences, n_tokens (+1)]`` int64: BOS (when given) then uniform random ``vocab`` ids."""
+    rng = np.random.default_rng(seed)
+    x = vocab[rng.integers(0, len(vocab), size=(n_sequences, n_tokens))]
+    if bos is not None:
+        x = np.concatenate([np.full((n_sequences, 1), bos, dtype=np.int64), x], axis=1)
+    return x.astype(np.int64)
+
+
+def repeated_tokens(vocab: np.ndarray, n_sequences: int, half: int, bos: int | None, seed: int) -> np.ndarray:
+    """``[n, (1) + 2·half]``: ``[BOS] R R`` with ``R`` ``half`` random tokens (induction score)."""
+    r = random_tokens(vocab, n_sequences, half, None, seed)
+    x = np.concatenate([r, r], axis=1)
+    if bos is not None:
+        x = np.concatenate([np.full((n_sequences, 1), bos, dtype=np.int64), x], axis=1)
+    return x
+
+
+def distinct_tokens(vocab: np.ndarray, n_sequences: int, k: int, seed: int) -> np.ndarray:
+    """``[n, k]``: per row ``k`` distinct ``vocab`` ids (A, B, R1..R7 of L4)."""
+    if len(vocab) < k:
+        raise PosmechError(f"need {k} distinct non-special tokens, the tokenizer has {len(vocab)}")
+    rng = np.random.default_rng(seed)
+    return np.stack([vocab[rng.choice(len(vocab), size=k, replace=False)] for _ in range(n_sequences)])
+
+
+# --------------------------------------------------------------------------- forward variants
+def variant_hooks(variant: str) -> list[Hook]:
+    """Hooks of a forward variant: zero the token (``position_only``) or positional
+    (``token_only``) embeddings at every position."""
+
+    def zero(t: Any, hook: Any) -> Any:
+        return t * 0.0
+
+    if variant == "both":
+        return []
+    if variant == "position_only":
+        return [("hook_embed", zero)]
+    if variant == "token_only":
+        return [("hook_pos_embed", zero)]
+    raise PosmechError(f"unknown forward variant {variant!r}; expected one of {', '.join(VARIANTS)}")
+
+
+@dataclass
+class Forward:
+    """Scores and patterns of one forward variant over a batch of sequences.
+
+    ``scores``/``patterns``: float64 ``[batch, n_captured, T, T]`` for ``heads`` (in order);
+    scores are NaN above the diagonal, patterns 0 there.  ``target_logprob``: float64
+    ``[batch]``, the log-probability of each sequence's target token at the last position
+    (when targets were given)."""
+
+    heads: list[tuple[int, int]]
+    scores: np.ndarray
+    patterns: np.ndarray
+    target_logprob: np.ndarray | None = None
+
+    def head(self, lh: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+        i = self.heads.index(lh)
+        return self.scores[:, i], self.patterns[:, i]
+
+
+def attn_scale(bridge: Any) -> float:
+    cfg = bridge.cfg
+    if getattr(cfg, "attn_scale", -1.0) and cfg.attn_scale > 0:
+        return float(cfg.attn_scale)
+    return float(np.sqrt(cfg.d_head)) if getattr(cfg, "use_attn_scale", True) else 1.0
+
+
+def run_variant(
+    bridge: Any, tokens: np.ndarray, variant: str, heads: Sequence[tuple[int, int]] | None = None,
+    targets: np.ndarray | None = None, batch_size: int = 100, progress: str | None = None,
+) -> Forward:
+    """Forward ``tokens [B, T]`` under ``variant`` in batches; capture ``heads`` (all when None);
+    with ``targets [B]`` also the log-probability of each target token at the last position."""
+    import torch
+
+    cfg = bridge.cfg
+    heads = list(heads) if heads is not None else [(la, h) for la in range(cfg.n_layers) for h in range(cfg.n_heads)]
+    layers = sorted({la for la, _ in heads})
+    B, T = tokens.shape
+    scores = np.full((B, len(heads), T, T), np.nan)
+    patterns = np.zeros((B, len(heads), T, T))
+    last = np.zeros(B) if targets is not None else None
+    scale = attn_scale(bridge)
+    upper = np.triu(np.ones((T, T), dtype=bool), 1)
+    hooks = variant_hooks(variant)
+    prog = Progress(B, f"{progress}: {variant} forward, sequences", logger=LOG) if progress else None
+    for start in range(0, B, batch_size):
+        got: dict[tuple[str, int], Any] = {}
+
+        def grab(t: Any, hook: Any) -> None:
+            parts = hook.name.split(".")
+            got[(parts[-1], int(parts[1]))] = t.detach().to("cpu", torch.float64)
+
+        grabs = [(f"blocks.{la}.attn.hook_{k}", grab) for la in layers for k in ("q", "k", "pattern")]
+        x = torch.as_tensor(tokens[start : start + batch_size], device=cfg.device)
+        with torch.inference_mode(), bridge.hooks(fwd_hooks=[*hooks, *grabs]):
+            out = bridge(x)
+        sl = slice(start, start + len(x))
+        for i, (la, h) in enumerate(heads):
+            q, k = got[("hook_q", la)][:, :, h], got[("hook_k", la)][:, :, h]
+            s = torch.einsum("bqd,bkd->bqk", q, k).numpy() / scale
+            s[:, upper] = np.nan
+            scores[sl, i] = s
+            patterns[sl, i] = got[("hook_pattern", la)][:, h].numpy()
+        if last is not None and targets is not None:
+            t = torch.as_tensor(targets[sl], device=out.device)[:, None]
+            last[sl] = torch.log_softmax(out[:, -1].double(), -1).gather(-1, t)[:, 0].cpu().numpy()
+        if prog is not None:
+            prog.update(min(start + batch_size, B))
+    return Forward(heads, scores, patterns, last)
+
+
+# --------------------------------------------------------------------------- head roles
+def diagonal_mean(patterns: np.ndarray, offset: int, first_query: int) -> np.ndarray:
+    """Mean over sequences and queries ``q >= max(first_query, offset)`` of ``P[q, q − offset]``:
+    ``patterns [B, n, T, T]`` → ``[n]``.  An empty query set is an error."""
+    T = patterns.shape[-1]
+    q = np.arange(max(first_query, offset), T)
+    if not len(q):
+        raise PosmechError(f"no query at offset {offset} from query {first_query} in sequences of {T} tokens")
+    return patterns[:, :, q, q - offset].mean(axis=(0, 2))
+
+
+def induction_score(patterns: np.ndarray, half: int, bos: bool) -> np.ndarray:
+    """Mean attention from every query of the second copy of ``[BOS] R R`` to the key just after
+    the query token's first occurrence (offset ``half − 1``): ``[B, n, T, T]`` → ``[n]``."""
+    first = (1 if bos else 0) + half
+    q = np.arange(first, patterns.shape[-1])
+    return patterns[:, :, q, q - half + 1].mean(axis=(0, 2))
+
+
+def find_roles(
+    heads: list[tuple[int, int]], diag1: np.ndarray, diag2: np.ndarray, induction: np.ndarray,
+    pins: dict[str, tuple[int, int]],
+) -> list[dict[str, Any]]:
+    """Rows ``role, head, criterion, score, source`` (``found``/``pinned``): previous-token head =
+    argmax of ``diag1``, look-back-two = argmax of ``diag2`` over the other heads, induction =
+    argmax of ``induction``."""
+    rows = []
+    taken: set[tuple[int, int]] = set()
+    for role, vals, crit in (
+        ("previous", diag1, "mean attention at offset -1"),
+        ("look_back_two", diag2, "mean attention at offset -2"),
+        ("induction", induction, "induction score"),
+    ):
+        if role in pins:
+            lh, source = pins[role], "pinned"
+        else:
+            order = np.argsort(-vals, kind="stable")
+            cand = [heads[i] for i in order if not (role == "look_back_two" and heads[i] in taken)]
+            lh, source = cand[0], "found"
+        taken.add(lh)
+        rows.append({"role": role, "head": head_name(*lh), "criterion": crit,
+                     "score": float(vals[heads.index(lh)]), "source": source})
+    return rows
+
+
+def offset_masses(pattern: np.ndarray, first_query: int, bos: bool) -> dict[str, float]:
+    """Masses of a mean pattern ``[T, T]`` averaged over queries ``first_query..T−1``:
+    ``previous`` (key q−1), ``offset_2`` (q−2), ``offset_3`` (q−3), ``self`` (q) and ``bos`` (key 0
+    when the sequences have BOS)."""
+    T = pattern.shape[-1]
+    q = np.arange(first_query, T)
+    if not len(q) or first_query < 3:
+        raise PosmechError(f"masses need queries >= 3 (got first_query {first_query}, {T} tokens)")
+    out = {"previous": pattern[q, q - 1].mean(), "offset_2": pattern[q, q - 2].mean(),
+           "offset_3": pattern[q, q - 3].mean(), "self": pattern[q, q].mean()}
+    if bos:
+        out["bos"] = pattern[q, 0].mean()
+    return {k: float(v) for k, v in out.items()}
+
+
+# --------------------------------------------------------------------------- tidy tables
+def matrix_rows(M: np.ndarray, value: str, lower: bool = True) -> list[dict[str, Any]]:
+    """``[T, T]`` → rows ``query, key, offset, <value>`` for keys ``<=`` query."""
+    T = M.shape[0]
+    return [{"query": q, "key": k, "offset": k - q, value: float(M[q, k])}
+            for q in range(T) for k in range(q + 1 if lower else T)]
+
+
+def decomposition_rows(
+    fwds: dict[str, Forward], roles: dict[str, tuple[int, int]], claims: dict[str, str],
+) -> list[dict[str, Any]]:
+    """Rows per (role, variant, query, key): mean / sd of the score, mean pattern, over sequences."""
+    rows = []
+    for role, lh in roles.items():
+        for variant, f in fwds.items():
+            S, P = f.head(lh)
+            ms, sd, mp = S.mean(0), S.std(0), P.mean(0)
+            T = ms.shape[0]
+            claim = claims[role]
+            if role == "previous" and variant == "position_only":
+                claim = "L2,L3"
+            for q in range(T):
+                for k in range(q + 1):
+                    rows.append({"claim": claim, "head": head_name(*lh), "role": role, "variant": variant,
+                                 "n_sequences": S.shape[0], "query": q, "key": k, "offset": k - q,
+                                 "score_mean": float(ms[q, k]), "score_sd": float(sd[q, k]),
+                                 "pattern_mean": float(mp[q, k])})
+    return rows
+
+
+def mean_matrix(df: Any, head: str, variant: str, value: str) -> np.ndarray:
+    """The ``[T, T]`` matrix of ``value`` (NaN above the diagonal) from decomposition rows."""
+    d = df[(df["head"] == head) & (df["variant"] == variant)]
+    T = int(d["query"].max()) + 1
+    M = np.full((T, T), np.nan)
+    M[d["query"].to_numpy(), d["key"].to_numpy()] = d[value].to_numpy()
+    return M
+
+
+# --------------------------------------------------------------------------- L4
+def induction_sequences(distinct: np.ndarray, bos: int | None) -> tuple[np.ndarray, list[str]]:
+    """``[BOS] A B R1..Rk A`` (or without BOS) from rows ``A, B, R1..Rk`` of ``distinct``;
+    also the key labels."""
+    a = distinct[:, :1]
+    x = np.concatenate([distinct, a], axis=1)
+    k = distinct.shape[1] - 2
+    labels = ["A", "B", *[f"R{i + 1}" for i in range(k)], "A (query)"]
+    if bos is not None:
+        x = np.concatenate([np.full((len(x), 1), bos, dtype=np.int64), x], axis=1)
+        labels = ["BOS", *labels]
+    return x.astype(np.int64), labels
+
+
+# --------------------------------------------------------------------------- scorecards
+def scorecard(rows: list[tuple[str, str, float | list[str], str]], model: str, artifact: str) -> list[dict[str, Any]]:
+    """``(claim, quantity, value, detail)`` tuples → scorecard dicts."""
+    return [{"claim": c, "model": model, "quantity": q, "value": v, "detail": d, "artifact": artifact}
+            for c, q, v, d in rows]
+
+
+# --------------------------------------------------------------------------- settings
+def sequence_lengths(p: dict[str, Any], bos: bool) -> dict[str, int]:
+    """Length in tokens of every sequence the L rules build, by config key."""
+    b = 1 if bos else 0
+    return {
+        "attn_only.n_tokens": p["n_tokens"] + b,
+        "attn_only.induction_score.half_length": 2 * p["induction_score"]["half_length"] + b,
+        "attn_only.bos_induction.n_random": p["bos_induction"]["n_random"] + 4,
+    }
+
+
+def check_settings(p: dict[str, Any]) -> None:
+    """Checks the config alone can make (run when the workflow is parsed and by every rule)."""
+    T = p["n_tokens"] + 1
+    if not 0 < p["query"] < T:
+        raise PosmechError(f"attn_only.query: {p['query']} is not a query position of BOS + {p['n_tokens']} tokens")
+    if not 3 <= p["first_query"] < T:
+        raise PosmechError(
+            f"attn_only.first_query: {p['first_query']} must be >= 3 (offsets -1..-3 then skip BOS) and < {T}")
+    for key, v in (("attn_only.n_sequences", p["n_sequences"]), ("attn_only.batch_size", p["batch_size"]),
+                   ("attn_only.induction_score.n_sequences", p["induction_score"]["n_sequences"]),
+                   ("attn_only.bos_induction.n_samples", p["bos_induction"]["n_samples"])):
+        if v < 1:
+            raise PosmechError(f"{key}: must be at least 1 (an average over nothing is undefined)")
+
+
+@dataclass
+class Setup:
+    """What every L rule needs before its first forward pass (all checks done)."""
+
+    bos: int | None
+    vocab: np.ndarray
+    pins: dict[str, tuple[int, int]]
+    heads: list[tuple[int, int]]
+
+
+def prepare(bridge: Any, p: dict[str, Any], model: str, entry: dict[str, Any], need_bos: bool = False) -> Setup:
+    """Every check of the L rules, before any forward pass: settings, learned positions, the
+    pinned heads, sequence lengths vs ``n_ctx``, a BOS token when ``attn_only.bos`` is true
+    (``need_bos``: L4 always needs one)."""
+    check_settings(p)
+    require_learned_positions(bridge, f"model `{model}`")
+    cfg = bridge.cfg
+    pins = check_pins(((p.get("pin") or {}).get(model)), cfg.n_layers, cfg.n_heads, f"attn_only.pin.{model}")
+    bos = resolve_bos(p["bos"], entry)
+    if need_bos and not bos:
+        raise PosmechError(f"attn_only.bos: L4 (bos_induction) compares with and without BOS; model `{model}` "
+                           "runs without BOS (`bos: false` or `prepend_bos: false`): leave it out of the rule")
+    require_context(int(cfg.n_ctx), sequence_lengths(p, bos))
+    bid = bos_id(bridge.tokenizer, bos, "attn_only.bos")
+    vocab = sampling_vocab(bridge.tokenizer, cfg.d_vocab)
+    heads = [(la, h) for la in range(cfg.n_layers) for h in range(cfg.n_heads)]
+    return Setup(bid, vocab, pins, heads)
+
+
+# --------------------------------------------------------------------------- rules
+def random_token_patterns(bridge: Any, p: dict[str, Any], setup: Setup, progress: str = "L1") -> dict[str, Any]:
+    """L1 and the head roles: mean pattern of every head over ``n_sequences`` random-token
+    sequences, offset masses per head, and the roles (previous, look-back-two, induction).
+
+    Returns ``patterns`` (rows per head/query/key), ``masses`` (rows per head/mass), ``roles``
+    (rows of :func:`find_roles`), ``mean`` ``[n_heads, T, T]`` and ``induction`` ``[n_heads]``."""
+    x = random_tokens(setup.vocab, p["n_sequences"], p["n_tokens"], setup.bos, p["seed"])
+    f = run_variant(bridge, x, "both", setup.heads, batch_size=p["batch_size"], progress=progress)
+    mean = f.patterns.mean(0)
+    d1 = diagonal_mean(f.patterns, 1, p["first_query"])
+    d2 = diagonal_mean(f.patterns, 2, p["first_query"])
+    ind = p["induction_score"]
+    xr = repeated_tokens(setup.vocab, ind["n_sequences"], ind["half_length"], setup.bos, p["seed"] + 1)
+    fr = run_variant(bridge, xr, "both", setup.heads, batch_size=p["batch_size"], progress=f"{progress} induction")
+    ind_score = induction_score(fr.patterns, ind["half_length"], setup.bos is not None)
+    roles = find_roles(setup.heads, d1, d2, ind_score, setup.pins)
+    role_of = {r["head"]: r["role"] for r in reversed(roles)}
+    patterns, masses = [], []
+    for i, lh in enumerate(setup.heads):
+        name = head_name(*lh)
+        for r in matrix_rows(mean[i], "attention"):
+            patterns.append({"head": name, "role": role_of.get(name, ""), **r})
+        m = offset_masses(mean[i], p["first_query"], setup.bos is not None)
+        for kind, v in m.items():
+            masses.append({"head": name, "role": role_of.get(name, ""), "mass": kind, "value": v,
+                           "queries": f"{p['first_query']}..{mean.shape[-1] - 1}"})
+        masses.append({"head": name, "role": role_of.get(name, ""), "mass": "induction_score",
+                       "value": float(ind_score[i]), "queries": "second copy"})
+    return {"patterns": patterns, "masses": masses, "roles": roles, "mean": mean, "induction": ind_score}
+
+
+def input_decomposition(
+    bridge: Any, p: dict[str, Any], setup: Setup, roles: dict[str, tuple[int, int]], progress: str = "L2/L3/L5",
+) -> list[dict[str, Any]]:
+    """L2, L3, L5: scores and patterns of the previous-token and look-back-two heads under the
+    three inputs on the L1 sequences (same seed).  ``position_only`` does not depend on the
+    tokens, so one sequence stands for all (its sd is 0).  Rows of :func:`decomposition_rows`."""
+    x = random_tokens(setup.vocab, p["n_sequences"], p["n_tokens"], setup.bos, p["seed"])
+    heads = list(dict.fromkeys(roles.values()))
+    fwds = {}
+    for v in VARIANTS:
+        xs = x[:1] if v == "position_only" else x
+        fwds[v] = run_variant(bridge, xs, v, heads, batch_size=p["batch_size"], progress=progress)
+    return decomposition_rows(fwds, roles, {"previous": "L2", "look_back_two": "L5"})
+
+
+def bos_induction(
+    bridge: Any, p: dict[str, Any], setup: Setup, induction: tuple[int, int], progress: str = "L4",
+) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+    """L4: P([B]) at the final [A] of ``[BOS] A B R1..Rk A`` and of ``A B R1..Rk A`` (A, B, R
+    distinct random tokens, the same draws in both conditions), and the induction head's
+    attention row at the last query.  Rows: ``condition, quantity (p_B | attention), key_label,
+    key_position, value, sd, n_samples``; also the mean rows per condition."""
+    c = p["bos_induction"]
+    k = c["n_random"] + 2
+    draws = distinct_tokens(setup.vocab, c["n_samples"], k, p["seed"] + 2)
+    rows, mean_rows = [], {}
+    for cond, bos in (("with_bos", setup.bos), ("without_bos", None)):
+        x, labels = induction_sequences(draws, bos)
+        f = run_variant(bridge, x, "both", [induction], targets=draws[:, 1], batch_size=p["batch_size"],
+                        progress=f"{progress} {cond}")
+        pb = np.exp(f.target_logprob)
+        rows.append({"condition": cond, "quantity": "p_B", "key_label": "", "key_position": -1,
+                     "value": float(pb.mean()), "sd": float(pb.std()), "n_samples": len(pb)})
+        row = f.patterns[:, 0, -1, :]
+        mean_rows[cond] = row.mean(0)
+        for j, lab in enumerate(labels):
+            rows.append({"condition": cond, "quantity": "attention", "key_label": lab, "key_position": j,
+                         "value": float(row[:, j].mean()), "sd": float(row[:, j].std()), "n_samples": len(row)})
+    return rows, mean_rows
+
+
+# --------------------------------------------------------------------------- scorecard rows per rule
+def random_token_scorecard(out: dict[str, Any], p: dict[str, Any], setup: Setup, model: str,
+                           artifact: str) -> list[dict[str, Any]]:
+    """L1 rows (previous-token head's masses over queries first_query..T−1, its row 1) and the
+    head roles (L1 previous, L5 look-back-two, L4 induction)."""
+    roles = {r["role"]: r for r in out["roles"]}
+    prev = roles["previous"]["head"]
+    i = setup.heads.index(parse_head(prev))
+    M = out["mean"][i]
+    m = {(r["head"], r["mass"]): r["value"] for r in out["masses"]}
+    qs = f"queries {p['first_query']}..{M.shape[-1] - 1}, {p['n_sequences']} random-token sequences"
+    src = {k: f"{v['source']} ({v['criterion']} {v['score']:.3f})" for k, v in roles.items()}
+    rows: list[tuple[str, str, Any, str]] = [
+        ("L1", "previous_token_head", [prev], src["previous"]),
+        ("L5", "look_back_two_head", [roles["look_back_two"]["head"]], src["look_back_two"]),
+        ("L4", "induction_head", [roles["induction"]["head"]], src["induction"]),
+        ("L1", "prev_head_mass_previous", m[(prev, "previous")], f"{prev}, key q-1; {qs}"),
+        ("L1", "prev_head_mass_self", m[(prev, "self")], f"{prev}, key q; {qs}"),
+        ("L1", "prev_head_mass_offset2", m[(prev, "offset_2")], f"{prev}, key q-2; {qs}"),
+    ]
+    if setup.bos is not None:
+        rows += [("L1", "prev_head_mass_bos", m[(prev, "bos")], f"{prev}, key 0 (BOS); {qs}"),
+                 ("L1", "prev_head_row1_bos", float(M[1, 0]), f"{prev}, query 1 -> key 0 (BOS)"),
+                 ("L1", "prev_head_row1_self", float(M[1, 1]), f"{prev}, query 1 -> key 1")]
+    return scorecard(rows, model, artifact)
+
+
+def _at(df: Any, head: str, variant: str, query: int, key: int, col: str) -> float:
+    d = df[(df["head"] == head) & (df["variant"] == variant) & (df["query"] == query) & (df["key"] == key)]
+    return float(d[col].iloc[0])
+
+
+def decomposition_scorecard(df: Any, roles: dict[str, str], p: dict[str, Any], bos: bool, model: str,
+                            artifacts: dict[str, str]) -> list[dict[str, Any]]:
+    """L2, L3, L5 rows at query ``p['query']`` (and, for L5 'both', masses over queries
+    first_query..T−1 of the mean pattern)."""
+    q, fq = p["query"], p["first_query"]
+    prev, lb2 = roles["previous"], roles["look_back_two"]
+    rows: list[tuple[str, str, Any, str]] = []
+    d = f"query {q}"
+    for name, key in (("offset1", q - 1), ("self", q), ("offset2", q - 2)):
+        rows.append(("L2", f"posonly_score_{name}", _at(df, prev, "position_only", q, key, "score_mean"), f"{prev}, {d}"))
+    others = [k for k in range(q + 1) if k not in (q, q - 1, q - 2)]
+    rows.append(("L2", "posonly_score_max_other", max(_at(df, prev, "position_only", q, k, "score_mean") for k in others),
+                 f"{prev}, {d}, keys other than q, q-1, q-2"))
+    rows.append(("L2", "posonly_pattern_offset1", _at(df, prev, "position_only", q, q - 1, "pattern_mean"), f"{prev}, {d}"))
+    first = 1 if bos else 0
+    rest = [_at(df, prev, "token_only", q, k, "score_mean") for k in range(first, q + 1)]
+    rows.append(("L2", "tokonly_score_other_mean", float(np.mean(rest)), f"{prev}, {d}, mean over non-BOS keys"))
+    if bos:
+        rows += [("L2", "tokonly_score_bos", _at(df, prev, "token_only", q, 0, "score_mean"), f"{prev}, {d}, key BOS"),
+                 ("L2", "tokonly_pattern_bos", _at(df, prev, "token_only", q, 0, "pattern_mean"), f"{prev}, {d}"),
+                 ("L2", "both_pattern_bos", _at(df, prev, "both", q, 0, "pattern_mean"), f"{prev}, {d}")]
+    for name, key in (("offset1", q - 1), ("self", q), ("offset2", q - 2)):
+        rows.append(("L2", f"both_pattern_{name}", _at(df, prev, "both", q, key, "pattern_mean"), f"{prev}, {d}"))
+    P = mean_matrix(df, prev, "position_only", "pattern_mean")
+    rows += [("L3", "posonly_row1_key0", float(P[1, 0]), f"{prev}, position-only query 1 -> key 0"),
+             ("L3", "posonly_row1_self", float(P[1, 1]), f"{prev}, position-only query 1 -> key 1"),
+             ("L3", "posonly_min_prev_q2plus", float(min(P[k, k - 1] for k in range(2, P.shape[0]))),
+              f"{prev}, position-only, min over queries >= 2 of P[q, q-1]")]
+    for name, off in (("offset2", 2), ("offset1", 1), ("offset3", 3), ("offset4", 4), ("self", 0)):
+        rows.append(("L5", f"posonly_pattern_{name}", _at(df, lb2, "position_only", q, q - off, "pattern_mean"),
+                     f"{lb2}, {d}"))
+    for name, off in (("offset2", 2), ("offset1", 1), ("offset3", 3)):
+        rows.append(("L5", f"posonly_score_{name}", _at(df, lb2, "position_only", q, q - off, "score_mean"),
+                     f"{lb2}, {d}"))
+    B = mean_matrix(df, lb2, "both", "pattern_mean")
+    m = offset_masses(B, fq, bos)
+    for name, k in (("offset2", "offset_2"), ("offset1", "previous"), ("offset3", "offset_3")):
+        rows.append(("L5", f"both_mass_{name}", m[k], f"{lb2}, mean over queries {fq}..{B.shape[0] - 1}"))
+    art = {"L2": artifacts["L2"], "L3": artifacts["L3"], "L5": artifacts["L5"]}
+    return [{**r, "artifact": art[r["claim"]]} for r in scorecard(rows, model, "")]
+
+
+def bos_induction_scorecard(rows: list[dict[str, Any]], head: str, model: str, artifact: str) -> list[dict[str, Any]]:
+    """L4 rows: P([B]) with / without BOS and the induction head's attention to BOS, A and B."""
+    att = {(r["condition"], r["key_label"]): r["value"] for r in rows if r["quantity"] == "attention"}
+    pb = {r["condition"]: r for r in rows if r["quantity"] == "p_B"}
+    n = pb["with_bos"]["n_samples"]
+    out: list[tuple[str, str, Any, str]] = [
+        ("L4", "p_b_with_bos", pb["with_bos"]["value"], f"mean over {n} samples (sd {pb['with_bos']['sd']:.3g})"),
+        ("L4", "p_b_without_bos", pb["without_bos"]["value"],
+         f"mean over {n} samples (sd {pb['without_bos']['sd']:.3g})"),
+        ("L4", "induction_row_with_bos_bos", att[("with_bos", "BOS")], f"{head}, final [A] -> BOS"),
+        ("L4", "induction_row_with_bos_b", att[("with_bos", "B")], f"{head}, final [A] -> B"),
+        ("L4", "induction_row_without_bos_a", att[("without_bos", "A")], f"{head}, final [A] -> A at position 0"),
+        ("L4", "induction_row_without_bos_b", att[("without_bos", "B")], f"{head}, final [A] -> B"),
+    ]
+    return scorecard(out, model, artifact)
+
+
+def read_roles(path: str) -> dict[str, str]:
+    """``{role: head}`` from a ``heads.csv`` written by rule random_token_patterns."""
+    from posmech.tables import read_table
+
+    df = read_table(path)
+    missing = [r for r in ROLES if r not in set(df["role"])]
+    if missing:
+        raise PosmechError(f"{path}: no row for role(s) {', '.join(missing)}; rerun random_token_patterns")
+    return dict(zip(df["role"], df["head"]))

@@ -1,0 +1,148 @@
+# The attention-only family (L1-L5, seed 001): random-token inputs, position-only /
+# token-only forward variants, BOS and induction. Library: posmech.analyses.attn_only;
+# helpers (attn_only_*) in common.smk.
+try:
+    check_attn_only()
+except PosmechError as err:
+    raise WorkflowError(str(err)) from None
+
+
+rule random_token_patterns:
+    """Mean attention of every head over random-token sequences (L1); the previous-token,
+    look-back-two and induction heads (found or pinned) in heads.csv."""
+    input:
+        manifest=rules.fetch_model.output.manifest,
+    output:
+        table=report(
+            "results/{model}/attn_only/random_token_patterns.csv",
+            caption="../report/random_token_patterns.rst",
+            category="L",
+            subcategory="Attention-only family (L1-L5)",
+        ),
+        masses="results/{model}/attn_only/random_token_masses.csv",
+        heads="results/{model}/attn_only/heads.csv",
+        figure=report(
+            "results/{model}/attn_only/random_token_patterns.png",
+            caption="../report/random_token_patterns.rst",
+            category="L",
+            subcategory="Attention-only family (L1-L5)",
+        ),
+        scorecard="results/{model}/scorecard/random_token_patterns.csv",
+    log:
+        "logs/random_token_patterns/{model}.log",
+    benchmark:
+        "benchmarks/random_token_patterns/{model}.tsv"
+    wildcard_constraints:
+        model=regex(MODELS),
+    conda:
+        "../envs/posmech.yaml"
+    threads: 2
+    resources:
+        gpu=heavy_resources,
+        mem_mb=heavy_mem_mb_for(config["attn_only"]["batch_size"]),
+        runtime=attn_only_runtime(
+            config["attn_only"]["n_sequences"],
+            config["attn_only"]["induction_score"]["n_sequences"],
+        ),
+    params:
+        entry=model_entry,
+        cfg=attn_only_params,
+    script:
+        "../../scripts/random_token_patterns.py"
+
+
+rule input_decomposition:
+    """Scores and patterns of the previous-token and look-back-two heads with position-only,
+    token-only and both inputs (L2, L5); the position-only pattern (L3)."""
+    input:
+        manifest=rules.fetch_model.output.manifest,
+        heads=rules.random_token_patterns.output.heads,
+    output:
+        table=report(
+            "results/{model}/attn_only/input_decomposition.csv",
+            caption="../report/input_decomposition.rst",
+            category="L",
+            subcategory="Attention-only family (L1-L5)",
+        ),
+        previous=report(
+            "results/{model}/attn_only/decomposition_previous.png",
+            caption="../report/input_decomposition.rst",
+            category="L",
+            subcategory="Attention-only family (L1-L5)",
+        ),
+        position_only=report(
+            "results/{model}/attn_only/position_only_previous.png",
+            caption="../report/position_only_previous.rst",
+            category="L",
+            subcategory="Attention-only family (L1-L5)",
+        ),
+        look_back_two=report(
+            "results/{model}/attn_only/decomposition_look_back_two.png",
+            caption="../report/input_decomposition.rst",
+            category="L",
+            subcategory="Attention-only family (L1-L5)",
+        ),
+        scorecard="results/{model}/scorecard/input_decomposition.csv",
+    log:
+        "logs/input_decomposition/{model}.log",
+    benchmark:
+        "benchmarks/input_decomposition/{model}.tsv"
+    wildcard_constraints:
+        model=regex(MODELS),
+    conda:
+        "../envs/posmech.yaml"
+    threads: 2
+    resources:
+        gpu=heavy_resources,
+        mem_mb=heavy_mem_mb_for(config["attn_only"]["batch_size"]),
+        runtime=attn_only_runtime(2 * config["attn_only"]["n_sequences"]),
+    params:
+        entry=model_entry,
+        cfg=attn_only_params,
+    script:
+        "../../scripts/input_decomposition.py"
+
+
+rule bos_induction:
+    """P([B]) at the final [A] of [BOS] A B R1..R7 A vs A B R1..R7 A; the induction head's
+    attention row there (L4)."""
+    input:
+        manifest=rules.fetch_model.output.manifest,
+        heads=rules.random_token_patterns.output.heads,
+    output:
+        table=report(
+            "results/{model}/attn_only/bos_induction.csv",
+            caption="../report/bos_induction.rst",
+            category="L",
+            subcategory="Attention-only family (L1-L5)",
+        ),
+        figure=report(
+            "results/{model}/attn_only/bos_induction.png",
+            caption="../report/bos_induction.rst",
+            category="L",
+            subcategory="Attention-only family (L1-L5)",
+        ),
+        scorecard="results/{model}/scorecard/bos_induction.csv",
+    log:
+        "logs/bos_induction/{model}.log",
+    benchmark:
+        "benchmarks/bos_induction/{model}.tsv"
+    wildcard_constraints:
+        model=regex(MODELS),
+    conda:
+        "../envs/posmech.yaml"
+    threads: 2
+    resources:
+        gpu=heavy_resources,
+        mem_mb=heavy_mem_mb_for(config["attn_only"]["batch_size"]),
+        runtime=attn_only_runtime(2 * config["attn_only"]["bos_induction"]["n_samples"]),
+    params:
+        entry=model_entry,
+        cfg=attn_only_params,
+    script:
+        "../../scripts/bos_induction.py"
+
+
+collect(rules.random_token_patterns, model=attn_only_models())
+collect(rules.input_decomposition, model=attn_only_models())
+collect(rules.bos_induction, model=attn_only_models(bos=True))
