@@ -341,8 +341,8 @@ def test_split_destination_token_names_the_key():
     assert cx.single_token(tok, " ", "contextual.destination_token") == tok(" ", add_special_tokens=False).input_ids[0]
     with pytest.raises(PosmechError, match=r"`contextual.destination_token`: ' the' is 4 tokens"):
         cx.single_token(tok, " the", "contextual.destination_token")
-    with pytest.raises(PosmechError, match=r"`contextual.destination_token`: 'z' is 0 tokens"):
-        cx.single_token(tok, "z", "contextual.destination_token")  # unknown characters are dropped
+    with pytest.raises(PosmechError, match=r"`contextual.destination_token`: 'z' does not decode back .*<\|unk\|>"):
+        cx.single_token(tok, "z", "contextual.destination_token")  # an unknown character is <|unk|>
     with pytest.raises(PosmechError, match=r"does not decode back"):
         cx.single_token(hb.char_tokenizer(60), " the", "contextual.destination_token")
 

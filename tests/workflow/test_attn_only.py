@@ -35,7 +35,7 @@ def test_ci_run_has_every_l_output(ci_run):
         assert table["claim"].str.match(r"^L\d(,L\d)*$").all() and (table["model"] == "demo").all()
     for f in FIGURES:
         assert (d / f"attn_only/{f}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    heads = read_table(d / "attn_only/heads.csv")
+    heads = read_table(d / "attn_only/head_roles.csv")
     assert list(heads["role"]) == ["previous", "look_back_two", "induction"]
     patterns = read_table(d / "attn_only/random_token_patterns.csv")
     sums = patterns.groupby(["head", "query"])["attention"].sum()
@@ -94,7 +94,7 @@ def test_legacy_attention_only_model_gives_the_planted_answers(tmp_path):
     _, ind = _card(d, "bos_induction")
     assert float(ind["p_b_with_bos"]) > 10 * float(ind["p_b_without_bos"])
     # the scorecard judges the published attn-only-2l values as not applicable to this model
-    assert "L0H0" in read_table(d / "attn_only/heads.csv")["head"].tolist()
+    assert "L0H0" in read_table(d / "attn_only/head_roles.csv")["head"].tolist()
 
 
 def test_sequence_longer_than_a_trained_models_context_fails_before_any_job(tmp_path):

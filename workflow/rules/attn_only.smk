@@ -9,7 +9,7 @@ except PosmechError as err:
 
 rule random_token_patterns:
     """Mean attention of every head over random-token sequences (L1); the previous-token,
-    look-back-two and induction heads (found or pinned) in heads.csv."""
+    look-back-two and induction heads (found or pinned) in head_roles.csv."""
     input:
         manifest=rules.fetch_model.output.manifest,
     output:
@@ -20,7 +20,7 @@ rule random_token_patterns:
             subcategory="Attention-only family (L1-L5)",
         ),
         masses="results/{model}/attn_only/random_token_masses.csv",
-        heads="results/{model}/attn_only/heads.csv",
+        heads="results/{model}/attn_only/head_roles.csv",
         figure=report(
             "results/{model}/attn_only/random_token_patterns.png",
             caption="../report/random_token_patterns.rst",

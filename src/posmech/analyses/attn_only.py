@@ -571,7 +571,7 @@ def bos_induction_scorecard(rows: list[dict[str, Any]], head: str, model: str, a
 
 
 def read_roles(path: str) -> dict[str, str]:
-    """``{role: head}`` from a ``heads.csv`` written by rule random_token_patterns."""
+    """``{role: head}`` from a ``head_roles.csv`` written by rule random_token_patterns."""
     from posmech.tables import read_table
 
     df = read_table(path)
