@@ -52,21 +52,21 @@ def test_gpt2_demo_has_a_sharp_previous_token_head_above_layer_0_read_by_a_later
     s = summaries["demo"]
     prev, ind = s["best_previous_token_head"], s["best_induction_head"]
     assert _layer(prev) >= 1, s["previous_token_scores"]
-    assert s["best_previous_token_score"] >= 0.55  # measured 0.618 (L1H2; L1H1 0.52 shares the work)
+    assert s["best_previous_token_score"] >= 0.55  # measured 0.656 (L1H3; L1H0 0.61 shares the work)
     assert _layer(ind) > _layer(prev) and s["induction_reads_head"] == prev
-    assert s["best_induction_score"] >= 0.7  # measured 0.859
+    assert s["best_induction_score"] >= 0.7  # measured 0.866
     # the induction head reads the previous-token head(s) below it: zeroing them breaks induction
     assert s["induction_score_with_previous_token_heads_ablated"] <= 0.5 * s["best_induction_score"]
-    assert s["p_correct_repeated"] >= 0.8 and s["p_correct_first_copy"] <= 0.05  # measured 0.935, 0.013
-    assert s["p_correct_repeated_ablated"] <= 0.5 * s["p_correct_repeated"]  # measured 0.285
+    assert s["p_correct_repeated"] >= 0.8 and s["p_correct_first_copy"] <= 0.05  # measured 0.920, 0.014
+    assert s["p_correct_repeated_ablated"] <= 0.5 * s["p_correct_repeated"]  # measured 0.132
 
 
 def test_attention_only_demo_has_previous_token_and_induction_heads(summaries):
     s = summaries["demo-attn"]
     assert s["architecture"] == "attn_only"
-    assert _layer(s["best_previous_token_head"]) == 0 and s["best_previous_token_score"] >= 0.75  # 0.838
-    assert _layer(s["best_induction_head"]) == 1 and s["best_induction_score"] >= 0.7  # 0.827
+    assert _layer(s["best_previous_token_head"]) == 0 and s["best_previous_token_score"] >= 0.75  # 0.893
+    assert _layer(s["best_induction_head"]) == 1 and s["best_induction_score"] >= 0.7  # 0.856
     assert s["induction_reads_head"] == s["best_previous_token_head"]
     assert s["induction_score_with_previous_token_heads_ablated"] <= 0.5 * s["best_induction_score"]
-    assert s["p_correct_repeated"] >= 0.85 and s["p_correct_first_copy"] <= 0.05  # 0.937, 0.013
+    assert s["p_correct_repeated"] >= 0.85 and s["p_correct_first_copy"] <= 0.05  # 0.933, 0.014
     assert 0 < s["best_look_back_two_score"] < 1

@@ -12,6 +12,7 @@ import yaml
 from scipy.special import softmax
 
 from posmech.models import handbuilt as hb
+from posmech.models.loading import read_manifest
 from posmech.tables import SCORECARD_COLUMNS, read_table
 from tests.workflow.conftest import REPO, snakemake
 
@@ -78,7 +79,10 @@ def test_legacy_attention_only_model_gives_the_planted_answers(tmp_path):
     proc = snakemake(work, *targets, configfile=_config(tmp_path, src), timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     man = json.loads((work / "resources/models/hand/manifest.json").read_text())
-    assert man["kind"] == "local" and man["hf_dir"].endswith("resources/models/hand/hf")
+    # the converted checkpoint lives in the model's own folder; hf_dir is relative to the manifest
+    assert man["kind"] == "local" and man["hf_dir"] == "hf"
+    assert read_manifest(work / "resources/models/hand/manifest.json")["hf_dir"] == str(
+        (work / "resources/models/hand/hf").resolve())
     d = work / "results/hand"
     _, roles = _card(d, "random_token_patterns")
     assert json.loads(roles["previous_token_head"]) == ["L0H0"]

@@ -49,6 +49,7 @@ def test_unseen_local_model_goes_through_model_rules(tmp_path):
     cfg["models"] = {"handmade": {"source": str(model_dir), "device": "cpu", "processing": "raw"}}
     # its 24 positions: the kernels' query positions must lie within them (checked before any job)
     cfg["kernels"].update(etc_positions=[16, 23], heatmap_max_position=23, etc_heatmap_position=23)
+    cfg["contextual"].update(positions=[16, 22], variance_positions=[8, 16, 22])
     cfg["corpora"]["bible"]["n_documents"] = 5
     work = tmp_path / "work"
     work.mkdir()
