@@ -41,7 +41,7 @@ pytestmark = pytest.mark.workflow
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 PROFILE = REPO / "profiles" / "slurm"
 # Hard limits (s); POSMECH_SLURM_TIMEOUT overrides the first on a slow machine.
-RUN_TIMEOUT = int(os.environ.get("POSMECH_SLURM_TIMEOUT", 600))  # whole DAG through Slurm
+RUN_TIMEOUT = int(os.environ.get("POSMECH_SLURM_TIMEOUT", 1800))  # whole DAG through Slurm (~6 min locally)
 FAIL_TIMEOUT = 300  # s, the run whose job fails
 DRY_TIMEOUT = 120
 
