@@ -114,9 +114,15 @@ def compare_png(a: Path, b: Path) -> list[str]:
     return []
 
 
+def _is_hdf5(path: Path) -> bool:
+    """HDF5 by its signature, whatever the name (e.g. the kept cache ``.kept/bible.h5.<fingerprint>``)."""
+    with open(path, "rb") as f:
+        return f.read(8) == b"\x89HDF\r\n\x1a\n"
+
+
 def compare_file(a: Path, b: Path) -> list[str]:
     suffix = a.suffix.lower()
-    if suffix in (".h5", ".hdf5"):
+    if suffix in (".h5", ".hdf5") or _is_hdf5(a):
         return compare_h5(a, b)
     if suffix == ".csv":
         return compare_csv(a, b)
