@@ -37,27 +37,37 @@ def cpu(fn, *a, **k):
     return out, time.process_time() - c0, time.perf_counter() - t0
 
 
-def main() -> None:
+def random_gpt2_and_texts(n_texts: int):
+    """A GPT-2-small-shaped model with random weights (seed 0, eager attention) and ``n_texts``
+    texts of BOS + 1022 Zipf-distributed tokens (duplicates as frequent as in text), as the
+    model, the id arrays, a TokenSet and the layer-0 file's text entries.  Shared by
+    bench/neurons.py."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg = GPT2Config()
+    cfg._attn_implementation = "eager"
+    model = GPT2LMHeadModel(cfg).eval()
+    rng = np.random.default_rng(0)
+    probs = 1.0 / np.arange(1, cfg.vocab_size + 1)
+    texts = [np.concatenate([[50256], rng.choice(cfg.vocab_size, 1022, p=probs / probs.sum())])
+             for _ in range(n_texts)]
+    tokens = TokenSet(np.concatenate(texts).astype(np.int32), np.arange(0, 1023 * (n_texts + 1), 1023), {},
+                      [f"t{j}" for j in range(n_texts)])
+    entries = [{"corpus": "c", "doc_index": j, "title": f"t{j}", "ids": t} for j, t in enumerate(texts)]
+    return model, texts, tokens, entries
+
+
+def main() -> None:
+    import torch
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--texts", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    torch.manual_seed(0)
-    cfg = GPT2Config()
-    cfg._attn_implementation = "eager"
-    model = GPT2LMHeadModel(cfg).eval()
+    model, texts, tokens, entries = random_gpt2_and_texts(args.texts)
     w = cx.weights_from_hf(model, "gpt2-random")
-    rng = np.random.default_rng(0)
-    # Zipf-like token draws, so that duplicates are as frequent as in text
-    probs = 1.0 / np.arange(1, cfg.vocab_size + 1)
-    texts = [np.concatenate([[50256], rng.choice(cfg.vocab_size, 1022, p=probs / probs.sum())])
-             for _ in range(args.texts)]
-    tokens = TokenSet(np.concatenate(texts).astype(np.int32), np.arange(0, 1023 * (args.texts + 1), 1023), {},
-                      [f"t{j}" for j in range(args.texts)])
-    entries = [{"corpus": "c", "doc_index": j, "title": f"t{j}", "ids": t} for j, t in enumerate(texts)]
     stages: dict[str, list[float]] = {}
     walls: dict[str, list[float]] = {}
     for r in range(args.rounds):

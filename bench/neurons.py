@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
 import tracemalloc
 from pathlib import Path
 
@@ -32,37 +31,20 @@ import numpy as np
 
 from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
-from posmech.data.tokens import TokenSet
+from contextual import cpu, random_gpt2_and_texts  # noqa: E402  (bench/contextual.py)
 
 HEADS = [0, 2, 6, 8, 9, 10]
 
 
-def cpu(fn, *a, **k):
-    c0, t0 = time.process_time(), time.perf_counter()
-    out = fn(*a, **k)
-    return out, time.process_time() - c0, time.perf_counter() - t0
-
-
 def main() -> None:
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--texts", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
-    torch.manual_seed(0)
-    cfg = GPT2Config()
-    cfg._attn_implementation = "eager"
-    model = GPT2LMHeadModel(cfg).eval()
+    model, texts, tokens, entries = random_gpt2_and_texts(args.texts)
     w, ov = cx.weights_from_hf(model, "gpt2-random"), nr.ov_from_hf(model, "gpt2-random")
-    rng = np.random.default_rng(0)
-    probs = 1.0 / np.arange(1, cfg.vocab_size + 1)
-    texts = [np.concatenate([[50256], rng.choice(cfg.vocab_size, 1022, p=probs / probs.sum())])
-             for _ in range(args.texts)]
-    tokens = TokenSet(np.concatenate(texts).astype(np.int32), np.arange(0, 1023 * (args.texts + 1), 1023), {},
-                      [f"t{j}" for j in range(args.texts)])
-    entries = [{"corpus": "c", "doc_index": j, "title": f"t{j}", "ids": t} for j, t in enumerate(texts)]
     stages: dict[str, list[float]] = {}
     walls: dict[str, list[float]] = {}
     peaks = []
