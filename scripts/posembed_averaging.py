@@ -4,7 +4,7 @@ repeat-string prompt probabilities (P3), the model restored bitwise after each k
 from posmech.analyses.wpos import heldout_documents, max_unchanged_k, posembed_averaging, read_doc_index
 from posmech.data.prompts import load_prompts
 from posmech.data.tokens import read_tokens
-from posmech.io import read_jsonl
+from posmech.io import file_sha256, read_jsonl
 from posmech.models.loading import load_bridge, read_manifest
 from posmech.plots.wpos import averaging_figure
 from posmech.runner import run
@@ -25,7 +25,7 @@ def main(smk, log):
     df.insert(0, "model", model)
     df.insert(0, "claim", df["quantity"].map({"loss": "P2"}).fillna("P2,P3"))
     meta = {"claim": "P2,P3", "model": model, "corpus": p["corpus"], "documents": how, "n_documents": len(docs),
-            "prompts": smk.input.prompts, "max_unchanged_k": best, **{k: p[k] for k in ("loss_tolerance", "probability_tolerance")}}
+            "prompts": p["prompts"], "prompts_sha256": file_sha256(smk.input.prompts), "max_unchanged_k": best, **{k: p[k] for k in ("loss_tolerance", "probability_tolerance")}}
     write_table(df, smk.output.table, meta)
     averaging_figure(df, model, smk.output.figure)
     rows = [{"claim": "P2", "quantity": "max_unchanged_k", "value": best, "artifact": smk.output.figure,

@@ -56,3 +56,14 @@ def write_json(path: str | os.PathLike[str], obj: Any) -> None:
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=2, sort_keys=True, default=str)
         f.write("\n")
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """sha256 of a file's bytes: how table metadata names an input shipped with the
+    repository. Its path is not recorded, because it depends on the working directory
+    (``--directory``, a Slurm run, a moved project), and two runs of the same inputs
+    must write the same metadata."""
+    import hashlib
+
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()

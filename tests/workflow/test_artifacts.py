@@ -35,3 +35,30 @@ def test_every_hdf5_dataset_has_a_description(ci_run):
             kinds.add(str(f.attrs.get("kind")))
             assert undescribed(f) == [], path
     assert {"tokens", "activations", "kernels", "extended_embeddings", "posembed_attention"} <= kinds
+
+
+def _strings(obj):
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _strings(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _strings(v)
+
+
+def test_table_metadata_does_not_depend_on_the_working_directory(ci_run):
+    """Two runs of the same inputs from different working directories (a Slurm run with
+    ``--directory``, a moved project) write the same metadata: no sidecar records a path
+    that climbs out of the working directory or names it absolutely."""
+    import json
+
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    sidecars = sorted((ci_run / "results").rglob("*.meta.json"))
+    assert sidecars
+    for path in sidecars:
+        for s in _strings(json.loads(path.read_text())):
+            assert "../" not in s and str(repo) not in s and str(ci_run) not in s, f"{path}: {s!r}"

@@ -336,7 +336,11 @@ def build(
     rows = sc.read_scorecards(scorecards)
     card = sc.build_scorecard(entries, rows, sc.registered_rules(scorecards))
     counts = {s: int((card.status == s).sum()) for s in sc.STATUSES}
-    write_table(card, scorecard_csv, {"published": published, "counts": counts})
+    from posmech.io import file_sha256
+
+    # the published values by content, not by a path that depends on the working directory
+    write_table(card, scorecard_csv, {"published": "resources/published.yaml",
+                                      "published_sha256": file_sha256(published), "counts": counts})
 
     fdir = Path(figures_dir)
     if fdir.exists():
