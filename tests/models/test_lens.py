@@ -264,3 +264,16 @@ def test_auto_chooses_the_engine_and_refuses_what_it_cannot_run(gpt2_dir, neo_di
         with lens.hooks(fwd_hooks=[("blocks.0.attn.hook_nope", lambda t, hook: None)]):
             pass
     assert not any(hp.fwd_hooks for hp in lens.hook_dict.values())
+
+
+@pytest.mark.parametrize("processing", ["compatibility", "raw"])
+def test_the_engine_never_writes_into_the_model_it_was_built_from(gpt2_dir, processing):
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(gpt2_dir)
+    before = {k: v.clone() for k, v in hf.state_dict().items()}
+    lens = lens_mod.from_hf(hf, processing=processing)
+    with torch.no_grad():
+        for p in lens.parameters():
+            p.add_(1.0)
+    assert all(torch.equal(before[k], v) for k, v in hf.state_dict().items())

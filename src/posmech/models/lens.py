@@ -153,7 +153,7 @@ def hf_gpt2_state(model: Any) -> tuple[dict[str, Any], LensConfig]:
     dh, L = d // H, int(c.n_layer)
     M = int(c.n_inner or 4 * d)
     body = model.transformer
-    f = lambda t: t.detach().float().clone()  # noqa: E731
+    f = lambda t: t.detach().float()  # noqa: E731  (the engine copies what it keeps)
     sd: dict[str, Any] = {"embed.W_E": f(body.wte.weight), "pos_embed.W_pos": f(body.wpe.weight)}
     for i, b in enumerate(body.h):
         W = f(b.attn.c_attn.weight).view(d, 3, H, dh)  # Conv1D: [in, out]
@@ -189,7 +189,7 @@ def hf_neo_state(model: Any) -> tuple[dict[str, Any], LensConfig]:
     dh = d // H
     M = int(c.intermediate_size or 4 * d)
     body = model.transformer
-    f = lambda t: t.detach().float().clone()  # noqa: E731
+    f = lambda t: t.detach().float()  # noqa: E731  (the engine copies what it keeps)
     sd: dict[str, Any] = {"embed.W_E": f(body.wte.weight), "pos_embed.W_pos": f(body.wpe.weight)}
     for i, b in enumerate(body.h):
         a = b.attn.attention
@@ -301,7 +301,7 @@ class Lens:
         if self.compatibility_mode:
             sd = process(sd, cfg)
         L, H, d, dh = cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_head
-        P = lambda t: torch.nn.Parameter(t.detach().to(device=device, dtype=tdtype).contiguous(),  # noqa: E731
+        P = lambda t: torch.nn.Parameter(t.detach().to(device=device, dtype=tdtype, copy=True).contiguous(),  # noqa: E731
                                          requires_grad=False)
 
         def opt(key: str, shape: tuple[int, ...], fill: float = 0.0) -> Any:
