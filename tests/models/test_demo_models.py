@@ -55,13 +55,28 @@ def test_gpt2_demo_has_a_sharp_previous_token_head_above_layer_0_read_by_a_later
     s = summaries["demo"]
     prev, ind = s["best_previous_token_head"], s["best_induction_head"]
     assert _layer(prev) >= 1, s["previous_token_scores"]
-    assert s["best_previous_token_score"] >= 0.55  # measured 0.656 (L1H3; L1H0 0.61 shares the work)
+    # measured 0.919 (L1H0; L1H2 0.63, L1H3 0.50); seeds 0, 2, 3: 0.912, 0.922, 0.861
+    assert s["best_previous_token_score"] >= 0.8
     assert _layer(ind) > _layer(prev) and s["induction_reads_head"] == prev
-    assert s["best_induction_score"] >= 0.7  # measured 0.866
+    assert s["best_induction_score"] >= 0.75  # measured 0.858 (L2H3); seeds 0, 2, 3: 0.929, 0.840, 0.862
     # the induction head reads the previous-token head(s) below it: zeroing them breaks induction
-    assert s["induction_score_with_previous_token_heads_ablated"] <= 0.5 * s["best_induction_score"]
-    assert s["p_correct_repeated"] >= 0.8 and s["p_correct_first_copy"] <= 0.05  # measured 0.920, 0.014
-    assert s["p_correct_repeated_ablated"] <= 0.5 * s["p_correct_repeated"]  # measured 0.132
+    assert s["induction_score_with_previous_token_heads_ablated"] <= 0.5 * s["best_induction_score"]  # 0.093
+    assert s["p_correct_repeated"] >= 0.85 and s["p_correct_first_copy"] <= 0.05  # measured 0.920, 0.014
+    assert s["p_correct_repeated_ablated"] <= 0.5 * s["p_correct_repeated"]  # measured 0.049
+
+
+def test_gpt2_demo_layer_0_attention_is_trained_not_silent(summaries):
+    """Layer 0 is silent only for the first `silent_attention_steps`: its heads then learn
+    and write to the residual stream (the P5 knock-out layers and the taxonomy's early
+    heads are trained heads), without taking the previous-token role over."""
+    from safetensors.torch import load_file
+
+    s = summaries["demo"]
+    cfg = s["train_config"]
+    assert cfg["silent_attention_layers"] == [0] and 0 < cfg["silent_attention_steps"] < cfg["steps"]
+    w = load_file(str(Path(s["_hf_dir"]) / "model.safetensors"))
+    assert float(w["transformer.h.0.attn.c_proj.weight"].norm()) > 0.2  # measured 1.26 (0 when silent)
+    assert max(s["previous_token_scores"][0]) < 0.5 * s["best_previous_token_score"]  # measured 0.12
 
 
 def test_attention_only_demo_has_previous_token_and_induction_heads(summaries):
