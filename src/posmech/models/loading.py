@@ -387,7 +387,21 @@ def load_bridge(
     elif processing != "raw":
         raise PosmechError(f"unknown processing mode {processing!r}; expected `compatibility` or `raw`")
     bridge.eval()
+    count_bridge_forwards(bridge)
     return bridge
+
+
+def count_bridge_forwards(bridge: Any) -> Any:
+    """Count every forward pass of ``bridge`` with :func:`posmech.perf.count_forward`: a
+    pre-hook on its token embedding, which every whole-model forward calls once with the
+    ``[batch, pos]`` token ids (``bridge(...)``, ``run_with_hooks``, ``run_with_cache``; a
+    pre-hook on the bridge itself misses the latter two).  Returns the hook's handle."""
+    from posmech import perf
+
+    module = getattr(bridge, "embed", None) or bridge
+    return module.register_forward_pre_hook(
+        lambda m, args, kwargs: perf.count_tensor_forward(args[0] if args else next(iter(kwargs.values()), None)),
+        with_kwargs=True)
 
 
 def model_kind(entry: dict[str, Any]) -> str:
