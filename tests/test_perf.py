@@ -80,6 +80,8 @@ def test_runner_logs_cpu_rss_and_forwards_of_a_job(tiny_model_dir, tmp_path):
     assert rec["cpu_s"] >= 1.5, rec  # the child's CPU time is counted
     assert rec["cpu_s"] <= rec["wall_s"] * (os.cpu_count() or 1) + 1.5 + 1, rec
     assert rec["peak_rss_mb"] >= 400, rec
+    # the first forward came before the child's 1.5 CPU-s
+    assert 0 < rec["cpu_s_first_forward"] <= rec["cpu_s"] - 1.5, rec
 
 
 def test_failed_job_still_logs_its_accounting(tmp_path):

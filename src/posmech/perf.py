@@ -12,6 +12,8 @@ Every forward engine calls :func:`count_forward` once per forward pass of the wh
   ``benchmark:`` TSV.
 * ``peak_rss_mb``: the largest resident set of the process (``ru_maxrss``, MiB) — or of
   a child, if one was larger.
+* ``cpu_s_first_forward``: ``cpu_s`` when the first forward pass began (interpreter
+  start, imports, model load: the job's fixed cost); ``null`` without forward passes.
 * ``forwards``: forward passes by shape ``"{batch}x{n_tokens}"`` (sequences × positions
   per sequence), e.g. ``{"1x1024": 12}``.
 """
@@ -34,8 +36,19 @@ LINE_PREFIX = "PERF "
 JSON_SUFFIX = ".perf.json"
 
 
+#: CPU seconds of the process (self + children) when its first forward pass began
+_FIRST: list[float] = []
+
+
+def _cpu_s() -> float:
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def count_forward(batch: int, n_tokens: int) -> None:
     """Record one forward pass over ``batch`` sequences of ``n_tokens`` positions each."""
+    if not _FORWARDS:
+        _FIRST[:] = [_cpu_s()]
     _FORWARDS[(int(batch), int(n_tokens))] += 1
 
 
@@ -47,6 +60,7 @@ def forwards() -> dict[str, int]:
 def reset() -> None:
     """Forget the forward passes counted so far (tests, benchmarks)."""
     _FORWARDS.clear()
+    _FIRST.clear()
 
 
 def count_tensor_forward(ids: Any) -> None:
@@ -70,11 +84,11 @@ def _maxrss_mb(who: int) -> float:
 def job_record(rule: str = "?", wall_s: float | None = None) -> dict[str, Any]:
     """The job's accounting so far: rule, wall, CPU seconds (self + children), peak RSS (MiB)
     and forward passes by shape."""
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return {
         "rule": rule,
         "wall_s": None if wall_s is None else round(wall_s, 3),
-        "cpu_s": round(me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime, 3),
+        "cpu_s": round(_cpu_s(), 3),
+        "cpu_s_first_forward": round(_FIRST[0], 3) if _FIRST else None,
         "peak_rss_mb": round(max(_maxrss_mb(resource.RUSAGE_SELF), _maxrss_mb(resource.RUSAGE_CHILDREN)), 1),
         "forwards": forwards(),
         "pid": os.getpid(),
