@@ -57,6 +57,11 @@ def forwards() -> dict[str, int]:
     return {f"{b}x{t}": n for (b, t), n in sorted(_FORWARDS.items(), key=lambda kv: (-kv[0][0] * kv[0][1], kv[0]))}
 
 
+def forward_passes() -> dict[str, int]:
+    """Passes so far in this process, by shape ``"{batch}x{n_tokens}"`` (= :func:`forwards`)."""
+    return forwards()
+
+
 def reset() -> None:
     """Forget the forward passes counted so far (tests, benchmarks)."""
     _FORWARDS.clear()
