@@ -150,7 +150,9 @@ def write_config(d: Path, model_dir: Path, corpus: Path) -> Path:
     for sec in ("geometry", "kernels", "posembed_averaging", "posembed_attention", "contextual", "neurons"):
         if "models" in cfg.get(sec, {}):
             cfg[sec]["models"] = ["gpt2"]
-    cfg["attn_only"]["models"] = []
+    # random weights: no layer-0 head is contextual, so the neuron rules take every class (as ci.yaml)
+    cfg["attn_only"]["models"] = []  # attn-only-2l's rules: omitted from the run (--omit-from)
+    cfg["neurons"]["head_classes"] = ["contextual", "other", "detokenization"]
     for k, v in REDUCED.items():
         set_key(cfg, k, v)
     p = d / "config.yaml"
@@ -224,7 +226,7 @@ def main() -> None:
             shutil.rmtree(work / sub, ignore_errors=True)
         cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "workflow/Snakefile"), "--directory", str(work),
                "--configfile", str(cfgfile), "--cores", "2", "--workflow-profile", str(REPO / "profiles/default"),
-               "--quiet", "rules",
+               "--quiet", "rules", "--keep-going",
                # the attn_only rules are attn-only-2l's in the study (an empty model list means all)
                "--omit-from", "random_token_patterns", "input_decomposition", "bos_induction"]
         if args.rules:
