@@ -8,7 +8,7 @@ import torch
 
 from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
-from posmech.models.loading import load_bridge, read_manifest
+from posmech.models.loading import load_model, read_manifest
 from posmech.plots.neurons import fit_figure
 from posmech.runner import run
 from posmech.tables import read_table, scorecard_rows, write_table
@@ -35,7 +35,7 @@ def main(smk, log):
     dec = cx.read_decomposition(smk.input.h5)
     st = nr.setup_from_artifact(smk.input.extended, dec, w, ov)
     neurons = nr.resolve_neurons(p["neurons"], read_table(smk.input.ranking), p["n_auto"], ov.d_mlp, model)
-    bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
+    bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     n0 = p["from_position"]
     rows, traces = [], []
     first = set(dec.texts.drop_duplicates("corpus").index)

@@ -4,7 +4,7 @@ the induction head's attention row at that query."""
 import pandas as pd
 
 from posmech.analyses import attn_only as ao
-from posmech.models.loading import load_bridge, read_manifest
+from posmech.models.loading import load_model, read_manifest
 from posmech.plots import attn_only as plots
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
@@ -14,7 +14,7 @@ def main(smk, log):
     model, entry, p = smk.wildcards.model, smk.params.entry, dict(smk.params.cfg)
     man = read_manifest(smk.input.manifest)
     head = ao.read_roles(smk.input.heads)["induction"]
-    bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
+    bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     setup = ao.prepare(bridge, p, model, entry, need_bos=True)
     rows, _ = ao.bos_induction(bridge, p, setup, ao.parse_head(head), progress=f"{model} L4")
     df = pd.DataFrame([{"claim": "L4", "model": model, "head": head, **r} for r in rows])

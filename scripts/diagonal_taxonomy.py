@@ -3,7 +3,7 @@ ranking with TransformerLens's head_detector score, and the chosen sharp / early
 
 from posmech.analyses.taxonomy import full_context_documents, run_taxonomy
 from posmech.data.tokens import read_tokens
-from posmech.models.loading import load_bridge, read_manifest
+from posmech.models.loading import load_model, read_manifest
 from posmech.plots.taxonomy import taxonomy_figure
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
@@ -16,7 +16,7 @@ def main(smk, log):
     if len(docs) < p["n_documents"]:
         log.warning("only %d of %d documents of corpus %s have %d tokens; using them", len(docs), p["n_documents"],
                     p["corpus"], context)
-    bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
+    bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     per_head, diagonals, chosen, meta = run_taxonomy(
         bridge, docs, model, p["early_top_n"], (p["pin"] or {}).get(model), p["batch_size"], p["exclude_first_query"],
         p["tie_rtol"])

@@ -7,7 +7,7 @@ from posmech.analyses.geometry import read_extended_artifact
 from posmech.analyses.taxonomy import read_chosen_heads
 from posmech.analyses.wpos import group_average
 from posmech.data.tokens import read_tokens
-from posmech.models.loading import load_bridge, read_manifest
+from posmech.models.loading import load_model, read_manifest
 from posmech.plots import interventions as plots
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
@@ -17,7 +17,7 @@ def main(smk, log):
     model, entry, cfg = smk.wildcards.model, smk.params.entry, smk.params.cfg
     k = cfg["extended_averaging"]["group_size"]
     man = read_manifest(smk.input.manifest)
-    bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
+    bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     heads = read_chosen_heads(smk.input.heads)
     roles = {**{h: "early" for h in heads["early"]}, heads["sharp"][0]: "sharp"}
     ext = read_extended_artifact(smk.input.extended)

@@ -3,7 +3,7 @@ token-averaged, position-centred residual stream at every layer (P8) and its agr
 
 from posmech.analyses import geometry as geo
 from posmech.config import config_hash
-from posmech.models.loading import load_bridge, read_manifest
+from posmech.models.loading import load_model, read_manifest
 from posmech.plots import geometry as plots
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
@@ -12,7 +12,7 @@ from posmech.tables import scorecard_rows, write_table
 def main(smk, log):
     model, entry, cfg = smk.wildcards.model, smk.params.entry, smk.params.geometry
     man = read_manifest(smk.input.manifest)
-    bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
+    bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     bos = entry["prepend_bos"] and cfg["bos"] == "model"
     acc, W_pos, tokens, info = geo.compute_extended(
         bridge, cfg["n_tokens"], cfg["seed"], cfg["batch_size"], bos, entry["n_ctx"]

@@ -4,7 +4,7 @@ look-back-two heads with position-only, token-only and both inputs."""
 import pandas as pd
 
 from posmech.analyses import attn_only as ao
-from posmech.models.loading import load_bridge, read_manifest
+from posmech.models.loading import load_model, read_manifest
 from posmech.plots import attn_only as plots
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
@@ -14,7 +14,7 @@ def main(smk, log):
     model, entry, p = smk.wildcards.model, smk.params.entry, dict(smk.params.cfg)
     man = read_manifest(smk.input.manifest)
     roles = ao.read_roles(smk.input.heads)
-    bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
+    bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     setup = ao.prepare(bridge, p, model, entry)
     used = {r: ao.parse_head(roles[r]) for r in ("previous", "look_back_two")}
     rows = ao.input_decomposition(bridge, p, setup, used, progress=f"{model} L2/L3/L5")

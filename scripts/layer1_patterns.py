@@ -8,7 +8,7 @@ from posmech.analyses import kernels as kn
 from posmech.analyses import contextual as cx
 from posmech.cache import read_position_means
 from posmech.errors import PosmechError
-from posmech.models.loading import load_bridge, read_manifest
+from posmech.models.loading import load_model, read_manifest
 from posmech.plots.contextual import layer1_figure
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
@@ -23,7 +23,7 @@ def main(smk, log):
     if means.shape[0] < 2:
         raise PosmechError(f"model {model!r} has one layer: K10 needs layer 1; remove it from `contextual.models`")
     kn.check_means(count, n + 1, {}, entry["processing"], "unknown", smk.input.means)
-    bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
+    bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     rows, x = cx.layer_rows(bridge, dec.token_ids[0], n, 1)
     w = kn.bridge_head_weights(bridge, json.loads((Path(man["hf_dir"]) / "config.json").read_text()))
     kernel = kn.layer_kernels(means[1], x[None, None], [n], w, 1, k0).mean[:, 0]

@@ -7,7 +7,7 @@ from posmech.analyses.taxonomy import read_chosen_heads
 from posmech.analyses.wpos import posembed_attention
 from posmech.data.tokens import read_tokens
 from posmech.hdf5 import artifact_writer, describe
-from posmech.models.loading import load_bridge, read_manifest
+from posmech.models.loading import load_model, read_manifest
 from posmech.plots.wpos import attention_figure
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
@@ -20,7 +20,7 @@ def main(smk, log):
     tokens = read_tokens(smk.input.tokens)
     long_enough = np.flatnonzero(tokens.lengths() >= p["start"] + p["size"])
     j = int(long_enough[p["document"]]) if p["document"] < len(long_enough) else int(np.argmax(tokens.lengths()))
-    bridge = load_bridge(read_manifest(smk.input.manifest), entry["device"], entry["dtype"], entry["processing"])
+    bridge = load_model(read_manifest(smk.input.manifest), entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     df, panels, (start, size) = posembed_attention(bridge, tokens.doc(j), heads, p["start"], p["size"], p["k"])
     df.insert(0, "role", ["sharp"] + ["early"] * len(chosen["early"]))
     df.insert(0, "model", model)

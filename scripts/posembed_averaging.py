@@ -5,7 +5,7 @@ from posmech.analyses.wpos import heldout_documents, max_unchanged_k, posembed_a
 from posmech.data.prompts import load_prompts
 from posmech.data.tokens import read_tokens
 from posmech.io import file_sha256, read_jsonl
-from posmech.models.loading import load_bridge, read_manifest
+from posmech.models.loading import load_model, read_manifest
 from posmech.plots.wpos import averaging_figure
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
@@ -19,7 +19,7 @@ def main(smk, log):
                                   man, p["corpus"], p["n_documents"])
     prompts = load_prompts(smk.input.prompts, p["prompt_ids"])
     ks = sorted({1, *p["ks"]})
-    bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
+    bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     df = posembed_averaging(bridge, ks, docs, prompts, entry["prepend_bos"])
     best = max_unchanged_k(df, p["loss_tolerance"], p["probability_tolerance"])
     df.insert(0, "model", model)

@@ -9,7 +9,7 @@ from posmech.cache import read_position_means
 from posmech.config import config_hash
 from posmech.data.tokens import read_tokens
 from posmech.hdf5 import attr_json, open_artifact
-from posmech.models.loading import load_bridge, read_manifest
+from posmech.models.loading import load_model, read_manifest
 from posmech.runner import run
 
 
@@ -22,7 +22,7 @@ def main(smk, log):
     kn.check_means(count, n_keys, cache_attrs, entry["processing"], man.get("weights_sha256_16", "unknown"),
                    smk.input.means)
     tokens = read_tokens(smk.input.tokens)
-    bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
+    bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     hf_config = json.loads((Path(man["hf_dir"]) / "config.json").read_text())
     attrs = {
         "model": smk.wildcards.model, "model_source": man["source"], "resolved_revision": man["resolved_revision"],

@@ -4,7 +4,7 @@ offset masses, and the head roles (previous-token, look-back-two, induction) the
 import pandas as pd
 
 from posmech.analyses import attn_only as ao
-from posmech.models.loading import load_bridge, read_manifest
+from posmech.models.loading import load_model, read_manifest
 from posmech.plots import attn_only as plots
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
@@ -13,7 +13,7 @@ from posmech.tables import scorecard_rows, write_table
 def main(smk, log):
     model, entry, p = smk.wildcards.model, smk.params.entry, dict(smk.params.cfg)
     man = read_manifest(smk.input.manifest)
-    bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
+    bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     setup = ao.prepare(bridge, p, model, entry)
     out = ao.random_token_patterns(bridge, p, setup, progress=f"{model} L1")
     meta = {"claim": "L1", "model": model, "resolved_revision": man["resolved_revision"],

@@ -4,7 +4,7 @@ token equals the current one vs elsewhere, on web-text documents."""
 from posmech.analyses import interventions as iv
 from posmech.analyses.taxonomy import read_chosen_heads
 from posmech.data.tokens import read_tokens
-from posmech.models.loading import load_bridge, read_manifest
+from posmech.models.loading import load_model, read_manifest
 from posmech.plots import interventions as plots
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
@@ -13,7 +13,7 @@ from posmech.tables import scorecard_rows, write_table
 def main(smk, log):
     model, entry, cfg = smk.wildcards.model, smk.params.entry, smk.params.cfg
     man = read_manifest(smk.input.manifest)
-    bridge = load_bridge(man, entry["device"], entry["dtype"], entry["processing"])
+    bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     heads = read_chosen_heads(smk.input.heads)
     sharp = heads["sharp"][0]
     docs = iv.select_documents(read_tokens(smk.input.tokens), cfg["n_documents"], cfg["min_tokens"], cfg["max_tokens"])

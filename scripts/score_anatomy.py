@@ -6,7 +6,7 @@ from posmech.analyses.attention import window
 from posmech.analyses.taxonomy import read_chosen_heads
 from posmech.data.tokens import read_tokens
 from posmech.errors import PosmechError
-from posmech.models.loading import load_bridge, read_manifest
+from posmech.models.loading import load_model, read_manifest
 from posmech.plots.anatomy import score_triptychs
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
@@ -21,7 +21,7 @@ def main(smk, log):
                               f"corpus {p['corpus']} have {context} tokens; choose a smaller index")
     doc, j = docs[p["document"]], index[p["document"]]
     heads = sa.anatomy_heads(read_chosen_heads(smk.input.heads), (p["heads"] or {}).get(model))
-    bridge = load_bridge(read_manifest(smk.input.manifest), entry["device"], entry["dtype"], entry["processing"])
+    bridge = load_model(read_manifest(smk.input.manifest), entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     panels = sa.head_scores(bridge, doc, [h for h, _ in heads])
     start, size = window(context, p["zoom_start"], p["zoom_size"])
     if (start, size) != (p["zoom_start"], p["zoom_size"]):

@@ -6,7 +6,7 @@ from dataclasses import asdict
 from posmech.analyses import score_anatomy as sa
 from posmech.analyses.taxonomy import read_chosen_heads
 from posmech.data.tokens import read_tokens
-from posmech.models.loading import load_bridge, read_manifest
+from posmech.models.loading import load_model, read_manifest
 from posmech.plots.anatomy import taxa_figure
 from posmech.runner import run
 from posmech.tables import read_table, scorecard_rows, write_table
@@ -18,7 +18,7 @@ def main(smk, log):
     docs, context, _ = sa.long_documents(read_tokens(smk.input.tokens), p["n_documents"], p["context"])
     if len(docs) < p["n_documents"]:
         log.warning("only %d of %d documents have %d tokens; using them", len(docs), p["n_documents"], context)
-    bridge = load_bridge(read_manifest(smk.input.manifest), entry["device"], entry["dtype"], entry["processing"])
+    bridge = load_model(read_manifest(smk.input.manifest), entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     prof = sa.score_profiles(bridge, docs, p["window"], p["rows_per_document"], p["first_query"], p["batch_size"])
     taxa = sa.classify_taxa(prof.features, th)
     split = sa.split_of_previous_token_heads(taxa, read_table(smk.input.taxonomy))

@@ -38,7 +38,10 @@ def summaries(demo_config, tmp_path_factory):
         corpus = entry["train"]["corpus"]
         if corpus not in docs_cache:
             docs_cache[corpus] = load_corpus(demo_config["corpora"][corpus], corpus)
-        out[name] = train_demo_model(docs_cache[corpus], entry["train"], tmp_path_factory.mktemp(name), name)["summary"]
+        d = tmp_path_factory.mktemp(name)
+        out[name] = train_demo_model(docs_cache[corpus], entry["train"], d, name)["summary"]
+        out[name]["_hf_dir"] = str(d / "hf")
+        out[name]["_docs"] = docs_cache[corpus]
     return out
 
 
@@ -70,3 +73,32 @@ def test_attention_only_demo_has_previous_token_and_induction_heads(summaries):
     assert s["induction_score_with_previous_token_heads_ablated"] <= 0.5 * s["best_induction_score"]
     assert s["p_correct_repeated"] >= 0.85 and s["p_correct_first_copy"] <= 0.05  # 0.933, 0.014
     assert 0 < s["best_look_back_two_score"] < 1
+
+
+@pytest.mark.parametrize("name", ["demo", "demo-attn"])
+def test_posmech_engine_equals_the_bridge_on_the_trained_demo_models(summaries, name):
+    """The analyses' forward engine on the trained models (not only on random ones): the
+    patterns of every head and the logits on held-out Bible text equal the bridge's to
+    float32 rounding."""
+    import numpy as np
+    import torch
+
+    from posmech.models.lens import Lens
+    from posmech.models.loading import load_bridge, load_model
+
+    man = {"hf_dir": summaries[name]["_hf_dir"], "name": name}
+    bridge = load_bridge(man, "cpu", "float32", "compatibility")
+    lens = load_model(man, "cpu", "float32", "compatibility")
+    assert isinstance(lens, Lens)
+    n = int(lens.cfg.n_ctx)
+    text = "".join(d["text"] for d in summaries[name]["_docs"][-3:])
+    ids = np.asarray(lens.tokenizer(text)["input_ids"][: 4 * n]).reshape(4, n)
+    x = torch.as_tensor(ids)
+    names = [f"blocks.{i}.attn.hook_pattern" for i in range(lens.cfg.n_layers)]
+    got = []
+    for model in (bridge, lens):
+        logits, cache = model.run_with_cache(x, names_filter=names)
+        got.append((logits.detach(), {k: cache[k].detach() for k in names}))
+    assert torch.allclose(got[0][0], got[1][0], atol=5e-4 * float(got[0][0].abs().max()))
+    for k in names:
+        assert torch.allclose(got[0][1][k], got[1][1][k], atol=2e-5), k

@@ -22,7 +22,7 @@ rule cache_activations:
         mem_mb=heavy_mem_mb_for(config["cache"]["batch_size"]),
         runtime=heavy_runtime_for(1, config["cache"]["n_documents"]),
     params:
-        model=model_entry,
+        model=cache_model_entry,
         corpus=corpus_entry,
         cache=config["cache"],
     script:

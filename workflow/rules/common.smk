@@ -140,6 +140,18 @@ def model_entry(wildcards):
     return config["models"][wildcards.model]
 
 
+def tokens_entry(wildcards):
+    """What tokenization depends on, and only that (changing the device, the dtype or the
+    engine never re-tokenizes, nor reruns what reads the tokens)."""
+    entry = config["models"][wildcards.model]
+    return {k: entry[k] for k in ("n_ctx", "prepend_bos")}
+
+
+def cache_model_entry(wildcards):
+    """The model entry without `engine` (the cache has its own, `cache.engine`)."""
+    return {k: v for k, v in config["models"][wildcards.model].items() if k != "engine"}
+
+
 def weights_entry(wildcards):
     """What determines a model's weights, and only that: the params of fetch_model and
     train_demo_model (analysis keys such as n_ctx, device, dtype never refetch/retrain).

@@ -21,7 +21,7 @@ rule tokenize:
     conda:
         "../envs/posmech.yaml"
     params:
-        model=model_entry,
+        model=tokens_entry,
         corpus=corpus_entry,
     script:
         "../../scripts/tokenize.py"

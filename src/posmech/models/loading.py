@@ -390,6 +390,61 @@ def load_bridge(
     return bridge
 
 
+ENGINES = ("auto", "posmech", "bridge")
+
+
+def load_model(
+    manifest: dict[str, Any] | str | os.PathLike[str],
+    device: str = "auto",
+    dtype: str = "float32",
+    processing: str = "compatibility",
+    engine: str = "auto",
+) -> Any:
+    """The model an analysis runs, with TransformerLens's interface (hooks, ``cfg``, processed
+    weights): ``engine='posmech'`` is :class:`posmech.models.lens.Lens`, the forward at the
+    cost of a bare Hugging Face pass (GPT-2 and legacy TransformerLens checkpoints with
+    learned positions and LayerNorm); ``'bridge'`` is :func:`load_bridge` (any architecture
+    TransformerLens supports, ~2x slower per pass in the compatibility mode); ``'auto'``
+    is ``posmech`` where it runs the model, else ``bridge``.  Both give the same hook values
+    to float32 rounding (``tests/models/test_lens.py``)."""
+    import logging
+
+    from posmech.models import lens
+
+    if engine not in ENGINES:
+        raise PosmechError(f"config key `models.<name>.engine`: {engine!r} is not one of {', '.join(ENGINES)}")
+    m = manifest if isinstance(manifest, dict) else read_manifest(manifest)
+    log = logging.getLogger("posmech")
+    if engine != "bridge":
+        dev = resolve_device(device)
+        if is_tl_legacy_dir(m["hf_dir"]):
+            cj = json.loads((Path(m["hf_dir"]) / "config.json").read_text())
+            refuse_shortformer(cj, repr(str(m["hf_dir"])))
+            why = lens.unsupported(tl_config=cj)
+            if why is None:
+                import torch
+                from safetensors.torch import load_file
+                from transformers import AutoTokenizer
+
+                hf_dir = Path(m["hf_dir"])
+                tok = AutoTokenizer.from_pretrained(hf_dir) if (hf_dir / "tokenizer_config.json").exists() else None
+                sd = {k: v.to(torch.float32) for k, v in load_file(str(hf_dir / "model.safetensors")).items()}
+                log.info("forward engine: posmech (legacy TransformerLens checkpoint, %s)", processing)
+                return lens.from_tl_state(sd, cj, tok, processing, dev, dtype)
+        else:
+            model, tok = load_hf(m, "cpu", "float32")
+            why = lens.unsupported(model=model)
+            if why is None:
+                log.info("forward engine: posmech (%s, %s)", type(model).__name__, processing)
+                return lens.from_hf(model, tok, processing, dev, dtype)
+            del model
+        if engine == "posmech":
+            raise PosmechError(f"config key `models.<name>.engine`: `posmech` does not run model "
+                               f"{m.get('name')!r} ({why}); use `auto` or `bridge`")
+        log.info("forward engine: bridge (the posmech engine does not run this model: %s)", why)
+    return load_bridge(m, device, dtype, processing)
+
+
 def model_kind(entry: dict[str, Any]) -> str:
     """``train``, ``local`` or ``hub`` for a config model entry."""
     if "train" in entry:
