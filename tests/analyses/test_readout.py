@@ -1,4 +1,5 @@
-"""Logits only at the positions read (posmech.analyses.readout) equal the full forward pass's."""
+"""Logits only at the positions read (posmech.analyses.readout) equal the full forward pass's,
+on the bridge and on the posmech engine, in both processing modes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from posmech.analyses.interventions import redirect_hook
 from posmech.analyses.readout import final_residual, logits_at, next_token_logprobs
 from posmech.data.prompts import target_probabilities
 from posmech.models import handbuilt as hb
-from posmech.models.loading import load_bridge
+from posmech.models.loading import load_model
 
 V, T = 50, 20
 # float32 rounding: the read-out multiplies fewer rows by W_U than the full pass does
@@ -37,9 +38,11 @@ def model_dir(tmp_path_factory):
     return d
 
 
-@pytest.fixture(scope="module", params=["compatibility", "raw"])
+@pytest.fixture(scope="module", params=[(p, e) for p in ("compatibility", "raw") for e in ("bridge", "posmech")],
+                ids=lambda pe: "-".join(pe))
 def model(request, model_dir):
-    return load_bridge({"name": "r", "hf_dir": str(model_dir)}, device="cpu", processing=request.param)
+    processing, engine = request.param
+    return load_model({"name": "r", "hf_dir": str(model_dir)}, device="cpu", processing=processing, engine=engine)
 
 
 def _x(seed=0, batch=3):
