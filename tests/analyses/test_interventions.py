@@ -50,13 +50,17 @@ def copy_bridge(copy_dir):
 
 
 @pytest.fixture(scope="module")
-def two_prev_bridge(tmp_path_factory: pytest.TempPathFactory):
+def two_prev_dir(tmp_path_factory: pytest.TempPathFactory):
     """Two layers, residual = positional embedding everywhere; L0H1 and L1H0 exact
     previous-token heads reading it, the other heads uniform."""
     spec = hb.positional_spec(n_ctx=N, n_layer=2, n_head=2, scores={
         (0, 1): hb.previous_token_scores(N), (1, 0): hb.previous_token_scores(N)})
-    path = hb.save_model_dir(spec, tmp_path_factory.mktemp("models") / "twoprev")
-    return load_bridge({"hf_dir": str(path), "name": "twoprev"}, device="cpu")
+    return hb.save_model_dir(spec, tmp_path_factory.mktemp("models") / "twoprev")
+
+
+@pytest.fixture(scope="module")
+def two_prev_bridge(two_prev_dir):
+    return load_bridge({"hf_dir": str(two_prev_dir), "name": "twoprev"}, device="cpu")
 
 
 TOKENS = np.array([0, 3, 5, 5, 1, 7, 2, 2, 2, 6, 4, 3])
@@ -394,3 +398,18 @@ def test_repeated_tokens_break_a_self_suppressing_head(self_suppressing_bridge):
     assert by["repeat"]["n_queries"] == 3 and by["repeat"]["prev_mass"] < 0.01
     assert by["other"]["prev_mass"] > 0.95
     assert zoom.start == 0 and np.flatnonzero(zoom.marks).tolist() == [3, 7, 8]
+
+
+@pytest.mark.parametrize("engine", ["bridge", "posmech"])
+def test_run_hooked_without_logits_captures_the_same_patterns(two_prev_dir, engine):
+    """run_hooked asks for no logits unless they are read (the engine may stop after the last
+    hooked layer): the captured patterns are those of the full pass, bitwise."""
+    model = load_model({"hf_dir": str(two_prev_dir), "name": "twoprev"}, device="cpu", engine=engine)
+    hooks = iv.knockout_hooks([0], iv.knockout_rows(N, 5), True)
+    full, lg = iv.run_hooked(model, TOKENS, hooks, capture=[(0, 1), (1, 0)], logits=True)
+    short, none = iv.run_hooked(model, TOKENS, hooks, capture=[(0, 1), (1, 0)])
+    assert lg is not None and none is None
+    for k in full:
+        np.testing.assert_array_equal(short[k], full[k])
+    first, _ = iv.run_hooked(model, TOKENS, hooks, capture=[(0, 1)])  # the posmech engine stops after layer 0
+    np.testing.assert_array_equal(first[(0, 1)], full[(0, 1)])

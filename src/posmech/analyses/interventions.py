@@ -214,7 +214,7 @@ def run_hooked(
         grab.append((f"blocks.{layer}.attn.hook_pattern", fn))
     x = torch.as_tensor(np.asarray(tokens, dtype=np.int64)[None], device=bridge.cfg.device)
     with _inference(), bridge.hooks(fwd_hooks=[*hooks, *grab]):
-        out = bridge(x)
+        out = bridge(x, return_type="logits" if logits else None)  # None: may stop after the last hook
     lg = out[0].detach().to("cpu", torch.float64).numpy() if logits else None
     return got, lg
 
