@@ -104,3 +104,18 @@ def test_posmech_error_has_no_traceback(tmp_path):
 
     text = failing(tmp_path, main)
     assert "config key `x`: bad" in text and "Traceback" not in text
+
+
+def test_stop_explanation_only_for_a_stop_by_signal_without_failed_jobs(tmp_path):
+    from posmech.errors import stop_explanation
+
+    stopped = tmp_path / "a.log"
+    stopped.write_text("rule x:\nWill exit after finishing currently running jobs (scheduler).\nFinished jobid: 1\n")
+    failed = tmp_path / "b.log"
+    failed.write_text(stopped.read_text() + "Error in rule y:\n    jobid: 2\n")
+    plain = tmp_path / "c.log"
+    plain.write_text("Error in rule y:\n")
+    assert "No job failed" in stop_explanation([str(stopped)])
+    assert stop_explanation([str(failed)]) is None
+    assert stop_explanation([str(plain)]) is None
+    assert stop_explanation([str(tmp_path / "missing.log")]) is None

@@ -47,3 +47,28 @@ def mean_over(total: Any, count: int, what: str) -> Any:
     if count <= 0:
         raise PosmechError(f"nothing to average for {what}")
     return total / count
+
+
+#: what Snakemake writes to its log when a signal (Ctrl-C, SIGTERM, scancel) stops a run
+_STOPPING = "Will exit after finishing currently running jobs"
+
+
+def stop_explanation(log_paths: list[str]) -> str | None:
+    """What to tell a user whose run ended without success (``onerror``), when Snakemake's
+    own last words mislead: a run stopped by a signal after its running jobs finished
+    ends with "At least one job did not complete successfully" although no job failed.
+    Returns the explanation when the run's log shows a stop by signal and no failed job,
+    else None (a real failure: the failing job's log says why)."""
+    text = ""
+    for p in log_paths:
+        try:
+            with open(p, encoding="utf-8", errors="replace") as f:
+                text += f.read()
+        except OSError:
+            continue
+    if _STOPPING not in text or "Error in rule" in text:
+        return None
+    return ("posmech: the run was stopped by a signal (Ctrl-C, SIGTERM or scancel) and ended after the "
+            "jobs that were running had finished. No job failed: Snakemake's \"At least one job did not "
+            "complete successfully\" below means the jobs it did not start. Every finished output is kept; "
+            "run the same command again to continue.")

@@ -3,7 +3,8 @@
 Every hook point, the logits and the processed weights are compared with the bridge's, in
 both processing modes, on random-weight models whose every weight matters (LayerNorm scales
 and biases far from 1 and 0, non-zero biases everywhere): a GPT-2 with MLPs from Hugging
-Face, and a legacy TransformerLens checkpoint (attention-only, as attn-only-2l). Then the
+Face, a GPT-Neo (TinyStories' architecture, with a local layer), and a legacy
+TransformerLens checkpoint (attention-only, as attn-only-2l). Then the
 interventions the analyses make (a pattern replaced, a head's output scaled, an embedding
 zeroed, W_pos overwritten in place) must change both engines' outputs the same way.
 Tolerance: float32 rounding, 5e-5 relative to the tensor's largest value.
@@ -48,6 +49,21 @@ def gpt2_dir(tmp_path_factory) -> Path:
                      embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
     m = GPT2LMHeadModel(cfg)
     _randomise(dict(m.named_parameters()), 0)
+    m.save_pretrained(d, safe_serialization=True)
+    char_tokenizer(V).save_pretrained(d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def neo_dir(tmp_path_factory) -> Path:
+    """GPT-Neo (TinyStories' architecture): unscaled attention, a local layer of 5 keys."""
+    from transformers import GPTNeoConfig, GPTNeoForCausalLM
+
+    d = tmp_path_factory.mktemp("lens-neo")
+    m = GPTNeoForCausalLM(GPTNeoConfig(vocab_size=V, max_position_embeddings=N, hidden_size=32, num_layers=2,
+                                       num_heads=4, attention_types=[[["global", "local"], 1]], window_size=5,
+                                       resid_dropout=0.0, embed_dropout=0.0, attention_dropout=0.0))
+    _randomise(dict(m.named_parameters()), 2)
     m.save_pretrained(d, safe_serialization=True)
     char_tokenizer(V).save_pretrained(d)
     return d
@@ -111,9 +127,9 @@ def _close(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
 
 
 @pytest.mark.parametrize("processing", ["compatibility", "raw"])
-@pytest.mark.parametrize("which", ["gpt2", "tl"])
-def test_every_hook_logit_and_weight_equals_the_bridge(which, processing, gpt2_dir, tl_dir):
-    d = gpt2_dir if which == "gpt2" else tl_dir
+@pytest.mark.parametrize("which", ["gpt2", "neo", "tl"])
+def test_every_hook_logit_and_weight_equals_the_bridge(which, processing, gpt2_dir, neo_dir, tl_dir):
+    d = {"gpt2": gpt2_dir, "neo": neo_dir, "tl": tl_dir}[which]
     bridge = load_bridge(_man(d), "cpu", "float32", processing)
     lens = load_model(_man(d), "cpu", "float32", processing, "posmech")
     assert isinstance(lens, lens_mod.Lens)
@@ -124,24 +140,31 @@ def test_every_hook_logit_and_weight_equals_the_bridge(which, processing, gpt2_d
     got_l, logits_l = _capture(lens, names, x)
     _close(logits_b, logits_l, "logits")
     for n in names:
-        if which == "tl" and n.endswith("hook_attn_scores"):
-            # TransformerLens 4.3's native (legacy-checkpoint) bridge records the pattern at
-            # hook_attn_scores; the engine records the scores, checked against q and k below
+        if which in ("tl", "neo") and n.endswith("hook_attn_scores"):
+            # TransformerLens 4.3's bridge records the pattern at hook_attn_scores for legacy
+            # checkpoints and for GPT-Neo; the engine records the scores, checked against q, k below
             assert torch.allclose(got_b[n], got_b[n.replace("attn_scores", "pattern")])
             continue
         if n in got_b:  # the bridge fires an aliased point (e.g. resid_pre / ln1.hook_in) once
             _close(got_b[n], got_l[n], n)
     for i in range(lens.cfg.n_layers):
         q, k = got_l[f"blocks.{i}.attn.hook_q"], got_l[f"blocks.{i}.attn.hook_k"]
-        raw = torch.einsum("bqhd,bkhd->bhqk", q, k) / lens.cfg.d_head ** 0.5
+        raw = torch.einsum("bqhd,bkhd->bhqk", q, k) / lens.cfg.attn_scale
         scores = got_l[f"blocks.{i}.attn.hook_attn_scores"]
         future = torch.ones(N, N, dtype=torch.bool).triu(1)
+        if which == "neo" and i == 1:  # the local layer: keys 5 or more positions back are hidden too
+            future |= torch.ones(N, N, dtype=torch.bool).tril(-5)
         assert (scores[..., future] < -1e30).all() if processing == "raw" else torch.isneginf(scores[..., future]).all()
         _close(raw[..., ~future], scores[..., ~future], f"layer {i} scores vs q.k")
     assert len(set(got_l) & set(got_b)) >= len(names) - 3 * lens.cfg.n_layers
     for w in ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "W_O", "b_O", "W_E", "W_pos", "W_U", "b_U"):
-        _close(getattr(bridge, w), getattr(lens, w), w)
-    if which == "gpt2":
+        try:
+            ref = getattr(bridge, w)
+        except AttributeError:  # the bridge has no stacked bias for bias-free projections (GPT-Neo, raw)
+            assert which == "neo" and w.startswith("b_") and not getattr(lens, w).any(), w
+            continue
+        _close(ref, getattr(lens, w), w)
+    if which != "tl":
         for w in ("W_in", "b_in", "W_out", "b_out"):
             _close(getattr(bridge, w), getattr(lens, w), w)
     for key in ("n_layers", "n_heads", "d_model", "d_head", "n_ctx", "d_vocab"):
@@ -173,21 +196,23 @@ def _interventions(model):
     }
 
 
-@pytest.mark.parametrize("which", ["gpt2", "tl"])
-def test_interventions_change_both_engines_alike(which, gpt2_dir, tl_dir):
-    d = gpt2_dir if which == "gpt2" else tl_dir
+@pytest.mark.parametrize("which", ["gpt2", "neo", "tl"])
+def test_interventions_change_both_engines_alike(which, gpt2_dir, neo_dir, tl_dir):
+    d = {"gpt2": gpt2_dir, "neo": neo_dir, "tl": tl_dir}[which]
     bridge = load_bridge(_man(d), "cpu", "float32", "compatibility")
     lens = load_model(_man(d), "cpu", "float32", "compatibility", "posmech")
     x = _tokens(1)
     with torch.inference_mode():
         plain = lens(x)
+        # TL 4.3's bridge discards (with a warning) edits of the scores for legacy checkpoints
+        # and GPT-Neo, and of the pattern for GPT-Neo: those are compared with the bridge's
+        # result for GPT-2 only; the engine applies them on every architecture
+        discarded = {"gpt2": (), "tl": ("scores",), "neo": ("scores", "pattern")}[which]
         for name, hooks in _interventions(lens).items():
-            if which == "tl" and name == "scores":
-                continue  # TL 4.3's native bridge discards score edits (it warns); no analysis makes one
-            a = bridge.run_with_hooks(x, fwd_hooks=hooks)
             b = lens.run_with_hooks(x, fwd_hooks=hooks)
             assert float((b - plain).abs().max()) > 1e-3, f"{name}: the edit did nothing"
-            _close(a, b, name)
+            if name not in discarded:
+                _close(bridge.run_with_hooks(x, fwd_hooks=hooks), b, name)
         # W_pos overwritten in place (P2's averaging) and restored
         saved = [m.W_pos.detach().clone() for m in (bridge, lens)]
         for m in (bridge, lens):
@@ -220,22 +245,35 @@ def test_a_pass_stops_after_the_last_hooked_block_and_counts_itself(gpt2_dir):
     assert forward_passes()[f"2x{N}"] - before == 4
 
 
-def test_auto_chooses_the_engine_and_refuses_what_it_cannot_run(gpt2_dir, tl_dir, tmp_path):
-    from transformers import GPTNeoConfig, GPTNeoForCausalLM
+def test_auto_chooses_the_engine_and_refuses_what_it_cannot_run(gpt2_dir, neo_dir, tl_dir, tmp_path):
+    from transformers import GPT2Config, GPT2LMHeadModel
 
-    assert isinstance(load_model(_man(gpt2_dir), "cpu", "float32", "compatibility"), lens_mod.Lens)
-    assert isinstance(load_model(_man(tl_dir), "cpu", "float32", "raw"), lens_mod.Lens)
+    for d in (gpt2_dir, neo_dir, tl_dir):
+        assert isinstance(load_model(_man(d), "cpu", "float32", "compatibility"), lens_mod.Lens), d
     assert not isinstance(load_model(_man(gpt2_dir), "cpu", "float32", "compatibility", "bridge"), lens_mod.Lens)
-    neo = GPTNeoForCausalLM(GPTNeoConfig(vocab_size=V, max_position_embeddings=N, hidden_size=32, num_layers=2,
-                                         num_heads=4, attention_types=[[["global", "local"], 1]], window_size=4))
-    neo.save_pretrained(tmp_path, safe_serialization=True)
+    odd = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_positions=N, n_embd=32, n_layer=2, n_head=4,
+                                     scale_attn_by_inverse_layer_idx=True))
+    odd.save_pretrained(tmp_path, safe_serialization=True)
     char_tokenizer(V).save_pretrained(tmp_path)
     auto = load_model(_man(tmp_path), "cpu", "float32", "compatibility")
     assert not isinstance(auto, lens_mod.Lens) and hasattr(auto, "hook_dict")  # the bridge
-    with pytest.raises(PosmechError, match="engine.*posmech.*does not run.*GPTNeo"):
+    with pytest.raises(PosmechError, match="engine.*posmech.*does not run.*scale_attn_by_inverse_layer_idx"):
         load_model(_man(tmp_path), "cpu", "float32", "compatibility", "posmech")
     lens = load_model(_man(gpt2_dir), "cpu", "float32", "compatibility")
     with pytest.raises(PosmechError, match="hook 'blocks.0.attn.hook_nope' does not exist"):
         with lens.hooks(fwd_hooks=[("blocks.0.attn.hook_nope", lambda t, hook: None)]):
             pass
     assert not any(hp.fwd_hooks for hp in lens.hook_dict.values())
+
+
+@pytest.mark.parametrize("processing", ["compatibility", "raw"])
+def test_the_engine_never_writes_into_the_model_it_was_built_from(gpt2_dir, processing):
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(gpt2_dir)
+    before = {k: v.clone() for k, v in hf.state_dict().items()}
+    lens = lens_mod.from_hf(hf, processing=processing)
+    with torch.no_grad():
+        for p in lens.parameters():
+            p.add_(1.0)
+    assert all(torch.equal(before[k], v) for k, v in hf.state_dict().items())

@@ -130,9 +130,10 @@ def bridge_head_weights(bridge: Any, hf_config: dict[str, Any] | None = None) ->
             f"positional kernels need learned absolute positional embeddings; this model has "
             f"{cfg.positional_embedding_type!r}. Remove it from `kernels.models`"
         )
-    if hf_config is None:
+    if hf_config is None:  # the posmech engine keeps it as `hf_config`, the bridge as its original model's
         hf = getattr(bridge, "original_model", None)
-        hf_config = hf.config.to_dict() if hf is not None and hasattr(hf, "config") else {}
+        hf_config = getattr(bridge, "hf_config", None) or (
+            hf.config.to_dict() if hf is not None and hasattr(hf, "config") else {})
     get = lambda t: t.detach().double().cpu().numpy()  # noqa: E731
     W_Q, W_K = get(bridge.W_Q), get(bridge.W_K)
     if W_K.shape != W_Q.shape:  # grouped-query attention: repeat key heads

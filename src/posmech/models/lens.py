@@ -48,8 +48,10 @@ later can be observed), and the unembedding is computed only for ``return_type="
 There is no key/value cache and no gradient bookkeeping: run under
 ``torch.inference_mode()``.
 
-Supported checkpoints (:func:`supports`): Hugging Face ``GPT2LMHeadModel`` (no
-``scale_attn_by_inverse_layer_idx``, no ``reorder_and_upcast_attn``) and legacy
+Supported checkpoints (:func:`unsupported` says why not): Hugging Face ``GPT2LMHeadModel``
+(no ``scale_attn_by_inverse_layer_idx``, no ``reorder_and_upcast_attn``),
+``GPTNeoForCausalLM`` (TinyStories: unscaled attention, local layers of ``window_size``
+keys), and legacy
 TransformerLens state dicts with ``normalization_type`` LN, standard positions and
 ``act_fn`` ``gelu``/``gelu_new``/``relu`` (or attention-only). Anything else: the bridge
 (``posmech.models.loading.load_model`` chooses).
@@ -65,6 +67,8 @@ from typing import Any
 
 from posmech.errors import PosmechError
 
+#: Hugging Face architectures the engine runs
+ARCHITECTURES = ("GPT2LMHeadModel", "GPTNeoForCausalLM")
 #: activation functions of the MLPs the engine runs (TransformerLens names)
 ACTIVATIONS = ("gelu_new", "gelu", "relu", "gelu_fast", "gelu_pytorch_tanh")
 
@@ -92,7 +96,8 @@ class LensConfig:
     original_architecture: str = "GPT2LMHeadModel"
     default_prepend_bos: bool = True
     tokenizer_name: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: per layer, how many keys a query sees (0: all earlier ones; GPT-Neo's local layers)
+    windows: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.attn_scale:
@@ -148,7 +153,7 @@ def hf_gpt2_state(model: Any) -> tuple[dict[str, Any], LensConfig]:
     dh, L = d // H, int(c.n_layer)
     M = int(c.n_inner or 4 * d)
     body = model.transformer
-    f = lambda t: t.detach().float().clone()  # noqa: E731
+    f = lambda t: t.detach().float()  # noqa: E731  (the engine copies what it keeps)
     sd: dict[str, Any] = {"embed.W_E": f(body.wte.weight), "pos_embed.W_pos": f(body.wpe.weight)}
     for i, b in enumerate(body.h):
         W = f(b.attn.c_attn.weight).view(d, 3, H, dh)  # Conv1D: [in, out]
@@ -171,6 +176,44 @@ def hf_gpt2_state(model: Any) -> tuple[dict[str, Any], LensConfig]:
                      eps=float(c.layer_norm_epsilon), attn_only=False,
                      use_attn_scale=bool(getattr(c, "scale_attn_weights", True)),
                      original_architecture="GPT2LMHeadModel")
+    return sd, cfg
+
+
+def hf_neo_state(model: Any) -> tuple[dict[str, Any], LensConfig]:
+    """A Hugging Face ``GPTNeoForCausalLM``'s weights as a TransformerLens state dict (float32
+    copies) and its config: no attention scaling, local layers see ``window_size`` keys."""
+    import torch
+
+    c = model.config
+    d, H, L = int(c.hidden_size), int(c.num_heads), int(c.num_layers)
+    dh = d // H
+    M = int(c.intermediate_size or 4 * d)
+    body = model.transformer
+    f = lambda t: t.detach().float()  # noqa: E731  (the engine copies what it keeps)
+    sd: dict[str, Any] = {"embed.W_E": f(body.wte.weight), "pos_embed.W_pos": f(body.wpe.weight)}
+    for i, b in enumerate(body.h):
+        a = b.attn.attention
+        for n, lin in zip("QKV", (a.q_proj, a.k_proj, a.v_proj)):  # Linear: [out, in]
+            sd[f"blocks.{i}.attn.W_{n}"] = f(lin.weight).T.reshape(d, H, dh).permute(1, 0, 2).contiguous()
+            sd[f"blocks.{i}.attn.b_{n}"] = f(lin.bias).view(H, dh) if lin.bias is not None else torch.zeros(H, dh)
+        sd[f"blocks.{i}.attn.W_O"] = f(a.out_proj.weight).T.reshape(H, dh, d).contiguous()
+        sd[f"blocks.{i}.attn.b_O"] = f(a.out_proj.bias) if a.out_proj.bias is not None else torch.zeros(d)
+        sd[f"blocks.{i}.ln1.w"], sd[f"blocks.{i}.ln1.b"] = f(b.ln_1.weight), f(b.ln_1.bias)
+        sd[f"blocks.{i}.ln2.w"], sd[f"blocks.{i}.ln2.b"] = f(b.ln_2.weight), f(b.ln_2.bias)
+        sd[f"blocks.{i}.mlp.W_in"] = f(b.mlp.c_fc.weight).T.contiguous()
+        sd[f"blocks.{i}.mlp.b_in"] = f(b.mlp.c_fc.bias)
+        sd[f"blocks.{i}.mlp.W_out"] = f(b.mlp.c_proj.weight).T.contiguous()
+        sd[f"blocks.{i}.mlp.b_out"] = f(b.mlp.c_proj.bias)
+    sd["ln_final.w"], sd["ln_final.b"] = f(body.ln_f.weight), f(body.ln_f.bias)
+    sd["unembed.W_U"] = f(model.lm_head.weight).T.contiguous()
+    lm_bias = getattr(model.lm_head, "bias", None)
+    sd["unembed.b_U"] = f(lm_bias) if lm_bias is not None else torch.zeros(int(c.vocab_size))
+    window = int(c.window_size)
+    cfg = LensConfig(n_layers=L, n_heads=H, d_model=d, d_head=dh, d_mlp=M, n_ctx=int(c.max_position_embeddings),
+                     d_vocab=int(c.vocab_size), act_fn=str(c.activation_function),
+                     eps=float(c.layer_norm_epsilon), attn_only=False, use_attn_scale=False,
+                     original_architecture="GPTNeoForCausalLM",
+                     windows=[window if kind == "local" else 0 for kind in c.attention_layers])
     return sd, cfg
 
 
@@ -205,8 +248,8 @@ def unsupported(model: Any = None, tl_config: dict[str, Any] | None = None) -> s
     if model is None:
         return "no model"
     c = getattr(model, "config", None)
-    if type(model).__name__ not in ("GPT2LMHeadModel",) or c is None:
-        return f"architecture {type(model).__name__} (the engine runs GPT2LMHeadModel)"
+    if type(model).__name__ not in ARCHITECTURES or c is None:
+        return f"architecture {type(model).__name__} (the engine runs {', '.join(ARCHITECTURES)})"
     if getattr(c, "scale_attn_by_inverse_layer_idx", False) or getattr(c, "reorder_and_upcast_attn", False):
         return "scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn"
     if getattr(c, "activation_function", None) not in ACTIVATIONS:
@@ -249,6 +292,8 @@ class Lens:
         if processing not in ("compatibility", "raw"):
             raise PosmechError(f"unknown processing mode {processing!r}; expected `compatibility` or `raw`")
         self.processing, self.tokenizer = processing, tokenizer
+        #: the Hugging Face config (``config.to_dict()``) of the model the weights came from ({} if none)
+        self.hf_config: dict[str, Any] = {}
         self.compatibility_mode = processing == "compatibility"
         tdtype = getattr(torch, dtype)
         cfg.device, cfg.dtype = torch.device(device), tdtype
@@ -256,7 +301,7 @@ class Lens:
         if self.compatibility_mode:
             sd = process(sd, cfg)
         L, H, d, dh = cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_head
-        P = lambda t: torch.nn.Parameter(t.detach().to(device=device, dtype=tdtype).contiguous(),  # noqa: E731
+        P = lambda t: torch.nn.Parameter(t.detach().to(device=device, dtype=tdtype, copy=True).contiguous(),  # noqa: E731
                                          requires_grad=False)
 
         def opt(key: str, shape: tuple[int, ...], fill: float = 0.0) -> Any:
@@ -437,13 +482,22 @@ class Lens:
         k = self._fire(pre + "hook_k", qkv[:, :, 1])
         v = self._fire(pre + "hook_v", qkv[:, :, 2])
         qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, T, dh]
+        window = c.windows[i] if c.windows else 0
+        hidden = None  # [T, T] True where a query may not see a key (beyond causal: local layers)
+        if window:
+            hidden = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+            hidden |= torch.ones(T, T, dtype=torch.bool, device=x.device).tril(-window)
         if self._hooked(pre + "hook_attn_scores") or self._hooked(pre + "hook_pattern"):
             scores = torch.matmul(qh, kh.transpose(-2, -1)) / c.attn_scale
-            future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+            if hidden is None:
+                hidden = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
             fill = -torch.inf if self.compatibility_mode else torch.finfo(scores.dtype).min
-            scores = self._fire(pre + "hook_attn_scores", scores.masked_fill(future, fill))
+            scores = self._fire(pre + "hook_attn_scores", scores.masked_fill(hidden, fill))
             pattern = self._fire(pre + "hook_pattern", torch.softmax(scores, dim=-1))
             z = torch.matmul(pattern.to(vh.dtype), vh)
+        elif hidden is not None:
+            z = torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, attn_mask=~hidden,
+                                                                 scale=1.0 / c.attn_scale)
         else:
             z = torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, is_causal=True,
                                                                  scale=1.0 / c.attn_scale)
@@ -530,8 +584,10 @@ def from_hf(model: Any, tokenizer: Any = None, processing: str = "compatibility"
     why = unsupported(model=model)
     if why:
         raise PosmechError(f"the posmech engine does not run this model: {why}; use `engine: bridge`")
-    sd, cfg = hf_gpt2_state(model)
-    return Lens(sd, cfg, tokenizer, processing, device, dtype)
+    sd, cfg = hf_neo_state(model) if type(model).__name__ == "GPTNeoForCausalLM" else hf_gpt2_state(model)
+    lens = Lens(sd, cfg, tokenizer, processing, device, dtype)
+    lens.hf_config = model.config.to_dict()
+    return lens
 
 
 def from_tl_state(sd: dict[str, Any], tl_config: dict[str, Any], tokenizer: Any = None,
