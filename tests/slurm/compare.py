@@ -93,12 +93,18 @@ def compare_csv(a: Path, b: Path) -> list[str]:
         if _volatile(col):
             continue
         ca, cb = da[col], db[col]
+        how = ""
         if ca.dtype.kind in "fi" and cb.dtype.kind in "fi":
-            ok = np.allclose(ca.to_numpy(float), cb.to_numpy(float), rtol=RTOL, atol=ATOL, equal_nan=True)
+            x, y = ca.to_numpy(float), cb.to_numpy(float)
+            ok = np.allclose(x, y, rtol=RTOL, atol=ATOL, equal_nan=True)
+            if not ok:
+                d = np.abs(x - y)
+                i = int(np.nanargmax(np.where(np.isnan(d), -1.0, d)))
+                how = f" (largest: {x[i]!r} vs {y[i]!r})"
         else:
             ok = all(_close(x, y) or (pd.isna(x) and pd.isna(y)) for x, y in zip(ca, cb))
         if not ok:
-            problems.append(f"{a.name}: column {col!r} differs")
+            problems.append(f"{a.name}: column {col!r} differs{how}")
     return problems
 
 
