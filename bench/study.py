@@ -143,9 +143,9 @@ def build_corpus(d: Path) -> Path:
     return out
 
 
-def write_config(d: Path, model_dir: Path, corpus: Path) -> Path:
+def write_config(d: Path, model_dir: Path, corpus: Path, engine: str = "auto") -> Path:
     cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    cfg["models"] = {"gpt2": {"source": str(model_dir), "device": "cpu"}}
+    cfg["models"] = {"gpt2": {"source": str(model_dir), "device": "cpu", "engine": engine}}
     cfg["corpora"]["webtext"] = {"source": str(corpus)}
     for sec in ("geometry", "kernels", "posembed_averaging", "posembed_attention", "contextual", "neurons"):
         if "models" in cfg.get(sec, {}):
@@ -206,17 +206,19 @@ def main() -> None:
     ap.add_argument("--rules", nargs="*", help="run only these rules (and what they need): snakemake --until")
     ap.add_argument("--floor-rounds", type=int, default=2, help="floor rounds before and after the run each")
     ap.add_argument("--no-run", action="store_true", help="only report the last run's logs")
+    ap.add_argument("--engine", default="auto", choices=["auto", "posmech", "bridge"],
+                    help="models.gpt2.engine: `bridge` measures the analyses as they ran before issue 15")
     args = ap.parse_args()
     d = Path(args.workdir)
     d.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     model_dir = build_model(d)
     corpus = build_corpus(d)
-    cfgfile = write_config(d, model_dir, corpus)
+    cfgfile = write_config(d, model_dir, corpus, args.engine)
     cfg = yaml.safe_load(cfgfile.read_text())
     work = d / "run"
     load0 = os.getloadavg()
-    print(f"sizes: {json.dumps(REDUCED)}; real: {json.dumps(REAL)}", flush=True)
+    print(f"engine: {args.engine}; sizes: {json.dumps(REDUCED)}; real: {json.dumps(REAL)}", flush=True)
     print(f"load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}", flush=True)
     probe = [(1, 1024), (1, 512), (8, 1024)]
     floors = floor_per_pass(model_dir, probe, args.floor_rounds)
