@@ -37,18 +37,26 @@ def cpu(fn, *a, **k):
     return out, time.process_time() - c0, time.perf_counter() - t0
 
 
-def random_gpt2_and_texts(n_texts: int):
-    """A GPT-2-small-shaped model with random weights (seed 0, eager attention) and ``n_texts``
-    texts of BOS + 1022 Zipf-distributed tokens (duplicates as frequent as in text), as the
-    model, the id arrays, a TokenSet and the layer-0 file's text entries.  Shared by
-    bench/neurons.py."""
+def random_gpt2():
+    """A GPT-2-small-shaped Hugging Face model (12 layers x 12 heads, d_model 768, 1024
+    positions, 50257 tokens) with random weights (seed 0, eager attention), in eval mode.
+    Shared by bench/study.py."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
     cfg = GPT2Config()
     cfg._attn_implementation = "eager"
-    model = GPT2LMHeadModel(cfg).eval()
+    return GPT2LMHeadModel(cfg).eval()
+
+
+def random_gpt2_and_texts(n_texts: int):
+    """A GPT-2-small-shaped model with random weights (seed 0, eager attention) and ``n_texts``
+    texts of BOS + 1022 Zipf-distributed tokens (duplicates as frequent as in text), as the
+    model, the id arrays, a TokenSet and the layer-0 file's text entries.  Shared by
+    bench/neurons.py."""
+    model = random_gpt2()
+    cfg = model.config
     rng = np.random.default_rng(0)
     probs = 1.0 / np.arange(1, cfg.vocab_size + 1)
     texts = [np.concatenate([[50256], rng.choice(cfg.vocab_size, 1022, p=probs / probs.sum())])

@@ -298,7 +298,10 @@ class HFCapture:
     def __call__(self, ids: np.ndarray, hooks: tuple[str, ...]) -> dict[str, list[Any]]:
         import torch
 
+        from posmech import perf
+
         x = torch.as_tensor(ids, dtype=torch.long, device=self.device)
+        perf.count_tensor_forward(x)
         L = self.n_layers
         resid: list[Any] = [None] * (L + 1)
         ln1: list[Any] = [None] * L

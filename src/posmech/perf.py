@@ -1,17 +1,135 @@
-"""Forward-pass accounting of a job: every engine calls :func:`count_forward` once per pass."""
+"""Per-job accounting: forward passes by shape, CPU time and peak memory from the OS.
+
+Every forward engine calls :func:`count_forward` once per forward pass of the whole model
+(the TransformerLens bridge through a pre-hook installed by
+:func:`posmech.models.loading.load_bridge`, the cache's ``HFCapture`` in its ``__call__``).
+:func:`posmech.runner.run` ends each job with :func:`job_record`: one log line
+``PERF {json}`` and the same JSON in ``<log>.perf.json`` beside the rule's log
+(docs/performance.md, "Per-job accounting").
+
+* ``cpu_s``: user + system CPU seconds of the job's process and of its waited-for
+  children (``resource.getrusage``), the OS's own count, not Snakemake's sampled
+  ``benchmark:`` TSV.
+* ``peak_rss_mb``: the largest resident set of the process (``ru_maxrss``, MiB) — or of
+  a child, if one was larger.
+* ``cpu_s_first_forward``: ``cpu_s`` when the first forward pass began (interpreter
+  start, imports, model load: the job's fixed cost); ``null`` without forward passes.
+* ``forwards``: forward passes by shape ``"{batch}x{n_tokens}"`` (sequences × positions
+  per sequence), e.g. ``{"1x1024": 12}``.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import resource
+import sys
+import time
 from collections import Counter
+from typing import Any
 
-_PASSES: Counter[str] = Counter()
+#: forward passes counted in this process, by ``(batch, n_tokens)``
+_FORWARDS: Counter[tuple[int, int]] = Counter()
+#: prefix of the runner's log line
+LINE_PREFIX = "PERF "
+#: suffix of the JSON written beside the rule's log
+JSON_SUFFIX = ".perf.json"
+
+
+#: CPU seconds of the process (self + children) when its first forward pass began
+_FIRST: list[float] = []
+
+
+def _cpu_s() -> float:
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def count_forward(batch: int, n_tokens: int) -> None:
-    """Record one forward pass of ``batch`` sequences of ``n_tokens`` positions."""
-    _PASSES[f"{int(batch)}x{int(n_tokens)}"] += 1
+    """Record one forward pass over ``batch`` sequences of ``n_tokens`` positions each."""
+    if not _FORWARDS:
+        _FIRST[:] = [_cpu_s()]
+    _FORWARDS[(int(batch), int(n_tokens))] += 1
+
+
+def forwards() -> dict[str, int]:
+    """Forward passes so far, ``{"BxT": count}``, largest shapes first."""
+    return {f"{b}x{t}": n for (b, t), n in sorted(_FORWARDS.items(), key=lambda kv: (-kv[0][0] * kv[0][1], kv[0]))}
 
 
 def forward_passes() -> dict[str, int]:
-    """Passes so far in this process, by shape ``"{batch}x{n_tokens}"``."""
-    return dict(_PASSES)
+    """Passes so far in this process, by shape ``"{batch}x{n_tokens}"`` (= :func:`forwards`)."""
+    return forwards()
+
+
+def reset() -> None:
+    """Forget the forward passes counted so far (tests, benchmarks)."""
+    _FORWARDS.clear()
+    _FIRST.clear()
+
+
+def count_tensor_forward(ids: Any) -> None:
+    """:func:`count_forward` for a token tensor/array of shape ``[batch, pos]`` or ``[pos]``;
+    anything else (a string the engine tokenizes itself) is counted as one sequence of
+    unknown length ``0``."""
+    shape = tuple(getattr(ids, "shape", ()))
+    if len(shape) >= 2:
+        count_forward(shape[0], shape[1])
+    elif len(shape) == 1:
+        count_forward(1, shape[0])
+    else:
+        count_forward(len(ids) if isinstance(ids, (list, tuple)) else 1, 0)
+
+
+def _maxrss_mb(who: int) -> float:
+    kb = resource.getrusage(who).ru_maxrss
+    return kb / (1024 * 1024) if sys.platform == "darwin" else kb / 1024  # bytes on macOS, KiB on Linux
+
+
+def job_record(rule: str = "?", wall_s: float | None = None) -> dict[str, Any]:
+    """The job's accounting so far: rule, wall, CPU seconds (self + children), peak RSS (MiB)
+    and forward passes by shape."""
+    return {
+        "rule": rule,
+        "wall_s": None if wall_s is None else round(wall_s, 3),
+        "cpu_s": round(_cpu_s(), 3),
+        "cpu_s_first_forward": round(_FIRST[0], 3) if _FIRST else None,
+        "peak_rss_mb": round(max(_maxrss_mb(resource.RUSAGE_SELF), _maxrss_mb(resource.RUSAGE_CHILDREN)), 1),
+        "forwards": forwards(),
+        "pid": os.getpid(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
+def format_line(record: dict[str, Any]) -> str:
+    """``PERF {json}`` on one line."""
+    return LINE_PREFIX + json.dumps(record, sort_keys=True)
+
+
+def parse_line(line: str) -> dict[str, Any] | None:
+    """The record in a log line written by :func:`format_line` (any prefix before ``PERF``),
+    else ``None``."""
+    i = line.find(LINE_PREFIX + "{")
+    return json.loads(line[i + len(LINE_PREFIX):]) if i >= 0 else None
+
+
+def read_log(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The last accounting record in a rule's log file (``None`` when it has none)."""
+    found = None
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            rec = parse_line(line.rstrip("\n"))
+            if rec is not None:
+                found = rec
+    return found
+
+
+def write_json(record: dict[str, Any], log_path: str | os.PathLike[str]) -> str:
+    """Write ``record`` to ``<log_path>.perf.json``; returns that path."""
+    path = os.fspath(log_path) + JSON_SUFFIX
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+    return path

@@ -216,12 +216,29 @@ def _traceback_only_to_file(log_path: str | None, text: str) -> None:
         pass
 
 
+def _account(rule: str, log_path: str | None, wall_s: float) -> None:
+    """Log the job's :func:`posmech.perf.job_record` (and write it beside the log)."""
+    from posmech import perf
+
+    record = perf.job_record(rule, wall_s)
+    LOG.info("%s", perf.format_line(record))
+    if log_path:
+        try:
+            perf.write_json(record, log_path)
+        except OSError as err:  # disk full: the log line is what survives
+            LOG.warning("could not write %s: %s", log_path + perf.JSON_SUFFIX, err)
+
+
 def run(smk: Any, main: Callable[[Any, logging.Logger], None]) -> None:
     """Run ``main(snakemake, logger)``.  A :class:`PosmechError` ends the job with its
     message only (written to the log and stderr), exit status 1.  Any other exception
     is logged too, never left to a bare traceback on stderr with an empty log: the
     rule, the error, the file involved (:func:`involved_file`) and a likely fix
-    (:func:`likely_fix`), then the full traceback (in the log file only); exit status 1."""
+    (:func:`likely_fix`), then the full traceback (in the log file only); exit status 1.
+
+    At the end of every job, failed or not, one line ``PERF {json}`` goes to the log with
+    the job's CPU seconds, peak RSS and forward passes by shape, and the same JSON to
+    ``<log>.perf.json`` (:mod:`posmech.perf`; docs/performance.md)."""
     log_path = str(smk.log[0]) if len(smk.log) else None
     log = setup_logging(log_path)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -235,7 +252,10 @@ def run(smk: Any, main: Callable[[Any, logging.Logger], None]) -> None:
     t0 = time.perf_counter()
     rule = getattr(smk, "rule", "?")
     try:
-        main(smk, log)
+        try:
+            main(smk, log)
+        finally:
+            _account(rule, log_path, time.perf_counter() - t0)
     except PosmechError as err:
         log.error("rule %s failed: %s", rule, err)
         sys.exit(1)

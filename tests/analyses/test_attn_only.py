@@ -243,3 +243,30 @@ def test_scores_match_the_pattern_on_a_random_legacy_model(tmp_path):
         S = np.where(np.isnan(f.scores), -np.inf, f.scores)
         np.testing.assert_allclose(softmax(S, axis=-1), f.patterns, atol=1e-5)
     assert torch.is_grad_enabled()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return hb.save_attn_only_dir(_spec(), tmp_path_factory.mktemp("ao") / "model_dir")
+
+
+@pytest.mark.parametrize("engine", ["bridge", "posmech"])
+def test_target_logprob_read_at_the_last_position_equals_the_full_logits(model_dir, engine):
+    """run_variant makes logits only at the last position (and none without targets): the
+    log-probabilities equal the full pass's, and the scores/patterns do not depend on it."""
+    from posmech.models.loading import load_model
+
+    m = load_model({"hf_dir": str(model_dir), "name": "hand"}, "cpu", "float32", "compatibility", engine)
+    x = _tokens(n=7)
+    targets = np.random.default_rng(3).integers(0, V, size=len(x))
+    for v in ao.VARIANTS:
+        f = ao.run_variant(m, x, v, [PREV, IND], targets=targets, batch_size=3)
+        with torch.inference_mode(), m.hooks(fwd_hooks=ao.variant_hooks(v)):
+            full = torch.log_softmax(m(torch.as_tensor(x))[:, -1].double(), -1)
+        ref = full[np.arange(len(x)), targets].numpy()
+        np.testing.assert_allclose(f.target_logprob, ref, rtol=2e-6, atol=1e-6, err_msg=v)  # float32 rounding
+        g = ao.run_variant(m, x, v, [PREV, IND], batch_size=3)
+        assert g.target_logprob is None
+        np.testing.assert_array_equal(g.patterns, f.patterns)
+        np.testing.assert_array_equal(np.isnan(g.scores), np.isnan(f.scores))
+    assert all(not hp.fwd_hooks for hp in m.hook_dict.values())

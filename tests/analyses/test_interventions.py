@@ -12,7 +12,7 @@ from posmech.analyses import interventions as iv
 from posmech.analyses.wpos import group_average
 from posmech.errors import PosmechError
 from posmech.models import handbuilt as hb
-from posmech.models.loading import load_bridge
+from posmech.models.loading import load_bridge, load_model
 
 N = 12  # context of the hand-built models
 V = 8  # vocabulary of the copy model
@@ -40,19 +40,27 @@ def copy_spec() -> hb.Spec:
 
 
 @pytest.fixture(scope="module")
-def copy_bridge(tmp_path_factory: pytest.TempPathFactory):
-    path = hb.save_model_dir(copy_spec(), tmp_path_factory.mktemp("models") / "copy")
-    return load_bridge({"hf_dir": str(path), "name": "copy"}, device="cpu")
+def copy_dir(tmp_path_factory: pytest.TempPathFactory):
+    return hb.save_model_dir(copy_spec(), tmp_path_factory.mktemp("models") / "copy")
 
 
 @pytest.fixture(scope="module")
-def two_prev_bridge(tmp_path_factory: pytest.TempPathFactory):
+def copy_bridge(copy_dir):
+    return load_bridge({"hf_dir": str(copy_dir), "name": "copy"}, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def two_prev_dir(tmp_path_factory: pytest.TempPathFactory):
     """Two layers, residual = positional embedding everywhere; L0H1 and L1H0 exact
     previous-token heads reading it, the other heads uniform."""
     spec = hb.positional_spec(n_ctx=N, n_layer=2, n_head=2, scores={
         (0, 1): hb.previous_token_scores(N), (1, 0): hb.previous_token_scores(N)})
-    path = hb.save_model_dir(spec, tmp_path_factory.mktemp("models") / "twoprev")
-    return load_bridge({"hf_dir": str(path), "name": "twoprev"}, device="cpu")
+    return hb.save_model_dir(spec, tmp_path_factory.mktemp("models") / "twoprev")
+
+
+@pytest.fixture(scope="module")
+def two_prev_bridge(two_prev_dir):
+    return load_bridge({"hf_dir": str(two_prev_dir), "name": "twoprev"}, device="cpu")
 
 
 TOKENS = np.array([0, 3, 5, 5, 1, 7, 2, 2, 2, 6, 4, 3])
@@ -286,6 +294,53 @@ def test_induction_intervention_on_copy_model(copy_bridge):
     assert_unchanged(copy_bridge, snap)
 
 
+def _induction_intervention_one_pass_each(bridge, prompt, sharp, scale):
+    """The previous implementation (a pass per condition and target, one more per
+    multi-token sequence, two more for the patterns): the oracle of the batched one."""
+    from scipy.special import log_softmax
+
+    def prob(seqs, hooks):
+        _, lg = iv.run_hooked(bridge, prompt.tokens, hooks, logits=True)
+        first, total = log_softmax(lg[-1]), 0.0
+        for s in seqs:
+            lp = first[s[0]]
+            if len(s) > 1:
+                _, lg2 = iv.run_hooked(bridge, np.concatenate([prompt.tokens, np.asarray(s[:-1])]), hooks, logits=True)
+                lsm = log_softmax(lg2[len(prompt.tokens):], axis=-1)
+                lp += sum(lsm[i, s[i + 1]] for i in range(len(s) - 1))
+            total += float(np.exp(lp))
+        return total
+
+    layer, head = iv.check_head(bridge, sharp)
+    red, sc = iv.redirect_hook(layer, head, prompt.redirects), iv.scale_head_hook(layer, head, scale)
+    hooks = {"baseline": [], "redirect": [red], "scale": [sc], "redirect_scale": [red, sc]}
+    rows = [{"condition": c, "target": t, "probability": prob(seqs, hooks[c])}
+            for c in iv.INDUCTION_CONDITIONS for t, seqs in prompt.targets.items()]
+    base, _ = iv.run_hooked(bridge, prompt.tokens, capture=[(layer, head)])
+    after, _ = iv.run_hooked(bridge, prompt.tokens, [red], capture=[(layer, head)])
+    return rows, {"baseline": base[(layer, head)], "redirect": after[(layer, head)]}
+
+
+@pytest.mark.parametrize("engine", ["bridge", "posmech"])
+def test_induction_intervention_equals_one_pass_per_sequence(copy_dir, engine):
+    """Batched conditions (shared prompt rows, multi-token variants in one pass) give the
+    previous implementation's numbers to float32 rounding, with and without the hooks."""
+    model = load_model({"hf_dir": str(copy_dir), "name": "copy"}, device="cpu", engine=engine)
+    tokens = TOKENS[:8]
+    targets = {"one": [(2,), (6,)], "two": [(5, 3), (4, 4)], "three": [(5, 1, 7)], "shared": [(5, 3, 2), (1,)]}
+    prompt = iv.InductionPrompt(tokens, {}, {7: 3, 6: 1}, targets, {}, {})
+    rows, pats = iv.induction_intervention(model, prompt, "L0H1", 2.0)
+    ref_rows, ref_pats = _induction_intervention_one_pass_each(model, prompt, "L0H1", 2.0)
+    assert [(r["condition"], r["target"]) for r in rows] == [(r["condition"], r["target"]) for r in ref_rows]
+    for r, ref in zip(rows, ref_rows):
+        # float32 rounding of the logits, relative (some probabilities are ~1e-6)
+        assert r["probability"] == pytest.approx(ref["probability"], rel=1e-5, abs=1e-12), r
+    for k in ("baseline", "redirect"):
+        np.testing.assert_allclose(pats[k], ref_pats[k], rtol=0, atol=1e-6)
+    assert pats["redirect"][7, 3] == 1.0 and pats["baseline"][7, 6] > 0.99
+    assert len({r["probability"] for r in rows}) > 4  # the conditions differ: the test can fail
+
+
 def test_ninja_prompt_file_with_byte_level_bpe():
     """The shipped P16 prompt file, tokenized by a GPT-2-style byte-level BPE (trained here on
     the prompt, offline): the triple's words are single tokens with their leading space, the
@@ -343,3 +398,18 @@ def test_repeated_tokens_break_a_self_suppressing_head(self_suppressing_bridge):
     assert by["repeat"]["n_queries"] == 3 and by["repeat"]["prev_mass"] < 0.01
     assert by["other"]["prev_mass"] > 0.95
     assert zoom.start == 0 and np.flatnonzero(zoom.marks).tolist() == [3, 7, 8]
+
+
+@pytest.mark.parametrize("engine", ["bridge", "posmech"])
+def test_run_hooked_without_logits_captures_the_same_patterns(two_prev_dir, engine):
+    """run_hooked asks for no logits unless they are read (the engine may stop after the last
+    hooked layer): the captured patterns are those of the full pass, bitwise."""
+    model = load_model({"hf_dir": str(two_prev_dir), "name": "twoprev"}, device="cpu", engine=engine)
+    hooks = iv.knockout_hooks([0], iv.knockout_rows(N, 5), True)
+    full, lg = iv.run_hooked(model, TOKENS, hooks, capture=[(0, 1), (1, 0)], logits=True)
+    short, none = iv.run_hooked(model, TOKENS, hooks, capture=[(0, 1), (1, 0)])
+    assert lg is not None and none is None
+    for k in full:
+        np.testing.assert_array_equal(short[k], full[k])
+    first, _ = iv.run_hooked(model, TOKENS, hooks, capture=[(0, 1)])  # the posmech engine stops after layer 0
+    np.testing.assert_array_equal(first[(0, 1)], full[(0, 1)])

@@ -38,6 +38,11 @@ def _close(a: Any, b: Any) -> bool:
         return all(k in a and k in b and _close(a[k], b[k]) for k in keys)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, str) and isinstance(b, str) and a != b:
+        try:  # a number in a column of mixed type (a scorecard's `value`) is read as text
+            return _close(float(a), float(b))
+        except ValueError:
+            pass
     if isinstance(a, str) and isinstance(b, str) and a[:1] in "[{" and b[:1] in "[{":
         try:
             return _close(json.loads(a), json.loads(b))
@@ -93,12 +98,18 @@ def compare_csv(a: Path, b: Path) -> list[str]:
         if _volatile(col):
             continue
         ca, cb = da[col], db[col]
+        how = ""
         if ca.dtype.kind in "fi" and cb.dtype.kind in "fi":
-            ok = np.allclose(ca.to_numpy(float), cb.to_numpy(float), rtol=RTOL, atol=ATOL, equal_nan=True)
+            x, y = ca.to_numpy(float), cb.to_numpy(float)
+            ok = np.allclose(x, y, rtol=RTOL, atol=ATOL, equal_nan=True)
+            if not ok:
+                d = np.abs(x - y)
+                i = int(np.nanargmax(np.where(np.isnan(d), -1.0, d)))
+                how = f" (largest: {x[i]!r} vs {y[i]!r})"
         else:
             ok = all(_close(x, y) or (pd.isna(x) and pd.isna(y)) for x, y in zip(ca, cb))
         if not ok:
-            problems.append(f"{a.name}: column {col!r} differs")
+            problems.append(f"{a.name}: column {col!r} differs{how}")
     return problems
 
 

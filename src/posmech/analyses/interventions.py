@@ -214,7 +214,7 @@ def run_hooked(
         grab.append((f"blocks.{layer}.attn.hook_pattern", fn))
     x = torch.as_tensor(np.asarray(tokens, dtype=np.int64)[None], device=bridge.cfg.device)
     with _inference(), bridge.hooks(fwd_hooks=[*hooks, *grab]):
-        out = bridge(x)
+        out = bridge(x, return_type="logits" if logits else None)  # None: may stop after the last hook
     lg = out[0].detach().to("cpu", torch.float64).numpy() if logits else None
     return got, lg
 
@@ -430,20 +430,11 @@ def continuation_probability(
     bridge: Any, tokens: np.ndarray, seqs: Sequence[tuple[int, ...]], hooks: Sequence[Hook] = (),
 ) -> float:
     """Σ over ``seqs`` of P(sequence | tokens) under the hooks (teacher-forced: the prompt
-    positions, where the hooks act, are the same in every pass)."""
-    from scipy.special import log_softmax
+    positions, where the hooks act, are the same in every row); see
+    :func:`posmech.data.prompts.target_probabilities`."""
+    from posmech.data.prompts import target_probabilities
 
-    _, lg = run_hooked(bridge, tokens, hooks, logits=True)
-    first = log_softmax(lg[-1])
-    total = 0.0
-    for s in seqs:
-        lp = first[s[0]]
-        if len(s) > 1:
-            _, lg2 = run_hooked(bridge, np.concatenate([tokens, np.asarray(s[:-1])]), hooks, logits=True)
-            lsm = log_softmax(lg2[len(tokens) :], axis=-1)
-            lp += sum(lsm[i, s[i + 1]] for i in range(len(s) - 1))
-        total += float(np.exp(lp))
-    return total
+    return target_probabilities(bridge, tokens, {"t": list(seqs)}, hooks)[0]["t"]
 
 
 INDUCTION_CONDITIONS = ("baseline", "redirect", "scale", "redirect_scale")
@@ -457,19 +448,33 @@ def induction_intervention(
     (both: the post's intervention).
 
     Rows: one per (condition, target) with ``probability``.  Also returns the sharp head's
-    pattern (``[T, T]``) at baseline and redirected, for the figure."""
+    pattern (``[T, T]``, as used) at baseline and redirected, for the figure.  Each condition
+    is one batched teacher-forced pass over every target's variants
+    (:func:`posmech.data.prompts.target_probabilities`); the patterns are read in the same
+    passes (prompt positions, first row)."""
+    from posmech.data.prompts import target_probabilities
+
     layer, head = check_head(bridge, sharp)
     red = redirect_hook(layer, head, prompt.redirects)
     sc = scale_head_hook(layer, head, scale)
     hooks = {"baseline": [], "redirect": [red], "scale": [sc], "redirect_scale": [red, sc]}
+    n = len(prompt.tokens)
+    patterns: dict[str, np.ndarray] = {}
+
+    def grab(cond: str) -> list[Hook]:
+        import torch
+
+        def fn(p: Any, hook: Any) -> None:
+            if cond not in patterns:  # the first pass's first row (every row holds the prompt)
+                patterns[cond] = p[0, head, :n, :n].detach().to("cpu", torch.float64).numpy()
+
+        return [(f"blocks.{layer}.attn.hook_pattern", fn)] if cond in ("baseline", "redirect") else []
+
     rows = []
     for cond in INDUCTION_CONDITIONS:
-        for name, seqs in prompt.targets.items():
-            rows.append({"condition": cond, "target": name,
-                         "probability": continuation_probability(bridge, prompt.tokens, seqs, hooks[cond])})
-    base, _ = run_hooked(bridge, prompt.tokens, capture=[(layer, head)])
-    after, _ = run_hooked(bridge, prompt.tokens, [red], capture=[(layer, head)])
-    return rows, {"baseline": base[(layer, head)], "redirect": after[(layer, head)]}
+        probs, _, _ = target_probabilities(bridge, prompt.tokens, prompt.targets, [*hooks[cond], *grab(cond)])
+        rows += [{"condition": cond, "target": name, "probability": probs[name]} for name in prompt.targets]
+    return rows, {"baseline": patterns["baseline"], "redirect": patterns["redirect"]}
 
 
 # --------------------------------------------------------------------------- tables

@@ -103,19 +103,18 @@ def averaged_W_pos(bridge: Any, k: int) -> Iterator[Any]:
 # --------------------------------------------------------------------------- P2, P3
 def next_token_loss(bridge: Any, documents: list[np.ndarray]) -> tuple[float, int]:
     """Summed next-token cross-entropy (nats, float64) over every predicted position of
-    ``documents`` (token-id arrays, one forward pass each) and the number of predictions."""
-    import torch
+    ``documents`` (token-id arrays, one forward pass each) and the number of predictions.
+    The log-softmax is taken a chunk of positions at a time
+    (:func:`posmech.analyses.readout.next_token_logprobs`), so memory does not grow with
+    ``n x d_vocab``."""
+    from posmech.analyses.readout import next_token_logprobs
 
-    device = next(bridge.parameters()).device
     total, count = 0.0, 0
-    with torch.inference_mode():
-        for doc in logged(documents, what="documents (next-token loss)"):
-            if len(doc) < 2:
-                continue
-            x = torch.as_tensor(np.asarray(doc, dtype=np.int64), device=device)[None]
-            logp = torch.log_softmax(bridge(x)[0, :-1], -1)  # float32: [n-1, d_vocab] can be large
-            total -= float(logp.gather(-1, x[0, 1:, None]).double().sum())
-            count += len(doc) - 1
+    for doc in logged(documents, what="documents (next-token loss)"):
+        if len(doc) < 2:
+            continue
+        total -= float(next_token_logprobs(bridge, doc).double().sum())
+        count += len(doc) - 1
     return total, count
 
 

@@ -11,6 +11,7 @@ single-token variants contribute their next-token probability and multi-token va
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,8 @@ import numpy as np
 import yaml
 
 from posmech.errors import PosmechError
+
+MAX_BATCH_TOKENS = 1024  # tokens per teacher-forced pass: the [rows, heads, T, T] attention memory of one 1024-token row
 
 
 @dataclass
@@ -95,31 +98,57 @@ def continuation_probability(bridge: Any, prompt_ids: np.ndarray, variants: list
 
 
 def target_probabilities(
-    bridge: Any, prompt_ids: np.ndarray, targets: dict[str, list[list[int]]]
+    bridge: Any, prompt_ids: np.ndarray, targets: dict[str, list[list[int]]] | dict[str, list[tuple[int, ...]]],
+    hooks: Sequence[tuple[str, Any]] = (), max_batch_tokens: int = MAX_BATCH_TOKENS,
 ) -> tuple[dict[str, float], int, float]:
-    """:func:`continuation_probability` of every target's variants in one batched forward
-    pass (one row per distinct teacher-forced prefix, right-padded: causal attention makes
-    the padding invisible to earlier positions).  Returns ``(probabilities, top_token,
-    top_probability)`` where the top token is the most probable next token after the prompt."""
+    """:func:`continuation_probability` of every target's variants, teacher-forced in batched
+    forward passes (with ``hooks`` added, e.g. an intervention; they act on every row alike).
+
+    One row per teacher-forced prefix that no other prefix extends (a row holding prefix
+    ``a b`` also gives the distributions after ``a`` and after the prompt alone; causal
+    attention makes the right padding of shorter rows invisible to the positions read), at
+    most ``max_batch_tokens`` tokens per pass (at least one row).  Logits are made only at
+    the positions read (:mod:`posmech.analyses.readout`) and log-softmaxed in float64.
+    Returns ``(probabilities, top_token, top_probability)`` where the top token is the most
+    probable next token after the prompt."""
     import torch
 
+    from posmech.analyses.readout import logits_at
+
     n = len(prompt_ids)
-    prefixes = sorted({tuple(v[:-1]) for vs in targets.values() for v in vs} | {()}, key=lambda t: (len(t), t))
-    row = {pre: i for i, pre in enumerate(prefixes)}
-    width = n + max(len(pre) for pre in prefixes)
-    x = np.zeros((len(prefixes), width), dtype=np.int64)
-    for pre, i in row.items():
-        x[i, : n + len(pre)] = np.concatenate([prompt_ids, np.asarray(pre, dtype=np.int64)])
-    device = next(bridge.parameters()).device
-    with torch.inference_mode():
-        logp = torch.log_softmax(bridge(torch.as_tensor(x, device=device))[:, n - 1 :].double(), -1).cpu()
+    prefixes = {tuple(int(t) for t in v[:-1]) for vs in targets.values() for v in vs} | {()}
+    rows = sorted((p for p in prefixes if not any(len(q) > len(p) and q[: len(p)] == p for q in prefixes)),
+                  key=lambda t: (len(t), t))
+    width = n + max(len(r) for r in rows)
+    per_pass = max(1, max_batch_tokens // width)
+    logp: dict[tuple[int, ...], Any] = {}  # row -> [len(row) + 1, d_vocab] float64 at positions n-1 ..
+    for a in range(0, len(rows), per_pass):
+        batch = rows[a : a + per_pass]
+        w = n + max(len(r) for r in batch)
+        x = np.zeros((len(batch), w), dtype=np.int64)
+        read_rows, read_pos = [], []
+        for i, r in enumerate(batch):
+            x[i, : n + len(r)] = np.concatenate([prompt_ids, np.asarray(r, dtype=np.int64)])
+            read_rows += [i] * (len(r) + 1)
+            read_pos += range(n - 1, n + len(r))
+        lg = logits_at(bridge, x, read_rows, read_pos, hooks)
+        with torch.inference_mode():
+            lp = torch.log_softmax(lg.double(), -1).cpu()
+        at = 0
+        for r in batch:
+            logp[r] = lp[at : at + len(r) + 1]
+            at += len(r) + 1
+
+    def row_of(pre: tuple[int, ...]) -> Any:
+        return logp[next(r for r in rows if r[: len(pre)] == pre)]
+
     out = {}
     for name, vs in targets.items():
         total = 0.0
         for v in vs:
-            r = row[tuple(v[:-1])]
-            total += float(logp[r, torch.arange(len(v)), torch.as_tensor(v)].sum().exp())
+            lp = row_of(tuple(int(t) for t in v[:-1]))
+            total += float(lp[torch.arange(len(v)), torch.as_tensor(list(v))].sum().exp())
         out[name] = total
-    first = logp[row[()], 0].exp()
+    first = row_of(())[0].exp()
     top = int(first.argmax())
     return out, top, float(first[top])

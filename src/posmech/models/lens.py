@@ -31,13 +31,16 @@ in the raw mode), ``hook_result`` ``[B, T, n_heads, d_model]``; ``blocks.{i}.mlp
 ``hook_post`` ``[B, T, d_mlp]``; ``ln_final.hook_in/hook_scale/hook_normalized/hook_out``.
 
 **Processing modes** (as ``load_bridge``'s): ``compatibility`` applies, once, to the
-weights, TransformerLens's own ``ProcessWeights.process_weights`` (fold every LayerNorm's
-scale and bias into the weights that read it, centre the weights writing to the residual
-stream, centre the unembedding, fold the value biases into the output bias), which is what
-``enable_compatibility_mode()`` does to a bridge; ``raw`` keeps the checkpoint's weights.
+weights, what ``enable_compatibility_mode()`` does to a bridge (TransformerLens's
+``process_weights``: fold every LayerNorm's scale and bias into the weights that read it,
+centre the weights writing to the residual stream, centre the unembedding, fold the value
+biases into the output bias; :func:`process`); ``raw`` keeps the checkpoint's weights.
 Either way every hook sees what the bridge's hook of the same name sees, to float32
-rounding (``tests/models/test_lens.py`` compares every hook point, the logits and the
-interventions the analyses make, on hand-built models and on a trained demo model).
+rounding (``tests/models/test_lens.py`` compares every hook point, the weights, the logits
+and the interventions the analyses make, on random-weight GPT-2, GPT-Neo and legacy
+models and on the trained demo models). A model directory is read tensor by tensor
+(:func:`from_hf_dir`): no Hugging Face model is built, so loading costs about one copy of
+the weights.
 
 **Only what is read is computed.** Attention runs as PyTorch's fused
 ``scaled_dot_product_attention`` unless a hook is registered on the scores or the pattern
@@ -61,8 +64,10 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from posmech.errors import PosmechError
@@ -143,78 +148,115 @@ def _act(name: str) -> Callable[[Any], Any]:
 
 
 # --------------------------------------------------------------------------- weights
-def hf_gpt2_state(model: Any) -> tuple[dict[str, Any], LensConfig]:
-    """A Hugging Face ``GPT2LMHeadModel``'s weights as a TransformerLens state dict
-    (float32 copies) and its config."""
+def _attention_layers(c: dict[str, Any]) -> list[str]:
+    """GPT-Neo's per-layer attention kinds (``attention_layers``, else expanded from
+    ``attention_types`` = ``[[kinds, repeat], ...]``)."""
+    if c.get("attention_layers"):
+        return list(c["attention_layers"])
+    out: list[str] = []
+    for kinds, repeat in c.get("attention_types") or [[["global"], int(c["num_layers"])]]:
+        out += list(kinds) * int(repeat)
+    return out
+
+
+def unsupported_hf(c: dict[str, Any]) -> str | None:
+    """Why the engine cannot run the Hugging Face model of config ``c`` (its ``config.json``
+    as a dict); None when it can."""
+    mt = c.get("model_type")
+    if mt not in ("gpt2", "gpt_neo"):
+        return f"model_type {mt!r} (the engine runs gpt2 and gpt_neo: {', '.join(ARCHITECTURES)})"
+    if c.get("scale_attn_by_inverse_layer_idx") or c.get("reorder_and_upcast_attn"):
+        return "scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn"
+    act = c.get("activation_function", "gelu_new")
+    if act not in ACTIVATIONS:
+        return f"activation {act!r}"
+    if mt == "gpt_neo" and len(_attention_layers(c)) != int(c["num_layers"]):
+        return "attention_types that do not cover every layer"
+    return None
+
+
+def hf_state(get: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, Any], LensConfig]:
+    """A Hugging Face GPT-2 or GPT-Neo checkpoint's weights as a TransformerLens state dict
+    (float32; views of what ``get`` returns where the layout allows) and its config.
+    ``get(name)``: the tensor of a parameter named as in the checkpoint without the
+    ``transformer.`` prefix (``h.0.attn.c_attn.weight``, ``lm_head.weight``), None if absent."""
     import torch
 
-    c = model.config
-    d, H = int(c.n_embd), int(c.n_head)
-    dh, L = d // H, int(c.n_layer)
-    M = int(c.n_inner or 4 * d)
-    body = model.transformer
-    f = lambda t: t.detach().float()  # noqa: E731  (the engine copies what it keeps)
-    sd: dict[str, Any] = {"embed.W_E": f(body.wte.weight), "pos_embed.W_pos": f(body.wpe.weight)}
-    for i, b in enumerate(body.h):
-        W = f(b.attn.c_attn.weight).view(d, 3, H, dh)  # Conv1D: [in, out]
-        bias = f(b.attn.c_attn.bias).view(3, H, dh)
-        for j, n in enumerate("QKV"):
-            sd[f"blocks.{i}.attn.W_{n}"] = W[:, j].permute(1, 0, 2).contiguous()
-            sd[f"blocks.{i}.attn.b_{n}"] = bias[j].contiguous()
-        sd[f"blocks.{i}.attn.W_O"] = f(b.attn.c_proj.weight).view(H, dh, d)
-        sd[f"blocks.{i}.attn.b_O"] = f(b.attn.c_proj.bias)
-        sd[f"blocks.{i}.ln1.w"], sd[f"blocks.{i}.ln1.b"] = f(b.ln_1.weight), f(b.ln_1.bias)
-        sd[f"blocks.{i}.ln2.w"], sd[f"blocks.{i}.ln2.b"] = f(b.ln_2.weight), f(b.ln_2.bias)
-        sd[f"blocks.{i}.mlp.W_in"], sd[f"blocks.{i}.mlp.b_in"] = f(b.mlp.c_fc.weight), f(b.mlp.c_fc.bias)
-        sd[f"blocks.{i}.mlp.W_out"], sd[f"blocks.{i}.mlp.b_out"] = f(b.mlp.c_proj.weight), f(b.mlp.c_proj.bias)
-    sd["ln_final.w"], sd["ln_final.b"] = f(body.ln_f.weight), f(body.ln_f.bias)
-    sd["unembed.W_U"] = f(model.lm_head.weight).T.contiguous()
-    lm_bias = getattr(model.lm_head, "bias", None)
-    sd["unembed.b_U"] = f(lm_bias) if lm_bias is not None else torch.zeros(int(c.vocab_size))
-    cfg = LensConfig(n_layers=L, n_heads=H, d_model=d, d_head=dh, d_mlp=M, n_ctx=int(c.n_positions),
-                     d_vocab=int(c.vocab_size), act_fn=str(c.activation_function),
-                     eps=float(c.layer_norm_epsilon), attn_only=False,
-                     use_attn_scale=bool(getattr(c, "scale_attn_weights", True)),
-                     original_architecture="GPT2LMHeadModel")
-    return sd, cfg
-
-
-def hf_neo_state(model: Any) -> tuple[dict[str, Any], LensConfig]:
-    """A Hugging Face ``GPTNeoForCausalLM``'s weights as a TransformerLens state dict (float32
-    copies) and its config: no attention scaling, local layers see ``window_size`` keys."""
-    import torch
-
-    c = model.config
-    d, H, L = int(c.hidden_size), int(c.num_heads), int(c.num_layers)
+    f = lambda name: (lambda t: None if t is None else t.detach().float())(get(name))  # noqa: E731
+    neo = c.get("model_type") == "gpt_neo"
+    d = int(c["hidden_size"] if neo else c["n_embd"])
+    H = int(c["num_heads"] if neo else c["n_head"])
+    L = int(c["num_layers"] if neo else c["n_layer"])
     dh = d // H
-    M = int(c.intermediate_size or 4 * d)
-    body = model.transformer
-    f = lambda t: t.detach().float()  # noqa: E731  (the engine copies what it keeps)
-    sd: dict[str, Any] = {"embed.W_E": f(body.wte.weight), "pos_embed.W_pos": f(body.wpe.weight)}
-    for i, b in enumerate(body.h):
-        a = b.attn.attention
-        for n, lin in zip("QKV", (a.q_proj, a.k_proj, a.v_proj)):  # Linear: [out, in]
-            sd[f"blocks.{i}.attn.W_{n}"] = f(lin.weight).T.reshape(d, H, dh).permute(1, 0, 2).contiguous()
-            sd[f"blocks.{i}.attn.b_{n}"] = f(lin.bias).view(H, dh) if lin.bias is not None else torch.zeros(H, dh)
-        sd[f"blocks.{i}.attn.W_O"] = f(a.out_proj.weight).T.reshape(H, dh, d).contiguous()
-        sd[f"blocks.{i}.attn.b_O"] = f(a.out_proj.bias) if a.out_proj.bias is not None else torch.zeros(d)
-        sd[f"blocks.{i}.ln1.w"], sd[f"blocks.{i}.ln1.b"] = f(b.ln_1.weight), f(b.ln_1.bias)
-        sd[f"blocks.{i}.ln2.w"], sd[f"blocks.{i}.ln2.b"] = f(b.ln_2.weight), f(b.ln_2.bias)
-        sd[f"blocks.{i}.mlp.W_in"] = f(b.mlp.c_fc.weight).T.contiguous()
-        sd[f"blocks.{i}.mlp.b_in"] = f(b.mlp.c_fc.bias)
-        sd[f"blocks.{i}.mlp.W_out"] = f(b.mlp.c_proj.weight).T.contiguous()
-        sd[f"blocks.{i}.mlp.b_out"] = f(b.mlp.c_proj.bias)
-    sd["ln_final.w"], sd["ln_final.b"] = f(body.ln_f.weight), f(body.ln_f.bias)
-    sd["unembed.W_U"] = f(model.lm_head.weight).T.contiguous()
-    lm_bias = getattr(model.lm_head, "bias", None)
-    sd["unembed.b_U"] = f(lm_bias) if lm_bias is not None else torch.zeros(int(c.vocab_size))
-    window = int(c.window_size)
-    cfg = LensConfig(n_layers=L, n_heads=H, d_model=d, d_head=dh, d_mlp=M, n_ctx=int(c.max_position_embeddings),
-                     d_vocab=int(c.vocab_size), act_fn=str(c.activation_function),
-                     eps=float(c.layer_norm_epsilon), attn_only=False, use_attn_scale=False,
-                     original_architecture="GPTNeoForCausalLM",
-                     windows=[window if kind == "local" else 0 for kind in c.attention_layers])
-    return sd, cfg
+    M = int((c.get("intermediate_size") if neo else c.get("n_inner")) or 4 * d)
+    V = int(c["vocab_size"])
+    sd: dict[str, Any] = {"embed.W_E": f("wte.weight"), "pos_embed.W_pos": f("wpe.weight")}
+    zeros = lambda *shape: torch.zeros(shape)  # noqa: E731
+    for i in range(L):
+        p = f"h.{i}."
+        if neo:
+            for n, proj in zip("QKV", ("q_proj", "k_proj", "v_proj")):  # Linear: [out, in]
+                sd[f"blocks.{i}.attn.W_{n}"] = f(f"{p}attn.attention.{proj}.weight").T.reshape(d, H, dh).permute(1, 0, 2)
+                bias = f(f"{p}attn.attention.{proj}.bias")
+                sd[f"blocks.{i}.attn.b_{n}"] = bias.view(H, dh) if bias is not None else zeros(H, dh)
+            sd[f"blocks.{i}.attn.W_O"] = f(f"{p}attn.attention.out_proj.weight").T.reshape(H, dh, d)
+            sd[f"blocks.{i}.attn.b_O"] = f(f"{p}attn.attention.out_proj.bias")
+            sd[f"blocks.{i}.mlp.W_in"] = f(f"{p}mlp.c_fc.weight").T
+            sd[f"blocks.{i}.mlp.W_out"] = f(f"{p}mlp.c_proj.weight").T
+        else:  # Conv1D: [in, out]
+            W = f(f"{p}attn.c_attn.weight").view(d, 3, H, dh)
+            bias = f(f"{p}attn.c_attn.bias").view(3, H, dh)
+            for j, n in enumerate("QKV"):
+                sd[f"blocks.{i}.attn.W_{n}"] = W[:, j].permute(1, 0, 2)
+                sd[f"blocks.{i}.attn.b_{n}"] = bias[j]
+            sd[f"blocks.{i}.attn.W_O"] = f(f"{p}attn.c_proj.weight").view(H, dh, d)
+            sd[f"blocks.{i}.attn.b_O"] = f(f"{p}attn.c_proj.bias")
+            sd[f"blocks.{i}.mlp.W_in"] = f(f"{p}mlp.c_fc.weight")
+            sd[f"blocks.{i}.mlp.W_out"] = f(f"{p}mlp.c_proj.weight")
+        sd[f"blocks.{i}.mlp.b_in"] = f(f"{p}mlp.c_fc.bias")
+        sd[f"blocks.{i}.mlp.b_out"] = f(f"{p}mlp.c_proj.bias")
+        for ln, hf_ln in (("ln1", "ln_1"), ("ln2", "ln_2")):
+            sd[f"blocks.{i}.{ln}.w"], sd[f"blocks.{i}.{ln}.b"] = f(f"{p}{hf_ln}.weight"), f(f"{p}{hf_ln}.bias")
+    sd["ln_final.w"], sd["ln_final.b"] = f("ln_f.weight"), f("ln_f.bias")
+    lm = f("lm_head.weight")
+    sd["unembed.W_U"] = (lm if lm is not None else sd["embed.W_E"]).T  # tied embeddings: no lm_head in the file
+    sd["unembed.b_U"] = f("lm_head.bias")
+    window = int(c.get("window_size") or 0)
+    cfg = LensConfig(
+        n_layers=L, n_heads=H, d_model=d, d_head=dh, d_mlp=M,
+        n_ctx=int(c["max_position_embeddings"] if neo else c["n_positions"]), d_vocab=V,
+        act_fn=str(c.get("activation_function", "gelu_new")), eps=float(c.get("layer_norm_epsilon", 1e-5)),
+        attn_only=False, use_attn_scale=False if neo else bool(c.get("scale_attn_weights", True)),
+        original_architecture="GPTNeoForCausalLM" if neo else "GPT2LMHeadModel",
+        windows=[window if kind == "local" else 0 for kind in _attention_layers(c)] if neo else [],
+    )
+    return {k: v for k, v in sd.items() if v is not None}, cfg
+
+
+def hf_dir_reader(hf_dir: str | os.PathLike[str]) -> tuple[Callable[[str], Any], dict[str, Any]]:
+    """``(get, config)`` of a Hugging Face model directory: ``get(name)`` reads one tensor from
+    its safetensors file(s) on demand (names as in :func:`hf_state`), so loading never holds
+    the Hugging Face model and the engine's copy at once."""
+    import json
+
+    from safetensors import safe_open
+
+    d = Path(hf_dir)
+    config = json.loads((d / "config.json").read_text())
+    index = d / "model.safetensors.index.json"
+    files = (sorted({d / v for v in json.loads(index.read_text())["weight_map"].values()})
+             if index.exists() else [d / "model.safetensors"])
+    where: dict[str, tuple[Any, str]] = {}
+    handles = [safe_open(str(p), framework="pt") for p in files]
+    for h in handles:
+        for k in h.keys():
+            where[k.removeprefix("transformer.")] = (h, k)
+
+    def get(name: str) -> Any:
+        hit = where.get(name)
+        return None if hit is None else hit[0].get_tensor(hit[1])
+
+    return get, config
 
 
 def tl_legacy_config(cj: dict[str, Any]) -> LensConfig:
@@ -245,37 +287,75 @@ def unsupported(model: Any = None, tl_config: dict[str, Any] | None = None) -> s
         if c.get("final_rms") or c.get("gated_mlp") or c.get("parallel_attn_mlp"):
             return "an unusual block (final RMS norm, gated MLP or parallel attention/MLP)"
         return None
-    if model is None:
+    if model is None or getattr(model, "config", None) is None:
         return "no model"
-    c = getattr(model, "config", None)
-    if type(model).__name__ not in ARCHITECTURES or c is None:
+    if type(model).__name__ not in ARCHITECTURES:
         return f"architecture {type(model).__name__} (the engine runs {', '.join(ARCHITECTURES)})"
-    if getattr(c, "scale_attn_by_inverse_layer_idx", False) or getattr(c, "reorder_and_upcast_attn", False):
-        return "scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn"
-    if getattr(c, "activation_function", None) not in ACTIVATIONS:
-        return f"activation {getattr(c, 'activation_function', None)!r}"
-    return None
+    return unsupported_hf(model.config.to_dict())
 
 
 def process(sd: dict[str, Any], cfg: LensConfig) -> dict[str, Any]:
-    """TransformerLens's compatibility-mode weight processing of a TransformerLens state dict
-    (``ProcessWeights.process_weights``: fold LayerNorms, centre writing weights, centre
-    the unembedding, fold value biases), in float32; returns a new dict."""
-    from types import SimpleNamespace
+    """The compatibility mode's weight processing, as TransformerLens's
+    ``ProcessWeights.process_weights(fold_ln, center_writing_weights, center_unembed,
+    fold_value_biases)`` does it (the engine's weights equal the bridge's to float32
+    rounding: tests/models/test_lens.py), in float32, with new tensors only (the input's are
+    never written):
 
-    from transformer_lens.weight_processing import ProcessWeights
+    * fold each LayerNorm's scale ``w`` and bias ``b`` into the weights reading it
+      (``b_Q += b · W_Q``, ``W_Q *= w``, then ``W_Q`` centred over ``d_model``; ``ln1`` into
+      ``W_Q/W_K/W_V``, ``ln2`` into ``W_in``, ``ln_final`` into ``W_U``);
+    * centre the weights writing to the residual stream over ``d_model`` (``W_E``,
+      ``W_pos``, ``W_O``, ``b_O``, ``W_out``, ``b_out``);
+    * centre the unembedding over the vocabulary (``W_U``, ``b_U``);
+    * fold the value biases into the output bias (``b_O += Σ_h b_V[h] · W_O[h]``, ``b_V = 0``).
+    Returns a new dict without the LayerNorm weights."""
+    import torch
 
-    tl_cfg = SimpleNamespace(
-        n_layers=cfg.n_layers, n_heads=cfg.n_heads, d_model=cfg.d_model, d_head=cfg.d_head,
-        d_mlp=cfg.d_mlp, d_vocab=cfg.d_vocab, n_ctx=cfg.n_ctx, attn_only=cfg.attn_only,
-        normalization_type="LN", positional_embedding_type="standard", act_fn=cfg.act_fn,
-        n_key_value_heads=None, gated_mlp=False, final_rms=False, num_experts=None,
-        original_architecture=cfg.original_architecture, parallel_attn_mlp=False,
-    )
-    out = {k: v.float().clone() for k, v in sd.items()}
-    return ProcessWeights.process_weights(out, tl_cfg, fold_ln=True, center_writing_weights=True,
-                                          center_unembed=True, fold_value_biases=True,
-                                          refactor_factored_attn_matrices=False)
+    out = dict(sd)
+    d = cfg.d_model
+    centre = lambda t, dim: t - t.mean(dim, keepdim=True)  # noqa: E731
+
+    def ln(prefix: str) -> tuple[Any, Any] | None:
+        w, b = out.pop(f"{prefix}.w", None), out.pop(f"{prefix}.b", None)
+        if w is None and b is None:
+            return None
+        return (w if w is not None else torch.ones(d)), (b if b is not None else torch.zeros(d))
+
+    for i in range(cfg.n_layers):
+        a = f"blocks.{i}.attn."
+        wb = ln(f"blocks.{i}.ln1")
+        for n in "QKV":
+            W = out[f"{a}W_{n}"]  # [H, d, dh]
+            bias = out.get(f"{a}b_{n}", torch.zeros(W.shape[0], W.shape[2]))
+            if wb is not None:
+                bias = bias + torch.einsum("hdk,d->hk", W, wb[1])
+                W = W * wb[0][None, :, None]
+            out[f"{a}W_{n}"], out[f"{a}b_{n}"] = centre(W, 1), bias
+        if not cfg.attn_only:
+            m = f"blocks.{i}.mlp."
+            wb2 = ln(f"blocks.{i}.ln2")
+            W_in, b_in = out[f"{m}W_in"], out.get(f"{m}b_in", torch.zeros(cfg.d_mlp))
+            if wb2 is not None:
+                b_in = b_in + wb2[1] @ W_in
+                W_in = W_in * wb2[0][:, None]
+            out[f"{m}W_in"], out[f"{m}b_in"] = centre(W_in, 0), b_in
+            out[f"{m}W_out"] = centre(out[f"{m}W_out"], -1)
+            out[f"{m}b_out"] = centre(out.get(f"{m}b_out", torch.zeros(d)), -1)
+        W_O = centre(out[f"{a}W_O"], -1)  # [H, dh, d]
+        b_O = centre(out.get(f"{a}b_O", torch.zeros(d)), -1)
+        out[f"{a}W_O"] = W_O
+        out[f"{a}b_O"] = b_O + torch.einsum("hk,hkd->d", out[f"{a}b_V"], W_O)
+        out[f"{a}b_V"] = torch.zeros_like(out[f"{a}b_V"])
+    W_U, b_U = out["unembed.W_U"], out.get("unembed.b_U", torch.zeros(cfg.d_vocab))
+    wbf = ln("ln_final")
+    if wbf is not None:
+        b_U = b_U + wbf[1] @ W_U
+        W_U = W_U * wbf[0][:, None]
+    W_U = centre(W_U, 0)
+    out["unembed.W_U"], out["unembed.b_U"] = centre(W_U, -1), centre(b_U, -1)
+    out["embed.W_E"] = centre(out["embed.W_E"], -1)
+    out["pos_embed.W_pos"] = centre(out["pos_embed.W_pos"], -1)
+    return out
 
 
 # --------------------------------------------------------------------------- the engine
@@ -286,7 +366,7 @@ class Lens:
     ``raw``; ``device``/``dtype``: where and in which precision the forward runs."""
 
     def __init__(self, sd: dict[str, Any], cfg: LensConfig, tokenizer: Any = None, processing: str = "compatibility",
-                 device: str = "cpu", dtype: str = "float32") -> None:
+                 device: str = "cpu", dtype: str = "float32", copy: bool = True) -> None:
         import torch
 
         if processing not in ("compatibility", "raw"):
@@ -301,7 +381,9 @@ class Lens:
         if self.compatibility_mode:
             sd = process(sd, cfg)
         L, H, d, dh = cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_head
-        P = lambda t: torch.nn.Parameter(t.detach().to(device=device, dtype=tdtype, copy=True).contiguous(),  # noqa: E731
+        # processed tensors are new; raw ones may be views of the caller's (``copy``: never share them)
+        own = copy and not self.compatibility_mode
+        P = lambda t: torch.nn.Parameter(t.detach().to(device=device, dtype=tdtype, copy=own).contiguous(),  # noqa: E731
                                          requires_grad=False)
 
         def opt(key: str, shape: tuple[int, ...], fill: float = 0.0) -> Any:
@@ -580,21 +662,39 @@ class Lens:
 # --------------------------------------------------------------------------- constructors
 def from_hf(model: Any, tokenizer: Any = None, processing: str = "compatibility", device: str = "cpu",
             dtype: str = "float32") -> Lens:
-    """The engine for a Hugging Face ``GPT2LMHeadModel`` (its weights are copied)."""
+    """The engine for a Hugging Face ``GPT2LMHeadModel`` or ``GPTNeoForCausalLM`` in memory
+    (its weights are read, never written)."""
     why = unsupported(model=model)
     if why:
         raise PosmechError(f"the posmech engine does not run this model: {why}; use `engine: bridge`")
-    sd, cfg = hf_neo_state(model) if type(model).__name__ == "GPTNeoForCausalLM" else hf_gpt2_state(model)
-    lens = Lens(sd, cfg, tokenizer, processing, device, dtype)
-    lens.hf_config = model.config.to_dict()
+    state = {k.removeprefix("transformer."): v for k, v in model.state_dict().items()}
+    config = model.config.to_dict()
+    sd, cfg = hf_state(state.get, config)
+    lens = Lens(sd, cfg, tokenizer, processing, device, dtype, copy=True)
+    lens.hf_config = config
+    return lens
+
+
+def from_hf_dir(hf_dir: str | os.PathLike[str], tokenizer: Any = None, processing: str = "compatibility",
+                device: str = "cpu", dtype: str = "float32") -> Lens:
+    """The engine for a Hugging Face GPT-2 / GPT-Neo directory (safetensors), read tensor by
+    tensor: no Hugging Face model is built."""
+    get, config = hf_dir_reader(hf_dir)
+    why = unsupported_hf(config)
+    if why:
+        raise PosmechError(f"the posmech engine does not run {str(hf_dir)!r}: {why}; use `engine: bridge`")
+    sd, cfg = hf_state(get, config)
+    lens = Lens(sd, cfg, tokenizer, processing, device, dtype, copy=False)
+    lens.hf_config = config
     return lens
 
 
 def from_tl_state(sd: dict[str, Any], tl_config: dict[str, Any], tokenizer: Any = None,
-                  processing: str = "compatibility", device: str = "cpu", dtype: str = "float32") -> Lens:
+                  processing: str = "compatibility", device: str = "cpu", dtype: str = "float32",
+                  copy: bool = True) -> Lens:
     """The engine for a legacy TransformerLens state dict and its ``config.json``."""
     why = unsupported(tl_config=tl_config)
     if why:
         raise PosmechError(f"the posmech engine does not run this model: {why}; use `engine: bridge`")
     sd = {k: v for k, v in sd.items() if not k.endswith((".mask", ".IGNORE"))}
-    return Lens(sd, tl_legacy_config(tl_config), tokenizer, processing, device, dtype)
+    return Lens(sd, tl_legacy_config(tl_config), tokenizer, processing, device, dtype, copy=copy)

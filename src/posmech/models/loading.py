@@ -387,7 +387,21 @@ def load_bridge(
     elif processing != "raw":
         raise PosmechError(f"unknown processing mode {processing!r}; expected `compatibility` or `raw`")
     bridge.eval()
+    count_bridge_forwards(bridge)
     return bridge
+
+
+def count_bridge_forwards(bridge: Any) -> Any:
+    """Count every forward pass of ``bridge`` with :func:`posmech.perf.count_forward`: a
+    pre-hook on its token embedding, which every whole-model forward calls once with the
+    ``[batch, pos]`` token ids (``bridge(...)``, ``run_with_hooks``, ``run_with_cache``; a
+    pre-hook on the bridge itself misses the latter two).  Returns the hook's handle."""
+    from posmech import perf
+
+    module = getattr(bridge, "embed", None) or bridge
+    return module.register_forward_pre_hook(
+        lambda m, args, kwargs: perf.count_tensor_forward(args[0] if args else next(iter(kwargs.values()), None)),
+        with_kwargs=True)
 
 
 ENGINES = ("auto", "posmech", "bridge")
@@ -407,7 +421,6 @@ def load_model(
     TransformerLens supports, ~2x slower per pass in the compatibility mode); ``'auto'``
     is ``posmech`` where it runs the model, else ``bridge``.  Both give the same hook values
     to float32 rounding (``tests/models/test_lens.py``)."""
-    import logging
 
     from posmech.models import lens
 
@@ -430,14 +443,16 @@ def load_model(
                 tok = AutoTokenizer.from_pretrained(hf_dir) if (hf_dir / "tokenizer_config.json").exists() else None
                 sd = {k: v.to(torch.float32) for k, v in load_file(str(hf_dir / "model.safetensors")).items()}
                 log.info("forward engine: posmech (legacy TransformerLens checkpoint, %s)", processing)
-                return lens.from_tl_state(sd, cj, tok, processing, dev, dtype)
+                return lens.from_tl_state(sd, cj, tok, processing, dev, dtype, copy=False)
         else:
-            model, tok = load_hf(m, "cpu", "float32")
-            why = lens.unsupported(model=model)
+            check_hf_dir(m["hf_dir"], f"model {m.get('name')!r}")
+            why = lens.unsupported_hf(json.loads((Path(m["hf_dir"]) / "config.json").read_text()))
             if why is None:
-                log.info("forward engine: posmech (%s, %s)", type(model).__name__, processing)
-                return lens.from_hf(model, tok, processing, dev, dtype)
-            del model
+                from transformers import AutoTokenizer
+
+                tok = AutoTokenizer.from_pretrained(m["hf_dir"], trust_remote_code=False)
+                log.info("forward engine: posmech (%s, %s)", m["hf_dir"], processing)
+                return lens.from_hf_dir(m["hf_dir"], tok, processing, dev, dtype)
         if engine == "posmech":
             raise PosmechError(f"config key `models.<name>.engine`: `posmech` does not run model "
                                f"{m.get('name')!r} ({why}); use `auto` or `bridge`")

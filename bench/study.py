@@ -1,0 +1,285 @@
+"""Benchmark: the whole gpt2 study (`config/config.yaml`'s gpt2 rules) on a GPT-2-small-shaped
+random-weight stand-in, at reduced document counts, with every rule's CPU time, peak memory and
+forward passes from the runner's accounting (`PERF` line, `logs/<rule>/…log.perf.json`), against
+the floor: bare Hugging Face forwards of the same shapes; then the study extrapolated to the
+config's real sizes.  No Hub access needed.
+
+    .venv/bin/python bench/study.py [--workdir /tmp/posmech-study] [--rules cache_activations ...]
+                                    [--floor-rounds 2]
+
+What it builds in ``--workdir`` (once; reused by later runs):
+* ``gpt2-random/``: ``GPT2LMHeadModel(GPT2Config())`` with random weights (seed 0: 12 layers x 12
+  heads, d_model 768, n_ctx 1024, vocab 50257; bench/contextual.random_gpt2) and a stand-in
+  tokenizer: byte-level BPE trained on the KJV (the GPT-2 tokenizer is not available offline),
+  padded with unused tokens to 50256 entries, then ``<|endoftext|>`` = 50256 as in GPT-2.
+* ``webtext.jsonl``: long documents (consecutive KJV chapters joined until >= 8000 characters,
+  i.e. every document fills the 1024-token context), the stand-in for openwebtext-10k.
+* ``config.yaml``: `config/config.yaml` with gpt2 only (local source), webtext local, and the
+  document counts of REDUCED (printed).
+
+Per rule it prints: forward passes by shape; the floor (CPU seconds of the same passes as bare
+``model.transformer(ids, use_cache=False)`` under ``torch.inference_mode`` with the rules' 2
+threads, measured here on the same stand-in before and after the run, median per shape); the
+measured CPU seconds (process + children, from the OS); their ratio; the CPU before the first
+forward pass (imports, model load: the fixed cost); peak RSS against the rule's cluster
+``mem_mb`` request (`posmech.cluster.mem_mb` as `workflow/rules/common.smk` calls it).
+
+Extrapolation to the real sizes: a rule's passes scale with its size key (REAL / REDUCED, the
+key in SCALE); its CPU is fixed cost + (measured − fixed) × that factor; rules with no size key
+cost what they cost.  The study's wall time on 2 cores is the total CPU / 2 (the heavy rules use
+2 threads each; Snakemake runs one at a time on 2 cores).  The load average is printed: the
+machine is shared, the CPU-time ratios are the number to quote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+#: reduced sizes of this benchmark -> value set in the config (key path: value)
+REDUCED: dict[str, int] = {
+    "corpora.webtext.n_documents": 40,
+    "taxonomy.n_documents": 10,
+    "posembed_averaging.n_documents": 5,
+    "interventions.n_documents": 3,
+    "kernels.n_chapters": 4,
+    "geometry.n_tokens": 20,
+    "anatomy.n_documents": 10,
+}
+#: the study's sizes (config/config.yaml, else the schema's defaults)
+REAL: dict[str, int] = {
+    "corpora.webtext.n_documents": 500,
+    "taxonomy.n_documents": 100,
+    "posembed_averaging.n_documents": 50,
+    "interventions.n_documents": 10,
+    "kernels.n_chapters": 8,
+    "geometry.n_tokens": 100,
+    "anatomy.n_documents": 100,
+}
+#: the size key a rule's forward passes scale with (rules not named: constant)
+SCALE: dict[str, str] = {
+    "cache_activations": "corpora.webtext.n_documents",
+    "positional_kernels": "kernels.n_chapters",
+    "diagonal_taxonomy": "taxonomy.n_documents",
+    "posembed_averaging": "posembed_averaging.n_documents",
+    "prev_knockout": "interventions.n_documents",
+    "extended_averaging": "interventions.n_documents",
+    "repeated_tokens": "interventions.n_documents",
+    "extended_positional_embeddings": "geometry.n_tokens",
+    "score_taxa": "anatomy.n_documents",
+}
+THREADS = 2
+
+
+def set_key(cfg: dict, path: str, value) -> None:
+    *head, last = path.split(".")
+    for k in head:
+        cfg = cfg.setdefault(k, {})
+    cfg[last] = value
+
+
+def build_model(d: Path) -> Path:
+    """The stand-in model directory (built once)."""
+    out = d / "gpt2-random"
+    if (out / "model.safetensors").exists() and (out / "tokenizer.json").exists():
+        return out
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from contextual import random_gpt2
+    from posmech.data.corpora import bible_chapters
+
+    texts = [c["text"] for c in bible_chapters()]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=50256, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    n = tok.get_vocab_size()
+    tok.add_tokens([f"<|unused{i}|>" for i in range(50256 - n)])
+    tok.add_special_tokens(["<|endoftext|>"])
+    assert tok.token_to_id("<|endoftext|>") == 50256, tok.get_vocab_size()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                                   unk_token="<|endoftext|>", model_max_length=1024)
+    model = random_gpt2()
+    tmp = out.with_suffix(".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    fast.save_pretrained(tmp)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    print(f"built {out} (BPE trained on the KJV: {n} merges+bytes, padded to 50257)", flush=True)
+    return out
+
+
+def build_corpus(d: Path) -> Path:
+    out = d / "webtext.jsonl"
+    if out.exists():
+        return out
+    from posmech.data.corpora import bible_chapters
+
+    docs, cur = [], []
+    for c in bible_chapters():
+        cur.append(c["text"])
+        if sum(map(len, cur)) >= 8000:
+            docs.append(" ".join(cur))
+            cur = []
+    with open(out.with_suffix(".tmp"), "w") as f:
+        for t in docs:
+            f.write(json.dumps({"text": t}) + "\n")
+    out.with_suffix(".tmp").rename(out)
+    return out
+
+
+def write_config(d: Path, model_dir: Path, corpus: Path, engine: str = "auto") -> Path:
+    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    cfg["models"] = {"gpt2": {"source": str(model_dir), "device": "cpu", "engine": engine}}
+    cfg["corpora"]["webtext"] = {"source": str(corpus)}
+    for sec in ("geometry", "kernels", "posembed_averaging", "posembed_attention", "contextual", "neurons"):
+        if "models" in cfg.get(sec, {}):
+            cfg[sec]["models"] = ["gpt2"]
+    # random weights: no layer-0 head is contextual, so the neuron rules take every class (as ci.yaml)
+    cfg["attn_only"]["models"] = []  # attn-only-2l's rules: omitted from the run (--omit-from)
+    cfg["neurons"]["head_classes"] = ["contextual", "other", "detokenization"]
+    for k, v in REDUCED.items():
+        set_key(cfg, k, v)
+    p = d / "config.yaml"
+    p.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return p
+
+
+def floor_per_pass(model_dir: Path, shapes: list[tuple[int, int]], rounds: int) -> dict[tuple[int, int], list[float]]:
+    """CPU seconds of one bare forward per shape (``model.transformer``, inference mode,
+    THREADS threads), ``rounds`` times each, shapes interleaved within a round."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(THREADS)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    out: dict[tuple[int, int], list[float]] = {s: [] for s in shapes}
+    g = torch.Generator().manual_seed(0)
+    for _ in range(rounds):
+        for b, t in shapes:
+            x = torch.randint(0, 50256, (b, max(t, 1)), generator=g)
+            c0 = time.process_time()
+            with torch.inference_mode():
+                model.transformer(x, use_cache=False)
+            out[(b, t)].append(time.process_time() - c0)
+    return out
+
+
+def shape_of(key: str) -> tuple[int, int]:
+    b, t = key.split("x")
+    return int(b), int(t)
+
+
+#: section whose ``batch_size`` a rule's ``mem_mb`` uses (workflow/rules/*.smk: heavy_mem_mb_for)
+BATCH_SECTION = {"cache_activations": "cache", "extended_positional_embeddings": "geometry",
+                 "diagonal_taxonomy": "taxonomy", "score_taxa": "anatomy"}
+
+
+def mem_request(rule: str, cfg: dict) -> int:
+    """The rule's cluster ``mem_mb`` as its declaration computes it (attempt 1)."""
+    from posmech.cluster import KNOWN_HUB_MODELS, mem_mb
+
+    sec = BATCH_SECTION.get(rule)
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())["properties"]
+    batch = int(cfg.get(sec, {}).get("batch_size", schema[sec]["properties"]["batch_size"]["default"])) if sec else 1
+    return mem_mb(KNOWN_HUB_MODELS["gpt2"], "float32", batch)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workdir", default="/tmp/posmech-study")
+    ap.add_argument("--rules", nargs="*", help="run only these rules (and what they need): snakemake --until")
+    ap.add_argument("--floor-rounds", type=int, default=2, help="floor rounds before and after the run each")
+    ap.add_argument("--no-run", action="store_true", help="only report the last run's logs")
+    ap.add_argument("--engine", default="auto", choices=["auto", "posmech", "bridge"],
+                    help="models.gpt2.engine: `bridge` measures the analyses as they ran before issue 15")
+    args = ap.parse_args()
+    d = Path(args.workdir)
+    d.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    model_dir = build_model(d)
+    corpus = build_corpus(d)
+    cfgfile = write_config(d, model_dir, corpus, args.engine)
+    cfg = yaml.safe_load(cfgfile.read_text())
+    work = d / "run"
+    load0 = os.getloadavg()
+    print(f"engine: {args.engine}; sizes: {json.dumps(REDUCED)}; real: {json.dumps(REAL)}", flush=True)
+    print(f"load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}", flush=True)
+    probe = [(1, 1024), (1, 512), (8, 1024)]
+    floors = floor_per_pass(model_dir, probe, args.floor_rounds)
+    t0 = time.perf_counter()
+    if not args.no_run:
+        for sub in ("results", "logs", "benchmarks"):
+            shutil.rmtree(work / sub, ignore_errors=True)
+        cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "workflow/Snakefile"), "--directory", str(work),
+               "--configfile", str(cfgfile), "--cores", "2", "--workflow-profile", str(REPO / "profiles/default"),
+               "--quiet", "rules", "--keep-going",
+               # the attn_only rules are attn-only-2l's in the study (an empty model list means all)
+               "--omit-from", "random_token_patterns", "input_decomposition", "bos_induction"]
+        if args.rules:
+            cmd += ["--until", *args.rules]
+        env = dict(os.environ, PYTHONPATH=str(REPO / "src"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+        with open(d / "snakemake.log", "w") as f:
+            proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT)
+        if proc.returncode:
+            print(f"snakemake failed ({proc.returncode}); see {d / 'snakemake.log'}", flush=True)
+    wall = time.perf_counter() - t0
+    records = []
+    for p in sorted((work / "logs").rglob("*.perf.json")):
+        rec = json.loads(p.read_text())
+        rec["log"] = str(p.relative_to(work / "logs"))
+        records.append(rec)
+    shapes = sorted({shape_of(k) for r in records for k in r["forwards"]} | set(probe))
+    after = floor_per_pass(model_dir, shapes, args.floor_rounds)
+    for s, v in after.items():
+        floors.setdefault(s, []).extend(v)
+    per = {s: statistics.median(v) for s, v in floors.items()}
+    load1 = os.getloadavg()
+    print(f"\nwall of the snakemake run: {wall:.0f} s; load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
+    print("floor per pass (CPU s, median of " + ", ".join(f"{b}x{t}: {per[(b, t)]:.2f}" for b, t in probe) + ")")
+    print("\n| rule (log) | forward passes | floor CPU s | measured CPU s | ratio | fixed CPU s | peak RSS MB | mem_mb | "
+          "real/reduced | extrapolated CPU s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    tot_meas = tot_ext = tot_floor = 0.0
+    for r in records:
+        n_pass = sum(r["forwards"].values())
+        floor = sum(n * per[shape_of(k)] for k, n in r["forwards"].items())
+        fixed = r.get("cpu_s_first_forward")
+        fixed = r["cpu_s"] if fixed is None else fixed
+        key = SCALE.get(r["rule"])
+        factor = REAL[key] / REDUCED[key] if key else 1.0
+        ext = fixed + (r["cpu_s"] - fixed) * factor
+        tot_meas += r["cpu_s"]
+        tot_ext += ext
+        tot_floor += floor
+        req = mem_request(r["rule"], cfg) if n_pass else None
+        passes = ", ".join(f"{k}: {v}" for k, v in r["forwards"].items()) or "0"
+        ratio = f"{r['cpu_s'] / floor:.2f}" if floor else "—"
+        print(f"| {r['rule']} ({r['log']}) | {passes} | {floor:.1f} | {r['cpu_s']:.1f} | {ratio} | {fixed:.1f} | "
+              f"{r['peak_rss_mb']:.0f} | {req if req else '—'} | {factor:g} | {ext:.0f} |")
+    print(f"| **all {len(records)} jobs** | | {tot_floor:.0f} | {tot_meas:.0f} | {tot_meas / max(tot_floor, 1e-9):.2f} | | | | | "
+          f"{tot_ext:.0f} |")
+    print(f"\nextrapolated gpt2 study at config/config.yaml's sizes: {tot_ext:.0f} CPU s = "
+          f"{tot_ext / 2 / 60:.1f} min wall on 2 cores (CPU / 2)")
+    over = [r["rule"] for r in records if sum(r["forwards"].values())
+            and r["peak_rss_mb"] > (mem_request(r["rule"], cfg) or 1e12)]
+    print("rules whose peak RSS exceeds their mem_mb request: " + (", ".join(over) or "none"))
+
+
+if __name__ == "__main__":
+    main()

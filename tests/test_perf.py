@@ -1,0 +1,133 @@
+"""Per-job accounting (issue 15): the runner's ``PERF`` line and ``<log>.perf.json`` carry the
+job's CPU seconds (self + children, from the OS), its peak RSS and its forward passes by
+shape, counted by the bridge's hook and by the cache's ``HFCapture``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from posmech import perf
+from posmech.models import handbuilt as hb
+
+REPO = Path(__file__).resolve().parents[1]
+
+JOB = textwrap.dedent('''
+    import subprocess, sys, time
+    from types import SimpleNamespace
+    import numpy as np, torch
+    from posmech.models.loading import load_bridge, prepare_local_model
+    from posmech.runner import run
+
+    model_dir, work = sys.argv[1], sys.argv[2]
+
+    def burn(seconds):
+        t = time.process_time()
+        while time.process_time() - t < seconds:
+            pass
+
+    def main(smk, log):
+        man = prepare_local_model("m", {"source": model_dir}, work + "/man")
+        bridge = load_bridge(man, "cpu", "float32", "compatibility")
+        with torch.inference_mode():
+            for _ in range(2):
+                bridge(torch.zeros(3, 7, dtype=torch.long), return_type=None)
+            bridge.run_with_hooks(torch.zeros(1, 5, dtype=torch.long), return_type="logits",
+                                  fwd_hooks=[("blocks.0.attn.hook_pattern", lambda t, hook: None)])
+            bridge.run_with_cache(torch.zeros(2, 12, dtype=torch.long))
+        # a child that burns 1.5 CPU-s (children count) and 400 MB touched here (peak RSS)
+        child = subprocess.run([sys.executable, "-c",
+                                "import time\\nt=time.process_time()\\nwhile time.process_time()-t<1.5: pass"])
+        assert child.returncode == 0
+        block = np.ones(400 * 2**20 // 8)
+        del block
+
+    smk = SimpleNamespace(input=[], output=[], log=[work + "/rule.log"], rule="tiny_rule", threads=1)
+    run(smk, main)
+''')
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    n = 12
+    spec = hb.positional_spec(n_ctx=n, n_layer=2, n_head=2, scores={(0, 1): hb.previous_token_scores(n)})
+    return hb.save_model_dir(spec, tmp_path_factory.mktemp("models") / "m")
+
+
+def test_runner_logs_cpu_rss_and_forwards_of_a_job(tiny_model_dir, tmp_path):
+    """A job in its own process: its log ends with one PERF line equal to the JSON beside it;
+    the forward passes are exactly the four made, by shape; the CPU time includes the
+    child's 1.5 s; the peak RSS includes the 400 MB array."""
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    proc = subprocess.run([sys.executable, "-c", JOB, str(tiny_model_dir), str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = tmp_path / "rule.log"
+    lines = [line for line in log.read_text().splitlines() if "PERF {" in line]
+    assert len(lines) == 1
+    rec = perf.read_log(log)
+    assert rec == json.loads((tmp_path / "rule.log.perf.json").read_text())
+    assert rec["rule"] == "tiny_rule"
+    assert rec["forwards"] == {"2x12": 1, "3x7": 2, "1x5": 1}
+    assert rec["cpu_s"] >= 1.5, rec  # the child's CPU time is counted
+    assert rec["cpu_s"] <= rec["wall_s"] * (os.cpu_count() or 1) + 1.5 + 1, rec
+    assert rec["peak_rss_mb"] >= 400, rec
+    # the first forward came before the child's 1.5 CPU-s
+    assert 0 < rec["cpu_s_first_forward"] <= rec["cpu_s"] - 1.5, rec
+
+
+def test_failed_job_still_logs_its_accounting(tmp_path):
+    from types import SimpleNamespace
+
+    from posmech.runner import run
+
+    perf.reset()
+
+    def main(smk, log):
+        perf.count_forward(4, 1024)
+        raise ValueError("boom")
+
+    smk = SimpleNamespace(input=[], output=[], log=[str(tmp_path / "r.log")], rule="r", threads=1)
+    with pytest.raises(SystemExit):
+        run(smk, main)
+    rec = perf.read_log(tmp_path / "r.log")
+    assert rec is not None and rec["forwards"] == {"4x1024": 1}
+    assert (tmp_path / "r.log.perf.json").exists()
+    perf.reset()
+
+
+def test_hf_capture_counts_its_forwards(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from posmech.cache import as_capture
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="eager").eval()
+    cap = as_capture(model, "compatibility")
+    perf.reset()
+    cap(np.zeros((2, 9), dtype=np.int64), ("resid_pre",))
+    cap(np.zeros((2, 9), dtype=np.int64), ("ln1_out",))
+    cap(np.zeros((1, 12), dtype=np.int64), ("resid_pre",))
+    assert perf.forwards() == {"2x9": 2, "1x12": 1}
+    perf.reset()
+    assert perf.forwards() == {}
+
+
+def test_shapes_are_sorted_largest_first_and_line_round_trips():
+    perf.reset()
+    perf.count_forward(1, 5)
+    perf.count_forward(1, 1024)
+    perf.count_forward(1, 1024)
+    perf.count_tensor_forward(torch.zeros(7, dtype=torch.long))
+    assert list(perf.forwards()) == ["1x1024", "1x7", "1x5"]
+    rec = perf.job_record("x", 1.0)
+    assert perf.parse_line("12:00:00 INFO posmech: " + perf.format_line(rec)) == rec
+    assert perf.parse_line("no record here") is None
+    perf.reset()
