@@ -24,9 +24,10 @@ measured CPU seconds (process + children, from the OS); their ratio; the CPU bef
 forward pass (imports, model load: the fixed cost); peak RSS against the rule's cluster
 ``mem_mb`` request (`posmech.cluster.mem_mb` as `workflow/rules/common.smk` calls it).
 
-Extrapolation to the real sizes: a rule's passes scale with its size key (REAL / REDUCED, the
-key in SCALE); its CPU is fixed cost + (measured − fixed) × that factor; rules with no size key
-cost what they cost.  The study's wall time on 2 cores is the total CPU / 2 (the heavy rules use
+Extrapolation to the real sizes: a rule's passes over whole documents (its longest pass shape)
+scale with its size key (REAL / REDUCED, the key in SCALE); its CPU is fixed cost + (measured −
+fixed) × (that factor on the documents' share of the floor, 1 on the rest: posembed_averaging's
+P3 prompt passes do not grow with the documents); rules with no size key cost what they cost.  The study's wall time on 2 cores is the total CPU / 2 (the heavy rules use
 2 threads each; Snakemake runs one at a time on 2 cores).  The load average is printed: the
 machine is shared, the CPU-time ratios are the number to quote.
 """
@@ -263,7 +264,12 @@ def main() -> None:
         fixed = r["cpu_s"] if fixed is None else fixed
         key = SCALE.get(r["rule"])
         factor = REAL[key] / REDUCED[key] if key else 1.0
-        ext = fixed + (r["cpu_s"] - fixed) * factor
+        # only the passes over whole documents (the rule's longest shape) scale with the size
+        # key; the rest (posembed_averaging's P3 prompt passes) cost the same at real sizes
+        longest = max((shape_of(k)[1] for k in r["forwards"]), default=0)
+        scaled = sum(n * per[shape_of(k)] for k, n in r["forwards"].items() if shape_of(k)[1] == longest)
+        share = scaled / floor if floor else 1.0
+        ext = fixed + (r["cpu_s"] - fixed) * (share * factor + 1 - share)
         tot_meas += r["cpu_s"]
         tot_ext += ext
         tot_floor += floor

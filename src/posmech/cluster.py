@@ -9,15 +9,20 @@ a CPU-only study submits no GPU jobs.
   model, a fetched Hub snapshot, or the trained demo model once trained), otherwise from
   the ``train:`` block, a table of well-known Hub ids, or the size written in the id
   (``…-33M``, ``…-1.4b``); an unknown id is assumed to be large (1.5 B parameters).
-* **Memory** is the model (weights ×4: Hugging Face copy, bridge, processed copies,
-  temporaries) plus, per context of a batch, one layer's attention temporaries and the
-  largest of what an analysis keeps (all layers' patterns, residual activations, or
-  logits), plus a fixed 1.5 GB for Python, torch and TransformerLens.  It does not scale with the number of documents: every analysis
-  streams over documents.
+* **Memory** is the model (weights ×2: the forward engine's processed copy and the
+  tensors it is made from while loading; posmech's engine reads a checkpoint tensor by
+  tensor, and the bridge's own forward temporaries fit in the per-context term) plus, per
+  context of a batch, one layer's attention temporaries and the largest of what an analysis
+  keeps (all layers' patterns, residual activations, or logits), plus a fixed 1.5 GB for
+  Python, torch and TransformerLens.  It does not scale with the number of documents:
+  every analysis streams over documents.  Measured on the GPT-2-small-shaped stand-in
+  (bench/study.py, docs/performance.md): every model-heavy rule's peak RSS lies between
+  1/2.5 and 1/1.3 of its request.
 * **Runtime** scales with parameters × tokens × forward passes, calibrated on this
   project's measurement (TransformerBridge compatibility-mode forward of GPT-2 small:
   3.6 s wall / 7.0 CPU s per 1024 tokens on 2 threads, issue 15; the bare Hugging Face
-  forward is 1.7 s / 3.3 CPU s), with a ×3 safety margin, divided by
+  forward is 1.7 s / 3.3 CPU s, posmech's engine about as much: requests are sized for the
+  slower engine, so either fits), with a ×3 safety margin, divided by
   ``GPU_SPEEDUP`` on a GPU, plus a 10-minute floor for start-up and I/O.
 
 All estimates scale with the Snakemake ``attempt`` (so ``--retries 1`` resubmits an
@@ -177,13 +182,13 @@ def requests_gpu(entry: dict[str, Any], policy: str = "auto", host_has_gpu: bool
 def mem_mb(shape: ModelShape, dtype: str = "float32", batch: int = 1, scale: float = 1.0, attempt: int = 1) -> int:
     """Memory request (MB) of a model-heavy job, rounded up to 256 MB.
 
-    weights ×4 (HF model, bridge, processed copies) + per context of the ``batch``
+    weights ×2 (the engine's copy, and what it is made from while loading) + per context of the ``batch``
     (float32): the running layer's attention temporaries (scores, pattern, softmax) plus
     the largest of what an analysis keeps — one hooked pattern per layer, 16 residual-
     stream activations per layer and token, or three copies of the logits — +
     ``BASE_MEM_MB``.
     """
-    weights = shape.n_params * DTYPE_BYTES.get(dtype, 4) * 4
+    weights = shape.n_params * DTYPE_BYTES.get(dtype, 4) * 2
     transient = 3 * 4 * shape.n_heads * shape.n_ctx**2
     kept = max(4 * shape.n_layers * shape.n_heads * shape.n_ctx**2,
                4 * 16 * shape.n_layers * shape.n_ctx * shape.d_model,

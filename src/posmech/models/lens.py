@@ -570,11 +570,12 @@ class Lens:
             hidden = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
             hidden |= torch.ones(T, T, dtype=torch.bool, device=x.device).tril(-window)
         if self._hooked(pre + "hook_attn_scores") or self._hooked(pre + "hook_pattern"):
-            scores = torch.matmul(qh, kh.transpose(-2, -1)) / c.attn_scale
+            # the scale applied to q ([.., T, d_head]), not to the [.., T, T] scores; masked in place
+            scores = torch.matmul(qh * (1.0 / c.attn_scale), kh.transpose(-2, -1))
             if hidden is None:
                 hidden = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
             fill = -torch.inf if self.compatibility_mode else torch.finfo(scores.dtype).min
-            scores = self._fire(pre + "hook_attn_scores", scores.masked_fill(hidden, fill))
+            scores = self._fire(pre + "hook_attn_scores", scores.masked_fill_(hidden, fill))
             pattern = self._fire(pre + "hook_pattern", torch.softmax(scores, dim=-1))
             z = torch.matmul(pattern.to(vh.dtype), vh)
         elif hidden is not None:
