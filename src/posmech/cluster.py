@@ -16,8 +16,8 @@ a CPU-only study submits no GPU jobs.
   keeps (all layers' patterns, residual activations, or logits), plus a fixed 1.5 GB for
   Python, torch and TransformerLens.  It does not scale with the number of documents:
   every analysis streams over documents.  Measured on the GPT-2-small-shaped stand-in
-  (bench/study.py, docs/performance.md): every model-heavy rule's peak RSS lies between
-  1/2.5 and 1/1.3 of its request.
+  (bench/study.py, docs/performance.md): every model-heavy rule's peak RSS is below its
+  request, at batch 1 by a factor 1.4–2.2 (extended positional embeddings at batch 4: 3.0).
 * **Runtime** scales with parameters × tokens × forward passes, calibrated on this
   project's measurement (TransformerBridge compatibility-mode forward of GPT-2 small:
   3.6 s wall / 7.0 CPU s per 1024 tokens on 2 threads, issue 15; the bare Hugging Face
