@@ -242,7 +242,10 @@ def test_a_pass_stops_after_the_last_hooked_block_and_counts_itself(gpt2_dir):
         assert ran == [0, 1, 2]
         resid = lens(x, stop_at_layer=1)
         assert resid.shape == (2, N, 32) and ran == [0, 1, 2, 0]
-    assert forward_passes()[f"2x{N}"] - before == 4
+        ran.clear()
+        assert torch.equal(lens(x, return_type=None, stop_at_layer=2), resid_2 := lens(x, stop_at_layer=2))
+        assert ran == [0, 1, 0, 1] and resid_2.shape == (2, N, 32)
+    assert forward_passes()[f"2x{N}"] - before == 6
 
 
 def test_auto_chooses_the_engine_and_refuses_what_it_cannot_run(gpt2_dir, neo_dir, tl_dir, tmp_path):

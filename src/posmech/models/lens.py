@@ -71,6 +71,7 @@ from pathlib import Path
 from typing import Any
 
 from posmech.errors import PosmechError
+from posmech.perf import count_forward
 
 #: Hugging Face architectures the engine runs
 ARCHITECTURES = ("GPT2LMHeadModel", "GPTNeoForCausalLM")
@@ -621,8 +622,6 @@ class Lens:
         ``stop_at_layer``: run blocks ``< stop_at_layer`` and return the residual stream."""
         import torch
 
-        from posmech.perf import count_forward
-
         if return_type not in ("logits", None):
             raise PosmechError(f"return_type {return_type!r} is not supported by the posmech engine "
                                "(use 'logits' or None)")
@@ -636,8 +635,8 @@ class Lens:
             raise PosmechError(f"{T} positions is more than the model's context ({self.cfg.n_ctx})")
         count_forward(B, T)
         last = self.cfg.n_layers if return_type == "logits" else self.last_hooked_layer()
-        if stop_at_layer is not None:
-            last = min(last if return_type is None else self.cfg.n_layers, int(stop_at_layer) - 1)
+        if stop_at_layer is not None:  # the residual is returned: every block below it runs
+            last = min(self.cfg.n_layers, int(stop_at_layer)) - 1
         embed = self._fire("hook_embed", self.params["embed.W_E"][x])
         pos = self._fire("hook_pos_embed", self.params["pos_embed.W_pos"][:T].expand(B, T, -1))
         resid = embed + pos
