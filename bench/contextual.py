@@ -50,6 +50,15 @@ def random_gpt2():
     return GPT2LMHeadModel(cfg).eval()
 
 
+def bare_forwards(model, texts) -> None:
+    """The floor: one bare forward of each text (first 1023 tokens), no logits, no hooks."""
+    import torch
+
+    with torch.inference_mode():
+        for t in texts:
+            model.transformer(torch.as_tensor(t[:1023])[None], use_cache=False)
+
+
 def random_gpt2_and_texts(n_texts: int):
     """A GPT-2-small-shaped model with random weights (seed 0, eager attention) and ``n_texts``
     texts of BOS + 1022 Zipf-distributed tokens (duplicates as frequent as in text), as the
@@ -68,8 +77,6 @@ def random_gpt2_and_texts(n_texts: int):
 
 
 def main() -> None:
-    import torch
-
     ap = argparse.ArgumentParser()
     ap.add_argument("--texts", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=3)
@@ -79,12 +86,7 @@ def main() -> None:
     stages: dict[str, list[float]] = {}
     walls: dict[str, list[float]] = {}
     for r in range(args.rounds):
-        def forward():
-            with torch.inference_mode():
-                for t in texts:
-                    model.transformer(torch.as_tensor(t[:1023])[None], use_cache=False)
-
-        _, c_fwd, w_fwd = cpu(forward)
+        _, c_fwd, w_fwd = cpu(bare_forwards, model, texts)
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "layer0.h5"
             _, c_dec, w_dec = cpu(cx.build_decomposition, w, 262, " the", tokens, entries, 1022, None, path, {})

@@ -31,14 +31,12 @@ import numpy as np
 
 from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
-from contextual import cpu, random_gpt2_and_texts  # noqa: E402  (bench/contextual.py)
+from contextual import bare_forwards, cpu, random_gpt2_and_texts  # noqa: E402  (bench/contextual.py)
 
 HEADS = [0, 2, 6, 8, 9, 10]
 
 
 def main() -> None:
-    import torch
-
     ap = argparse.ArgumentParser()
     ap.add_argument("--texts", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
@@ -53,12 +51,7 @@ def main() -> None:
         cx.build_decomposition(w, 262, " the", tokens, entries, 1022, None, l0, {})
         dec = cx.read_decomposition(l0)
         for r in range(args.rounds):
-            def forward():
-                with torch.inference_mode():
-                    for t in texts:
-                        model.transformer(torch.as_tensor(t[:1023])[None], use_cache=False)
-
-            _, c_fwd, w_fwd = cpu(forward)
+            _, c_fwd, w_fwd = cpu(bare_forwards, model, texts)
             path = Path(tmp) / f"extended_{r}.h5"
 
             def c1():

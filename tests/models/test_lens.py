@@ -40,18 +40,21 @@ def _randomise(named: dict[str, torch.Tensor], seed: int) -> None:
             p.copy_(1.0 + 0.3 * r if is_ln_w else 0.3 * r)
 
 
+def _saved(model, d: Path, seed: int) -> Path:
+    """``model`` with every weight random (:func:`_randomise`), saved with the character tokenizer in ``d``."""
+    _randomise(dict(model.named_parameters()), seed)
+    model.save_pretrained(d, safe_serialization=True)
+    char_tokenizer(V).save_pretrained(d)
+    return d
+
+
 @pytest.fixture(scope="module")
 def gpt2_dir(tmp_path_factory) -> Path:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    d = tmp_path_factory.mktemp("lens-gpt2")
     cfg = GPT2Config(vocab_size=V, n_positions=N, n_embd=32, n_layer=3, n_head=4, resid_pdrop=0.0,
                      embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
-    m = GPT2LMHeadModel(cfg)
-    _randomise(dict(m.named_parameters()), 0)
-    m.save_pretrained(d, safe_serialization=True)
-    char_tokenizer(V).save_pretrained(d)
-    return d
+    return _saved(GPT2LMHeadModel(cfg), tmp_path_factory.mktemp("lens-gpt2"), 0)
 
 
 @pytest.fixture(scope="module")
@@ -59,14 +62,10 @@ def neo_dir(tmp_path_factory) -> Path:
     """GPT-Neo (TinyStories' architecture): unscaled attention, a local layer of 5 keys."""
     from transformers import GPTNeoConfig, GPTNeoForCausalLM
 
-    d = tmp_path_factory.mktemp("lens-neo")
     m = GPTNeoForCausalLM(GPTNeoConfig(vocab_size=V, max_position_embeddings=N, hidden_size=32, num_layers=2,
                                        num_heads=4, attention_types=[[["global", "local"], 1]], window_size=5,
                                        resid_dropout=0.0, embed_dropout=0.0, attention_dropout=0.0))
-    _randomise(dict(m.named_parameters()), 2)
-    m.save_pretrained(d, safe_serialization=True)
-    char_tokenizer(V).save_pretrained(d)
-    return d
+    return _saved(m, tmp_path_factory.mktemp("lens-neo"), 2)
 
 
 @pytest.fixture(scope="module")
