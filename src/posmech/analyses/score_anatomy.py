@@ -5,7 +5,8 @@ included: TransformerLens records ``hook_attn_scores`` after the causal mask, so
 computed here from ``blocks.L.attn.hook_q`` and ``hook_k`` (``scale`` is the model's
 attention scale, :func:`attn_scale`: ``sqrt(d_head)`` for GPT-2).  The *masked* scores
 are the raw ones with ``-inf`` above the diagonal (they equal ``hook_attn_scores``;
-checked on every forward pass this module runs), the *pattern* is their row softmax.
+checked on every pass of :func:`head_scores` and on the first batch of
+:func:`score_profiles`), the *pattern* is their row softmax.
 
 *Score taxa* (P13).  For a query ``n`` the scores at keys ``n + o``, offsets
 ``o = -W..W`` (``W`` = ``window``; positive offsets are future keys, present in the raw
@@ -119,8 +120,11 @@ def check_scores(raw: Any, ref: Any, where: str, scale: float) -> float:
 
 
 class _Captured:
-    """Hooks that keep each requested layer's ``q`` and ``k`` and hand them, with the
-    bridge's own (masked) ``hook_attn_scores``, to ``on_layer(layer, q, k, scores)``."""
+    """Hooks that keep each requested layer's ``q`` and ``k`` and hand them to
+    ``on_layer(layer, q, k, scores)``: with ``check``, once the model's own (masked)
+    ``hook_attn_scores`` fires, with those scores; without, as soon as both ``q`` and ``k``
+    are there, with ``scores=None`` (no score or pattern hook, so the engine keeps its fused
+    attention: the pass costs what a bare forward costs)."""
 
     def __init__(self, layers: Iterable[int], on_layer: Any) -> None:
         self.layers = list(layers)
@@ -128,18 +132,20 @@ class _Captured:
         self.k: dict[int, Any] = {}
         self.on_layer = on_layer
 
-    def hooks(self) -> list[tuple[str, Any]]:
+    def hooks(self, check: bool = True) -> list[tuple[str, Any]]:
         out = []
         for layer in self.layers:
-            out.append((f"blocks.{layer}.attn.hook_q", self._keep(self.q, layer)))
-            out.append((f"blocks.{layer}.attn.hook_k", self._keep(self.k, layer)))
-            out.append((f"blocks.{layer}.attn.hook_attn_scores", self._scores(layer)))
+            out.append((f"blocks.{layer}.attn.hook_q", self._keep(self.q, layer, check)))
+            out.append((f"blocks.{layer}.attn.hook_k", self._keep(self.k, layer, check)))
+            if check:
+                out.append((f"blocks.{layer}.attn.hook_attn_scores", self._scores(layer)))
         return out
 
-    @staticmethod
-    def _keep(store: dict[int, Any], layer: int) -> Any:
+    def _keep(self, store: dict[int, Any], layer: int, check: bool) -> Any:
         def hook(t: Any, hook: Any) -> None:
             store[layer] = t.detach()
+            if not check and layer in self.q and layer in self.k:
+                self.on_layer(layer, self.q.pop(layer), self.k.pop(layer), None)
 
         return hook
 
@@ -355,7 +361,10 @@ def score_profiles(
 ) -> ScoreProfiles:
     """Run ``documents`` through ``bridge``; for every head collect the raw row windows of
     :func:`query_rows` (computed from ``hook_q``/``hook_k`` inside the forward pass, never
-    the full score matrix) and their :func:`row_features`; ``progress``: log
+    the full score matrix) and their :func:`row_features`.  The first batch also hooks
+    ``hook_attn_scores`` and checks the windows' causal part against it
+    (``max_check_error``); later batches hook only ``q`` and ``k``, so the engine keeps its
+    fused attention and a pass costs a bare forward's time; ``progress``: log
     :func:`posmech.runner.logged` progress lines."""
     cfg = bridge.cfg
     L, H = int(cfg.n_layers), int(cfg.n_heads)
@@ -371,12 +380,14 @@ def score_profiles(
         import torch
 
         win = window_scores(q, k, state["rows"], window, scale)  # [b, H, R, 2W+1]
-        # the causal part of every window (offsets <= 0) must equal the bridge's own scores
-        r = torch.as_tensor(state["rows"], device=scores.device)
-        keys = r[:, None] + torch.as_tensor(offsets(window)[: window + 1], device=scores.device)[None, :]
-        ref = scores[:, :, r[:, None], keys]
-        err = check_scores(win[..., : window + 1], ref, f"layer {layer}", scale)
-        check["max_error"] = max(check["max_error"], err)
+        if scores is not None:  # the first batch: the causal part of every window (offsets <= 0)
+            # must equal the model's own scores
+            r = torch.as_tensor(state["rows"], device=scores.device)
+            keys = r[:, None] + torch.as_tensor(offsets(window)[: window + 1], device=scores.device)[None, :]
+            ref = scores[:, :, r[:, None], keys]
+            err = check_scores(win[..., : window + 1], ref, f"layer {layer}", scale)
+            check["max_error"] = max(check["max_error"], err)
+            check["checked"] = True
         state["out"][:, layer] = win.cpu().numpy()
 
     cap = _Captured(range(L), on_layer)
@@ -390,7 +401,7 @@ def score_profiles(
         if len(rows):
             state["rows"] = rows
             state["out"] = np.empty((len(batch), L, H, len(rows), 2 * window + 1), np.float32)
-            _forward(bridge, np.stack(batch), cap.hooks())
+            _forward(bridge, np.stack(batch), cap.hooks(check=not check.get("checked")))
             for b in range(len(batch)):
                 wins.append(np.moveaxis(state["out"][b], 2, 0))  # [R, L, H, 2W+1]
                 docs_of.append(np.full(len(rows), n_docs + b))
