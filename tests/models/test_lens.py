@@ -247,6 +247,85 @@ def test_a_pass_stops_after_the_last_hooked_block_and_counts_itself(gpt2_dir):
     assert forward_passes()[f"2x{N}"] - before == 6
 
 
+@pytest.mark.parametrize("which", ["gpt2", "neo", "tl"])
+def test_a_token_tree_runs_each_continuation_as_if_alone(which, gpt2_dir, neo_dir, tl_dir):
+    """A prompt with three continuations in one pass (the prompt once, each continuation at
+    positions n, n+1, .. seeing the prompt and itself): every position's logits equal a pass
+    of prompt + that continuation alone (GPT-Neo: its local layer's window counts positions,
+    not sequence indices); target_probabilities gives the same numbers with the tree as with
+    one padded row per continuation."""
+    from posmech.data.prompts import target_probabilities
+
+    d = {"gpt2": gpt2_dir, "neo": neo_dir, "tl": tl_dir}[which]
+    lens = load_model(_man(d), "cpu", "float32", "compatibility", "posmech")
+    assert lens.runs_token_trees
+    prompt = np.random.default_rng(3).integers(0, V, 12)
+    conts = [[5, 7, 9], [1], [8, 2]]
+    x = np.concatenate([prompt, *conts])
+    T, n = len(x), len(prompt)
+    positions, visible = np.arange(T), np.tril(np.ones((T, T), dtype=bool))
+    visible[n:, n:] = False
+    at = n
+    for c in conts:
+        positions[at : at + len(c)] = np.arange(n, n + len(c))
+        visible[at : at + len(c), at : at + len(c)] = np.tril(np.ones((len(c), len(c)), dtype=bool))
+        at += len(c)
+    with torch.inference_mode():
+        tree = lens(torch.as_tensor(x)[None], positions=positions, visible=visible)[0]
+        at = n
+        for c in conts:
+            alone = lens(torch.as_tensor(np.concatenate([prompt, c]))[None])[0]
+            _close(tree[:n], alone[:n], f"{which}: prompt logits")
+            _close(tree[at : at + len(c)], alone[n:], f"{which}: continuation {c}")
+            at += len(c)
+    targets = {"a": [[5, 7, 9, 3], [1]], "b": [[8, 2, 6]], "c": [[4]]}
+    with_tree = target_probabilities(lens, prompt, targets)
+    padded = target_probabilities(lens, prompt, targets, hooks=[("hook_embed", lambda t, hook: None)])
+    for name in targets:
+        assert with_tree[0][name] == pytest.approx(padded[0][name], rel=1e-5)
+    assert with_tree[1:] == pytest.approx(padded[1:], rel=1e-5)
+    with pytest.raises(PosmechError, match="token tree"):  # a key after its query
+        lens(torch.as_tensor(x)[None], positions=positions, visible=np.ones((T, T), dtype=bool))
+    with pytest.raises(PosmechError, match="both"):
+        lens(torch.as_tensor(x)[None], positions=positions)
+
+
+@pytest.mark.parametrize("which", ["gpt2", "tl"])
+def test_a_hooked_pattern_made_by_query_blocks_equals_the_square(which, gpt2_dir, tl_dir, monkeypatch):
+    """With only hook_pattern hooked, the pattern is made a block of queries at a time (blocks
+    of 4 here); hooked scores force the whole square. Both give the same pattern and logits,
+    when the hook reads, edits in place (below and above the diagonal) or replaces it."""
+    monkeypatch.setattr(lens_mod, "QUERY_BLOCK", 4)
+    lens = load_model(_man({"gpt2": gpt2_dir, "tl": tl_dir}[which]), "cpu", "float32", "compatibility", "posmech")
+    x = _tokens(4, batch=2)
+
+    def zero_prev(t, hook):
+        t[..., torch.arange(1, N), torch.arange(N - 1)] = 0.0
+
+    def above(t, hook):
+        t[..., 2, 20] = 0.5
+
+    def replace(t, hook):
+        return torch.flip(t, dims=[-2])
+
+    for name, edit in [("read", None), ("in place", zero_prev), ("above the diagonal", above), ("replaced", replace)]:
+        got = {}
+        for square in (False, True):
+            seen: list[torch.Tensor] = []
+            hooks = [("blocks.1.attn.hook_pattern", lambda t, hook: seen.append(t.clone()))]
+            if edit is not None:
+                hooks.insert(0, ("blocks.1.attn.hook_pattern", edit))
+            if square:
+                hooks.append(("blocks.1.attn.hook_attn_scores", lambda t, hook: None))
+            with torch.inference_mode():
+                logits = lens.run_with_hooks(x, fwd_hooks=hooks)
+            got[square] = (seen[0], logits)
+        _close(got[False][0], got[True][0], f"{which} {name}: pattern")
+        _close(got[False][1], got[True][1], f"{which} {name}: logits")
+        if edit is None:
+            assert torch.equal(torch.triu(got[False][0], 1), torch.zeros_like(got[False][0]))
+
+
 def test_auto_chooses_the_engine_and_refuses_what_it_cannot_run(gpt2_dir, neo_dir, tl_dir, tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel
 

@@ -30,13 +30,16 @@ class _Stop(Exception):
 
 def final_residual(
     model: Any, tokens: Any, rows: Any, positions: Any, hooks: Sequence[tuple[str, Any]] = (),
+    forward: dict[str, Any] | None = None,
 ) -> Any:
     """The unembedding's input at ``(rows[i], positions[i])`` of a forward pass of ``tokens
     [B, T]`` (int ids, a tensor or array) with ``hooks`` added for the pass: ``[m, d_model]``
     in the model's dtype (``m = len(rows)``).
 
     The pass stops right after the final LayerNorm (no ``[B, T, d_vocab]`` logits are made);
-    ``hooks`` (e.g. interventions on the attention pattern) act as in a full pass."""
+    ``hooks`` (e.g. interventions on the attention pattern) act as in a full pass; ``forward``:
+    more keyword arguments of the model's call (e.g. a token tree's ``positions``/``visible``,
+    :class:`posmech.models.lens.Lens`)."""
     import torch
 
     device = next(model.parameters()).device
@@ -53,7 +56,7 @@ def final_residual(
 
     with torch.inference_mode(), model.hooks(fwd_hooks=[*hooks, (FINAL, read)]):
         try:
-            model(x, return_type=None)
+            model(x, return_type=None, **(forward or {}))
         except _Stop:
             pass
     if not got:
@@ -72,10 +75,11 @@ def unembed(model: Any, resid: Any, W_U: Any = None, b_U: Any = None) -> Any:
         return torch.matmul(resid, W) + b
 
 
-def logits_at(model: Any, tokens: Any, rows: Any, positions: Any, hooks: Sequence[tuple[str, Any]] = ()) -> Any:
+def logits_at(model: Any, tokens: Any, rows: Any, positions: Any, hooks: Sequence[tuple[str, Any]] = (),
+              forward: dict[str, Any] | None = None) -> Any:
     """The model's logits ``[m, d_vocab]`` at ``(rows[i], positions[i])`` of ``tokens [B, T]``
     (see :func:`final_residual`)."""
-    return unembed(model, final_residual(model, tokens, rows, positions, hooks))
+    return unembed(model, final_residual(model, tokens, rows, positions, hooks, forward))
 
 
 def chunks(n: int, size: int = CHUNK) -> Iterator[slice]:

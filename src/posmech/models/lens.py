@@ -49,7 +49,9 @@ can read or replace them); per-head outputs (``hook_result``) are made only when
 forward stops after the last block that has a hook when ``return_type`` is None (nothing
 later can be observed), and the unembedding is computed only for ``return_type="logits"``.
 There is no key/value cache and no gradient bookkeeping: run under
-``torch.inference_mode()``.
+``torch.inference_mode()``. Several continuations of one prompt run in one pass as a
+*token tree* (``positions``/``visible`` of :meth:`Lens.__call__`): the prompt is computed
+once, not once per continuation (:func:`posmech.data.prompts.target_probabilities`).
 
 Supported checkpoints (:func:`unsupported` says why not): Hugging Face ``GPT2LMHeadModel``
 (no ``scale_attn_by_inverse_layer_idx``, no ``reorder_and_upcast_attn``),
@@ -75,6 +77,8 @@ from posmech.perf import count_forward
 
 #: Hugging Face architectures the engine runs
 ARCHITECTURES = ("GPT2LMHeadModel", "GPTNeoForCausalLM")
+#: queries per block when a causal pattern is made for a hook (:meth:`Lens._causal_pattern_blocks`)
+QUERY_BLOCK = 128
 #: activation functions of the MLPs the engine runs (TransformerLens names)
 ACTIVATIONS = ("gelu_new", "gelu", "relu", "gelu_fast", "gelu_pytorch_tanh")
 
@@ -376,6 +380,7 @@ class Lens:
         #: the Hugging Face config (``config.to_dict()``) of the model the weights came from ({} if none)
         self.hf_config: dict[str, Any] = {}
         self.compatibility_mode = processing == "compatibility"
+        self._tree: tuple[Any, Any] | None = None  # (positions, visible) of the running pass, if a tree
         tdtype = getattr(torch, dtype)
         cfg.device, cfg.dtype = torch.device(device), tdtype
         self.cfg = cfg
@@ -566,11 +571,19 @@ class Lens:
         v = self._fire(pre + "hook_v", qkv[:, :, 2])
         qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, T, dh]
         window = c.windows[i] if c.windows else 0
-        hidden = None  # [T, T] True where a query may not see a key (beyond causal: local layers)
-        if window:
+        hidden = None  # [T, T] True where a query may not see a key (beyond causal: local layers, trees)
+        if self._tree is not None:
+            positions, visible = self._tree
+            hidden = ~visible
+            if window:
+                hidden = hidden | ((positions[:, None] - positions[None, :]) >= window)
+        elif window:
             hidden = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
             hidden |= torch.ones(T, T, dtype=torch.bool, device=x.device).tril(-window)
-        if self._hooked(pre + "hook_attn_scores") or self._hooked(pre + "hook_pattern"):
+        if hidden is None and not self._hooked(pre + "hook_attn_scores") and self._hooked(pre + "hook_pattern") \
+                and T > 2 * QUERY_BLOCK:
+            z = self._causal_pattern_blocks(pre, qh, kh, vh)
+        elif self._hooked(pre + "hook_attn_scores") or self._hooked(pre + "hook_pattern"):
             # the scale applied to q ([.., T, d_head]), not to the [.., T, T] scores; masked in place
             scores = torch.matmul(qh * (1.0 / c.attn_scale), kh.transpose(-2, -1))
             if hidden is None:
@@ -592,6 +605,32 @@ class Lens:
             result = self._fire(pre + "hook_result", result)
             return result.sum(2) + b_O
         return torch.addmm(b_O, z.reshape(B * T, H * dh), W_O).view(B, T, -1)
+
+    def _causal_pattern_blocks(self, pre: str, qh: Any, kh: Any, vh: Any) -> Any:
+        """Causal attention with ``hook_pattern`` hooked (and not the scores): the pattern
+        ``[B, H, T, T]`` is made a block of :data:`QUERY_BLOCK` queries at a time, each
+        against the keys it can see only (its scores, softmax and ``pattern @ v`` skip the
+        future triangle: ~55 % of the work of the whole square at T = 1024); the future
+        triangle stays exactly 0. The hooks see the whole pattern; if one replaces it (or
+        writes above the diagonal), ``z`` is the whole ``pattern @ v``. Equal to the square computation to float32
+        rounding."""
+        import torch
+
+        B, H, T, _ = qh.shape
+        q = qh * (1.0 / self.cfg.attn_scale)
+        pattern = qh.new_zeros(B, H, T, T)
+        fill = -torch.inf if self.compatibility_mode else torch.finfo(qh.dtype).min
+        for a in range(0, T, QUERY_BLOCK):
+            e = min(a + QUERY_BLOCK, T)
+            s = torch.matmul(q[:, :, a:e], kh[:, :, :e].transpose(-2, -1))  # [B, H, e-a, e]
+            s[..., a:].masked_fill_(torch.ones(e - a, e - a, dtype=torch.bool, device=qh.device).triu(1), fill)
+            pattern[:, :, a:e, :e] = torch.softmax(s, dim=-1)
+        hooked = self._fire(pre + "hook_pattern", pattern)
+        if hooked is not pattern or any(bool(pattern[:, :, a : a + QUERY_BLOCK, a + QUERY_BLOCK :].any())
+                                        for a in range(0, T - QUERY_BLOCK, QUERY_BLOCK)):
+            return torch.matmul(hooked.to(vh.dtype), vh)  # replaced, or edited above the diagonal
+        return torch.cat([torch.matmul(pattern[:, :, a : a + QUERY_BLOCK, : a + QUERY_BLOCK], vh[:, :, : a + QUERY_BLOCK])
+                          for a in range(0, T, QUERY_BLOCK)], dim=2)
 
     def _mlp(self, i: int, x: Any) -> Any:
         import torch
@@ -615,13 +654,25 @@ class Lens:
                     last = max(last, int(name.split(".")[1]))
         return last
 
+    #: ``__call__`` takes ``positions``/``visible``: several continuations of one prefix in one pass
+    runs_token_trees = True
+
     def __call__(self, tokens: Any, return_type: str | None = "logits", stop_at_layer: int | None = None,
-                 **kwargs: Any) -> Any:
+                 positions: Any = None, visible: Any = None, **kwargs: Any) -> Any:
         """Run the model on ``tokens [B, T]`` (or ``[T]``) of ids; ``return_type``: ``logits``
         ``[B, T, d_vocab]`` or None (then the pass stops after the last hooked block).
-        ``stop_at_layer``: run blocks ``< stop_at_layer`` and return the residual stream."""
+        ``stop_at_layer``: run blocks ``< stop_at_layer`` and return the residual stream.
+
+        A *token tree* (both or neither given): ``positions [T]`` int, the position of each
+        token (its ``W_pos`` row), and ``visible [T, T]`` bool, True where query ``t`` may
+        attend to key ``s`` (a subset of ``s <= t`` holding the diagonal).  Several
+        continuations of one prefix then run in one pass, the prefix once: a token whose
+        visible keys are exactly the earlier tokens of its own sequence, at their positions,
+        gets the values it gets in a pass of that sequence alone (to float32 rounding)."""
         import torch
 
+        if (positions is None) != (visible is None):
+            raise PosmechError("a token tree needs both `positions` and `visible`")
         if return_type not in ("logits", None):
             raise PosmechError(f"return_type {return_type!r} is not supported by the posmech engine "
                                "(use 'logits' or None)")
@@ -631,14 +682,38 @@ class Lens:
         if x.ndim == 1:
             x = x[None]
         B, T = x.shape
-        if T > self.cfg.n_ctx:
-            raise PosmechError(f"{T} positions is more than the model's context ({self.cfg.n_ctx})")
+        tree = None
+        if positions is not None:
+            tree = (torch.as_tensor(positions, device=x.device).long(),
+                    torch.as_tensor(visible, device=x.device).bool())
+            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            if tree[0].shape != (T,) or tree[1].shape != (T, T) or bool((tree[1] & ~causal).any()) \
+                    or not bool(tree[1].diagonal().all()):
+                raise PosmechError(f"token tree: `positions` must be [{T}] and `visible` a [{T}, {T}] subset of the "
+                                   "causal mask that holds its diagonal")
+            n_pos = int(tree[0].max()) + 1 if T else 0
+        else:
+            n_pos = T
+        if n_pos > self.cfg.n_ctx:
+            raise PosmechError(f"{n_pos} positions is more than the model's context ({self.cfg.n_ctx})")
         count_forward(B, T)
+        self._tree = tree
+        try:
+            return self._forward(x, return_type, stop_at_layer)
+        finally:
+            self._tree = None
+
+    def _forward(self, x: Any, return_type: str | None, stop_at_layer: int | None) -> Any:
+        import torch
+
+        B, T = x.shape
+        tree = self._tree
         last = self.cfg.n_layers if return_type == "logits" else self.last_hooked_layer()
         if stop_at_layer is not None:  # the residual is returned: every block below it runs
             last = min(self.cfg.n_layers, int(stop_at_layer)) - 1
         embed = self._fire("hook_embed", self.params["embed.W_E"][x])
-        pos = self._fire("hook_pos_embed", self.params["pos_embed.W_pos"][:T].expand(B, T, -1))
+        W_pos = self.params["pos_embed.W_pos"]
+        pos = self._fire("hook_pos_embed", (W_pos[:T] if tree is None else W_pos[tree[0]]).expand(B, T, -1))
         resid = embed + pos
         for i in range(min(last + 1, self.cfg.n_layers)):
             resid = self._fire(f"blocks.{i}.hook_resid_pre", resid)
