@@ -206,7 +206,7 @@ def main() -> None:
     ap.add_argument("--rss-docs", type=int, nargs=2, default=[16, 256])
     ap.add_argument("--rss-doc-len", type=int, default=64)
     ap.add_argument("--notebook-docs", type=int, default=16)
-    ap.add_argument("--engine", choices=["auto", "hf", "bridge"], default="auto", help="cache.engine")
+    ap.add_argument("--engine", choices=["auto", "posmech", "bridge"], default="auto", help="cache.engine")
     ap.add_argument("--parts", nargs="+", choices=["throughput", "rss", "notebook"],
                     default=["throughput", "rss", "notebook"])
     ap.add_argument("--json-out")

@@ -33,7 +33,7 @@ runs = {
   "engine, logits": lambda: lens(x),
   "engine, every layer's pattern hooked, no logits": lambda: lens.run_with_hooks(x, fwd_hooks=pat(12), return_type=None),
   "engine, layers 0-3 hooked (P5-style), no logits": lambda: lens.run_with_hooks(x, fwd_hooks=pat(4), return_type=None),
-  "cache capture (HFCapture, resid_pre + ln1_out)": lambda: cap(x.numpy(), ("resid_pre", "ln1_out")),
+  "cache capture (posmech engine, resid_pre + ln1_out)": lambda: cap(x.numpy(), ("resid_pre", "ln1_out")),
 }
 res = {k: [] for k in runs}
 with torch.inference_mode():

@@ -20,7 +20,7 @@ def main(smk, log):
         "weights_sha256_16": man.get("weights_sha256_16", "unknown"),
         "processing": model["processing"],
         "model_dtype": model["dtype"],
-        "device": str(getattr(capture, "device", None) or capture.bridge.cfg.device),
+        "device": str(capture.device),
         "corpus": smk.wildcards.corpus,
         "corpus_config": corpus,
         "cache_config": cfg,

@@ -69,7 +69,7 @@ def analytic(spec: hb.Spec, doc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x, c / np.sqrt((c**2).mean(axis=1, keepdims=True) + 1e-12)
 
 
-@pytest.mark.parametrize("engine", ["bridge", "hf"])
+@pytest.mark.parametrize("engine", ["bridge", "posmech"])
 @pytest.mark.parametrize("processing", ["compatibility", "raw"])
 def test_cache_equals_analytic_residual_stream(token_model, tmp_path, processing, engine):
     spec, path = token_model
@@ -176,7 +176,7 @@ def hf_reference(path: Path, docs: list[np.ndarray]) -> list[dict[str, np.ndarra
     return out
 
 
-@pytest.mark.parametrize("engine", ["bridge", "hf"])
+@pytest.mark.parametrize("engine", ["bridge", "posmech"])
 @pytest.mark.parametrize("processing", ["raw", "compatibility"])
 def test_cache_matches_huggingface_hidden_states(tmp_path, processing, engine):
     path = _gpt2_dir(tmp_path / "gpt2")
@@ -378,9 +378,9 @@ def test_compressed_cache_equals_uncompressed(token_model, tmp_path):
 
 @pytest.mark.parametrize("arch", ["gpt2", "gpt-neo"])
 @pytest.mark.parametrize("processing", ["compatibility", "raw"])
-def test_hf_engine_equals_transformerlens_hooks(tmp_path, processing, arch):
-    """The fast engine reproduces the bridge's hook values in the processing mode, for
-    both architectures it takes (GPT-2: Conv1D; GPT-Neo, as TinyStories: Linear)."""
+def test_posmech_engine_equals_transformerlens_hooks(tmp_path, processing, arch):
+    """The posmech engine (asked for by its former cache name, `hf`) reproduces the bridge's
+    hook values in the processing mode, for GPT-2 (Conv1D) and GPT-Neo (as TinyStories: Linear)."""
     path = (_gpt2_dir if arch == "gpt2" else _gpt_neo_dir)(tmp_path / arch)
     ids = np.stack(random_docs(3, seed=9, n_ctx=N_CTX)[:1] * 2)
     man = {"hf_dir": str(path), "name": "g"}
@@ -392,23 +392,25 @@ def test_hf_engine_equals_transformerlens_hooks(tmp_path, processing, arch):
         np.testing.assert_allclose(tb, ta, atol=2e-5, rtol=1e-5)
 
 
-def test_hf_capture_leaves_the_callers_model_alone(tmp_path):
-    """Wrapping a Hugging Face model processes a private copy: the caller's weights and
-    activation modules are unchanged, while the capture's own model is processed."""
+def test_wrapping_a_huggingface_model_leaves_it_alone(tmp_path):
+    """Wrapping a Hugging Face model runs the posmech engine on a processed copy of its
+    weights: the caller's weights and modules are unchanged."""
     from transformers import AutoModelForCausalLM
     from transformers.activations import NewGELUActivation
 
     from posmech.cache import as_capture
+    from posmech.models.lens import Lens
 
     path = _gpt2_dir(tmp_path / "gpt2")
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager").eval()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     cap = as_capture(model, "compatibility")
-    assert cap.fused_activations == len(model.transformer.h)
+    assert isinstance(cap.model, Lens) and cap.engine == "posmech"
+    cap(np.stack(random_docs(2, seed=1, n_ctx=N_CTX)[:1]), ("resid_pre",))
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k]), k
     assert all(type(b.mlp.act) is NewGELUActivation for b in model.transformer.h)
-    own = cap.model.transformer
-    assert torch.allclose(own.h[0].ln_1.weight, torch.ones_like(own.h[0].ln_1.weight))
-    assert own.wpe.weight.mean(-1).abs().max() < 1e-6
+    assert cap.model.W_pos.mean(-1).abs().max() < 1e-6  # the engine's copy is centred
     assert model.transformer.wpe.weight.mean(-1).abs().max() > 1e-4
+    with pytest.raises(PosmechError, match="cache.engine"):
+        load_capture({"hf_dir": str(path), "name": "g"}, "cpu", "float32", "compatibility", "fast")

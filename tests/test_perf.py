@@ -1,6 +1,6 @@
 """Per-job accounting (issue 15): the runner's ``PERF`` line and ``<log>.perf.json`` carry the
 job's CPU seconds (self + children, from the OS), its peak RSS and its forward passes by
-shape, counted by the bridge's hook and by the cache's ``HFCapture``."""
+shape, counted by the bridge's hook, by the posmech engine and by the cache's capture."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def test_failed_job_still_logs_its_accounting(tmp_path):
     perf.reset()
 
 
-def test_hf_capture_counts_its_forwards(tiny_model_dir):
+def test_the_cache_capture_counts_its_forwards(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
     from posmech.cache import as_capture

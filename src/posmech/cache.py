@@ -21,11 +21,11 @@ Hooks (TransformerLens names, in the configured processing mode):
   (the final residual) — ``n_layers + 1`` entries;
 * ``ln1_out``: ``blocks.{l}.ln1.hook_out`` (the post-ln1 input to attention) — ``n_layers``.
 
-Engines (``cache.engine``): ``hf`` runs the plain Hugging Face model (GPT-2, GPT-Neo)
-with the weight processing of the processing mode applied to its weights, so the hooked
-values are tensors its forward pass makes anyway (:class:`HFCapture`; ``gelu_new`` runs as
-PyTorch's fused kernel); ``bridge`` uses TransformerLens hooks (:class:`BridgeCapture`,
-any architecture).  Both give the same values to float32 rounding (tested).
+Engines (``cache.engine``): ``posmech`` runs the model on the posmech forward engine
+(:class:`posmech.models.lens.Lens`: the processing mode's weight transformations applied
+once to the weights, fused attention and GELU; GPT-2, GPT-Neo, legacy TransformerLens
+checkpoints); ``bridge`` uses TransformerLens hooks (any architecture); ``auto`` the first
+where it runs the model.  Both give the same values to float32 rounding (tested).
 
 Per batch, after the forward pass: float64 sums, storage-dtype conversion and one HDF5
 write per hook, on the main thread (a writer thread was tried: on this project's 2-core
@@ -155,226 +155,56 @@ def padding_mask(lengths: np.ndarray, n_pos: int) -> np.ndarray:
     return np.arange(n_pos)[None, :] < np.asarray(lengths)[:, None]
 
 
-def _block_layout(block: Any) -> tuple[list[Any], list[Any]] | None:
-    """``(readers, writers)`` of a GPT-2 or GPT-Neo block: the projections that read
-    ``ln_1``'s output, and those that write to the residual stream; None if unknown."""
-    attn, mlp = getattr(block, "attn", None), getattr(block, "mlp", None)
-    if attn is None or mlp is None or not hasattr(mlp, "c_proj"):
-        return None
-    if hasattr(attn, "c_attn") and hasattr(attn, "c_proj"):  # GPT-2 (Conv1D)
-        return [attn.c_attn], [attn.c_proj, mlp.c_proj]
-    inner = getattr(attn, "attention", None)  # GPT-Neo (Linear)
-    if inner is not None and all(hasattr(inner, n) for n in ("q_proj", "k_proj", "v_proj", "out_proj")):
-        return [inner.q_proj, inner.k_proj, inner.v_proj], [inner.out_proj, mlp.c_proj]
-    return None
+class HookCapture:
+    """The cached hooks of a model with TransformerLens's hook interface — the posmech
+    engine (:class:`posmech.models.lens.Lens`) or a TransformerBridge — via
+    :func:`forward_batch`.  On the engine the hooks only keep references to tensors the
+    forward pass makes anyway (its fused attention runs: no pattern is hooked), so a cached
+    forward costs what an uncached one does."""
 
+    def __init__(self, model: Any) -> None:
+        from posmech.models.lens import Lens
 
-def _out_axis(module: Any) -> int:
-    """Axis of ``module.weight`` that indexes its outputs: Conv1D ``[in, out]``, Linear ``[out, in]``."""
-    import torch
-
-    if isinstance(module, torch.nn.Linear):
-        return 0
-    if type(module).__name__ == "Conv1D":
-        return 1
-    raise PosmechError(f"internal: no weight layout for {type(module).__name__}")
-
-
-def process_compatibility(model: Any) -> None:
-    """Apply, in place, the two weight transformations of TransformerLens's compatibility
-    mode that the cached hooks see, to a Hugging Face GPT-2/GPT-Neo model:
-
-    * centre the writing weights (token and position embeddings, attention output and
-      MLP output weights and biases) along ``d_model``, so the residual stream has zero
-      mean over ``d_model`` (``hook_resid_pre``);
-    * fold each ``ln_1``'s scale and bias into the projections reading it, leaving
-      ``ln_1`` a layer norm without affine (``ln1.hook_out``).
-
-    Neither changes the model's function (layer norms remove the mean; the fold is exact
-    algebra); values change only by float rounding.  Arithmetic in float32 or better."""
-    import torch
-
-    body = model.transformer
-    layouts = [_block_layout(b) for b in body.h]
-    if any(lay is None for lay in layouts):
-        raise PosmechError(f"{type(model).__name__}: not a GPT-2/GPT-Neo layout; use `cache.engine: bridge`")
-
-    def centre(weight: Any, axis: int) -> None:
-        w = weight.float()
-        weight.copy_(w - w.mean(dim=axis, keepdim=True))
-
-    with torch.no_grad():
-        for emb in (body.wte, body.wpe):
-            centre(emb.weight, -1)
-        for block, (readers, writers) in zip(body.h, layouts):  # type: ignore[misc]
-            for m in writers:
-                centre(m.weight, _out_axis(m))
-                if m.bias is not None:
-                    centre(m.bias, 0)
-            ln = block.ln_1
-            if ln.weight is None:
-                continue
-            g = ln.weight.float()
-            beta = ln.bias.float() if ln.bias is not None else torch.zeros_like(g)
-            for m in readers:
-                w = m.weight.float()
-                if _out_axis(m) == 0:  # Linear: y = x W^T + c
-                    shift, scaled = w @ beta, w * g[None, :]
-                else:  # Conv1D: y = x W + c
-                    shift, scaled = beta @ w, w * g[:, None]
-                if m.bias is None:
-                    m.bias = torch.nn.Parameter(torch.zeros(scaled.shape[_out_axis(m)], dtype=m.weight.dtype,
-                                                            device=m.weight.device), requires_grad=False)
-                m.bias.copy_(m.bias.float() + shift)
-                m.weight.copy_(scaled)
-            ln.weight.fill_(1.0)
-            if ln.bias is not None:
-                ln.bias.zero_()
-
-
-def fuse_activations(model: Any) -> int:
-    """Replace, in place, every MLP activation that is Hugging Face's ``NewGELUActivation``
-    (GPT-2's and GPT-Neo's ``gelu_new``: the tanh approximation of GELU, written as eight
-    tensor operations) by PyTorch's fused kernel for the same formula,
-    ``gelu(x, approximate="tanh")``.  Values change only by float rounding (~1e-7
-    relative); on the demo shape the forward pass is ~15 % faster.  Returns how many
-    activations were replaced."""
-    import torch
-    from transformers.activations import NewGELUActivation
-
-    class FusedGELUTanh(torch.nn.Module):
-        def forward(self, x: Any) -> Any:
-            return torch.nn.functional.gelu(x, approximate="tanh")
-
-    n = 0
-    for block in model.transformer.h:
-        if type(block.mlp.act) is NewGELUActivation:
-            block.mlp.act = FusedGELUTanh()
-            n += 1
-    return n
-
-
-class HFCapture:
-    """The cached hooks from a plain Hugging Face GPT-2 or GPT-Neo model, in the
-    processing mode.
-
-    ``compatibility``: the model (a private copy unless ``copy=False``) gets the weight
-    transformations of TransformerLens's compatibility mode that the cached hooks see
-    (:func:`process_compatibility`), so ``hook_resid_pre`` is the input of ``ln_1``
-    (``ln_f`` for the final residual) and ``ln1.hook_out`` the output of ``ln_1``, as
-    they are; ``raw``: Hugging Face's own weights.  In both modes the ``gelu_new``
-    activations run as PyTorch's fused kernel (:func:`fuse_activations`).  The hooks only
-    keep references to tensors the forward pass makes anyway, so a cached forward costs
-    what an uncached one does; tests check that both engines agree.
-    """
-
-    def __init__(self, model: Any, processing: str, copy: bool = True) -> None:
-        import copy as _copy
-
-        if processing not in ("compatibility", "raw"):
-            raise PosmechError(f"unknown processing mode {processing!r}; expected `compatibility` or `raw`")
-        if not self.supports(model, processing):
-            raise PosmechError(f"{type(model).__name__} has no GPT-2/GPT-Neo blocks; use `cache.engine: bridge`")
-        model = _copy.deepcopy(model) if copy else model
-        if processing == "compatibility":
-            process_compatibility(model)
-        self.fused_activations = fuse_activations(model)
-        # PyTorch's fused attention: no hook reads the pattern, and eager attention (what
-        # load_hf asks for, for the bridge) made a GPT-2-small pass 1.9x as costly (4.7 vs
-        # 2.5 CPU s per 1024 tokens, bench/study.py's stand-in)
-        if getattr(model, "_supports_sdpa", False):
-            model.config._attn_implementation = "sdpa"
-        self.model, self.processing = model, processing
-        self.body = model.transformer
-        self.n_layers = len(self.body.h)
-        self.d_model = int(model.config.hidden_size)
-        self.device = next(model.parameters()).device
-
-    @staticmethod
-    def supports(model: Any, processing: str = "compatibility") -> bool:
-        body = getattr(model, "transformer", None)
-        if body is None or not hasattr(body, "h") or not hasattr(body, "ln_f"):
-            return False
-        if not all(hasattr(b, "ln_1") for b in body.h):
-            return False
-        return processing == "raw" or (
-            hasattr(body, "wte") and hasattr(body, "wpe") and all(_block_layout(b) is not None for b in body.h))
+        self.model = model
+        self.n_layers, self.d_model = int(model.cfg.n_layers), int(model.cfg.d_model)
+        self.device = model.cfg.device
+        self.engine = "posmech" if isinstance(model, Lens) else "bridge"
 
     def __call__(self, ids: np.ndarray, hooks: tuple[str, ...]) -> dict[str, list[Any]]:
-        import torch
-
-        from posmech import perf
-
-        x = torch.as_tensor(ids, dtype=torch.long, device=self.device)
-        perf.count_tensor_forward(x)
-        L = self.n_layers
-        resid: list[Any] = [None] * (L + 1)
-        ln1: list[Any] = [None] * L
-        handles = []
-        if "resid_pre" in hooks:
-            handles.append(self.body.ln_f.register_forward_pre_hook(
-                lambda m, a: resid.__setitem__(L, a[0])))
-        for i, blk in enumerate(self.body.h):
-            if "resid_pre" in hooks:
-                handles.append(blk.ln_1.register_forward_pre_hook(lambda m, a, i=i: resid.__setitem__(i, a[0])))
-            if "ln1_out" in hooks:
-                handles.append(blk.ln_1.register_forward_hook(lambda m, a, o, i=i: ln1.__setitem__(i, o)))
-        try:
-            with torch.inference_mode():
-                self.body(input_ids=x, use_cache=False)
-        finally:
-            for handle in handles:
-                handle.remove()
-        out = {}
-        if "resid_pre" in hooks:
-            out["resid_pre"] = [t.float().cpu() for t in resid]
-        if "ln1_out" in hooks:
-            out["ln1_out"] = [t.float().cpu() for t in ln1]
-        return out
+        return forward_batch(self.model, ids, hooks)
 
 
-class BridgeCapture:
-    """The cached hooks from a TransformerLens ``TransformerBridge`` (any architecture it
-    supports), via :func:`forward_batch`."""
-
-    def __init__(self, bridge: Any) -> None:
-        self.bridge = bridge
-        self.n_layers, self.d_model = int(bridge.cfg.n_layers), int(bridge.cfg.d_model)
-
-    def __call__(self, ids: np.ndarray, hooks: tuple[str, ...]) -> dict[str, list[Any]]:
-        return forward_batch(self.bridge, ids, hooks)
+#: ``cache.engine`` -> ``load_model``'s engine (``hf``: the former name of ``posmech``)
+CACHE_ENGINES = {"auto": "auto", "posmech": "posmech", "hf": "posmech", "bridge": "bridge"}
 
 
-def as_capture(model: Any, processing: str | None = None) -> HFCapture | BridgeCapture:
-    """Wrap a TransformerBridge (``processing`` ignored: the bridge is already in its mode)
-    or a Hugging Face model (needs ``processing``; the model is not modified)."""
-    if isinstance(model, (HFCapture, BridgeCapture)):
+def as_capture(model: Any, processing: str | None = None) -> HookCapture:
+    """Wrap the posmech engine or a TransformerBridge (``processing`` ignored: the model is
+    already in its mode), or a Hugging Face GPT-2/GPT-Neo model in memory (needs
+    ``processing``; run by the posmech engine on a copy of its weights, the model is not
+    modified)."""
+    if isinstance(model, HookCapture):
         return model
     if hasattr(model, "cfg") and hasattr(model, "hooks"):
-        return BridgeCapture(model)
+        return HookCapture(model)
     if processing is None:
         raise PosmechError("a Hugging Face model needs the processing mode (`compatibility` or `raw`)")
-    return HFCapture(model, processing)
+    from posmech.models.lens import from_hf
+
+    device = next(model.parameters()).device
+    return HookCapture(from_hf(model, None, processing, str(device), str(next(model.parameters()).dtype).removeprefix("torch.")))
 
 
-def load_capture(manifest: dict[str, Any], device: str, dtype: str, processing: str, engine: str = "auto") -> HFCapture | BridgeCapture:
-    """The model to cache from: ``engine='hf'`` (plain Hugging Face model, GPT-2-style
-    architectures), ``'bridge'`` (TransformerBridge, any architecture), ``'auto'`` (hf when
-    supported)."""
-    from posmech.models.loading import is_tl_legacy_dir, load_bridge, load_hf, resolve_device
+def load_capture(manifest: dict[str, Any], device: str, dtype: str, processing: str, engine: str = "auto") -> HookCapture:
+    """The model to cache from, by ``cache.engine`` (:data:`CACHE_ENGINES`): the posmech
+    engine (GPT-2, GPT-Neo, legacy TransformerLens checkpoints), the TransformerBridge (any
+    architecture TransformerLens supports), or ``auto`` (the engine where it runs the model)
+    — :func:`posmech.models.loading.load_model`."""
+    from posmech.models.loading import load_model
 
-    if engine in ("auto", "hf") and not is_tl_legacy_dir(manifest["hf_dir"]):
-        model, _ = load_hf(manifest, resolve_device(device), dtype)
-        if HFCapture.supports(model, processing):
-            return HFCapture(model, processing, copy=False)
-        if engine == "hf":
-            raise PosmechError(f"config key `cache.engine`: `hf` does not support {type(model).__name__}; "
-                               "use `auto` or `bridge`")
-        del model
-    elif engine == "hf":
-        raise PosmechError("config key `cache.engine`: `hf` does not support legacy TransformerLens "
-                           "checkpoints; use `auto` or `bridge`")
-    return BridgeCapture(load_bridge(manifest, device, dtype, processing))
+    if engine not in CACHE_ENGINES:
+        raise PosmechError(f"config key `cache.engine`: {engine!r} is not one of {', '.join(CACHE_ENGINES)}")
+    return HookCapture(load_model(manifest, device, dtype, processing, CACHE_ENGINES[engine]))
 
 
 def accumulate(sums: np.ndarray, acts: Any, lengths: np.ndarray) -> None:
@@ -609,7 +439,7 @@ def cache_activations(
     (:func:`kept_path`), and reuse a kept file of the same fingerprint instead of
     recomputing (the rule does: a failed re-run never loses the cache).
 
-    ``model``: a TransformerBridge, or an :class:`HFCapture`/:class:`BridgeCapture`
+    ``model``: the posmech engine, a TransformerBridge, or a :class:`HookCapture`
     (:func:`load_capture`).
 
     Memory is bounded by one batch plus the ``[L, n_positions, d_model]`` float64 sums,
@@ -632,7 +462,7 @@ def cache_activations(
              "n_documents": n_docs, "n_tokens": int(off[-1]), "n_positions": n_pos,
              "storage_dtype": settings.storage_dtype, "batch_size": settings.batch_size,
              "compression": settings.compression or "none",
-             "engine": "hf" if isinstance(capture, HFCapture) else "bridge"}
+             "engine": capture.engine}
     fp = _fingerprint(attrs, settings, tokens)
     attrs["fingerprint"] = fp
     path.parent.mkdir(parents=True, exist_ok=True)
