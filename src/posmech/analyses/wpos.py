@@ -107,13 +107,14 @@ def next_token_loss(bridge: Any, documents: list[np.ndarray]) -> tuple[float, in
     The log-softmax is taken a chunk of positions at a time
     (:func:`posmech.analyses.readout.next_token_logprobs`), so memory does not grow with
     ``n x d_vocab``."""
-    from posmech.analyses.readout import next_token_logprobs
+    from posmech.analyses.readout import next_token_logprobs, unembedding_rows
 
     total, count = 0.0, 0
+    W_U_T = unembedding_rows(bridge)
     for doc in logged(documents, what="documents (next-token loss)"):
         if len(doc) < 2:
             continue
-        total -= float(next_token_logprobs(bridge, doc).double().sum())
+        total -= float(next_token_logprobs(bridge, doc, W_U_T=W_U_T).double().sum())
         count += len(doc) - 1
     return total, count
 
