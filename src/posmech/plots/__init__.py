@@ -17,11 +17,24 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
 
 from posmech.io import atomic_path  # noqa: E402
 
 DPI = 150
+
+
+class _Seaborn:
+    """seaborn, imported on first use (``sns.lineplot`` …): importing it pulls in
+    ``scipy.stats``, ~1.5 CPU s, which most figures (and every job that draws none) never
+    need; the figure-making rules' fixed cost is mostly imports (docs/performance.md)."""
+
+    def __getattr__(self, name: str) -> Any:
+        import seaborn
+
+        return getattr(seaborn, name)
+
+
+sns = _Seaborn()
 
 
 @contextlib.contextmanager

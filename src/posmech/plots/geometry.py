@@ -10,10 +10,9 @@ import os
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import seaborn as sns
 from matplotlib.ticker import MaxNLocator
 
-from posmech.plots import save
+from posmech.plots import save, sns
 
 Path_ = str | os.PathLike[str]
 

@@ -10,9 +10,8 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import seaborn as sns
 
-from posmech.plots import save, seeded
+from posmech.plots import save, seeded, sns
 
 CONDITION_TITLES = {
     "intact": "intact",

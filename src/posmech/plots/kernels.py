@@ -8,9 +8,8 @@ import os
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import seaborn as sns
 
-from posmech.plots import save
+from posmech.plots import save, sns
 
 TYPE_LETTER = {"local": "L", "slow_decay": "S", "uniform": "U"}
 

@@ -8,9 +8,8 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import seaborn as sns
 
-from posmech.plots import save
+from posmech.plots import save, sns
 
 
 def taxonomy_figure(per_head: pd.DataFrame, chosen: pd.DataFrame, meta: dict[str, Any], model: str,

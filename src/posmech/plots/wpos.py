@@ -7,9 +7,8 @@ import os
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import seaborn as sns
 
-from posmech.plots import save
+from posmech.plots import save, sns
 
 
 def averaging_figure(df: pd.DataFrame, model: str, path: str | os.PathLike[str]) -> None:
