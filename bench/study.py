@@ -11,7 +11,8 @@ What it builds in ``--workdir`` (once; reused by later runs):
 * ``gpt2-random/``: ``GPT2LMHeadModel(GPT2Config())`` with random weights (seed 0: 12 layers x 12
   heads, d_model 768, n_ctx 1024, vocab 50257; bench/contextual.random_gpt2) and a stand-in
   tokenizer: byte-level BPE trained on the KJV (the GPT-2 tokenizer is not available offline),
-  padded with unused tokens to 50256 entries, then ``<|endoftext|>`` = 50256 as in GPT-2.
+  padded with unused vocabulary entries (no merge makes them) to 50256 entries, then ``<|endoftext|>`` = 50256
+  as in GPT-2, its only added token.
 * ``webtext.jsonl``: long documents (consecutive KJV chapters joined until >= 8000 characters,
   i.e. every document fills the 1024-token context), the stand-in for openwebtext-10k.
 * ``config.yaml``: `config/config.yaml` with gpt2 only (local source), webtext local, and the
@@ -94,7 +95,8 @@ def set_key(cfg: dict, path: str, value) -> None:
 def build_model(d: Path) -> Path:
     """The stand-in model directory (built once)."""
     out = d / "gpt2-random"
-    if (out / "model.safetensors").exists() and (out / "tokenizer.json").exists():
+    if (out / "model.safetensors").exists() and (out / "tokenizer.json").exists() \
+            and len(json.loads((out / "tokenizer.json").read_text())["added_tokens"]) == 1:
         return out
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -109,7 +111,12 @@ def build_model(d: Path) -> Path:
     tok.train_from_iterator(texts, trainers.BpeTrainer(
         vocab_size=50256, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
     n = tok.get_vocab_size()
-    tok.add_tokens([f"<|unused{i}|>" for i in range(50256 - n)])
+    # padded in the BPE vocabulary itself (entries no merge produces), not as added tokens:
+    # GPT-2's tokenizer has one added token, and ~30k added ones made every tokenizer load
+    # cost ~2 CPU s more than GPT-2's (transformers copies them), inflating the fixed costs
+    spec = json.loads(tok.to_str())
+    spec["model"]["vocab"].update({f"<|unused{i}|>": i for i in range(n, 50256)})
+    tok = Tokenizer.from_str(json.dumps(spec))
     tok.add_special_tokens(["<|endoftext|>"])
     assert tok.token_to_id("<|endoftext|>") == 50256, tok.get_vocab_size()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
