@@ -114,7 +114,6 @@ def target_probabilities(
 
     from posmech.analyses.readout import logits_at
 
-    n = len(prompt_ids)
     prefixes = {tuple(int(t) for t in v[:-1]) for vs in targets.values() for v in vs} | {()}
     rows = sorted((p for p in prefixes if not any(len(q) > len(p) and q[: len(p)] == p for q in prefixes)),
                   key=lambda t: (len(t), t))
