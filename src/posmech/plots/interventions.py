@@ -47,11 +47,17 @@ def _words(fig: Any, title: str, text: str) -> None:
     fig.suptitle(title, fontsize=9)
 
 
+#: a knock-out that moves the pooled previous-token mass by less than this is called "no effect"
+NO_EFFECT = 0.02
+
+
 def knockout_patterns(zoom: Any, masses: dict[str, float], model: str, layers: list[int], period: int,
                       path: str | os.PathLike[str]) -> None:
     """P5: the sharp head's zoomed pattern intact / knocked out / knocked out + renormalised
-    (red marks: knocked-out query rows); titles carry the pooled previous-token mass.  With
-    no layer below the sharp head, the intact pattern and a sentence saying so."""
+    (red marks: knocked-out query rows); titles carry the pooled previous-token mass, and the
+    title says "no effect" in words when the knock-out moves it by less than
+    :data:`NO_EFFECT`.  With no layer below the sharp head, the intact pattern and a sentence
+    saying so."""
     title = f"P5 · {model} {zoom.head}: every {period}th query cannot attend to its previous position"
     if not layers:
         fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.4), layout="constrained", gridspec_kw={"width_ratios": [1, 1.1]})
@@ -75,7 +81,13 @@ def knockout_patterns(zoom: Any, masses: dict[str, float], model: str, layers: l
                       zoom.marks if c != "intact" else None)
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="attention")
     lay = f"layers {layers[0]}–{layers[-1]}" if len(layers) > 1 else f"layer {layers[0]}"
-    fig.suptitle(f"{title} in {lay}", fontsize=9)
+    change = masses.get("knockout", float("nan")) - masses.get("intact", float("nan"))
+    if abs(change) < NO_EFFECT:  # say it in words rather than leave three equal panels unexplained
+        title += (f" in {lay}\nno effect (prev-token mass {change:+.3f}): {zoom.head} does not rely on "
+                  f"{lay}'s attention to the previous position")
+    else:
+        title += f" in {lay}"
+    fig.suptitle(title, fontsize=9)
     save(fig, path)
 
 
