@@ -191,8 +191,8 @@ def as_capture(model: Any, processing: str | None = None) -> HookCapture:
         raise PosmechError("a Hugging Face model needs the processing mode (`compatibility` or `raw`)")
     from posmech.models.lens import from_hf
 
-    device = next(model.parameters()).device
-    return HookCapture(from_hf(model, None, processing, str(device), str(next(model.parameters()).dtype).removeprefix("torch.")))
+    p = next(model.parameters())
+    return HookCapture(from_hf(model, None, processing, str(p.device), str(p.dtype).removeprefix("torch.")))
 
 
 def load_capture(manifest: dict[str, Any], device: str, dtype: str, processing: str, engine: str = "auto") -> HookCapture:

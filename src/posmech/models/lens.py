@@ -612,8 +612,8 @@ class Lens:
         against the keys it can see only (its scores, softmax and ``pattern @ v`` skip the
         future triangle: ~55 % of the work of the whole square at T = 1024); the future
         triangle stays exactly 0. The hooks see the whole pattern; if one replaces it (or
-        writes above the diagonal), ``z`` is the whole ``pattern @ v``. Equal to the square computation to float32
-        rounding."""
+        writes above the diagonal), ``z`` is the whole ``pattern @ v``. Equal to the square
+        computation to float32 rounding."""
         import torch
 
         B, H, T, _ = qh.shape

@@ -81,12 +81,11 @@ def knockout_patterns(zoom: Any, masses: dict[str, float], model: str, layers: l
                       zoom.marks if c != "intact" else None)
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="attention")
     lay = f"layers {layers[0]}–{layers[-1]}" if len(layers) > 1 else f"layer {layers[0]}"
+    title += f" in {lay}"
     change = masses.get("knockout", float("nan")) - masses.get("intact", float("nan"))
     if abs(change) < NO_EFFECT:  # say it in words rather than leave three equal panels unexplained
-        title += (f" in {lay}\nno effect (prev-token mass {change:+.3f}): {zoom.head} does not rely on "
-                  f"{lay}'s attention to the previous position")
-    else:
-        title += f" in {lay}"
+        title += f"\nno effect (prev-token mass {change:+.3f}): {zoom.head} does not rely on {lay}'s attention " \
+                 "to the previous position"
     fig.suptitle(title, fontsize=9)
     save(fig, path)
 
