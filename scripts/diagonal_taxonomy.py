@@ -1,27 +1,23 @@
 """Rule diagonal_taxonomy: per-head mean attention per diagonal offset (P6), the P7
 ranking with TransformerLens's head_detector score, and the chosen sharp / early heads."""
 
-from posmech.analyses.taxonomy import full_context_documents, run_taxonomy
-from posmech.data.tokens import read_tokens
-from posmech.models.loading import load_model, read_manifest
+from posmech.analyses.attention_statistics import read_statistics
+from posmech.analyses.taxonomy import analyse_taxonomy
+from posmech.models.loading import read_manifest
 from posmech.plots.taxonomy import taxonomy_figure
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
-    model, entry, p = smk.wildcards.model, smk.params.entry, dict(smk.params.taxonomy)
+    model, p = smk.wildcards.model, dict(smk.params.taxonomy)
     man = read_manifest(smk.input.manifest)
-    docs, context = full_context_documents(read_tokens(smk.input.tokens), p["n_documents"], p["context"])
-    if len(docs) < p["n_documents"]:
-        log.warning("only %d of %d documents of corpus %s have %d tokens; using them", len(docs), p["n_documents"],
-                    p["corpus"], context)
-    bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
-    per_head, diagonals, chosen, meta = run_taxonomy(
-        bridge, docs, model, p["early_top_n"], (p["pin"] or {}).get(model), p["batch_size"], p["exclude_first_query"],
-        p["tie_rtol"])
+    stats, _, attrs = read_statistics(smk.input.statistics)
+    context = attrs["taxonomy_context"]
+    per_head, diagonals, chosen, meta = analyse_taxonomy(
+        stats, model, p["early_top_n"], (p["pin"] or {}).get(model), attrs["exclude_first_query"], p["tie_rtol"])
     meta = {"claim": "P6,P7", "model": model, "corpus": p["corpus"], "context": context, **meta,
-            "resolved_revision": man["resolved_revision"], "processing": entry["processing"]}
+            "resolved_revision": man["resolved_revision"], "processing": attrs["processing"]}
     write_table(per_head, smk.output.table, meta)
     write_table(diagonals, smk.output.diagonals, meta)
     write_table(chosen, smk.output.heads, {k: meta[k] for k in ("claim", "model", "corpus", "n_documents", "pin")})

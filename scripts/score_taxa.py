@@ -4,29 +4,25 @@ query positions; features (dip, bump, trend), taxa and the P6 split (P13)."""
 from dataclasses import asdict
 
 from posmech.analyses import score_anatomy as sa
+from posmech.analyses.attention_statistics import read_statistics
 from posmech.analyses.taxonomy import read_chosen_heads
-from posmech.data.tokens import read_tokens
-from posmech.models.loading import load_model, read_manifest
 from posmech.plots.anatomy import taxa_figure
 from posmech.runner import run
 from posmech.tables import read_table, scorecard_rows, write_table
 
 
 def main(smk, log):
-    model, entry, p = smk.wildcards.model, smk.params.entry, dict(smk.params.anatomy)
+    model, p = smk.wildcards.model, dict(smk.params.anatomy)
     th = sa.Thresholds.from_config(p["taxa"])
-    docs, context, _ = sa.long_documents(read_tokens(smk.input.tokens), p["n_documents"], p["context"])
-    if len(docs) < p["n_documents"]:
-        log.warning("only %d of %d documents have %d tokens; using them", len(docs), p["n_documents"], context)
-    bridge = load_model(read_manifest(smk.input.manifest), entry["device"], entry["dtype"], entry["processing"], entry["engine"])
-    prof = sa.score_profiles(bridge, docs, p["window"], p["rows_per_document"], p["first_query"], p["batch_size"])
+    _, prof, attrs = read_statistics(smk.input.statistics, need_profiles=True)
+    context = attrs["anatomy_context"]
     taxa = sa.classify_taxa(prof.features, th)
     split = sa.split_of_previous_token_heads(taxa, read_table(smk.input.taxonomy))
     meta = {"claim": "P13", "model": model, "corpus": p["corpus"], "context": context,
             "n_documents": prof.n_documents, "n_rows_per_head": int(prof.features.shape[2]), "window": p["window"],
             "rows_per_document": p["rows_per_document"], "thresholds": asdict(th), "flat_rtol": sa.FLAT_RTOL,
             "max_abs_diff_vs_hook_attn_scores": prof.max_check_error, "prev_token_heads_by_taxon": split,
-            "processing": entry["processing"]}
+            "processing": attrs["processing"]}
     taxa.insert(0, "model", model)
     taxa.insert(0, "claim", "P13")
     write_table(sa.taxa_order(taxa), smk.output.table, meta)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import yaml
 
@@ -42,6 +44,22 @@ def test_diagonal_taxonomy_outputs(ci_run):
         zip(card["claim"], card["quantity"])
     ) <= _published_quantities({"P6", "P7"})
     assert (ci_run / "results/demo/taxonomy/taxonomy.png").stat().st_size > 10_000
+
+
+def test_taxonomy_and_score_taxa_share_one_pass_per_document(ci_run):
+    """The CI config's taxonomy and anatomy sections read the same 8 documents: the shared
+    pass (rule attention_statistics) runs each once, and the two analysis rules run no model."""
+    with open_artifact(ci_run / "results/demo/taxonomy/attention_statistics.h5", "attention_statistics") as f:
+        assert int(f.attrs["n_shared_documents"]) == 8
+        assert int(f["diagonals"].attrs["n_documents"]) == 8 and int(f["profiles"].attrs["n_documents"]) == 8
+        assert f["profiles/windows"].shape == (2, 2, 8 * (32 - 2 * 5 - 1), 11)
+
+    def passes(rule):
+        rec = json.loads((ci_run / f"logs/{rule}/demo.log.perf.json").read_text())
+        return sum(rec["forwards"].values())
+
+    assert passes("attention_statistics") == 2  # 8 documents in batches of 4, once for both analyses
+    assert passes("diagonal_taxonomy") == 0 and passes("score_taxa") == 0
 
 
 def test_posembed_averaging_outputs(ci_run):

@@ -1,5 +1,11 @@
 # Score anatomy (P12, P13): raw q·k scores of the chosen previous-token heads, and the
-# score taxa of every head. Reads the taxonomy's documented tables (heads.csv, taxonomy.csv).
+# score taxa of every head. Reads the taxonomy's documented tables (heads.csv, taxonomy.csv)
+# and the shared pass (attention_statistics.h5).
+
+
+# Cheap (read HDF5, classify, plot): run locally also with profiles/slurm (docs/cluster.md).
+localrules:
+    score_taxa,
 
 
 rule score_anatomy:
@@ -53,10 +59,10 @@ rule score_anatomy:
 
 rule score_taxa:
     """Every head's row-centred score profile around the diagonal over many documents and
-    query positions: dip at 0, bump at -1, trend; taxa and the P6 split (P13)."""
+    query positions: dip at 0, bump at -1, trend; taxa and the P6 split (P13). The rows
+    come from the shared pass (attention_statistics)."""
     input:
-        manifest=rules.fetch_model.output.manifest,
-        tokens=section_tokens("anatomy"),
+        statistics=rules.attention_statistics.output.h5,
         taxonomy=rules.diagonal_taxonomy.output.table,
         heads=rules.diagonal_taxonomy.output.heads,
     output:
@@ -77,19 +83,11 @@ rule score_taxa:
         scorecard="results/{model}/scorecard/score_taxa.csv",
     log:
         "logs/score_taxa/{model}.log",
-    benchmark:
-        "benchmarks/score_taxa/{model}.tsv"
     wildcard_constraints:
         model=regex(MODELS),
     conda:
         "../envs/posmech.yaml"
-    threads: 2
-    resources:
-        gpu=heavy_resources,
-        mem_mb=heavy_mem_mb_for(config["anatomy"]["batch_size"]),
-        runtime=heavy_runtime_for(1, config["anatomy"]["n_documents"]),
     params:
-        entry=model_entry,
         anatomy=section_params("anatomy"),
     script:
         "../../scripts/score_taxa.py"

@@ -313,6 +313,26 @@ def section_params(section):
     return params
 
 
+def anatomy_pass_params(wildcards):
+    """The `anatomy` section for `attention_statistics` when the job's model is one of the
+    anatomy models, else None (its P13 rows are not computed, and changing `anatomy` does
+    not rerun the pass for it)."""
+    if wildcards.model in selected(config, "anatomy", "models"):
+        return section_params("anatomy")()
+    return None
+
+
+def attention_statistics_inputs(wildcards):
+    """The manifest and the tokens of `taxonomy` (and of `anatomy` for its models)."""
+    out = {
+        "manifest": output_of(rules.fetch_model.output.manifest, wildcards),
+        "tokens": section_tokens("taxonomy")(wildcards),
+    }
+    if anatomy_pass_params(wildcards) is not None:
+        out["anatomy_tokens"] = section_tokens("anatomy")(wildcards)
+    return out
+
+
 def section_tokens(section):
     """The tokens file of ``section``'s corpus for the job's model."""
     return lambda wc: output_of(

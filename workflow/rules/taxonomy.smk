@@ -1,3 +1,39 @@
+# Cheap (read HDF5, classify, plot): run locally also with profiles/slurm (docs/cluster.md).
+localrules:
+    diagonal_taxonomy,
+
+
+rule attention_statistics:
+    """One forward pass over the web-text documents for the diagonal taxonomy (P6, P7) and,
+    for the anatomy models, the score taxa (P13): diagonal sums and P13 row windows of every
+    head; a document both sections use runs once (analyses/attention_statistics.py)."""
+    input:
+        unpack(attention_statistics_inputs),
+    output:
+        h5="results/{model}/taxonomy/attention_statistics.h5",
+    log:
+        "logs/attention_statistics/{model}.log",
+    benchmark:
+        "benchmarks/attention_statistics/{model}.tsv"
+    wildcard_constraints:
+        model=regex(MODELS),
+    conda:
+        "../envs/posmech.yaml"
+    threads: 2
+    resources:
+        gpu=heavy_resources,
+        mem_mb=heavy_mem_mb_for(
+            max(config["taxonomy"]["batch_size"], config["anatomy"]["batch_size"])
+        ),
+        runtime=heavy_runtime_for(
+            1, config["taxonomy"]["n_documents"] + config["anatomy"]["n_documents"]
+        ),
+    params:
+        entry=model_entry,
+        taxonomy=section_params("taxonomy"),
+        anatomy=anatomy_pass_params,
+    script:
+        "../../scripts/attention_statistics.py"
 
 
 rule diagonal_taxonomy:
@@ -6,7 +42,7 @@ rule diagonal_taxonomy:
     """
     input:
         manifest=rules.fetch_model.output.manifest,
-        tokens=section_tokens("taxonomy"),
+        statistics=rules.attention_statistics.output.h5,
     output:
         table=report(
             "results/{model}/taxonomy/taxonomy.csv",
@@ -25,19 +61,11 @@ rule diagonal_taxonomy:
         scorecard="results/{model}/scorecard/diagonal_taxonomy.csv",
     log:
         "logs/diagonal_taxonomy/{model}.log",
-    benchmark:
-        "benchmarks/diagonal_taxonomy/{model}.tsv"
     wildcard_constraints:
         model=regex(MODELS),
     conda:
         "../envs/posmech.yaml"
-    threads: 2
-    resources:
-        gpu=heavy_resources,
-        mem_mb=heavy_mem_mb_for(config["taxonomy"]["batch_size"]),
-        runtime=heavy_runtime_for(1, config["taxonomy"]["n_documents"]),
     params:
-        entry=model_entry,
         taxonomy=section_params("taxonomy"),
     script:
         "../../scripts/diagonal_taxonomy.py"
@@ -129,6 +157,7 @@ rule posembed_attention:
         "../../scripts/posembed_attention.py"
 
 
+collect(rules.attention_statistics, model=taxonomy_models())
 collect(rules.diagonal_taxonomy, model=taxonomy_models())
 collect(rules.posembed_averaging, model=taxonomy_models("posembed_averaging"))
 collect(rules.posembed_attention, model=taxonomy_models("posembed_attention"))

@@ -9,7 +9,10 @@ named, a mass is measured and a window is cut the same way everywhere:
 * the previous-token mass of query ``q`` is ``pattern[q, q - 1]`` (:func:`prev_token_mass`
   per query, :func:`mean_prev_token_mass` averaged over a set of query rows);
 * a zoom window is a ``size × size`` block on the diagonal (:func:`window` fits it into a
-  document, :func:`window_block` cuts it).
+  document, :func:`window_block` cuts it);
+* documents are run in batches of equal length (:func:`document_batches`), and one forward
+  pass per batch can feed several *collectors* at once (:func:`run_collectors`): the
+  diagonal taxonomy (P6/P7) and the score taxa (P13) share their passes this way.
 
 Patterns are ``[T, T]`` arrays (query, key) of one head on one document.
 """
@@ -17,7 +20,8 @@ Patterns are ``[T, T]`` arrays (query, key) of one head on one document.
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -82,3 +86,76 @@ def window_block(pattern: np.ndarray, start: int, size: int) -> np.ndarray:
     """The ``[size, size]`` block of ``pattern`` on the diagonal at ``start`` (queries and
     keys ``start .. start + size``; shorter at the end of the document), as a copy."""
     return pattern[start : start + size, start : start + size].copy()
+
+
+# --------------------------------------------------------------------------- passes
+def document_batches(documents: Iterable[np.ndarray], batch_size: int, n_ctx: int) -> Iterator[list[np.ndarray]]:
+    """Consecutive documents grouped into batches of at most ``batch_size`` documents of
+    equal length (a length change starts a new batch); :class:`PosmechError` for a
+    document longer than the model context ``n_ctx``."""
+    batch: list[np.ndarray] = []
+    for doc in documents:
+        if len(doc) > n_ctx:
+            raise PosmechError(f"document of {len(doc)} tokens exceeds the model context {n_ctx}")
+        if batch and len(doc) != len(batch[0]):
+            yield batch
+            batch = []
+        batch.append(np.asarray(doc))
+        if len(batch) >= batch_size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class Collector(Protocol):
+    """What :func:`run_collectors` feeds: before a batch's forward pass, ``hooks(batch, n)``
+    returns the ``(hook name, function)`` pairs it needs for ``batch`` documents of ``n``
+    tokens (``[]``: it needs nothing from this batch); after the pass, ``done(batch, n)``."""
+
+    def hooks(self, batch: int, n: int) -> list[tuple[str, Any]]: ...
+
+    def done(self, batch: int, n: int) -> None: ...
+
+
+def run_collectors(
+    bridge: Any, items: Sequence[tuple[np.ndarray, Sequence[Collector]]], batch_size: int = 1,
+    progress: bool = True,
+) -> None:
+    """One forward pass (no logits) per batch of ``items`` — ``(token ids [n], collectors)``
+    — with the hooks of every collector of that batch.  Consecutive documents of equal
+    length and the same collectors form a batch of at most ``batch_size``; a batch whose
+    collectors ask for no hook is not run.  ``progress``: :func:`posmech.runner.logged`
+    progress lines, one per document."""
+    import torch
+
+    from posmech.runner import Progress
+
+    n_ctx = int(bridge.cfg.n_ctx)
+    device = next(bridge.parameters()).device
+    groups: list[tuple[list[np.ndarray], tuple[Collector, ...]]] = []
+    for doc, cols in items:
+        cols = tuple(cols)
+        if len(doc) > n_ctx:
+            raise PosmechError(f"document of {len(doc)} tokens exceeds the model context {n_ctx}")
+        last = groups[-1] if groups else None
+        if (last is None or len(last[0]) >= batch_size or len(last[0][0]) != len(doc)
+                or len(last[1]) != len(cols) or any(a is not b for a, b in zip(last[1], cols))):
+            groups.append(([np.asarray(doc)], cols))
+        else:
+            last[0].append(np.asarray(doc))
+    bar = Progress(sum(len(g[0]) for g in groups)) if progress else None
+    with torch.inference_mode():
+        for docs, cols in groups:
+            b, n = len(docs), len(docs[0])
+            hooks = [h for c in cols for h in c.hooks(b, n)]
+            if hooks:
+                x = torch.as_tensor(np.stack(docs).astype(np.int64), device=device)
+                with bridge.hooks(fwd_hooks=hooks):
+                    bridge(x, return_type=None)
+            for c in cols:
+                c.done(b, n)
+            if bar is not None:
+                bar.advance(b)
+    if bar is not None:
+        bar.finish()

@@ -50,10 +50,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from posmech.analyses.attention import check_head, head_name, parse_head
-from posmech.analyses.taxonomy import document_batches
+from posmech.analyses.attention import check_head, head_name, parse_head, run_collectors
 from posmech.errors import PosmechError
-from posmech.runner import logged
 
 LOG = logging.getLogger(__name__)
 
@@ -355,72 +353,85 @@ def row_windows(raw: np.ndarray, window: int) -> np.ndarray:
     return out
 
 
+class ProfileCollector:
+    """A :class:`~posmech.analyses.attention.Collector` of P13 row windows: for each batch it
+    hooks ``hook_q``/``hook_k`` of every layer and keeps the raw scores of the
+    :func:`query_rows` at keys ``q-W..q+W`` (:func:`window_scores`, never the full score
+    matrix).  The first batch with rows also hooks ``hook_attn_scores`` and checks the
+    windows' causal part against it (``max_check_error``); later batches hook only ``q``
+    and ``k``, so unless another collector asks for the pattern the engine keeps its fused
+    attention."""
+
+    def __init__(self, cfg: Any, window: int, rows_per_document: int | None = None,
+                 first_query: int | None = None) -> None:
+        self.L, self.H = int(cfg.n_layers), int(cfg.n_heads)
+        self.window, self.rows_per_document, self.first_query = window, rows_per_document, first_query
+        self.scale = attn_scale(cfg)
+        self.wins: list[np.ndarray] = []
+        self.docs_of: list[np.ndarray] = []
+        self.queries: list[np.ndarray] = []
+        self.max_error = 0.0
+        self.checked = False
+        self.n_documents = self.n_tokens = 0
+        self._rows: np.ndarray | None = None
+        self._out: np.ndarray | None = None
+        self._cap = _Captured(range(self.L), self._on_layer)
+
+    def _on_layer(self, layer: int, q: Any, k: Any, scores: Any) -> None:
+        import torch
+
+        W = self.window
+        win = window_scores(q, k, self._rows, W, self.scale)  # [b, H, R, 2W+1]
+        if scores is not None:  # the first batch: the causal part of every window (offsets <= 0)
+            # must equal the model's own scores
+            r = torch.as_tensor(self._rows, device=scores.device)
+            keys = r[:, None] + torch.as_tensor(offsets(W)[: W + 1], device=scores.device)[None, :]
+            ref = scores[:, :, r[:, None], keys]
+            self.max_error = max(self.max_error, check_scores(win[..., : W + 1], ref, f"layer {layer}", self.scale))
+            self.checked = True
+        self._out[:, layer] = win.cpu().numpy()
+
+    def hooks(self, batch: int, n: int) -> list[tuple[str, Any]]:
+        rows = query_rows(n, self.window, self.rows_per_document, self.first_query)
+        if not len(rows):
+            self._rows = None
+            return []
+        self._rows = rows
+        self._out = np.empty((batch, self.L, self.H, len(rows), 2 * self.window + 1), np.float32)
+        return self._cap.hooks(check=not self.checked)
+
+    def done(self, batch: int, n: int) -> None:
+        if self._rows is None:
+            LOG.warning("documents of %d tokens have no query with a whole window of ±%d; skipped", n, self.window)
+        else:
+            for b in range(batch):
+                self.wins.append(np.moveaxis(self._out[b], 2, 0))  # [R, L, H, 2W+1]
+                self.docs_of.append(np.full(len(self._rows), self.n_documents + b))
+                self.queries.append(self._rows)
+        self.n_documents += batch
+        self.n_tokens += n * batch
+        self._rows = self._out = None
+
+    def result(self) -> ScoreProfiles:
+        """The collected :class:`ScoreProfiles`; :class:`PosmechError` when no row was found."""
+        if not self.wins:
+            raise PosmechError(f"no query position with a whole window of ±{self.window} keys in any document: "
+                               "lower `anatomy.window` or use longer documents")
+        W = np.moveaxis(np.concatenate(self.wins), 0, 2)  # [L, H, R, 2W+1]
+        return ScoreProfiles(W, row_features(W), np.concatenate(self.docs_of), np.concatenate(self.queries),
+                             self.window, self.n_documents, self.n_tokens, self.max_error)
+
+
 def score_profiles(
     bridge: Any, documents: Iterable[np.ndarray], window: int, rows_per_document: int | None = None,
     first_query: int | None = None, batch_size: int = 1, progress: bool = True,
 ) -> ScoreProfiles:
-    """Run ``documents`` through ``bridge``; for every head collect the raw row windows of
-    :func:`query_rows` (computed from ``hook_q``/``hook_k`` inside the forward pass, never
-    the full score matrix) and their :func:`row_features`.  The first batch also hooks
-    ``hook_attn_scores`` and checks the windows' causal part against it
-    (``max_check_error``); later batches hook only ``q`` and ``k``, so the engine keeps its
-    fused attention and a pass costs a bare forward's time; ``progress``: log
-    :func:`posmech.runner.logged` progress lines."""
-    cfg = bridge.cfg
-    L, H = int(cfg.n_layers), int(cfg.n_heads)
-    wins: list[np.ndarray] = []
-    docs_of: list[np.ndarray] = []
-    queries: list[np.ndarray] = []
-    state: dict[str, Any] = {}
-
-    scale = attn_scale(cfg)
-    check = {"max_error": 0.0}
-
-    def on_layer(layer: int, q: Any, k: Any, scores: Any) -> None:
-        import torch
-
-        win = window_scores(q, k, state["rows"], window, scale)  # [b, H, R, 2W+1]
-        if scores is not None:  # the first batch: the causal part of every window (offsets <= 0)
-            # must equal the model's own scores
-            r = torch.as_tensor(state["rows"], device=scores.device)
-            keys = r[:, None] + torch.as_tensor(offsets(window)[: window + 1], device=scores.device)[None, :]
-            ref = scores[:, :, r[:, None], keys]
-            err = check_scores(win[..., : window + 1], ref, f"layer {layer}", scale)
-            check["max_error"] = max(check["max_error"], err)
-            check["checked"] = True
-        state["out"][:, layer] = win.cpu().numpy()
-
-    cap = _Captured(range(L), on_layer)
-    n_docs = n_tokens = 0
-    batch: list[np.ndarray] = []
-
-    def flush() -> None:
-        nonlocal n_docs, n_tokens
-        n = len(batch[0])
-        rows = query_rows(n, window, rows_per_document, first_query)
-        if len(rows):
-            state["rows"] = rows
-            state["out"] = np.empty((len(batch), L, H, len(rows), 2 * window + 1), np.float32)
-            _forward(bridge, np.stack(batch), cap.hooks(check=not check.get("checked")))
-            for b in range(len(batch)):
-                wins.append(np.moveaxis(state["out"][b], 2, 0))  # [R, L, H, 2W+1]
-                docs_of.append(np.full(len(rows), n_docs + b))
-                queries.append(rows)
-        else:
-            LOG.warning("documents of %d tokens have no query with a whole window of ±%d; skipped", n, window)
-        n_docs += len(batch)
-        n_tokens += n * len(batch)
-        batch.clear()
-
-    for chunk in document_batches(logged(documents) if progress else documents, batch_size, int(cfg.n_ctx)):
-        batch.extend(chunk)
-        flush()
-    if not wins:
-        raise PosmechError(f"no query position with a whole window of ±{window} keys in any document: "
-                           "lower `anatomy.window` or use longer documents")
-    W = np.moveaxis(np.concatenate(wins), 0, 2)  # [L, H, R, 2W+1]
-    return ScoreProfiles(W, row_features(W), np.concatenate(docs_of), np.concatenate(queries), window,
-                         n_docs, n_tokens, check["max_error"])
+    """Run ``documents`` through ``bridge`` and collect every head's P13 row windows and
+    their :func:`row_features` (:class:`ProfileCollector`); ``progress``: log progress
+    lines."""
+    col = ProfileCollector(bridge.cfg, window, rows_per_document, first_query)
+    run_collectors(bridge, [(d, (col,)) for d in documents], batch_size, progress)
+    return col.result()
 
 
 def classify_taxa(features: np.ndarray, thresholds: Thresholds) -> pd.DataFrame:

@@ -16,16 +16,15 @@ intervention rules: one row per chosen head, columns :data:`HEADS_COLUMNS`, role
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from posmech.analyses.attention import head_name, parse_head
+from posmech.analyses.attention import head_name, parse_head, run_collectors
 from posmech.errors import PosmechError, mean_over
-from posmech.runner import logged
 from posmech.tables import read_table
 
 HEADS_COLUMNS = ["model", "role", "head", "layer", "head_index", "score", "rule"]
@@ -134,25 +133,6 @@ class DiagonalStats:
                          "(check `taxonomy.corpus`, `taxonomy.n_documents`, `taxonomy.context`)")
 
 
-def document_batches(documents: Iterable[np.ndarray], batch_size: int, n_ctx: int) -> Iterator[list[np.ndarray]]:
-    """Consecutive documents grouped into batches of at most ``batch_size`` documents of
-    equal length (a length change starts a new batch); :class:`PosmechError` for a
-    document longer than the model context ``n_ctx``."""
-    batch: list[np.ndarray] = []
-    for doc in documents:
-        if len(doc) > n_ctx:
-            raise PosmechError(f"document of {len(doc)} tokens exceeds the model context {n_ctx}")
-        if batch and len(doc) != len(batch[0]):
-            yield batch
-            batch = []
-        batch.append(np.asarray(doc))
-        if len(batch) >= batch_size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 def add_pattern(stats: DiagonalStats, layer: int, pattern: Any, exclude_first_query: bool = True) -> None:
     """Add one batch of layer ``layer``'s patterns (torch ``[batch, n_heads, n, n]``, causal)
     to ``stats.sums`` and ``stats.detector_sum`` (float64 throughout; counts are the
@@ -169,56 +149,63 @@ def add_pattern(stats: DiagonalStats, layer: int, pattern: Any, exclude_first_qu
     stats.detector_sum[layer] += det.sum(0).cpu().numpy()
 
 
+class DiagonalCollector:
+    """A :class:`~posmech.analyses.attention.Collector` of diagonal sums: hooks
+    ``blocks.L.attn.hook_pattern`` of every layer and adds each batch's patterns to
+    :attr:`stats` (:func:`add_pattern`); patterns are reduced inside the hook and never
+    kept.  The first pattern it sees must be causal (nothing above the diagonal)."""
+
+    def __init__(self, cfg: Any, exclude_first_query: bool = True) -> None:
+        L, H, n_ctx = int(cfg.n_layers), int(cfg.n_heads), int(cfg.n_ctx)
+        self.layers = L
+        self.exclude_first_query = exclude_first_query
+        self.stats = DiagonalStats(np.zeros((L, H, n_ctx)), np.zeros(n_ctx, np.int64), np.zeros((L, H)))
+        self._checked = False
+
+    def _hook(self, layer: int) -> Any:
+        def hook(pattern: Any, hook: Any) -> None:
+            import torch
+
+            if not self._checked:
+                if torch.triu(pattern[0, 0], 1).abs().max() != 0:
+                    raise PosmechError("attention pattern is not causal (non-zero above the diagonal)")
+                self._checked = True
+            add_pattern(self.stats, layer, pattern, self.exclude_first_query)
+
+        return hook
+
+    def hooks(self, batch: int, n: int) -> list[tuple[str, Any]]:
+        return [(f"blocks.{layer}.attn.hook_pattern", self._hook(layer)) for layer in range(self.layers)]
+
+    def done(self, batch: int, n: int) -> None:
+        st = self.stats
+        st.counts[:n] += batch * (n - np.arange(n))
+        if self.exclude_first_query:
+            st.counts[0] -= batch
+        st.n_documents += batch
+        st.n_tokens += batch * n
+
+    def result(self) -> DiagonalStats:
+        """The accumulated :class:`DiagonalStats`; :class:`PosmechError` when no document ran."""
+        if self.stats.n_documents == 0:
+            raise PosmechError("no document to run the diagonal taxonomy on")
+        return self.stats
+
+
 def accumulate_diagonals(
     bridge: Any, documents: Iterable[np.ndarray], batch_size: int = 1, exclude_first_query: bool = True
 ) -> DiagonalStats:
     """Run ``documents`` (token-id arrays, equal lengths within a batch) through ``bridge``
-    and accumulate per-head diagonal sums from ``blocks.L.attn.hook_pattern``.
+    and accumulate per-head diagonal sums from ``blocks.L.attn.hook_pattern``
+    (:class:`DiagonalCollector`).
 
     ``exclude_first_query``: leave query position 0 (which can attend only to itself)
     out of the means.  The ``head_detector`` score always uses the whole pattern, as
     TransformerLens does.  Patterns are reduced inside the hook and never kept.
     """
-    import torch
-
-    cfg = bridge.cfg
-    L, H, n_ctx = cfg.n_layers, cfg.n_heads, cfg.n_ctx
-    stats = DiagonalStats(np.zeros((L, H, n_ctx)), np.zeros(n_ctx, np.int64), np.zeros((L, H)))
-    checked = [False]
-
-    def make_hook(layer: int) -> Any:
-        def hook(pattern: Any, hook: Any) -> None:
-            if not checked[0]:
-                if torch.triu(pattern[0, 0], 1).abs().max() != 0:
-                    raise PosmechError("attention pattern is not causal (non-zero above the diagonal)")
-                checked[0] = True
-            add_pattern(stats, layer, pattern, exclude_first_query)
-
-        return hook
-
-    hooks = [(f"blocks.{layer}.attn.hook_pattern", make_hook(layer)) for layer in range(L)]
-    device = next(bridge.parameters()).device
-    batch: list[np.ndarray] = []
-
-    def flush() -> None:
-        x = torch.as_tensor(np.stack(batch).astype(np.int64), device=device)
-        b, n = x.shape
-        with bridge.hooks(fwd_hooks=hooks):
-            bridge(x, return_type=None)
-        stats.counts[:n] += b * (n - np.arange(n))
-        if exclude_first_query:
-            stats.counts[0] -= b
-        stats.n_documents += b
-        stats.n_tokens += b * n
-        batch.clear()
-
-    with torch.inference_mode():
-        for chunk in document_batches(logged(documents), batch_size, n_ctx):
-            batch.extend(chunk)
-            flush()
-    if stats.n_documents == 0:
-        raise PosmechError("no document to run the diagonal taxonomy on")
-    return stats
+    col = DiagonalCollector(bridge.cfg, exclude_first_query)
+    run_collectors(bridge, [(d, (col,)) for d in documents], batch_size)
+    return col.result()
 
 
 # --------------------------------------------------------------------------- classification
@@ -390,6 +377,16 @@ def run_taxonomy(
     counts and parameters for the tables' metadata.
     """
     stats = accumulate_diagonals(bridge, documents, batch_size=batch_size, exclude_first_query=exclude_first_query)
+    return analyse_taxonomy(stats, model, early_top_n, pin, exclude_first_query, tie_rtol)
+
+
+def analyse_taxonomy(
+    stats: DiagonalStats, model: str, early_top_n: int = 11, pin: dict[str, Any] | None = None,
+    exclude_first_query: bool = True, tie_rtol: float = TIE_RTOL,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """:func:`run_taxonomy` from accumulated :class:`DiagonalStats` (e.g. read back from
+    ``attention_statistics.h5`` with :func:`posmech.analyses.attention_statistics.read_statistics`):
+    no forward pass, so thresholds and pins can change without rerunning the model."""
     means = stats.means()
     per_head = classify_heads(means, stats.detector_scores(), tie_rtol=tie_rtol)
     per_head.insert(0, "model", model)
