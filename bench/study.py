@@ -5,7 +5,7 @@ the floor: bare Hugging Face forwards of the same shapes; then the study extrapo
 config's real sizes.  No Hub access needed.
 
     .venv/bin/python bench/study.py [--workdir /tmp/posmech-study] [--rules cache_activations ...]
-                                    [--floor-rounds 2]
+                                    [--floor-rounds 2] [--probe-rounds 3]
 
 What it builds in ``--workdir`` (once; reused by later runs):
 * ``gpt2-random/``: ``GPT2LMHeadModel(GPT2Config())`` with random weights (seed 0: 12 layers x 12
@@ -31,6 +31,25 @@ fixed) × (that factor on the documents' share of the floor, 1 on the rest: pose
 P3 prompt passes do not grow with the documents); rules with no size key cost what they cost.  The study's wall time on 2 cores is the total CPU / 2 (the heavy rules use
 2 threads each; Snakemake runs one at a time on 2 cores).  The load average is printed: the
 machine is shared, the CPU-time ratios are the number to quote.
+
+Per-job floor probe (the shared VM's speed drifts by 15-40 % within minutes; a floor measured only
+before and after the run misses a slowdown in the middle of it): the Snakemake run gets
+``POSMECH_PERF_PROBE`` = the stand-in's directory and ``POSMECH_PERF_PROBE_ROUNDS`` =
+``--probe-rounds``, so every job that made forward passes times, in its own process right after
+its work and with its own threads, that many bare 1x1024 passes (the same call as the floor
+above) and records the median as ``probe`` in its accounting (`posmech.perf`; its ``cpu_s``
+excludes the probe).  Per rule the table then adds: the probe's CPU s per 1x1024 pass; the
+"probe floor": the rule's floor with the probe's 1x1024 pass in place of the before/after one, the
+other shapes scaled by their before/after ratio to 1x1024 (ratios that hold while absolute
+speed drifts), i.e. floor × probe / before-after 1x1024 pass; the ratio of the measured CPU to
+it; and the drift-corrected extrapolated CPU (below).  Jobs without forward passes have no probe
+("—") and keep their raw CPU.
+
+The extrapolation is printed twice: (a) as above, the total extrapolated CPU / 2; (b)
+drift-corrected: each probed job's extrapolated CPU divided by its own probe's 1x1024 pass (its
+cost in bare passes at the moment it ran) times the 1x1024 pass measured before the run, summed
+with the unprobed jobs' raw CPU, / 2: the study's wall time had the machine kept, through the
+whole run, the speed it had when the run began.  (b) is the figure comparable between runs.
 """
 
 from __future__ import annotations
@@ -169,22 +188,20 @@ def write_config(d: Path, model_dir: Path, corpus: Path, engine: str = "auto") -
 
 
 def floor_per_pass(model_dir: Path, shapes: list[tuple[int, int]], rounds: int) -> dict[tuple[int, int], list[float]]:
-    """CPU seconds of one bare forward per shape (``model.transformer``, inference mode,
-    THREADS threads), ``rounds`` times each, shapes interleaved within a round."""
+    """CPU seconds of one bare forward per shape (:func:`posmech.perf.bare_forward_cpu_s`:
+    ``model.transformer``, inference mode; THREADS threads), ``rounds`` times each, shapes
+    interleaved within a round."""
     import torch
-    from transformers import AutoModelForCausalLM
+
+    from posmech.perf import bare_forward_cpu_s, load_floor_model
 
     torch.set_num_threads(THREADS)
-    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    model = load_floor_model(model_dir)
     out: dict[tuple[int, int], list[float]] = {s: [] for s in shapes}
     g = torch.Generator().manual_seed(0)
     for _ in range(rounds):
         for b, t in shapes:
-            x = torch.randint(0, 50256, (b, max(t, 1)), generator=g)
-            c0 = time.process_time()
-            with torch.inference_mode():
-                model.transformer(x, use_cache=False)
-            out[(b, t)].append(time.process_time() - c0)
+            out[(b, t)].append(bare_forward_cpu_s(model, b, t, g))
     return out
 
 
@@ -213,6 +230,8 @@ def main() -> None:
     ap.add_argument("--workdir", default="/tmp/posmech-study")
     ap.add_argument("--rules", nargs="*", help="run only these rules (and what they need): snakemake --until")
     ap.add_argument("--floor-rounds", type=int, default=2, help="floor rounds before and after the run each")
+    ap.add_argument("--probe-rounds", type=int, default=3,
+                    help="bare 1x1024 passes each job with forward passes times after its work (POSMECH_PERF_PROBE_ROUNDS)")
     ap.add_argument("--no-run", action="store_true", help="only report the last run's logs")
     ap.add_argument("--engine", default="auto", choices=["auto", "posmech", "bridge"],
                     help="models.gpt2.engine: `bridge` measures the analyses as they ran before issue 15")
@@ -228,8 +247,10 @@ def main() -> None:
     load0 = os.getloadavg()
     print(f"engine: {args.engine}; sizes: {json.dumps(REDUCED)}; real: {json.dumps(REAL)}", flush=True)
     print(f"load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}", flush=True)
-    probe = [(1, 1024), (1, 512), (8, 1024)]
-    floors = floor_per_pass(model_dir, probe, args.floor_rounds)
+    idle_shapes = [(1, 1024), (1, 512), (8, 1024)]
+    floors = floor_per_pass(model_dir, idle_shapes, args.floor_rounds)
+    ref = (1, 1024)  # the per-job probe's shape (the stand-in's n_ctx is 1024)
+    ref_before = statistics.median(floors[ref])
     t0 = time.perf_counter()
     if not args.no_run:
         for sub in ("results", "logs", "benchmarks"):
@@ -241,7 +262,10 @@ def main() -> None:
                "--omit-from", "random_token_patterns", "input_decomposition", "bos_induction"]
         if args.rules:
             cmd += ["--until", *args.rules]
-        env = dict(os.environ, PYTHONPATH=str(REPO / "src"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+        from posmech.perf import PROBE_ENV, PROBE_ROUNDS_ENV
+
+        env = dict(os.environ, PYTHONPATH=str(REPO / "src"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+                   **{PROBE_ENV: str(model_dir), PROBE_ROUNDS_ENV: str(args.probe_rounds)})
         with open(d / "snakemake.log", "w") as f:
             proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT)
         if proc.returncode:
@@ -252,18 +276,31 @@ def main() -> None:
         rec = json.loads(p.read_text())
         rec["log"] = str(p.relative_to(work / "logs"))
         records.append(rec)
-    shapes = sorted({shape_of(k) for r in records for k in r["forwards"]} | set(probe))
+    shapes = sorted({shape_of(k) for r in records for k in r["forwards"]} | set(idle_shapes))
     after = floor_per_pass(model_dir, shapes, args.floor_rounds)
     for s, v in after.items():
         floors.setdefault(s, []).extend(v)
     per = {s: statistics.median(v) for s, v in floors.items()}
     load1 = os.getloadavg()
     print(f"\nwall of the snakemake run: {wall:.0f} s; load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
-    print("floor per pass (CPU s, median of " + ", ".join(f"{b}x{t}: {per[(b, t)]:.2f}" for b, t in probe) + ")")
+    print("floor per pass (CPU s, median of " + ", ".join(f"{b}x{t}: {per[(b, t)]:.2f}" for b, t in idle_shapes) + ")")
+    probes = [r["probe"] for r in records if r.get("probe")]
+    if probes:
+        speeds = sorted(p["cpu_s_per_pass"] for p in probes)
+        print(f"per-job probes: {len(probes)} jobs, 1x1024 pass {speeds[0]:.2f} / {statistics.median(speeds):.2f} / "
+              f"{speeds[-1]:.2f} CPU s (min / median / max; before the run: {ref_before:.2f}); probes' own cost "
+              f"{sum(p['cpu_s_total'] for p in probes):.0f} CPU s, not in the jobs' CPU")
+        odd = sorted({p["threads"] for p in probes} - {THREADS})
+        if odd or any(p["shape"] != "1x1024" for p in probes):
+            print(f"warning: probes with {odd} threads or another shape than 1x1024: their floor is not comparable")
+    missing = [r["rule"] for r in records if r["forwards"] and not r.get("probe")]
+    if missing:
+        print("jobs with forward passes but no probe (raw CPU in (b)): " + ", ".join(missing))
     print("\n| rule (log) | forward passes | floor CPU s | measured CPU s | ratio | fixed CPU s | peak RSS MB | mem_mb | "
-          "real/reduced | extrapolated CPU s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    tot_meas = tot_ext = tot_floor = 0.0
+          "real/reduced | extrapolated CPU s | probe 1x1024 CPU s | probe floor CPU s | ratio (own probe) | "
+          "drift-corrected extrapolated CPU s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    tot_meas = tot_ext = tot_floor = tot_pfloor = tot_corr = 0.0
     for r in records:
         n_pass = sum(r["forwards"].values())
         floor = sum(n * per[shape_of(k)] for k, n in r["forwards"].items())
@@ -283,12 +320,31 @@ def main() -> None:
         req = mem_request(r["rule"], cfg) if n_pass else None
         passes = ", ".join(f"{k}: {v}" for k, v in r["forwards"].items()) or "0"
         ratio = f"{r['cpu_s'] / floor:.2f}" if floor else "—"
+        p = r.get("probe")
+        if p and floor:
+            # the job's floor at its own moment: the before/after floor of its shapes (their
+            # ratios to 1x1024), rescaled to its probe's 1x1024 pass
+            pass_s = p["cpu_s_per_pass"]
+            pfloor = floor * pass_s / per[shape_of(p["shape"])]
+            corr = ext / pass_s * ref_before
+            probe_cols = f"{pass_s:.2f} | {pfloor:.1f} | {r['cpu_s'] / pfloor:.2f}"
+        else:
+            pfloor, corr = floor, ext
+            probe_cols = "— | — | —"
+        tot_pfloor += pfloor
+        tot_corr += corr
         print(f"| {r['rule']} ({r['log']}) | {passes} | {floor:.1f} | {r['cpu_s']:.1f} | {ratio} | {fixed:.1f} | "
-              f"{r['peak_rss_mb']:.0f} | {req if req else '—'} | {factor:g} | {ext:.0f} |")
+              f"{r['peak_rss_mb']:.0f} | {req if req else '—'} | {factor:g} | {ext:.0f} | {probe_cols} | {corr:.0f} |")
+    # as the ratio column's total: all jobs' CPU over all floors (a job without a probe: its before/after floor)
+    pratio = f"{tot_meas / tot_pfloor:.2f}" if tot_pfloor else "—"
     print(f"| **all {len(records)} jobs** | | {tot_floor:.0f} | {tot_meas:.0f} | {tot_meas / max(tot_floor, 1e-9):.2f} | | | | | "
-          f"{tot_ext:.0f} |")
+          f"{tot_ext:.0f} | | {tot_pfloor:.0f} | {pratio} | {tot_corr:.0f} |")
     print(f"\nextrapolated gpt2 study at config/config.yaml's sizes: {tot_ext:.0f} CPU s = "
           f"{tot_ext / 2 / 60:.1f} min wall on 2 cores (CPU / 2)")
+    print(f"drift-corrected (each probed job's extrapolated CPU in its own probe's 1x1024 passes x the "
+          f"{ref_before:.2f} CPU s pass measured before the run; unprobed jobs raw; the study at the "
+          f"speed the machine had when the run began): {tot_corr:.0f} CPU s = {tot_corr / 2 / 60:.1f} min wall "
+          f"on 2 cores")
     over = [r["rule"] for r in records if sum(r["forwards"].values())
             and r["peak_rss_mb"] > (mem_request(r["rule"], cfg) or 1e12)]
     print("rules whose peak RSS exceeds their mem_mb request: " + (", ".join(over) or "none"))

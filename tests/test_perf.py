@@ -131,3 +131,74 @@ def test_shapes_are_sorted_largest_first_and_line_round_trips():
     assert perf.parse_line("12:00:00 INFO posmech: " + perf.format_line(rec)) == rec
     assert perf.parse_line("no record here") is None
     perf.reset()
+
+
+def _job(tmp_path: Path, rule: str = "probed", n_forwards: int = 1, fail: bool = False):
+    """Run a job through :func:`posmech.runner.run` in this process; its PERF record and log text."""
+    from types import SimpleNamespace
+
+    from posmech.runner import run
+
+    perf.reset()
+
+    def main(smk, log):
+        for _ in range(n_forwards):
+            perf.count_forward(2, 12)
+        if fail:
+            raise ValueError("boom")
+
+    log = tmp_path / f"{rule}.log"
+    smk = SimpleNamespace(input=[], output=[], log=[str(log)], rule=rule, threads=1)
+    try:
+        run(smk, main)
+    finally:
+        perf.reset()
+    rec = perf.read_log(log)
+    assert rec == json.loads((tmp_path / f"{rule}.log.perf.json").read_text())
+    return rec, log.read_text()
+
+
+def test_probe_records_the_jobs_own_floor_and_excludes_its_cost(tiny_model_dir, tmp_path, monkeypatch):
+    """POSMECH_PERF_PROBE set: the job's record carries a probe of 1 x n_ctx (12 < 1024) with the
+    rounds asked, a positive median pass and the job's thread count; the job's cpu_s was taken
+    before the probe: cpu_s + the probe's own total does not exceed the process's CPU now
+    (it would by the probe's cost had cpu_s been taken after it)."""
+    monkeypatch.setenv(perf.PROBE_ENV, str(tiny_model_dir))
+    monkeypatch.setenv(perf.PROBE_ROUNDS_ENV, "5")
+    rec, _ = _job(tmp_path)
+    now = perf._cpu_s()
+    p = rec["probe"]
+    assert p["shape"] == "1x12" and p["rounds"] == 5 and p["threads"] == torch.get_num_threads() == 1, p
+    assert 0 < p["cpu_s_per_pass"] < p["cpu_s_total"], p
+    assert p["cpu_s_total"] > 0.01, p  # the model load alone: large enough for the check below
+    assert rec["cpu_s"] + p["cpu_s_total"] <= now + 0.002, (rec, now)
+
+
+@pytest.mark.parametrize("case", ["no env", "no forwards", "failed job"])
+def test_no_probe_without_the_variable_forwards_or_success(tiny_model_dir, tmp_path, monkeypatch, case):
+    """The probe is opt-in (no variable: no key) and only for finished jobs that made forward passes."""
+    if case == "no env":
+        monkeypatch.delenv(perf.PROBE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(perf.PROBE_ENV, str(tiny_model_dir))
+    if case == "failed job":
+        with pytest.raises(SystemExit):
+            _job(tmp_path, fail=True)
+        rec = perf.read_log(tmp_path / "probed.log")
+    else:
+        rec, _ = _job(tmp_path, n_forwards=0 if case == "no forwards" else 1)
+    assert rec is not None and "probe" not in rec, rec
+    assert rec["forwards"] == ({} if case == "no forwards" else {"2x12": 1}), rec
+
+
+@pytest.mark.parametrize("setting", [("missing", "3"), ("model", "0")])
+def test_a_failing_probe_warns_and_the_job_succeeds(tiny_model_dir, tmp_path, monkeypatch, setting):
+    """A probe that cannot load its model, or is asked for 0 rounds, is a warning in the log;
+    the job finishes (no SystemExit), its record has no probe."""
+    where, rounds = setting
+    monkeypatch.setenv(perf.PROBE_ENV, str(tmp_path / "no-such-model") if where == "missing" else str(tiny_model_dir))
+    monkeypatch.setenv(perf.PROBE_ROUNDS_ENV, rounds)
+    rec, text = _job(tmp_path)
+    assert "probe" not in rec, rec
+    assert "WARNING" in text and "floor probe" in text and perf.PROBE_ENV in text, text
+    assert "rule probed done" in text, text

@@ -17,6 +17,19 @@ Every forward engine calls :func:`count_forward` once per forward pass of the wh
   start, imports, model load: the job's fixed cost); ``null`` without forward passes.
 * ``forwards``: forward passes by shape ``"{batch}x{n_tokens}"`` (sequences × positions
   per sequence), e.g. ``{"1x1024": 12}``.
+* ``probe`` (only with ``POSMECH_PERF_PROBE`` set, only in a job that made forward passes and
+  finished): the job's own floor, measured in its process right after its work, so that
+  its CPU seconds can be set against a bare forward pass timed at the same moment on the
+  same (shared, drifting) machine — :func:`probe`.  ``POSMECH_PERF_PROBE`` names a local
+  Hugging Face GPT-2 directory (``bench/study.py`` sets it to its stand-in);
+  ``POSMECH_PERF_PROBE_ROUNDS`` (default 3) is the number of bare forwards
+  (:func:`bare_forward_cpu_s`) of one random sequence of ``min(1024, n_positions)``
+  tokens, with the job's own torch thread count.  The record holds ``{"shape": "1x1024",
+  "cpu_s_per_pass": median CPU seconds of one pass, "rounds": …, "threads": …,
+  "cpu_s_total": the probe's whole cost, model load included}``.  ``cpu_s``,
+  ``peak_rss_mb`` and ``wall_s`` are taken *before* the probe and exclude it.  A probe that
+  fails logs a warning and records nothing; the job's outcome is unchanged.  Unset (the
+  default; production runs), nothing is loaded or timed.
 """
 
 from __future__ import annotations
@@ -35,6 +48,14 @@ _FORWARDS: Counter[tuple[int, int]] = Counter()
 LINE_PREFIX = "PERF "
 #: suffix of the JSON written beside the rule's log
 JSON_SUFFIX = ".perf.json"
+#: environment variable naming the local model directory of the per-job floor probe
+PROBE_ENV = "POSMECH_PERF_PROBE"
+#: environment variable: bare forwards the probe times (median taken)
+PROBE_ROUNDS_ENV = "POSMECH_PERF_PROBE_ROUNDS"
+#: default of ``POSMECH_PERF_PROBE_ROUNDS``
+PROBE_ROUNDS = 3
+#: positions of the probe's one sequence (fewer if the model's context is shorter)
+PROBE_TOKENS = 1024
 
 
 #: CPU seconds of the process (self + children) when its first forward pass began
@@ -100,6 +121,59 @@ def job_record(rule: str = "?", wall_s: float | None = None) -> dict[str, Any]:
         "pid": os.getpid(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
+
+
+def load_floor_model(model_dir: str | os.PathLike[str]) -> Any:
+    """The Hugging Face causal LM in ``model_dir`` (float32, eval mode) whose body
+    :func:`bare_forward_cpu_s` times."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_dir).eval()
+
+
+def bare_forward_cpu_s(model: Any, batch: int, n_tokens: int, generator: Any = None) -> float:
+    """CPU seconds (``time.process_time``: this process, all its threads) of one bare forward of
+    ``model.transformer`` — a GPT-2 body, no LM head, ``use_cache=False``, under
+    ``torch.inference_mode`` — over ``batch`` random sequences of ``n_tokens`` token ids
+    (``[batch, n_tokens]``), with whatever thread count torch has.  The floor of
+    ``bench/study.py`` and of :func:`probe`."""
+    import torch
+
+    x = torch.randint(0, int(model.config.vocab_size), (int(batch), max(int(n_tokens), 1)), generator=generator)
+    c0 = time.process_time()
+    with torch.inference_mode():
+        model.transformer(x, use_cache=False)
+    return time.process_time() - c0
+
+
+def probe(model_dir: str | os.PathLike[str], rounds: int = PROBE_ROUNDS) -> dict[str, Any]:
+    """The per-job floor probe: load ``model_dir`` (:func:`load_floor_model`) and time
+    ``rounds`` :func:`bare_forward_cpu_s` passes of shape ``1 x min(1024, n_positions)``.
+    Returns ``{"shape", "cpu_s_per_pass" (median), "rounds", "threads", "cpu_s_total"}``
+    (``cpu_s_total``: the probe's CPU seconds, load included)."""
+    import statistics
+
+    import torch
+
+    if rounds < 1:
+        raise ValueError(f"{PROBE_ROUNDS_ENV} must be >= 1, got {rounds}")
+    c0 = _cpu_s()
+    model = load_floor_model(model_dir)
+    n_tokens = min(PROBE_TOKENS, int(model.config.n_positions))
+    g = torch.Generator().manual_seed(0)
+    passes = [bare_forward_cpu_s(model, 1, n_tokens, g) for _ in range(rounds)]
+    return {"shape": f"1x{n_tokens}", "cpu_s_per_pass": round(statistics.median(passes), 6), "rounds": rounds,
+            "threads": torch.get_num_threads(), "cpu_s_total": round(_cpu_s() - c0, 3)}
+
+
+def probe_from_env() -> dict[str, Any] | None:
+    """:func:`probe` of the model named by ``POSMECH_PERF_PROBE`` with
+    ``POSMECH_PERF_PROBE_ROUNDS`` rounds; ``None`` when the variable is unset or empty.
+    Raises what the probe raises (the runner turns it into a warning)."""
+    model_dir = os.environ.get(PROBE_ENV)
+    if not model_dir:
+        return None
+    return probe(model_dir, int(os.environ.get(PROBE_ROUNDS_ENV) or PROBE_ROUNDS))
 
 
 def format_line(record: dict[str, Any]) -> str:

@@ -216,11 +216,24 @@ def _traceback_only_to_file(log_path: str | None, text: str) -> None:
         pass
 
 
-def _account(rule: str, log_path: str | None, wall_s: float) -> None:
-    """Log the job's :func:`posmech.perf.job_record` (and write it beside the log)."""
+def _account(rule: str, log_path: str | None, wall_s: float, probe: bool = False) -> None:
+    """Log the job's :func:`posmech.perf.job_record` (and write it beside the log).  With
+    ``probe`` (the job finished) and ``POSMECH_PERF_PROBE`` set, a job that made forward
+    passes adds its floor probe (:func:`posmech.perf.probe_from_env`), timed after the
+    record was taken so that the record's CPU, wall and peak RSS exclude it; a failing
+    probe is a warning, never the job's failure."""
     from posmech import perf
 
     record = perf.job_record(rule, wall_s)
+    if probe and record["forwards"] and os.environ.get(perf.PROBE_ENV):
+        try:
+            found = perf.probe_from_env()
+        except Exception as err:  # noqa: BLE001 - a benchmark's extra must not fail the job
+            LOG.warning("floor probe (%s=%s) failed, no probe recorded: %s: %s",
+                        perf.PROBE_ENV, os.environ.get(perf.PROBE_ENV), type(err).__name__, err)
+        else:
+            if found is not None:
+                record["probe"] = found
     LOG.info("%s", perf.format_line(record))
     if log_path:
         try:
@@ -238,7 +251,9 @@ def run(smk: Any, main: Callable[[Any, logging.Logger], None]) -> None:
 
     At the end of every job, failed or not, one line ``PERF {json}`` goes to the log with
     the job's CPU seconds, peak RSS and forward passes by shape, and the same JSON to
-    ``<log>.perf.json`` (:mod:`posmech.perf`; docs/performance.md)."""
+    ``<log>.perf.json`` (:mod:`posmech.perf`; docs/performance.md); with
+    ``POSMECH_PERF_PROBE`` set, a finished job that made forward passes adds its own floor
+    probe to that record (:func:`posmech.perf.probe`)."""
     log_path = str(smk.log[0]) if len(smk.log) else None
     log = setup_logging(log_path)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -251,11 +266,13 @@ def run(smk: Any, main: Callable[[Any, logging.Logger], None]) -> None:
         pass
     t0 = time.perf_counter()
     rule = getattr(smk, "rule", "?")
+    finished = False
     try:
         try:
             main(smk, log)
+            finished = True
         finally:
-            _account(rule, log_path, time.perf_counter() - t0)
+            _account(rule, log_path, time.perf_counter() - t0, probe=finished)
     except PosmechError as err:
         log.error("rule %s failed: %s", rule, err)
         sys.exit(1)
