@@ -93,13 +93,14 @@ REAL: dict[str, int] = {
 SCALE: dict[str, str] = {
     "cache_activations": "corpora.webtext.n_documents",
     "positional_kernels": "kernels.n_chapters",
-    "diagonal_taxonomy": "taxonomy.n_documents",
+    # the shared pass of P6/P7 and P13: the taxonomy's and the anatomy's documents (the same
+    # documents by default; both keys go 10 -> 100 here)
+    "attention_statistics": "taxonomy.n_documents",
     "posembed_averaging": "posembed_averaging.n_documents",
     "prev_knockout": "interventions.n_documents",
     "extended_averaging": "interventions.n_documents",
     "repeated_tokens": "interventions.n_documents",
     "extended_positional_embeddings": "geometry.n_tokens",
-    "score_taxa": "anatomy.n_documents",
 }
 THREADS = 2
 
@@ -212,7 +213,7 @@ def shape_of(key: str) -> tuple[int, int]:
 
 #: section whose ``batch_size`` a rule's ``mem_mb`` uses (workflow/rules/*.smk: heavy_mem_mb_for)
 BATCH_SECTION = {"cache_activations": "cache", "extended_positional_embeddings": "geometry",
-                 "diagonal_taxonomy": "taxonomy", "score_taxa": "anatomy"}
+                 "attention_statistics": "taxonomy"}
 
 
 def mem_request(rule: str, cfg: dict) -> int:

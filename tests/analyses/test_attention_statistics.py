@@ -101,6 +101,7 @@ def test_the_file_carries_both_to_the_light_rules(bridge, tmp_path):
     np.testing.assert_array_equal(p2.windows, prof.windows)
     np.testing.assert_array_equal(p2.features, prof.features)
     assert p2.max_check_error == prof.max_check_error and attrs["n_shared_documents"] == 3
+    assert type(attrs["taxonomy_context"]) is int  # plain numbers: they go into JSON table metadata
     # the taxonomy from the file equals the one-call analysis
     a = tx.analyse_taxonomy(s2, "stats")[0]
     b = tx.run_taxonomy(bridge, docs, "stats")[0]

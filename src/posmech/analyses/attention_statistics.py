@@ -138,6 +138,11 @@ def write_statistics(path: str | os.PathLike[str], stats: DiagonalStats, profile
         describe(f, texts)
 
 
+def _plain(v: Any) -> Any:
+    """A numpy scalar as the Python number it holds (tables' metadata is JSON)."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
 def read_statistics(path: str | os.PathLike[str], need_profiles: bool = False
                     ) -> tuple[DiagonalStats, ScoreProfiles | None, dict[str, Any]]:
     """``(stats, profiles or None, root attributes)`` of an ``attention_statistics.h5``;
@@ -146,7 +151,7 @@ def read_statistics(path: str | os.PathLike[str], need_profiles: bool = False
     from posmech.hdf5 import attr_json, open_artifact
 
     with open_artifact(path, KIND) as f:
-        attrs = {k: attr_json(f, k) for k in f.attrs}
+        attrs = {k: _plain(attr_json(f, k)) for k in f.attrs}
         g = f["diagonals"]
         ga = g.attrs
         stats = DiagonalStats(g["sums"][()], g["counts"][()], g["detector_sum"][()], int(ga["n_documents"]),
