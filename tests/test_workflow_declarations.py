@@ -207,3 +207,30 @@ def test_collect_refuses_what_the_report_could_not_find(tmp_path, output, call, 
         """)
     assert proc.returncode != 0
     assert message in proc.stdout + proc.stderr
+
+
+def _rules_by_placement() -> dict[str, set[str]]:
+    """Every rule of the stage files by where a cluster run puts it: ``heavy`` (requests
+    ``gpu=heavy_resources``), ``local`` (in a ``localrules:`` list) or ``cpu`` (submitted, CPU only)."""
+    local: set[str] = set()
+    heavy: set[str] = set()
+    every: set[str] = set()
+    for f in FILES:
+        text = _text(f)
+        for m in re.finditer(r"^localrules:\n((?:    \w+,\n)+)", text, re.M):
+            local |= set(re.findall(r"(\w+),", m.group(1)))
+        for block in re.split(r"^rule ", text, flags=re.M)[1:]:
+            name = block.split(":")[0]
+            every.add(name)
+            if "gpu=heavy_resources" in block:
+                heavy.add(name)
+    return {"heavy": heavy, "local": local | {"all"}, "cpu": every - heavy - local - {"all"}}
+
+
+def test_the_cluster_docs_place_every_rule_where_the_workflow_does():
+    """docs/cluster.md's "Which rules run where" table names every rule once, in the column
+    its declaration puts it in (model-heavy, submitted CPU-only, local)."""
+    table = next(line for line in _text(REPO / "docs/cluster.md").splitlines() if line.startswith("| `"))
+    cells = [set(re.findall(r"`(\w+)`", c)) for c in table.strip("|").split(" | ")]
+    want = _rules_by_placement()
+    assert cells == [want["heavy"], want["cpu"], want["local"]]
