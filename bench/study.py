@@ -45,11 +45,17 @@ speed drifts), i.e. floor × probe / before-after 1x1024 pass; the ratio of the 
 it; and the drift-corrected extrapolated CPU (below).  Jobs without forward passes have no probe
 ("—") and keep their raw CPU.
 
-The extrapolation is printed twice: (a) as above, the total extrapolated CPU / 2; (b)
-drift-corrected: each probed job's extrapolated CPU divided by its own probe's 1x1024 pass (its
-cost in bare passes at the moment it ran) times the 1x1024 pass measured before the run, summed
-with the unprobed jobs' raw CPU, / 2: the study's wall time had the machine kept, through the
-whole run, the speed it had when the run began.  (b) is the figure comparable between runs.
+The extrapolation is printed three times: (a) as above, the total extrapolated CPU / 2; then
+drift-corrected, the study's cost in bare 1x1024 passes — each probed job's extrapolated CPU
+divided by its own probe's pass (its cost in bare passes at the moment it ran), each unprobed
+job's by the run's median pass — a number that does not depend on the machine's speed, turned
+into wall time (/ 2 cores) at two speeds: (b) the pass measured before the run (the speed the
+machine had when the run began), (c) the median of every pass timed in the run (before, after,
+probes: its typical speed), and (d) in issue 15's own unit — a 1x1024 Hugging Face forward *with*
+logits, 3.29 CPU s when the issue was written (its 53-55 min is in that unit) — via the ratio of
+a bare pass to a pass with logits, measured interleaved beside the before/after floors.  The pass
+count is the figure comparable between runs; (b) and (c) differ by how far the single before-run
+measurement is from the run's typical speed.
 """
 
 from __future__ import annotations
@@ -103,6 +109,10 @@ SCALE: dict[str, str] = {
     "extended_positional_embeddings": "geometry.n_tokens",
 }
 THREADS = 2
+#: key of the 1x1024 forward *with* the LM head in floor_per_pass's result (issue 15's floor)
+LM_HEAD = (0, 1024)
+#: issue 15's floor: one Hugging Face forward of 1x1024 tokens with logits, 2 threads, idle, CPU s
+ISSUE_FLOOR_CPU_S = 3.29
 
 
 def set_key(cfg: dict, path: str, value) -> None:
@@ -191,7 +201,8 @@ def write_config(d: Path, model_dir: Path, corpus: Path, engine: str = "auto") -
 def floor_per_pass(model_dir: Path, shapes: list[tuple[int, int]], rounds: int) -> dict[tuple[int, int], list[float]]:
     """CPU seconds of one bare forward per shape (:func:`posmech.perf.bare_forward_cpu_s`:
     ``model.transformer``, inference mode; THREADS threads), ``rounds`` times each, shapes
-    interleaved within a round."""
+    interleaved within a round; and under :data:`LM_HEAD` a 1x1024 forward with logits in
+    each round (issue 15's floor)."""
     import torch
 
     from posmech.perf import bare_forward_cpu_s, load_floor_model
@@ -199,10 +210,12 @@ def floor_per_pass(model_dir: Path, shapes: list[tuple[int, int]], rounds: int) 
     torch.set_num_threads(THREADS)
     model = load_floor_model(model_dir)
     out: dict[tuple[int, int], list[float]] = {s: [] for s in shapes}
+    out[LM_HEAD] = []
     g = torch.Generator().manual_seed(0)
     for _ in range(rounds):
         for b, t in shapes:
             out[(b, t)].append(bare_forward_cpu_s(model, b, t, g))
+        out[LM_HEAD].append(bare_forward_cpu_s(model, 1, 1024, g, lm_head=True))
     return out
 
 
@@ -216,14 +229,19 @@ BATCH_SECTION = {"cache_activations": "cache", "extended_positional_embeddings":
                  "attention_statistics": "taxonomy"}
 
 
+#: a rule's ``keeps`` where its declaration passes one to heavy_mem_mb_for (workflow/rules/*.smk)
+MEM_KEEPS = {"extended_positional_embeddings": ()}
+
+
 def mem_request(rule: str, cfg: dict) -> int:
     """The rule's cluster ``mem_mb`` as its declaration computes it (attempt 1)."""
     from posmech.cluster import KNOWN_HUB_MODELS, mem_mb
 
     sec = BATCH_SECTION.get(rule)
+    keeps = MEM_KEEPS.get(rule)
     schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())["properties"]
     batch = int(cfg.get(sec, {}).get("batch_size", schema[sec]["properties"]["batch_size"]["default"])) if sec else 1
-    return mem_mb(KNOWN_HUB_MODELS["gpt2"], "float32", batch)
+    return mem_mb(KNOWN_HUB_MODELS["gpt2"], "float32", batch, **({} if keeps is None else {"keeps": keeps}))
 
 
 def main() -> None:
@@ -301,7 +319,9 @@ def main() -> None:
           "real/reduced | extrapolated CPU s | probe 1x1024 CPU s | probe floor CPU s | ratio (own probe) | "
           "drift-corrected extrapolated CPU s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    tot_meas = tot_ext = tot_floor = tot_pfloor = tot_corr = 0.0
+    tot_meas = tot_ext = tot_floor = tot_pfloor = tot_corr = tot_units = 0.0
+    # the run's typical speed: the median of every 1x1024 pass timed in it (before, after, probes)
+    ref_run = statistics.median(floors[ref] + [r["probe"]["cpu_s_per_pass"] for r in records if r.get("probe")])
     for r in records:
         n_pass = sum(r["forwards"].values())
         floor = sum(n * per[shape_of(k)] for k, n in r["forwards"].items())
@@ -327,13 +347,15 @@ def main() -> None:
             # ratios to 1x1024), rescaled to its probe's 1x1024 pass
             pass_s = p["cpu_s_per_pass"]
             pfloor = floor * pass_s / per[shape_of(p["shape"])]
-            corr = ext / pass_s * ref_before
+            units = ext / pass_s
             probe_cols = f"{pass_s:.2f} | {pfloor:.1f} | {r['cpu_s'] / pfloor:.2f}"
         else:
-            pfloor, corr = floor, ext
+            pfloor, units = floor, ext / ref_run
             probe_cols = "— | — | —"
+        corr = units * ref_before
         tot_pfloor += pfloor
         tot_corr += corr
+        tot_units += units
         print(f"| {r['rule']} ({r['log']}) | {passes} | {floor:.1f} | {r['cpu_s']:.1f} | {ratio} | {fixed:.1f} | "
               f"{r['peak_rss_mb']:.0f} | {req if req else '—'} | {factor:g} | {ext:.0f} | {probe_cols} | {corr:.0f} |")
     # as the ratio column's total: all jobs' CPU over all floors (a job without a probe: its before/after floor)
@@ -342,10 +364,17 @@ def main() -> None:
           f"{tot_ext:.0f} | | {tot_pfloor:.0f} | {pratio} | {tot_corr:.0f} |")
     print(f"\nextrapolated gpt2 study at config/config.yaml's sizes: {tot_ext:.0f} CPU s = "
           f"{tot_ext / 2 / 60:.1f} min wall on 2 cores (CPU / 2)")
-    print(f"drift-corrected (each probed job's extrapolated CPU in its own probe's 1x1024 passes x the "
-          f"{ref_before:.2f} CPU s pass measured before the run; unprobed jobs raw; the study at the "
-          f"speed the machine had when the run began): {tot_corr:.0f} CPU s = {tot_corr / 2 / 60:.1f} min wall "
-          f"on 2 cores")
+    print(f"drift-corrected: the study costs {tot_units:.0f} bare 1x1024 passes (each probed job's extrapolated CPU "
+          f"in its own probe's passes; unprobed jobs at the run's median pass, {ref_run:.2f} CPU s):")
+    print(f"  (b) at the {ref_before:.2f} CPU s pass measured before the run: {tot_corr:.0f} CPU s = "
+          f"{tot_corr / 2 / 60:.1f} min wall on 2 cores")
+    print(f"  (c) at the run's median pass, {ref_run:.2f} CPU s (before, after and every probe): "
+          f"{tot_units * ref_run:.0f} CPU s = {tot_units * ref_run / 2 / 60:.1f} min wall on 2 cores")
+    bare_over_lm = statistics.median(b / lm for b, lm in zip(floors[ref], floors[LM_HEAD]))
+    issue = tot_units * bare_over_lm * ISSUE_FLOOR_CPU_S
+    print(f"  (d) at issue 15's floor (a 1x1024 forward with logits, {ISSUE_FLOOR_CPU_S} CPU s when the issue was "
+          f"written; a bare pass is {bare_over_lm:.3f} of it here, median of the interleaved pairs): "
+          f"{tot_units * bare_over_lm:.0f} such passes, {issue:.0f} CPU s = {issue / 2 / 60:.1f} min wall on 2 cores")
     over = [r["rule"] for r in records if sum(r["forwards"].values())
             and r["peak_rss_mb"] > (mem_request(r["rule"], cfg) or 1e12)]
     print("rules whose peak RSS exceeds their mem_mb request: " + (", ".join(over) or "none"))

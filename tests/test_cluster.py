@@ -63,6 +63,18 @@ def test_memory_grows_with_model_and_context_not_documents():
     assert cl.model_shape("a", {"source": "NeelNanda/Attn_Only_2L512W_C4_Code"}).n_layers == 2
 
 
+def test_memory_counts_only_what_the_rule_keeps():
+    """A rule that reduces activations in its hooks (keeps nothing per context) requests the
+    weights and the attention temporaries only; at batch 4 the difference is the 4 kept
+    contexts (~600 MB each for GPT-2 small); what it keeps must be a known kind."""
+    gpt2 = cl.KNOWN_HUB_MODELS["gpt2"]
+    assert cl.mem_mb(gpt2, batch=4, keeps=cl.KEEPS) == cl.mem_mb(gpt2, batch=4)
+    assert cl.mem_mb(gpt2, batch=4) - cl.mem_mb(gpt2, batch=4, keeps=()) >= 4 * 600 - 256
+    assert cl.mem_mb(gpt2, batch=4, keeps=("residuals",)) <= cl.mem_mb(gpt2, batch=4)
+    with pytest.raises(ValueError, match="keeps"):
+        cl.mem_mb(gpt2, keeps=("activations",))
+
+
 def test_runtime_scales_with_tokens_passes_and_gpu():
     gpt2 = cl.KNOWN_HUB_MODELS["gpt2"]
     tokens = 500 * 1024  # openwebtext-10k subset of 500 documents at full context

@@ -179,20 +179,31 @@ def requests_gpu(entry: dict[str, Any], policy: str = "auto", host_has_gpu: bool
     return device == "cuda" or (device == "auto" and host_has_gpu)
 
 
-def mem_mb(shape: ModelShape, dtype: str = "float32", batch: int = 1, scale: float = 1.0, attempt: int = 1) -> int:
+#: what an analysis may keep per context, for :func:`mem_mb` (``keeps``)
+KEEPS = ("patterns", "residuals", "logits")
+
+
+def mem_mb(shape: ModelShape, dtype: str = "float32", batch: int = 1, scale: float = 1.0, attempt: int = 1,
+           keeps: tuple[str, ...] = KEEPS) -> int:
     """Memory request (MB) of a model-heavy job, rounded up to 256 MB.
 
     weights ×2 (the engine's copy, and what it is made from while loading) + per context of the ``batch``
     (float32): the running layer's attention temporaries (scores, pattern, softmax) plus
-    the largest of what an analysis keeps — one hooked pattern per layer, 16 residual-
-    stream activations per layer and token, or three copies of the logits — +
-    ``BASE_MEM_MB``.
+    the largest of what the analysis keeps (``keeps``, default all three) — ``patterns``: one
+    hooked pattern per layer; ``residuals``: 16 residual-stream activations per layer and
+    token; ``logits``: three copies of the logits — + ``BASE_MEM_MB``.  A rule that reduces
+    its activations inside the hooks keeps none of them (``keeps=()``: e.g. the extended
+    positional embeddings, running sums over positions).
     """
+    unknown = set(keeps) - set(KEEPS)
+    if unknown:
+        raise ValueError(f"mem_mb: keeps {sorted(unknown)} not among {KEEPS}")
     weights = shape.n_params * DTYPE_BYTES.get(dtype, 4) * 2
     transient = 3 * 4 * shape.n_heads * shape.n_ctx**2
-    kept = max(4 * shape.n_layers * shape.n_heads * shape.n_ctx**2,
-               4 * 16 * shape.n_layers * shape.n_ctx * shape.d_model,
-               3 * 4 * shape.n_ctx * shape.vocab)
+    sizes = {"patterns": 4 * shape.n_layers * shape.n_heads * shape.n_ctx**2,
+             "residuals": 4 * 16 * shape.n_layers * shape.n_ctx * shape.d_model,
+             "logits": 3 * 4 * shape.n_ctx * shape.vocab}
+    kept = max((sizes[k] for k in keeps), default=0)
     total = BASE_MEM_MB + (weights + batch * (transient + kept)) / 2**20
     return int(math.ceil(total * scale * attempt / 256 - 1e-9) * 256)
 

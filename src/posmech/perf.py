@@ -131,18 +131,19 @@ def load_floor_model(model_dir: str | os.PathLike[str]) -> Any:
     return AutoModelForCausalLM.from_pretrained(model_dir).eval()
 
 
-def bare_forward_cpu_s(model: Any, batch: int, n_tokens: int, generator: Any = None) -> float:
+def bare_forward_cpu_s(model: Any, batch: int, n_tokens: int, generator: Any = None, lm_head: bool = False) -> float:
     """CPU seconds (``time.process_time``: this process, all its threads) of one bare forward of
     ``model.transformer`` — a GPT-2 body, no LM head, ``use_cache=False``, under
     ``torch.inference_mode`` — over ``batch`` random sequences of ``n_tokens`` token ids
     (``[batch, n_tokens]``), with whatever thread count torch has.  The floor of
-    ``bench/study.py`` and of :func:`probe`."""
+    ``bench/study.py`` and of :func:`probe`.  ``lm_head``: the whole ``model(x)`` with its
+    logits instead (the floor issue 15 was written against)."""
     import torch
 
     x = torch.randint(0, int(model.config.vocab_size), (int(batch), max(int(n_tokens), 1)), generator=generator)
     c0 = time.process_time()
     with torch.inference_mode():
-        model.transformer(x, use_cache=False)
+        (model if lm_head else model.transformer)(x, use_cache=False)
     return time.process_time() - c0
 
 

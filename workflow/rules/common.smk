@@ -82,17 +82,23 @@ def heavy_corpora(wildcards):
     return [wildcards.corpus] if "corpus" in wildcards.keys() else CORPORA
 
 
-def heavy_mem_mb_for(batch):
+def heavy_mem_mb_for(batch, keeps=None):
     """``mem_mb`` of a model-heavy job running ``batch`` contexts per forward pass:
-    ``mem_mb=heavy_mem_mb_for(config["geometry"]["batch_size"])``."""
+    ``mem_mb=heavy_mem_mb_for(config["geometry"]["batch_size"], keeps=())``; ``keeps``:
+    what it holds per context (posmech.cluster.mem_mb; default: the largest of all)."""
 
     def mem(wildcards, attempt):
-        from posmech.cluster import mem_mb
+        from posmech.cluster import KEEPS, mem_mb
 
         entry = config["models"][wildcards.model]
         scale = config.get("cluster", {}).get("mem_scale", 1.0)
         return mem_mb(
-            model_shape(wildcards.model), entry["dtype"], batch, scale, attempt
+            model_shape(wildcards.model),
+            entry["dtype"],
+            batch,
+            scale,
+            attempt,
+            KEEPS if keeps is None else keeps,
         )
 
     return mem

@@ -35,7 +35,8 @@ rule extended_positional_embeddings:
     threads: 2
     resources:
         gpu=heavy_resources,
-        mem_mb=heavy_mem_mb_for(config["geometry"]["batch_size"]),
+        # running sums over positions inside the hooks: no activation is kept per context
+        mem_mb=heavy_mem_mb_for(config["geometry"]["batch_size"], keeps=()),
         runtime=heavy_runtime_for(1, config["geometry"]["n_tokens"]),
     params:
         entry=model_entry,
