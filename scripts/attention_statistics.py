@@ -13,14 +13,17 @@ from posmech.runner import run
 def main(smk, log):
     model, entry, t, a = smk.wildcards.model, smk.params.entry, dict(smk.params.taxonomy), smk.params.anatomy
     man = read_manifest(smk.input.manifest)
-    docs_t, ctx_t = full_context_documents(read_tokens(smk.input.tokens), t["n_documents"], t["context"])
+    tokens = read_tokens(smk.input.tokens)
+    docs_t, ctx_t = full_context_documents(tokens, t["n_documents"], t["context"])
     if len(docs_t) < t["n_documents"]:
         log.warning("taxonomy: only %d of %d documents of corpus %s have %d tokens; using them", len(docs_t),
                     t["n_documents"], t["corpus"], ctx_t)
     docs_a, opts, ctx_a = None, None, None
     if a is not None:
         a = dict(a)
-        docs_a, ctx_a, _ = long_documents(read_tokens(smk.input.anatomy_tokens), a["n_documents"], a["context"])
+        if smk.input.anatomy_tokens != smk.input.tokens:  # the same corpus (the default): read once
+            tokens = read_tokens(smk.input.anatomy_tokens)
+        docs_a, ctx_a, _ = long_documents(tokens, a["n_documents"], a["context"])
         if len(docs_a) < a["n_documents"]:
             log.warning("anatomy: only %d of %d documents have %d tokens; using them", len(docs_a), a["n_documents"],
                         ctx_a)

@@ -10,9 +10,9 @@ named, a mass is measured and a window is cut the same way everywhere:
   per query, :func:`mean_prev_token_mass` averaged over a set of query rows);
 * a zoom window is a ``size × size`` block on the diagonal (:func:`window` fits it into a
   document, :func:`window_block` cuts it);
-* documents are run in batches of equal length (:func:`document_batches`), and one forward
-  pass per batch can feed several *collectors* at once (:func:`run_collectors`): the
-  diagonal taxonomy (P6/P7) and the score taxa (P13) share their passes this way.
+* documents are run in batches of equal length, one forward pass per batch feeding one or
+  several *collectors* at once (:func:`run_collectors`): the diagonal taxonomy (P6/P7) and
+  the score taxa (P13) share their passes this way.
 
 Patterns are ``[T, T]`` arrays (query, key) of one head on one document.
 """
@@ -20,7 +20,7 @@ Patterns are ``[T, T]`` arrays (query, key) of one head on one document.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -89,25 +89,6 @@ def window_block(pattern: np.ndarray, start: int, size: int) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- passes
-def document_batches(documents: Iterable[np.ndarray], batch_size: int, n_ctx: int) -> Iterator[list[np.ndarray]]:
-    """Consecutive documents grouped into batches of at most ``batch_size`` documents of
-    equal length (a length change starts a new batch); :class:`PosmechError` for a
-    document longer than the model context ``n_ctx``."""
-    batch: list[np.ndarray] = []
-    for doc in documents:
-        if len(doc) > n_ctx:
-            raise PosmechError(f"document of {len(doc)} tokens exceeds the model context {n_ctx}")
-        if batch and len(doc) != len(batch[0]):
-            yield batch
-            batch = []
-        batch.append(np.asarray(doc))
-        if len(batch) >= batch_size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 class Collector(Protocol):
     """What :func:`run_collectors` feeds: before a batch's forward pass, ``hooks(batch, n)``
     returns the ``(hook name, function)`` pairs it needs for ``batch`` documents of ``n``
@@ -125,8 +106,8 @@ def run_collectors(
     """One forward pass (no logits) per batch of ``items`` — ``(token ids [n], collectors)``
     — with the hooks of every collector of that batch.  Consecutive documents of equal
     length and the same collectors form a batch of at most ``batch_size``; a batch whose
-    collectors ask for no hook is not run.  ``progress``: :func:`posmech.runner.logged`
-    progress lines, one per document."""
+    collectors ask for no hook is not run; a document longer than the model context is an
+    error.  ``progress``: :class:`posmech.runner.Progress` lines in the rule's log."""
     import torch
 
     from posmech.runner import Progress

@@ -517,16 +517,11 @@ def taxa_scorecard(taxa: pd.DataFrame, split: dict[str, int], model: str, detail
 
 # --------------------------------------------------------------------------- rule helpers
 def long_documents(tokens: Any, n_documents: int, context: int | None) -> tuple[list[np.ndarray], int, list[int]]:
-    """The first ``n_documents`` documents of a :class:`~posmech.data.tokens.TokenSet` with at
-    least ``context`` tokens (``None``: its ``n_ctx``), cut to ``context``: ``(documents,
-    context, indices in the tokens file)``."""
-    lengths = tokens.lengths()
-    ctx = int(context or tokens.attrs.get("n_ctx") or lengths.max())
-    idx = np.flatnonzero(lengths >= ctx)[:n_documents]
-    if not len(idx):
-        raise PosmechError(f"config key `anatomy.context`: no document has {ctx} tokens (longest: {int(lengths.max())}); "
-                           "lower `anatomy.context` or use a corpus with longer documents")
-    return [tokens.doc(int(j))[:ctx] for j in idx], ctx, [int(j) for j in idx]
+    """:func:`posmech.data.tokens.context_documents` of the ``anatomy`` section:
+    ``(documents, context, indices in the tokens file)``."""
+    from posmech.data.tokens import context_documents
+
+    return context_documents(tokens, n_documents, context, "anatomy")
 
 
 def anatomy_heads(chosen: dict[str, list[str]], pinned: list[str] | None) -> list[tuple[str, str]]:

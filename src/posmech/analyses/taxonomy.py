@@ -352,17 +352,11 @@ def diagonals_frame(means: np.ndarray, counts: np.ndarray, model: str, max_offse
 
 # --------------------------------------------------------------------------- rule helpers
 def full_context_documents(tokens: Any, n_documents: int, context: int | None) -> tuple[list[np.ndarray], int]:
-    """The first ``n_documents`` documents of a :class:`~posmech.data.tokens.TokenSet` with at
-    least ``context`` tokens (``None``: its ``n_ctx``), cut to ``context``.  Returns
-    ``(documents, context)``; fewer documents when fewer are long enough."""
-    ctx = int(context or tokens.attrs.get("n_ctx") or tokens.lengths().max())
-    long_enough = np.flatnonzero(tokens.lengths() >= ctx)[:n_documents]
-    if not len(long_enough):
-        raise PosmechError(
-            f"config key `taxonomy.context`: no document has {ctx} tokens (longest: {int(tokens.lengths().max())}); "
-            "lower `taxonomy.context` or use a corpus with longer documents"
-        )
-    return [tokens.doc(int(j))[:ctx] for j in long_enough], ctx
+    """:func:`posmech.data.tokens.context_documents` of the ``taxonomy`` section:
+    ``(documents, context)``."""
+    from posmech.data.tokens import context_documents
+
+    return context_documents(tokens, n_documents, context, "taxonomy")[:2]
 
 
 def run_taxonomy(

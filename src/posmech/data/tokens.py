@@ -122,3 +122,18 @@ def read_tokens(path: str | os.PathLike[str]) -> TokenSet:
         attrs = {k: attr_json(f, k) for k in f.attrs}
         titles = [t.decode() if isinstance(t, bytes) else str(t) for t in f["documents/title"][()]]
         return TokenSet(f["token_ids"][()], f["doc_offsets"][()], attrs, titles)
+
+
+def context_documents(tokens: TokenSet, n_documents: int, context: int | None,
+                      section: str) -> tuple[list[np.ndarray], int, list[int]]:
+    """The first ``n_documents`` documents of ``tokens`` with at least ``context`` tokens
+    (``None``: its ``n_ctx``), cut to it: ``(documents, context, indices in the tokens
+    file)``; fewer documents when fewer are long enough.  None long enough is an error
+    naming the config key ``{section}.context``."""
+    lengths = tokens.lengths()
+    ctx = int(context or tokens.attrs.get("n_ctx") or lengths.max())
+    idx = np.flatnonzero(lengths >= ctx)[:n_documents]
+    if not len(idx):
+        raise PosmechError(f"config key `{section}.context`: no document has {ctx} tokens (longest: "
+                           f"{int(lengths.max())}); lower `{section}.context` or use a corpus with longer documents")
+    return [tokens.doc(int(j))[:ctx] for j in idx], ctx, [int(j) for j in idx]
