@@ -119,3 +119,33 @@ def test_stop_explanation_only_for_a_stop_by_signal_without_failed_jobs(tmp_path
     assert stop_explanation([str(failed)]) is None
     assert stop_explanation([str(plain)]) is None
     assert stop_explanation([str(tmp_path / "missing.log")]) is None
+
+
+LIGHT_JOB = """
+import sys
+from types import SimpleNamespace
+from posmech.runner import run
+
+def main(smk, log):
+    print("torch loaded by the runner:", "torch" in sys.modules)
+    import torch
+    print("torch threads:", torch.get_num_threads())
+
+run(SimpleNamespace(input=[], output=[], log=[sys.argv[1]], rule="light", threads=int(sys.argv[2])), main)
+"""
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_job_does_not_import_torch_and_a_model_job_gets_the_rules_threads(tmp_path, threads):
+    """Most rules never run a model: the runner must not make them import torch (~3 CPU s per
+    job, most of a light job's cost); a job that does import it gets the rule's ``threads``,
+    whatever OMP_NUM_THREADS the environment had."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "7"}
+    out = subprocess.run([sys.executable, "-c", LIGHT_JOB, str(tmp_path / "rule.log"), str(threads)], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    assert "torch loaded by the runner: False" in out
+    assert f"torch threads: {threads}" in out

@@ -242,6 +242,18 @@ def _account(rule: str, log_path: str | None, wall_s: float, probe: bool = False
             LOG.warning("could not write %s: %s", log_path + perf.JSON_SUFFIX, err)
 
 
+def set_threads(threads: int) -> None:
+    """Make PyTorch use the rule's ``threads``. Without importing it: a job that never runs a
+    model (most light rules) would pay ~3 CPU s for ``import torch`` alone. When torch is not
+    loaded yet, ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` are set, which it reads when it is;
+    when it is, :func:`torch.set_num_threads` is called."""
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+    else:
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[var] = str(threads)
+
+
 def run(smk: Any, main: Callable[[Any, logging.Logger], None]) -> None:
     """Run ``main(snakemake, logger)``.  A :class:`PosmechError` ends the job with its
     message only (written to the log and stderr), exit status 1.  Any other exception
@@ -257,13 +269,7 @@ def run(smk: Any, main: Callable[[Any, logging.Logger], None]) -> None:
     log_path = str(smk.log[0]) if len(smk.log) else None
     log = setup_logging(log_path)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    threads = int(getattr(smk, "threads", 1) or 1)
-    try:
-        import torch
-
-        torch.set_num_threads(max(1, threads))
-    except ImportError:  # pragma: no cover
-        pass
+    set_threads(max(1, int(getattr(smk, "threads", 1) or 1)))
     t0 = time.perf_counter()
     rule = getattr(smk, "rule", "?")
     finished = False
