@@ -128,3 +128,25 @@ def test_tl_legacy_directory_loads_with_exact_attention(tmp_path):
     s = (q @ k.transpose(-1, -2)) / 2.0
     s = s.masked_fill(torch.triu(torch.ones(4, 4, dtype=torch.bool), 1), -1e9).softmax(-1)
     np.testing.assert_allclose(cache["blocks.0.attn.hook_pattern"][0].numpy(), s.numpy(), atol=1e-5)
+
+
+def test_the_engine_loads_the_tokenizer_only_when_an_analysis_reads_it(tmp_path, prev_token_model_dir):
+    """Most analyses read pre-tokenised documents: loading the model must not import
+    ``transformers`` (~1.3 CPU s per job); reading ``.tokenizer`` gives the directory's
+    tokenizer."""
+    import subprocess
+    import sys
+
+    prepare_local_model("mine", {"source": str(prev_token_model_dir)}, tmp_path)
+    code = f"""
+import sys
+from posmech.models.loading import load_model
+m = load_model({str(tmp_path)!r}, "cpu", engine="posmech")
+print("after load:", "transformers" in sys.modules)
+from transformers import AutoTokenizer
+direct = AutoTokenizer.from_pretrained({str(prev_token_model_dir)!r})
+print("same vocabulary:", m.tokenizer.get_vocab() == direct.get_vocab() != {{}})
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "after load: False" in out
+    assert "same vocabulary: True" in out

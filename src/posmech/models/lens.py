@@ -238,10 +238,12 @@ def hf_state(get: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, An
     return {k: v for k, v in sd.items() if v is not None}, cfg
 
 
-def hf_dir_reader(hf_dir: str | os.PathLike[str]) -> tuple[Callable[[str], Any], dict[str, Any]]:
+def hf_dir_reader(hf_dir: str | os.PathLike[str], framework: str = "pt") -> tuple[Callable[[str], Any], dict[str, Any]]:
     """``(get, config)`` of a Hugging Face model directory: ``get(name)`` reads one tensor from
-    its safetensors file(s) on demand (names as in :func:`hf_state`), so loading never holds
-    the Hugging Face model and the engine's copy at once."""
+    its safetensors file(s) on demand (names as in :func:`hf_state`, ``None`` if absent), so
+    loading never holds the Hugging Face model and the engine's copy at once; ``framework``
+    ``pt`` gives torch tensors, ``numpy`` numpy arrays (no torch needed); ``get.names`` is
+    the set of names it has."""
     import json
 
     from safetensors import safe_open
@@ -252,7 +254,7 @@ def hf_dir_reader(hf_dir: str | os.PathLike[str]) -> tuple[Callable[[str], Any],
     files = (sorted({d / v for v in json.loads(index.read_text())["weight_map"].values()})
              if index.exists() else [d / "model.safetensors"])
     where: dict[str, tuple[Any, str]] = {}
-    handles = [safe_open(str(p), framework="pt") for p in files]
+    handles = [safe_open(str(p), framework=framework) for p in files]
     for h in handles:
         for k in h.keys():
             where[k.removeprefix("transformer.")] = (h, k)
@@ -261,6 +263,7 @@ def hf_dir_reader(hf_dir: str | os.PathLike[str]) -> tuple[Callable[[str], Any],
         hit = where.get(name)
         return None if hit is None else hit[0].get_tensor(hit[1])
 
+    get.names = frozenset(where)  # type: ignore[attr-defined]
     return get, config
 
 
@@ -364,6 +367,15 @@ def process(sd: dict[str, Any], cfg: LensConfig) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- the engine
+class DeferredTokenizer:
+    """A tokenizer loaded on first use: ``load()`` is called when :attr:`Lens.tokenizer` is
+    first read. Loading a Hugging Face tokenizer imports ``transformers`` (~1.3 CPU s), which
+    most analyses, reading pre-tokenised documents, never need."""
+
+    def __init__(self, load: Callable[[], Any]) -> None:
+        self.load = load
+
+
 class Lens:
     """A hooked GPT-2-style transformer (see the module docstring).
 
@@ -376,7 +388,7 @@ class Lens:
 
         if processing not in ("compatibility", "raw"):
             raise PosmechError(f"unknown processing mode {processing!r}; expected `compatibility` or `raw`")
-        self.processing, self.tokenizer = processing, tokenizer
+        self.processing, self._tokenizer = processing, tokenizer
         #: the Hugging Face config (``config.to_dict()``) of the model the weights came from ({} if none)
         self.hf_config: dict[str, Any] = {}
         self.compatibility_mode = processing == "compatibility"
@@ -433,6 +445,18 @@ class Lens:
         self.hook_dict: dict[str, HookPoint] = {n: HookPoint(n) for n in names}
 
     # ------------------------------------------------------------------ torch-like surface
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's tokenizer (``None`` if it has none), loaded on first use when deferred."""
+        if isinstance(self._tokenizer, DeferredTokenizer):
+            self._tokenizer = self._tokenizer.load()
+        return self._tokenizer
+
+    @tokenizer.setter
+    def tokenizer(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+
     def parameters(self) -> Iterator[Any]:
         return iter(self.params.values())
 

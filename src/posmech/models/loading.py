@@ -15,6 +15,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from posmech.config import is_local, local_path
@@ -338,6 +339,51 @@ def resolve_device(device: str) -> str:
     return device
 
 
+class WeightView:
+    """The weights of a Hugging Face directory with the attribute paths of the model's modules,
+    read on demand as numpy arrays, without building the model or importing torch:
+    ``view.transformer.h[0].attn.c_attn.weight`` is the tensor ``h.0.attn.c_attn.weight``,
+    ``view.config.to_dict()`` the directory's ``config.json``; a module or parameter the model
+    does not have is ``None`` (as ``getattr(module, name, None)``). For code that reads a few
+    weights (the layer-0 analyses); see :func:`weight_view`."""
+
+    def __init__(self, get: Any, keys: frozenset[str], config: dict[str, Any], prefix: str = "") -> None:
+        self._get, self._keys, self._config, self._prefix = get, keys, config, prefix
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if not self._prefix and name == "config":
+            return SimpleNamespace(to_dict=lambda: dict(self._config))
+        if not self._prefix and name == "transformer":
+            return self
+        key = self._prefix + name
+        if key in self._keys:
+            return self._get(key)
+        if any(k.startswith(key + ".") for k in self._keys):
+            return WeightView(self._get, self._keys, self._config, key + ".")
+        return None
+
+    def __getitem__(self, i: int) -> Any:
+        return getattr(self, str(i))
+
+
+def weight_view(manifest: dict[str, Any]) -> WeightView:
+    """:class:`WeightView` of a configured model's Hugging Face directory (safetensors)."""
+    from posmech.models.lens import hf_dir_reader
+
+    check_hf_dir(manifest["hf_dir"], f"model {manifest.get('name')!r}")
+    get, config = hf_dir_reader(manifest["hf_dir"], framework="numpy")
+    return WeightView(get, get.names, config)
+
+
+def load_tokenizer(hf_dir: str | os.PathLike[str]) -> Any:
+    """The Hugging Face tokenizer saved in ``hf_dir``."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(hf_dir, trust_remote_code=False)
+
+
 def load_hf(manifest: dict[str, Any], device: str = "cpu", dtype: str = "float32") -> tuple[Any, Any]:
     """The Hugging Face model (eager attention, safetensors only) and its tokenizer."""
     import torch
@@ -407,6 +453,13 @@ def count_bridge_forwards(bridge: Any) -> Any:
 ENGINES = ("auto", "posmech", "bridge")
 
 
+def _deferred_tokenizer(hf_dir: str | os.PathLike[str]) -> Any:
+    """The directory's Hugging Face tokenizer, loaded when the analysis first reads it."""
+    from posmech.models.lens import DeferredTokenizer
+
+    return DeferredTokenizer(lambda: load_tokenizer(hf_dir))
+
+
 def load_model(
     manifest: dict[str, Any] | str | os.PathLike[str],
     device: str = "auto",
@@ -437,10 +490,9 @@ def load_model(
             if why is None:
                 import torch
                 from safetensors.torch import load_file
-                from transformers import AutoTokenizer
 
                 hf_dir = Path(m["hf_dir"])
-                tok = AutoTokenizer.from_pretrained(hf_dir) if (hf_dir / "tokenizer_config.json").exists() else None
+                tok = _deferred_tokenizer(hf_dir) if (hf_dir / "tokenizer_config.json").exists() else None
                 sd = {k: v.to(torch.float32) for k, v in load_file(str(hf_dir / "model.safetensors")).items()}
                 log.info("forward engine: posmech (legacy TransformerLens checkpoint, %s)", processing)
                 return lens.from_tl_state(sd, cj, tok, processing, dev, dtype, copy=False)
@@ -448,9 +500,7 @@ def load_model(
             check_hf_dir(m["hf_dir"], f"model {m.get('name')!r}")
             why = lens.unsupported_hf(json.loads((Path(m["hf_dir"]) / "config.json").read_text()))
             if why is None:
-                from transformers import AutoTokenizer
-
-                tok = AutoTokenizer.from_pretrained(m["hf_dir"], trust_remote_code=False)
+                tok = _deferred_tokenizer(m["hf_dir"])
                 log.info("forward engine: posmech (%s, %s)", m["hf_dir"], processing)
                 return lens.from_hf_dir(m["hf_dir"], tok, processing, dev, dtype)
         if engine == "posmech":
