@@ -31,7 +31,7 @@ def real_pre(bridge, ids):
 def main(smk, log):
     model, p, entry, out = smk.wildcards.model, dict(smk.params.neurons), smk.params.entry, smk.output
     man = read_manifest(smk.input.manifest)
-    w, ov, _ = nr.load_weights(man, model)
+    w, ov, _ = nr.load_weights(man, model, tokenizer=False)
     dec = cx.read_decomposition(smk.input.h5)
     st = nr.setup_from_artifact(smk.input.extended, dec, w, ov)
     neurons = nr.resolve_neurons(p["neurons"], read_table(smk.input.ranking), p["n_auto"], ov.d_mlp, model)

@@ -13,7 +13,7 @@ from posmech.tables import read_table, scorecard_rows, write_table
 def main(smk, log):
     model, p, out = smk.wildcards.model, dict(smk.params.neurons), smk.output
     man = read_manifest(smk.input.manifest)
-    w, ov, _ = nr.load_weights(man, model)
+    w, ov, _ = nr.load_weights(man, model, tokenizer=False)
     nr.check_neurons(p["neurons"], ov.d_mlp, model)
     dec = cx.read_decomposition(smk.input.h5)
     heads = nr.select_heads(read_table(smk.input.classes), p["heads"], p["head_classes"], w.n_heads)

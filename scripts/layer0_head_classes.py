@@ -14,7 +14,7 @@ NAMES = {"detokenization": "detokenization_heads", "contextual": "contextual_hea
 def main(smk, log):
     model, p, out = smk.wildcards.model, dict(smk.params.contextual), smk.output
     dec = cx.read_decomposition(smk.input.h5)
-    w, _ = cx.load_weights(read_manifest(smk.input.manifest), model)
+    w, _ = cx.load_weights(read_manifest(smk.input.manifest), model, tokenizer=False)
     pos = cx.resolved_positions(p, w.n_ctx, model)
     mass, excess, count = cx.duplicate_scores(w, float(dec.attrs["ln_scale_used"]), list(dec.token_ids),
                                               pos["max_position"])

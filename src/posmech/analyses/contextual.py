@@ -180,13 +180,21 @@ def refuse_unsupported(hf_config: dict[str, Any], model: str, key: str = "contex
         )
 
 
+def as_float64(t: Any) -> np.ndarray:
+    """A torch tensor or numpy array as a float64 numpy array."""
+    if hasattr(t, "detach"):
+        t = t.detach().double().cpu().numpy()
+    return np.asarray(t, dtype=np.float64)
+
+
 def weights_from_hf(model: Any, name: str = "model") -> Layer0Weights:
-    """:class:`Layer0Weights` of a Hugging Face GPT-2 or GPT-Neo model (its raw weights:
-    the function, hence the decomposition, does not depend on TransformerLens processing)."""
+    """:class:`Layer0Weights` of a Hugging Face GPT-2 or GPT-Neo model, or of its directory's
+    :class:`posmech.models.loading.WeightView` (its raw weights: the function, hence the
+    decomposition, does not depend on TransformerLens processing)."""
     cfg = model.config.to_dict()
     refuse_unsupported(cfg, name)
     body = getattr(model, "transformer", None)
-    get = lambda t: t.detach().double().cpu().numpy()  # noqa: E731
+    get = as_float64
     mtype = cfg.get("model_type")
     if body is None or mtype not in ("gpt2", "gpt_neo"):
         raise PosmechError(f"model {name!r}: the layer-0 decomposition supports GPT-2 and GPT-Neo models with "
@@ -234,27 +242,26 @@ def weights_from_tl(state: dict[str, Any], cfg: dict[str, Any], name: str = "mod
                          get("blocks.0.attn.b_K"), scale)
 
 
-def load_weights(manifest: dict[str, Any], name: str) -> tuple[Layer0Weights, Any]:
+def load_weights(manifest: dict[str, Any], name: str, tokenizer: bool = True) -> tuple[Layer0Weights, Any]:
     """Layer-0 weights of a configured model (``manifest`` of
-    :func:`posmech.models.loading.read_manifest`) and its tokenizer: Hugging Face GPT-2 /
-    GPT-Neo directories and legacy TransformerLens checkpoints (safetensors)."""
-    from posmech.models.loading import is_tl_legacy_dir, load_hf
+    :func:`posmech.models.loading.read_manifest`) and its tokenizer (``None`` when
+    ``tokenizer`` is false: loading it imports ``transformers``): Hugging Face GPT-2 /
+    GPT-Neo directories and legacy TransformerLens checkpoints (safetensors). The weights
+    are read from the files; no model is built."""
+    from posmech.models.loading import is_tl_legacy_dir, load_tokenizer, weight_view
 
     hf_dir = Path(manifest["hf_dir"])
     cfg = json.loads((hf_dir / "config.json").read_text())
     refuse_unsupported(cfg, name)
     if is_tl_legacy_dir(hf_dir):
         from safetensors.numpy import load_file
-        from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(hf_dir) if (hf_dir / "tokenizer_config.json").exists() else None
-        if tok is None and cfg.get("tokenizer_name"):
-            tok = AutoTokenizer.from_pretrained(cfg["tokenizer_name"])
-        if tok is None:
+        own = (hf_dir / "tokenizer_config.json").exists()
+        if not own and not cfg.get("tokenizer_name"):
             raise PosmechError(f"model {name!r}: {str(hf_dir)!r} has no tokenizer; save it into the directory")
+        tok = load_tokenizer(hf_dir if own else cfg["tokenizer_name"]) if tokenizer else None
         return weights_from_tl(load_file(str(hf_dir / "model.safetensors")), cfg, name), tok
-    model, tokenizer = load_hf(manifest, "cpu", "float32")
-    return weights_from_hf(model, name), tokenizer
+    return weights_from_hf(weight_view(manifest), name), load_tokenizer(hf_dir) if tokenizer else None
 
 
 # --------------------------------------------------------------------------- decomposition

@@ -113,7 +113,7 @@ def ov_from_hf(model: Any, name: str = "model") -> Layer0OV:
     blk = model.transformer.h[0]
     if getattr(blk, "mlp", None) is None:
         raise no_mlp_error(name)
-    get = lambda t: t.detach().double().cpu().numpy()  # noqa: E731
+    get = cx.as_float64
     d, H = int(cfg["n_embd"]), int(cfg["n_head"])
     dh = d // H
     W, b = get(blk.attn.c_attn.weight), get(blk.attn.c_attn.bias)
@@ -139,10 +139,11 @@ def ov_from_tl(state: dict[str, Any], cfg: dict[str, Any], name: str = "model") 
                     get("blocks.0.mlp.W_in"), opt("blocks.0.mlp.b_in", int(cfg["d_mlp"])))
 
 
-def load_weights(manifest: dict[str, Any], name: str) -> tuple[cx.Layer0Weights, Layer0OV, Any]:
+def load_weights(manifest: dict[str, Any], name: str, tokenizer: bool = True) -> tuple[cx.Layer0Weights, Layer0OV, Any]:
     """Layer-0 query/key weights (:class:`posmech.analyses.contextual.Layer0Weights`), the
-    value/MLP weights and the tokenizer of a configured model."""
-    from posmech.models.loading import is_tl_legacy_dir, load_hf
+    value/MLP weights and the tokenizer (``None`` when ``tokenizer`` is false) of a configured
+    model, read from its files (no model is built)."""
+    from posmech.models.loading import is_tl_legacy_dir, load_tokenizer, weight_view
 
     hf_dir = Path(manifest["hf_dir"])
     cfg = json.loads((hf_dir / "config.json").read_text())
@@ -151,11 +152,12 @@ def load_weights(manifest: dict[str, Any], name: str) -> tuple[cx.Layer0Weights,
             raise no_mlp_error(name)
         from safetensors.numpy import load_file
 
-        w, tok = cx.load_weights(manifest, name)
+        w, tok = cx.load_weights(manifest, name, tokenizer)
         return w, ov_from_tl(load_file(str(hf_dir / "model.safetensors")), cfg, name), tok
     cx.refuse_unsupported(cfg, name, "neurons.models")
-    model, tok = load_hf(manifest, "cpu", "float32")
-    return cx.weights_from_hf(model, name), ov_from_hf(model, name), tok
+    view = weight_view(manifest)
+    return (cx.weights_from_hf(view, name), ov_from_hf(view, name),
+            load_tokenizer(hf_dir) if tokenizer else None)
 
 
 # --------------------------------------------------------------------------- exact layer 0
