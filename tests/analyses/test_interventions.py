@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -413,3 +414,46 @@ def test_run_hooked_without_logits_captures_the_same_patterns(two_prev_dir, engi
         np.testing.assert_array_equal(short[k], full[k])
     first, _ = iv.run_hooked(model, TOKENS, hooks, capture=[(0, 1)])  # the posmech engine stops after layer 0
     np.testing.assert_array_equal(first[(0, 1)], full[(0, 1)])
+
+
+@pytest.mark.parametrize("engine", ["bridge", "posmech"])
+def test_documents_of_equal_length_share_passes_with_the_same_results(two_prev_dir, engine, monkeypatch):
+    """Consecutive documents of equal length run in one batched pass per condition
+    (``BATCH_TOKENS``); the rows and zooms equal one pass per document (float32 rounding),
+    documents of another length break the batch, and the order of the rows is the documents'."""
+    model = load_model({"hf_dir": str(two_prev_dir), "name": "twoprev"}, device="cpu", engine=engine)
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, 8, N) for _ in range(5)] + [TOKENS[:9]] + [rng.integers(0, 8, N) for _ in range(3)]
+    W = model.W_pos.detach().double().numpy()
+    deltas = {layer: iv.extended_shift(W - W.mean(0), 4, 0, group_average) for layer in (0, 1)}
+    runs = {
+        "P5": lambda: iv.prev_knockout(model, docs, "L1H0", [0], period=3, zoom=6),
+        "P14": lambda: iv.repeated_tokens(model, docs, "L1H0", zoom=6, context=2),
+        "P15": lambda: iv.extended_averaging(model, docs, ["L0H1", "L1H0"], deltas, zoom=6),
+    }
+    passes = []
+    real = iv.run_hooked
+
+    def counting(bridge, tokens, *a, **k):
+        passes.append(np.asarray(tokens).shape)
+        return real(bridge, tokens, *a, **k)
+
+    monkeypatch.setattr(iv, "run_hooked", counting)
+    for claim, experiment in runs.items():
+        passes.clear()
+        batched = experiment()
+        shapes = set(passes)
+        assert shapes == {(5, N), (1, 9), (3, N)}, (claim, passes)  # 3 groups per condition
+        monkeypatch.setattr(iv, "BATCH_TOKENS", N)  # one document per pass
+        passes.clear()
+        single = experiment()
+        monkeypatch.setattr(iv, "BATCH_TOKENS", 1024)
+        assert set(passes) == {(1, N), (1, 9)}
+        rows_b, rows_s = pd.DataFrame(batched[0]), pd.DataFrame(single[0])
+        pd.testing.assert_frame_equal(rows_b, rows_s, check_exact=False, atol=1e-6, rtol=0)
+        zb = batched[1] if isinstance(batched[1], list) else [batched[1]]
+        zs = single[1] if isinstance(single[1], list) else [single[1]]
+        for a, b in zip(zb, zs):
+            assert a.matrices.keys() == b.matrices.keys()
+            for key in a.matrices:
+                np.testing.assert_allclose(a.matrices[key], b.matrices[key], atol=1e-6)
