@@ -217,3 +217,32 @@ def test_calibration_text_is_the_typical_one(model, tmp_path):
     dec = layer0(tmp_path, w, texts, destination=5)
     assert nr.calibration_index(dec, [2], None, 5) == 1
     assert nr.calibration_index(dec, [2], "t2", 5) == 2
+
+
+def test_weights_read_from_the_files_equal_the_models(model, tmp_path):
+    """The rules read layer-0 weights from the safetensors files (no model built, no torch or
+    transformers imported without a tokenizer); they equal the model's own parameters."""
+    import subprocess
+    import sys
+    from dataclasses import fields
+
+    from posmech.models.loading import prepare_local_model
+
+    m, w, ov, _ = model
+    m.save_pretrained(tmp_path / "hf", safe_serialization=True)
+    hb.char_tokenizer(V).save_pretrained(tmp_path / "hf")
+    man = prepare_local_model("planted", {"source": str(tmp_path / "hf")}, tmp_path)
+    w2, ov2, tok = nr.load_weights(man, "planted")
+    assert tok is not None and len(tok) == len(hb.char_tokenizer(V))
+    for mine, theirs in ((w, w2), (ov, ov2)):
+        for f in fields(mine):
+            np.testing.assert_array_equal(getattr(theirs, f.name), getattr(mine, f.name), err_msg=f.name)
+    code = f"""
+import sys
+from posmech.analyses import neurons as nr
+from posmech.models.loading import read_manifest
+w, ov, tok = nr.load_weights(read_manifest({str(tmp_path)!r}), "planted", tokenizer=False)
+print(tok, "torch" in sys.modules, "transformers" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["None", "False", "False"]
