@@ -150,3 +150,20 @@ print("same vocabulary:", m.tokenizer.get_vocab() == direct.get_vocab() != {{}})
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "after load: False" in out
     assert "same vocabulary: True" in out
+
+
+def test_weight_view_reads_bfloat16_weights(tmp_path):
+    """numpy has no bfloat16: such tensors are read through torch (as float32)."""
+    from safetensors.torch import save_file
+
+    from posmech.models.loading import weight_view
+
+    w = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    save_file({"transformer.h.0.ln_1.weight": w.to(torch.bfloat16), "transformer.wpe.weight": w},
+              str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    hb.char_tokenizer(8).save_pretrained(tmp_path)
+    view = weight_view({"hf_dir": str(tmp_path), "name": "bf16"})
+    np.testing.assert_array_equal(view.transformer.h[0].ln_1.weight, w.numpy())
+    np.testing.assert_array_equal(view.wpe.weight, w.numpy())
+    assert view.h[0].mlp is None and view.config.to_dict() == {"model_type": "gpt2"}

@@ -373,8 +373,18 @@ def weight_view(manifest: dict[str, Any]) -> WeightView:
     from posmech.models.lens import hf_dir_reader
 
     check_hf_dir(manifest["hf_dir"], f"model {manifest.get('name')!r}")
-    get, config = hf_dir_reader(manifest["hf_dir"], framework="numpy")
-    return WeightView(get, get.names, config)
+    get_np, config = hf_dir_reader(manifest["hf_dir"], framework="numpy")
+    get_pt: list[Any] = []
+
+    def get(name: str) -> Any:
+        try:
+            return get_np(name)
+        except TypeError:  # bfloat16: numpy has no such dtype; read it with torch as float32
+            if not get_pt:
+                get_pt.append(hf_dir_reader(manifest["hf_dir"], framework="pt")[0])
+            return get_pt[0](name).float().numpy()
+
+    return WeightView(get, get_np.names, config)
 
 
 def load_tokenizer(hf_dir: str | os.PathLike[str]) -> Any:
