@@ -445,7 +445,6 @@ class Lens:
         self.hook_dict: dict[str, HookPoint] = {n: HookPoint(n) for n in names}
 
     # ------------------------------------------------------------------ torch-like surface
-
     @property
     def tokenizer(self) -> Any:
         """The model's tokenizer (``None`` if it has none), loaded on first use when deferred."""
