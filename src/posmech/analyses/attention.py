@@ -10,8 +10,8 @@ named, a mass is measured and a window is cut the same way everywhere:
   per query, :func:`mean_prev_token_mass` averaged over a set of query rows);
 * a zoom window is a ``size × size`` block on the diagonal (:func:`window` fits it into a
   document, :func:`window_block` cuts it);
-* documents are run in batches of equal length, one forward pass per batch feeding one or
-  several *collectors* at once (:func:`run_collectors`): the diagonal taxonomy (P6/P7) and
+* documents are run in batches of equal length (:func:`equal_length_batches`), one forward
+  pass per batch feeding one or several *collectors* at once (:func:`run_collectors`): the diagonal taxonomy (P6/P7) and
   the score taxa (P13) share their passes this way.
 
 Patterns are ``[T, T]`` arrays (query, key) of one head on one document.
@@ -20,7 +20,7 @@ Patterns are ``[T, T]`` arrays (query, key) of one head on one document.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -89,6 +89,19 @@ def window_block(pattern: np.ndarray, start: int, size: int) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- passes
+def equal_length_batches(lengths: Sequence[int], max_docs: Callable[[int], int],
+                         same: Callable[[int, int], bool] | None = None) -> Iterator[slice]:
+    """Consecutive items grouped into batches: an item joins the current batch when it has
+    the batch's length, the batch holds fewer than ``max_docs(length)`` items and, if given,
+    ``same(first item of the batch, item)``; yields each batch as a slice of the items."""
+    start = 0
+    for j in range(1, len(lengths) + 1):
+        if (j == len(lengths) or lengths[j] != lengths[start] or j - start >= max(1, max_docs(lengths[start]))
+                or (same is not None and not same(start, j))):
+            yield slice(start, j)
+            start = j
+
+
 class Collector(Protocol):
     """What :func:`run_collectors` feeds: before a batch's forward pass, ``hooks(batch, n)``
     returns the ``(hook name, function)`` pairs it needs for ``batch`` documents of ``n``
@@ -114,17 +127,16 @@ def run_collectors(
 
     n_ctx = int(bridge.cfg.n_ctx)
     device = next(bridge.parameters()).device
-    groups: list[tuple[list[np.ndarray], tuple[Collector, ...]]] = []
-    for doc, cols in items:
-        cols = tuple(cols)
+    for doc, _ in items:
         if len(doc) > n_ctx:
             raise PosmechError(f"document of {len(doc)} tokens exceeds the model context {n_ctx}")
-        last = groups[-1] if groups else None
-        if (last is None or len(last[0]) >= batch_size or len(last[0][0]) != len(doc)
-                or len(last[1]) != len(cols) or any(a is not b for a, b in zip(last[1], cols))):
-            groups.append(([np.asarray(doc)], cols))
-        else:
-            last[0].append(np.asarray(doc))
+    cols_of = [tuple(cols) for _, cols in items]
+
+    def same(i: int, j: int) -> bool:
+        return len(cols_of[i]) == len(cols_of[j]) and all(a is b for a, b in zip(cols_of[i], cols_of[j]))
+
+    groups = [([np.asarray(items[j][0]) for j in range(s.start, s.stop)], cols_of[s.start])
+              for s in equal_length_batches([len(d) for d, _ in items], lambda n: batch_size, same)]
     bar = Progress(sum(len(g[0]) for g in groups)) if progress else None
     with torch.inference_mode():
         for docs, cols in groups:

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from posmech.analyses.attention import check_head, parse_head, prev_token_mass, window_block
+from posmech.analyses.attention import check_head, equal_length_batches, parse_head, prev_token_mass, window_block
 from posmech.errors import PosmechError
 
 LOG = logging.getLogger(__name__)
@@ -245,18 +245,12 @@ def hooked_passes(
 
     budget = BATCH_TOKENS if batch_tokens is None else batch_tokens
     progress = Progress(len(docs))
-    i = 0
-    while i < len(docs):
-        T = len(docs[i])
-        k = i + 1
-        while k < len(docs) and len(docs[k]) == T and (k - i + 1) * T <= budget:
-            k += 1
-        batch = np.stack([np.asarray(d, dtype=np.int64) for d in docs[i:k]])
-        got = {c: run_hooked(bridge, batch, hooks, capture)[0] for c, hooks in conditions(T).items()}
-        for b in range(k - i):
-            yield i + b, docs[i + b], {c: {lh: p[b] for lh, p in g.items()} for c, g in got.items()}
-        progress.update(k)
-        i = k
+    for s in equal_length_batches([len(d) for d in docs], lambda T: budget // T):
+        batch = np.stack([np.asarray(d, dtype=np.int64) for d in docs[s]])
+        got = {c: run_hooked(bridge, batch, hooks, capture)[0] for c, hooks in conditions(batch.shape[1]).items()}
+        for b, j in enumerate(range(s.start, s.stop)):
+            yield j, docs[j], {c: {lh: p[b] for lh, p in g.items()} for c, g in got.items()}
+        progress.update(s.stop)
     progress.finish()
 
 
