@@ -272,7 +272,6 @@ def _load_tl_legacy(hf_dir: str, device: str, dtype: str) -> Any:
     from transformer_lens.config import TransformerBridgeConfig
     from transformer_lens.model_bridge.sources.native import boot as boot_native
     from transformer_lens.utilities.tl_checkpoint_conversion import convert_tl_checkpoint
-    from transformers import AutoTokenizer
 
     cj = json.loads((Path(hf_dir) / "config.json").read_text())
     refuse_shortformer(cj, repr(str(hf_dir)))
@@ -285,7 +284,7 @@ def _load_tl_legacy(hf_dir: str, device: str, dtype: str) -> Any:
         architecture="TransformerLensNative",
     )
     cfg.original_architecture = cj.get("architecture", "neel")  # type: ignore[attr-defined]
-    tok = AutoTokenizer.from_pretrained(hf_dir) if (Path(hf_dir) / "tokenizer_config.json").exists() else None
+    tok = load_tokenizer(hf_dir) if (Path(hf_dir) / "tokenizer_config.json").exists() else None
     tdtype = getattr(torch, dtype)
     bridge = boot_native(cfg, tokenizer=tok, device=device, dtype=tdtype, model_name=str(hf_dir))
     sd = {k: v.to(tdtype) for k, v in load_file(str(Path(hf_dir) / "model.safetensors")).items()}
@@ -397,7 +396,7 @@ def load_tokenizer(hf_dir: str | os.PathLike[str]) -> Any:
 def load_hf(manifest: dict[str, Any], device: str = "cpu", dtype: str = "float32") -> tuple[Any, Any]:
     """The Hugging Face model (eager attention, safetensors only) and its tokenizer."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     hf_dir = manifest["hf_dir"]
     check_hf_dir(hf_dir, f"model {manifest.get('name')!r}")
@@ -408,7 +407,7 @@ def load_hf(manifest: dict[str, Any], device: str = "cpu", dtype: str = "float32
         attn_implementation="eager",
         dtype=getattr(torch, dtype),
     )
-    tok = AutoTokenizer.from_pretrained(hf_dir, trust_remote_code=False)
+    tok = load_tokenizer(hf_dir)
     model.to(device).eval()
     return model, tok
 
