@@ -133,6 +133,17 @@ def test_shapes_are_sorted_largest_first_and_line_round_trips():
     perf.reset()
 
 
+def test_the_record_names_the_heavy_libraries_the_job_imported(monkeypatch):
+    import sys
+
+    monkeypatch.delitem(sys.modules, "seaborn", raising=False)
+    assert "seaborn" not in perf.job_record("x")["libraries"]
+    monkeypatch.setitem(sys.modules, "seaborn", object())
+    libraries = perf.job_record("x")["libraries"]
+    assert "seaborn" in libraries and "torch" in libraries  # this test module imports torch
+    assert libraries == [name for name in perf.HEAVY_LIBRARIES if name in libraries]  # the documented order
+
+
 def _job(tmp_path: Path, rule: str = "probed", n_forwards: int = 1, fail: bool = False):
     """Run a job through :func:`posmech.runner.run` in this process; its PERF record and log text."""
     from types import SimpleNamespace

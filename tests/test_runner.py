@@ -149,3 +149,7 @@ def test_a_job_does_not_import_torch_and_a_model_job_gets_the_rules_threads(tmp_
                          capture_output=True, text=True, check=True).stdout
     assert "torch loaded by the runner: False" in out
     assert f"torch threads: {threads}" in out
+    import json
+
+    record = json.loads((tmp_path / "rule.log.perf.json").read_text())
+    assert "torch" in record["libraries"] and "matplotlib" not in record["libraries"], record

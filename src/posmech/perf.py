@@ -17,6 +17,9 @@ Every forward engine calls :func:`count_forward` once per forward pass of the wh
   start, imports, model load: the job's fixed cost); ``null`` without forward passes.
 * ``forwards``: forward passes by shape ``"{batch}x{n_tokens}"`` (sequences × positions
   per sequence), e.g. ``{"1x1024": 12}``.
+* ``libraries``: which of the heavy libraries (:data:`HEAVY_LIBRARIES`) the job had
+  imported by its end — on a small model their import is most of a job's cost
+  (docs/performance.md), so a job that loads one it does not need shows here.
 * ``probe`` (only with ``POSMECH_PERF_PROBE`` set, only in a job that made forward passes and
   finished): the job's own floor, measured in its process right after its work, so that
   its CPU seconds can be set against a bare forward pass timed at the same moment on the
@@ -56,6 +59,9 @@ PROBE_ROUNDS_ENV = "POSMECH_PERF_PROBE_ROUNDS"
 PROBE_ROUNDS = 3
 #: positions of the probe's one sequence (fewer if the model's context is shorter)
 PROBE_TOKENS = 1024
+#: libraries whose import costs ~0.3-3 CPU s each, named in each job's record
+HEAVY_LIBRARIES = ("torch", "transformers", "transformer_lens", "pandas", "matplotlib", "seaborn", "scipy",
+                   "h5py", "sklearn", "datasets", "tokenizers")
 
 
 #: CPU seconds of the process (self + children) when its first forward pass began
@@ -118,6 +124,7 @@ def job_record(rule: str = "?", wall_s: float | None = None) -> dict[str, Any]:
         "cpu_s_first_forward": round(_FIRST[0], 3) if _FIRST else None,
         "peak_rss_mb": round(max(_maxrss_mb(resource.RUSAGE_SELF), _maxrss_mb(resource.RUSAGE_CHILDREN)), 1),
         "forwards": forwards(),
+        "libraries": [name for name in HEAVY_LIBRARIES if name in sys.modules],
         "pid": os.getpid(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
