@@ -28,7 +28,17 @@ $(BIN)/snakemake: requirements.lock pyproject.toml
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $@
 
-setup: $(BIN)/snakemake
+# Byte-compile the environment once.  Where PYTHONDONTWRITEBYTECODE is set (container images
+# often set it) pip writes no .pyc files and Python never caches what it compiles, so every
+# job would compile torch, pandas and matplotlib from source again: ~2.5 CPU s more per job,
+# ~150 CPU s over the demo DAG (docs/performance.md).  compileall writes the cache whatever
+# that variable says, and Python reads it.  A few files of torch's test suite use newer syntax
+# and fail to compile (they are never imported): hence `|| true`.
+$(VENV)/.bytecode: $(BIN)/snakemake
+	$(BIN)/python -m compileall -q -q -j 0 $(VENV)/lib || true
+	touch $@
+
+setup: $(BIN)/snakemake $(VENV)/.bytecode
 
 demo: setup
 	$(BIN)/snakemake --cores $(CORES) --configfile config/demo.yaml
