@@ -224,6 +224,63 @@ def test_prev_knockout_experiment(copy_bridge):
     assert_unchanged(copy_bridge, snap)
 
 
+def relay_spec() -> hb.Spec:
+    """P5's mechanism, planted: L1H0 finds the previous position only through layer 0.
+
+    Layer 0's L0H1 is an exact previous-token head on the positions (dims 0..11, spare 25)
+    and copies the attended key's position, one-hot, into dims 12..23 (spare 24).  L1H0's
+    query reads that copy and its key reads the key's own position: its score is 30 on the
+    key whose position layer 0 copied (the previous one) and 0 elsewhere.  A query whose
+    copy is missing (layer 0 could not attend to its previous position) has a zero query
+    vector, so L1H0 attends uniformly over its q + 1 keys there: previous-token mass
+    exactly 1 / (q + 1)."""
+    spec = hb.positional_spec(n_ctx=N, n_layer=2, n_head=2, scores={(0, 1): hb.previous_token_scores(N)})
+    d, dh = spec.d_model, spec.dh  # 26, 13
+    amp = np.sqrt(d / 2.0)  # LN maps a one-hot position (with its spare) to amp·(e_i − e_spare)
+    W_V = np.zeros((d, dh))
+    W_V[np.arange(N), np.arange(N)] = 1.0
+    W_O = np.zeros((dh, d))
+    W_O[np.arange(N), N + np.arange(N)] = 1.0 / amp
+    W_O[np.arange(N), 2 * N] = -1.0 / amp
+    spec.heads[(0, 1)].update(W_V=W_V, W_O=W_O)
+    # layer 1's input is two unit blocks (position + copy): LN multiplies it by sqrt(d / 4)
+    a = np.sqrt(30.0 * np.sqrt(dh) / (d / 4.0))
+    W_Q = np.zeros((d, dh))
+    W_K = np.zeros((d, dh))
+    W_Q[N + np.arange(N), np.arange(N)] = a
+    W_K[np.arange(N), np.arange(N)] = a
+    spec.heads[(1, 0)] = {"W_Q": W_Q, "W_K": W_K}
+    return spec
+
+
+@pytest.mark.parametrize("engine", ["bridge", "posmech"])
+def test_knockout_disrupts_a_later_head_only_if_it_reads_layer_0(tmp_path, two_prev_dir, engine):
+    """P5 tells the two ways a layer-1 previous-token head can work apart.  Reading layer 0's
+    copy of the previous position (``relay_spec``), knocking out layer 0's attention to the
+    previous position at queries 5 and 10 leaves L1H0 uniform there (mass 1/6 and 1/11,
+    every other query unchanged at ~1); reading the positions itself (``two_prev_dir``, as
+    the trained demo model's L1H0 does), the same knock-out changes nothing."""
+    relay = load_model({"hf_dir": str(hb.save_model_dir(relay_spec(), tmp_path / "relay")), "name": "relay"},
+                       device="cpu", engine=engine)
+    rows, zoom = iv.prev_knockout(relay, [TOKENS], "L1H0", layers=[0], period=5, zoom=N)
+    by = {(r["condition"], r["query_set"]): r["prev_mass"] for r in rows}
+    assert by[("intact", "all")] > 0.999
+    assert by[("knockout", "knocked")] == pytest.approx((1 / 6 + 1 / 11) / 2, abs=1e-5)
+    assert by[("knockout", "other")] > 0.999
+    assert by[("knockout_renormalised", "knocked")] < 0.2  # layer 0 copied some other position
+    knocked = zoom.matrices["knockout"]
+    for q in (5, 10):
+        np.testing.assert_allclose(knocked[q, : q + 1], 1.0 / (q + 1), atol=1e-5)
+
+    direct = load_model({"hf_dir": str(two_prev_dir), "name": "twoprev"}, device="cpu", engine=engine)
+    rows, _ = iv.prev_knockout(direct, [TOKENS], "L1H0", layers=[0], period=5, zoom=N)
+    by = {(r["condition"], r["query_set"]): r["prev_mass"] for r in rows}
+    assert by[("intact", "all")] > 0.999
+    for condition in ("knockout", "knockout_renormalised"):
+        for query_set in ("all", "knocked", "other"):
+            assert by[(condition, query_set)] == pytest.approx(by[("intact", query_set)], abs=1e-6)
+
+
 def test_extended_averaging_on_positional_model(two_prev_bridge):
     b = two_prev_bridge
     snap = snapshot(b)
