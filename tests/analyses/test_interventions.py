@@ -271,6 +271,10 @@ def test_knockout_disrupts_a_later_head_only_if_it_reads_layer_0(tmp_path, two_p
     knocked = zoom.matrices["knockout"]
     for q in (5, 10):
         np.testing.assert_allclose(knocked[q, : q + 1], 1.0 / (q + 1), atol=1e-5)
+    params = {"head": "L1H0", "layers": [0], "period": 5, "phase": 0}
+    card = {r["quantity"]: r for r in iv.knockout_scorecard(iv.tidy(rows, "P5", "relay", params), "relay", "f.png")}
+    assert card["prev_token_mass_ratio"]["value"] == pytest.approx((9 + 1 / 6 + 1 / 11) / 11, abs=1e-4)
+    assert "no effect" not in card["prev_token_mass_ratio"]["detail"]
 
     direct = load_model({"hf_dir": str(two_prev_dir), "name": "twoprev"}, device="cpu", engine=engine)
     rows, _ = iv.prev_knockout(direct, [TOKENS], "L1H0", layers=[0], period=5, zoom=N)
@@ -279,6 +283,18 @@ def test_knockout_disrupts_a_later_head_only_if_it_reads_layer_0(tmp_path, two_p
     for condition in ("knockout", "knockout_renormalised"):
         for query_set in ("all", "knocked", "other"):
             assert by[(condition, query_set)] == pytest.approx(by[("intact", query_set)], abs=1e-6)
+    card = {r["quantity"]: r for r in iv.knockout_scorecard(iv.tidy(rows, "P5", "direct", params), "direct", "f.png")}
+    for quantity in ("prev_token_mass_ratio", "prev_token_mass_ratio_renormalised"):
+        assert card[quantity]["value"] == pytest.approx(1.0, abs=1e-6)
+        assert card[quantity]["detail"].startswith(
+            "no effect (prev-token mass +0.000): L1H0 does not rely on layer 0's attention to the previous position;")
+
+
+def test_knockout_verdict_names_the_layers_and_keeps_quiet_about_an_effect():
+    assert iv.knockout_verdict(0.93, 0.94, "L4H11", [0, 1, 2, 3]) == (
+        "no effect (prev-token mass +0.010): L4H11 does not rely on layers 0–3's attention to the previous position")
+    assert iv.knockout_verdict(0.93, 0.90, "L4H11", [0, 1, 2, 3]) is None  # moved by NO_EFFECT or more
+    assert iv.knockout_verdict(0.93, float("nan"), "L4H11", [0]) is None
 
 
 def test_extended_averaging_on_positional_model(two_prev_bridge):

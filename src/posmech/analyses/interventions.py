@@ -563,9 +563,32 @@ def pooled(df: Any, by: list[str]) -> Any:
     return g
 
 
+#: a knock-out that moves the sharp head's pooled previous-token mass (all queries) by less
+#: than this is called "no effect" in the P5 figure's title and scorecard rows (a choice: the
+#: post's "strongly disrupted" is far beyond it)
+NO_EFFECT = 0.02
+
+
+def layers_words(layers: list[int]) -> str:
+    """``"layer 0"`` or ``"layers 0–3"``."""
+    return f"layers {layers[0]}–{layers[-1]}" if len(layers) > 1 else f"layer {layers[0]}"
+
+
+def knockout_verdict(intact: float, knockout: float, head: str, layers: list[int]) -> str | None:
+    """P5 in words when the knock-out moves ``head``'s pooled previous-token mass by less
+    than :data:`NO_EFFECT` (``None`` otherwise): the head does not rely on the knocked-out
+    layers' attention to the previous position.  The figure and the scorecard both use it."""
+    change = knockout - intact
+    if not abs(change) < NO_EFFECT:
+        return None
+    return (f"no effect (prev-token mass {change:+.3f}): {head} does not rely on {layers_words(layers)}'s "
+            "attention to the previous position")
+
+
 def knockout_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any]]:
-    """P5 scorecard rows: pooled masses and the after/before ratio (all queries); with no
-    layer to knock out (sharp head in layer 0) the ratios are left empty with the reason."""
+    """P5 scorecard rows: pooled masses and the after/before ratio (all queries), with
+    :func:`knockout_verdict`'s words when the knock-out has no effect; with no layer to knock
+    out (sharp head in layer 0) the ratios are left empty with the reason."""
     m = pooled(df, ["condition", "query_set"])
     head = df["head"].iloc[0]
     rows = [{"claim": "P5", "model": model, "quantity": f"prev_token_mass_{c}", "value": float(m[(c, "all")]),
@@ -577,10 +600,12 @@ def knockout_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any
                "the previous position")
         return rows + [{"claim": "P5", "model": model, "quantity": q, "value": None, "detail": why, "artifact": artifact}
                        for q in ("prev_token_mass_ratio", "prev_token_mass_ratio_renormalised")]
+    knocked = [int(x) for x in str(layers).split(";")]
     for c, q in (("knockout", "prev_token_mass_ratio"), ("knockout_renormalised", "prev_token_mass_ratio_renormalised")):
+        verdict = knockout_verdict(float(m[("intact", "all")]), float(m[(c, "all")]), head, knocked)
         rows.append({"claim": "P5", "model": model, "quantity": q, "value": float(m[(c, "all")] / m[("intact", "all")]),
-                     "detail": f"{head}: {c} / intact, all queries; knocked-only {m[(c, 'knocked')]:.3f} vs "
-                               f"{m[('intact', 'knocked')]:.3f}; layers {df['layers'].iloc[0] or 'none'}",
+                     "detail": (f"{verdict}; " if verdict else "") + f"{head}: {c} / intact, all queries; knocked-only "
+                               f"{m[(c, 'knocked')]:.3f} vs {m[('intact', 'knocked')]:.3f}; {layers_words(knocked)}",
                      "artifact": artifact})
     return rows
 

@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from posmech.analyses.interventions import knockout_verdict, layers_words
 from posmech.plots import save, seeded, sns
 
 CONDITION_TITLES = {
@@ -47,16 +48,12 @@ def _words(fig: Any, title: str, text: str) -> None:
     fig.suptitle(title, fontsize=9)
 
 
-#: a knock-out that moves the pooled previous-token mass by less than this is called "no effect"
-NO_EFFECT = 0.02
-
-
 def knockout_patterns(zoom: Any, masses: dict[str, float], model: str, layers: list[int], period: int,
                       path: str | os.PathLike[str]) -> None:
     """P5: the sharp head's zoomed pattern intact / knocked out / knocked out + renormalised
     (red marks: knocked-out query rows); titles carry the pooled previous-token mass, and the
     title says "no effect" in words when the knock-out moves it by less than
-    :data:`NO_EFFECT`.  With no layer below the sharp head, the intact pattern and a sentence
+    :data:`posmech.analyses.interventions.NO_EFFECT` (``knockout_verdict``).  With no layer below the sharp head, the intact pattern and a sentence
     saying so."""
     title = f"P5 · {model} {zoom.head}: every {period}th query cannot attend to its previous position"
     if not layers:
@@ -80,12 +77,11 @@ def knockout_patterns(zoom: Any, masses: dict[str, float], model: str, layers: l
                       f"{CONDITION_TITLES[c]}\nprev-token mass {masses.get(c, float('nan')):.3f}",
                       zoom.marks if c != "intact" else None)
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="attention")
-    lay = f"layers {layers[0]}–{layers[-1]}" if len(layers) > 1 else f"layer {layers[0]}"
-    title += f" in {lay}"
-    change = masses.get("knockout", float("nan")) - masses.get("intact", float("nan"))
-    if abs(change) < NO_EFFECT:  # say it in words rather than leave three equal panels unexplained
-        title += f"\nno effect (prev-token mass {change:+.3f}): {zoom.head} does not rely on {lay}'s attention " \
-                 "to the previous position"
+    title += f" in {layers_words(layers)}"
+    verdict = knockout_verdict(masses.get("intact", float("nan")), masses.get("knockout", float("nan")), zoom.head,
+                               layers)
+    if verdict:  # say it in words rather than leave three equal panels unexplained
+        title += f"\n{verdict}"
     fig.suptitle(title, fontsize=9)
     save(fig, path)
 
