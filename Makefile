@@ -30,8 +30,8 @@ $(BIN)/snakemake: requirements.lock pyproject.toml
 
 # Byte-compile the environment once.  Where PYTHONDONTWRITEBYTECODE is set (container images
 # often set it) pip writes no .pyc files and Python never caches what it compiles, so every
-# job would compile torch, pandas and matplotlib from source again: ~2.5 CPU s more per job,
-# ~150 CPU s over the demo DAG (docs/performance.md).  compileall writes the cache whatever
+# job would compile torch, pandas and matplotlib from source again: ~3 CPU s more per job,
+# ~200 CPU s over the demo DAG (docs/performance.md).  compileall writes the cache whatever
 # that variable says, and Python reads it.  A few files of torch's test suite use newer syntax
 # and fail to compile (they are never imported): hence `|| true`.
 $(VENV)/.bytecode: $(BIN)/snakemake

@@ -53,8 +53,8 @@ def knockout_patterns(zoom: Any, masses: dict[str, float], model: str, layers: l
     """P5: the sharp head's zoomed pattern intact / knocked out / knocked out + renormalised
     (red marks: knocked-out query rows); titles carry the pooled previous-token mass, and the
     title says "no effect" in words when the knock-out moves it by less than
-    :data:`posmech.analyses.interventions.NO_EFFECT` (``knockout_verdict``).  With no layer below the sharp head, the intact pattern and a sentence
-    saying so."""
+    :data:`posmech.analyses.interventions.NO_EFFECT` (``knockout_verdict``).  With no layer
+    below the sharp head, the intact pattern and a sentence saying so."""
     title = f"P5 · {model} {zoom.head}: every {period}th query cannot attend to its previous position"
     if not layers:
         fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.4), layout="constrained", gridspec_kw={"width_ratios": [1, 1.1]})
