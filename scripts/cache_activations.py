@@ -3,7 +3,7 @@
 from posmech.cache import CacheSettings, cache_activations, load_capture
 from posmech.config import config_hash
 from posmech.data.tokens import read_tokens
-from posmech.models.loading import read_manifest
+from posmech.models.loading import read_manifest, weights_identity
 from posmech.runner import Progress, run
 
 
@@ -18,6 +18,8 @@ def main(smk, log):
         "model_source": man["source"],
         "resolved_revision": man["resolved_revision"],
         "weights_sha256_16": man.get("weights_sha256_16", "unknown"),
+        # the full sha256 of every weights file (verified at load): part of the fingerprint
+        "weights_hash": weights_identity(man),
         "processing": model["processing"],
         "model_dtype": model["dtype"],
         "device": str(capture.device),

@@ -304,4 +304,33 @@ def test_kept_cache_survives_output_deletion_and_is_relinked(prev_token_model_di
     # other content: computed afresh, and the kept copy of the old content is replaced
     s = cache_activations(bridge, token_set(seed=5), out, CacheSettings(batch_size=3), {"model": "pt"}, keep=True)
     assert not s.get("reused") and not kept.exists()
-    assert len(list(kept.parent.iterdir())) == 1
+    with h5py.File(out) as f:
+        kept2 = kept_path(out, f.attrs["fingerprint"])
+    assert sorted(p.name for p in kept.parent.iterdir()) == [kept2.name, kept2.name + ".sha256"]
+
+
+def test_kept_cache_damaged_in_place_is_not_reused(prev_token_model_dir, tmp_path, caplog):
+    """The kept copy is a hard link: bytes flipped in the output damage it too. Its sha256,
+    recorded when it was kept, is checked before reuse: the damaged copy is deleted and the
+    cache recomputed, equal to the undamaged one."""
+    from posmech.cache import kept_path
+
+    bridge = load_bridge({"hf_dir": str(prev_token_model_dir), "name": "pt"}, device="cpu")
+    out = tmp_path / "acts.h5"
+    cache_activations(bridge, token_set(), out, CacheSettings(batch_size=3), {"model": "pt"}, keep=True)
+    digest = hashlib.sha256(out.read_bytes()).hexdigest()
+    with h5py.File(out) as f:
+        kept = kept_path(out, f.attrs["fingerprint"])
+    size = out.stat().st_size
+    with open(out, "r+b") as fh:  # in place: the kept link shares these bytes
+        fh.seek(size // 2)
+        block = fh.read(64)
+        fh.seek(size // 2)
+        fh.write(bytes(b ^ 0xFF for b in block))
+    assert hashlib.sha256(kept.read_bytes()).hexdigest() != digest
+    out.unlink()
+    with caplog.at_level("WARNING"):
+        s = cache_activations(bridge, token_set(), out, CacheSettings(batch_size=3), {"model": "pt"}, keep=True)
+    assert not s.get("reused")
+    assert "its bytes changed" in caplog.text and str(kept) in caplog.text
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == digest

@@ -268,33 +268,59 @@ def kept_path(path: Path, fingerprint: str) -> Path:
     return path.parent / KEEP_DIR / f"{path.name}.{fingerprint}"
 
 
+def _kept_sha(kept: Path) -> Path:
+    """The kept copy's recorded sha256 (its bytes when it was kept): ``<kept>.sha256``."""
+    return kept.with_name(kept.name + ".sha256")
+
+
 def _keep(path: Path, kept: Path) -> None:
-    """Hard-link the finished ``path`` into the keep directory, replacing older kept
-    copies of the same file (other fingerprints).  Snakemake deletes a job's outputs
-    before running it again; the kept link survives that, so a re-run that fails leaves
-    the expensive cache on disk and a re-run with the same fingerprint relinks it
-    instead of recomputing.  A file system without hard links keeps nothing."""
+    """Hard-link the finished ``path`` into the keep directory, with the sha256 of its bytes
+    beside it (:func:`_kept_sha`), replacing older kept copies of the same file (other
+    fingerprints).  Snakemake deletes a job's outputs before running it again; the kept
+    link survives that, so a re-run that fails leaves the expensive cache on disk and a
+    re-run with the same fingerprint relinks it instead of recomputing.  A hard link shares
+    its bytes with the output: the recorded sha256 is checked before reuse, so damage to
+    either is never reused.  A file system without hard links keeps nothing."""
+    from posmech.models.loading import file_sha256
+
     kept.parent.mkdir(exist_ok=True)
     tmp = kept.with_name(kept.name + ".link")
     try:
         tmp.unlink(missing_ok=True)
         os.link(path, tmp)
+        with atomic_path(_kept_sha(kept), suffix=".tmp") as sha_tmp:
+            Path(sha_tmp).write_text(file_sha256(tmp) + "\n")
         os.replace(tmp, kept)
     except OSError as err:
+        tmp.unlink(missing_ok=True)
         LOG.warning("could not keep a hard link of %s (%s): a failed re-run will have to recompute it", path, err)
         return
     for old in kept.parent.glob(f"{path.name}.*"):
-        if old != kept:
+        if old not in (kept, _kept_sha(kept)):
             old.unlink(missing_ok=True)
 
 
 def _reuse_kept(kept: Path, path: Path, fingerprint: str) -> bool:
-    """Link a kept copy back onto ``path`` when it is complete, of this fingerprint and
-    written by this code (same ``git_commit``); its mtime is set to now, so Snakemake
-    sees an output newer than its inputs."""
+    """Link a kept copy back onto ``path`` when it is complete, of this fingerprint,
+    written by this code (same ``git_commit``) and its bytes are the ones recorded when it
+    was kept (sha256); its mtime is set to now, so Snakemake sees an output newer than its
+    inputs.  A kept copy whose bytes changed is deleted (and the cache recomputed)."""
     from posmech.hdf5 import git_commit
+    from posmech.models.loading import file_sha256
 
     if not kept.is_file():
+        return False
+    try:
+        recorded = _kept_sha(kept).read_text().strip()
+    except OSError:
+        recorded = ""
+    got = file_sha256(kept) if recorded else ""
+    if got != recorded or not recorded:
+        LOG.warning("not reusing kept cache %s: %s; recomputing", kept,
+                    f"its sha256 is {got}, recorded {recorded} (its bytes changed)" if recorded
+                    else "no recorded sha256 beside it")
+        for p in (kept, _kept_sha(kept)):
+            p.unlink(missing_ok=True)
         return False
     try:
         with h5py.File(kept, "r") as f:

@@ -18,6 +18,8 @@ outputs deleted by Snakemake, and its neighbours may have run):
   source, or a fetched/trained model under ``resources/models/<m>/hf``), or from the
   ``train`` section of a model the pipeline trains; a hub model not fetched yet is
   checked again at run time by the rule itself;
+* **the weights of every model already on disk** are the bytes its manifest records
+  (full sha256 per file, hashed once and then checked by size, mtime, ctime and inode);
 * **``device: cuda`` with no GPU visible**, when the jobs run on this machine (not when
   they are submitted to a cluster through an executor plugin).
 
@@ -275,6 +277,24 @@ def model_problems(config: dict[str, Any], base: str | os.PathLike[str] = ".") -
     return out
 
 
+def weights_problems(config: dict[str, Any], base: str | os.PathLike[str] = ".") -> list[str]:
+    """Every configured model already fetched or trained (a manifest under
+    ``resources/models/<m>/``) has the weights its manifest records
+    (:func:`posmech.models.loading.verify_weights`: a stat per file once they are hashed)."""
+    from posmech.models.loading import read_manifest
+
+    out = []
+    for name in config["models"]:
+        manifest = Path(base) / "resources" / "models" / name / "manifest.json"
+        if not manifest.is_file():
+            continue
+        try:
+            read_manifest(manifest)
+        except PosmechError as err:
+            out.append(str(err))
+    return out
+
+
 def device_problems(config: dict[str, Any], jobs_run_here: bool = True) -> list[str]:
     """``device: cuda`` for a model whose jobs run on this machine, which has no GPU."""
     cuda = [n for n, e in config["models"].items() if e.get("device") == "cuda"]
@@ -327,13 +347,16 @@ def jobs_run_locally(argv: list[str], environ: dict[str, str] | None = None) -> 
 
 def preflight(config: dict[str, Any], schema: dict[str, Any], repo: str | os.PathLike[str],
               configfiles: Iterable[str | os.PathLike[str]] = (), base: str | os.PathLike[str] = ".",
-              jobs_run_here: bool = True) -> None:
+              jobs_run_here: bool = True, check_weights: bool = True) -> None:
     """Run every check above on a config already validated by the schema (defaults
     filled); raise one :class:`PosmechError` listing every problem."""
     problems = duplicate_key_problems(configfiles)
     problems += file_problems(config, schema, repo)
     problems += model_problems(config, base)
+    if check_weights:
+        problems += weights_problems(config, base)
     problems += device_problems(config, jobs_run_here)
     if problems:
-        raise PosmechError("invalid configuration (checked before any job runs):\n  - "
+        raise PosmechError("invalid configuration or inputs (checked before any job runs; nothing was run, deleted "
+                           "or touched):\n  - "
                            + "\n  - ".join(problems))

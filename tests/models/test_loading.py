@@ -167,3 +167,128 @@ def test_weight_view_reads_bfloat16_weights(tmp_path):
     np.testing.assert_array_equal(view.transformer.h[0].ln_1.weight, w.numpy())
     np.testing.assert_array_equal(view.wpe.weight, w.numpy())
     assert view.h[0].mlp is None and view.config.to_dict() == {"model_type": "gpt2"}
+
+
+# --------------------------------------------------------------------------- verified weights (issue 32)
+def _flip(path, n=64):
+    """Flip ``n`` bytes in the middle of a file in place (its size, and a safetensors
+    header at its start, unchanged)."""
+    size = path.stat().st_size
+    with open(path, "r+b") as fh:
+        fh.seek(size // 2)
+        block = fh.read(n)
+        fh.seek(size // 2)
+        fh.write(bytes(b ^ 0xFF for b in block))
+
+
+def _local_copy(src, tmp_path):
+    import shutil
+
+    d = tmp_path / "weights"
+    shutil.copytree(src, d)
+    man_dir = tmp_path / "manifest"
+    prepare_local_model("mine", {"source": str(d)}, man_dir)
+    return d, man_dir
+
+
+def test_manifest_records_the_full_sha256_of_every_weights_file(tmp_path, prev_token_model_dir):
+    import hashlib
+
+    d, man_dir = _local_copy(prev_token_model_dir, tmp_path)
+    m = json.loads((man_dir / "manifest.json").read_text())
+    files = sorted(p.name for p in d.glob("*.safetensors"))
+    assert sorted(m["weights_sha256"]) == files
+    for name in files:
+        assert m["weights_sha256"][name] == hashlib.sha256((d / name).read_bytes()).hexdigest()
+    # the 16-digit digest is what it was (old caches and tables compare it)
+    h = hashlib.sha256()
+    for name in files:
+        h.update(name.encode())
+        h.update((d / name).read_bytes())
+    assert m["weights_sha256_16"] == h.hexdigest()[:16]
+
+
+def test_flipped_weight_bytes_stop_every_load_naming_file_hashes_and_fix(tmp_path, prev_token_model_dir):
+    """64 bytes flipped in the middle of the weights (the header still valid, the file
+    still loads): read_manifest and every loader refuse it, naming the file, the recorded
+    and the actual sha256, and the fix."""
+    import hashlib
+
+    from posmech.models import loading
+
+    d, man_dir = _local_copy(prev_token_model_dir, tmp_path)
+    good = read_manifest(man_dir)
+    weights = d / "model.safetensors"
+    recorded = good["weights_sha256"]["model.safetensors"]
+    _flip(weights)
+    check_hf_dir(d, "k")  # the damage is invisible to the structural check
+    actual = hashlib.sha256(weights.read_bytes()).hexdigest()
+    with pytest.raises(PosmechError) as info:
+        read_manifest(man_dir)
+    msg = str(info.value)
+    assert str(weights) in msg and recorded in msg and actual in msg and "manifest.json" in msg
+    unverified = read_manifest(man_dir, verify=False)
+    for load in (lambda: loading.load_model(unverified, "cpu"), lambda: load_bridge(unverified, "cpu"),
+                 lambda: loading.weight_view(unverified), lambda: loading.load_hf(unverified)):
+        with pytest.raises(PosmechError, match=actual):
+            load()
+    # the identity that fingerprints caches does not follow the damage: it is the manifest's,
+    # and the load refuses the bytes; a re-recorded manifest has another identity
+    prepare_local_model("mine", {"source": str(d)}, man_dir)
+    assert loading.weights_identity(read_manifest(man_dir)) != loading.weights_identity(good)
+
+
+def test_weights_are_hashed_once_then_checked_by_stat(tmp_path, prev_token_model_dir, monkeypatch):
+    import os
+
+    from posmech.models import loading
+
+    d, man_dir = _local_copy(prev_token_model_dir, tmp_path)
+    assert (man_dir / loading.VERIFIED).is_file()  # recorded when the manifest was written
+    calls = []
+    real = loading.file_sha256
+    monkeypatch.setattr(loading, "file_sha256", lambda p: calls.append(p) or real(p))
+    loading._VERIFIED_HERE.clear()
+    read_manifest(man_dir)
+    assert calls == []
+    loading._VERIFIED_HERE.clear()
+    st = (d / "model.safetensors").stat()
+    os.utime(d / "model.safetensors", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched: hashed again
+    read_manifest(man_dir)
+    assert [os.path.basename(p) for p in calls] == ["model.safetensors"]
+    loading._VERIFIED_HERE.clear()
+    read_manifest(man_dir)
+    assert len(calls) == 1
+
+
+def test_old_manifest_with_the_16_digit_digest_is_verified(tmp_path, prev_token_model_dir):
+    d, man_dir = _local_copy(prev_token_model_dir, tmp_path)
+    m = json.loads((man_dir / "manifest.json").read_text())
+    del m["weights_sha256"]
+    (man_dir / "manifest.json").write_text(json.dumps(m))
+    (man_dir / "weights.verified.json").unlink()
+    read_manifest(man_dir)
+    _flip(d / "model.safetensors")
+    with pytest.raises(PosmechError, match=f"records {m['weights_sha256_16']}"):
+        read_manifest(man_dir)
+
+
+def test_added_weights_file_is_refused(tmp_path, prev_token_model_dir):
+    import shutil
+
+    d, man_dir = _local_copy(prev_token_model_dir, tmp_path)
+    shutil.copy(d / "model.safetensors", d / "extra.safetensors")
+    with pytest.raises(PosmechError, match="extra.safetensors"):
+        read_manifest(man_dir)
+
+
+def test_preflight_reports_damaged_weights_of_a_model_on_disk(tmp_path, prev_token_model_dir):
+    from posmech.preflight import weights_problems
+
+    d, _ = _local_copy(prev_token_model_dir, tmp_path)
+    prepare_local_model("mine", {"source": str(d)}, tmp_path / "resources/models/mine")
+    cfg = {"models": {"mine": {"source": str(d)}, "absent": {"source": "gpt2"}}}
+    assert weights_problems(cfg, tmp_path) == []
+    _flip(d / "model.safetensors")
+    [msg] = weights_problems(cfg, tmp_path)
+    assert "model.safetensors" in msg and "sha256" in msg and "manifest.json" in msg

@@ -160,6 +160,7 @@ def compare_results(a_root: Path, b_root: Path, sub: str = "results") -> list[st
             p.relative_to(root)
             for p in (root / sub).rglob("*")
             if p.is_file() and str(p.relative_to(root)) not in TEST_ARTIFACTS
+            and p.name != "weights.verified.json"  # the weights' hash cache (file stats), not a result
         }
 
     fa, fb = files(a_root), files(b_root)

@@ -26,6 +26,7 @@ try:
         repo=_REPO_OF_THIS_FILE,
         configfiles=workflow.configfiles,
         jobs_run_here=workflow.is_main_process and jobs_run_locally(sys.argv),
+        check_weights=workflow.is_main_process,
     )
 except PosmechError as err:
     raise WorkflowError(str(err)) from None

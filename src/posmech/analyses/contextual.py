@@ -248,9 +248,10 @@ def load_weights(manifest: dict[str, Any], name: str, tokenizer: bool = True) ->
     ``tokenizer`` is false: loading it imports ``transformers``): Hugging Face GPT-2 /
     GPT-Neo directories and legacy TransformerLens checkpoints (safetensors). The weights
     are read from the files; no model is built."""
-    from posmech.models.loading import is_tl_legacy_dir, load_tokenizer, weight_view
+    from posmech.models.loading import is_tl_legacy_dir, load_tokenizer, verify_weights, weight_view
 
     hf_dir = Path(manifest["hf_dir"])
+    verify_weights(manifest)
     cfg = json.loads((hf_dir / "config.json").read_text())
     refuse_unsupported(cfg, name)
     if is_tl_legacy_dir(hf_dir):

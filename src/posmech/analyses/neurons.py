@@ -143,9 +143,10 @@ def load_weights(manifest: dict[str, Any], name: str, tokenizer: bool = True) ->
     """Layer-0 query/key weights (:class:`posmech.analyses.contextual.Layer0Weights`), the
     value/MLP weights and the tokenizer (``None`` when ``tokenizer`` is false) of a configured
     model, read from its files (no model is built)."""
-    from posmech.models.loading import is_tl_legacy_dir, load_tokenizer, weight_view
+    from posmech.models.loading import is_tl_legacy_dir, load_tokenizer, verify_weights, weight_view
 
     hf_dir = Path(manifest["hf_dir"])
+    verify_weights(manifest)
     cfg = json.loads((hf_dir / "config.json").read_text())
     if is_tl_legacy_dir(hf_dir):
         if cfg.get("attn_only"):

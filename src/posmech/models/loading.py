@@ -32,8 +32,10 @@ HUB_FILES = ["*.safetensors", "*.json", "*.txt", "*.model", "merges.txt", "vocab
 
 
 # --------------------------------------------------------------------------- manifests
-def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a model manifest; fail naming the file and the rule to rerun if it is missing or bad."""
+def read_manifest(path: str | os.PathLike[str], verify: bool = True) -> dict[str, Any]:
+    """Read a model manifest; fail naming the file and the rule to rerun if it is missing or
+    bad.  With ``verify`` (every rule's way in), the weights are checked against the hashes
+    it records (:func:`verify_weights`) before anything reads them."""
     p = Path(path)
     if p.is_dir():
         p = p / MANIFEST
@@ -48,6 +50,9 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
         ) from None
     if not os.path.isabs(hf):  # relative to the manifest's directory (a relocatable project)
         m["hf_dir"] = str((p.parent / hf).resolve())
+    m["manifest_path"] = str(p)
+    if verify:
+        verify_weights(m)
     return m
 
 
@@ -62,14 +67,189 @@ def manifest_hf_dir(hf_dir: str | os.PathLike[str], manifest_dir: str | os.PathL
 
 
 def weights_digest(hf_dir: str | os.PathLike[str]) -> str:
-    """sha256 over the safetensors files of a directory (sorted by name), first 16 hex digits."""
+    """sha256 over the safetensors files of a directory (sorted by name), first 16 hex digits
+    (the manifest's ``weights_sha256_16``; :func:`hash_weights` gives it with the full hashes)."""
+    return hash_weights(hf_dir)[1]
+
+
+def _weight_files(hf_dir: str | os.PathLike[str]) -> list[Path]:
+    return sorted(Path(hf_dir).glob("*.safetensors"))
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """Full sha256 (64 hex digits) of a file, read in 1 MiB blocks."""
     h = hashlib.sha256()
-    for f in sorted(Path(hf_dir).glob("*.safetensors")):
-        h.update(f.name.encode())
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def hash_weights(hf_dir: str | os.PathLike[str]) -> tuple[dict[str, str], str]:
+    """One read of every safetensors file of ``hf_dir`` (sorted by name): the full sha256 of
+    each (``{file name: 64 hex digits}``, the manifest's ``weights_sha256``) and the first 16
+    hex digits of the sha256 over their names and bytes in turn (``weights_sha256_16``)."""
+    combined = hashlib.sha256()
+    per_file = {}
+    for f in _weight_files(hf_dir):
+        combined.update(f.name.encode())
+        h = hashlib.sha256()
         with open(f, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
-    return h.hexdigest()[:16]
+                combined.update(block)
+        per_file[f.name] = h.hexdigest()
+    return per_file, combined.hexdigest()[:16]
+
+
+def weights_identity(manifest: dict[str, Any]) -> str:
+    """What the weights are, for fingerprints: sha256 (16 hex digits) over the manifest's
+    per-file hashes (``weights_sha256``), else its ``weights_sha256_16``, else ``unknown``."""
+    full = manifest.get("weights_sha256")
+    if isinstance(full, dict) and full:
+        text = "".join(f"{k}:{v}\n" for k, v in sorted(full.items()))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return str(manifest.get("weights_sha256_16", "unknown"))
+
+
+#: beside the manifest: the sha256 of each weights file already hashed, with the file's
+#: size, mtime_ns, ctime_ns and inode when it was (any write changes mtime and ctime), so a
+#: file is hashed once, not at every job
+VERIFIED = "weights.verified.json"
+
+
+def _stat_key(path: Path) -> dict[str, int]:
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "ino": st.st_ino}
+
+
+def _cached_sha256(path: Path, cache: dict[str, Any]) -> tuple[str, bool]:
+    """``(sha256 of path, whether it was hashed now)``, reusing ``cache``'s entry for the
+    same path, size, mtime, ctime and inode; the cache is updated in place."""
+    key, stat = str(path.resolve()), _stat_key(path)
+    hit = cache.get(key)
+    if isinstance(hit, dict) and all(hit.get(k) == v for k, v in stat.items()) and isinstance(hit.get("sha256"), str):
+        return hit["sha256"], False
+    digest = file_sha256(path)
+    cache[key] = {**stat, "sha256": digest}
+    return digest, True
+
+
+def _fix_for(manifest: dict[str, Any]) -> str:
+    """How to get weights that match a manifest again (a fresh manifest: the check before
+    any job would refuse ``--forcerun`` of the model rule itself)."""
+    kind, name = manifest.get("kind"), manifest.get("name", "<model>")
+    mpath = manifest.get("manifest_path")
+    mdir = os.path.relpath(Path(mpath).parent) if mpath else f"resources/models/{name}"
+    if kind == "local":
+        return (f"restore the local copy; or, if the new weights are intended, delete {mdir}/{MANIFEST} and "
+                "rerun (fetch_model checks the directory again and records their hashes)")
+    again = "trained again (train_demo_model)" if kind == "train" else "fetched again (fetch_model)"
+    return f"delete {mdir}/ and rerun: the model is {again}"
+
+
+def verify_weights(manifest: dict[str, Any], manifest_path: str | os.PathLike[str] | None = None) -> None:
+    """The weights a manifest describes are the bytes it recorded: the full sha256 of every
+    safetensors file (``weights_sha256``; an older manifest with only ``weights_sha256_16``
+    is checked against that, hashing every time), no file missing or added.  A file is hashed
+    once: :data:`VERIFIED` beside the manifest (``manifest_path``, else the manifest's
+    ``manifest_path`` key set by :func:`read_manifest`) keeps each hash with the file's
+    size, mtime, ctime and inode.  A mismatch is a :class:`PosmechError` naming the file,
+    both hashes and the fix.  A manifest that records no hash (a hand-made dict) is not
+    checked."""
+    full = manifest.get("weights_sha256")
+    short = manifest.get("weights_sha256_16")
+    hf_dir = Path(manifest["hf_dir"])
+    name = manifest.get("name", "?")
+    try:
+        memo = (str(hf_dir.resolve()), json.dumps([full, short], sort_keys=True),
+                tuple(tuple(_stat_key(f).values()) for f in _weight_files(hf_dir)))
+    except OSError:
+        memo = None
+    if memo is not None and memo in _VERIFIED_HERE:
+        return
+    _verify_weights(manifest, full, short, hf_dir, name, manifest_path)
+    if memo is not None:
+        _VERIFIED_HERE.add(memo)
+
+
+#: (directory, recorded hashes, files' stats) verified in this process: a rule that loads
+#: its model twice (or through two loaders) checks it once
+_VERIFIED_HERE: set[tuple[Any, ...]] = set()
+
+
+def _read_cache(cache_file: Path | None) -> dict[str, Any]:
+    if cache_file is None:
+        return {}
+    try:
+        cache = json.loads(cache_file.read_text())
+    except (OSError, ValueError):
+        return {}
+    return cache if isinstance(cache, dict) else {}
+
+
+def _write_cache(cache_file: Path | None, cache: dict[str, Any]) -> None:
+    if cache_file is None:
+        return
+    try:
+        write_json(cache_file, cache)
+    except OSError as err:  # read-only or full: verified anyway, hashed again next time
+        LOG.warning("could not record verified weight hashes in %s (%s)", cache_file, err)
+
+
+def record_verified(manifest_dir: str | os.PathLike[str], hf_dir: str | os.PathLike[str], full: dict[str, str]) -> None:
+    """Record the hashes just computed for a new manifest (:func:`hash_weights`) in
+    :data:`VERIFIED`, so that the first load does not hash the files again."""
+    cache_file = Path(manifest_dir) / VERIFIED
+    cache = _read_cache(cache_file)
+    for fname, digest in full.items():
+        p = Path(hf_dir) / fname
+        cache[str(p.resolve())] = {**_stat_key(p), "sha256": digest}
+    _write_cache(cache_file, cache)
+
+
+def _verify_weights(manifest: dict[str, Any], full: Any, short: Any, hf_dir: Path, name: str,
+                    manifest_path: str | os.PathLike[str] | None) -> None:
+    mpath = manifest_path or manifest.get("manifest_path")
+    cache_file = Path(mpath).parent / VERIFIED if mpath else None
+    cache = _read_cache(cache_file)
+    changed = False
+    try:
+        if isinstance(full, dict) and full:
+            for fname, expected in sorted(full.items()):
+                p = hf_dir / fname
+                if not p.is_file():
+                    raise PosmechError(f"model {name!r}: weights file {str(p)!r} recorded in its manifest is "
+                                       f"missing. Fix: {_fix_for(manifest)}")
+                got, hashed = _cached_sha256(p, cache)
+                changed |= hashed
+                if got != expected:
+                    raise PosmechError(
+                        f"model {name!r}: weights file {str(p)!r} has sha256 {got}, but its manifest records "
+                        f"{expected}: the file changed after it was written (disk or copy error, or edited); "
+                        f"nothing was computed from it. Fix: {_fix_for(manifest)}")
+            extra = sorted({f.name for f in _weight_files(hf_dir)} - set(full))
+            if extra:
+                raise PosmechError(f"model {name!r}: {str(hf_dir)!r} holds weights files its manifest does not "
+                                   f"record ({', '.join(extra)}); remove them, or {_fix_for(manifest)}")
+        elif isinstance(short, str) and short not in ("", "unknown"):
+            # a manifest written before full hashes were recorded: the 16-digit digest over all files
+            key = "dir:" + str(hf_dir.resolve())
+            stats = [[f.name, *_stat_key(f).values()] for f in _weight_files(hf_dir)]
+            hit = cache.get(key)
+            if isinstance(hit, dict) and hit.get("stats") == stats and isinstance(hit.get("sha256_16"), str):
+                got = hit["sha256_16"]
+            else:
+                got = weights_digest(hf_dir)
+                cache[key], changed = {"stats": stats, "sha256_16": got}, True
+            if got != short:
+                raise PosmechError(
+                    f"model {name!r}: the weights in {str(hf_dir)!r} have sha256 (16 digits) {got}, but its "
+                    f"manifest records {short}: a weights file changed after it was written; nothing was "
+                    f"computed from it. Fix: {_fix_for(manifest)}")
+    finally:
+        if changed:  # what was hashed is recorded either way: the comparison is always to the manifest
+            _write_cache(cache_file, cache)
 
 
 def check_safetensors(path: str | os.PathLike[str], key: str) -> None:
@@ -129,16 +309,19 @@ def prepare_local_model(name: str, entry: dict[str, Any], out_dir: str | os.Path
         hf_dir = (Path(out_dir) / HF_SUBDIR).resolve()
     check_hf_dir(hf_dir, key)
     src = hf_dir
+    full, digest = hash_weights(src)
     manifest = {
         "name": name,
         "kind": "local",
         "source": entry["source"],
         "hf_dir": manifest_hf_dir(src, out_dir),
         "revision": entry.get("revision", "main"),
-        "resolved_revision": f"local:{weights_digest(src)}",
-        "weights_sha256_16": weights_digest(src),
+        "resolved_revision": f"local:{digest}",
+        "weights_sha256_16": digest,
+        "weights_sha256": full,
     }
     write_json(Path(out_dir) / MANIFEST, manifest)
+    record_verified(out_dir, src, full)
     return manifest
 
 
@@ -168,6 +351,7 @@ def fetch_hub_model(name: str, entry: dict[str, Any], out_dir: str | os.PathLike
         check_hf_dir(path, f"model {repo!r} from the Hub")
         resolved = _resolved_revision(repo, revision)
     hf_dir = out / HF_SUBDIR
+    full, digest = hash_weights(hf_dir)
     manifest = {
         "name": name,
         "kind": "hub",
@@ -175,9 +359,11 @@ def fetch_hub_model(name: str, entry: dict[str, Any], out_dir: str | os.PathLike
         "hf_dir": manifest_hf_dir(hf_dir, out),
         "revision": revision,
         "resolved_revision": resolved,
-        "weights_sha256_16": weights_digest(hf_dir),
+        "weights_sha256_16": digest,
+        "weights_sha256": full,
     }
     write_json(out / MANIFEST, manifest)
+    record_verified(out, hf_dir, full)
     return manifest
 
 
@@ -372,6 +558,7 @@ def weight_view(manifest: dict[str, Any]) -> WeightView:
     from posmech.models.lens import hf_dir_reader
 
     check_hf_dir(manifest["hf_dir"], f"model {manifest.get('name')!r}")
+    verify_weights(manifest)
     get_np, config = hf_dir_reader(manifest["hf_dir"], framework="numpy")
     get_pt: list[Any] = []
 
@@ -400,6 +587,7 @@ def load_hf(manifest: dict[str, Any], device: str = "cpu", dtype: str = "float32
 
     hf_dir = manifest["hf_dir"]
     check_hf_dir(hf_dir, f"model {manifest.get('name')!r}")
+    verify_weights(manifest)
     model = AutoModelForCausalLM.from_pretrained(
         hf_dir,
         use_safetensors=True,
@@ -429,6 +617,7 @@ def load_bridge(
     from transformer_lens.model_bridge import TransformerBridge
 
     m = manifest if isinstance(manifest, dict) else read_manifest(manifest)
+    verify_weights(m)
     dev = resolve_device(device)
     if is_tl_legacy_dir(m["hf_dir"]):
         bridge = _load_tl_legacy(m["hf_dir"], dev, dtype)
@@ -489,6 +678,7 @@ def load_model(
     if engine not in ENGINES:
         raise PosmechError(f"config key `models.<name>.engine`: {engine!r} is not one of {', '.join(ENGINES)}")
     m = manifest if isinstance(manifest, dict) else read_manifest(manifest)
+    verify_weights(m)
     log = logging.getLogger("posmech")
     if engine != "bridge":
         dev = resolve_device(device)

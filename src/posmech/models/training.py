@@ -50,7 +50,7 @@ import numpy as np
 
 from posmech.errors import PosmechError
 from posmech.io import atomic_path, write_json
-from posmech.models.loading import BOS_TOKEN, HF_SUBDIR, MANIFEST, UNK_TOKEN, manifest_hf_dir, weights_digest
+from posmech.models.loading import BOS_TOKEN, HF_SUBDIR, MANIFEST, UNK_TOKEN, hash_weights, manifest_hf_dir, record_verified
 
 LOG = logging.getLogger(__name__)
 
@@ -526,7 +526,7 @@ def train_demo_model(
     }
     out = Path(out_dir)
     _save(model, tok, cfg, out / HF_SUBDIR)
-    digest = weights_digest(out / HF_SUBDIR)
+    full, digest = hash_weights(out / HF_SUBDIR)
     manifest = {
         "name": name,
         "kind": "train",
@@ -535,10 +535,12 @@ def train_demo_model(
         "revision": None,
         "resolved_revision": f"trained:{digest}",
         "weights_sha256_16": digest,
+        "weights_sha256": full,
         "train_config": cfg,
         "heldout_loss": summary["heldout_loss"],
     }
     write_json(out / MANIFEST, manifest)
+    record_verified(out, out / HF_SUBDIR, full)
     return {"curve": curve, "summary": summary}
 
 
