@@ -177,3 +177,96 @@ def test_n_ctx_beyond_context_is_an_error_at_run_time_too(prev_token_model_dir):
     assert analysis_context("m", {"n_ctx": 8}, prev_token_model_dir) == 8
     with pytest.raises(PosmechError, match="models.m.n_ctx.*beyond the model's context of 12"):
         analysis_context("m", {"n_ctx": 13}, prev_token_model_dir)
+
+
+# ---------------------------------------------------------------- issue 32: what the config's files reveal
+def _prompts(tmp_path, text, name="p.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_empty_and_misshapen_prompt_files_are_named(tmp_path):
+    cfg = ci()
+    cfg["posembed_averaging"]["prompts"] = _prompts(tmp_path, "", "empty.yaml")
+    cfg["interventions"]["induction_intervention"]["prompt"] = _prompts(tmp_path, "", "ind.yaml")
+    msg = _err(cfg)
+    assert "config key `posembed_averaging.prompts`" in msg and "empty.yaml' is empty" in msg
+    assert "config key `interventions.induction_intervention.prompt`" in msg and "ind.yaml" in msg
+    assert "the file is empty" in msg and "NoneType" not in msg
+    cfg["posembed_averaging"]["prompts"] = _prompts(tmp_path, "- a\n- b\n", "list.yaml")
+    cfg["interventions"]["induction_intervention"]["prompt"] = _prompts(tmp_path, "prompt: x\n", "ind2.yaml")
+    msg = _err(cfg)
+    assert "list.yaml' is a list, not a mapping" in msg
+    assert "missing key `words`" in msg and "missing key `targets`" in msg and "ind2.yaml" in msg
+
+
+def test_prompt_id_not_in_the_prompt_file_is_named():
+    cfg = ci()
+    cfg["posembed_averaging"]["prompt_ids"] = ["apple_orange", "pear_plum"]
+    msg = _err(cfg)
+    assert "prompt_ids" in msg and "'pear_plum'" in msg and "apple_orange" in msg
+
+
+def test_induction_words_missing_from_the_prompt_text(tmp_path):
+    spec = yaml.safe_load((REPO / "resources/prompts/induction_chars.yaml").read_text())
+    spec["prompt"] = "Lo OxRamEwe; Lo Ox".replace("Ram", "Rom")
+    cfg = ci()
+    cfg["interventions"]["induction_intervention"]["prompt"] = _prompts(tmp_path, yaml.safe_dump(spec))
+    msg = _err(cfg)
+    assert "does not contain `words` a+b+c = 'OxRamEwe'" in msg
+
+
+def test_context_keys_beyond_the_models_context():
+    cfg = ci()  # the trained demo model: context 32 (its train section)
+    cfg["taxonomy"]["context"] = 64
+    cfg["anatomy"]["context"] = 33
+    msg = _err(cfg)
+    assert "config key `taxonomy.context`: 64 tokens is beyond the context of model 'demo', 32" in msg
+    assert "config key `anatomy.context`: 33" in msg
+    cfg["taxonomy"]["context"], cfg["anatomy"]["context"] = 32, 16
+    preflight(cfg, SCHEMA, REPO)
+
+
+def test_local_config_json_that_is_not_json_names_file_and_line(tmp_path, prev_token_model_dir):
+    import shutil
+
+    d = tmp_path / "m"
+    shutil.copytree(prev_token_model_dir, d)
+    text = (d / "config.json").read_text().splitlines()
+    text[2] = text[2] + ",,"
+    (d / "config.json").write_text("\n".join(text))
+    cfg = ci()
+    cfg["models"]["mine"] = {**cfg["models"]["demo"], "source": str(d)}
+    del cfg["models"]["mine"]["train"]
+    msg = _err(cfg)
+    assert f"config key `models.mine.source`: '{d / 'config.json'}' is not valid JSON: line 3" in msg
+
+
+def test_yaml_syntax_error_names_file_and_line(tmp_path):
+    from posmech.preflight import check_config
+
+    p = tmp_path / "bad.yaml"
+    p.write_text("models:\n  demo:\n    train: {corpus: bible\n    device: cpu\n")
+    with pytest.raises(PosmechError) as info:
+        check_config([p], REPO)
+    msg = str(info.value)
+    assert str(p) in msg and "line 4, column 11" in msg and "begun on line 3" in msg
+
+
+def test_check_config_cli_runs_every_check_in_one_round(tmp_path):
+    import subprocess
+    import sys
+
+    cfg = yaml.safe_load((REPO / "config/ci.yaml").read_text())
+    cfg["taxonomy"] = {**cfg.get("taxonomy", {}), "context": 64}
+    cfg["posembed_averaging"]["prompt_ids"] = ["nope"]
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run([sys.executable, "-m", "posmech", "check-config", str(p), "-d", str(tmp_path)],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 1
+    assert "taxonomy.context" in proc.stderr and "'nope'" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "posmech", "check-config", str(REPO / "config/ci.yaml")],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr

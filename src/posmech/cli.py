@@ -1,4 +1,5 @@
-"""Command line: ``python -m posmech inspect PATH [--json]`` (also the ``posmech`` script).
+"""Command line: ``python -m posmech inspect PATH [--json]`` (also the ``posmech`` script),
+``python -m posmech check-config [CONFIG ...] [--directory DIR]``.
 
 ``inspect`` opens any HDF5 file the pipeline writes read-only (even a partial one, which
 it flags; ``--verify`` also reads every dataset so that damaged bytes are found by their
@@ -197,7 +198,21 @@ def main(argv: list[str] | None = None) -> int:
     ins.add_argument("--json", action="store_true", help="machine-readable output")
     ins.add_argument("--verify", action="store_true",
                      help="read every dataset so that its checksums are checked (reads the whole file)")
+    chk = sub.add_parser("check-config", help="every check made before any job, without Snakemake "
+                         "(names a YAML syntax error's file and line)")
+    chk.add_argument("configfiles", nargs="*", help="config files, in --configfile order (default: config/config.yaml)")
+    chk.add_argument("--directory", "-d", default=".", help="the working directory of the run (models on disk)")
     args = parser.parse_args(argv)
+    if args.command == "check-config":
+        from posmech.preflight import check_config
+
+        try:
+            check_config(args.configfiles, Path(__file__).resolve().parents[2], args.directory)
+        except PosmechError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        print("configuration OK: every check made before any job passed")
+        return 0
     try:
         info = describe(args.path, check=args.verify)
     except PosmechError as err:

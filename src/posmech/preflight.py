@@ -18,6 +18,10 @@ outputs deleted by Snakemake, and its neighbours may have run):
   source, or a fetched/trained model under ``resources/models/<m>/hf``), or from the
   ``train`` section of a model the pipeline trains; a hub model not fetched yet is
   checked again at run time by the rule itself;
+* **the content of the prompt files** (the repeat-string prompts' shape and every
+  ``prompt_ids`` entry; the induction prompt's keys and its ``words`` in its text), and
+  every **model ``config.json`` on disk** parses (file, line and column named);
+* **keys bounded by the context** (``taxonomy.context``, ``anatomy.context``) within it;
 * **the weights of every model already on disk** are the bytes its manifest records
   (full sha256 per file, hashed once and then checked by size, mtime, ctime and inode);
 * **``device: cuda`` with no GPU visible**, when the jobs run on this machine (not when
@@ -77,7 +81,13 @@ def strict_load(path: str | os.PathLike[str]) -> Any:
     except OSError as err:
         raise PosmechError(f"cannot read {str(path)!r}: {err.strerror}") from None
     except yaml.YAMLError as err:
-        raise PosmechError(f"{str(path)!r} is not valid YAML: {err}") from None
+        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        ctx, cmark = getattr(err, "context", None), getattr(err, "context_mark", None)
+        if ctx and cmark is not None and mark is not None and cmark.line != mark.line:
+            ctx += f" begun on line {cmark.line + 1}, column {cmark.column + 1},"
+        what = " ".join(x for x in (ctx, getattr(err, "problem", None)) if x) or str(err)
+        raise PosmechError(f"{str(path)!r} is not valid YAML{where}: {what}") from None
 
 
 # --------------------------------------------------------------------------- model shapes
@@ -110,7 +120,9 @@ def known_shape(name: str, entry: dict[str, Any], base: str | os.PathLike[str] =
     for c in candidates:
         try:
             cfg = json.loads(c.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError):  # a config.json that does not parse: model_json_problems
+            continue
+        if not isinstance(cfg, dict):
             continue
         ctx = _first(cfg, "n_positions", "max_position_embeddings", "n_ctx")
         layers = _first(cfg, "n_layer", "num_hidden_layers", "n_layers", "num_layers")
@@ -277,6 +289,90 @@ def model_problems(config: dict[str, Any], base: str | os.PathLike[str] = ".") -
     return out
 
 
+def model_json_problems(config: dict[str, Any], base: str | os.PathLike[str] = ".") -> list[str]:
+    """Every model ``config.json`` on disk (a local source's, a fetched or trained model's
+    ``resources/models/<m>/hf/``) parses as a JSON object: an error names the file, the
+    line and the column."""
+    out = []
+    for name, entry in config["models"].items():
+        cands = []
+        if "source" in entry and is_local(entry["source"]):
+            cands.append((f"config key `models.{name}.source`: ", local_path(entry["source"], base) / "config.json"))
+        cands.append((f"model {name!r}: ", Path(base) / "resources" / "models" / name / "hf" / "config.json"))
+        for what, c in cands:
+            try:
+                text = c.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                continue
+            except (OSError, UnicodeDecodeError) as err:
+                out.append(f"{what}{str(c)!r} cannot be read ({err})")
+                continue
+            try:
+                doc = json.loads(text)
+            except json.JSONDecodeError as err:
+                out.append(f"{what}{str(c)!r} is not valid JSON: line {err.lineno}, column {err.colno}: {err.msg}; "
+                           "fix that line (or save the model again with `save_pretrained(dir)`)")
+                continue
+            if not isinstance(doc, dict):
+                out.append(f"{what}{str(c)!r} is a JSON {type(doc).__name__}, not an object of model settings")
+    return out
+
+
+def context_problems(config: dict[str, Any], base: str | os.PathLike[str] = ".") -> list[str]:
+    """Keys bounded by a model's context (documents cut to that many tokens) within the
+    context of every model their section runs on: ``taxonomy.context``, ``anatomy.context``
+    (the tokens file holds at most ``models.<m>.n_ctx`` or the model's context tokens per
+    document, so a longer context would find no document)."""
+    out = []
+    models = config["models"]
+    for section in ("taxonomy", "anatomy"):
+        asked = (config.get(section) or {}).get("context")
+        if not asked:
+            continue
+        for name in _selected(config, section):
+            s = known_shape(name, models[name], base)
+            if s is None:
+                continue
+            ctx = effective_context(models[name], s)
+            if int(asked) > ctx:
+                out.append(f"config key `{section}.context`: {asked} tokens is beyond the context of model {name!r}, "
+                           f"{ctx} tokens (from {s.where if not models[name].get('n_ctx') else f'models.{name}.n_ctx'}); "
+                           f"give at most {ctx}, or null for the whole context")
+    return out
+
+
+def prompt_problems(config: dict[str, Any], repo: str | os.PathLike[str]) -> list[str]:
+    """The prompt files' content: the repeat-string file (``posembed_averaging.prompts``)
+    has the documented shape and every ``prompt_ids`` entry; the induction prompt file
+    (``interventions.induction_intervention.prompt``) is a mapping with its keys, and its
+    text contains its ``words`` (:func:`posmech.analyses.interventions.induction_spec_problems`).
+    A file that does not exist is reported by :func:`file_problems`."""
+    from posmech.analyses.interventions import induction_spec_problems
+    from posmech.data.prompts import load_prompts
+
+    out = []
+    pa = config.get("posembed_averaging") or {}
+    if isinstance(pa.get("prompts"), str):
+        p = repo_path(pa["prompts"], repo)
+        if p.is_file():
+            try:
+                load_prompts(p, list(pa.get("prompt_ids") or []) or None)
+            except PosmechError as err:
+                out.append(f"config key `posembed_averaging.prompts` / `prompt_ids`: {err}")
+    ind = ((config.get("interventions") or {}).get("induction_intervention") or {}).get("prompt")
+    if isinstance(ind, str):
+        p = repo_path(ind, repo)
+        if p.is_file():
+            try:
+                spec = strict_load(p)
+            except PosmechError:
+                spec = None  # reported by file_problems
+            else:
+                out += [f"config key `interventions.induction_intervention.prompt`: {str(p)!r}: {msg}"
+                        for msg in induction_spec_problems(spec)]
+    return out
+
+
 def weights_problems(config: dict[str, Any], base: str | os.PathLike[str] = ".") -> list[str]:
     """Every configured model already fetched or trained (a manifest under
     ``resources/models/<m>/``) has the weights its manifest records
@@ -353,6 +449,9 @@ def preflight(config: dict[str, Any], schema: dict[str, Any], repo: str | os.Pat
     problems = duplicate_key_problems(configfiles)
     problems += file_problems(config, schema, repo)
     problems += model_problems(config, base)
+    problems += model_json_problems(config, base)
+    problems += context_problems(config, base)
+    problems += prompt_problems(config, repo)
     if check_weights:
         problems += weights_problems(config, base)
     problems += device_problems(config, jobs_run_here)
@@ -360,3 +459,43 @@ def preflight(config: dict[str, Any], schema: dict[str, Any], repo: str | os.Pat
         raise PosmechError("invalid configuration or inputs (checked before any job runs; nothing was run, deleted "
                            "or touched):\n  - "
                            + "\n  - ".join(problems))
+
+
+# --------------------------------------------------------------------------- without Snakemake
+def _merge(into: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Snakemake's ``update_config``: nested mappings merged, other values replaced."""
+    for k, v in new.items():
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        else:
+            into[k] = v
+    return into
+
+
+def check_config(configfiles: list[str | os.PathLike[str]], repo: str | os.PathLike[str],
+                 base: str | os.PathLike[str] = ".") -> None:
+    """Every check the workflow makes before any job, without Snakemake (``python -m
+    posmech check-config``): each config file parses (a YAML syntax error is named with
+    its file, line and column, which Snakemake's own "Config file is not valid JSON or
+    YAML" does not), the merged config passes the schema and :func:`preflight`.  No
+    config file: ``config/config.yaml`` of the repository, as the Snakefile."""
+    from posmech.config import load_schema, validate_config
+
+    files = [Path(f) for f in configfiles] or [Path(repo) / "config" / "config.yaml"]
+    config: dict[str, Any] = {}
+    problems = []
+    for f in files:
+        try:
+            doc = strict_load(f)
+        except PosmechError as err:
+            problems.append(f"config file {err}")
+            continue
+        if not isinstance(doc, dict):
+            problems.append(f"config file {str(f)!r} holds no mapping of keys (empty, or a {type(doc).__name__})")
+            continue
+        _merge(config, doc)
+    if problems:
+        raise PosmechError("invalid configuration (checked before any job runs):\n  - " + "\n  - ".join(problems))
+    schema = load_schema(Path(repo) / "workflow" / "schemas" / "config.schema.yaml")
+    validate_config(config, schema)
+    preflight(config, schema, repo=repo, configfiles=files, base=base)

@@ -61,3 +61,48 @@ def test_flipped_weight_bytes_stop_before_any_job(ci_run, tmp_path_factory):
         assert "before any job" in out and "hf/model.safetensors" in out and actual in out, out[-3000:]
         assert "delete resources/models/demo/ and rerun" in out
         assert _state(work) == before
+
+
+def _write(tmp_path: Path, name: str, text: str) -> str:
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def _induction_without_words(tmp_path: Path) -> str:
+    spec = yaml.safe_load((REPO / "resources/prompts/induction_short.yaml").read_text())
+    a = spec["words"]["a"]
+    spec["prompt"] = spec["prompt"].replace(a, a.swapcase())
+    return _write(tmp_path, "no_words.yaml", yaml.safe_dump(spec))
+
+
+@pytest.mark.parametrize(
+    "mutate, expect",
+    [
+        (lambda c, t: c["posembed_averaging"].update(prompt_ids=["apple_orange", "pear_plum"]),
+         ["posembed_averaging.prompts` / `prompt_ids`", "'pear_plum'"]),
+        (lambda c, t: c["interventions"]["induction_intervention"].update(prompt=_induction_without_words(t)),
+         ["interventions.induction_intervention.prompt", "does not contain `words`"]),
+        (lambda c, t: c["posembed_averaging"].update(prompts=_write(t, "shape.yaml", "- apple\n- orange\n")),
+         ["posembed_averaging.prompts", "shape.yaml' is a list, not a mapping"]),
+        (lambda c, t: c["interventions"]["induction_intervention"].update(prompt=_write(t, "empty.yaml", "")),
+         ["interventions.induction_intervention.prompt", "empty.yaml", "the file is empty"]),
+        (lambda c, t: c.setdefault("taxonomy", {}).update(context=64),
+         ["config key `taxonomy.context`: 64 tokens is beyond the context of model 'demo', 32"]),
+    ],
+    ids=["prompt-id-absent", "induction-words-absent", "prompt-file-shape", "empty-prompt-file", "taxonomy-context"],
+)
+def test_config_file_content_refused_before_any_job(ci_run, tmp_path, mutate, expect):
+    """With every output present, a mistake in the content of a file the config names is
+    reported before any job; nothing is run or deleted (today's main ran the rule, which
+    failed after Snakemake had deleted its earlier outputs)."""
+    cfg = _ci()
+    mutate(cfg, tmp_path)
+    before = _state(ci_run)
+    proc = snakemake(ci_run, configfile=_write(tmp_path, "config.yaml", yaml.safe_dump(cfg)), timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "before any job" in out, out[-3000:]
+    for e in expect:
+        assert e in out, (e, out[-3000:])
+    assert "Traceback" not in out and "NoneType" not in out
+    assert _state(ci_run) == before

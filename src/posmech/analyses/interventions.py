@@ -403,6 +403,41 @@ class InductionPrompt:
     spec: dict[str, Any]
 
 
+INDUCTION_FORMAT = "format in resources/prompts/induction_ninja.yaml"
+
+
+def induction_spec_problems(spec: Any) -> list[str]:
+    """What is wrong with the content of an induction prompt file (before any tokenizer):
+    a mapping with ``prompt`` (text), ``words`` (``a``, ``b``, ``c``: non-empty strings whose
+    concatenation occurs in the prompt), ``redirect`` (a list of ``{query, key}``) and
+    ``targets`` (name → non-empty list of strings).  Empty list: nothing wrong."""
+    if spec is None:
+        return [f"the file is empty ({INDUCTION_FORMAT})"]
+    if not isinstance(spec, dict):
+        return [f"expected a mapping with keys prompt, words, redirect, targets, found a {type(spec).__name__} "
+                f"({INDUCTION_FORMAT})"]
+    out = [f"missing key `{k}` ({INDUCTION_FORMAT})" for k in ("prompt", "words", "redirect", "targets")
+           if k not in spec]
+    text, words = spec.get("prompt"), spec.get("words")
+    if "prompt" in spec and (not isinstance(text, str) or not text):
+        out.append("`prompt` must be a non-empty string")
+    if "words" in spec:
+        if not isinstance(words, dict) or any(not isinstance(words.get(w), str) or not words.get(w) for w in "abc"):
+            out.append(f"`words` must map a, b and c to non-empty strings (found {words!r})")
+        elif isinstance(text, str) and text:
+            triple = "".join(words[w] for w in "abc")
+            if triple not in text:
+                out.append(f"the prompt {text!r} does not contain `words` a+b+c = {triple!r}")
+    red = spec.get("redirect")
+    if "redirect" in spec and (not isinstance(red, list) or not all(isinstance(r, dict) for r in red)):
+        out.append("`redirect` must be a list of {query: ..., key: ...} mappings")
+    tg = spec.get("targets")
+    if "targets" in spec and (not isinstance(tg, dict) or not tg or not all(
+            isinstance(v, list) and v and all(isinstance(x, str) for x in v) for v in tg.values())):
+        out.append("`targets` must map each target name to a non-empty list of strings")
+    return out
+
+
 def build_induction_prompt(
     spec: dict[str, Any], tokenizer: Any, bos_id: int | None, n_ctx: int, where: str = "induction prompt file",
 ) -> InductionPrompt:
@@ -414,14 +449,12 @@ def build_induction_prompt(
     ``before_a``: the token just before word ``a``); the key must precede the query.  Every variant of a
     target is tokenized on its own; variants whose token sequence extends another's are
     dropped (recorded in ``dropped``), so the summed probabilities are of disjoint events."""
-    for key in ("prompt", "words", "redirect", "targets"):
-        if key not in spec:
-            raise PosmechError(f"{where}: missing key `{key}`")
+    problems = induction_spec_problems(spec)
+    if problems:
+        raise PosmechError(f"{where}: " + "; ".join(problems))
     text, words = spec["prompt"], spec["words"]
     triple = "".join(words[w] for w in ("a", "b", "c"))
     at = text.find(triple)
-    if at < 0:
-        raise PosmechError(f"{where}: the prompt does not contain `words` a+b+c = {triple!r}")
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids, offsets = list(enc["input_ids"]), list(enc["offset_mapping"])
     shift = 0

@@ -40,6 +40,12 @@ def load_prompts(path: str | os.PathLike[str], ids: list[str] | None = None) -> 
     try:
         with open(path, encoding="utf-8") as f:
             doc = yaml.safe_load(f)
+        if not isinstance(doc, dict):
+            raise PosmechError(
+                f"prompt file {str(path)!r} is {'empty' if doc is None else f'a {type(doc).__name__}, not a mapping'}; "
+                "see the format in resources/prompts/repeat_string.yaml")
+        if not isinstance(doc.get("prompts"), list) or not doc["prompts"]:
+            raise KeyError("prompts (a non-empty list)")
         request, reply, reply_open = doc["request"], doc["reply"], doc["reply_open"]
         lines = [line for s in doc.get("fewshot", []) for line in (request.format(string=s), reply.format(string=s))]
         out = {}
@@ -49,7 +55,7 @@ def load_prompts(path: str | os.PathLike[str], ids: list[str] | None = None) -> 
             if not targets or not all(targets.values()):
                 raise KeyError("targets (each with at least one variant)")
             out[p["id"]] = Prompt(p["id"], p.get("claim", ""), text, targets, {"string": p["string"]})
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as err:
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as err:
         raise PosmechError(
             f"prompt file {str(path)!r} is missing or malformed ({type(err).__name__}: {err}); "
             "see the format in resources/prompts/repeat_string.yaml"
