@@ -334,3 +334,73 @@ def test_kept_cache_damaged_in_place_is_not_reused(prev_token_model_dir, tmp_pat
     assert not s.get("reused")
     assert "its bytes changed" in caplog.text and str(kept) in caplog.text
     assert hashlib.sha256(out.read_bytes()).hexdigest() == digest
+
+
+# ---------------------------------------------------------------- issue 32: a file-size limit (full disk)
+_LIMITED_JOB = """
+import resource, sys
+from pathlib import Path
+from types import SimpleNamespace
+import numpy as np
+from posmech.cache import CacheSettings, cache_activations
+from posmech.data.tokens import TokenSet
+from posmech.models.loading import load_bridge
+from posmech.runner import run
+
+model, out, limit = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+rng = np.random.default_rng(0)
+docs = [np.concatenate([[0], rng.integers(1, 20, size=11)]) for _ in range(300)]
+off = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64)
+tokens = TokenSet(np.concatenate(docs).astype(np.int32), off, {"config_hash": "x"}, [f"d{j}" for j in range(300)])
+
+def main(smk, log):
+    bridge = load_bridge({"hf_dir": model, "name": "pt"}, device="cpu")
+    if limit:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    cache_activations(bridge, tokens, out, CacheSettings(batch_size=16, storage_dtype="float32"), {"model": "pt"},
+                      keep=True)
+
+smk = SimpleNamespace(input=[], output=[str(out)], log=[str(out.parent / "job.log")], rule="cache_activations",
+                      threads=1)
+run(smk, main)
+"""
+
+
+@pytest.mark.parametrize("limit", [100_000, 600 * 1024])
+def test_file_size_limit_fails_cleanly_then_a_rerun_equals_an_uninterrupted_one(prev_token_model_dir, tmp_path,
+                                                                                  limit):
+    """A file-size limit (RLIMIT_FSIZE, as `ulimit -f`) hit while the cache is created (100 kB)
+    or while activations are written (600 KiB): the job ends with exit status 1 (no SIGSEGV:
+    HDF5 crashed when the failure's report asked a closed dataset for its file), its log says
+    `failed:`, names the file and the fix, and no partial file is left; the rerun without the
+    limit writes a cache equal to an uninterrupted run's."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "job.py"
+    script.write_text(_LIMITED_JOB)
+    ref, out = tmp_path / "ref" / "acts.h5", tmp_path / "run" / "acts.h5"
+    for p in (ref, out):
+        p.parent.mkdir()
+
+    def job(path, lim):
+        return subprocess.run([sys.executable, str(script), str(prev_token_model_dir), str(path), str(lim)],
+                              capture_output=True, text=True, timeout=600)
+
+    assert job(ref, 0).returncode == 0
+    proc = job(out, limit)
+    log = (out.parent / "job.log").read_text()
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
+    assert "Segmentation fault" not in proc.stderr
+    assert "rule cache_activations failed:" in log and "file-size limit was reached" in log, log[-3000:]
+    assert "raise the limit (`ulimit -f unlimited`)" in log and "acts.h5.partial" in log
+    assert sorted(p.name for p in out.parent.iterdir() if p.name != "job.log" and not p.name.startswith("job.log")) \
+        == [], list(out.parent.iterdir())
+    assert job(out, 0).returncode == 0
+    with h5py.File(ref) as a, h5py.File(out) as b:
+        names = []
+        a.visit(lambda n: names.append(n) if isinstance(a[n], h5py.Dataset) else None)
+        assert names
+        for n in names:
+            np.testing.assert_array_equal(a[n][()], b[n][()], err_msg=n)
+        assert a.attrs["fingerprint"] == b.attrs["fingerprint"]

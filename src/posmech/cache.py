@@ -57,7 +57,7 @@ import numpy as np
 
 from posmech.data.tokens import DESCRIPTIONS as TOKEN_DESCRIPTIONS
 from posmech.data.tokens import TokenSet
-from posmech.errors import PosmechError
+from posmech.errors import PosmechError, exhaustion
 from posmech.hdf5 import (
     STR,
     attr_json,
@@ -340,16 +340,20 @@ def _reuse_kept(kept: Path, path: Path, fingerprint: str) -> bool:
 
 @contextlib.contextmanager
 def _discard_on_write_error(*paths: Path) -> Iterator[None]:
-    """A write that fails (``OSError``: disk full, file-size limit, quota, I/O error)
-    removes the in-progress file and its checkpoint: a preallocated partial file can be
+    """A write that fails (``OSError``: disk full, file-size limit, quota, I/O error; or an
+    HDF5 ``ValueError``/``RuntimeError`` whose text names errno 27, 28 or 122) removes the in-progress file and its checkpoint: a preallocated partial file can be
     as large as the finished cache, and a resume would hit the same wall.  Any other
     failure, and a kill, keeps them for the resume."""
     try:
         yield
-    except OSError as err:
+    except Exception as err:
+        if not isinstance(err, OSError) and exhaustion(err) is None:
+            raise  # not a failed write (HDF5 wraps one in ValueError / RuntimeError): kept for the resume
         for p in paths:
             p.unlink(missing_ok=True)
-        LOG.error("write failed (%s); removed the in-progress files %s", err, ", ".join(p.name for p in paths))
+        found = exhaustion(err)
+        LOG.error("write failed (%s); removed the in-progress files %s", found[1] if found else err,
+                  ", ".join(p.name for p in paths))
         raise
 
 

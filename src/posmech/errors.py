@@ -6,6 +6,7 @@ file and says what to do.  Scripts run by Snakemake print only that message (no
 traceback wall) via :func:`posmech.runner.run`.
 """
 
+import re
 from typing import Any
 
 
@@ -72,3 +73,46 @@ def stop_explanation(log_paths: list[str]) -> str | None:
             "jobs that were running had finished. No job failed: Snakemake's \"At least one job did not "
             "complete successfully\" below means the jobs it did not start. Every finished output is kept; "
             "run the same command again to continue.")
+
+
+#: errno of a write that hit a resource limit: what each says in messages that carry no errno
+#: attribute (HDF5 reports a failed write inside a ValueError or RuntimeError text)
+EXHAUSTION = {
+    27: ("errno = 27", "File too large", "file too large"),
+    28: ("errno = 28", "No space left on device"),
+    122: ("errno = 122", "Disk quota exceeded"),
+}
+
+
+def exhaustion(err: BaseException | None) -> tuple[int, BaseException] | None:
+    """``(errno, the exception that says so)`` when ``err`` or an exception it was raised
+    from or during (``__cause__``/``__context__``) is a write that hit a resource limit:
+    27 file-size limit, 28 disk full, 122 disk quota; else None.  Of several, the one with
+    an ``errno`` attribute, else the one naming its file, else the first."""
+    seen: set[int] = set()
+    stack = [err]
+    found: list[tuple[int, BaseException]] = []
+    while stack:
+        e = stack.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        code = getattr(e, "errno", None)
+        if code in EXHAUSTION:
+            found.append((int(code), e))
+        else:
+            text = str(e)
+            found += [(n, e) for n, words in EXHAUSTION.items() if any(w in text for w in words)][:1]
+        stack += [e.__cause__, e.__context__]
+    for pick in (lambda e: getattr(e, "errno", None) in EXHAUSTION, lambda e: failed_write_file(e) is not None,
+                 lambda e: True):
+        for n, e in found:
+            if pick(e):
+                return n, e
+    return None
+
+
+def failed_write_file(err: BaseException) -> str | None:
+    """The file an HDF5 write error names (``filename = '...'`` in its text), or None."""
+    m = re.search(r"filename = '([^']+)'", str(err))
+    return m.group(1) if m else None

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-from posmech.errors import PosmechError
+from posmech.errors import PosmechError, exhaustion, failed_write_file
 
 LOG = logging.getLogger("posmech")
 #: progress lines go to the rule's log file only, not to the terminal (jobs run side by side)
@@ -133,7 +133,9 @@ def _file_name(v: Any) -> str | None:
             return _path_like(getattr(v, "name", None))
         import h5py
 
-        if isinstance(v, h5py.HLObject):
+        # an object of a file that is closed (e.g. after a failed write) has an invalid id:
+        # asking for its file then crashes HDF5 (SIGSEGV), so it is skipped
+        if isinstance(v, h5py.HLObject) and v.id.valid:
             return _path_like(v.file.filename)
     except (ValueError, OSError, RuntimeError, ImportError):  # a closed h5py object
         return None
@@ -173,14 +175,18 @@ def involved_file(err: BaseException, job_files: list[str]) -> str | None:
 def likely_fix(err: BaseException, path: str | None, rule: str) -> str:
     """A one-line suggestion for an error that is not a :class:`PosmechError`."""
     where = repr(path) if path else "the job's files"
-    errno_ = getattr(err, "errno", None)
+    found = exhaustion(err)
+    errno_ = found[0] if found else getattr(err, "errno", None)
     text = f"{type(err).__name__}: {err}"
     if errno_ == 28:
         d = os.path.dirname(os.path.abspath(path)) if path else "."
         return (f"the disk holding {d!r} is full (errno 28): free space (`df -h {d}`) and rerun; "
                 "nothing finished was overwritten")
     if errno_ == 27:
-        return f"the file-size limit was reached writing {where} (errno 27): raise it (`ulimit -f unlimited`) and rerun"
+        return (f"the file-size limit was reached writing {where} (errno 27): raise the limit (`ulimit -f unlimited`) "
+                "and rerun; nothing finished was overwritten")
+    if errno_ == 122:
+        return f"the disk quota was reached writing {where} (errno 122): free space in your quota and rerun"
     if errno_ in (13, 30):
         return f"no permission to write {where} (read-only file system or directory): fix the permissions and rerun"
     if errno_ == 2:
@@ -285,10 +291,15 @@ def run(smk: Any, main: Callable[[Any, logging.Logger], None]) -> None:
     except Exception as err:  # noqa: BLE001 - every failure is named in the log
         import traceback
 
-        path = involved_file(err, _job_files(smk))
+        found = exhaustion(err)
+        cause = found[1] if found else err  # a full disk: its own error, not what closing the file said
+        # after a failed write, HDF5 objects left in the traceback's frames can crash (SIGSEGV) when
+        # asked for their file: the failed write names its file itself
+        path = ((getattr(cause, "filename", None) or failed_write_file(cause)) if found
+                else involved_file(err, _job_files(smk)))
         log.error(
             "rule %s failed: %s: %s\n  file involved: %s\n  likely fix: %s\n  (traceback in %s)",
-            rule, type(err).__name__, err, path or "(none identified; inputs: "
+            rule, type(cause).__name__, cause, path or "(none identified; inputs: "
             + ", ".join(map(str, getattr(smk, "input", []) or [])) + ")",
             likely_fix(err, path, rule), log_path or "stderr",
         )

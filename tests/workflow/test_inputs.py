@@ -106,3 +106,49 @@ def test_config_file_content_refused_before_any_job(ci_run, tmp_path, mutate, ex
         assert e in out, (e, out[-3000:])
     assert "Traceback" not in out and "NoneType" not in out
     assert _state(ci_run) == before
+
+
+def test_file_size_limit_ends_cleanly_and_the_rerun_equals_the_uninterrupted_run(ci_run, tmp_path_factory):
+    """`ulimit -f 600` (RLIMIT_FSIZE 600 KiB) on a run that must recompute the activation
+    cache: the job ends with the project's `failed:` / `likely fix:` lines, no SIGSEGV, no
+    partial file, no other output touched; the rerun without the limit writes a cache equal
+    to the uninterrupted run's."""
+    import os
+    import resource
+    import subprocess
+
+    import h5py
+    import numpy as np
+
+    from .conftest import SNAKEMAKE
+
+    work = _copy(ci_run, tmp_path_factory, "fsize")
+    acts = work / "results/demo/activations"
+    shutil.rmtree(acts / ".kept")
+    (acts / "bible.h5").unlink()
+    before = _state(work)
+    limit = 600 * 1024
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    cmd = [SNAKEMAKE, "--snakefile", str(REPO / "workflow/Snakefile"), "--directory", str(work),
+           "--configfile", str(REPO / "config/ci.yaml"), "--cores", "2", "results/demo/activations/bible.h5"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONFAULTHANDLER": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=work, preexec_fn=limited)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "SIGSEGV" not in out and "Segmentation fault" not in out, out[-3000:]
+    log = (work / "logs/cache_activations/demo/bible.log").read_text()
+    assert "rule cache_activations failed:" in log and "file involved: results/demo/activations/bible.h5.partial" in log
+    assert "likely fix: the file-size limit was reached" in log and "ulimit -f unlimited" in log
+    assert not acts.exists() or not [p for p in acts.rglob("*") if p.is_file()]
+    assert _state(work) == before
+    proc = snakemake(work, "results/demo/activations/bible.h5", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with h5py.File(ci_run / "results/demo/activations/bible.h5") as a, h5py.File(acts / "bible.h5") as b:
+        names: list[str] = []
+        a.visit(lambda n: names.append(n) if isinstance(a[n], h5py.Dataset) else None)
+        for n in names:
+            np.testing.assert_array_equal(a[n][()], b[n][()], err_msg=n)
+        assert a.attrs["fingerprint"] == b.attrs["fingerprint"]
