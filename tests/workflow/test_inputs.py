@@ -152,3 +152,35 @@ def test_file_size_limit_ends_cleanly_and_the_rerun_equals_the_uninterrupted_run
         for n in names:
             np.testing.assert_array_equal(a[n][()], b[n][()], err_msg=n)
         assert a.attrs["fingerprint"] == b.attrs["fingerprint"]
+
+
+def test_unlock_is_refused_while_another_run_is_live(ci_run, tmp_path_factory):
+    """Run A executes (its pid recorded in .snakemake/posmech-runs/ by onstart); `--unlock`
+    in the same directory is refused naming A's pid, A's lock stays, and A completes."""
+    import subprocess
+    import time
+
+    from .conftest import SNAKEMAKE
+
+    work = _copy(ci_run, tmp_path_factory, "live")
+    cmd = [SNAKEMAKE, "--snakefile", str(REPO / "workflow/Snakefile"), "--directory", str(work),
+           "--configfile", str(REPO / "config/ci.yaml"), "--cores", "2",
+           "--forcerun", "train_demo_model", "resources/models/demo/manifest.json"]
+    a = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=work)
+    try:
+        deadline = time.monotonic() + 300
+        while not list((work / ".snakemake/posmech-runs").glob("*.json")) and time.monotonic() < deadline:
+            assert a.poll() is None, a.stdout.read()[-3000:]
+            time.sleep(0.2)
+        [rec] = list((work / ".snakemake/posmech-runs").glob("*.json"))
+        assert rec.name == f"{a.pid}.json" and list((work / ".snakemake/locks").glob("*.lock"))
+        proc = snakemake(work, "--unlock", timeout=300)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and "not unlocking" in out and f"pid {a.pid}" in out, out[-3000:]
+        assert a.poll() is None and list((work / ".snakemake/locks").glob("*.lock"))
+        assert a.wait(timeout=900) == 0, a.stdout.read()[-3000:]
+    finally:
+        if a.poll() is None:
+            a.kill()
+            a.wait()
+    assert not list((work / ".snakemake/posmech-runs").glob("*.json"))  # removed at its end (onsuccess)

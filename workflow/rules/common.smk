@@ -31,6 +31,17 @@ try:
 except PosmechError as err:
     raise WorkflowError(str(err)) from None
 
+# A live run in this working directory (posmech.runs): `--unlock` is refused while one
+# is, and a left-over lock is explained (before Snakemake's LockException).
+if workflow.is_main_process:
+    from posmech.runs import lock_report
+
+    _lock_msg, _refuse = lock_report(unlocking="--unlock" in sys.argv)
+    if _refuse:
+        raise WorkflowError(_lock_msg)
+    if _lock_msg:
+        print(_lock_msg, file=sys.stderr)
+
 
 REPO = Path(workflow.basedir).parent
 MODELS = list(config["models"])
