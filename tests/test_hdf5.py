@@ -73,3 +73,32 @@ def test_describe_sets_descriptions_and_undescribed_lists_the_rest(tmp_path):
         describe(f, {"g/z": "[2] float zeros too"})
     with h5py.File(path, "r") as f:
         assert undescribed(f) == [] and f["g/y"].attrs["description"] == "[2] float zeros"
+
+
+def test_wrong_kind_names_the_rule_that_writes_the_expected_kind(tmp_path):
+    """An activation cache where the tokens file should be: the message names `tokenize`
+    (which writes tokens files), not `cache_activations` (which wrote this one)."""
+    p = tmp_path / "bible.h5"
+    with artifact_writer(p, "activations", "cache_activations") as f:
+        f["x"] = np.arange(3)
+    with pytest.raises(PosmechError) as info:
+        open_artifact(p, "tokens")
+    msg = str(info.value)
+    assert "Rerun rule `tokenize`" in msg and "snakemake --forcerun tokenize" in msg
+    assert "kind 'activations' (written by rule `cache_activations`)" in msg
+
+
+def test_every_writer_agrees_with_the_kind_table(tmp_path):
+    from posmech import cache
+    from posmech.analyses import attention_statistics, contextual, geometry, kernels, neurons
+    from posmech.data import tokens
+    from posmech.hdf5 import KIND_RULES
+
+    assert KIND_RULES[tokens.KIND] == "tokenize" and KIND_RULES[cache.KIND] == cache.RULE
+    for m in (kernels, geometry, neurons, contextual):
+        assert KIND_RULES[m.KIND] == m.RULE, m.__name__
+    assert KIND_RULES[attention_statistics.KIND] == "attention_statistics"
+    with pytest.raises(PosmechError, match="internal"):
+        with artifact_writer(tmp_path / "t.h5", "tokens", "cache_activations"):
+            pass
+    assert not list(tmp_path.iterdir())

@@ -149,6 +149,9 @@ def artifact_writer(path: str | os.PathLike[str], kind: str, rule: str, attrs: d
     """Open a new artifact for writing at a temporary name; on success set the completion
     marker and rename it onto ``path``.  On error the partial file is removed and
     whatever was at ``path`` before stays untouched."""
+    if KIND_RULES.get(kind, rule) != rule:
+        raise PosmechError(f"internal: artifact kind {kind!r} is written by rule `{KIND_RULES[kind]}`, not `{rule}` "
+                           "(posmech.hdf5.KIND_RULES)")
     with atomic_path(path) as tmp:
         with h5py.File(tmp, "w") as f, checksummed(f):
             set_attrs(f, {**provenance(), "kind": kind, "rule": rule, "complete": False, **(attrs or {})})
@@ -171,6 +174,22 @@ def open_hdf5(path: str | os.PathLike[str]) -> h5py.File:
         ) from None
 
 
+#: the rule that writes each kind of artifact (a file of the wrong kind names the rule that
+#: writes the kind expected, not the one that wrote the file; tests check the writers agree)
+KIND_RULES = {
+    "tokens": "tokenize",
+    "activations": "cache_activations",
+    "kernels": "positional_kernels",
+    "extended_embeddings": "extended_positional_embeddings",
+    "extended_token_embeddings": "extended_token_embeddings",
+    "attention_statistics": "attention_statistics",
+    "layer0_decomposition": "layer0_decomposition",
+    "score_anatomy": "score_anatomy",
+    "score_profiles": "score_taxa",
+    "posembed_attention": "posembed_attention",
+}
+
+
 def open_artifact(path: str | os.PathLike[str], kind: str | None = None) -> h5py.File:
     """Open a pipeline artifact read-only after checking it is whole.
 
@@ -187,7 +206,10 @@ def open_artifact(path: str | os.PathLike[str], kind: str | None = None) -> h5py
     elif not bool(f.attrs.get("complete", False)):
         problem = "no completion marker (the writer did not finish)"
     elif kind is not None and f.attrs.get("kind") != kind:
-        problem = f"kind {f.attrs.get('kind')!r}, expected {kind!r}"
+        writer = KIND_RULES.get(kind, "the rule that writes it")
+        problem = (f"kind {f.attrs.get('kind')!r} (written by rule `{rule}`), expected {kind!r}, which rule "
+                   f"`{writer}` writes: the file was replaced by another artifact")
+        rule = writer
     if problem:
         f.close()
         raise PosmechError(

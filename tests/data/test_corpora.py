@@ -62,3 +62,21 @@ def test_hub_corpus_offline_names_the_ways_on(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(PosmechError, match="config/demo.yaml"):
         load_corpus({"source": "stas/openwebtext-10k", "split": "train", "text_field": "text"}, "webtext")
+
+
+def test_null_text_names_the_document_the_line_and_the_file(tmp_path):
+    p = tmp_path / "web.jsonl"
+    p.write_text('{"text": "one"}\n\n{"text": "two"}\n{"text": null}\n')
+    with pytest.raises(PosmechError) as info:
+        load_corpus({"source": str(p), "split": "train", "text_field": "text"}, "web")
+    msg = str(info.value)
+    assert "corpus 'web'" in msg and "document 2" in msg and f"line 4 of '{p}'" in msg and "None" in msg
+
+
+def test_non_utf8_byte_names_the_file_line_and_column(tmp_path):
+    p = tmp_path / "web.jsonl"
+    p.write_bytes(b'{"text": "one"}\n{"text": "t\xe9l\xe9"}\n')
+    with pytest.raises(PosmechError) as info:
+        load_corpus({"source": str(p), "split": "train", "text_field": "text"}, "web")
+    msg = str(info.value)
+    assert f"'{p}', line 2, column 12: byte 0xe9 is not UTF-8" in msg and "iconv" in msg

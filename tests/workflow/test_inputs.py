@@ -184,3 +184,43 @@ def test_unlock_is_refused_while_another_run_is_live(ci_run, tmp_path_factory):
             a.kill()
             a.wait()
     assert not list((work / ".snakemake/posmech-runs").glob("*.json"))  # removed at its end (onsuccess)
+
+
+@pytest.mark.parametrize(
+    "content, expect",
+    [
+        (b'{"text": "In the beginning"}\n{"text": null}\n', ["document 1", "line 2 of", "web.jsonl", "None"]),
+        (b'{"text": "In the beginning"}\n{"text": "caf\xe9"}\n', ["web.jsonl', line 2, column 14: byte 0xe9"]),
+    ],
+    ids=["null-text", "non-utf8"],
+)
+def test_corpus_document_faults_name_document_file_and_line(ci_run, tmp_path, content, expect):
+    """A local corpus with a null text or a byte that is not UTF-8: prepare_corpus's log names
+    the document, the file and the line; nothing else is touched."""
+    src = tmp_path / "web.jsonl"
+    src.write_bytes(content)
+    cfg = _ci()
+    cfg["corpora"]["web"] = {"source": str(src)}
+    before = _state(ci_run)
+    proc = snakemake(ci_run, "resources/corpora/web.jsonl",
+                     configfile=_write(tmp_path, "config.yaml", yaml.safe_dump(cfg)), timeout=300)
+    assert proc.returncode != 0
+    log = (ci_run / "logs/prepare_corpus/web.log").read_text()
+    for e in expect:
+        assert e in log, (e, log[-3000:])
+    assert "UnicodeDecodeError" not in log and "text_target" not in log
+    assert not (ci_run / "resources/corpora/web.jsonl").exists()
+    assert _state(ci_run) == before
+
+
+def test_wrong_kind_tokens_file_names_tokenize(ci_run, tmp_path_factory):
+    """An activation cache copied over the tokens file: the rerun cache job names rule
+    `tokenize` (which writes tokens files) and the kept cache survives."""
+    work = _copy(ci_run, tmp_path_factory, "kind")
+    shutil.copy(work / "results/demo/activations/bible.h5", work / "results/demo/tokens/bible.h5")
+    kept = [p for p in (work / "results/demo/activations/.kept").iterdir() if p.suffix != ".sha256"]
+    proc = snakemake(work, "results/demo/activations/bible.h5", timeout=600)
+    assert proc.returncode != 0
+    log = (work / "logs/cache_activations/demo/bible.log").read_text()
+    assert "expected 'tokens', which rule `tokenize` writes" in log and "--forcerun tokenize" in log, log[-3000:]
+    assert kept and all(p.is_file() for p in kept)

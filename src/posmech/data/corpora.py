@@ -9,6 +9,7 @@ index in the source (so a subset can be traced back) and the Bible keeps ``book`
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -74,12 +75,44 @@ def _hub_dataset(source: str, revision: str | None, split: str) -> Any:
         ) from None
 
 
+TEXT_SUFFIXES = (".jsonl", ".json", ".txt", ".csv")
+
+
+def check_utf8(path: str | os.PathLike[str], what: str) -> None:
+    """A text file is UTF-8 throughout; otherwise a :class:`PosmechError` naming the file,
+    the line, the column and the byte (the loaders' own ``UnicodeDecodeError`` names none)."""
+    with open(path, "rb") as f:
+        for n, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise PosmechError(
+                    f"{what} {str(path)!r}, line {n}, column {err.start + 1}: byte 0x{line[err.start]:02x} is not "
+                    "UTF-8 (the file is in another encoding, or damaged); re-save it as UTF-8, e.g. "
+                    f"`iconv -f latin1 -t utf-8 {path} > fixed.jsonl`, or remove that line") from None
+
+
+def jsonl_line(path: str | os.PathLike[str], index: int) -> int | None:
+    """The line number (from 1) of record ``index`` (from 0) of a JSON-lines file (blank
+    lines skipped, as the loaders do); None when the file has fewer records."""
+    seen = -1
+    with open(path, "rb") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                seen += 1
+                if seen == index:
+                    return n
+    return None
+
+
 def _local_dataset(source: str, split: str, base: str) -> Any:
     import datasets
 
     p = local_path(source, base)
     if not p.exists():
         raise PosmechError(f"local corpus {str(p)!r} does not exist")
+    if p.is_file() and p.suffix in TEXT_SUFFIXES:
+        check_utf8(p, "local corpus")
     try:
         if p.is_file():
             kind = "parquet" if p.suffix == ".parquet" else "json"
@@ -95,6 +128,19 @@ def _local_dataset(source: str, split: str, base: str) -> Any:
             f"could not read local corpus {str(p)!r}: {type(err).__name__}: {err}. Expected a "
             "`datasets` directory (save_to_disk), a folder of data files, a .jsonl or a .parquet file."
         ) from None
+
+
+def _not_text(name: str, src: str, field: str, i: int, value: Any, base: str) -> str:
+    """The message for document ``i`` whose text field is not a string."""
+    where = f"document {i} (counting from 0)"
+    if is_local(src):
+        p = local_path(src, base)
+        if p.is_file() and p.suffix in (".jsonl", ".json"):
+            line = jsonl_line(p, i)
+            if line is not None:
+                where += f", line {line} of {str(p)!r}"
+    return (f"corpus {name!r} ({src}): {where} has `{field}` {value!r}, not a string; give it text or remove "
+            f"that document (config key `corpora.{name}.text_field` names the field read)")
 
 
 def select_indices(n_total: int, n_documents: int | None, seed: int) -> np.ndarray:
@@ -121,7 +167,15 @@ def load_corpus(entry: dict[str, Any], name: str, base: str = ".") -> list[dict[
                 f"config key `corpora.{name}.text_field`: column {field!r} not in corpus {src!r} "
                 f"(columns: {', '.join(ds.column_names)})"
             )
-        docs = [{"doc_index": i, "text": t} for i, t in enumerate(ds[field])]
+        try:
+            texts = ds[field]
+        except UnicodeDecodeError as err:
+            raise PosmechError(f"corpus {name!r} ({src}): a document is not valid UTF-8 ({err}); re-save the "
+                               "corpus as UTF-8") from None
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise PosmechError(_not_text(name, src, field, i, t, base))
+        docs = [{"doc_index": i, "text": t} for i, t in enumerate(texts)]
     if not docs:
         raise PosmechError(f"corpus {name!r} ({src}) has no documents")
     keep = select_indices(len(docs), entry.get("n_documents"), entry.get("seed", 0))
