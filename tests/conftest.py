@@ -28,6 +28,17 @@ from posmech.models import handbuilt as hb  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 
 
+def flip_bytes(path: Path, n: int = 64) -> None:
+    """Flip ``n`` bytes in the middle of a file in place (as a disk or copy error would):
+    its size, and a header at its start, unchanged."""
+    size = path.stat().st_size
+    with open(path, "r+b") as fh:
+        fh.seek(size // 2)
+        block = fh.read(n)
+        fh.seek(size // 2)
+        fh.write(bytes(b ^ 0xFF for b in block))
+
+
 def require_system(tool: str) -> None:
     """Skip when a system tool is absent, except in CI where it must be there."""
     if shutil.which(tool) is None:

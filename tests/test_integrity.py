@@ -15,6 +15,7 @@ from posmech.cache import CacheSettings, cache_activations, read_position_means,
 from posmech.errors import PosmechError
 from posmech.models.loading import check_hf_dir, load_bridge, prepare_local_model
 from posmech.data.tokens import TokenSet
+from tests.conftest import flip_bytes
 
 
 def token_set(seed: int = 0, n: int = 6, n_ctx: int = 12, created: str = "t0") -> TokenSet:
@@ -321,12 +322,7 @@ def test_kept_cache_damaged_in_place_is_not_reused(prev_token_model_dir, tmp_pat
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
     with h5py.File(out) as f:
         kept = kept_path(out, f.attrs["fingerprint"])
-    size = out.stat().st_size
-    with open(out, "r+b") as fh:  # in place: the kept link shares these bytes
-        fh.seek(size // 2)
-        block = fh.read(64)
-        fh.seek(size // 2)
-        fh.write(bytes(b ^ 0xFF for b in block))
+    flip_bytes(out)  # in place: the kept link shares these bytes
     assert hashlib.sha256(kept.read_bytes()).hexdigest() != digest
     out.unlink()
     with caplog.at_level("WARNING"):

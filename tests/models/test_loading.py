@@ -14,6 +14,7 @@ from posmech.models.loading import (
     read_manifest,
 )
 from posmech.models.training import build_char_tokenizer
+from tests.conftest import flip_bytes
 
 
 def test_char_tokenizer_roundtrip_and_bos():
@@ -170,17 +171,6 @@ def test_weight_view_reads_bfloat16_weights(tmp_path):
 
 
 # --------------------------------------------------------------------------- verified weights (issue 32)
-def _flip(path, n=64):
-    """Flip ``n`` bytes in the middle of a file in place (its size, and a safetensors
-    header at its start, unchanged)."""
-    size = path.stat().st_size
-    with open(path, "r+b") as fh:
-        fh.seek(size // 2)
-        block = fh.read(n)
-        fh.seek(size // 2)
-        fh.write(bytes(b ^ 0xFF for b in block))
-
-
 def _local_copy(src, tmp_path):
     import shutil
 
@@ -220,7 +210,7 @@ def test_flipped_weight_bytes_stop_every_load_naming_file_hashes_and_fix(tmp_pat
     good = read_manifest(man_dir)
     weights = d / "model.safetensors"
     recorded = good["weights_sha256"]["model.safetensors"]
-    _flip(weights)
+    flip_bytes(weights)
     check_hf_dir(d, "k")  # the damage is invisible to the structural check
     actual = hashlib.sha256(weights.read_bytes()).hexdigest()
     with pytest.raises(PosmechError) as info:
@@ -268,7 +258,7 @@ def test_old_manifest_with_the_16_digit_digest_is_verified(tmp_path, prev_token_
     (man_dir / "manifest.json").write_text(json.dumps(m))
     (man_dir / "weights.verified.json").unlink()
     read_manifest(man_dir)
-    _flip(d / "model.safetensors")
+    flip_bytes(d / "model.safetensors")
     with pytest.raises(PosmechError, match=f"records {m['weights_sha256_16']}"):
         read_manifest(man_dir)
 
@@ -289,6 +279,6 @@ def test_preflight_reports_damaged_weights_of_a_model_on_disk(tmp_path, prev_tok
     prepare_local_model("mine", {"source": str(d)}, tmp_path / "resources/models/mine")
     cfg = {"models": {"mine": {"source": str(d)}, "absent": {"source": "gpt2"}}}
     assert weights_problems(cfg, tmp_path) == []
-    _flip(d / "model.safetensors")
+    flip_bytes(d / "model.safetensors")
     [msg] = weights_problems(cfg, tmp_path)
     assert "model.safetensors" in msg and "sha256" in msg and "manifest.json" in msg

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import flip_bytes
+
 from .conftest import REPO, snakemake
 
 pytestmark = pytest.mark.workflow
@@ -36,22 +38,13 @@ def _copy(ci_run: Path, tmp_path_factory, name: str) -> Path:
     return work
 
 
-def _flip(path: Path, n: int = 64) -> None:
-    size = path.stat().st_size
-    with open(path, "r+b") as fh:
-        fh.seek(size // 2)
-        block = fh.read(n)
-        fh.seek(size // 2)
-        fh.write(bytes(b ^ 0xFF for b in block))
-
-
 def test_flipped_weight_bytes_stop_before_any_job(ci_run, tmp_path_factory):
     """64 bytes flipped in the trained model's weights: the dry run, a plain run and a
     --forcerun of the cache all stop before any job, naming the file, both hashes and the
     fix; the activation cache, its kept copy and every other output are untouched."""
     work = _copy(ci_run, tmp_path_factory, "weights")
     weights = work / "resources/models/demo/hf/model.safetensors"
-    _flip(weights)
+    flip_bytes(weights)
     actual = hashlib.sha256(weights.read_bytes()).hexdigest()
     before = _state(work)
     for args in (("-n",), (), ("--forcerun", "cache_activations", "results/demo/activations/bible.h5")):
