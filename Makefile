@@ -69,5 +69,7 @@ clean-demo:
 	rm -rf results/report logs benchmarks .snakemake/incomplete
 	@# the Hugging Face folder of a model whose manifest was deleted (the trained demo model)
 	@for d in resources/models/*/hf; do [ -d "$$d" ] && [ ! -e "$$(dirname $$d)/manifest.json" ] && rm -rf "$$d"; done; true
+	@# the weights' hash cache beside a manifest that was deleted
+	@for f in resources/models/*/weights.verified.json; do [ -e "$$f" ] && [ ! -e "$$(dirname $$f)/manifest.json" ] && rm -f "$$f"; done; true
 	@# folders the deletions left empty
 	@for d in results resources/models resources/corpora; do [ -d $$d ] && find $$d -mindepth 1 -type d -empty -delete; done; true
