@@ -133,8 +133,9 @@ def _file_name(v: Any) -> str | None:
             return _path_like(getattr(v, "name", None))
         import h5py
 
-        # an object of a file that is closed (e.g. after a failed write) has an invalid id:
-        # asking for its file then crashes HDF5 (SIGSEGV), so it is skipped
+        # an object of a closed file has an invalid id (asking it for its file can crash
+        # HDF5); those of a file whose write failed can crash even with a valid id, so
+        # :func:`run` does not look at the frames after a failed write
         if isinstance(v, h5py.HLObject) and v.id.valid:
             return _path_like(v.file.filename)
     except (ValueError, OSError, RuntimeError, ImportError):  # a closed h5py object

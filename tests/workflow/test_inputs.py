@@ -156,14 +156,17 @@ def test_unlock_is_refused_while_another_run_is_live(ci_run, tmp_path_factory):
     from .conftest import SNAKEMAKE
 
     work = _copy(ci_run, tmp_path_factory, "live")
-    cmd = [SNAKEMAKE, "--snakefile", str(REPO / "workflow/Snakefile"), "--directory", str(work),
-           "--configfile", str(REPO / "config/ci.yaml"), "--cores", "2",
-           "--forcerun", "train_demo_model", "resources/models/demo/manifest.json"]
-    a = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=work)
+    # the target before --forcerun, which takes every word after it as a rule name
+    cmd = [SNAKEMAKE, "resources/models/demo/manifest.json", "--snakefile", str(REPO / "workflow/Snakefile"),
+           "--directory", str(work), "--configfile", str(REPO / "config/ci.yaml"), "--cores", "2",
+           "--forcerun", "train_demo_model"]
+    output = work.parent / "run_a.out"
+    with open(output, "w") as sink:
+        a = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, text=True, cwd=work)
     try:
         deadline = time.monotonic() + 300
         while not list((work / ".snakemake/posmech-runs").glob("*.json")) and time.monotonic() < deadline:
-            assert a.poll() is None, a.stdout.read()[-3000:]
+            assert a.poll() is None, output.read_text()[-3000:]
             time.sleep(0.2)
         [rec] = list((work / ".snakemake/posmech-runs").glob("*.json"))
         assert rec.name == f"{a.pid}.json" and list((work / ".snakemake/locks").glob("*.lock"))
@@ -171,7 +174,8 @@ def test_unlock_is_refused_while_another_run_is_live(ci_run, tmp_path_factory):
         out = proc.stdout + proc.stderr
         assert proc.returncode != 0 and "not unlocking" in out and f"pid {a.pid}" in out, out[-3000:]
         assert a.poll() is None and list((work / ".snakemake/locks").glob("*.lock"))
-        assert a.wait(timeout=900) == 0, a.stdout.read()[-3000:]
+        assert a.wait(timeout=900) == 0, output.read_text()[-3000:]
+        assert "1 of 1 steps (100%) done" in output.read_text()
     finally:
         if a.poll() is None:
             a.kill()
