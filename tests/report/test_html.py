@@ -129,6 +129,25 @@ def test_scorecard_of_fabricated_run(fabricated_run):
     assert not ((card.status == "pass") & (card.reproduced == "—")).any()
 
 
+def test_scorecard_csv_columns_keep_their_types_in_plain_pandas(fabricated_run):
+    """A researcher's ``pandas.read_csv``: the seed post stays text, the values have one typed
+    column per kind (a number, or JSON for head sets and mappings), integers stay integers."""
+    plain = pd.read_csv("results/report/scorecard.csv")
+    assert set(plain["source"].dropna()) <= {"post 000", "post 001", "post 003", "post 004"}
+    assert "post 000" in set(plain["source"])
+    p6 = _row(plain, "P6", "n_prev_token_heads", "gpt2")
+    assert p6.reproduced_number == 67 and json.loads(p6.reproduced_json) == 67 and p6.published_number == 69
+    k4 = _row(plain, "K4", "layer0_local_heads", "gpt2")
+    assert pd.isna(k4.reproduced_number) and json.loads(k4.reproduced_json) == ["L0H3", "L0H4", "L0H7"]
+    assert plain["reproduced_number"].dtype == float and plain["published_number"].dtype == float
+    missing = _row(plain, "P7", "diagonal_ratio", "gpt2")
+    assert pd.isna(missing.reproduced_json) and pd.isna(missing.reproduced_number)
+    documented = Path(REPO / "docs" / "artifacts.md").read_text()
+    section = documented[documented.index("- `scorecard.csv`"):]
+    for column in plain.columns:
+        assert f"`{column}`" in section, f"scorecard.csv column {column!r} is not documented in docs/artifacts.md"
+
+
 def test_html_has_scorecard_first_captions_and_run(fabricated_run):
     html = Path("results/report/index.html").read_text()
     assert html.index('id="scorecard"') < html.index('id="demo"') < html.index('id="family-P"') < html.index('id="run"')
