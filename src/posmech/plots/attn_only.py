@@ -50,11 +50,12 @@ def random_token_patterns(mats: dict[str, np.ndarray], roles: dict[str, str], ma
     im = None
     for ax, (role, M) in zip(axes[0], mats.items()):
         m = masses[role]
-        sub = ", ".join(f"{k.replace('offset_', '−')} {v:.3f}" for k, v in m.items() if k != "induction_score")
+        parts = [f"{k.replace('offset_', '−')} {v:.3f}" for k, v in m.items() if k != "induction_score"]
+        sub = ", ".join(parts[:3]) + ("\n" + ", ".join(parts[3:]) if parts[3:] else "")
         im = _heatmap(ax, M, f"{role.replace('_', '-')} head {roles[role]}\n{sub}", bos)
-    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8,
-                 label="mean attention, % (mean of softmaxes)\ncells: rounded %; grey: masked (key after query)")
-    fig.suptitle(f"L1 · {model}: mean attention patterns over {n} random-token sequences", fontsize=9)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="mean attention, % (mean of softmaxes)")
+    fig.suptitle(f"L1 · {model}: mean attention patterns over {n} random-token sequences\n"
+                 "(cells: mean attention in whole %, shown from 5 %; grey: masked, a key after its query)", fontsize=9)
     save(fig, path)
 
 
@@ -91,8 +92,9 @@ def position_only_pattern(M: np.ndarray, head: str, model: str, bos: bool, path:
     fig, ax = plt.subplots(figsize=(5.0, 4.4), layout="constrained")
     im = _heatmap(ax, M, f"row 1: [{M[1, 0]:.4f}, {M[1, 1]:.4f}];  min over q ≥ 2 of P[q, q−1]: "
                   f"{min(M[q, q - 1] for q in range(2, M.shape[0])):.4f}", bos)
-    fig.colorbar(im, ax=ax, shrink=0.8, label="attention, %\ncells: rounded %; grey: masked (key after query)")
-    fig.suptitle(f"L3 · {model} {head}: position-only pattern (token embeddings zeroed)", fontsize=9)
+    fig.colorbar(im, ax=ax, shrink=0.8, label="attention, %")
+    fig.suptitle(f"L3 · {model} {head}: position-only pattern (token embeddings zeroed)\n"
+                 "(cells: attention in whole %, shown from 5 %; grey: masked, a key after its query)", fontsize=9)
     save(fig, path)
 
 

@@ -308,6 +308,16 @@ def demo_sections(summaries: list[str], curves: dict[str, Asset]) -> list[dict[s
     return out
 
 
+def study_models() -> list[str]:
+    """The models of the full study (``config/config.yaml`` of the repository), named on the
+    banner of a run that has none of the posts' models."""
+    path = Path(__file__).resolve().parents[3] / "config" / "config.yaml"
+    try:
+        return list((yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("models", {}))
+    except OSError:  # an installed package without the repository: the posts' models' names instead
+        return []
+
+
 def _display_path(path: str) -> str:
     """``path`` relative to the repository when it lies in it (``resources/published.yaml``)."""
     repo = Path(__file__).resolve().parents[3]
@@ -382,6 +392,7 @@ def build(
         "run_models": run_models,
         "published_models": published_models,
         "foreign_run": not set(run_models) & set(published_models),
+        "study_models": study_models() or published_models,
         "published_note": PUBLISHED_MODELS_NOTE.format(models=", ".join(published_models)),
         "counts": counts,
         "card": card_rows,
