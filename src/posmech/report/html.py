@@ -1,7 +1,7 @@
 """The final HTML report: scorecard first, one section per claim family, then the run.
 
 ``results/report/index.html`` plus a sibling ``figures/`` folder holding copies of every
-figure and table it shows (relative links only, no JavaScript, no CDN): the folder can
+figure and table it shows (relative links only, one small inline script, no CDN): the folder can
 be copied or mailed and opened offline.  Everything shown comes from named inputs:
 
 * the scorecard (:mod:`posmech.report.scorecard`) from ``resources/published.yaml`` and the
@@ -393,6 +393,7 @@ def build(
         "published_models": published_models,
         "foreign_run": not set(run_models) & set(published_models),
         "study_models": study_models() or published_models,
+        "status_meanings": sc.STATUS_MEANINGS,
         "published_note": PUBLISHED_MODELS_NOTE.format(models=", ".join(published_models)),
         "counts": counts,
         "card": card_rows,

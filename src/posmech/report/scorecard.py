@@ -38,6 +38,16 @@ import yaml
 from posmech.errors import PosmechError
 
 STATUSES = ("pass", "fail", "not applicable", "missing", "qualitative", "nothing to measure", "no published value")
+STATUS_MEANINGS = {
+    "pass": "reproduced within the published value's tolerance, on the model the value was published for",
+    "fail": "outside the tolerance (the reason says by how much)",
+    "not applicable": "the published value belongs to another model than this row's: not compared; "
+                      "what this model does is shown instead",
+    "missing": "the run covers the claim on this model, but no rule wrote the quantity",
+    "qualitative": "the posts make the claim in words or in a figure: judge the figure",
+    "nothing to measure": "the rule ran and says why there is no value on this model (e.g. no head of the kind)",
+    "no published value": "measured here; the posts give no number to compare with",
+}
 JUDGED = ("pass", "fail", "missing", "qualitative", "nothing to measure")
 TOLERANCE_KINDS = ("abs", "rel", "range", "at_least", "at_most", "set", "min_jaccard", "subset")
 FAMILIES = {
@@ -451,7 +461,8 @@ def compact_rows(card: pd.DataFrame) -> list[dict[str, Any]]:
     (``[{quantity, value, detail}]`` of the quantities with a value), ``unmeasured``
     (``[{quantity, reason}]``: no value, with the rule's reason when it gave one),
     ``published`` (``[{quantity, value, model}]``, the posts' values), ``artifact`` (the
-    first artifact named)."""
+    first artifact named), ``statuses`` (the distinct statuses of its rows, in
+    :data:`STATUSES` order)."""
     rest = card[[not is_judged(r) for r in card.to_dict("records")]] if len(card) else card
     out: list[dict[str, Any]] = []
     for (claim, model), g in rest.groupby(["claim", "model"], sort=False):
@@ -460,6 +471,7 @@ def compact_rows(card: pd.DataFrame) -> list[dict[str, Any]]:
             "what": next((w for w in g["what"] if _text(w)), ""),
             "measured": [], "unmeasured": [], "published": [],
             "artifact": next((a for a in g["artifact"] if _text(a)), ""),
+            "statuses": [st for st in STATUSES if st in set(g["status"])],
         }
         for r in g.to_dict("records"):
             if r["reproduced"] != "—":
