@@ -108,6 +108,7 @@ def bos_induction(df: pd.DataFrame, head: str, model: str, path: str | os.PathLi
         pb = df[(df["condition"] == c) & (df["quantity"] == "p_B")]["value"].iloc[0]
         ax.bar(g["key_position"], g["value"], yerr=g["sd"], color="tab:blue", capsize=2, error_kw={"lw": 0.6})
         ax.set_xticks(g["key_position"], g["key_label"], fontsize=7, rotation=45)
+        ax.set_xlabel("key (the token at that position)", fontsize=8)
         ax.set_ylim(0, 1)
         ax.set_ylabel("attention at the final [A]", fontsize=8)
         ax.set_title(f"{title}\nP([B]) = {pb:.3g}", fontsize=8)

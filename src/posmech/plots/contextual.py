@@ -110,7 +110,7 @@ def denominator_figure(positions: np.ndarray, log_z: np.ndarray, log_z_exact: np
     for ax in axes.ravel()[H:]:
         ax.axis("off")
     fig.legend(loc="lower center", ncol=min(T, 3), fontsize=6, frameon=False)
-    fig.suptitle(title + "\n(solid: linearised LayerNorm; dotted: exact)", fontsize=9)
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     save(fig, path)
 

@@ -47,11 +47,11 @@ def taxonomy_figure(per_head: pd.DataFrame, chosen: pd.DataFrame, meta: dict[str
         ax1.invert_yaxis()
         for y, v in enumerate(ranked["ratio"]):
             ax1.text(v, y, f" {v:.2f}", va="center", fontsize=7)
-        ax1.set_xlim(0, 1.15)
+        ax1.set_xlim(0, 1.45)  # room on the right for the legend
         ax1.tick_params(axis="y", labelsize=7)
         ax1.set_ylabel("head", fontsize=8)
         handles = [plt.Rectangle((0, 0), 1, 1, color=ROLE_COLOURS[k]) for k in ROLE_COLOURS if k in kinds]
-        ax1.legend(handles, [ROLE_LABELS[k] for k in ROLE_COLOURS if k in kinds], fontsize=7, loc="lower right")
+        ax1.legend(handles, [ROLE_LABELS[k] for k in ROLE_COLOURS if k in kinds], fontsize=7, loc="center right")
     else:
         ax1.axis("off")
         ax1.text(0.5, 0.5, "no head of this model attends most\nto the previous position:\nnothing to rank",

@@ -66,7 +66,7 @@ def attention_figure(panels: list[tuple[str, np.ndarray, np.ndarray]], start: in
             ax.set_xticks(ticks, ticks + start, fontsize=7)
             ax.set_yticks(ticks, ticks + start, fontsize=7)
             ax.set_xlabel("key position", fontsize=7)
-            ax.set_ylabel("query position" if j == 0 else "", fontsize=7)
+            ax.set_ylabel("query position", fontsize=7)
             ax.set_title(f"{head}: {label}", fontsize=8)
     for ax in axes.ravel()[2 * len(shown):]:
         ax.axis("off")
