@@ -1,4 +1,9 @@
-"""Command line: ``python -m posmech inspect PATH [--json]`` (also the ``posmech`` script).
+"""Command line: ``python -m posmech inspect PATH [--json]`` and ``python -m posmech heads RESULTS/MODEL [--csv]`` (also the ``posmech`` script).
+
+``heads`` prints the heads a run found for one model, by role (:mod:`posmech.heads`): the
+previous-token heads of the taxonomy (sharp, early), the attention-only family's roles
+(previous, look-back-two, induction) with their scores, each head's score taxon (P13),
+kernel type (K4) and layer-0 class (K7); ``--csv`` writes the table as CSV instead.
 
 ``inspect`` opens any HDF5 file the pipeline writes read-only (even a partial one, which
 it flags; ``--verify`` also reads every dataset so that damaged bytes are found by their
@@ -189,6 +194,23 @@ def format_tree(info: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def heads(model_dir: str, as_csv: bool = False) -> int:
+    """``python -m posmech heads``: the table of :func:`posmech.heads.heads_table`."""
+    from posmech.heads import heads_table
+
+    try:
+        table = heads_table(model_dir)
+    except PosmechError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    if as_csv:
+        sys.stdout.write(table.to_csv(index=False))
+        return 0
+    print(f"heads of {Path(model_dir).name} ({len(table)} heads; from {', '.join(table.attrs['sources'])})")
+    print(table.drop(columns=["layer", "head_index"]).to_string(index=False))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m posmech", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -197,7 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     ins.add_argument("--json", action="store_true", help="machine-readable output")
     ins.add_argument("--verify", action="store_true",
                      help="read every dataset so that its checksums are checked (reads the whole file)")
+    hp = sub.add_parser("heads", help="the heads a run found for one model, by role (results/MODEL)")
+    hp.add_argument("model_dir", metavar="RESULTS/MODEL")
+    hp.add_argument("--csv", action="store_true", help="write the table as CSV")
     args = parser.parse_args(argv)
+    if args.command == "heads":
+        return heads(args.model_dir, args.csv)
     try:
         info = describe(args.path, check=args.verify)
     except PosmechError as err:
