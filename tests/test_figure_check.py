@@ -125,3 +125,22 @@ def test_save_stores_the_check_in_the_png(tmp_path):
     with pytest.raises(KeyError, match="no 'posmech-figure-check' metadata"):
         plt.imsave(tmp_path / "plain.png", np.zeros((2, 2)))
         read_check(tmp_path / "plain.png")
+
+
+def test_masked_cells_must_be_grey_and_said():
+    M = np.tril(np.ones((4, 4)) * 0.5)
+    M[np.triu_indices(4, 1)] = np.nan
+
+    def fig_with(bad, title):
+        fig, ax = plt.subplots(figsize=(3, 3))
+        cmap = plt.get_cmap("viridis")
+        if bad:
+            cmap = cmap.with_extremes(bad=bad)
+        ax.imshow(M, cmap=cmap, vmin=0, vmax=1)
+        _labelled(ax).set_title(title)
+        return fig
+
+    assert any("transparent" in p for p in _problems(fig_with(None, "pattern")))  # matplotlib's default
+    assert any("low end" in p for p in _problems(fig_with(plt.get_cmap("viridis")(0.0), "pattern (masked)")))
+    assert any("no text" in p for p in _problems(fig_with("0.85", "pattern")))
+    assert _problems(fig_with("0.85", "pattern (grey: masked)")) == []

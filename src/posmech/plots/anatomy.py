@@ -28,8 +28,7 @@ def _diverging(ax: Any, M: np.ndarray, extent: list[float], first_key: bool) -> 
     R = C[:, 1:] if first_key and C.shape[1] > 1 else C
     vmax = float(np.nanpercentile(np.abs(R), 99)) if np.isfinite(R).any() else 1.0
     vmax = vmax if vmax > 0 else 1.0
-    cmap = plt.get_cmap("RdBu_r").copy()
-    cmap.set_bad(MASKED)
+    cmap = plt.get_cmap("RdBu_r").with_extremes(bad=MASKED)
     return ax.imshow(C, cmap=cmap, norm=TwoSlopeNorm(0.0, -vmax, vmax), extent=extent, interpolation="nearest",
                      origin="upper")
 
@@ -61,14 +60,12 @@ def score_triptychs(
             _colorbar(fig, im, axes[r, c], "score − row median", extend="both")
         P = pattern[sl, sl].astype(np.float64)
         P = np.where(np.triu(np.ones_like(P, dtype=bool), 1), np.nan, P)
-        cmap = plt.get_cmap("viridis").copy()
-        cmap.set_bad(MASKED)
+        cmap = plt.get_cmap("viridis").with_extremes(bad=MASKED)
         pmax = float(np.nanpercentile(P, 99.5)) if np.isfinite(P).any() else 1.0
         im = axes[r, 2].imshow(P, cmap=cmap, vmin=0, vmax=max(pmax, 1e-6), extent=extent, interpolation="nearest")
         _colorbar(fig, im, axes[r, 2], "attention")
         Z = row_windows(raw, window)[sl]
-        cmap = plt.get_cmap("RdBu_r").copy()
-        cmap.set_bad(MASKED)
+        cmap = plt.get_cmap("RdBu_r").with_extremes(bad=MASKED)
         o = offsets(window)
         im = axes[r, 3].imshow(Z, cmap=cmap, norm=TwoSlopeNorm(0.0, -2.5, 2.5), aspect="auto", interpolation="nearest",
                                extent=[o[0] - 0.5, o[-1] + 0.5, hi - 0.5, lo - 0.5])

@@ -22,8 +22,7 @@ def _heatmap(ax: Any, M: np.ndarray, title: str, bos: bool) -> Any:
     a whole percent; masked cells (key after query, or NaN) grey."""
     T = M.shape[0]
     P = np.where(np.triu(np.ones((T, T), dtype=bool), 1), np.nan, np.asarray(M, dtype=float)) * 100
-    cmap = plt.get_cmap("viridis").copy()
-    cmap.set_bad(MASKED)
+    cmap = plt.get_cmap("viridis").with_extremes(bad=MASKED)
     im = ax.imshow(P, vmin=0, vmax=100, cmap=cmap, interpolation="nearest")
     ticks = list(range(T))
     names = ["BOS" if (bos and i == 0) else str(i) for i in ticks]

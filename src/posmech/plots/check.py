@@ -17,7 +17,10 @@ title):
 - **fonts readable at report size**: every visible text is at least :data:`MIN_FONT_PT` pt
   once the figure is shrunk to :data:`REPORT_WIDTH_PX` pixels (when it is wider);
 - **log axes**: one font size for all tick labels of an axis; an axis spanning under two
-  decades is labelled with plain numbers (``20``, ``50``), not powers of ten.
+  decades is labelled with plain numbers (``20``, ``50``), not powers of ten;
+- **masked cells**: an image with masked (NaN) cells draws them in an opaque colour that is
+  not the colour map's own low end (a masked key must not read as zero attention), and the
+  figure says so in words (a text containing "masked").
 """
 
 from __future__ import annotations
@@ -176,6 +179,19 @@ def figure_problems(fig: Any, width_px: float | None = None) -> dict[str, Any]:
                 out.append(other)
         return out
 
+    words = " ".join(t.get_text() for t in _texts(fig, every)).lower()
+    for ax in every:
+        for im in ax.images:
+            A = np.ma.masked_invalid(np.ma.asarray(im.get_array()))
+            if not np.ma.is_masked(A):
+                continue
+            cmap = im.get_cmap()
+            bad, low = cmap(np.ma.masked_invalid([np.nan]))[0], cmap(0.0)
+            if bad[3] < 1 or np.allclose(bad[:3], low[:3], atol=0.05):
+                problems.append(f"{_name(ax)}: masked cells drawn {'transparent' if bad[3] < 1 else 'as the low end'}"
+                                " of the colour map (give it a grey: cmap.with_extremes(bad=posmech.plots.MASKED))")
+            elif "masked" not in words:
+                problems.append(f"{_name(ax)}: masked cells drawn but no text of the figure says what they are")
     n_annot = 0
     for ax in axes:
         cbar = _is_colorbar(ax)

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from posmech.plots import readable_log, save
+from posmech.plots import MASKED, readable_log, save
 
 WIDTH = 7.4  # inches: the report's column at 150 dpi (figures are not shrunk)
 CLASS_COLOURS = {"duplicate_token": "C3", "detokenization": "C1", "contextual": "C0", "other": "C7"}
@@ -36,7 +36,7 @@ def pattern_grids(grids: dict[int, dict[str, np.ndarray]], g: int, fixed_token: 
     """K6: one row per head; for each ``n`` three ``g × g`` images: the positional
     pattern of the fixed destination token, that of the text's own token, the real
     attention row (``grids[n][kind] [H, g*g]``, last keys read row by row, the last key is
-    the bottom-right cell; each image on its own colour scale, blank = before key 0)."""
+    the bottom-right cell; each image on its own colour scale, grey = masked, before key 0)."""
     ns = sorted(grids)
     H = next(iter(grids.values()))["fixed"].shape[0]
     kinds = (("fixed", f"p, x_n={fixed_token!r}"), ("own", "p, own x_n"), ("real", "real row"))
@@ -48,7 +48,8 @@ def pattern_grids(grids: dict[int, dict[str, np.ndarray]], g: int, fixed_token: 
             for h in range(H):
                 ax = axes[h, 3 * c + k]
                 img = grids[n][kind][h].reshape(g, g)
-                ax.imshow(img, cmap="viridis", vmin=0.0, vmax=np.nanmax(img) or 1.0, interpolation="nearest")
+                ax.imshow(img, cmap=plt.get_cmap("viridis").with_extremes(bad=MASKED), vmin=0.0,
+                          vmax=np.nanmax(img) or 1.0, interpolation="nearest")
                 ax.set_xticks([])
                 ax.set_yticks([])
                 if h == 0:
@@ -56,7 +57,8 @@ def pattern_grids(grids: dict[int, dict[str, np.ndarray]], g: int, fixed_token: 
                     ax.set_title(f"n={n}\n{label}{tok}", fontsize=6)
                 if c == 0 and k == 0:
                     ax.set_ylabel(f"L0H{h}", fontsize=7)
-    fig.suptitle(title, fontsize=9)
+    fig.suptitle(title + "\n(grey cells: masked, before key 0)" if any(
+        np.isnan(grids[n][kind]).any() for n in ns for kind, _ in kinds) else title, fontsize=9)
     fig.tight_layout()
     save(fig, path)
 

@@ -64,8 +64,7 @@ def kernel_heatmaps(
     fig, axes = plt.subplots(rows, cols, figsize=(2.75 * cols, 2.6 * rows + 0.4), squeeze=False)
     sel = (positions >= k0) & (positions <= n_max)
     q = positions[sel]
-    cmap = plt.get_cmap("viridis").copy()
-    cmap.set_bad(MASKED)
+    cmap = plt.get_cmap("viridis").with_extremes(bad=MASKED)
     for ax, h in zip(axes.ravel(), heads):
         img = np.array(kernels[h][sel][:, : n_max + 1], dtype=float)
         img[np.arange(img.shape[1])[None, :] > q[:, None]] = np.nan  # keys after the query: masked
