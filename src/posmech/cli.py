@@ -1,4 +1,4 @@
-"""Command line: ``python -m posmech inspect PATH [--json]`` and ``python -m posmech heads RESULTS/MODEL [--csv]`` (also the ``posmech`` script).
+"""Command line: ``python -m posmech inspect PATH [--json]``, ``… heads RESULTS/MODEL [--csv]`` (also ``posmech``).
 
 ``heads`` prints the heads a run found for one model, by role (:mod:`posmech.heads`): the
 previous-token heads of the taxonomy (sharp, early), the attention-only family's roles

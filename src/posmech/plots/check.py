@@ -57,7 +57,9 @@ def _shown(artist: Any) -> bool:
 
 def _name(ax: Any) -> str:
     t = ax.get_title() or ax.get_title(loc="left") or ""
-    return repr(t.splitlines()[0][:50]) if t else f"axes at {tuple(round(float(v), 2) for v in ax.get_position().bounds)}"
+    if t:
+        return repr(t.splitlines()[0][:50])
+    return f"axes at {tuple(round(float(v), 2) for v in ax.get_position().bounds)}"
 
 
 def _tick_labels(axis: Any, minor: bool = False) -> list[Any]:
@@ -224,8 +226,9 @@ def figure_problems(fig: Any, width_px: float | None = None) -> dict[str, Any]:
                                 f"{sorted({float(lab.get_fontsize()) for lab in shown})}")
             if axis.get_scale() == "log":
                 lo, hi = sorted(axis.get_view_interval())
-                if lo > 0 and hi / lo < 100 and any("10^" in t.get_text() or "$" in t.get_text() or
-                                                    re.search(r"10[⁰¹²³⁴⁵⁶⁷⁸⁹⁻]", t.get_text()) for t in shown):
+                powers = [t for t in shown if "10^" in t.get_text() or "$" in t.get_text()
+                          or re.search(r"10[⁰¹²³⁴⁵⁶⁷⁸⁹⁻]", t.get_text())]
+                if lo > 0 and hi / lo < 100 and powers:
                     problems.append(f"{_name(ax)}: log {which} axis spans {hi / lo:.3g}× (under two decades) "
                                     f"but is labelled in powers of ten")
         for t in ax.texts:
