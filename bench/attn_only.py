@@ -13,6 +13,13 @@ config/config.yaml settings: 500 sequences of BOS + 12 tokens, batch 100, induct
 ...) ``--repeats`` times; on a shared machine the CPU time of this single-threaded process
 (minimum over rounds) is the number to compare; wall times are printed with the load average.
 Numbers go to docs/performance.md.
+
+    .venv/bin/python bench/attn_only.py --peak
+
+measures instead each rule's peak memory (``ru_maxrss`` of a fresh interpreter that imports,
+loads the stand-in and runs the one call, as a job does) against the rule's cluster request
+(``posmech.cluster.mem_mb`` with the keeps and sequence length of workflow/rules/attn_only.smk),
+for docs/cluster.md; the request must lie between the peak and twice it.
 """
 
 from __future__ import annotations
@@ -60,15 +67,53 @@ def build(tmp: Path) -> Path:
     return tmp
 
 
+#: each rule's memory request as workflow/rules/attn_only.smk declares it: keeps, sequence keys
+REQUESTS = {
+    "random_token_patterns": (("patterns", "residuals"), ("n_tokens", "induction_score.half_length")),
+    "input_decomposition": (("patterns", "residuals"), ("n_tokens",)),
+    "bos_induction": (("patterns", "residuals", "last_logits"), ("bos_induction.n_random",)),
+}
+
+
+def peaks(sequences: int) -> None:
+    """Each rule in its own fresh interpreter (``--only RULE``): peak RSS vs the request."""
+    import subprocess
+    import sys
+
+    from posmech.cluster import KNOWN_HUB_MODELS, mem_mb
+
+    shape = KNOWN_HUB_MODELS["neelnanda/attn_only_2l512w_c4_code"]
+    p = params(sequences)
+    lengths = ao.sequence_lengths(p, True)
+    for rule, (keeps, keys) in REQUESTS.items():
+        out = subprocess.run([sys.executable, __file__, "--only", rule, "--sequences", str(sequences)],
+                             capture_output=True, text=True, check=True).stdout
+        peak = float(out.split("peak_mb")[-1].split()[0])
+        n = max(lengths[f"attn_only.{k}"] for k in keys)
+        req = mem_mb(shape, "float32", p["batch_size"], keeps=keeps, n_tokens=n)
+        print(f"{rule:22s} peak RSS {peak:7.0f} MB   request {req:6d} MB ({n} tokens, batch {p['batch_size']})  "
+              f"request / peak {req / peak:4.2f}")
+
+
+def params(sequences: int) -> dict:
+    """config/config.yaml's attn_only settings (the study's)."""
+    return {"seed": 0, "n_sequences": sequences, "n_tokens": 12, "query": 8, "first_query": 3, "bos": True,
+            "batch_size": 100, "induction_score": {"n_sequences": 100, "half_length": 20},
+            "bos_induction": {"n_samples": sequences, "n_random": 7}, "pin": {}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sequences", type=int, default=500)
+    ap.add_argument("--peak", action="store_true", help="peak memory of each rule vs its cluster request")
+    ap.add_argument("--only", help="run this rule's call once and print its peak RSS (used by --peak)")
     args = ap.parse_args()
+    if args.peak:
+        peaks(args.sequences)
+        return
     torch.set_num_threads(1)
-    p = {"seed": 0, "n_sequences": args.sequences, "n_tokens": 12, "query": 8, "first_query": 3, "bos": True,
-         "batch_size": 100, "induction_score": {"n_sequences": 100, "half_length": 20},
-         "bos_induction": {"n_samples": args.sequences, "n_random": 7}, "pin": {}}
+    p = params(args.sequences)
     with tempfile.TemporaryDirectory() as tmp:
         bridge = load_bridge({"name": "bench", "hf_dir": str(build(Path(tmp)))}, "cpu")
     setup = ao.prepare(bridge, p, "bench", {"prepend_bos": True}, need_bos=True)
@@ -94,6 +139,12 @@ def main() -> None:
                                 bare(x, x[:1], x)),
         "bos_induction": (lambda: ao.bos_induction(bridge, p, setup, (1, 0), progress=""), bare(*x4)),
     }
+    if args.only:
+        import resource
+
+        rules[args.only][0]()
+        print(f"peak_mb {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f}")
+        return
     for fn, ref in rules.values():  # warm-up
         ref()
         fn()

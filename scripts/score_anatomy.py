@@ -23,10 +23,11 @@ def main(smk, log):
     heads = sa.anatomy_heads(read_chosen_heads(smk.input.heads), (p["heads"] or {}).get(model))
     bridge = load_model(read_manifest(smk.input.manifest), entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     panels = sa.head_scores(bridge, doc, [h for h, _ in heads])
-    start, size = window(context, p["zoom_start"], p["zoom_size"])
+    # a zoom as large as the document would repeat the full figure: then half the document
+    start, size = window(context, p["zoom_start"], min(p["zoom_size"], max(2, context // 2)))
     if (start, size) != (p["zoom_start"], p["zoom_size"]):
-        log.warning("zoom %d+%d does not fit %d tokens; using %d+%d", p["zoom_start"], p["zoom_size"], context,
-                    start, size)
+        log.warning("zoom %d+%d does not fit %d tokens (or is not smaller than them); using %d+%d",
+                    p["zoom_start"], p["zoom_size"], context, start, size)
     meta = {"claim": "P12", "model": model, "corpus": p["corpus"], "document": j, "title": tokens.titles[j],
             "n_tokens": context, "zoom_start": start, "zoom_size": size, "scale": sa.attn_scale(bridge.cfg),
             "heads": dict(heads), "processing": entry["processing"]}

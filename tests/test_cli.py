@@ -101,3 +101,55 @@ def test_inspect_is_read_only_and_flags_partial_and_corrupt_files(files, tmp_pat
     assert main(["inspect", str(bad)]) == 1
     assert "corrupt or truncated" in capsys.readouterr().err
     assert main(["inspect", str(tmp_path / "missing.h5")]) == 1
+
+
+def _head_tables(d):
+    """A results/<model> folder with the tables `heads` reads (as the rules write them)."""
+    import pandas as pd
+
+    from posmech.tables import write_table
+
+    (d / "taxonomy").mkdir(parents=True)
+    (d / "attn_only").mkdir()
+    (d / "kernels").mkdir()
+    write_table(pd.DataFrame({"model": "m", "role": ["sharp", "early"], "head": ["L1H0", "L0H1"], "layer": [1, 0],
+                              "head_index": [0, 1], "score": [0.031, 0.5], "rule": "rank 1"}),
+                d / "taxonomy" / "heads.csv")
+    write_table(pd.DataFrame({"model": "m", "role": ["previous", "induction"], "head": ["L1H0", "L1H1"],
+                              "criterion": "c", "score": [0.93, 0.8], "source": "found"}),
+                d / "attn_only" / "head_roles.csv")
+    write_table(pd.DataFrame({"claim": "K4", "model": "m", "layer": [0, 0, 0, 0], "head": [0, 0, 1, 1],
+                              "head_name": ["L0H0", "L0H0", "L0H1", "L0H1"], "n": [5, 31, 5, 31],
+                              "kernel_type": ["local", "uniform", "local", "slow_decay"]}),
+                d / "kernels" / "etc.csv")
+
+
+def test_heads_lists_every_head_with_its_roles(tmp_path, capsys):
+    d = tmp_path / "results" / "m"
+    _head_tables(d)
+    assert main(["heads", str(d)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith("heads of m (4 heads; from taxonomy/heads.csv, attn_only/head_roles.csv")
+    rows = {ln.split()[0]: ln for ln in lines[2:]}
+    assert list(rows) == ["L0H0", "L0H1", "L1H0", "L1H1"]  # layer, then head
+    assert "sharp (P7 ratio 0.031); previous (L1 score 0.93)" in rows["L1H0"]
+    assert "early (P7 ratio 0.5)" in rows["L0H1"] and "slow_decay" in rows["L0H1"]  # K4 at the largest n
+    assert "uniform" in rows["L0H0"] and "induction (L1 score 0.8)" in rows["L1H1"]
+    assert main(["heads", str(d), "--csv"]) == 0
+    import io
+
+    import pandas as pd
+
+    table = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert list(table.columns) == ["head", "layer", "head_index", "roles", "taxon", "kernel_type", "layer0_class"]
+    assert table.set_index("head").loc["L1H1", "layer"] == 1
+
+
+def test_heads_names_what_it_looked_for(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main(["heads", str(tmp_path / "empty")]) == 1
+    err = capsys.readouterr().err
+    assert "no head table under" in err and "taxonomy/heads.csv" in err and "results/<model>" in err
+    assert main(["heads", str(tmp_path / "missing")]) == 1
+    assert "is not a directory" in capsys.readouterr().err

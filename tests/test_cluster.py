@@ -100,3 +100,27 @@ def test_runtime_scales_with_tokens_passes_and_gpu():
 def test_corpus_documents(entry, n):
     assert cl.corpus_documents(entry) == n
 
+
+
+def test_memory_of_short_sequences_follows_their_length_not_the_context():
+    """The L rules run 13-41-token sequences through attn-only-2l (1024 positions): the
+    estimate at their length is a few GB, not the 68 GB of 100 full contexts with logits."""
+    shape = cl.KNOWN_HUB_MODELS["neelnanda/attn_only_2l512w_c4_code"]
+    full = cl.mem_mb(shape, batch=100)
+    short = cl.mem_mb(shape, batch=100, keeps=("patterns", "residuals"), n_tokens=41)
+    assert full > 60_000 and 2000 <= short <= 2600
+    assert cl.mem_mb(shape, batch=100, n_tokens=41) > short  # full logits at 41 tokens: 100 x 24 MB more
+    # one position's logits per sequence (L4's P([B])) is small beside 41 tokens' residuals
+    assert cl.mem_mb(shape, batch=100, keeps=("residuals", "last_logits"), n_tokens=11) <= short
+    assert cl.mem_mb(shape, n_tokens=5000) == cl.mem_mb(shape)  # never beyond the context
+
+
+def test_gpu_plan_warning_only_when_auto_devices_get_no_gpu():
+    study = {"gpt2": {"device": "auto"}, "attn-only-2l": {"device": "auto"}, "demo": {"device": "cpu"}}
+    note = cl.gpu_plan_warning(study, "auto", host_has_gpu=False)
+    assert note and "gpt2, attn-only-2l" in note and "cluster.gpu: always" in note and "demo" not in note
+    assert cl.gpu_plan_warning(study, "auto", host_has_gpu=True) is None  # auto devices get the GPU
+    assert cl.gpu_plan_warning(study, "always") is None
+    assert cl.gpu_plan_warning(study, "never") is None  # asked for CPU jobs
+    assert cl.gpu_plan_warning({"demo": {"device": "cpu"}}, "auto") is None  # a CPU study, as configured
+    assert cl.gpu_plan_warning({"m": {"device": "cuda"}, "n": {"device": "auto"}}, "auto") is None

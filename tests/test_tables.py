@@ -39,3 +39,19 @@ def test_broken_sidecar_names_the_file(tmp_path):
     meta_path(path).write_text("{not json")
     with pytest.raises(PosmechError, match=r"t\.meta\.json"):
         read_table(path)
+
+
+def test_numeric_looking_text_and_integers_with_gaps_keep_their_types(tmp_path):
+    """``source`` "000" stays text and ``rank`` with a gap stays integer through read_table;
+    the sidecar records why (plain pandas would read 0 and 1.0)."""
+    df = pd.DataFrame({"source": ["000", "003", None], "rank": pd.array([1, None, 3], dtype="Int64"),
+                       "ratio": [0.5, 1.0, 2.0]})
+    path = tmp_path / "t.csv"
+    write_table(df, path, {"k": 1})
+    assert read_meta(path)["column_types"] == {"source": "str", "rank": "Int64"}
+    plain = pd.read_csv(path)
+    assert plain["source"].tolist()[:2] == [0, 3] and plain["rank"].dtype == float  # what read_table repairs
+    back = read_table(path)
+    assert back["source"].tolist()[:2] == ["000", "003"] and pd.isna(back["source"].iloc[2])
+    assert str(back["rank"].dtype) == "Int64" and back["rank"].tolist()[0] == 1 and back["rank"].isna().sum() == 1
+    assert back["ratio"].dtype == float and back.attrs == {"k": 1}

@@ -234,3 +234,26 @@ def test_the_cluster_docs_place_every_rule_where_the_workflow_does():
     cells = [set(re.findall(r"`(\w+)`", c)) for c in table.strip("|").split(" | ")]
     want = _rules_by_placement()
     assert cells == [want["heavy"], want["cpu"], want["local"]]
+
+
+def test_workflow_catalog_file_matches_the_workflow():
+    """.snakemake-workflow-catalog.yml: the keys the catalog reads, a conda environment that
+    every rule with a script names, and report: true backed by the native --report test."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    repo = Path(__file__).resolve().parents[1]
+    cat = yaml.safe_load((repo / ".snakemake-workflow-catalog.yml").read_text())
+    usage = cat["usage"]
+    assert set(usage) == {"mandatory-flags", "software-stack-deployment", "report"}
+    assert "--configfile config/demo.yaml" in usage["mandatory-flags"]["desc"]
+    stack = usage["software-stack-deployment"]
+    assert stack == {"conda": True, "apptainer": False, "apptainer+conda": False}
+    assert (repo / "workflow" / "Snakefile").is_file() and (repo / "config" / "README.md").is_file()
+    for smk in (repo / "workflow" / "rules").glob("*.smk"):
+        text = smk.read_text()  # every rule running a script names the environment
+        assert len(re.findall(r"^    script:", text, flags=re.M)) <= text.count('"../envs/posmech.yaml"'), smk
+    assert usage["report"] is True
+    assert "def test_native_snakemake_report_of_the_same_run" in (repo / "tests/workflow/test_report.py").read_text()

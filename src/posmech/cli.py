@@ -1,5 +1,10 @@
-"""Command line: ``python -m posmech inspect PATH [--json]`` (also the ``posmech`` script),
-``python -m posmech check-config [CONFIG ...] [--directory DIR]``.
+"""Command line: ``python -m posmech inspect PATH [--json]``, ``… heads RESULTS/MODEL [--csv]``,
+``… check-config [CONFIG ...] [--directory DIR]`` (also the ``posmech`` script).
+
+``heads`` prints the heads a run found for one model, by role (:mod:`posmech.heads`): the
+previous-token heads of the taxonomy (sharp, early), the attention-only family's roles
+(previous, look-back-two, induction) with their scores, each head's score taxon (P13),
+kernel type (K4) and layer-0 class (K7); ``--csv`` writes the table as CSV instead.
 
 ``inspect`` opens any HDF5 file the pipeline writes read-only (even a partial one, which
 it flags; ``--verify`` also reads every dataset so that damaged bytes are found by their
@@ -190,6 +195,23 @@ def format_tree(info: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def heads(model_dir: str, as_csv: bool = False) -> int:
+    """``python -m posmech heads``: the table of :func:`posmech.heads.heads_table`."""
+    from posmech.heads import heads_table
+
+    try:
+        table = heads_table(model_dir)
+    except PosmechError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    if as_csv:
+        sys.stdout.write(table.to_csv(index=False))
+        return 0
+    print(f"heads of {Path(model_dir).name} ({len(table)} heads; from {', '.join(table.attrs['sources'])})")
+    print(table.drop(columns=["layer", "head_index"]).to_string(index=False))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m posmech", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -202,7 +224,12 @@ def main(argv: list[str] | None = None) -> int:
                          "(names a YAML syntax error's file and line)")
     chk.add_argument("configfiles", nargs="*", help="config files, in --configfile order (default: config/config.yaml)")
     chk.add_argument("--directory", "-d", default=".", help="the working directory of the run (models on disk)")
+    hp = sub.add_parser("heads", help="the heads a run found for one model, by role (results/MODEL)")
+    hp.add_argument("model_dir", metavar="RESULTS/MODEL")
+    hp.add_argument("--csv", action="store_true", help="write the table as CSV")
     args = parser.parse_args(argv)
+    if args.command == "heads":
+        return heads(args.model_dir, args.csv)
     if args.command == "check-config":
         from posmech.preflight import check_config
 

@@ -179,30 +179,35 @@ def requests_gpu(entry: dict[str, Any], policy: str = "auto", host_has_gpu: bool
     return device == "cuda" or (device == "auto" and host_has_gpu)
 
 
-#: what an analysis may keep per context, for :func:`mem_mb` (``keeps``)
-KEEPS = ("patterns", "residuals", "logits")
+#: what an analysis may keep per context, for :func:`mem_mb` (``keeps``); ``last_logits``:
+#: the logits at one position per sequence (a next-token probability at the last token)
+KEEPS = ("patterns", "residuals", "logits", "last_logits")
 
 
 def mem_mb(shape: ModelShape, dtype: str = "float32", batch: int = 1, scale: float = 1.0, attempt: int = 1,
-           keeps: tuple[str, ...] = KEEPS) -> int:
+           keeps: tuple[str, ...] = KEEPS, n_tokens: int | None = None) -> int:
     """Memory request (MB) of a model-heavy job, rounded up to 256 MB.
 
     weights ×2 (the engine's copy, and what it is made from while loading) + per context of the ``batch``
     (float32): the running layer's attention temporaries (scores, pattern, softmax) plus
-    the largest of what the analysis keeps (``keeps``, default all three) — ``patterns``: one
+    the largest of what the analysis keeps (``keeps``, default all) — ``patterns``: one
     hooked pattern per layer; ``residuals``: 16 residual-stream activations per layer and
-    token; ``logits``: three copies of the logits — + ``BASE_MEM_MB``.  A rule that reduces
-    its activations inside the hooks keeps none of them (``keeps=()``: e.g. the extended
-    positional embeddings, running sums over positions).
+    token; ``logits``: three copies of the logits; ``last_logits``: three copies of one
+    position's logits — + ``BASE_MEM_MB``.  A rule that reduces its activations inside the
+    hooks keeps none of them (``keeps=()``: e.g. the extended positional embeddings, running
+    sums over positions).  ``n_tokens``: the length of the rule's sequences when it is not
+    the model's context (the L rules' random-token sequences: 13–41 tokens, not 1024).
     """
     unknown = set(keeps) - set(KEEPS)
     if unknown:
         raise ValueError(f"mem_mb: keeps {sorted(unknown)} not among {KEEPS}")
+    n = min(n_tokens, shape.n_ctx) if n_tokens else shape.n_ctx
     weights = shape.n_params * DTYPE_BYTES.get(dtype, 4) * 2
-    transient = 3 * 4 * shape.n_heads * shape.n_ctx**2
-    sizes = {"patterns": 4 * shape.n_layers * shape.n_heads * shape.n_ctx**2,
-             "residuals": 4 * 16 * shape.n_layers * shape.n_ctx * shape.d_model,
-             "logits": 3 * 4 * shape.n_ctx * shape.vocab}
+    transient = 3 * 4 * shape.n_heads * n**2
+    sizes = {"patterns": 4 * shape.n_layers * shape.n_heads * n**2,
+             "residuals": 4 * 16 * shape.n_layers * n * shape.d_model,
+             "logits": 3 * 4 * n * shape.vocab,
+             "last_logits": 3 * 4 * shape.vocab}
     kept = max((sizes[k] for k in keeps), default=0)
     total = BASE_MEM_MB + (weights + batch * (transient + kept)) / 2**20
     return int(math.ceil(total * scale * attempt / 256 - 1e-9) * 256)
@@ -217,3 +222,20 @@ def runtime_min(shape: ModelShape, n_tokens: int, passes: float = 1.0, gpu: bool
         seconds /= GPU_SPEEDUP
     minutes = RUNTIME_FLOOR_MIN + seconds / 60
     return int(math.ceil(minutes * scale * attempt / 5 - 1e-9) * 5)
+
+
+def gpu_plan_warning(models: dict[str, dict[str, Any]], policy: str = "auto", host_has_gpu: bool = False) -> str | None:
+    """The warning a dry run or a cluster submission prints when no model's heavy jobs
+    request a GPU although some could: ``cluster.gpu: auto`` with models of ``device: auto``
+    on a machine without a GPU (a login node), the case where every heavy job silently gets
+    ``gpu=0``.  ``None`` when some model requests a GPU, when ``policy`` is ``never`` or when
+    every model runs on the CPU by its config (``device: cpu``: a CPU study, as intended)."""
+    if policy == "never" or any(requests_gpu(e, policy, host_has_gpu) for e in models.values()):
+        return None
+    auto = [m for m, e in models.items() if e.get("device", "auto") == "auto"]
+    if not auto:
+        return None
+    return (f"no model-heavy job requests a GPU: model(s) {', '.join(auto)} have `device: auto` and this machine "
+            "has no GPU (no nvidia-smi), so `cluster.gpu: auto` plans CPU jobs (gpu=0) for them. To submit GPU "
+            "jobs from a login node without a GPU, set `cluster.gpu: always` (or `device: cuda`); running on this "
+            "machine's CPU is what you get otherwise (docs/cluster.md, 'Which jobs get a GPU').")

@@ -6,6 +6,11 @@ CSV is plain (``pandas.read_csv(path)`` reads it, no comment lines).  Table-leve
 ``NAME.meta.json`` for ``NAME.csv`` (:func:`meta_path`); :func:`read_table` returns it in
 ``df.attrs``.
 
+Column types plain ``pandas.read_csv`` cannot see are recorded in the sidecar under
+:data:`COLUMN_TYPES` and restored by :func:`read_table`: ``"str"`` for a text column whose
+values look like numbers (e.g. ``"000"``), ``"Int64"`` for an integer column with missing
+values (plain pandas reads it as float; :func:`read_table` as pandas' nullable integer).
+
 Scorecard rows (``results/{model}/scorecard/{rule}.csv``) are what the report compares
 with ``resources/published.yaml``: columns ``claim, model, quantity, value, detail,
 artifact`` where ``value`` is a number, or JSON (a list for head sets such as
@@ -26,6 +31,7 @@ from posmech.errors import PosmechError
 from posmech.io import atomic_path, write_json
 
 META_SUFFIX = ".meta.json"
+COLUMN_TYPES = "column_types"
 SCORECARD_COLUMNS = ["claim", "model", "quantity", "value", "detail", "artifact"]
 
 
@@ -39,6 +45,9 @@ def write_table(df: pd.DataFrame, path: str | os.PathLike[str], meta: dict[str, 
     """Write ``df`` as a plain CSV atomically, and ``meta`` (when given) to its JSON sidecar
     (:func:`meta_path`); a stale sidecar of an earlier run is removed when ``meta`` is empty."""
     side = meta_path(path)
+    types = column_types(df)
+    if types:
+        meta = {**(meta or {}), COLUMN_TYPES: types}
     with atomic_path(path) as tmp:
         with open(tmp, "w", encoding="utf-8", newline="") as f:
             df.to_csv(f, index=False)
@@ -46,6 +55,30 @@ def write_table(df: pd.DataFrame, path: str | os.PathLike[str], meta: dict[str, 
             write_json(side, meta)
         elif side.exists():
             side.unlink()
+
+
+def _numeric_text(v: Any) -> bool:
+    if not isinstance(v, str):
+        return False
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return True
+
+
+def column_types(df: pd.DataFrame) -> dict[str, str]:
+    """The columns of ``df`` whose type plain ``pandas.read_csv`` would not read back:
+    ``{"col": "str"}`` for text that looks numeric, ``{"col": "Int64"}`` for integers with
+    missing values."""
+    out = {}
+    for c in df.columns:
+        s = df[c]
+        if str(s.dtype) == "Int64" and s.isna().any():
+            out[str(c)] = "Int64"
+        elif (s.dtype == object or pd.api.types.is_string_dtype(s)) and any(_numeric_text(v) for v in s.dropna()):
+            out[str(c)] = "str"
+    return out
 
 
 def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -65,9 +98,15 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def read_table(path: str | os.PathLike[str]) -> pd.DataFrame:
-    """Read a table written by :func:`write_table`; its metadata in ``df.attrs``."""
-    df = pd.read_csv(path)
-    df.attrs.update(read_meta(path))
+    """Read a table written by :func:`write_table` with its column types (:data:`COLUMN_TYPES`
+    in the sidecar); the rest of its metadata in ``df.attrs``."""
+    meta = read_meta(path)
+    types = meta.pop(COLUMN_TYPES, {})
+    df = pd.read_csv(path, dtype={c: str for c, t in types.items() if t == "str"})
+    for c, t in types.items():
+        if t != "str" and c in df:
+            df[c] = df[c].astype(t)
+    df.attrs.update(meta)
     return df
 
 

@@ -3,7 +3,7 @@
 A dedicated check of the demo configuration (the CI-sized run's model is far too small to
 grow induction heads): both `train:` entries of config/demo.yaml are trained exactly as the
 pipeline trains them (same corpus loader, same settings, same seed) and their training
-summaries must meet the head scores stated in README.md ("The demo models"). Training
+summaries must meet the head scores stated in docs/demo-model.md ("The demo models"). Training
 is deterministic on the CPU, so these are the numbers `make demo` reports; the
 thresholds leave a margin for other CPUs' floating-point differences.
 """

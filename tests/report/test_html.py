@@ -9,9 +9,11 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
+from markupsafe import escape
 
 from posmech.plots import save
 from posmech.report import html as rp
+from posmech.report import scorecard as sc
 from posmech.report.browser import check_page
 from posmech.tables import read_table, scorecard_rows, write_table
 from tests.conftest import require_system
@@ -129,6 +131,25 @@ def test_scorecard_of_fabricated_run(fabricated_run):
     assert not ((card.status == "pass") & (card.reproduced == "—")).any()
 
 
+def test_scorecard_csv_columns_keep_their_types_in_plain_pandas(fabricated_run):
+    """A researcher's ``pandas.read_csv``: the seed post stays text, the values have one typed
+    column per kind (a number, or JSON for head sets and mappings), integers stay integers."""
+    plain = pd.read_csv("results/report/scorecard.csv")
+    assert set(plain["source"].dropna()) <= {"post 000", "post 001", "post 003", "post 004"}
+    assert "post 000" in set(plain["source"])
+    p6 = _row(plain, "P6", "n_prev_token_heads", "gpt2")
+    assert p6.reproduced_number == 67 and json.loads(p6.reproduced_json) == 67 and p6.published_number == 69
+    k4 = _row(plain, "K4", "layer0_local_heads", "gpt2")
+    assert pd.isna(k4.reproduced_number) and json.loads(k4.reproduced_json) == ["L0H3", "L0H4", "L0H7"]
+    assert plain["reproduced_number"].dtype == float and plain["published_number"].dtype == float
+    missing = _row(plain, "P7", "diagonal_ratio", "gpt2")
+    assert pd.isna(missing.reproduced_json) and pd.isna(missing.reproduced_number)
+    documented = Path(REPO / "docs" / "artifacts.md").read_text()
+    section = documented[documented.index("- `scorecard.csv`"):]
+    for column in plain.columns:
+        assert f"`{column}`" in section, f"scorecard.csv column {column!r} is not documented in docs/artifacts.md"
+
+
 def test_html_has_scorecard_first_captions_and_run(fabricated_run):
     html = Path("results/report/index.html").read_text()
     assert html.index('id="scorecard"') < html.index('id="demo"') < html.index('id="family-P"') < html.index('id="run"')
@@ -139,7 +160,18 @@ def test_html_has_scorecard_first_captions_and_run(fabricated_run):
     compact = html[html.index('id="scorecard-compact"'):html.index('id="demo"')]
     assert "<td>gpt2</td>" in judged and "<td>demo</td>" not in judged
     assert "<td>demo</td>" in compact and "<code>n_prev_token_heads</code> = 3" in compact
-    assert "not applicable" not in compact
+    # every row says its status: the demo's P6 row is not applicable (gpt2's value), in one chip
+    demo_p6 = compact[compact.index('<td><a href="#claim-P6">P6</a></td><td>demo</td>') - 40:][:400]
+    assert 'data-status="not-applicable"' in demo_p6 and '<span class="status s-not-applicable">' in demo_p6
+    # a legend explains every status, and the chips count the rows per status
+    legend = html[html.index('id="status-legend"'):html.index("</dl>", html.index('id="status-legend"'))]
+    for status in sc.STATUSES:
+        assert f'data-status="{status.replace(" ", "-")}"' in legend and str(escape(sc.STATUS_MEANINGS[status])) in legend
+    assert f'data-status="pass" aria-pressed="false">pass: {fabricated_run["counts"]["pass"]}<' in html
+    # the families, the run and the claims catalogue are folded; figures are thumbnails that enlarge
+    assert re.search(r'<details class="fold family" id="fold-family-P"><summary><h2 id="family-P">', html)
+    assert '<details class="fold" id="fold-run"><summary><h2 id="run">' in html
+    assert '<a href="figures/gpt2/kernels/etc.png" class="enlarge"><img src="figures/gpt2/kernels/etc.png"' in html
     # claim IDs link to the claims catalogue rendered at the end, which links to the posts
     assert 'href="#claim-P6"' in html and '<tr id="claim-P6">' in html
     assert html.index('id="run"') < html.index('id="claims"')
@@ -175,7 +207,14 @@ def test_report_opens_cleanly_in_chromium_from_a_copied_folder(fabricated_run, t
     res = check_page(copy / "index.html", copy / "screenshot.png")
     assert res.ok, (res.console_errors, res.broken_images, res.broken_links)
     assert res.n_images == 4 and res.n_links >= 5
-    assert (copy / "screenshot.png").stat().st_size > 10_000 and res.size[1] > 1500
+    assert (copy / "screenshot.png").stat().st_size > 10_000 and (copy / "screenshot-unfolded.png").is_file()
+    # at a glance: the unopened page is short, opening everything makes it much longer
+    assert res.height_unopened < 4 * 900 and res.height_unfolded > res.height_unopened + 1000
+    assert res.legend == [s.replace(" ", "-") for s in sc.STATUSES]
+    assert res.scorecard_rows >= 3 and res.rows_without_status == []
+    # each chip shows exactly the rows with its status
+    assert res.status_filter and all(shown == want and ok for shown, want, ok in res.status_filter.values()), \
+        res.status_filter
     # at 1280 px nothing is wider than its column and the scorecard does not scroll sideways
     assert res.size[0] <= 1280 and not res.page_scrolls_sideways
     assert res.wide_elements == [] and res.scrolling_elements == []

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from posmech.report.browser import check_page
-from posmech.report.scorecard import is_judged, load_published
+from posmech.report.scorecard import STATUSES, is_judged, load_published
 from posmech.tables import read_table
 from tests.conftest import require_system
 from tests.workflow.conftest import REPO, snakemake
@@ -29,6 +29,13 @@ def test_report_opens_in_chromium_with_every_image_and_link(ci_run):
     figures = sorted(p for p in (report / "figures").rglob("*.png"))
     assert res.n_images == len(figures) >= 1  # every copied figure is shown, the training curve at least
     assert shot.stat().st_size > 20_000
+    # at a glance (1280 px): before anything is opened the page fits in a few screens; a legend
+    # for every status; every scorecard row with its status; the status chips filter the rows
+    assert res.height_unopened <= 4 * 900, res.height_unopened
+    assert res.height_unfolded > 3 * res.height_unopened
+    assert set(res.legend) == {s.replace(" ", "-") for s in STATUSES}
+    assert res.scorecard_rows > 0 and res.rows_without_status == []
+    assert res.status_filter and all(shown == want and ok for shown, want, ok in res.status_filter.values())
     # at 1280 px: no figure wider than its column, no horizontal scrollbar (scorecard included)
     assert res.size[0] <= 1280 and not res.page_scrolls_sideways
     assert res.wide_elements == []
@@ -54,10 +61,12 @@ def test_scorecard_shows_judged_rows_first_and_the_rest_compactly(ci_run):
     if len(judged):
         assert html.index('id="scorecard-judged"') < html.index('id="scorecard-compact"')
     compact = html[html.index('id="scorecard-compact"'):html.index('<h2 id="demo"')]
-    # one line per claim and model, not one per quantity, and no wall of "not applicable"
+    # one line per claim and model, not one per quantity, each with its quantities' statuses
     rest = card[~card.index.isin(judged.index)]
-    assert compact.count("<tr>") - 1 == len(rest.groupby(["claim", "model"]))
-    assert "not applicable" not in compact
+    assert compact.count("<tr data-status=") == len(rest.groupby(["claim", "model"]))
+    for (claim, model), g in rest.groupby(["claim", "model"]):
+        want = " ".join(s.replace(" ", "-") for s in STATUSES if s in set(g.status))
+        assert f'<tr data-status="{want}">\n<td><a href="#claim-{claim}">{claim}</a></td><td>{model}</td>' in compact
 
 
 def test_scorecard_on_demo_never_passes_a_gpt2_number(ci_run):

@@ -235,3 +235,60 @@ def test_dry_run_shows_estimated_resources_and_cpu_config_requests_no_gpu(tmp_pa
     expected = mem_mb(model_shape("demo", {**cfg["models"]["demo"], "n_ctx": None}), "float32")
     assert int(train["resources"]["mem_mb"]) == expected
     assert int(train["resources"]["runtime"]) >= 10
+
+
+#: Peak RSS (MB) of the L rules' calls on the attn-only-2l-shaped stand-in at the study's
+#: settings (bench/attn_only.py --peak, 2026-11-27: a fresh interpreter importing, loading the
+#: 51.5 M-parameter stand-in and running the call; docs/cluster.md).
+ATTN_ONLY_PEAK_MB = {"random_token_patterns": 1686, "input_decomposition": 1217, "bos_induction": 1215}
+
+
+def _study_dry_run(tmp_path: Path, gpu: str | None = None) -> subprocess.CompletedProcess[str]:
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    if gpu:
+        cfg["cluster"] = {"gpu": gpu}
+    path = tmp_path / f"study_{gpu}.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PATH": _path_without("nvidia-smi")}
+    return subprocess.run(_cmd(tmp_path, path, "-n"), capture_output=True, text=True, timeout=DRY_TIMEOUT,
+                          env=env, cwd=tmp_path)
+
+
+def _path_without(tool: str) -> str:
+    """PATH without the directories holding ``tool``: the dry run sees a login node without a GPU."""
+    import shutil
+
+    keep = [d for d in os.environ.get("PATH", "").split(os.pathsep) if not (Path(d) / tool).exists()]
+    assert shutil.which(tool, path=os.pathsep.join(keep)) is None
+    return os.pathsep.join(keep)
+
+
+def test_dry_run_requests_of_attn_only_2l_rules_fit_their_sequences(tmp_path):
+    """The study's L rules on attn-only-2l (51.5 M parameters; sequences of 11-41 tokens, batch
+    100) request between the stand-in's measured peak and twice it (they requested 68 GB, the
+    estimate of 100 full 1024-token contexts with their logits)."""
+    proc = _study_dry_run(tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    jobs = {j["rule"]: j for j in parse_jobs(proc.stdout + proc.stderr) if j["wildcards"].get("model") == "attn-only-2l"}
+    assert set(ATTN_ONLY_PEAK_MB) <= set(jobs)
+    for rule, peak in ATTN_ONLY_PEAK_MB.items():
+        requested = int(jobs[rule]["resources"]["mem_mb"])
+        assert peak <= requested <= 2 * peak, (rule, requested, peak)
+
+
+def test_dry_run_warns_when_no_heavy_job_gets_a_gpu(tmp_path):
+    """From a machine without a GPU, the study (devices auto, cluster.gpu auto) plans gpu=0
+    for every heavy job: the dry run says so and how to ask for GPUs; with cluster.gpu:
+    always every heavy job gets one and nothing is said."""
+    proc = _study_dry_run(tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    log = proc.stdout + proc.stderr
+    heavy = [j for j in parse_jobs(log) if "gpu" in j["resources"]]
+    assert heavy and all(j["resources"]["gpu"] == "0" for j in heavy)
+    assert log.count("WARNING (posmech): no model-heavy job requests a GPU") == 1
+    assert "gpt2, tinystories-instruct-33m, attn-only-2l" in log and "cluster.gpu: always" in log
+    proc = _study_dry_run(tmp_path, "always")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    log = proc.stdout + proc.stderr
+    assert "WARNING (posmech)" not in log
+    assert all(j["resources"]["gpu"] == "1" for j in parse_jobs(log) if "gpu" in j["resources"])

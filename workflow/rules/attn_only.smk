@@ -39,7 +39,11 @@ rule random_token_patterns:
     threads: 2
     resources:
         gpu=heavy_resources,
-        mem_mb=heavy_mem_mb_for(config["attn_only"]["batch_size"]),
+        mem_mb=heavy_mem_mb_for(
+            config["attn_only"]["batch_size"],
+            keeps=("patterns", "residuals"),
+            n_tokens=attn_only_tokens("n_tokens", "induction_score.half_length"),
+        ),
         runtime=attn_only_runtime(
             config["attn_only"]["n_sequences"],
             config["attn_only"]["induction_score"]["n_sequences"],
@@ -94,7 +98,11 @@ rule input_decomposition:
     threads: 2
     resources:
         gpu=heavy_resources,
-        mem_mb=heavy_mem_mb_for(config["attn_only"]["batch_size"]),
+        mem_mb=heavy_mem_mb_for(
+            config["attn_only"]["batch_size"],
+            keeps=("patterns", "residuals"),
+            n_tokens=attn_only_tokens("n_tokens"),
+        ),
         runtime=attn_only_runtime(2 * config["attn_only"]["n_sequences"]),
     params:
         entry=model_entry,
@@ -134,7 +142,11 @@ rule bos_induction:
     threads: 2
     resources:
         gpu=heavy_resources,
-        mem_mb=heavy_mem_mb_for(config["attn_only"]["batch_size"]),
+        mem_mb=heavy_mem_mb_for(
+            config["attn_only"]["batch_size"],
+            keeps=("patterns", "residuals", "last_logits"),
+            n_tokens=attn_only_tokens("bos_induction.n_random"),
+        ),
         runtime=attn_only_runtime(2 * config["attn_only"]["bos_induction"]["n_samples"]),
     params:
         entry=model_entry,

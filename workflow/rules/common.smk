@@ -76,8 +76,27 @@ def on_gpu(model):
     )
 
 
+_GPU_PLAN_CHECKED = []
+
+
 def heavy_resources(wildcards):
-    """GPUs of a model-heavy job for ``wildcards.model`` (0 or 1): ``gpu=heavy_resources``."""
+    """GPUs of a model-heavy job for ``wildcards.model`` (0 or 1): ``gpu=heavy_resources``.
+    The first call of a dry run or a cluster submission warns when no heavy job gets a GPU
+    although models could (posmech.cluster.gpu_plan_warning)."""
+    if not _GPU_PLAN_CHECKED and workflow.is_main_process:
+        _GPU_PLAN_CHECKED.append(True)
+        if workflow.dryrun or workflow.non_local_exec:
+            import shutil
+
+            from posmech.cluster import gpu_plan_warning
+
+            note = gpu_plan_warning(
+                config["models"],
+                config.get("cluster", {}).get("gpu", "auto"),
+                shutil.which("nvidia-smi") is not None,
+            )
+            if note:
+                print(f"WARNING (posmech): {note}", file=sys.stderr)
     return 1 if on_gpu(wildcards.model) else 0
 
 
@@ -94,10 +113,11 @@ def heavy_corpora(wildcards):
     return [wildcards.corpus] if "corpus" in wildcards.keys() else CORPORA
 
 
-def heavy_mem_mb_for(batch, keeps=None):
+def heavy_mem_mb_for(batch, keeps=None, n_tokens=None):
     """``mem_mb`` of a model-heavy job running ``batch`` contexts per forward pass:
     ``mem_mb=heavy_mem_mb_for(config["geometry"]["batch_size"], keeps=())``; ``keeps``:
-    what it holds per context (posmech.cluster.mem_mb; default: the largest of all)."""
+    what it holds per context (posmech.cluster.mem_mb; default: the largest of all);
+    ``n_tokens``: its sequences' length when shorter than the model's context."""
 
     def mem(wildcards, attempt):
         from posmech.cluster import KEEPS, mem_mb
@@ -111,6 +131,7 @@ def heavy_mem_mb_for(batch, keeps=None):
             scale,
             attempt,
             KEEPS if keeps is None else keeps,
+            n_tokens,
         )
 
     return mem
@@ -460,6 +481,16 @@ def check_attn_only():
                     f"{key}: sequences of {n} tokens are longer than model `{m}`'s context "
                     f"(models.{m}.train.n_ctx = {entry['train']['n_ctx']}); lower it"
                 )
+
+
+def attn_only_tokens(*keys):
+    """The longest sequence (tokens, BOS counted) an L rule builds from the ``attn_only``
+    settings ``keys`` (posmech.analyses.attn_only.sequence_lengths): its memory estimate's
+    context, 13–41 tokens with the study's settings instead of the model's 1024."""
+    from posmech.analyses.attn_only import sequence_lengths
+
+    lengths = sequence_lengths(config["attn_only"], True)
+    return max(lengths[f"attn_only.{k}"] for k in keys)
 
 
 def attn_only_runtime(*counts):

@@ -7,6 +7,8 @@ submodule (``posmech.plots.geometry``, ``posmech.plots.kernels``, …)."""
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +23,8 @@ import pandas as pd  # noqa: E402
 from posmech.io import atomic_path  # noqa: E402
 
 DPI = 150
+MASKED = "0.85"  # grey of masked cells (a key after its query) in every attention heat map
+log = logging.getLogger(__name__)
 
 
 class _Seaborn:
@@ -51,10 +55,48 @@ def seeded(seed: int = 0) -> Iterator[None]:
 
 
 def save(fig: Any, path: str | os.PathLike[str]) -> None:
-    """Save a figure atomically as PNG at report resolution and close it."""
+    """Save a figure atomically as PNG at report resolution and close it.
+
+    The figure check (:mod:`posmech.plots.check`) runs first: each problem is logged as a
+    warning naming the file, and the result is stored in the PNG's text metadata, where the
+    tests read it back for every figure of a run."""
+    from posmech.plots.check import METADATA_KEY, figure_problems
+
+    result = figure_problems(fig)
+    for problem in result["problems"]:
+        log.warning("figure check, %s: %s", os.fspath(path), problem)
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=DPI, bbox_inches="tight", format="png")
+        fig.savefig(tmp, dpi=DPI, bbox_inches="tight", format="png",
+                    metadata={METADATA_KEY: json.dumps(result, ensure_ascii=True)})
     plt.close(fig)
+
+
+def readable_log(axis: Any, decades: float = 2.0) -> None:
+    """After the data are drawn on a log-scaled ``axis``: when its view spans under
+    ``decades`` powers of ten, plain labels (:func:`plain_log`; under a factor 4, at evenly
+    spaced values, as few 1-2-5 steps would fall inside)."""
+    from matplotlib.ticker import MaxNLocator
+
+    lo, hi = sorted(axis.get_view_interval())
+    if lo <= 0 or hi / lo >= 10.0**decades:
+        return
+    plain_log(axis)
+    if hi / lo < 4:
+        axis.set_major_locator(MaxNLocator(4))
+
+
+def plain_log(axis: Any, ticks: Any = None) -> None:
+    """Label a log-scaled axis with plain numbers (``5``, ``20``, ``0.3``) instead of powers
+    of ten, at ``ticks`` (e.g. the measured values) or at 1-2-5 steps, minor ticks unlabelled:
+    a range under two decades is read off directly (the figure check requires it)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    if ticks is not None:
+        axis.set_ticks(list(ticks))
+    else:
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def training_curve(curve: pd.DataFrame, summary: dict[str, Any], path: str | os.PathLike[str]) -> None:

@@ -14,10 +14,10 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.patches import Rectangle
 
 from posmech.analyses.score_anatomy import TAXA, Thresholds, centre_rows, offsets, row_windows
-from posmech.plots import save
+from posmech.plots import MASKED, save
 
 TAXON_COLOURS = {TAXA[0]: "tab:blue", TAXA[1]: "tab:red", TAXA[2]: "0.6"}
-COLUMNS = ("raw scores (future incl.)", "masked scores", "pattern (softmax)", "row windows ±W")
+COLUMNS = ("raw scores (future incl.)", "masked scores", "pattern (softmax)", "row window q−{W}…q+{W}")
 
 
 def _diverging(ax: Any, M: np.ndarray, extent: list[float], first_key: bool) -> Any:
@@ -28,8 +28,7 @@ def _diverging(ax: Any, M: np.ndarray, extent: list[float], first_key: bool) -> 
     R = C[:, 1:] if first_key and C.shape[1] > 1 else C
     vmax = float(np.nanpercentile(np.abs(R), 99)) if np.isfinite(R).any() else 1.0
     vmax = vmax if vmax > 0 else 1.0
-    cmap = plt.get_cmap("RdBu_r").copy()
-    cmap.set_bad("0.88")
+    cmap = plt.get_cmap("RdBu_r").with_extremes(bad=MASKED)
     return ax.imshow(C, cmap=cmap, norm=TwoSlopeNorm(0.0, -vmax, vmax), extent=extent, interpolation="nearest",
                      origin="upper")
 
@@ -49,7 +48,7 @@ def score_triptychs(
     hides there (a dark diagonal: a dark column at 0; a bright sub-diagonal: a bright
     column at −1)."""
     n_rows = len(panels)
-    fig, axes = plt.subplots(n_rows, 4, figsize=(8.0, 2.05 * n_rows + 0.5), squeeze=False,
+    fig, axes = plt.subplots(n_rows, 4, figsize=(8.0, 2.3 * n_rows + 0.6), squeeze=False,
                              gridspec_kw={"width_ratios": [1, 1, 1, 0.8]})
     for r, (head, role, raw, masked, pattern) in enumerate(panels):
         n = raw.shape[0]
@@ -58,40 +57,38 @@ def score_triptychs(
         extent = [lo - 0.5, hi - 0.5, hi - 0.5, lo - 0.5]
         for c, M in enumerate((raw, masked)):
             im = _diverging(axes[r, c], M[sl, sl], extent, lo == 0)
-            _colorbar(fig, im, axes[r, c], "score − row median" if c == 0 else None, extend="both")
+            _colorbar(fig, im, axes[r, c], "score − row median", extend="both")
         P = pattern[sl, sl].astype(np.float64)
         P = np.where(np.triu(np.ones_like(P, dtype=bool), 1), np.nan, P)
-        cmap = plt.get_cmap("viridis").copy()
-        cmap.set_bad("0.88")
+        cmap = plt.get_cmap("viridis").with_extremes(bad=MASKED)
         pmax = float(np.nanpercentile(P, 99.5)) if np.isfinite(P).any() else 1.0
         im = axes[r, 2].imshow(P, cmap=cmap, vmin=0, vmax=max(pmax, 1e-6), extent=extent, interpolation="nearest")
         _colorbar(fig, im, axes[r, 2], "attention")
         Z = row_windows(raw, window)[sl]
-        cmap = plt.get_cmap("RdBu_r").copy()
-        cmap.set_bad("0.88")
+        cmap = plt.get_cmap("RdBu_r").with_extremes(bad=MASKED)
         o = offsets(window)
         im = axes[r, 3].imshow(Z, cmap=cmap, norm=TwoSlopeNorm(0.0, -2.5, 2.5), aspect="auto", interpolation="nearest",
                                extent=[o[0] - 0.5, o[-1] + 0.5, hi - 0.5, lo - 0.5])
-        _colorbar(fig, im, axes[r, 3], "row spreads", extend="both")
+        _colorbar(fig, im, axes[r, 3], "(score − median) / spread", extend="both")
         for c in range(4):
             ax = axes[r, c]
-            ax.set_title(f"{head} ({role}): {COLUMNS[c]}" if c == 0 else COLUMNS[c], fontsize=5.5)
-            ax.set_xlabel("key offset" if c == 3 else "key position", fontsize=5, labelpad=1)
-            if c == 0:
-                ax.set_ylabel("query position", fontsize=5, labelpad=1)
-            ax.tick_params(labelsize=4.5, length=2, pad=1)
+            name = COLUMNS[c].format(W=window)
+            ax.set_title(f"{head} ({role}):\n{name}" if c == 0 else f"\n{name}", fontsize=6.5)
+            ax.set_xlabel("key offset k − q" if c == 3 else "key position", fontsize=6, labelpad=1)
+            ax.set_ylabel("query position q", fontsize=6, labelpad=1)
+            ax.tick_params(labelsize=6, length=2, pad=1)
             if not zoom and size < n and c < 3:
                 ax.add_patch(Rectangle((start - 0.5, start - 0.5), size, size, fill=False, ec="red", lw=1.0))
-    fig.suptitle(title, fontsize=7.5)
+    fig.suptitle(title + "  (grey: masked, a key after its query)", fontsize=8)
     fig.tight_layout(pad=0.4, w_pad=0.3, h_pad=0.6, rect=(0, 0, 1, 1 - 0.3 / fig.get_figheight()))
     save(fig, path)
 
 
 def _colorbar(fig: Any, im: Any, ax: Any, label: str | None, **kw: Any) -> None:
     cb = fig.colorbar(im, ax=ax, fraction=0.05, pad=0.02, **kw)
-    cb.ax.tick_params(labelsize=4.5, length=2, pad=1)
+    cb.ax.tick_params(labelsize=6, length=2, pad=1)
     if label:
-        cb.set_label(label, fontsize=5, labelpad=1)
+        cb.set_label(label, fontsize=6, labelpad=1)
 
 
 SMALL = {"font.size": 7, "axes.titlesize": 8, "axes.labelsize": 7, "xtick.labelsize": 6, "ytick.labelsize": 6}

@@ -11,25 +11,29 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from posmech.plots import save
+from posmech.plots import MASKED, save
 
 COLORS = {"position_only": "tab:red", "token_only": "tab:green", "both": "tab:blue"}
 LABELS = {"position_only": "position only", "token_only": "token only", "both": "both (normal)"}
 
 
 def _heatmap(ax: Any, M: np.ndarray, title: str, bos: bool) -> Any:
+    """``M`` (attention, 0-1) in percent; cells of at least 5 % carry their value rounded to
+    a whole percent; masked cells (key after query, or NaN) grey."""
     T = M.shape[0]
-    im = ax.imshow(np.where(np.isnan(M), 0.0, M), vmin=0, vmax=1, cmap="viridis", interpolation="nearest")
+    P = np.where(np.triu(np.ones((T, T), dtype=bool), 1), np.nan, np.asarray(M, dtype=float)) * 100
+    cmap = plt.get_cmap("viridis").with_extremes(bad=MASKED)
+    im = ax.imshow(P, vmin=0, vmax=100, cmap=cmap, interpolation="nearest")
     ticks = list(range(T))
     names = ["BOS" if (bos and i == 0) else str(i) for i in ticks]
     ax.set_xticks(ticks, names, fontsize=6, rotation=90)
     ax.set_yticks(ticks, names, fontsize=6)
     for q in range(T):
         for k in range(q + 1):
-            v = M[q, k]
-            if v >= 0.05:
-                ax.text(k, q, f"{v:.2f}"[1:] if v < 1 else "1", ha="center", va="center", fontsize=4.5,
-                        color="black" if v > 0.6 else "white")
+            v = P[q, k]
+            if v >= 5:
+                ax.text(k, q, f"{v:.0f}", ha="center", va="center", fontsize=6,
+                        color="black" if v > 60 else "white")
     ax.set_xlabel("key position", fontsize=7)
     ax.set_ylabel("query position", fontsize=7)
     ax.set_title(title, fontsize=8)
@@ -45,10 +49,12 @@ def random_token_patterns(mats: dict[str, np.ndarray], roles: dict[str, str], ma
     im = None
     for ax, (role, M) in zip(axes[0], mats.items()):
         m = masses[role]
-        sub = ", ".join(f"{k.replace('offset_', '−')} {v:.3f}" for k, v in m.items() if k != "induction_score")
+        parts = [f"{k.replace('offset_', '−')} {v:.3f}" for k, v in m.items() if k != "induction_score"]
+        sub = ", ".join(parts[:3]) + ("\n" + ", ".join(parts[3:]) if parts[3:] else "")
         im = _heatmap(ax, M, f"{role.replace('_', '-')} head {roles[role]}\n{sub}", bos)
-    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="mean attention (mean of softmaxes)")
-    fig.suptitle(f"L1 · {model}: mean attention patterns over {n} random-token sequences", fontsize=9)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="mean attention, % (mean of softmaxes)")
+    fig.suptitle(f"L1 · {model}: mean attention patterns over {n} random-token sequences\n"
+                 "(cells: mean attention in whole %, shown from 5 %; grey: masked, a key after its query)", fontsize=9)
     save(fig, path)
 
 
@@ -85,8 +91,9 @@ def position_only_pattern(M: np.ndarray, head: str, model: str, bos: bool, path:
     fig, ax = plt.subplots(figsize=(5.0, 4.4), layout="constrained")
     im = _heatmap(ax, M, f"row 1: [{M[1, 0]:.4f}, {M[1, 1]:.4f}];  min over q ≥ 2 of P[q, q−1]: "
                   f"{min(M[q, q - 1] for q in range(2, M.shape[0])):.4f}", bos)
-    fig.colorbar(im, ax=ax, shrink=0.8, label="attention")
-    fig.suptitle(f"L3 · {model} {head}: position-only pattern (token embeddings zeroed)", fontsize=9)
+    fig.colorbar(im, ax=ax, shrink=0.8, label="attention, %")
+    fig.suptitle(f"L3 · {model} {head}: position-only pattern (token embeddings zeroed)\n"
+                 "(cells: attention in whole %, shown from 5 %; grey: masked, a key after its query)", fontsize=9)
     save(fig, path)
 
 
@@ -100,6 +107,7 @@ def bos_induction(df: pd.DataFrame, head: str, model: str, path: str | os.PathLi
         pb = df[(df["condition"] == c) & (df["quantity"] == "p_B")]["value"].iloc[0]
         ax.bar(g["key_position"], g["value"], yerr=g["sd"], color="tab:blue", capsize=2, error_kw={"lw": 0.6})
         ax.set_xticks(g["key_position"], g["key_label"], fontsize=7, rotation=45)
+        ax.set_xlabel("key (the token at that position)", fontsize=8)
         ax.set_ylim(0, 1)
         ax.set_ylabel("attention at the final [A]", fontsize=8)
         ax.set_title(f"{title}\nP([B]) = {pb:.3g}", fontsize=8)

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from posmech.plots import save
+from posmech.plots import MASKED, readable_log, save
 
 WIDTH = 7.4  # inches: the report's column at 150 dpi (figures are not shrunk)
 CLASS_COLOURS = {"duplicate_token": "C3", "detokenization": "C1", "contextual": "C0", "other": "C7"}
@@ -36,7 +36,7 @@ def pattern_grids(grids: dict[int, dict[str, np.ndarray]], g: int, fixed_token: 
     """K6: one row per head; for each ``n`` three ``g × g`` images: the positional
     pattern of the fixed destination token, that of the text's own token, the real
     attention row (``grids[n][kind] [H, g*g]``, last keys read row by row, the last key is
-    the bottom-right cell; each image on its own colour scale, blank = before key 0)."""
+    the bottom-right cell; each image on its own colour scale, grey = masked, before key 0)."""
     ns = sorted(grids)
     H = next(iter(grids.values()))["fixed"].shape[0]
     kinds = (("fixed", f"p, x_n={fixed_token!r}"), ("own", "p, own x_n"), ("real", "real row"))
@@ -48,7 +48,8 @@ def pattern_grids(grids: dict[int, dict[str, np.ndarray]], g: int, fixed_token: 
             for h in range(H):
                 ax = axes[h, 3 * c + k]
                 img = grids[n][kind][h].reshape(g, g)
-                ax.imshow(img, cmap="viridis", vmin=0.0, vmax=np.nanmax(img) or 1.0, interpolation="nearest")
+                ax.imshow(img, cmap=plt.get_cmap("viridis").with_extremes(bad=MASKED), vmin=0.0,
+                          vmax=np.nanmax(img) or 1.0, interpolation="nearest")
                 ax.set_xticks([])
                 ax.set_yticks([])
                 if h == 0:
@@ -56,7 +57,8 @@ def pattern_grids(grids: dict[int, dict[str, np.ndarray]], g: int, fixed_token: 
                     ax.set_title(f"n={n}\n{label}{tok}", fontsize=6)
                 if c == 0 and k == 0:
                     ax.set_ylabel(f"L0H{h}", fontsize=7)
-    fig.suptitle(title, fontsize=9)
+    fig.suptitle(title + "\n(grey cells: masked, before key 0)" if any(
+        np.isnan(grids[n][kind]).any() for n in ns for kind, _ in kinds) else title, fontsize=9)
     fig.tight_layout()
     save(fig, path)
 
@@ -64,15 +66,18 @@ def pattern_grids(grids: dict[int, dict[str, np.ndarray]], g: int, fixed_token: 
 def class_figure(df: pd.DataFrame, thr: dict[str, float], title: str, path: str | os.PathLike[str]) -> None:
     """K7: the three measured quantities per head as bars coloured by class, each with
     its threshold, so the rule's decision is visible."""
-    panels = (("duplicate_excess", "duplicate-token excess mass", thr["duplicate_min_excess"]),
-              ("local_mass", "positional mass on the last keys", thr["local_min_mass"]),
-              ("etc_fraction", "ETC / n_keys of the positional pattern", thr["uniform_min_fraction"]))
+    panels = (("duplicate_excess", "duplicate-token excess mass", thr["duplicate_min_excess"], "excess mass"),
+              ("local_mass", "positional mass on the last keys", thr["local_min_mass"], "mass"),
+              ("etc_fraction", "ETC / n_keys of the positional pattern", thr["uniform_min_fraction"],
+               "ETC / n_keys"))
     fig, axes = plt.subplots(1, 3, figsize=(WIDTH, 3.2))
     colours = [CLASS_COLOURS[c] for c in df["head_class"]]
-    for ax, (col, label, t) in zip(axes, panels):
+    for ax, (col, label, t, ylabel) in zip(axes, panels):
         ax.bar(df["head_name"], df[col], color=colours)
         ax.axhline(t, color="k", ls="--", lw=0.8)
         ax.set_title(label, fontsize=8)
+        ax.set_xlabel("layer-0 head", fontsize=7)
+        ax.set_ylabel(ylabel, fontsize=7)
         ax.tick_params(axis="x", labelrotation=90, labelsize=7)
         ax.tick_params(axis="y", labelsize=7)
     handles = [plt.Rectangle((0, 0), 1, 1, color=v) for v in CLASS_COLOURS.values()]
@@ -93,18 +98,19 @@ def denominator_figure(positions: np.ndarray, log_z: np.ndarray, log_z_exact: np
     (``log_z [T, H, N]``); solid linear LN, dotted exact."""
     T, H, _ = log_z.shape
     rows, cols = _grid(H)
-    fig, axes = plt.subplots(rows, cols, figsize=(WIDTH, 2.1 * rows + 0.6), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(rows, cols, figsize=(WIDTH, 2.1 * rows + 0.6), squeeze=False)
     for h, ax in enumerate(axes.ravel()[:H]):
         for t in range(T):
             ax.plot(positions, np.exp(log_z[t, h]), lw=0.7, color=f"C{t % 10}", label=titles[t] if h == 0 else None)
             ax.plot(positions, np.exp(log_z_exact[t, h]), lw=0.6, ls=":", color=f"C{t % 10}")
         ax.set_yscale("log")
+        readable_log(ax.yaxis)
         ax.set_title(f"L0H{h} ({classes[h]})", fontsize=8, color=CLASS_COLOURS.get(classes[h], "k"))
-        ax.tick_params(labelsize=6)
+        ax.tick_params(which="both", labelsize=6)
+        ax.set_xlabel("destination position n", fontsize=7)
+        ax.set_ylabel("Z_h(n) (log scale)", fontsize=7)
     for ax in axes.ravel()[H:]:
         ax.axis("off")
-    for ax in axes[-1]:
-        ax.set_xlabel("destination position n", fontsize=7)
     fig.legend(loc="lower center", ncol=min(T, 3), fontsize=6, frameon=False)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
@@ -126,6 +132,8 @@ def variance_figure(df: pd.DataFrame, positions: np.ndarray, log_z: np.ndarray, 
     a.plot([lo, hi], [lo, hi], color="k", lw=0.8, ls="--")
     a.set_xscale("log")
     a.set_yscale("log")
+    readable_log(a.xaxis)
+    readable_log(a.yaxis)
     a.set_xlabel("predicted Σ p² · Var(c)", fontsize=8)
     a.set_ylabel("observed Var Z", fontsize=8)
     a.set_title(f"i.i.d. redraws: log-log r = {r:.3f}, slope {slope:.2f}", fontsize=8)
@@ -161,8 +169,11 @@ def layer1_figure(rows: np.ndarray, kernel: np.ndarray, df: pd.DataFrame, n: int
         ax.set_title(f"{r['head_name']}: TV {r['tv_row_vs_kernel']:.2f}{mark}", fontsize=8)
         ax.set_ylim(0, max(1e-3, float(np.max(rows[h, k0 : n + 1])), float(np.max(kernel[h, k0 : n + 1]))) * 1.1)
         ax.tick_params(labelsize=6)
+        ax.set_xlabel(f"key position (query {n})", fontsize=7)
+        ax.set_ylabel("attention", fontsize=7)
     for ax in axes.ravel()[H:]:
         ax.axis("off")
-    fig.suptitle(title + f"; y axis clipped to keys ≥ {k0}", fontsize=9)
+    fig.suptitle(title + f"; y axis clipped to keys ≥ {k0}\n(blue: real attention row; grey: positional kernel)",
+                 fontsize=9)
     fig.tight_layout()
     save(fig, path)

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
-from posmech.plots import save, sns
+from posmech.plots import readable_log, save, sns
 
 Path_ = str | os.PathLike[str]
 
@@ -104,6 +104,7 @@ def explained_variance(table: pd.DataFrame, title: str, path: Path_) -> None:
     sns.lineplot(data=df, x="component", y="explained_variance_ratio", hue="matrix_label", hue_order=labels,
                  style="matrix_label", style_order=labels, markers=True, dashes=False, ax=ax)
     ax.set_yscale("log")
+    readable_log(ax.yaxis)
     ax.set_ylabel("explained variance ratio")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend(fontsize=7, title=None, ncol=2)

@@ -31,7 +31,7 @@ def _heatmap(ax: Any, M: np.ndarray, start: int, title: str, marks: np.ndarray |
     ax.set_title(title, fontsize=8)
     ax.set_xlabel("key position", fontsize=7)
     ax.set_ylabel("query position", fontsize=7)
-    ax.tick_params(labelsize=6)
+    ax.tick_params(labelsize=7)
     return im
 
 

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from posmech.plots import save, sns
+from posmech.plots import MASKED, save, sns
 
 TYPE_LETTER = {"local": "L", "slow_decay": "S", "uniform": "U"}
 
@@ -64,19 +64,23 @@ def kernel_heatmaps(
     fig, axes = plt.subplots(rows, cols, figsize=(2.75 * cols, 2.6 * rows + 0.4), squeeze=False)
     sel = (positions >= k0) & (positions <= n_max)
     q = positions[sel]
+    cmap = plt.get_cmap("viridis").with_extremes(bad=MASKED)
     for ax, h in zip(axes.ravel(), heads):
-        img = kernels[h][sel][:, : n_max + 1]
-        im = ax.imshow(img, aspect="auto", origin="upper", cmap="viridis",
+        img = np.array(kernels[h][sel][:, : n_max + 1], dtype=float)
+        img[np.arange(img.shape[1])[None, :] > q[:, None]] = np.nan  # keys after the query: masked
+        im = ax.imshow(img, aspect="auto", origin="upper", cmap=cmap, interpolation="nearest",
                        extent=(-0.5, n_max + 0.5, q[-1] + 0.5, q[0] - 0.5), vmin=0.0)
         kind = f" ({types[h]})" if types and h in types else ""
         ax.set_title(h + kind, fontsize=8)
         ax.set_xlabel("key position i", fontsize=7)
         ax.set_ylabel("query position n", fontsize=7)
         ax.tick_params(labelsize=6)
-        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02).ax.tick_params(labelsize=6)
+        cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
+        cb.ax.tick_params(labelsize=6)
+        cb.set_label("π(i | x_n)", fontsize=7)
     for ax in axes.ravel()[len(heads):]:
         ax.axis("off")
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(title + "\n(grey: masked, a key after its query)", fontsize=10)
     fig.tight_layout()
     save(fig, path)
 

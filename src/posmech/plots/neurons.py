@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from posmech.plots import save
+from posmech.plots.check import visible_token
 
 
 def contributions_figure(df: pd.DataFrame, ranking: pd.DataFrame, title: str, path: str | os.PathLike[str]) -> None:
@@ -21,7 +22,8 @@ def contributions_figure(df: pd.DataFrame, ranking: pd.DataFrame, title: str, pa
     k = int(df["rank"].max())
     cols = min(2, len(neurons))
     nrows = math.ceil(len(neurons) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(8, nrows * (0.17 * 2 * k + 1.3)), squeeze=False)
+    fig, axes = plt.subplots(nrows, cols, figsize=(8, nrows * (0.17 * 2 * k + 1.3)), squeeze=False,
+                             layout="constrained")
     for ax in axes.flat[len(neurons):]:
         ax.set_visible(False)
     rank = dict(zip(ranking["neuron"], ranking["rank"]))
@@ -33,7 +35,8 @@ def contributions_figure(df: pd.DataFrame, ranking: pd.DataFrame, title: str, pa
         rows = pd.concat([bot, top.iloc[::-1]])
         y = np.arange(len(rows))
         ax.barh(y, rows["contribution"], color=["C3" if v < 0 else "C0" for v in rows["contribution"]])
-        ax.set_yticks(y, [repr(t)[1:-1][:14] for t in rows["token"]], fontsize=7)
+        ax.set_yticks(y, [visible_token(str(t)) for t in rows["token"]], fontsize=7)
+        ax.set_ylabel("token (␣ space, ⏎ newline)", fontsize=8)
         ax.axvline(0, color="k", lw=0.6)
         ax.set_title(f"neuron {j}: rank {rank.get(j, '?')} of {len(ranking)}\n"
                      f"explained {expl.get(j, float('nan')):.2f}", fontsize=8)
@@ -63,6 +66,7 @@ def fit_figure(traces: Sequence[dict], title: str, path: str | os.PathLike[str],
         ax.set_title(f"neuron {t['neuron']} · {t['text'][:30]}\nr = {t['pearson_r']:.2f}, "
                      f"sign agreement {t['sign_agreement']:.2f}", fontsize=7)
         ax.tick_params(labelsize=7)
+        ax.set_ylabel("pre-activation", fontsize=7)
     axes[0, 0].legend(fontsize=7)
     for ax in axes[-1]:
         ax.set_xlabel("position", fontsize=8)

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from posmech.plots import save, sns
+from posmech.plots import plain_log, save, sns
 
 
 def averaging_figure(df: pd.DataFrame, model: str, path: str | os.PathLike[str]) -> None:
@@ -16,9 +16,12 @@ def averaging_figure(df: pd.DataFrame, model: str, path: str | os.PathLike[str])
     gives every target under 1 % even intact, the P3 panel says so in words (there is no
     repeat-copying to disturb) instead of drawing lines along zero."""
     fig, axes = plt.subplots(1, 2, figsize=(8.4, 3.6), layout="constrained")
-    loss = df[df["quantity"] == "loss"]
+    loss = df[df["quantity"] == "loss"].sort_values("k")
+    ks = sorted(int(k) for k in df["k"].unique())
     axes[0].plot(loss["k"], loss["value"], marker="o")
-    axes[0].set(xscale="log", xlabel="group size k", ylabel="next-token loss (nats / token)")
+    axes[0].set(xscale="log", xlabel="group size k (log scale, ticks at the k measured)",
+                ylabel="next-token loss (nats / token)")
+    plain_log(axes[0].xaxis, ks)
     axes[0].set_title("P2: held-out loss, W_pos averaged\nin groups of k", fontsize=9)
     probs = df[df["quantity"] == "probability"].assign(series=lambda d: d["prompt"] + " → " + d["target"])
     axes[1].set_title("P3: repeat-string prompt probabilities", fontsize=9)
@@ -28,9 +31,18 @@ def averaging_figure(df: pd.DataFrame, model: str, path: str | os.PathLike[str])
                      "intact: it does not continue the\nrepeat, so averaging has nothing to break",
                      ha="center", va="center", fontsize=9, transform=axes[1].transAxes)
     else:
-        sns.lineplot(data=probs, x="k", y="value", hue="series", marker="o", ax=axes[1])
-        axes[1].set(xscale="log", ylim=(-0.02, 1.02), xlabel="group size k", ylabel="probability (variants summed)")
-        axes[1].legend(fontsize=7, title=None)
+        # distinct markers and dashes: series with equal values stay visible on top of each other
+        markers, dashes = "osD^v<>p", ["-", "--", ":", "-."]
+        for i, (series, g) in enumerate(probs.groupby("series", sort=False)):
+            g = g.sort_values("k")
+            axes[1].plot(g["k"], g["value"], marker=markers[i % len(markers)], ls=dashes[i % len(dashes)],
+                         markersize=7 - 1.2 * (i % 4), markerfacecolor="none" if i % 2 else None, label=series,
+                         color=f"C{i % 10}", lw=1.2)
+        axes[1].set(xscale="log", ylim=(-0.02, 1.02), xlabel="group size k (log scale, ticks at the k measured)",
+                    ylabel="probability (variants summed)")
+        plain_log(axes[1].xaxis, ks)
+        axes[1].legend(fontsize=7, title="prompt → target (markers differ:\nequal values overlap)",
+                       title_fontsize=7)
     fig.suptitle(f"P2/P3 on {model}", fontsize=10)
     save(fig, path)
 
@@ -54,7 +66,7 @@ def attention_figure(panels: list[tuple[str, np.ndarray, np.ndarray]], start: in
             ax.set_xticks(ticks, ticks + start, fontsize=7)
             ax.set_yticks(ticks, ticks + start, fontsize=7)
             ax.set_xlabel("key position", fontsize=7)
-            ax.set_ylabel("query position" if j == 0 else "", fontsize=7)
+            ax.set_ylabel("query position", fontsize=7)
             ax.set_title(f"{head}: {label}", fontsize=8)
     for ax in axes.ravel()[2 * len(shown):]:
         ax.axis("off")

@@ -7,8 +7,10 @@ binary (Debian package ``chromium``) is needed, and no browser is downloaded.
 :func:`check_page` loads the page from ``file://``, collects console errors, uncaught
 exceptions and failed loads, checks that every ``<img>`` decoded and every internal link
 resolves (``#anchor`` to an element id, relative paths to existing files), measures the
-layout at the window width (elements wider than their column, horizontal scrollbars, each
-image's shown vs natural width), and saves a full-page screenshot.  Used by the report's tests; also handy by hand::
+page before anything is opened (height, status legend, a status on every scorecard row,
+the status filter), then opens every section and measures the layout at the window width
+(elements wider than their column, horizontal scrollbars, each image's shown vs natural
+width), and saves full-page screenshots of both states.  Used by the report's tests; also handy by hand::
 
     python -m posmech.report.browser results/report/index.html
 """
@@ -69,6 +71,41 @@ LAYOUT_JS = """(() => {
 })()"""
 
 
+# The page as it opens (nothing unfolded): its height, the status legend, and every
+# scorecard row's status chip.
+GLANCE_JS = """(() => {
+  const rows = Array.from(document.querySelectorAll('table.card tbody tr'));
+  return {
+    height: document.documentElement.scrollHeight,
+    legend: Array.from(document.querySelectorAll('#status-legend [data-status]')).map(e => e.dataset.status),
+    rows: rows.length,
+    without_status: rows.filter(r => !r.querySelector('.status') || !r.dataset.status)
+      .map(r => r.textContent.trim().slice(0, 60)),
+  };
+})()"""
+# Click every status chip with rows: the rows shown must be exactly those carrying the status.
+FILTER_JS = """(() => {
+  const out = {};
+  for (const c of document.querySelectorAll('#status-filter button.chip[data-status]')) {
+    const st = c.dataset.status;
+    const rows = Array.from(document.querySelectorAll('table.card tr[data-status]'));
+    const want = rows.filter(r => r.dataset.status.split(' ').includes(st)).length;
+    if (!want) continue;
+    c.click();
+    const shown = rows.filter(r => !r.hidden);
+    out[st] = [shown.length, want, shown.every(r => r.dataset.status.split(' ').includes(st))];
+    c.click();
+  }
+  return out;
+})()"""
+# Open every folded section and enlarge every thumbnail (what a reader who opens all sees).
+UNFOLD_JS = """(() => {
+  document.querySelectorAll('details').forEach(d => { d.open = true; });
+  document.querySelectorAll('.thumbs figure').forEach(f => f.classList.add('big'));
+  return document.documentElement.scrollHeight;
+})()"""
+
+
 @dataclass
 class PageCheck:
     """What a reader would run into on the page."""
@@ -86,6 +123,12 @@ class PageCheck:
     scrolling_elements: list[str] = field(default_factory=list)  # with a horizontal scrollbar
     page_scrolls_sideways: bool = False
     image_widths: list[tuple[str, int, float]] = field(default_factory=list)  # src, natural px, shown px
+    height_unopened: int = 0  # px at the window width, before any section is opened
+    height_unfolded: int = 0  # px with every section open and every thumbnail enlarged
+    legend: list[str] = field(default_factory=list)  # statuses the legend explains (data-status)
+    scorecard_rows: int = 0
+    rows_without_status: list[str] = field(default_factory=list)
+    status_filter: dict[str, list[Any]] = field(default_factory=dict)  # status: [rows shown, rows with it, all match]
 
     @property
     def ok(self) -> bool:
@@ -195,10 +238,29 @@ def _link_problem(href: str, page: Path, ids: set[str]) -> str | None:
     return None
 
 
+def _screenshot(cdp: _Pipe, sid: str, path: str | os.PathLike[str], max_height: int,
+                timeout: float) -> tuple[str, tuple[int, int]]:
+    """A full-page PNG of the page as it is now (height capped at ``max_height``)."""
+    metrics = cdp.call("Page.getLayoutMetrics", session=sid)
+    size = metrics.get("cssContentSize") or metrics["contentSize"]
+    w, h = int(size["width"]), min(int(size["height"]), max_height)
+    cdp.call("Emulation.setDeviceMetricsOverride", {"width": w, "height": h, "deviceScaleFactor": 1, "mobile": False},
+             session=sid)
+    shot = cdp.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session=sid,
+                    timeout=timeout)
+    Path(path).write_bytes(base64.b64decode(shot["data"]))
+    cdp.call("Emulation.clearDeviceMetricsOverride", session=sid)
+    return str(path), (w, h)
+
+
 def check_page(html: str | os.PathLike[str], screenshot: str | os.PathLike[str] | None = None,
                width: int = 1280, timeout: float = 60, max_height: int = 30000) -> PageCheck:
     """Load ``html`` in headless Chromium; report console errors, broken images and links;
-    save a full-page PNG screenshot to ``screenshot`` (height capped at ``max_height``)."""
+    the page at a glance (its height unopened, the status legend, a status on every
+    scorecard row, the status filter); save a full-page PNG screenshot of the unopened page
+    to ``screenshot`` and of the page with every section open to ``<stem>-unfolded.png``
+    (height capped at ``max_height``); the layout (wide elements, image widths) is measured
+    with every section open and every thumbnail enlarged."""
     page = Path(html).resolve()
     if not page.is_file():
         raise PosmechError(f"{str(page)!r} does not exist")
@@ -243,20 +305,21 @@ def check_page(html: str | os.PathLike[str], screenshot: str | os.PathLike[str] 
         result.broken_images = [src for src, complete, w in images if not complete or not w]
         result.broken_links = [p for p in (_link_problem(h, page, ids) for h in links) if p]
         result.console_errors = [d for d in map(_describe, cdp.events) if d]
+        glance = js(GLANCE_JS)
+        result.height_unopened, result.legend = int(glance["height"]), list(glance["legend"])
+        result.scorecard_rows, result.rows_without_status = int(glance["rows"]), list(glance["without_status"])
+        if screenshot is not None:
+            result.screenshot, result.size = _screenshot(cdp, sid, screenshot, max_height, timeout)
+        result.status_filter = js(FILTER_JS)
+        result.height_unfolded = int(js(UNFOLD_JS))
+        time.sleep(0.2)
         layout = js(LAYOUT_JS)
         result.wide_elements, result.scrolling_elements = layout["wide"], layout["scrolling"]
         result.page_scrolls_sideways = bool(layout["page_scrolls"])
         result.image_widths = [(str(src), int(nat), float(shown)) for src, nat, shown in layout["images"]]
         if screenshot is not None:
-            metrics = cdp.call("Page.getLayoutMetrics", session=sid)
-            size = metrics.get("cssContentSize") or metrics["contentSize"]
-            w, h = int(size["width"]), min(int(size["height"]), max_height)
-            cdp.call("Emulation.setDeviceMetricsOverride",
-                     {"width": w, "height": h, "deviceScaleFactor": 1, "mobile": False}, session=sid)
-            shot = cdp.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True},
-                            session=sid, timeout=timeout)
-            Path(screenshot).write_bytes(base64.b64decode(shot["data"]))
-            result.screenshot, result.size = str(screenshot), (w, h)
+            stem = Path(screenshot)
+            _screenshot(cdp, sid, stem.with_name(stem.stem + "-unfolded" + stem.suffix), max_height, timeout)
         try:
             cdp.call("Browser.close", timeout=10)
         except PosmechError:

@@ -1,7 +1,7 @@
 """The final HTML report: scorecard first, one section per claim family, then the run.
 
 ``results/report/index.html`` plus a sibling ``figures/`` folder holding copies of every
-figure and table it shows (relative links only, no JavaScript, no CDN): the folder can
+figure and table it shows (relative links only, one small inline script, no CDN): the folder can
 be copied or mailed and opened offline.  Everything shown comes from named inputs:
 
 * the scorecard (:mod:`posmech.report.scorecard`) from ``resources/published.yaml`` and the
@@ -308,6 +308,16 @@ def demo_sections(summaries: list[str], curves: dict[str, Asset]) -> list[dict[s
     return out
 
 
+def study_models() -> list[str]:
+    """The models of the full study (``config/config.yaml`` of the repository), named on the
+    banner of a run that has none of the posts' models."""
+    path = Path(__file__).resolve().parents[3] / "config" / "config.yaml"
+    try:
+        return list((yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("models", {}))
+    except OSError:  # an installed package without the repository: the posts' models' names instead
+        return []
+
+
 def _display_path(path: str) -> str:
     """``path`` relative to the repository when it lies in it (``resources/published.yaml``)."""
     repo = Path(__file__).resolve().parents[3]
@@ -382,6 +392,8 @@ def build(
         "run_models": run_models,
         "published_models": published_models,
         "foreign_run": not set(run_models) & set(published_models),
+        "study_models": study_models() or published_models,
+        "status_meanings": sc.STATUS_MEANINGS,
         "published_note": PUBLISHED_MODELS_NOTE.format(models=", ".join(published_models)),
         "counts": counts,
         "card": card_rows,

@@ -38,6 +38,16 @@ import yaml
 from posmech.errors import PosmechError
 
 STATUSES = ("pass", "fail", "not applicable", "missing", "qualitative", "nothing to measure", "no published value")
+STATUS_MEANINGS = {
+    "pass": "reproduced within the published value's tolerance, on the model the value was published for",
+    "fail": "outside the tolerance (the reason says by how much)",
+    "not applicable": "the published value belongs to another model than this row's: not compared; "
+                      "what this model does is shown instead",
+    "missing": "the run covers the claim on this model, but no rule wrote the quantity",
+    "qualitative": "the posts make the claim in words or in a figure: judge the figure",
+    "nothing to measure": "the rule ran and says why there is no value on this model (e.g. no head of the kind)",
+    "no published value": "measured here; the posts give no number to compare with",
+}
 JUDGED = ("pass", "fail", "missing", "qualitative", "nothing to measure")
 TOLERANCE_KINDS = ("abs", "rel", "range", "at_least", "at_most", "set", "min_jaccard", "subset")
 FAMILIES = {
@@ -50,7 +60,22 @@ CLAIM_RE = re.compile(r"^([PLKC])(\d+)$")
 SCORECARD_COLUMNS = [
     "claim", "family", "model", "quantity", "what", "published", "published_model", "reproduced",
     "tolerance", "status", "reason", "source", "detail", "artifact", "rule",
+    "published_number", "reproduced_number", "published_json", "reproduced_json",
 ]
+
+
+def typed(prefix: str, v: Any) -> dict[str, Any]:
+    """The typed columns of a published or reproduced value ``v``: ``<prefix>_number`` (a
+    float when ``v`` is one number, else empty) and ``<prefix>_json`` (``v`` as JSON: a
+    number, a list of heads, a mapping or text; empty when absent)."""
+    number = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    return {f"{prefix}_number": number, f"{prefix}_json": "" if v is None else json.dumps(v)}
+
+
+def post(source: str) -> str:
+    """A seed post's number as the scorecard writes it, ``post 000``: text that plain
+    ``pandas.read_csv`` keeps as text (a bare ``000`` would read as the number 0)."""
+    return f"post {source}" if source else ""
 
 
 def is_judged(row: dict[str, Any]) -> bool:
@@ -379,7 +404,8 @@ def build_scorecard(
                 status = "not applicable"
                 reason = f"published value refers to {e.model}; this row is {m}"
                 if value is None:
-                    reason += " (not computed for it)"
+                    reason += (f" (not computed for it: rule {row['rule'] if row else e.rule or '?'} wrote no "
+                               f"{e.quantity!r} for {m})")
             elif value is None and row and _text(row["detail"]):
                 status, reason = "nothing to measure", _text(row["detail"])
             else:
@@ -391,9 +417,10 @@ def build_scorecard(
                     "claim": e.claim, "family": family(e.claim), "model": m, "quantity": e.quantity,
                     "what": e.what, "published": format_value(e.published), "published_model": e.model,
                     "reproduced": format_value(value), "tolerance": format_tolerance(e.tolerance),
-                    "status": status, "reason": reason, "source": e.source,
+                    "status": status, "reason": reason, "source": post(e.source),
                     "detail": _text(row["detail"]) if row else "", "artifact": _text(row["artifact"]) if row else "",
                     "rule": _text(row["rule"]) if row else (e.rule or ""),
+                    **typed("published", e.published), **typed("reproduced", value),
                 }
             )
     for (claim, quantity, m), row in by_key.items():
@@ -410,7 +437,7 @@ def build_scorecard(
                 "reason": "the posts give no number for this quantity" if value is not None
                 else _text(row["detail"]) or "no reproduced value",
                 "source": "", "detail": _text(row["detail"]), "artifact": _text(row["artifact"]),
-                "rule": _text(row.get("rule")),
+                "rule": _text(row.get("rule")), **typed("published", None), **typed("reproduced", value),
             }
         )
     df = pd.DataFrame(out, columns=SCORECARD_COLUMNS)
@@ -434,7 +461,8 @@ def compact_rows(card: pd.DataFrame) -> list[dict[str, Any]]:
     (``[{quantity, value, detail}]`` of the quantities with a value), ``unmeasured``
     (``[{quantity, reason}]``: no value, with the rule's reason when it gave one),
     ``published`` (``[{quantity, value, model}]``, the posts' values), ``artifact`` (the
-    first artifact named)."""
+    first artifact named), ``statuses`` (the distinct statuses of its rows, in
+    :data:`STATUSES` order)."""
     rest = card[[not is_judged(r) for r in card.to_dict("records")]] if len(card) else card
     out: list[dict[str, Any]] = []
     for (claim, model), g in rest.groupby(["claim", "model"], sort=False):
@@ -443,13 +471,15 @@ def compact_rows(card: pd.DataFrame) -> list[dict[str, Any]]:
             "what": next((w for w in g["what"] if _text(w)), ""),
             "measured": [], "unmeasured": [], "published": [],
             "artifact": next((a for a in g["artifact"] if _text(a)), ""),
+            "statuses": [st for st in STATUSES if st in set(g["status"])],
         }
         for r in g.to_dict("records"):
             if r["reproduced"] != "—":
                 entry["measured"].append({"quantity": r["quantity"], "value": r["reproduced"],
                                           "detail": _text(r["detail"])})
             else:
-                entry["unmeasured"].append({"quantity": r["quantity"], "reason": _text(r["detail"])})
+                entry["unmeasured"].append({"quantity": r["quantity"],
+                                            "reason": _text(r["detail"]) or _text(r["reason"])})
             if r["published"] != "—":
                 entry["published"].append({"quantity": r["quantity"], "value": r["published"],
                                            "model": r["published_model"]})
