@@ -130,10 +130,13 @@ def compare_runs(a_root: Path, b_root: Path, ignore: set[str]) -> Report:
     roots = (str(a_root.resolve()), str(b_root.resolve()))
 
     def files(root: Path) -> set[str]:
-        # weights.verified.json: the hash cache of the weights (file stats, inodes), not a result
+        # not results: weights.verified.json, the hash cache of the weights (file stats, inodes);
+        # a kept cache's .sha256, the hash of its bytes (which hold its creation time), whose
+        # HDF5 file is compared by content
         return {str(p.relative_to(root)) for sub in ("results", "resources/models", "resources/corpora")
                 if (root / sub).is_dir() for p in (root / sub).rglob("*")
-                if p.is_file() and p.name != "weights.verified.json"}
+                if p.is_file() and p.name != "weights.verified.json"
+                and not (p.parent.name == ".kept" and p.suffix == ".sha256")}
 
     fa, fb = files(a_root), files(b_root)
     if fa != fb:
