@@ -25,6 +25,7 @@ from typing import Any
 
 import h5py
 import numpy as np
+import pandas as pd
 
 PROVENANCE = {"created", "git_commit"}
 TIMING = ("seconds", "per_second", "elapsed_s")
@@ -54,6 +55,8 @@ def _equal(a: Any, b: Any, roots: tuple[str, str]) -> bool:
     keys; strings equal once each run's directory is replaced by a placeholder."""
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
+    if a is pd.NA or b is pd.NA:  # a nullable column's missing value (read_table's Int64 columns)
+        return a is b
     if isinstance(a, dict) and isinstance(b, dict):
         keys = {k for k in a.keys() | b.keys() if not _timing(str(k))}
         return all(k in a and k in b and _equal(a[k], b[k], roots) for k in keys)
@@ -119,7 +122,8 @@ def compare_csv(a: Path, b: Path, rel: str, rep: Report, roots: tuple[str, str])
     for col in da.columns:
         ca, cb = da[col], db[col]
         same = ca.dtype == cb.dtype and all(
-            _equal(_decode(x), _decode(y), roots) or (x != x and y != y) for x, y in zip(ca.tolist(), cb.tolist())
+            _equal(_decode(x), _decode(y), roots) or (pd.isna(x) is True and pd.isna(y) is True)
+            for x, y in zip(ca.tolist(), cb.tolist())
         )
         if not same:
             (rep.ignored if _timing(col) else rep.differences).append(f"{rel}: column {col!r} differs")

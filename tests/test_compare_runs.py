@@ -42,3 +42,23 @@ def test_one_changed_number_is_a_difference(tmp_path):
     diffs = compare_runs(a, b, set()).differences
     assert any("results/m/a.h5:x: values differ" in d for d in diffs)
     assert any("column 'value' differs" in d for d in diffs)
+
+
+def test_nullable_integer_columns_compare(tmp_path):
+    """read_table gives a rank with gaps as Int64 (pd.NA for the gaps): equal runs compare
+    equal, a changed rank is a difference."""
+    import pandas as pd
+
+    from posmech.tables import write_table
+    from tests.compare_runs import Report, compare_csv
+
+    runs = []
+    for name, ranks in (("a", [1, None, 3]), ("b", [1, None, 3]), ("c", [1, None, 2])):
+        path = tmp_path / name / "t.csv"
+        path.parent.mkdir()
+        write_table(pd.DataFrame({"rank": pd.array(ranks, dtype="Int64")}), path, {"k": 1})
+        runs.append(path)
+    same, changed = Report(), Report()
+    compare_csv(runs[0], runs[1], "t.csv", same, ("/a", "/b"))
+    compare_csv(runs[0], runs[2], "t.csv", changed, ("/a", "/c"))
+    assert same.differences == [] and changed.differences == ["t.csv: column 'rank' differs"]

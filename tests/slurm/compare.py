@@ -100,7 +100,7 @@ def compare_csv(a: Path, b: Path) -> list[str]:
         ca, cb = da[col], db[col]
         how = ""
         if ca.dtype.kind in "fi" and cb.dtype.kind in "fi":
-            x, y = ca.to_numpy(float), cb.to_numpy(float)
+            x, y = ca.to_numpy(float, na_value=np.nan), cb.to_numpy(float, na_value=np.nan)  # Int64 gaps: NaN
             ok = np.allclose(x, y, rtol=RTOL, atol=ATOL, equal_nan=True)
             if not ok:
                 d = np.abs(x - y)
