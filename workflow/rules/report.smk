@@ -1,6 +1,31 @@
 # Cheap (read HDF5/CSV, plot): run locally also with profiles/slurm (docs/cluster.md).
 localrules:
+    findings,
     report,
+
+
+rule findings:
+    """Judge every model-independent finding (resources/findings.yaml) on every model of
+    the run: holds, fails or not measurable, with the value, the threshold and the reason.
+    """
+    input:
+        findings=static("resources/findings.yaml"),
+        schema=static("workflow/schemas/findings.schema.yaml"),
+        # what every stage collected (common.smk: collect), read when the DAG is built
+        scorecards=lambda wc: collected("scorecard"),
+    output:
+        table="results/report/findings.csv",
+    log:
+        "logs/report/findings.log",
+    benchmark:
+        "benchmarks/report/findings.tsv"
+    conda:
+        "../envs/posmech.yaml"
+    params:
+        thresholds=config["findings"],
+        models=MODELS,
+    script:
+        "../../scripts/findings.py"
 
 
 rule report:
@@ -8,6 +33,7 @@ rule report:
     input:
         published=static("resources/published.yaml"),
         claims=static("docs/claims.md"),
+        findings=rules.findings.output.table,
         # what every stage collected (common.smk: collect), read when the DAG is built
         scorecards=lambda wc: collected("scorecard"),
         figures=lambda wc: collected("figure"),
@@ -35,3 +61,7 @@ rule report:
         benchmarks="benchmarks",
     script:
         "../../scripts/report.py"
+
+
+# the findings table is part of every run (the report reads it too)
+collect(rules.findings)
