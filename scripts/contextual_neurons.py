@@ -46,7 +46,10 @@ def main(smk, log):
                                  for j in neurons), "artifact": out.table},
             {"claim": "C2", "quantity": "best_explained_neurons", "value": [int(j) for j in ranking["neuron"][:5]],
              "detail": "explained " + ", ".join(f"{e:.2f}" for e in ranking["explained"][:5]),
-             "artifact": out.ranking}]
+             "artifact": out.ranking},
+            {"claim": "C2", "quantity": "best_explained_variance", "value": float(ranking["explained"].iloc[0]),
+             "detail": f"neuron {int(ranking['neuron'].iloc[0])}: 1 - Var(a - t) / Var(a), a = its real pre-activation, "
+             "t = the contextual term", "artifact": out.ranking}]
     post = [j for j in POST if j < M]
     if len(post) == len(POST):
         worst = max(100.0 * int(ranking.loc[ranking["neuron"] == j, "rank"].iloc[0]) / M for j in post)

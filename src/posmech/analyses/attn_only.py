@@ -571,6 +571,9 @@ def bos_induction_scorecard(rows: list[dict[str, Any]], head: str, model: str, a
         ("L4", "induction_row_without_bos_a", att[("without_bos", "A")], f"{head}, final [A] -> A at position 0"),
         ("L4", "induction_row_without_bos_b", att[("without_bos", "B")], f"{head}, final [A] -> B"),
     ]
+    with_bos = pb["with_bos"]["value"]
+    out.append(("L4", "p_b_without_over_with", pb["without_bos"]["value"] / with_bos if with_bos > 0 else None,
+                "P([B]) without BOS / with BOS" if with_bos > 0 else "P([B]) with BOS is 0: no ratio"))
     return scorecard(out, model, artifact)
 
 

@@ -720,6 +720,25 @@ def most_varying(spread: np.ndarray, classes: Sequence[str], top: int) -> list[s
     return [head_name(0, int(h)) for h in idx[:top]]
 
 
+#: the K7 classes whose heads are "broad" in K8's and the C claims' findings: the contextual
+#: heads and "other" (the post: head 11 "behaves similarly to the contextual attention heads")
+BROAD_CLASSES = ("contextual", "other")
+
+
+def broad_spread_row(spread: np.ndarray, classes: Sequence[str], model: str, artifact: str) -> dict[str, Any]:
+    """K8's finding row ``broad_max_spread``: the largest :func:`denominator_spread` among the
+    broad layer-0 heads (:data:`BROAD_CLASSES`); no value, and why, when there is none."""
+    broad = [h for h, c in enumerate(classes) if c in BROAD_CLASSES]
+    row = {"claim": "K8", "model": model, "quantity": "broad_max_spread", "artifact": artifact}
+    if not broad:
+        return {**row, "value": None, "detail": "no layer-0 head is contextual or other (K7 classes: "
+                + ", ".join(f"{head_name(0, h)} {c}" for h, c in enumerate(classes)) + ")"}
+    h = max(broad, key=lambda i: spread[i])
+    return {**row, "value": float(spread[h]),
+            "detail": f"{head_name(0, h)} ({classes[h]}): std over texts of log Z, mean over destination positions; "
+                      f"broad heads {', '.join(head_name(0, i) for i in broad)}"}
+
+
 # --------------------------------------------------------------------------- K9
 def resampled_variance(p: np.ndarray, c_pop: np.ndarray, weights: np.ndarray, n_resamples: int,
                        rng: np.random.Generator, fixed: np.ndarray | None = None) -> dict[str, np.ndarray]:
