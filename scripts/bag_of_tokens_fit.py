@@ -9,6 +9,7 @@ import torch
 from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
 from posmech.models.loading import load_model, read_manifest
+from posmech.plots import words_figure
 from posmech.plots.neurons import fit_figure
 from posmech.runner import run
 from posmech.tables import read_table, scorecard_rows, write_table
@@ -31,6 +32,17 @@ def real_pre(bridge, ids):
 def main(smk, log):
     model, p, entry, out = smk.wildcards.model, dict(smk.params.neurons), smk.params.entry, smk.output
     man = read_manifest(smk.input.manifest)
+    why = nr.not_measurable(smk.input.extended)
+    if why:  # no head for the bag of tokens (rule extended_token_embeddings): C3 is not measurable
+        log.warning("%s", why)
+        write_table(pd.DataFrame(columns=["claim", "model", "neuron", "text", "corpus", "title", "n_positions",
+                                          "pearson_r", "fvu", "sign_agreement", "rmse"]), out.table,
+                    {"not_measurable": why})
+        words_figure(f"C3 {model}", why, out.figure)
+        write_table(scorecard_rows([{"claim": "C3", "model": model, "quantity": q, "value": None, "detail": why,
+                                     "artifact": out.table} for q in ("median_pearson_r", "median_sign_agreement",
+                                                                      "median_fvu")]), out.scorecard)
+        return
     w, ov, _ = nr.load_weights(man, model, tokenizer=False)
     dec = cx.read_decomposition(smk.input.h5)
     st = nr.setup_from_artifact(smk.input.extended, dec, w, ov)

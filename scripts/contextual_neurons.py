@@ -2,10 +2,13 @@
 pre-activation explained by the contextual term, over layer0.h5's texts; the top and bottom
 contributing tokens (occurring in the contextual corpora) of the configured neurons."""
 
+import pandas as pd
+
 from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import read_manifest
+from posmech.plots import words_figure
 from posmech.plots.neurons import contributions_figure
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
@@ -16,6 +19,18 @@ POST = (300, 1621, 1710)  # the post's neurons (gpt2)
 def main(smk, log):
     model, p, out = smk.wildcards.model, dict(smk.params.neurons), smk.output
     corpora = smk.params.contextual["corpora"]
+    why = nr.not_measurable(smk.input.extended)
+    if why:  # no head for the bag of tokens (rule extended_token_embeddings): C2 is not measurable
+        log.warning("%s", why)
+        write_table(pd.DataFrame(columns=["claim", "model", "neuron", "side", "rank", "token_id", "token",
+                                          "contribution", "count"]), out.table, {"not_measurable": why})
+        write_table(pd.DataFrame(columns=["claim", "model", "neuron", "explained", "rank"]), out.ranking,
+                    {"not_measurable": why})
+        words_figure(f"C2 {model}", why, out.figure)
+        write_table(scorecard_rows([{"claim": "C2", "model": model, "quantity": q, "value": None, "detail": why,
+                                     "artifact": out.table} for q in ("top_tokens", "best_explained_neurons",
+                                                                      "best_explained_variance")]), out.scorecard)
+        return
     w, ov, tok = nr.load_weights(read_manifest(smk.input.manifest), model)
     dec = cx.read_decomposition(smk.input.h5)
     st = nr.setup_from_artifact(smk.input.extended, dec, w, ov)
@@ -47,9 +62,7 @@ def main(smk, log):
             {"claim": "C2", "quantity": "best_explained_neurons", "value": [int(j) for j in ranking["neuron"][:5]],
              "detail": "explained " + ", ".join(f"{e:.2f}" for e in ranking["explained"][:5]),
              "artifact": out.ranking},
-            {"claim": "C2", "quantity": "best_explained_variance", "value": float(ranking["explained"].iloc[0]),
-             "detail": f"neuron {int(ranking['neuron'].iloc[0])}: 1 - Var(a - t) / Var(a), a = its real pre-activation, "
-             "t = the contextual term", "artifact": out.ranking}]
+            nr.best_explained_row(ranking, model, out.ranking)]
     post = [j for j in POST if j < M]
     if len(post) == len(POST):
         worst = max(100.0 * int(ranking.loc[ranking["neuron"] == j, "rank"].iloc[0]) / M for j in post)

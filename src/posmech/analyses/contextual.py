@@ -819,6 +819,18 @@ def loglog_fit(predicted: np.ndarray, observed: np.ndarray) -> tuple[float, floa
 
 
 # --------------------------------------------------------------------------- K10
+def loglog_fit_or_reason(predicted: np.ndarray, observed: np.ndarray) -> tuple[float, float, str]:
+    """:func:`loglog_fit`, or ``(nan, nan, why)`` when fewer than 3 pairs have positive
+    variances (every head's denominator is constant in the tokens: nothing to model, K9
+    not measurable); ``why`` is empty when the fit exists."""
+    ok = (np.asarray(predicted) > 0) & (np.asarray(observed) > 0)
+    if ok.sum() < 3:
+        return (float("nan"), float("nan"),
+                f"only {int(ok.sum())} (predicted, observed) variance pairs are positive: no layer-0 head's "
+                "denominator varies with the tokens (no content-dependent head), nothing to fit")
+    return (*loglog_fit(predicted, observed), "")
+
+
 def layer_rows(bridge: Any, ids: np.ndarray, n: int, layer: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """One forward pass of ``ids[: n + 1]``: the attention rows at ``n`` of every head of
     ``layer`` ``[H, n + 1]`` and the post-ln1 embedding at ``n`` ``[d_model]``."""

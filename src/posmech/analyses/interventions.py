@@ -599,7 +599,8 @@ def knockout_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any
         why = (f"nothing to knock out: the sharp head {head} is in layer 0, so no earlier layer can carry "
                "the previous position")
         return rows + [{"claim": "P5", "model": model, "quantity": q, "value": None, "detail": why, "artifact": artifact}
-                       for q in ("prev_token_mass_ratio", "prev_token_mass_ratio_renormalised")]
+                       for q in ("prev_token_mass_ratio", "prev_token_mass_ratio_renormalised",
+                                 "prev_token_mass_ratio_knocked")]
     knocked = [int(x) for x in str(layers).split(";")]
     for c, q in (("knockout", "prev_token_mass_ratio"), ("knockout_renormalised", "prev_token_mass_ratio_renormalised")):
         verdict = knockout_verdict(float(m[("intact", "all")]), float(m[(c, "all")]), head, knocked)
@@ -607,6 +608,12 @@ def knockout_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any
                      "detail": (f"{verdict}; " if verdict else "") + f"{head}: {c} / intact, all queries; knocked-only "
                                f"{m[(c, 'knocked')]:.3f} vs {m[('intact', 'knocked')]:.3f}; {layers_words(knocked)}",
                      "artifact": artifact})
+    # the finding's quantity: only the queries whose previous position was knocked out (every
+    # period-th), where the post's disruption happens; over all queries most are untouched
+    rows.append({"claim": "P5", "model": model, "quantity": "prev_token_mass_ratio_knocked",
+                 "value": float(m[("knockout", "knocked")] / m[("intact", "knocked")]),
+                 "detail": f"{head}: knockout / intact at the knocked-out queries only; {layers_words(knocked)}",
+                 "artifact": artifact})
     return rows
 
 
