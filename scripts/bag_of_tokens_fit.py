@@ -9,10 +9,9 @@ import torch
 from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
 from posmech.models.loading import load_model, read_manifest
-from posmech.plots import words_figure
 from posmech.plots.neurons import fit_figure
 from posmech.runner import run
-from posmech.tables import read_table, scorecard_rows, write_table
+from posmech.tables import read_table, scorecard_rows, write_not_measurable, write_table
 
 
 def real_pre(bridge, ids):
@@ -35,13 +34,9 @@ def main(smk, log):
     why = nr.not_measurable(smk.input.extended)
     if why:  # no head for the bag of tokens (rule extended_token_embeddings): C3 is not measurable
         log.warning("%s", why)
-        write_table(pd.DataFrame(columns=["claim", "model", "neuron", "text", "corpus", "title", "n_positions",
-                                          "pearson_r", "fvu", "sign_agreement", "rmse"]), out.table,
-                    {"not_measurable": why})
-        words_figure(f"C3 {model}", why, out.figure)
-        write_table(scorecard_rows([{"claim": "C3", "model": model, "quantity": q, "value": None, "detail": why,
-                                     "artifact": out.table} for q in ("median_pearson_r", "median_sign_agreement",
-                                                                      "median_fvu")]), out.scorecard)
+        write_not_measurable("C3", model, why, ("median_pearson_r", "median_sign_agreement", "median_fvu"),
+                             {out.table: ["claim", "model", "neuron", "text", "corpus", "title", "n_positions",
+                                          "pearson_r", "fvu", "sign_agreement", "rmse"]}, out.figure, out.scorecard)
         return
     w, ov, _ = nr.load_weights(man, model, tokenizer=False)
     dec = cx.read_decomposition(smk.input.h5)

@@ -6,9 +6,8 @@ import pandas as pd
 from posmech.analyses import attn_only as ao
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import attn_only as plots
-from posmech.plots import words_figure
 from posmech.runner import run
-from posmech.tables import scorecard_rows, write_table
+from posmech.tables import scorecard_rows, write_not_measurable, write_table
 
 
 def main(smk, log):
@@ -19,12 +18,10 @@ def main(smk, log):
     if head == ao.NONE:  # no induction head: L4 is not measurable, the run goes on
         why = ao.role_missing("induction", role)
         log.warning("%s", why)
-        write_table(pd.DataFrame(columns=["claim", "model", "head", "condition", "quantity", "key_label",
-                                          "key_position", "value", "sd", "n_samples"]),
-                    smk.output.table, {"claim": "L4", "model": model, "not_measurable": why})
-        words_figure(f"L4 · {model}", why, smk.output.figure)
-        write_table(scorecard_rows(ao.scorecard([("L4", q, None, why) for q in ao.BOS_INDUCTION_QUANTITIES], model,
-                                                smk.output.figure)), smk.output.scorecard)
+        write_not_measurable("L4", model, why, ao.BOS_INDUCTION_QUANTITIES,
+                             {smk.output.table: ["claim", "model", "head", "condition", "quantity", "key_label",
+                                                 "key_position", "value", "sd", "n_samples"]},
+                             smk.output.figure, smk.output.scorecard)
         return
     bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     setup = ao.prepare(bridge, p, model, entry, need_bos=True)

@@ -2,16 +2,13 @@
 pre-activation explained by the contextual term, over layer0.h5's texts; the top and bottom
 contributing tokens (occurring in the contextual corpora) of the configured neurons."""
 
-import pandas as pd
-
 from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import read_manifest
-from posmech.plots import words_figure
 from posmech.plots.neurons import contributions_figure
 from posmech.runner import run
-from posmech.tables import scorecard_rows, write_table
+from posmech.tables import scorecard_rows, write_not_measurable, write_table
 
 POST = (300, 1621, 1710)  # the post's neurons (gpt2)
 
@@ -22,14 +19,10 @@ def main(smk, log):
     why = nr.not_measurable(smk.input.extended)
     if why:  # no head for the bag of tokens (rule extended_token_embeddings): C2 is not measurable
         log.warning("%s", why)
-        write_table(pd.DataFrame(columns=["claim", "model", "neuron", "side", "rank", "token_id", "token",
-                                          "contribution", "count"]), out.table, {"not_measurable": why})
-        write_table(pd.DataFrame(columns=["claim", "model", "neuron", "explained", "rank"]), out.ranking,
-                    {"not_measurable": why})
-        words_figure(f"C2 {model}", why, out.figure)
-        write_table(scorecard_rows([{"claim": "C2", "model": model, "quantity": q, "value": None, "detail": why,
-                                     "artifact": out.table} for q in ("top_tokens", "best_explained_neurons",
-                                                                      "best_explained_variance")]), out.scorecard)
+        write_not_measurable("C2", model, why, ("top_tokens", "best_explained_neurons", "best_explained_variance"),
+                             {out.table: ["claim", "model", "neuron", "side", "rank", "token_id", "token",
+                                          "contribution", "count"],
+                              out.ranking: ["claim", "model", "neuron", "explained", "rank"]}, out.figure, out.scorecard)
         return
     w, ov, tok = nr.load_weights(read_manifest(smk.input.manifest), model)
     dec = cx.read_decomposition(smk.input.h5)
