@@ -20,7 +20,7 @@ from posmech.config import load_schema
 from posmech.models import handbuilt as hb
 from posmech.models.loading import load_bridge, load_model
 
-from .test_attn_only import ENTRY, _params
+from .test_attn_only import ENTRY, LB2, _params
 from .test_attn_only import _spec as attn_only_spec
 from .test_contextual import N_CTX, RNG, V, built, offsets, plant, previous_token, tokenset
 from .test_interventions import N, TOKENS, relay_spec
@@ -76,20 +76,38 @@ def decomposition_card(bridge, p, roles: dict[str, str], missing=None) -> list[d
     return ao.decomposition_scorecard(pd.DataFrame(rows), roles, p, True, "hand", art, missing)
 
 
-def test_l2_holds_on_an_exact_previous_token_head_and_l5_fails_on_a_head_that_does_not_look_back_two(
-        attn_only_model):
-    p = _params()
-    card = decomposition_card(attn_only_model, p, {"previous": "L0H0", "look_back_two": "L0H1"})
+def test_l2_holds_on_an_exact_previous_token_head(attn_only_model):
+    card = decomposition_card(attn_only_model, _params(), {"previous": "L0H0", "look_back_two": "L0H1"})
     l2 = verdict("L2", card)
     assert l2.verdict == "holds" and l2.value == pytest.approx(1.0, abs=1e-6)
-    # the planted look-back-two head: softmax of (5, 4, 3, 0 …) at offset -2
-    l5 = verdict("L5", card)
-    assert l5.verdict == "holds"
-    assert l5.value == pytest.approx(np.exp(5) / (np.exp(5) + np.exp(4) + np.exp(3) + 6), abs=1e-6)
-    # the exact previous-token head as "look-back-two": nothing on offset -2, the finding fails
-    card = decomposition_card(attn_only_model, p, {"previous": "L0H0", "look_back_two": "L0H0"})
-    failed = verdict("L5", card)
-    assert failed.verdict == "fails" and failed.value == pytest.approx(0.0, abs=1e-6)
+
+
+def roles_card(bridge, p) -> list[dict]:
+    setup = ao.prepare(bridge, p, "hand", ENTRY)
+    return ao.random_token_scorecard(ao.random_token_patterns(bridge, p, setup), p, setup, "hand", "f.png")
+
+
+def test_l1_l5_hold_with_planted_heads_and_l5_fails_without_a_look_back_two_head(attn_only_model, tmp_path):
+    """With the planted look-back-two head (position scores 5, 4, 3 at offsets -2, -1, -3) both
+    existence findings hold; a model whose only planted layer-0 head is the previous-token one
+    has no other head above uniform at offset -2: L5 fails (it is not 'not measurable')."""
+    role_min = {k: v["default"] for k, v in
+                SCHEMA["properties"]["attn_only"]["properties"]["role_min_score"]["properties"].items()}
+    p = _params(role_min_score=role_min)
+    card = roles_card(attn_only_model, p)
+    l1, l5 = verdict("L1", card), verdict("L5", card)
+    assert l1.verdict == "holds" and l1.value > 0.99
+    assert l5.verdict == "holds" and l5.value > THRESHOLDS["l5_min_offset2_mass"]
+    spec = attn_only_spec()
+    spec.scores_pos.pop(LB2)
+    spec.scores_tok.pop(LB2)
+    d = hb.save_attn_only_dir(spec, tmp_path / "prev_only")
+    bridge = load_bridge({"hf_dir": str(d), "name": "hand"}, "cpu", "float32", "compatibility")
+    card = {r["quantity"]: r for r in roles_card(bridge, p)}
+    failed = verdict("L5", list(card.values()))
+    assert failed.verdict == "fails" and failed.value < 0.2
+    assert card["look_back_two_head"]["value"] == []  # the role is none: below role_min_score
+    assert "no look-back-two head" in card["look_back_two_head"]["detail"]
 
 
 def test_a_role_below_its_threshold_is_none_and_its_findings_not_measurable(attn_only_model):
@@ -105,8 +123,8 @@ def test_a_role_below_its_threshold_is_none_and_its_findings_not_measurable(attn
         card["induction_head"]["detail"]
     missing = {r: ao.role_missing(r, roles[r]) for r in ("look_back_two",)}
     rows = decomposition_card(attn_only_model, p, {"previous": "L0H0", "look_back_two": ao.NONE}, missing)
-    l5 = verdict("L5", rows)
-    assert l5.verdict == "not measurable" and "no look-back-two head" in l5.reason
+    l5 = [r for r in rows if r["quantity"] == "posonly_pattern_offset2"][0]
+    assert l5["value"] is None and "no look-back-two head" in l5["detail"]
     assert verdict("L2", rows).verdict == "holds"  # the other role is still measured
     # every L5 quantity is written (without a value), the same names as when the head exists
     assert {r["quantity"] for r in rows if r["claim"] == "L5"} == {q for _, q in ao.DECOMPOSITION_QUANTITIES[

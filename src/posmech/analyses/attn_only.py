@@ -513,6 +513,11 @@ def random_token_scorecard(out: dict[str, Any], p: dict[str, Any], setup: Setup,
         (claim, f"{role}_head" if role != "previous" else "previous_token_head",
          [roles[role]["head"]] if roles[role]["head"] != NONE else [], src[role])
         for claim, role in (("L1", "previous"), ("L5", "look_back_two"), ("L4", "induction"))]
+    # the best candidate's score of every role, whether or not it passes the role's threshold:
+    # the existence findings (L1, L5) read these, so they fail rather than go unmeasured
+    rows += [(claim, f"{role}_candidate_score", roles[role]["score"],
+              f"{roles[role]['candidate']}: {roles[role]['criterion']} (best candidate for the role)")
+             for claim, role in (("L1", "previous"), ("L5", "look_back_two"), ("L4", "induction"))]
     names = ["prev_head_mass_previous", "prev_head_mass_self", "prev_head_mass_offset2"]
     if setup.bos is not None:
         names += ["prev_head_mass_bos", "prev_head_row1_bos", "prev_head_row1_self"]
