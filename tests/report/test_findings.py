@@ -111,3 +111,25 @@ def test_findings_table_one_row_per_claim_and_model(tmp_path):
 
 def test_grid_of_no_findings():
     assert "No findings" in str(grid_html(pd.DataFrame(columns=fd.FINDINGS_COLUMNS)))
+
+
+def test_head_table_joins_the_roles_of_every_analysis():
+    from posmech.heads import HEAD_COLUMNS, head_table
+
+    taxonomy = pd.DataFrame({"head": ["L0H0", "L0H1", "L1H0", "L1H1"], "is_previous_token": [False, True, True, False],
+                             "ratio": [0.9, 0.5, 0.02, 0.8], "rank": [None, 2, 1, None]})
+    taxa = pd.DataFrame({"head": ["L0H0", "L0H1", "L1H0", "L1H1"],
+                         "taxon": ["other", "dark diagonal", "bright sub-diagonal", "other"]})
+    classes = pd.DataFrame({"head_name": ["L0H0", "L0H1"], "head_class": ["contextual", "detokenization"]})
+    roles = pd.DataFrame({"role": ["previous", "look_back_two", "induction"], "head": ["L1H0", "none", "L1H1"]})
+    masses = pd.DataFrame({"head": ["L1H0", "L1H0", "L1H1"], "mass": ["previous", "offset_2", "induction_score"],
+                           "value": [0.95, 0.01, 0.4]})
+    df = head_table("m", taxonomy=taxonomy, taxa=taxa, classes=classes, roles=roles, masses=masses)
+    assert list(df.columns) == HEAD_COLUMNS
+    assert list(df["head_name"]) == ["L0H0", "L0H1", "L1H0", "L1H1"] and list(df["layer"]) == [0, 0, 1, 1]
+    r = df.set_index("head_name")
+    assert r.loc["L1H0", "previous_token"] and r.loc["L1H0", "score_taxon"] == "bright sub-diagonal"
+    assert r.loc["L0H0", "k7_class"] == "contextual" and pd.isna(r.loc["L1H0", "k7_class"])
+    # the look-back-two role is none: no head carries it, not the best of the rest
+    assert set(r["l_role"]) == {"previous", "induction", ""}
+    assert r.loc["L1H1", "l_induction_score"] == 0.4 and pd.isna(r.loc["L0H0", "kernel_type"])

@@ -1,6 +1,7 @@
 # Cheap (read HDF5/CSV, plot): run locally also with profiles/slurm (docs/cluster.md).
 localrules:
     findings,
+    head_table,
     report,
 
 
@@ -26,6 +27,27 @@ rule findings:
         models=MODELS,
     script:
         "../../scripts/findings.py"
+
+
+rule head_table:
+    """One row per layer x head of a model with every role the analyses assign (P6/P7,
+    P13, K3/K4, K7, L roles), its score and whether it passes the role's threshold."""
+    input:
+        unpack(head_table_inputs),
+    output:
+        table="results/{model}/head_table.csv",
+    log:
+        "logs/head_table/{model}.log",
+    benchmark:
+        "benchmarks/head_table/{model}.tsv"
+    wildcard_constraints:
+        model=regex(MODELS),
+    conda:
+        "../envs/posmech.yaml"
+    params:
+        n=config["kernels"]["etc_heatmap_position"],
+    script:
+        "../../scripts/head_table.py"
 
 
 rule report:
@@ -65,3 +87,4 @@ rule report:
 
 # the findings table is part of every run (the report reads it too)
 collect(rules.findings)
+collect(rules.head_table, model=head_table_models())
