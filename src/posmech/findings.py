@@ -189,13 +189,15 @@ def findings_table(findings: list[Finding], thresholds: Mapping[str, Any], score
     check_thresholds(findings, thresholds)
     ran = registered_rules(scorecards)
     rows = read_scorecards(scorecards)
-    by_key: dict[tuple[str, str, str], dict[str, Any]] = {}
+    # keyed by claim too: two claims of one rule may share a quantity name (L2's and L5's
+    # posonly_pattern_offset1 are different heads')
+    by_key: dict[tuple[str, str, str, str], dict[str, Any]] = {}
     for r in rows.to_dict("records"):
-        by_key[(str(r["model"]), str(r["rule"]), str(r["quantity"]))] = r
+        by_key[(str(r["model"]), str(r["rule"]), str(r["claim"]), str(r["quantity"]))] = r
     out = []
     for f in sorted(findings, key=lambda f: claim_sort_key(f.claim)):
         for m in models:
-            r = by_key.get((m, f.rule, f.quantity))
+            r = by_key.get((m, f.rule, f.claim, f.quantity))
             row = None if r is None else {"value": parse_value(r["value"]),
                                           "detail": "" if pd.isna(r["detail"]) else str(r["detail"])}
             out.append(judge(f, m, thresholds, row, f.rule in ran.get(m, set())).row(f))

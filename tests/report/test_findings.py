@@ -133,3 +133,17 @@ def test_head_table_joins_the_roles_of_every_analysis():
     # the look-back-two role is none: no head carries it, not the best of the rest
     assert set(r["l_role"]) == {"previous", "induction", ""}
     assert r.loc["L1H1", "l_induction_score"] == 0.4 and pd.isna(r.loc["L0H0", "kernel_type"])
+
+
+def test_a_quantity_is_read_from_the_findings_own_claim(tmp_path):
+    """L2 and L5 rows of one rule share the name posonly_pattern_offset1 (different heads)."""
+    sc = tmp_path / "results" / "a" / "scorecard" / "input_decomposition.csv"
+    sc.parent.mkdir(parents=True)
+    write_table(scorecard_rows([
+        {"claim": "L2", "model": "a", "quantity": "posonly_pattern_offset1", "value": 0.95},
+        {"claim": "L5", "model": "a", "quantity": "posonly_pattern_offset1", "value": None, "detail": "no head"},
+    ]), sc)
+    l2 = finding(claim="L2", rule="input_decomposition", quantity="posonly_pattern_offset1", predicate=">=",
+                 threshold="l2_min_position_only_previous")
+    table = fd.findings_table([l2], DEFAULTS, [str(sc)], ["a"])
+    assert table["verdict"].tolist() == ["holds"] and table["value"].tolist() == [0.95]
