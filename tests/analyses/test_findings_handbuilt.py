@@ -22,7 +22,7 @@ from posmech.models.loading import load_bridge, load_model
 
 from .test_attn_only import ENTRY, LB2, _params
 from .test_attn_only import _spec as attn_only_spec
-from .test_contextual import N_CTX, RNG, V, built, offsets, plant, previous_token, tokenset
+from .test_contextual import N_CTX, V, built, offsets, plant, previous_token, tokenset
 from .test_interventions import N, TOKENS, relay_spec
 from .test_neurons import C, LAM, U_VEC, V_VEC, ov_head, real_pre
 
@@ -142,7 +142,8 @@ def k_rows(tmp_path, plans) -> tuple[list[dict], list[str]]:
     """K7 classes and the K8 broad-spread row of a planted one-layer model over 3 texts."""
     spec, sigma = plant(plans)
     w = cx.weights_from_hf(hb.to_hf(spec))
-    texts = [RNG.integers(0, V, N_CTX) for _ in range(3)]
+    rng = np.random.default_rng(1)  # the texts (the shared RNG's state depends on the tests run before)
+    texts = [rng.integers(0, V, N_CTX) for _ in range(3)]
     dec, _ = built(tmp_path, w, texts, 3)
     mass, excess, count = cx.duplicate_scores(w, sigma, list(dec.token_ids), N_CTX - 2)
     thr = {"duplicate_min_excess": 0.25, "local_min_mass": 0.5, "uniform_min_fraction": 0.5}
@@ -155,7 +156,7 @@ def k_rows(tmp_path, plans) -> tuple[list[dict], list[str]]:
 
 def test_k7_k8_hold_with_a_contextual_head_and_are_not_measurable_or_fail_without(tmp_path):
     rows, classes = k_rows(tmp_path / "a", {0: {"D": 10.0}, 1: {"P": previous_token(N_CTX)},
-                                            2: {"P": -0.1 * offsets(N_CTX), "C": RNG.normal(0, 1.0, V)}})
+                                            2: {"P": -0.1 * offsets(N_CTX), "C": np.random.default_rng(2).normal(0, 1.0, V)}})
     assert classes[:3] == ["duplicate_token", "detokenization", "contextual"]
     assert verdict("K7", rows).verdict == "holds"
     k8 = verdict("K8", rows)
@@ -174,7 +175,8 @@ def test_k9_without_a_token_dependent_denominator_is_not_measurable(tmp_path):
     """Purely positional heads: every Var Z is 0, nothing to fit; the rule gives the reason."""
     spec, _ = plant({0: {"P": previous_token(N_CTX)}, 1: {"P": -0.1 * offsets(N_CTX)}})
     w = cx.weights_from_hf(hb.to_hf(spec))
-    dec, _ = built(tmp_path, w, [RNG.integers(0, V, N_CTX) for _ in range(3)], 3)
+    rng = np.random.default_rng(3)
+    dec, _ = built(tmp_path, w, [rng.integers(0, V, N_CTX) for _ in range(3)], 3)
     res = [cx.variance_model(dec, dec.token_ids[j], n, 20, j) for j in range(3) for n in (8, 16)]
     r, slope, why = cx.loglog_fit_or_reason(np.concatenate([x["predicted"] for x in res]),
                                             np.concatenate([x["observed"] for x in res]))
@@ -198,7 +200,8 @@ def c2_row(tmp_path, writes: bool) -> dict:
     spec.mlps[0] = {"W_in": W_in}
     m = hb.to_hf(spec)
     w, ov = cx.weights_from_hf(m), nr.ov_from_hf(m)
-    texts = [RNG.integers(0, V, N_CTX) for _ in range(3)]
+    rng = np.random.default_rng(11)  # its own texts: the shared RNG's state depends on the tests run before
+    texts = [rng.integers(0, V, N_CTX) for _ in range(3)]
     path = tmp_path / "layer0.h5"
     cx.build_decomposition(w, 2, "x", tokenset(texts), [{"corpus": "c", "doc_index": j, "title": f"t{j}", "ids": t}
                                                         for j, t in enumerate(texts)], N_CTX - 2, None, path,
