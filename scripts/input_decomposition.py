@@ -22,7 +22,7 @@ def main(smk, log):
     # a role no head fills is not measured (its rows say why); the other one still is
     used = {r: ao.parse_head(roles[r]) for r in ("previous", "look_back_two") if roles[r] != ao.NONE}
     rows = ao.input_decomposition(bridge, p, setup, used, progress=f"{model} L2/L3/L5") if used else []
-    df = pd.DataFrame([{"model": model, **r} for r in rows], columns=["model", *(rows[0] if rows else ["head"])])
+    df = pd.DataFrame([{"model": model, **r} for r in rows], columns=["model", *ao.DECOMPOSITION_COLUMNS])
     df.insert(1, "model", df.pop("model"))
     bos = setup.bos is not None
     meta = {"claim": "L2,L3,L5", "model": model, "heads": roles, "query": p["query"], "bos": bos,

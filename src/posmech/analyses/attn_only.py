@@ -321,6 +321,12 @@ def matrix_rows(M: np.ndarray, value: str, lower: bool = True) -> list[dict[str,
             for q in range(T) for k in range(q + 1 if lower else T)]
 
 
+#: columns of :func:`decomposition_rows` (the table of rule input_decomposition, empty when no
+#: head fills either role)
+DECOMPOSITION_COLUMNS = ["claim", "head", "role", "variant", "n_sequences", "query", "key", "offset", "score_mean",
+                         "score_sd", "pattern_mean"]
+
+
 def decomposition_rows(
     fwds: dict[str, Forward], roles: dict[str, tuple[int, int]], claims: dict[str, str],
 ) -> list[dict[str, Any]]:
