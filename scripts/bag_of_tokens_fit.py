@@ -11,7 +11,7 @@ from posmech.analyses import neurons as nr
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots.neurons import fit_figure
 from posmech.runner import run
-from posmech.tables import read_table, scorecard_rows, write_table
+from posmech.tables import read_table, scorecard_rows, write_not_measurable, write_table
 
 
 def real_pre(bridge, ids):
@@ -31,6 +31,13 @@ def real_pre(bridge, ids):
 def main(smk, log):
     model, p, entry, out = smk.wildcards.model, dict(smk.params.neurons), smk.params.entry, smk.output
     man = read_manifest(smk.input.manifest)
+    why = nr.not_measurable(smk.input.extended)
+    if why:  # no head for the bag of tokens (rule extended_token_embeddings): C3 is not measurable
+        log.warning("%s", why)
+        write_not_measurable("C3", model, why, ("median_pearson_r", "median_sign_agreement", "median_fvu"),
+                             {out.table: ["claim", "model", "neuron", "text", "corpus", "title", "n_positions",
+                                          "pearson_r", "fvu", "sign_agreement", "rmse"]}, out.figure, out.scorecard)
+        return
     w, ov, _ = nr.load_weights(man, model, tokenizer=False)
     dec = cx.read_decomposition(smk.input.h5)
     st = nr.setup_from_artifact(smk.input.extended, dec, w, ov)

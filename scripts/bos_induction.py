@@ -7,13 +7,22 @@ from posmech.analyses import attn_only as ao
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import attn_only as plots
 from posmech.runner import run
-from posmech.tables import scorecard_rows, write_table
+from posmech.tables import scorecard_rows, write_not_measurable, write_table
 
 
 def main(smk, log):
     model, entry, p = smk.wildcards.model, smk.params.entry, dict(smk.params.cfg)
     man = read_manifest(smk.input.manifest)
-    head = ao.read_roles(smk.input.heads)["induction"]
+    role = ao.read_role_rows(smk.input.heads)["induction"]
+    head = role["head"]
+    if head == ao.NONE:  # no induction head: L4 is not measurable, the run goes on
+        why = ao.role_missing("induction", role)
+        log.warning("%s", why)
+        write_not_measurable("L4", model, why, ao.BOS_INDUCTION_QUANTITIES,
+                             {smk.output.table: ["claim", "model", "head", "condition", "quantity", "key_label",
+                                                 "key_position", "value", "sd", "n_samples"]},
+                             smk.output.figure, smk.output.scorecard)
+        return
     bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     setup = ao.prepare(bridge, p, model, entry, need_bos=True)
     rows, _ = ao.bos_induction(bridge, p, setup, ao.parse_head(head), progress=f"{model} L4")

@@ -8,7 +8,7 @@ from posmech.data.tokens import read_tokens
 from posmech.models.loading import read_manifest
 from posmech.plots.neurons import contributions_figure
 from posmech.runner import run
-from posmech.tables import scorecard_rows, write_table
+from posmech.tables import scorecard_rows, write_not_measurable, write_table
 
 POST = (300, 1621, 1710)  # the post's neurons (gpt2)
 
@@ -16,6 +16,14 @@ POST = (300, 1621, 1710)  # the post's neurons (gpt2)
 def main(smk, log):
     model, p, out = smk.wildcards.model, dict(smk.params.neurons), smk.output
     corpora = smk.params.contextual["corpora"]
+    why = nr.not_measurable(smk.input.extended)
+    if why:  # no head for the bag of tokens (rule extended_token_embeddings): C2 is not measurable
+        log.warning("%s", why)
+        write_not_measurable("C2", model, why, ("top_tokens", "best_explained_neurons", "best_explained_variance"),
+                             {out.table: ["claim", "model", "neuron", "side", "rank", "token_id", "token",
+                                          "contribution", "count"],
+                              out.ranking: ["claim", "model", "neuron", "explained", "rank"]}, out.figure, out.scorecard)
+        return
     w, ov, tok = nr.load_weights(read_manifest(smk.input.manifest), model)
     dec = cx.read_decomposition(smk.input.h5)
     st = nr.setup_from_artifact(smk.input.extended, dec, w, ov)
@@ -46,7 +54,8 @@ def main(smk, log):
                                  for j in neurons), "artifact": out.table},
             {"claim": "C2", "quantity": "best_explained_neurons", "value": [int(j) for j in ranking["neuron"][:5]],
              "detail": "explained " + ", ".join(f"{e:.2f}" for e in ranking["explained"][:5]),
-             "artifact": out.ranking}]
+             "artifact": out.ranking},
+            nr.best_explained_row(ranking, model, out.ranking)]
     post = [j for j in POST if j < M]
     if len(post) == len(POST):
         worst = max(100.0 * int(ranking.loc[ranking["neuron"] == j, "rank"].iloc[0]) / M for j in post)

@@ -27,6 +27,10 @@ def main(smk, log):
     rows = [
         {"claim": "P6", "quantity": "n_prev_token_heads", "value": meta["n_previous_token_heads"],
          "detail": f"of {meta['n_heads']} heads; {detail}", "artifact": smk.output.figure},
+        {"claim": "P6", "quantity": "prev_token_head_fraction",
+         "value": meta["n_previous_token_heads"] / meta["n_heads"],
+         "detail": f"{meta['n_previous_token_heads']} of {meta['n_heads']} heads have their largest mean diagonal at "
+                   f"offset -1; {detail}", "artifact": smk.output.figure},
         {"claim": "P7", "quantity": "sharpest_prev_token_head", "value": prev["head"].head(1).tolist(),
          "detail": detail, "artifact": smk.output.table},
         {"claim": "P7", "quantity": "diagonal_ratio", "value": dict(zip(prev["head"], prev["ratio"].round(4))),

@@ -16,7 +16,17 @@ def main(smk, log):
     w, ov, _ = nr.load_weights(man, model, tokenizer=False)
     nr.check_neurons(p["neurons"], ov.d_mlp, model)
     dec = cx.read_decomposition(smk.input.h5)
-    heads = nr.select_heads(read_table(smk.input.classes), p["heads"], p["head_classes"], w.n_heads)
+    classes = read_table(smk.input.classes)
+    why = nr.missing_heads(classes, p["heads"], p["head_classes"])
+    if why:  # nothing a model lacks fails the run: an artifact saying why, C1 not measurable
+        log.warning("%s", why)
+        nr.write_not_measurable(out.h5, why, {"model": model, "model_source": man["source"],
+                                              "resolved_revision": man["resolved_revision"], "neurons_config": p})
+        write_table(scorecard_rows([{"claim": "C1", "model": model, "quantity": q, "value": None, "detail": why,
+                                     "artifact": out.h5} for q in ("extended_embeddings", "ln2_scale_range")]),
+                    out.scorecard)
+        return
+    heads = nr.select_heads(classes, p["heads"], p["head_classes"], w.n_heads)
     cal = nr.calibration_index(dec, heads, p["calibration_text"], p["from_position"])
     text = dec.texts.iloc[cal]
     log.info("heads %s; calibration text %d (%s: %s)", heads, cal, text["corpus"], text["title"])

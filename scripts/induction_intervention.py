@@ -32,7 +32,8 @@ def main(smk, log):
     a, b = prompt.positions["before_a"][0], prompt.positions["c"][1] + 1
     labels = [bridge.tokenizer.decode([int(t)]).replace(" ", "␣") for t in prompt.tokens[a:b]]
     plots.induction_bars(df, pats, (a, b), labels, model, sharp, cfg["output_scale"], smk.output.figure)
-    write_table(scorecard_rows(iv.induction_scorecard(df, model, smk.output.figure)), smk.output.scorecard)
+    redirected = str(spec["words"]["c"]).strip().lower()  # the word the redirect makes the model predict
+    write_table(scorecard_rows(iv.induction_scorecard(df, model, smk.output.figure, redirected)), smk.output.scorecard)
     log.info("%s", df[["condition", "target", "probability"]].to_string(index=False))
 
 

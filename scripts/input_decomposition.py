@@ -6,6 +6,7 @@ import pandas as pd
 from posmech.analyses import attn_only as ao
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import attn_only as plots
+from posmech.plots import words_figure
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
 
@@ -13,26 +14,39 @@ from posmech.tables import scorecard_rows, write_table
 def main(smk, log):
     model, entry, p = smk.wildcards.model, smk.params.entry, dict(smk.params.cfg)
     man = read_manifest(smk.input.manifest)
-    roles = ao.read_roles(smk.input.heads)
+    role_rows = ao.read_role_rows(smk.input.heads)
+    roles = {r: row["head"] for r, row in role_rows.items()}
+    missing = {r: ao.role_missing(r, row) for r, row in role_rows.items() if row["head"] == ao.NONE}
     bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     setup = ao.prepare(bridge, p, model, entry)
-    used = {r: ao.parse_head(roles[r]) for r in ("previous", "look_back_two")}
-    rows = ao.input_decomposition(bridge, p, setup, used, progress=f"{model} L2/L3/L5")
-    df = pd.DataFrame([{"model": model, **r} for r in rows])
+    # a role no head fills is not measured (its rows say why); the other one still is
+    used = {r: ao.parse_head(roles[r]) for r in ("previous", "look_back_two") if roles[r] != ao.NONE}
+    rows = ao.input_decomposition(bridge, p, setup, used, progress=f"{model} L2/L3/L5") if used else []
+    df = pd.DataFrame([{"model": model, **r} for r in rows], columns=["model", *ao.DECOMPOSITION_COLUMNS])
     df.insert(1, "model", df.pop("model"))
     bos = setup.bos is not None
     meta = {"claim": "L2,L3,L5", "model": model, "heads": roles, "query": p["query"], "bos": bos,
             "resolved_revision": man["resolved_revision"], "processing": entry["processing"], "attn_only_config": p}
     write_table(df, smk.output.table, meta)
     o = smk.output
-    plots.decomposition_curves(df, roles["previous"], "previous", "L2", p["query"], model, bos, o.previous)
-    plots.decomposition_curves(df, roles["look_back_two"], "look_back_two", "L5", p["query"], model, bos, o.look_back_two)
-    plots.position_only_pattern(ao.mean_matrix(df, roles["previous"], "position_only", "pattern_mean"),
-                                roles["previous"], model, bos, o.position_only)
+    if "previous" in missing:
+        words_figure(f"L2 · {model}", missing["previous"], o.previous)
+        words_figure(f"L3 · {model}", missing["previous"], o.position_only)
+    else:
+        plots.decomposition_curves(df, roles["previous"], "previous", "L2", p["query"], model, bos, o.previous)
+        plots.position_only_pattern(ao.mean_matrix(df, roles["previous"], "position_only", "pattern_mean"),
+                                    roles["previous"], model, bos, o.position_only)
+    if "look_back_two" in missing:
+        words_figure(f"L5 · {model}", missing["look_back_two"], o.look_back_two)
+    else:
+        plots.decomposition_curves(df, roles["look_back_two"], "look_back_two", "L5", p["query"], model, bos,
+                                   o.look_back_two)
     card = ao.decomposition_scorecard(df, roles, p, bos, model,
-                                      {"L2": o.previous, "L3": o.position_only, "L5": o.look_back_two})
+                                      {"L2": o.previous, "L3": o.position_only, "L5": o.look_back_two}, missing)
     write_table(scorecard_rows(card), o.scorecard)
-    log.info("%s", "; ".join(f"{r['claim']} {r['quantity']} {r['value']:.4g}" for r in card))
+    log.info("%s", "; ".join(f"{r['claim']} {r['quantity']} {r['value']:.4g}" for r in card if r["value"] is not None))
+    for role, why in missing.items():
+        log.warning("%s: %s", role, why)
 
 
 run(snakemake, main)  # noqa: F821

@@ -4,11 +4,13 @@ n = max_position, against each head's positional kernel (K1's definition at that
 import json
 from pathlib import Path
 
+import numpy as np
+
 from posmech.analyses import kernels as kn
 from posmech.analyses import contextual as cx
 from posmech.cache import read_position_means
-from posmech.errors import PosmechError
 from posmech.models.loading import load_model, read_manifest
+from posmech.plots import words_figure
 from posmech.plots.contextual import layer1_figure
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
@@ -20,8 +22,16 @@ def main(smk, log):
     n, k0 = int(dec.attrs["max_position"]), int(smk.params.kernels["k0"])
     man = read_manifest(smk.input.manifest)
     means, count = read_position_means(smk.input.means, "ln1_out")
-    if means.shape[0] < 2:
-        raise PosmechError(f"model {model!r} has one layer: K10 needs layer 1; remove it from `contextual.models`")
+    if means.shape[0] < 2:  # nothing a one-layer model lacks fails the run: empty table, K10 not measurable
+        why = f"model {model!r} has one layer: K10 needs layer 1"
+        log.warning("%s; writing an empty table", why)
+        write_table(cx.layer1_table(np.zeros((0, n + 1)), np.zeros((0, n + 1)), n, k0, p["mostly_positional_max_tv"],
+                                    model), out.table, {"not_measurable": why})
+        words_figure(f"K10 {model}", why, out.figure)
+        write_table(scorecard_rows([{"claim": "K10", "model": model, "quantity": q, "value": None, "detail": why,
+                                     "artifact": out.table} for q in ("mostly_positional_heads",
+                                                                       "mostly_positional_fraction")]), out.scorecard)
+        return
     kn.check_means(count, n + 1, {}, entry["processing"], "unknown", smk.input.means)
     bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     rows, x = cx.layer_rows(bridge, dec.token_ids[0], n, 1)
@@ -38,7 +48,10 @@ def main(smk, log):
                 "artifact": out.figure},
                {"claim": "K10", "quantity": "mostly_positional_heads", "value": heads,
                 "detail": f"layer-1 heads whose real row is within TV {p['mostly_positional_max_tv']} of their "
-                f"positional kernel ({len(heads)} of {len(df)})", "artifact": out.table}]
+                f"positional kernel ({len(heads)} of {len(df)})", "artifact": out.table},
+               {"claim": "K10", "quantity": "mostly_positional_fraction", "value": len(heads) / len(df),
+                "detail": f"{len(heads)} of {len(df)} layer-1 heads within TV {p['mostly_positional_max_tv']} of their "
+                "positional kernel", "artifact": out.table}]
     write_table(scorecard_rows([{**r, "model": model} for r in rows_sc]), out.scorecard)
     log.info("mostly positional: %s", heads)
 

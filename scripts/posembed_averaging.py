@@ -1,7 +1,7 @@
 """Rule posembed_averaging: W_pos averaged in groups of k; held-out loss (P2) and the
 repeat-string prompt probabilities (P3), the model restored bitwise after each k."""
 
-from posmech.analyses.wpos import heldout_documents, max_unchanged_k, posembed_averaging, read_doc_index
+from posmech.analyses.wpos import heldout_documents, max_unchanged_k, posembed_averaging, read_doc_index, repeat_min_row
 from posmech.data.prompts import load_prompts
 from posmech.data.tokens import read_tokens
 from posmech.io import file_sha256, read_jsonl
@@ -37,6 +37,7 @@ def main(smk, log):
             if len(hit):
                 rows.append({"claim": "P3", "quantity": f"p_{target}_{'intact' if k == 1 else f'k{k}'}",
                              "value": float(hit["value"].iloc[0]), "detail": f"prompt {pr.id}", "artifact": smk.output.table})
+    rows.append(repeat_min_row(df, {pr.id: next(iter(pr.targets)) for pr in prompts}, model, smk.output.table))
     write_table(scorecard_rows([{**r, "model": model} for r in rows]), smk.output.scorecard)
     log.info("k grid %s on %d documents; largest unchanged k: %d", ks, len(docs), best)
 

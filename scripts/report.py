@@ -20,6 +20,7 @@ def main(smk, log):
         config=dict(smk.config),
         benchmarks=smk.params.benchmarks,
         claims=smk.input.claims,
+        findings=smk.input.findings,
     )
     log.info("scorecard: %s", ", ".join(f"{k} {v}" for k, v in counts.items()))
     log.info("report written to %s", smk.output.html)

@@ -40,9 +40,8 @@ def main(smk, log):
     where = f"{model}, {p['corpus']} document {j} ({context} tokens)"
     score_triptychs(tri, start, size, False, f"P12 {where}: scores and pattern, full", smk.output.full, p["window"])
     score_triptychs(tri, start, size, True, f"P12 {where}: {size}x{size} zoom at {start}", smk.output.zoom, p["window"])
-    rows = [{"claim": "P12", "model": model, "quantity": "score_figures", "value": [h for h, _ in heads],
-             "detail": f"{where}; zoom {size}x{size} at {start}; raw = q·k/{meta['scale']:.4g}",
-             "artifact": smk.output.zoom}]
+    rows = sa.anatomy_scorecard(table, model, f"{where}; zoom {size}x{size} at {start}; raw = q·k/{meta['scale']:.4g}",
+                                smk.output.zoom)
     write_table(scorecard_rows(rows), smk.output.scorecard)
     log.info("P12 %s: %s; masked vs hook_attn_scores max |diff| %.3g", where, ", ".join(
         f"{r.head} ({r.role}) dip {r.dip:.2f} bump {r.bump:.2f}" for r in table.itertuples()),

@@ -5,7 +5,7 @@ from dataclasses import asdict
 
 from posmech.analyses import score_anatomy as sa
 from posmech.analyses.attention_statistics import read_statistics
-from posmech.analyses.taxonomy import read_chosen_heads
+from posmech.analyses.taxonomy import read_chosen_heads, strict_early_heads
 from posmech.plots.anatomy import taxa_figure
 from posmech.runner import run
 from posmech.tables import read_table, scorecard_rows, write_table
@@ -34,7 +34,9 @@ def main(smk, log):
     taxa_figure(taxa, profiles, th, roles, f"P13 {model}: score taxa of every head ({prof.n_documents} documents, "
                 f"{meta['n_rows_per_head']} rows per head, window ±{p['window']})", smk.output.figure)
     detail = f"{prof.n_documents} {p['corpus']} documents of {context} tokens, {meta['n_rows_per_head']} rows per head"
-    write_table(scorecard_rows(sa.taxa_scorecard(taxa, split, model, detail, smk.output.table)), smk.output.scorecard)
+    rows = sa.taxa_scorecard(taxa, split, model, detail, smk.output.table)
+    rows.append(sa.early_dark_row(taxa, strict_early_heads(chosen), model, detail, smk.output.table))
+    write_table(scorecard_rows(rows), smk.output.scorecard)
     for t in sa.TAXA[:2]:
         log.info("%s: %s", t, ", ".join(taxa.loc[taxa["taxon"] == t, "head"]) or "none")
     log.info("P6 previous-token heads by taxon: %s", split)

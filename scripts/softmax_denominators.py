@@ -40,7 +40,8 @@ def main(smk, log):
              "detail": f"the {p['n_most_varying']} contextual heads with the largest spread of log Z across "
              f"{len(dec.texts)} texts (linear LN, n >= {frm}); all heads: {ranking}", "artifact": out.figure},
             {"claim": "K8", "quantity": "most_varying_denominator_heads_exact", "value": top["exact"],
-             "detail": "the same with the exact LayerNorm", "artifact": out.table}]
+             "detail": "the same with the exact LayerNorm", "artifact": out.table},
+            cx.broad_spread_row(spread["linear"], classes, model, out.figure)]
     write_table(scorecard_rows([{**r, "model": model} for r in rows]), out.scorecard)
     log.info("most varying (linear): %s; (exact): %s", top["linear"], top["exact"])
 

@@ -103,53 +103,46 @@ def test_inspect_is_read_only_and_flags_partial_and_corrupt_files(files, tmp_pat
     assert main(["inspect", str(tmp_path / "missing.h5")]) == 1
 
 
-def _head_tables(d):
-    """A results/<model> folder with the tables `heads` reads (as the rules write them)."""
+def _head_table(d):
+    """A results/<model> folder with the head-roles table as the rule head_table writes it."""
     import pandas as pd
 
+    from posmech.heads import head_table
     from posmech.tables import write_table
 
-    (d / "taxonomy").mkdir(parents=True)
-    (d / "attn_only").mkdir()
-    (d / "kernels").mkdir()
-    write_table(pd.DataFrame({"model": "m", "role": ["sharp", "early"], "head": ["L1H0", "L0H1"], "layer": [1, 0],
-                              "head_index": [0, 1], "score": [0.031, 0.5], "rule": "rank 1"}),
-                d / "taxonomy" / "heads.csv")
-    write_table(pd.DataFrame({"model": "m", "role": ["previous", "induction"], "head": ["L1H0", "L1H1"],
-                              "criterion": "c", "score": [0.93, 0.8], "source": "found"}),
-                d / "attn_only" / "head_roles.csv")
-    write_table(pd.DataFrame({"claim": "K4", "model": "m", "layer": [0, 0, 0, 0], "head": [0, 0, 1, 1],
-                              "head_name": ["L0H0", "L0H0", "L0H1", "L0H1"], "n": [5, 31, 5, 31],
-                              "kernel_type": ["local", "uniform", "local", "slow_decay"]}),
-                d / "kernels" / "etc.csv")
+    d.mkdir(parents=True)
+    etc = pd.DataFrame({"head_name": ["L0H0", "L0H0", "L0H1", "L0H1", "L1H0", "L1H0", "L1H1", "L1H1"],
+                        "n": [5, 31] * 4, "kernel_type": ["local", "uniform", "local", "slow_decay"] * 2,
+                        "etc_mean": [1.0, 20.0, 1.5, 7.0, 1.0, 2.0, 3.0, 4.0]})
+    write_table(head_table("m", etc=etc, n=31), d / "head_table.csv")
 
 
-def test_heads_lists_every_head_with_its_roles(tmp_path, capsys):
+def test_heads_prints_the_head_table(tmp_path, capsys):
     d = tmp_path / "results" / "m"
-    _head_tables(d)
+    _head_table(d)
     assert main(["heads", str(d)]) == 0
-    out = capsys.readouterr().out
-    lines = out.splitlines()
-    assert lines[0].startswith("heads of m (4 heads; from taxonomy/heads.csv, attn_only/head_roles.csv")
-    rows = {ln.split()[0]: ln for ln in lines[2:]}
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("heads of m (4 heads; from ")
+    assert lines[1].split() == ["head_name", "kernel_type", "etc"]  # columns no analysis filled are left out
+    rows = {ln.split()[0]: ln.split() for ln in lines[2:]}
     assert list(rows) == ["L0H0", "L0H1", "L1H0", "L1H1"]  # layer, then head
-    assert "sharp (P7 ratio 0.031); previous (L1 score 0.93)" in rows["L1H0"]
-    assert "early (P7 ratio 0.5)" in rows["L0H1"] and "slow_decay" in rows["L0H1"]  # K4 at the largest n
-    assert "uniform" in rows["L0H0"] and "induction (L1 score 0.8)" in rows["L1H1"]
+    assert rows["L0H1"][1:] == ["slow_decay", "7.0"] and rows["L0H0"][1] == "uniform"  # at n = 31
     assert main(["heads", str(d), "--csv"]) == 0
     import io
 
     import pandas as pd
 
+    from posmech.heads import HEAD_COLUMNS
+
     table = pd.read_csv(io.StringIO(capsys.readouterr().out))
-    assert list(table.columns) == ["head", "layer", "head_index", "roles", "taxon", "kernel_type", "layer0_class"]
-    assert table.set_index("head").loc["L1H1", "layer"] == 1
+    assert list(table.columns) == HEAD_COLUMNS
+    assert table.set_index("head_name").loc["L1H1", "layer"] == 1
 
 
 def test_heads_names_what_it_looked_for(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["heads", str(tmp_path / "empty")]) == 1
     err = capsys.readouterr().err
-    assert "no head table under" in err and "taxonomy/heads.csv" in err and "results/<model>" in err
+    assert "has no head_table.csv" in err and "results/<model>" in err and "head_table" in err
     assert main(["heads", str(tmp_path / "missing")]) == 1
     assert "is not a directory" in capsys.readouterr().err

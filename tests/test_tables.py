@@ -55,3 +55,20 @@ def test_numeric_looking_text_and_integers_with_gaps_keep_their_types(tmp_path):
     assert back["source"].tolist()[:2] == ["000", "003"] and pd.isna(back["source"].iloc[2])
     assert str(back["rank"].dtype) == "Int64" and back["rank"].tolist()[0] == 1 and back["rank"].isna().sum() == 1
     assert back["ratio"].dtype == float and back.attrs == {"k": 1}
+
+
+def test_write_not_measurable_writes_empty_tables_a_figure_and_valueless_rows(tmp_path):
+    from posmech.tables import read_table, write_not_measurable
+
+    why = "no broad layer-0 head"
+    t, fig, sc = tmp_path / "t.csv", tmp_path / "f.png", tmp_path / "scorecard" / "r.csv"
+    sc.parent.mkdir()
+    write_not_measurable("C3", "m", why, ("median_pearson_r", "median_fvu"), {str(t): ["neuron", "pearson_r"]},
+                         str(fig), str(sc))
+    table = read_table(t)
+    assert list(table.columns) == ["neuron", "pearson_r"] and len(table) == 0
+    assert table.attrs["not_measurable"] == why
+    assert fig.stat().st_size > 0
+    rows = read_table(sc)
+    assert list(rows["quantity"]) == ["median_pearson_r", "median_fvu"]
+    assert rows["value"].isna().all() and set(rows["detail"]) == {why}

@@ -1,10 +1,10 @@
 """Command line: ``python -m posmech inspect PATH [--json]``, ``… heads RESULTS/MODEL [--csv]``,
 ``… check-config [CONFIG ...] [--directory DIR]`` (also the ``posmech`` script).
 
-``heads`` prints the heads a run found for one model, by role (:mod:`posmech.heads`): the
-previous-token heads of the taxonomy (sharp, early), the attention-only family's roles
-(previous, look-back-two, induction) with their scores, each head's score taxon (P13),
-kernel type (K4) and layer-0 class (K7); ``--csv`` writes the table as CSV instead.
+``heads`` prints the head-roles table of one model (``results/MODEL/head_table.csv``, rule
+``head_table``, :mod:`posmech.heads`): every head with the roles the analyses assign it
+(P6/P7 previous-token, P13 taxon, K3/K4 kernel type and ETC, K7 class, the L roles), the
+columns no analysis filled left out; ``--csv`` writes the whole table as CSV instead.
 
 ``inspect`` opens any HDF5 file the pipeline writes read-only (even a partial one, which
 it flags; ``--verify`` also reads every dataset so that damaged bytes are found by their
@@ -196,19 +196,25 @@ def format_tree(info: dict[str, Any]) -> str:
 
 
 def heads(model_dir: str, as_csv: bool = False) -> int:
-    """``python -m posmech heads``: the table of :func:`posmech.heads.heads_table`."""
-    from posmech.heads import heads_table
+    """``python -m posmech heads``: the head-roles table the rule ``head_table`` wrote
+    (``results/MODEL/head_table.csv``, :mod:`posmech.heads`), the columns some analysis filled."""
+    from posmech.tables import read_table
 
-    try:
-        table = heads_table(model_dir)
-    except PosmechError as err:
-        print(f"error: {err}", file=sys.stderr)
+    d = Path(model_dir)
+    path = d / "head_table.csv"
+    if not path.is_file():
+        what = "is not a directory" if not d.is_dir() else "has no head_table.csv"
+        print(f"error: {str(d)!r} {what}: give a model's results folder (results/<model>) after a run "
+              "that built it (rule head_table)", file=sys.stderr)
         return 1
+    table = read_table(path)
     if as_csv:
         sys.stdout.write(table.to_csv(index=False))
         return 0
-    print(f"heads of {Path(model_dir).name} ({len(table)} heads; from {', '.join(table.attrs['sources'])})")
-    print(table.drop(columns=["layer", "head_index"]).to_string(index=False))
+    shown = table.drop(columns=["model", "layer", "head"]).dropna(axis=1, how="all")
+    shown = shown.loc[:, [c for c in shown if not (shown[c].astype(str) == "").all()]]
+    print(f"heads of {d.name} ({len(table)} heads; from {path})")
+    print(shown.to_string(index=False, na_rep="—"))
     return 0
 
 

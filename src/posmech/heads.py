@@ -1,78 +1,84 @@
-"""The heads a run found, by role: one table per model from the tables the rules wrote.
+"""One table of head roles per model: ``results/{model}/head_table.csv`` (rule ``head_table``).
 
-:func:`heads_table` reads, under ``results/{model}/`` (whichever exist):
+One row per layer × head with every role the analyses assign, its score and whether it
+passes the role's threshold; a role no head passes is filled by none (never by the best of
+the rest).  Each input is optional (``None``: the model is not in that analysis's config
+section and the columns are left empty):
 
-* ``taxonomy/heads.csv`` (P6/P7): the ``sharp`` and ``early`` previous-token heads;
-* ``attn_only/head_roles.csv`` (L1): the ``previous``, ``look_back_two`` and
-  ``induction`` heads of the attention-only rules;
-* ``anatomy/taxa.csv`` (P13): each head's score taxon;
-* ``kernels/etc.csv`` (K4): each head's kernel type at the largest query position measured;
-* ``contextual/head_classes.csv`` (K7): each layer-0 head's class.
+* ``taxonomy`` (``taxonomy/taxonomy.csv``, P6/P7): ``previous_token`` (largest mean diagonal at
+  offset −1), ``diagonal_ratio`` (second / largest mean diagonal), ``p7_rank``;
+* ``taxa`` (``anatomy/taxa.csv``, P13): ``score_taxon``;
+* ``etc`` (``kernels/etc.csv``, K3/K4) at query position ``n``: ``kernel_type``, ``etc``;
+* ``classes`` (``contextual/head_classes.csv``, K7, layer 0 only): ``k7_class``;
+* ``roles`` / ``masses`` (``attn_only/head_roles.csv`` and ``random_token_masses.csv``, L1/L4/L5):
+  ``l_previous_mass``, ``l_offset2_mass``, ``l_induction_score`` and ``l_role`` (the role this
+  head fills, ``""`` for none; a role below ``attn_only.role_min_score`` is filled by no head).
 
-and returns one row per head (``head``, ``layer``, ``head_index``, ``roles``: the roles
-with their claim and score, e.g. ``sharp (P7 ratio 0.031); previous (L1 score 0.93)`` — P7's
-ratio is second / largest mean diagonal, lower is sharper; L1's score is the criterion of
-``head_roles.csv``, e.g. the mean attention at offset −1 — then the columns ``taxon``,
-``kernel_type``, ``layer0_class``; empty where a rule did not run).
-Shown by ``python -m posmech heads results/MODEL`` (:mod:`posmech.cli`).
+``layer``, ``head`` (int) and ``head_name`` (``L1H0``) name the head, as in every per-head table.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 import pandas as pd
 
-from posmech.analyses.attention import parse_head
+from posmech.analyses.attention import head_name, parse_head
 from posmech.errors import PosmechError
 
-#: (relative path, claim, what its ``score`` is): the role tables (``role, head, score``)
-ROLE_TABLES = (("taxonomy/heads.csv", "P7", "ratio"), ("attn_only/head_roles.csv", "L1", "score"))
-#: (relative path, claim, head column, value column, output column): per-head labels
-LABEL_TABLES = (
-    ("anatomy/taxa.csv", "P13", "head", "taxon", "taxon"),
-    ("kernels/etc.csv", "K4", "head_name", "kernel_type", "kernel_type"),
-    ("contextual/head_classes.csv", "K7", "head_name", "head_class", "layer0_class"),
-)
-COLUMNS = ["head", "layer", "head_index", "roles", "taxon", "kernel_type", "layer0_class"]
+HEAD_COLUMNS = ["model", "layer", "head", "head_name", "previous_token", "diagonal_ratio", "p7_rank", "score_taxon",
+                "kernel_type", "etc", "k7_class", "l_previous_mass", "l_offset2_mass", "l_induction_score", "l_role"]
 
 
-def heads_table(model_dir: str | Path) -> pd.DataFrame:
-    """One row per head named by any of the tables above under ``model_dir``
-    (``results/{model}``), sorted by layer and head; columns :data:`COLUMNS`."""
-    d = Path(model_dir)
-    if not d.is_dir():
-        raise PosmechError(f"{str(d)!r} is not a directory: give a model's results folder, e.g. results/demo")
-    roles: dict[str, list[str]] = {}
-    labels: dict[str, dict[str, Any]] = {}
-    found = []
-    for rel, claim, what in ROLE_TABLES:
-        path = d / rel
-        if not path.is_file():
-            continue
-        found.append(rel)
-        for r in pd.read_csv(path).to_dict("records"):
-            roles.setdefault(str(r["head"]), []).append(f"{r['role']} ({claim} {what} {float(r['score']):.3g})")
-    for rel, _claim, head_col, value_col, out in LABEL_TABLES:
-        path = d / rel
-        if not path.is_file():
-            continue
-        found.append(rel)
-        df = pd.read_csv(path)
-        if "n" in df and rel.startswith("kernels/"):
-            df = df[df["n"] == df["n"].max()]
-        for r in df.to_dict("records"):
-            labels.setdefault(str(r[head_col]), {})[out] = r[value_col]
-    if not found:
-        wanted = ", ".join(rel for rel, *_ in (*ROLE_TABLES, *LABEL_TABLES))
-        raise PosmechError(f"no head table under {str(d)!r} (looked for {wanted}); run the pipeline for this "
-                           "model first, or give the folder results/<model>")
+def _by_name(df: pd.DataFrame, name_col: str, source: str) -> pd.DataFrame:
+    if name_col not in df:
+        raise PosmechError(f"{source} lacks the column {name_col!r}; rerun the rule that writes it")
+    return df.set_index(df[name_col].astype(str))
+
+
+def head_table(model: str, taxonomy: pd.DataFrame | None = None, taxa: pd.DataFrame | None = None,
+               etc: pd.DataFrame | None = None, n: int | None = None, classes: pd.DataFrame | None = None,
+               roles: pd.DataFrame | None = None, masses: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The head-roles table of one model (columns :data:`HEAD_COLUMNS`), from the per-analysis
+    tables it has; the heads are those any table names (every table names every head)."""
+    names: set[str] = set()
+    if taxonomy is not None:
+        names |= set(taxonomy["head"].astype(str))
+    if taxa is not None:
+        names |= set(taxa["head"].astype(str))
+    if etc is not None:
+        names |= set(etc["head_name"].astype(str))
+    if classes is not None:
+        names |= set(classes["head_name"].astype(str))
+    if masses is not None:
+        names |= set(masses["head"].astype(str))
+    if not names:
+        raise PosmechError(f"model {model!r}: no per-head table to build heads.csv from")
     rows = []
-    for head in set(roles) | set(labels):
-        layer, h = parse_head(head)
-        rows.append({"head": head, "layer": layer, "head_index": h, "roles": "; ".join(roles.get(head, [])),
-                     **{c: labels.get(head, {}).get(c, "") for c in ("taxon", "kernel_type", "layer0_class")}})
-    out = pd.DataFrame(rows, columns=COLUMNS).sort_values(["layer", "head_index"]).reset_index(drop=True)
-    out.attrs["sources"] = found
-    return out
+    tx = _by_name(taxonomy, "head", "taxonomy.csv") if taxonomy is not None else None
+    ta = _by_name(taxa, "head", "taxa.csv") if taxa is not None else None
+    if etc is not None:
+        if n is None or not (etc["n"] == n).any():
+            raise PosmechError(f"etc.csv has no row at n={n} (kernels.etc_heatmap_position)")
+        et = _by_name(etc[etc["n"] == n], "head_name", "etc.csv")
+    kc = _by_name(classes, "head_name", "head_classes.csv") if classes is not None else None
+    role_of = ({str(h): str(r) for r, h in zip(roles["role"], roles["head"]) if str(h) != "none"}
+               if roles is not None else {})
+    ms = ({(str(h), str(k)): float(v) for h, k, v in zip(masses["head"], masses["mass"], masses["value"])}
+          if masses is not None else {})
+    for name in sorted(names, key=parse_head):
+        layer, h = parse_head(name)
+        r = {"model": model, "layer": layer, "head": h, "head_name": head_name(layer, h)}
+        if tx is not None and name in tx.index:
+            t = tx.loc[name]
+            r.update(previous_token=bool(t["is_previous_token"]), diagonal_ratio=float(t["ratio"]),
+                     p7_rank=t["rank"])
+        if ta is not None and name in ta.index:
+            r["score_taxon"] = str(ta.loc[name, "taxon"])
+        if etc is not None and name in et.index:
+            r.update(kernel_type=str(et.loc[name, "kernel_type"]), etc=float(et.loc[name, "etc_mean"]))
+        if kc is not None and name in kc.index:
+            r["k7_class"] = str(kc.loc[name, "head_class"])
+        if masses is not None:
+            r.update(l_previous_mass=ms.get((name, "previous")), l_offset2_mass=ms.get((name, "offset_2")),
+                     l_induction_score=ms.get((name, "induction_score")), l_role=role_of.get(name, ""))
+        rows.append(r)
+    return pd.DataFrame(rows, columns=HEAD_COLUMNS)

@@ -127,3 +127,20 @@ def scorecard_rows(rows: list[dict[str, Any]]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(out, columns=SCORECARD_COLUMNS)
+
+
+def write_not_measurable(claim: str, model: str, why: str, quantities: list[str] | tuple[str, ...],
+                         tables: dict[str, list[str]], figure: str | None, scorecard: str) -> None:
+    """What a rule writes when the model lacks its object (nothing a model lacks fails the
+    run): each of ``tables`` (path → columns) empty with ``why`` in its metadata, ``figure``
+    saying ``why`` in words, and the scorecard rows of ``quantities`` without a value and
+    ``why`` as their detail (the findings read them as not measurable)."""
+    for path, columns in tables.items():
+        write_table(pd.DataFrame(columns=columns), path, {"claim": claim, "model": model, "not_measurable": why})
+    if figure:
+        from posmech.plots import words_figure
+
+        words_figure(f"{claim} {model}", why, figure)
+    artifact = next(iter(tables), figure or "")
+    write_table(scorecard_rows([{"claim": claim, "model": model, "quantity": q, "value": None, "detail": why,
+                                 "artifact": artifact} for q in quantities]), scorecard)

@@ -41,8 +41,12 @@ def test_score_anatomy_outputs(ci_run):
             np.testing.assert_allclose(pattern, softmax_rows(masked), atol=1e-7)
             np.testing.assert_allclose(pattern.sum(1), 1.0, rtol=1e-5)
     card = read_table(ci_run / "results/demo/scorecard/score_anatomy.csv")
-    assert set(zip(card["claim"], card["quantity"])) == {("P12", "score_figures")} <= _published_quantities({"P12"})
-    assert json.loads(card["value"].iloc[0]) == table["head"].tolist()
+    assert {("P12", "score_figures")} <= _published_quantities({"P12"})
+    # and the finding's quantity (resources/findings.yaml): the sharp head's raw argmax fraction
+    assert set(zip(card["claim"], card["quantity"])) == {("P12", "score_figures"), ("P12", "sharp_raw_argmax_prev_fraction")}
+    by = card.set_index("quantity")
+    assert json.loads(by.loc["score_figures", "value"]) == table["head"].tolist()
+    assert float(by.loc["sharp_raw_argmax_prev_fraction", "value"]) == table["raw_argmax_prev_fraction"].iloc[0]
     for fig in ("scores_full.png", "scores_zoom.png"):
         assert (base / fig).stat().st_size > 20_000
     assert (base / "scores_full.png").read_bytes() != (base / "scores_zoom.png").read_bytes()
@@ -82,5 +86,7 @@ def test_score_taxa_outputs(ci_run):
     assert (base / "taxa.png").stat().st_size > 20_000
     report = read_table(ci_run / "results/report/scorecard.csv")
     p13 = report[(report["claim"] == "P13") & (report["model"] == "demo")]
-    assert set(p13["quantity"]) == {"dark_diagonal_heads", "bright_subdiagonal_heads", "prev_token_heads_by_taxon"}
-    assert (p13.loc[p13["quantity"] != "prev_token_heads_by_taxon", "status"] == "not applicable").all()
+    assert set(p13["quantity"]) == {"dark_diagonal_heads", "bright_subdiagonal_heads", "prev_token_heads_by_taxon",
+                                    "early_dark_diagonal_fraction"}  # the last one: the finding's
+    published = p13["quantity"].isin(["dark_diagonal_heads", "bright_subdiagonal_heads"])
+    assert (p13.loc[published, "status"] == "not applicable").all()

@@ -37,4 +37,6 @@ def test_examples_run_on_the_ci_sized_run(ci_run):
     assert re.search(r"L1H0 at query \d+: 1\.000 in total", text)  # a kernel row is a distribution
     assert "Int64 rank" in text and "not applicable" in text
     named = namespace["named"]
-    assert len(named) and named["head"].str.fullmatch(r"L\d+H\d+").all() and named["roles"].notna().any()
+    assert len(named) and named["head_name"].str.fullmatch(r"L\d+H\d+").all()
+    assert named["previous_token"].notna().any()  # the head sets' heads are found in the head table
+    assert set(namespace["findings"]["verdict"]) <= {"holds", "fails", "not measurable"}

@@ -34,7 +34,8 @@ def test_outputs_tidy_with_claim_figure_and_scorecard(out, rule):
     card = read_table(out["dir"] / f"scorecard/{rule}.csv")
     assert list(card.columns) == SCORECARD_COLUMNS and len(card) > 0
     assert (card["claim"] == CLAIMS[rule]).all()
-    assert card["value"].astype(float).notna().all()
+    # a row without a value (a finding's quantity the model lacks the object of) says why
+    assert (card["value"].astype(float).notna() | card["detail"].fillna("").str.len().gt(10)).all()
 
 
 def test_prev_knockout_layers_and_rows(out):
@@ -75,7 +76,7 @@ def test_extended_averaging_measures_every_chosen_head(out):
     own = df[df["head_layer"] == df["averaged_layer"]]
     assert set(own["head"]) == chosen
     card = read_table(out["dir"] / "scorecard/extended_averaging.csv")
-    assert set(card["quantity"]) == {f"damage_{h}" for h in chosen}
+    assert set(card["quantity"]) == {f"damage_{h}" for h in chosen} | {"early_minus_sharp_damage"}
     assert (df["group_size"] == 4).all()
 
 

@@ -75,8 +75,8 @@ def test_scorecard_on_demo_never_passes_a_gpt2_number(ci_run):
     entries = {(e.claim, e.quantity): e for e in load_published(REPO / "resources/published.yaml")}
     for r in card.itertuples():
         e = entries.get((r.claim, r.quantity))
-        if e is None:
-            assert r.status in ("no published value", "missing")
+        if e is None:  # a finding's quantity the model lacks the object of: nothing to measure
+            assert r.status in ("no published value", "missing", "nothing to measure")
         elif not e.any_model:
             assert r.status == "not applicable", r
         if r.status == "pass":
@@ -99,3 +99,23 @@ def test_native_snakemake_report_of_the_same_run(ci_run):
     text = out.read_text(errors="replace")
     assert "Scorecard" in text and "Demo model" in text
     assert "Models of this run: demo" in text  # the workflow description (workflow.rst), rendered
+
+
+def test_findings_verdict_every_claim_and_lead_the_report(ci_run):
+    """One verdict per claim of resources/findings.yaml on the CI model, never "not applicable",
+    each "not measurable" with its reason; the grid opens the report; the head-roles table has
+    one row per head."""
+    from posmech.findings import VERDICTS, load_findings
+
+    table = pd.read_csv(ci_run / "results/report/findings.csv")
+    claims = [f.claim for f in load_findings(REPO / "resources/findings.yaml")]
+    assert sorted(table["claim"]) == sorted(claims) and set(table["model"]) == {"demo"}
+    assert set(table["verdict"]) <= set(VERDICTS)
+    unmeasured = table[table["verdict"] == "not measurable"]
+    assert unmeasured["reason"].fillna("").str.len().gt(10).all()
+    assert table.loc[table["verdict"] != "not measurable", "value"].notna().all()
+    html = (ci_run / "results/report/index.html").read_text()
+    assert html.index('id="findings"') < html.index('id="scorecard"')
+    heads = read_table(ci_run / "results/demo/head_table.csv")
+    assert list(heads["head_name"]) == ["L0H0", "L0H1", "L1H0", "L1H1"]  # the CI model: 2 layers x 2 heads
+    assert heads["previous_token"].notna().all() and heads["kernel_type"].notna().all()

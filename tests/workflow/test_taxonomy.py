@@ -42,7 +42,9 @@ def test_diagonal_taxonomy_outputs(ci_run):
     card = read_table(ci_run / "results/demo/scorecard/diagonal_taxonomy.csv")
     assert {("P6", "n_prev_token_heads"), ("P7", "sharpest_prev_token_head"), ("P7", "diagonal_ratio")} <= set(
         zip(card["claim"], card["quantity"])
-    ) <= _published_quantities({"P6", "P7"})
+    ) <= _published_quantities({"P6", "P7"}) | {("P6", "prev_token_head_fraction")}  # P6's finding
+    by = card.set_index("quantity")
+    assert float(by.loc["prev_token_head_fraction", "value"]) == per_head["is_previous_token"].mean()
     assert (ci_run / "results/demo/taxonomy/taxonomy.png").stat().st_size > 10_000
 
 
@@ -75,8 +77,12 @@ def test_posembed_averaging_outputs(ci_run):
     card = read_table(ci_run / "results/demo/scorecard/posembed_averaging.csv")
     got = set(zip(card["claim"], card["quantity"]))
     assert got == {("P2", "max_unchanged_k"), ("P3", "p_apple_intact"), ("P3", "p_apple_k10"),
-                   ("P3", "p_orange_intact"), ("P3", "p_orange_k10")}
-    assert got <= _published_quantities({"P2", "P3"})
+                   ("P3", "p_orange_intact"), ("P3", "p_orange_k10"), ("P3", "p_repeat_min_k10")}
+    assert got - {("P3", "p_repeat_min_k10")} <= _published_quantities({"P2", "P3"})
+    # P3's finding: the smallest of the four probabilities (the CI grid has k = 10)
+    by = card.set_index("quantity")["value"].astype(float)
+    assert by["p_repeat_min_k10"] == min(by[q] for q in ("p_apple_intact", "p_apple_k10", "p_orange_intact",
+                                                         "p_orange_k10"))
 
 
 def test_posembed_attention_outputs(ci_run):

@@ -546,3 +546,32 @@ def neurons_models():
 
 def neurons_params(wildcards=None):
     return dict(config["neurons"])
+
+
+def head_table_sources():
+    """``{key: (rule output, models)}`` of the per-head tables results/{model}/head_table.csv
+    gathers (posmech.heads), each for the models of its config section."""
+    anatomy = selected(config, "anatomy", "models")
+    return {
+        "taxonomy": (rules.diagonal_taxonomy.output.table, taxonomy_models()),
+        "taxa": (rules.score_taxa.output.table, anatomy),
+        "etc": (rules.etc_table.output.table, kernels_models()),
+        "classes": (rules.layer0_head_classes.output.table, contextual_models()),
+        "roles": (rules.random_token_patterns.output.heads, attn_only_models()),
+        "masses": (rules.random_token_patterns.output.masses, attn_only_models()),
+    }
+
+
+def head_table_models():
+    """Models that at least one per-head analysis runs on."""
+    models = {m for _, ms in head_table_sources().values() for m in ms}
+    return [m for m in MODELS if m in models]
+
+
+def head_table_inputs(wildcards):
+    """The per-head tables of this model (only those of the analyses it is in)."""
+    return {
+        key: output_of(out, wildcards)
+        for key, (out, models) in head_table_sources().items()
+        if wildcards.model in models
+    }

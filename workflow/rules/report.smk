@@ -1,6 +1,53 @@
 # Cheap (read HDF5/CSV, plot): run locally also with profiles/slurm (docs/cluster.md).
 localrules:
+    findings,
+    head_table,
     report,
+
+
+rule findings:
+    """Judge every model-independent finding (resources/findings.yaml) on every model of
+    the run: holds, fails or not measurable, with the value, the threshold and the reason.
+    """
+    input:
+        findings=static("resources/findings.yaml"),
+        schema=static("workflow/schemas/findings.schema.yaml"),
+        # what every stage collected (common.smk: collect), read when the DAG is built
+        scorecards=lambda wc: collected("scorecard"),
+    output:
+        table="results/report/findings.csv",
+    log:
+        "logs/report/findings.log",
+    benchmark:
+        "benchmarks/report/findings.tsv"
+    conda:
+        "../envs/posmech.yaml"
+    params:
+        thresholds=config["findings"],
+        models=MODELS,
+    script:
+        "../../scripts/findings.py"
+
+
+rule head_table:
+    """One row per layer x head of a model with every role the analyses assign (P6/P7,
+    P13, K3/K4, K7, L roles), its score and whether it passes the role's threshold."""
+    input:
+        unpack(head_table_inputs),
+    output:
+        table="results/{model}/head_table.csv",
+    log:
+        "logs/head_table/{model}.log",
+    benchmark:
+        "benchmarks/head_table/{model}.tsv"
+    wildcard_constraints:
+        model=regex(MODELS),
+    conda:
+        "../envs/posmech.yaml"
+    params:
+        n=config["kernels"]["etc_heatmap_position"],
+    script:
+        "../../scripts/head_table.py"
 
 
 rule report:
@@ -8,6 +55,7 @@ rule report:
     input:
         published=static("resources/published.yaml"),
         claims=static("docs/claims.md"),
+        findings=rules.findings.output.table,
         # what every stage collected (common.smk: collect), read when the DAG is built
         scorecards=lambda wc: collected("scorecard"),
         figures=lambda wc: collected("figure"),
@@ -35,3 +83,8 @@ rule report:
         benchmarks="benchmarks",
     script:
         "../../scripts/report.py"
+
+
+# the findings table is part of every run (the report reads it too)
+collect(rules.findings)
+collect(rules.head_table, model=head_table_models())

@@ -254,13 +254,21 @@ def induction_score(patterns: np.ndarray, half: int, bos: bool) -> np.ndarray:
     return patterns[:, :, q, q - half + 1].mean(axis=(0, 2))
 
 
+#: ``head`` of a role that no head fills: the best candidate's score is below the role's
+#: threshold (``attn_only.role_min_score``); it is never "the best of the rest"
+NONE = "none"
+
+
 def find_roles(
     heads: list[tuple[int, int]], diag1: np.ndarray, diag2: np.ndarray, induction: np.ndarray,
-    pins: dict[str, tuple[int, int]],
+    pins: dict[str, tuple[int, int]], min_score: dict[str, float] | None = None,
 ) -> list[dict[str, Any]]:
-    """Rows ``role, head, criterion, score, source`` (``found``/``pinned``): previous-token head =
-    argmax of ``diag1``, look-back-two = argmax of ``diag2`` over the other heads, induction =
-    argmax of ``induction``."""
+    """Rows ``role, head, criterion, score, source, candidate, min_score, passes``:
+    previous-token head = argmax of ``diag1``, look-back-two = argmax of ``diag2`` over the
+    other heads, induction = argmax of ``induction`` (``source`` ``found``), or the pinned
+    head (``pinned``).  A found role whose best ``candidate`` scores below ``min_score[role]``
+    has head :data:`NONE` (``source`` ``none``): the role is not filled."""
+    min_score = min_score or {}
     rows = []
     taken: set[tuple[int, int]] = set()
     for role, vals, crit in (
@@ -275,9 +283,19 @@ def find_roles(
             cand = [heads[i] for i in order if not (role == "look_back_two" and heads[i] in taken)]
             lh, source = cand[0], "found"
         taken.add(lh)
-        rows.append({"role": role, "head": head_name(*lh), "criterion": crit,
-                     "score": float(vals[heads.index(lh)]), "source": source})
+        score, thr = float(vals[heads.index(lh)]), float(min_score.get(role, -np.inf))
+        passes = source == "pinned" or score >= thr
+        rows.append({"role": role, "head": head_name(*lh) if passes else NONE, "criterion": crit, "score": score,
+                     "source": source if passes else NONE, "candidate": head_name(*lh),
+                     "min_score": thr if np.isfinite(thr) else None, "passes": passes})
     return rows
+
+
+def role_missing(role: str, row: dict[str, Any]) -> str:
+    """Why a role is not filled, in words (``row`` of :func:`find_roles` with head :data:`NONE`)."""
+    words = role.replace("_", "-")
+    return (f"no {words} head: the best candidate {row['candidate']} scores {row['score']:.3f} "
+            f"({row['criterion']}) < attn_only.role_min_score.{role} {row['min_score']:g}")
 
 
 def offset_masses(pattern: np.ndarray, first_query: int, bos: bool) -> dict[str, float]:
@@ -301,6 +319,12 @@ def matrix_rows(M: np.ndarray, value: str, lower: bool = True) -> list[dict[str,
     T = M.shape[0]
     return [{"query": q, "key": k, "offset": k - q, value: float(M[q, k])}
             for q in range(T) for k in range(q + 1 if lower else T)]
+
+
+#: columns of :func:`decomposition_rows` (the table of rule input_decomposition, empty when no
+#: head fills either role)
+DECOMPOSITION_COLUMNS = ["claim", "head", "role", "variant", "n_sequences", "query", "key", "offset", "score_mean",
+                         "score_sd", "pattern_mean"]
 
 
 def decomposition_rows(
@@ -426,7 +450,7 @@ def random_token_patterns(bridge: Any, p: dict[str, Any], setup: Setup, progress
     xr = repeated_tokens(setup.vocab, ind["n_sequences"], ind["half_length"], setup.bos, p["seed"] + 1)
     fr = run_variant(bridge, xr, "both", setup.heads, batch_size=p["batch_size"], progress=f"{progress} induction")
     ind_score = induction_score(fr.patterns, ind["half_length"], setup.bos is not None)
-    roles = find_roles(setup.heads, d1, d2, ind_score, setup.pins)
+    roles = find_roles(setup.heads, d1, d2, ind_score, setup.pins, p.get("role_min_score"))
     role_of = {r["head"]: r["role"] for r in reversed(roles)}
     patterns, masses = [], []
     for i, lh in enumerate(setup.heads):
@@ -489,25 +513,34 @@ def random_token_scorecard(out: dict[str, Any], p: dict[str, Any], setup: Setup,
     """L1 rows (previous-token head's masses over queries first_query..T−1, its row 1) and the
     head roles (L1 previous, L5 look-back-two, L4 induction)."""
     roles = {r["role"]: r for r in out["roles"]}
+    src = {k: (f"{v['source']} ({v['criterion']} {v['score']:.3f})" if v["head"] != NONE else role_missing(k, v))
+           for k, v in roles.items()}
+    rows: list[tuple[str, str, Any, str]] = [
+        (claim, f"{role}_head" if role != "previous" else "previous_token_head",
+         [roles[role]["head"]] if roles[role]["head"] != NONE else [], src[role])
+        for claim, role in (("L1", "previous"), ("L5", "look_back_two"), ("L4", "induction"))]
+    # the best candidate's score of every role, whether or not it passes the role's threshold:
+    # the existence findings (L1, L5) read these, so they fail rather than go unmeasured
+    rows += [(claim, f"{role}_candidate_score", roles[role]["score"],
+              f"{roles[role]['candidate']}: {roles[role]['criterion']} (best candidate for the role)")
+             for claim, role in (("L1", "previous"), ("L5", "look_back_two"), ("L4", "induction"))]
+    names = ["prev_head_mass_previous", "prev_head_mass_self", "prev_head_mass_offset2"]
+    if setup.bos is not None:
+        names += ["prev_head_mass_bos", "prev_head_row1_bos", "prev_head_row1_self"]
     prev = roles["previous"]["head"]
-    i = setup.heads.index(parse_head(prev))
-    M = out["mean"][i]
+    if prev == NONE:
+        return scorecard(rows + [("L1", q, None, src["previous"]) for q in names], model, artifact)
+    M = out["mean"][setup.heads.index(parse_head(prev))]
     m = {(r["head"], r["mass"]): r["value"] for r in out["masses"]}
     qs = f"queries {p['first_query']}..{M.shape[-1] - 1}, {p['n_sequences']} random-token sequences"
-    src = {k: f"{v['source']} ({v['criterion']} {v['score']:.3f})" for k, v in roles.items()}
-    rows: list[tuple[str, str, Any, str]] = [
-        ("L1", "previous_token_head", [prev], src["previous"]),
-        ("L5", "look_back_two_head", [roles["look_back_two"]["head"]], src["look_back_two"]),
-        ("L4", "induction_head", [roles["induction"]["head"]], src["induction"]),
-        ("L1", "prev_head_mass_previous", m[(prev, "previous")], f"{prev}, key q-1; {qs}"),
-        ("L1", "prev_head_mass_self", m[(prev, "self")], f"{prev}, key q; {qs}"),
-        ("L1", "prev_head_mass_offset2", m[(prev, "offset_2")], f"{prev}, key q-2; {qs}"),
-    ]
+    values = {"prev_head_mass_previous": (m[(prev, "previous")], f"{prev}, key q-1; {qs}"),
+              "prev_head_mass_self": (m[(prev, "self")], f"{prev}, key q; {qs}"),
+              "prev_head_mass_offset2": (m[(prev, "offset_2")], f"{prev}, key q-2; {qs}")}
     if setup.bos is not None:
-        rows += [("L1", "prev_head_mass_bos", m[(prev, "bos")], f"{prev}, key 0 (BOS); {qs}"),
-                 ("L1", "prev_head_row1_bos", float(M[1, 0]), f"{prev}, query 1 -> key 0 (BOS)"),
-                 ("L1", "prev_head_row1_self", float(M[1, 1]), f"{prev}, query 1 -> key 1")]
-    return scorecard(rows, model, artifact)
+        values.update({"prev_head_mass_bos": (m[(prev, "bos")], f"{prev}, key 0 (BOS); {qs}"),
+                       "prev_head_row1_bos": (float(M[1, 0]), f"{prev}, query 1 -> key 0 (BOS)"),
+                       "prev_head_row1_self": (float(M[1, 1]), f"{prev}, query 1 -> key 1")})
+    return scorecard(rows + [("L1", q, *values[q]) for q in names], model, artifact)
 
 
 def _at(df: Any, head: str, variant: str, query: int, key: int, col: str) -> float:
@@ -515,14 +548,39 @@ def _at(df: Any, head: str, variant: str, query: int, key: int, col: str) -> flo
     return float(d[col].iloc[0])
 
 
+#: the quantities of :func:`decomposition_scorecard` per role (``(claim, quantity)``; the
+#: BOS-only ones last): a role that no head fills gets them without a value and the reason
+DECOMPOSITION_QUANTITIES = {
+    "previous": [("L2", q) for q in ("posonly_score_offset1", "posonly_score_self", "posonly_score_offset2",
+                                     "posonly_score_max_other", "posonly_pattern_offset1", "tokonly_score_other_mean",
+                                     "both_pattern_offset1", "both_pattern_self", "both_pattern_offset2")]
+                + [("L3", q) for q in ("posonly_row1_key0", "posonly_row1_self", "posonly_min_prev_q2plus")],
+    "look_back_two": [("L5", f"posonly_pattern_{n}") for n in ("offset2", "offset1", "offset3", "offset4", "self")]
+                     + [("L5", f"posonly_score_{n}") for n in ("offset2", "offset1", "offset3")]
+                     + [("L5", f"both_mass_{n}") for n in ("offset2", "offset1", "offset3")],
+}
+DECOMPOSITION_BOS_QUANTITIES = [("L2", "tokonly_score_bos"), ("L2", "tokonly_pattern_bos"), ("L2", "both_pattern_bos")]
+
+
 def decomposition_scorecard(df: Any, roles: dict[str, str], p: dict[str, Any], bos: bool, model: str,
-                            artifacts: dict[str, str]) -> list[dict[str, Any]]:
+                            artifacts: dict[str, str], missing: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """L2, L3, L5 rows at query ``p['query']`` (and, for L5 'both', masses over queries
-    first_query..T−1 of the mean pattern)."""
+    first_query..T−1 of the mean pattern).  A role whose head is :data:`NONE` gets its
+    quantities (:data:`DECOMPOSITION_QUANTITIES`) without a value and ``missing[role]`` (why)."""
     q, fq = p["query"], p["first_query"]
     prev, lb2 = roles["previous"], roles["look_back_two"]
+    art = {"L2": artifacts["L2"], "L3": artifacts["L3"], "L5": artifacts["L5"]}
+    absent: list[dict[str, Any]] = []
+    for role in ("previous", "look_back_two"):
+        if roles[role] == NONE:
+            names = DECOMPOSITION_QUANTITIES[role] + (DECOMPOSITION_BOS_QUANTITIES if bos and role == "previous" else [])
+            why = (missing or {}).get(role, f"no {role.replace('_', '-')} head")
+            absent += [{"claim": c, "model": model, "quantity": n, "value": None, "detail": why, "artifact": art[c]}
+                       for c, n in names]
     rows: list[tuple[str, str, Any, str]] = []
     d = f"query {q}"
+    if prev == NONE:
+        return absent + ([] if lb2 == NONE else _look_back_two_rows(df, lb2, q, fq, bos, model, art))
     for name, key in (("offset1", q - 1), ("self", q), ("offset2", q - 2)):
         rows.append(("L2", f"posonly_score_{name}", _at(df, prev, "position_only", q, key, "score_mean"), f"{prev}, {d}"))
     others = [k for k in range(q + 1) if k not in (q, q - 1, q - 2)]
@@ -543,6 +601,15 @@ def decomposition_scorecard(df: Any, roles: dict[str, str], p: dict[str, Any], b
              ("L3", "posonly_row1_self", float(P[1, 1]), f"{prev}, position-only query 1 -> key 1"),
              ("L3", "posonly_min_prev_q2plus", float(min(P[k, k - 1] for k in range(2, P.shape[0]))),
               f"{prev}, position-only, min over queries >= 2 of P[q, q-1]")]
+    out = [{**r, "artifact": art[r["claim"]]} for r in scorecard(rows, model, "")]
+    return out + absent + ([] if lb2 == NONE else _look_back_two_rows(df, lb2, q, fq, bos, model, art))
+
+
+def _look_back_two_rows(df: Any, lb2: str, q: int, fq: int, bos: bool, model: str,
+                        art: dict[str, str]) -> list[dict[str, Any]]:
+    """L5 rows of :func:`decomposition_scorecard` for the look-back-two head ``lb2``."""
+    rows: list[tuple[str, str, Any, str]] = []
+    d = f"query {q}"
     for name, off in (("offset2", 2), ("offset1", 1), ("offset3", 3), ("offset4", 4), ("self", 0)):
         rows.append(("L5", f"posonly_pattern_{name}", _at(df, lb2, "position_only", q, q - off, "pattern_mean"),
                      f"{lb2}, {d}"))
@@ -553,8 +620,13 @@ def decomposition_scorecard(df: Any, roles: dict[str, str], p: dict[str, Any], b
     m = offset_masses(B, fq, bos)
     for name, k in (("offset2", "offset_2"), ("offset1", "previous"), ("offset3", "offset_3")):
         rows.append(("L5", f"both_mass_{name}", m[k], f"{lb2}, mean over queries {fq}..{B.shape[0] - 1}"))
-    art = {"L2": artifacts["L2"], "L3": artifacts["L3"], "L5": artifacts["L5"]}
     return [{**r, "artifact": art[r["claim"]]} for r in scorecard(rows, model, "")]
+
+
+#: the quantities of :func:`bos_induction_scorecard` (written without a value when no head
+#: fills the induction role)
+BOS_INDUCTION_QUANTITIES = ("p_b_with_bos", "p_b_without_bos", "induction_row_with_bos_bos", "induction_row_with_bos_b",
+                            "induction_row_without_bos_a", "induction_row_without_bos_b", "p_b_without_over_with")
 
 
 def bos_induction_scorecard(rows: list[dict[str, Any]], head: str, model: str, artifact: str) -> list[dict[str, Any]]:
@@ -571,15 +643,26 @@ def bos_induction_scorecard(rows: list[dict[str, Any]], head: str, model: str, a
         ("L4", "induction_row_without_bos_a", att[("without_bos", "A")], f"{head}, final [A] -> A at position 0"),
         ("L4", "induction_row_without_bos_b", att[("without_bos", "B")], f"{head}, final [A] -> B"),
     ]
+    with_bos = pb["with_bos"]["value"]
+    out.append(("L4", "p_b_without_over_with", pb["without_bos"]["value"] / with_bos if with_bos > 0 else None,
+                "P([B]) without BOS / with BOS" if with_bos > 0 else "P([B]) with BOS is 0: no ratio"))
     return scorecard(out, model, artifact)
 
 
 def read_roles(path: str) -> dict[str, str]:
-    """``{role: head}`` from a ``head_roles.csv`` written by rule random_token_patterns."""
+    """``{role: head}`` from a ``head_roles.csv`` written by rule random_token_patterns (head
+    :data:`NONE` for a role no head fills)."""
+    return {r: row["head"] for r, row in read_role_rows(path).items()}
+
+
+def read_role_rows(path: str) -> dict[str, dict[str, Any]]:
+    """``{role: row}`` of a ``head_roles.csv`` (:func:`find_roles`' columns)."""
     from posmech.tables import read_table
 
     df = read_table(path)
     missing = [r for r in ROLES if r not in set(df["role"])]
     if missing:
         raise PosmechError(f"{path}: no row for role(s) {', '.join(missing)}; rerun random_token_patterns")
-    return dict(zip(df["role"], df["head"]))
+    if "candidate" not in df:
+        raise PosmechError(f"{path}: written before role thresholds (no `candidate` column); rerun random_token_patterns")
+    return {str(r["role"]): r for r in df.to_dict("records")}

@@ -721,6 +721,25 @@ def most_varying(spread: np.ndarray, classes: Sequence[str], top: int) -> list[s
     return [head_name(0, int(h)) for h in idx[:top]]
 
 
+#: the K7 classes whose heads are "broad" in K8's and the C claims' findings: the contextual
+#: heads and "other" (the post: head 11 "behaves similarly to the contextual attention heads")
+BROAD_CLASSES = ("contextual", "other")
+
+
+def broad_spread_row(spread: np.ndarray, classes: Sequence[str], model: str, artifact: str) -> dict[str, Any]:
+    """K8's finding row ``broad_max_spread``: the largest :func:`denominator_spread` among the
+    broad layer-0 heads (:data:`BROAD_CLASSES`); no value, and why, when there is none."""
+    broad = [h for h, c in enumerate(classes) if c in BROAD_CLASSES]
+    row = {"claim": "K8", "model": model, "quantity": "broad_max_spread", "artifact": artifact}
+    if not broad:
+        return {**row, "value": None, "detail": "no layer-0 head is contextual or other (K7 classes: "
+                + ", ".join(f"{head_name(0, h)} {c}" for h, c in enumerate(classes)) + ")"}
+    h = max(broad, key=lambda i: spread[i])
+    return {**row, "value": float(spread[h]),
+            "detail": f"{head_name(0, h)} ({classes[h]}): std over texts of log Z, mean over destination positions; "
+                      f"broad heads {', '.join(head_name(0, i) for i in broad)}"}
+
+
 # --------------------------------------------------------------------------- K9
 def resampled_variance(p: np.ndarray, c_pop: np.ndarray, weights: np.ndarray, n_resamples: int,
                        rng: np.random.Generator, fixed: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -801,6 +820,18 @@ def loglog_fit(predicted: np.ndarray, observed: np.ndarray) -> tuple[float, floa
 
 
 # --------------------------------------------------------------------------- K10
+def loglog_fit_or_reason(predicted: np.ndarray, observed: np.ndarray) -> tuple[float, float, str]:
+    """:func:`loglog_fit`, or ``(nan, nan, why)`` when fewer than 3 pairs have positive
+    variances (every head's denominator is constant in the tokens: nothing to model, K9
+    not measurable); ``why`` is empty when the fit exists."""
+    ok = (np.asarray(predicted) > 0) & (np.asarray(observed) > 0)
+    if ok.sum() < 3:
+        return (float("nan"), float("nan"),
+                f"only {int(ok.sum())} (predicted, observed) variance pairs are positive: no layer-0 head's "
+                "denominator varies with the tokens (no content-dependent head), nothing to fit")
+    return (*loglog_fit(predicted, observed), "")
+
+
 def layer_rows(bridge: Any, ids: np.ndarray, n: int, layer: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """One forward pass of ``ids[: n + 1]``: the attention rows at ``n`` of every head of
     ``layer`` ``[H, n + 1]`` and the post-ln1 embedding at ``n`` ``[d_model]``."""

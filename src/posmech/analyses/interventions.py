@@ -632,7 +632,8 @@ def knockout_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any
         why = (f"nothing to knock out: the sharp head {head} is in layer 0, so no earlier layer can carry "
                "the previous position")
         return rows + [{"claim": "P5", "model": model, "quantity": q, "value": None, "detail": why, "artifact": artifact}
-                       for q in ("prev_token_mass_ratio", "prev_token_mass_ratio_renormalised")]
+                       for q in ("prev_token_mass_ratio", "prev_token_mass_ratio_renormalised",
+                                 "prev_token_mass_ratio_knocked")]
     knocked = [int(x) for x in str(layers).split(";")]
     for c, q in (("knockout", "prev_token_mass_ratio"), ("knockout_renormalised", "prev_token_mass_ratio_renormalised")):
         verdict = knockout_verdict(float(m[("intact", "all")]), float(m[(c, "all")]), head, knocked)
@@ -640,6 +641,12 @@ def knockout_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any
                      "detail": (f"{verdict}; " if verdict else "") + f"{head}: {c} / intact, all queries; knocked-only "
                                f"{m[(c, 'knocked')]:.3f} vs {m[('intact', 'knocked')]:.3f}; {layers_words(knocked)}",
                      "artifact": artifact})
+    # the finding's quantity: only the queries whose previous position was knocked out (every
+    # period-th), where the post's disruption happens; over all queries most are untouched
+    rows.append({"claim": "P5", "model": model, "quantity": "prev_token_mass_ratio_knocked",
+                 "value": float(m[("knockout", "knocked")] / m[("intact", "knocked")]),
+                 "detail": f"{head}: knockout / intact at the knocked-out queries only; {layers_words(knocked)}",
+                 "artifact": artifact})
     return rows
 
 
@@ -656,7 +663,27 @@ def extended_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any
     return [{"claim": "P15", "model": model, "quantity": f"damage_{h}", "value": v,
              "detail": f"{h} prev-token mass {m[(h, 'intact')]:.3f} -> {m[(h, 'averaged')]:.3f} "
                        f"(role {df.loc[df['head'] == h, 'role'].iloc[0]})", "artifact": artifact}
-            for h, v in damage(df).items()]
+            for h, v in damage(df).items()] + [damage_gap_row(df, model, artifact)]
+
+
+def damage_gap_row(df: Any, model: str, artifact: str) -> dict[str, Any]:
+    """P15's finding row ``early_minus_sharp_damage``: the mean relative damage
+    (:func:`damage`) of the early heads in a layer below the sharp head's, minus the sharp
+    head's; no value, and why, without such an early head."""
+    row = {"claim": "P15", "model": model, "quantity": "early_minus_sharp_damage", "artifact": artifact}
+    d = damage(df)
+    first = df.groupby("head")[["role", "head_layer"]].first()
+    sharp = [h for h in first.index if first.loc[h, "role"] == "sharp" and h in d]
+    if not sharp:
+        return {**row, "value": None, "detail": "no sharp head was averaged at its own layer"}
+    s = sharp[0]
+    early = [h for h in first.index if first.loc[h, "role"] == "early" and h in d
+             and int(first.loc[h, "head_layer"]) < int(first.loc[s, "head_layer"])]
+    if not early:
+        return {**row, "value": None, "detail": f"no early previous-token head in a layer below the sharp head {s}"}
+    mean_early = float(np.mean([d[h] for h in early]))
+    return {**row, "value": mean_early - d[s],
+            "detail": f"mean damage of {', '.join(early)} {mean_early:.3f} minus {s}'s {d[s]:.3f}"}
 
 
 def repeated_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any]]:
@@ -674,7 +701,10 @@ def repeated_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any
     ]
 
 
-def induction_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any]]:
+def induction_scorecard(df: Any, model: str, artifact: str, redirected: str | None = None) -> list[dict[str, Any]]:
+    """P16 rows: every target's probability per condition, and ``p_redirected_after``, the
+    probability of ``redirected`` (the target named after the prompt's word c) after the
+    intervention (no value when no target has that name)."""
     out = []
     head = df["head"].iloc[0]
     for cond, suffix in (("baseline", "baseline"), ("redirect_scale", "after"), ("redirect", "redirect_only")):
@@ -682,6 +712,11 @@ def induction_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, An
             out.append({"claim": "P16", "model": model, "quantity": f"p_{r['target']}_{suffix}",
                         "value": float(r["probability"]),
                         "detail": f"{head}, {cond}, variants summed", "artifact": artifact})
+    after = df[(df["condition"] == "redirect_scale") & (df["target"] == redirected)]
+    out.append({"claim": "P16", "model": model, "quantity": "p_redirected_after",
+                "value": float(after["probability"].iloc[0]) if len(after) else None,
+                "detail": f"{head}: P({redirected}) after redirecting and scaling its output" if len(after)
+                else f"the prompt has no target named {redirected!r} (after its word c)", "artifact": artifact})
     return out
 
 

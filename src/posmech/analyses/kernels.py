@@ -513,6 +513,9 @@ def scorecard(df: pd.DataFrame, model: str, n: int, artifacts: dict[str, str], e
         {"claim": "K1", "model": model, "quantity": "positional_kernels", "value": ok,
          "detail": f"{ok} of {n_layers * n_heads} heads have a positional kernel (ETC at n={n} finite)",
          "artifact": artifacts["table"]},
+        {"claim": "K1", "model": model, "quantity": "kernel_defined_fraction", "value": ok / (n_layers * n_heads),
+         "detail": f"fraction of the {n_layers * n_heads} heads whose kernel at n={n} has a finite ETC",
+         "artifact": artifacts["table"]},
         {"claim": "K2", "model": model, "quantity": "kernel_heatmaps", "value": "figures",
          "detail": "query x key heatmaps of the layer-0 heads and of selected later heads", "artifact": artifacts["kernels"]},
     ]

@@ -207,6 +207,42 @@ def select_heads(classes: pd.DataFrame, pinned: Sequence[str] | None, use_classe
     return heads
 
 
+def missing_heads(classes: pd.DataFrame, pinned: Sequence[str] | None, use_classes: Sequence[str]) -> str | None:
+    """Why the bag of tokens has no head on this model (no head pinned and none of the K7
+    classes ``use_classes``), in words; ``None`` when it has one.  The C rules then write
+    their tables empty and C1-C3 are not measurable, instead of failing the run."""
+    if pinned or any(c in set(use_classes) for c in classes["head_class"]):
+        return None
+    found = ", ".join(f"{n}: {c}" for n, c in zip(classes["head_name"], classes["head_class"]))
+    return f"no broad layer-0 head: none is in neurons.head_classes {list(use_classes)} (K7 classes {found})"
+
+
+def write_not_measurable(path: str | os.PathLike[str], why: str, attrs: dict[str, Any]) -> None:
+    """``extended_tokens.h5`` of a model without a head for the bag of tokens: no datasets,
+    the reason in the attribute ``not_measurable`` (:func:`not_measurable`)."""
+    from posmech.hdf5 import artifact_writer
+
+    with artifact_writer(path, KIND, RULE, {**attrs, "heads": [], "not_measurable": why}):
+        pass
+
+
+def not_measurable(path: str | os.PathLike[str]) -> str | None:
+    """The reason an ``extended_tokens.h5`` holds nothing (:func:`write_not_measurable`), or ``None``."""
+    from posmech.hdf5 import attr_json, open_artifact
+
+    with open_artifact(path, KIND) as f:
+        return attr_json(f, "not_measurable") if "not_measurable" in f.attrs else None
+
+
+def best_explained_row(ranking: pd.DataFrame, model: str, artifact: str) -> dict[str, Any]:
+    """C2's finding row ``best_explained_variance``: the best-ranked neuron's variance explained
+    by the contextual term (:func:`neuron_ranking`)."""
+    return {"claim": "C2", "model": model, "quantity": "best_explained_variance",
+            "value": float(ranking["explained"].iloc[0]),
+            "detail": f"neuron {int(ranking['neuron'].iloc[0])}: 1 - Var(a - t) / Var(a), a = its real "
+                      "pre-activation, t = the contextual term", "artifact": artifact}
+
+
 def check_neurons(neurons: Sequence[int], d_mlp: int, model: str) -> list[int]:
     """Neuron indices within ``0..d_mlp−1``, else an error naming ``neurons.neurons``."""
     bad = [int(j) for j in neurons if not 0 <= int(j) < d_mlp]

@@ -515,6 +515,20 @@ def taxa_scorecard(taxa: pd.DataFrame, split: dict[str, int], model: str, detail
     ]
 
 
+def early_dark_row(taxa: pd.DataFrame, early: list[str], model: str, detail: str, artifact: str) -> dict[str, Any]:
+    """P13's finding row ``early_dark_diagonal_fraction``: the fraction of the strict early
+    previous-token heads (:func:`posmech.analyses.taxonomy.strict_early_heads`) classified
+    dark-diagonal; no value, and why, when there is none."""
+    row = {"claim": "P13", "model": model, "quantity": "early_dark_diagonal_fraction", "artifact": artifact}
+    if not early:
+        return {**row, "value": None, "detail": "no early previous-token head: none of the P7-ranked heads "
+                "(taxonomy.early_top_n) is in a layer below the sharpest head's"}
+    dark = set(taxa.loc[taxa["taxon"] == TAXA[0], "head"])
+    hits = [h for h in early if h in dark]
+    return {**row, "value": len(hits) / len(early),
+            "detail": f"{len(hits)} of the early heads {early} are dark-diagonal ({', '.join(hits) or 'none'}); {detail}"}
+
+
 # --------------------------------------------------------------------------- rule helpers
 def long_documents(tokens: Any, n_documents: int, context: int | None) -> tuple[list[np.ndarray], int, list[int]]:
     """:func:`posmech.data.tokens.context_documents` of the ``anatomy`` section:
@@ -552,8 +566,36 @@ def scores_table(panels: list[HeadScores], roles: dict[str, str], window: int) -
             "max_abs_diff_pattern_vs_hook": float(np.abs(p.pattern - p.hook_pattern).max()),
             "raw_future_max": float(np.triu(p.raw, 1).max()) if n > 1 else float("nan"),
             "dip": float(med[0]), "bump": float(med[1]), "trend": float(med[2]), "n_rows": int(len(q)),
+            "raw_argmax_prev_fraction": raw_argmax_prev_fraction(p.raw),
         })
     return pd.DataFrame(rows)
+
+
+def raw_argmax_prev_fraction(raw: np.ndarray) -> float:
+    """P12's finding: the fraction of query rows ``q >= 1`` of the raw scores ``[n, n]`` (every
+    key, the future included) whose argmax is the previous position ``q - 1``; NaN for n < 2."""
+    n = raw.shape[0]
+    if n < 2:
+        return float("nan")
+    return float((np.argmax(raw[1:], axis=1) == np.arange(n - 1)).mean())
+
+
+def anatomy_scorecard(table: pd.DataFrame, model: str, detail: str, artifact: str) -> list[dict[str, Any]]:
+    """P12 rows: the heads drawn, and the sharp head's raw argmax fraction
+    (:func:`raw_argmax_prev_fraction`; no value when ``anatomy.heads`` pins the heads drawn)."""
+    sharp = table[table["role"] == "sharp"]
+    rows = [{"claim": "P12", "model": model, "quantity": "score_figures", "value": table["head"].tolist(),
+             "detail": detail, "artifact": artifact}]
+    if len(sharp):
+        r = sharp.iloc[0]
+        rows.append({"claim": "P12", "model": model, "quantity": "sharp_raw_argmax_prev_fraction",
+                     "value": float(r["raw_argmax_prev_fraction"]),
+                     "detail": f"{r['head']}: fraction of the {int(r['n_tokens']) - 1} query rows q >= 1 whose raw "
+                               f"scores (every key, the future included) peak at q - 1; {detail}", "artifact": artifact})
+    else:
+        rows.append({"claim": "P12", "model": model, "quantity": "sharp_raw_argmax_prev_fraction", "value": None,
+                     "detail": "anatomy.heads pins the heads drawn: no sharp head among them", "artifact": artifact})
+    return rows
 
 
 def write_scores(path: Any, panels: list[HeadScores], tokens: np.ndarray, attrs: dict[str, Any]) -> None:

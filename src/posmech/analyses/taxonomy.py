@@ -286,6 +286,16 @@ EARLY_RULE = "P7 rank <= {top_n} and layer < sharp head's layer"
 EARLY_FALLBACK_RULE = "fallback (no ranked head below the sharp head's layer): P7 rank <= {top_n}, other than the sharp head"
 
 
+def strict_early_heads(chosen: dict[str, list[str]]) -> list[str]:
+    """The early heads of ``chosen`` (:func:`read_chosen_heads`) in a layer strictly below the
+    sharp head's: the early previous-token heads of P13/P15's findings, never the fallback's
+    heads of the sharp head's layer or above."""
+    if not chosen.get("sharp"):
+        return []
+    layer = parse_head(chosen["sharp"][0])[0]
+    return [h for h in chosen.get("early", []) if parse_head(h)[0] < layer]
+
+
 def choose_heads(df: pd.DataFrame, model: str, early_top_n: int = 11, pin: dict[str, Any] | None = None) -> pd.DataFrame:
     """The chosen-heads table (:data:`HEADS_COLUMNS`) from :func:`classify_heads` output.
 

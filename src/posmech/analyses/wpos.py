@@ -178,6 +178,30 @@ def max_unchanged_k(df: pd.DataFrame, loss_tolerance: float, probability_toleran
     return best
 
 
+#: the group size of the post's P3/P4/P15 interventions (k = 10)
+POST_K = 10
+
+
+def repeat_min_row(df: pd.DataFrame, targets: dict[str, str], model: str, artifact: str,
+                   k_post: int = POST_K) -> dict[str, Any]:
+    """P3's finding row ``p_repeat_min_k10``: the smallest probability of the repeated word
+    (``targets``: prompt id → its expected target) over the prompts, intact (k = 1) and with
+    ``W_pos`` averaged at ``k_post`` or, when the grid lacks it, the largest grid k in
+    ``2..k_post``; no value (and why) when there is none."""
+    ks = sorted(int(k) for k in df["k"].unique() if 1 < int(k) <= k_post)
+    row = {"claim": "P3", "model": model, "quantity": f"p_repeat_min_k{k_post}", "artifact": artifact}
+    if not ks or not targets:
+        why = "no group size 2..%d in posembed_averaging.ks" % k_post if not ks else "no repeat prompt"
+        return {**row, "value": None, "detail": why}
+    k = ks[-1]
+    probs = df[(df["quantity"] == "probability") & df["k"].isin([1, k])]
+    sel = probs[[targets.get(p) == t for p, t in zip(probs["prompt"], probs["target"])]]
+    lowest = sel.loc[sel["value"].idxmin()]
+    return {**row, "value": float(lowest["value"]),
+            "detail": f"smallest over {len(targets)} prompt(s) and k in (1, {k}) of P(repeated word): "
+                      f"{lowest['prompt']} at k = {int(lowest['k'])}"}
+
+
 # --------------------------------------------------------------------------- P4
 def head_pattern(bridge: Any, doc: np.ndarray, layer: int, head: int) -> np.ndarray:
     """One head's attention pattern on a document: ``[n, n]`` float64 (query, key)."""

@@ -111,3 +111,14 @@ def training_curve(curve: pd.DataFrame, summary: dict[str, Any], path: str | os.
         fontsize=9,
     )
     save(fig, path)
+
+
+def words_figure(title: str, text: str, path: str | os.PathLike[str]) -> None:
+    """A figure that says in words why there is nothing to draw (a rule whose object the
+    model lacks still writes its figure)."""
+    fig = plt.figure(figsize=(6, 2.5))
+    ax = fig.add_subplot()
+    ax.axis("off")
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=10, wrap=True)
+    fig.suptitle(title, fontsize=9)
+    save(fig, path)

@@ -331,15 +331,17 @@ def build(
     *, html: str, figures_dir: str, scorecard_csv: str, published: str, scorecards: list[str],
     figures: list[str], tables: list[str], summaries: list[str], manifests: list[str],
     tokens: list[str], flags: dict[str, dict[str, Any]], config: dict[str, Any], benchmarks: str,
-    claims: str | None = None,
+    claims: str | None = None, findings: str | None = None,
 ) -> dict[str, Any]:
     """Write the scorecard CSV and the HTML report; returns the status counts.
 
     ``claims``: the claims catalogue (``docs/claims.md``), rendered at the end of the report;
-    the scorecard's claim IDs link to its rows."""
+    the scorecard's claim IDs link to its rows.  ``findings``: ``results/report/findings.csv``
+    (rule ``findings``), drawn as the grid at the top (:mod:`posmech.report.findings_grid`)."""
     import jinja2
 
     from posmech.hdf5 import git_commit
+    from posmech.report.findings_grid import read_grid
     from posmech.tables import write_table
 
     entries = sc.load_published(published)
@@ -416,6 +418,7 @@ def build(
         .sort_values("sum", ascending=False).to_dict("records") if len(bench) else [],
         "scorecard_href": os.path.relpath(scorecard_csv, Path(html).parent),
         "published_path": _display_path(published),
+        "findings_grid": read_grid(findings),
     }
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("posmech.report", "templates"), autoescape=jinja2.select_autoescape(["html", "j2"]),

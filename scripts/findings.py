@@ -1,0 +1,19 @@
+"""Rule findings: the verdict (holds / fails / not measurable) of every model-independent
+finding of resources/findings.yaml on every model of the run (results/report/findings.csv)."""
+
+from posmech.findings import counts, findings_table, load_findings
+from posmech.runner import run
+from posmech.tables import write_table
+
+
+def main(smk, log):
+    findings = load_findings(smk.input.findings, smk.input.schema)
+    table = findings_table(findings, dict(smk.params.thresholds), list(smk.input.scorecards), list(smk.params.models))
+    per_model = counts(table)
+    write_table(table, smk.output.table, {"findings": "resources/findings.yaml", "thresholds": dict(smk.params.thresholds),
+                                          "counts": per_model})
+    for model, c in per_model.items():
+        log.info("%s: %s", model, ", ".join(f"{v} {n}" for v, n in c.items()))
+
+
+run(snakemake, main)  # noqa: F821

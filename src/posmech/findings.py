@@ -1,0 +1,209 @@
+"""Model-independent findings and their verdicts: ``resources/findings.yaml`` × scorecard rows.
+
+Every claim of ``docs/claims.md`` is stated in ``resources/findings.yaml`` as a *finding*:
+a sentence that is true or false on any model, the scorecard quantity it reads (row
+``quantity`` of ``results/{model}/scorecard/<rule>.csv``), a predicate and the key of its
+threshold in the config section ``findings``.  :func:`judge` gives one (claim, model) its
+verdict (:data:`VERDICTS`):
+
+* ``holds`` / ``fails``: the value satisfies / does not satisfy ``value PREDICATE threshold``;
+* ``not measurable``: the rule does not run on the model, wrote no row with the quantity, or
+  wrote the row without a number (its ``detail`` says why: e.g. "no contextual layer-0
+  head"); the reason is always given in words.
+
+Pure functions, no I/O except :func:`load_findings` (reads and validates the YAML against
+``workflow/schemas/findings.schema.yaml``) and :func:`findings_table` (reads scorecards).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from posmech.errors import PosmechError
+
+VERDICTS = ("holds", "fails", "not measurable")
+FINDINGS_COLUMNS = ["claim", "model", "verdict", "quantity", "value", "threshold", "reason", "rule", "finding"]
+PREDICATES: dict[str, Callable[[float, float], bool]] = {
+    ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq,
+}
+AGGREGATES = ("min", "max", "count", "ratio")
+SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "findings.schema.yaml"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One entry of ``resources/findings.yaml``."""
+
+    claim: str
+    finding: str
+    rule: str
+    quantity: str
+    predicate: str
+    threshold: str
+    not_measurable: str
+    aggregate: str | None = None
+    choice: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The verdict of one finding on one model; ``value``/``threshold`` are ``None`` when
+    there is no number."""
+
+    claim: str
+    model: str
+    verdict: str
+    quantity: str
+    value: float | None
+    threshold: float | None
+    reason: str
+
+    def row(self, finding: Finding) -> dict[str, Any]:
+        return {"claim": self.claim, "model": self.model, "verdict": self.verdict, "quantity": self.quantity,
+                "value": self.value, "threshold": self.threshold, "reason": self.reason,
+                "rule": finding.rule, "finding": finding.finding}
+
+
+def load_findings(path: str | os.PathLike[str], schema: str | os.PathLike[str] = SCHEMA) -> list[Finding]:
+    """Read ``resources/findings.yaml`` and validate it against its JSON schema; one entry per
+    claim.  Raises :class:`PosmechError` naming the entry and the problem."""
+    import jsonschema
+
+    try:
+        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        sch = yaml.safe_load(Path(schema).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as err:
+        raise PosmechError(f"cannot read findings {str(path)!r} or its schema: {err}") from None
+    errors = sorted(jsonschema.Draft202012Validator(sch).iter_errors(doc), key=lambda e: list(map(str, e.path)))
+    if errors:
+        e = errors[0]
+        where = "/".join(map(str, e.absolute_path)) or "(top)"
+        raise PosmechError(f"{str(path)!r} at {where}: {e.message} (format: the file's header, {Path(schema).name})")
+    out: list[Finding] = []
+    seen: set[str] = set()
+    for e in doc["findings"]:
+        if e["claim"] in seen:
+            raise PosmechError(f"{str(path)!r}: claim {e['claim']} has two findings; keep one")
+        seen.add(e["claim"])
+        out.append(Finding(claim=e["claim"], finding=e["finding"], rule=e["rule"], quantity=e["quantity"],
+                           predicate=e["predicate"], threshold=e["threshold"], not_measurable=e["not_measurable"],
+                           aggregate=e.get("aggregate"), choice=e.get("choice", "")))
+    return out
+
+
+def check_thresholds(findings: list[Finding], thresholds: Mapping[str, Any]) -> None:
+    """Every finding's threshold key is a number in the config section ``findings``."""
+    bad = [f"{f.claim}: {f.threshold}" for f in findings
+           if isinstance(thresholds.get(f.threshold), bool) or not isinstance(thresholds.get(f.threshold), (int, float))]
+    if bad:
+        raise PosmechError(f"config section `findings` lacks a number for {', '.join(bad)}; add the key "
+                           "(workflow/schemas/config.schema.yaml documents each one)")
+
+
+def _number(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    return None if math.isnan(float(x)) else float(x)
+
+
+def reduce_value(value: Any, aggregate: str | None) -> tuple[float | None, str]:
+    """A scorecard value (number, list, mapping, text) as one number by ``aggregate``;
+    ``(None, why)`` when that is impossible."""
+    if aggregate is None:
+        v = _number(value)
+        return (v, "") if v is not None else (None, f"the value {value!r} is not a number")
+    if aggregate == "count":
+        if isinstance(value, (list, dict)):
+            return float(len(value)), ""
+        return None, f"the value {value!r} is not a list to count"
+    nums = list(value.values()) if isinstance(value, dict) else value if isinstance(value, list) else None
+    if nums is None:
+        return None, f"the value {value!r} is not a list or mapping of numbers"
+    xs = [_number(x) for x in nums]
+    if any(x is None for x in xs):
+        return None, f"the value {value!r} holds something other than numbers"
+    vals = [x for x in xs if x is not None]
+    if not vals:
+        return None, "the value is empty (nothing to take the " + aggregate + " of)"
+    if aggregate == "min":
+        return min(vals), ""
+    if aggregate == "max":
+        return max(vals), ""
+    lo, hi = min(vals), max(vals)
+    if lo <= 0:
+        return None, f"a ratio of {value!r} needs positive numbers"
+    return hi / lo, ""
+
+
+def judge(finding: Finding, model: str, thresholds: Mapping[str, Any], row: Mapping[str, Any] | None,
+          rule_ran: bool) -> Verdict:
+    """The verdict of ``finding`` on ``model``.
+
+    ``row``: the scorecard row (``value`` parsed: number, list, mapping, text or ``None``;
+    ``detail``) with the finding's quantity, ``None`` when there is none; ``rule_ran``:
+    whether the finding's rule wrote a scorecard for the model."""
+    from posmech.report.scorecard import format_value
+
+    thr = float(thresholds[finding.threshold])
+    q = finding.quantity if not finding.aggregate else f"{finding.aggregate}({finding.quantity})"
+
+    def nm(reason: str, value: float | None = None) -> Verdict:
+        return Verdict(finding.claim, model, "not measurable", q, value, thr, reason)
+
+    if not rule_ran:
+        return nm(f"rule {finding.rule} does not run on {model} (not in its config section's models); "
+                  f"it is not measurable when: {finding.not_measurable}")
+    if row is None:
+        return nm(f"rule {finding.rule} wrote no row {finding.quantity!r} for {model} (quantity not computed)")
+    raw = row.get("value")
+    detail = str(row.get("detail") or "")
+    if raw is None:
+        return nm(detail or f"rule {finding.rule} gave {finding.quantity!r} no value for {model}")
+    value, why = reduce_value(raw, finding.aggregate)
+    if value is None:
+        text = f"{format_value(raw)}" if isinstance(raw, str) else why
+        return nm(f"{text}" + (f" ({detail})" if detail and detail not in text else ""))
+    ok = PREDICATES[finding.predicate](value, thr)
+    words = f"{value:.4g} {finding.predicate} {thr:g}" if ok else f"{value:.4g} is not {finding.predicate} {thr:g}"
+    return Verdict(finding.claim, model, "holds" if ok else "fails", q, value, thr,
+                   f"{words} (threshold findings.{finding.threshold})")
+
+
+def findings_table(findings: list[Finding], thresholds: Mapping[str, Any], scorecards: list[str],
+                   models: list[str]) -> pd.DataFrame:
+    """One row per (finding, model of ``models``) in claim order: :data:`FINDINGS_COLUMNS`.
+
+    ``scorecards``: every ``results/{model}/scorecard/<rule>.csv`` of the run; a rule that
+    wrote none for a model does not run on it."""
+    from posmech.report.scorecard import claim_sort_key, parse_value, read_scorecards, registered_rules
+
+    check_thresholds(findings, thresholds)
+    ran = registered_rules(scorecards)
+    rows = read_scorecards(scorecards)
+    # keyed by claim too: two claims of one rule may share a quantity name (L2's and L5's
+    # posonly_pattern_offset1 are different heads')
+    by_key: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+    for r in rows.to_dict("records"):
+        by_key[(str(r["model"]), str(r["rule"]), str(r["claim"]), str(r["quantity"]))] = r
+    out = []
+    for f in sorted(findings, key=lambda f: claim_sort_key(f.claim)):
+        for m in models:
+            r = by_key.get((m, f.rule, f.claim, f.quantity))
+            row = None if r is None else {"value": parse_value(r["value"]),
+                                          "detail": "" if pd.isna(r["detail"]) else str(r["detail"])}
+            out.append(judge(f, m, thresholds, row, f.rule in ran.get(m, set())).row(f))
+    return pd.DataFrame(out, columns=FINDINGS_COLUMNS)
+
+
+def counts(table: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """``{model: {verdict: count}}`` of a findings table (every verdict listed)."""
+    return {str(m): {v: int((g["verdict"] == v).sum()) for v in VERDICTS} for m, g in table.groupby("model", sort=False)}

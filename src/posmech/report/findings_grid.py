@@ -1,0 +1,104 @@
+"""The findings grid at the top of the report: claims × models, one cell per verdict.
+
+Self-contained (its own scoped CSS, no template): :func:`grid_html` turns
+``results/report/findings.csv`` (:func:`posmech.findings.findings_table`) into an HTML block.
+Cells are coloured by verdict (``holds`` green, ``fails`` red, ``not measurable`` grey),
+show the measured value (or "n/m"), and carry the verdict, the threshold and the reason in
+their ``title`` (hover).  One small table per claim family, side by side, so the 34 claims
+fit a 1280-px-wide page without scrolling sideways.
+"""
+
+from __future__ import annotations
+
+import math
+from html import escape
+from typing import Any
+
+import pandas as pd
+from markupsafe import Markup
+
+from posmech.findings import VERDICTS
+from posmech.report.scorecard import FAMILIES, claim_sort_key, family
+
+STYLE = """<style>
+#findings .fg-families{display:flex;flex-wrap:wrap;gap:1em;align-items:flex-start}
+#findings table.fg{border-collapse:collapse;font-size:0.85em}
+#findings table.fg th,#findings table.fg td{border:1px solid #ccc;padding:2px 6px;text-align:center;white-space:nowrap}
+#findings table.fg th.fg-claim{text-align:left;cursor:help}
+#findings td.v-holds{background:#c8ecc8}
+#findings td.v-fails{background:#f6c4c4}
+#findings td.v-not-measurable{background:#e6e6e6;color:#555}
+#findings .fg-legend span{display:inline-block;padding:1px 8px;margin-right:6px;border:1px solid #ccc}
+#findings caption{font-weight:bold;text-align:left}
+</style>"""
+
+
+def _value(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/m"
+    return f"{float(v):.3g}"
+
+
+def _text(x: Any) -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x)
+
+
+def grid_html(table: pd.DataFrame) -> Markup:
+    """The findings block (``<section id="findings">``) of a findings table; an explanatory
+    paragraph when the table is empty."""
+    parts = [STYLE, '<section id="findings"><h2>Findings: does each claim hold on this run\'s models?</h2>']
+    if table is None or not len(table):
+        parts.append("<p>No findings were judged (no model in this run).</p></section>")
+        return Markup("".join(parts))
+    models = list(dict.fromkeys(table["model"].astype(str)))
+    counts = {m: {v: int(((table["model"] == m) & (table["verdict"] == v)).sum()) for v in VERDICTS} for m in models}
+    parts.append(
+        "<p>Every claim is stated as a finding independent of any model (<code>resources/findings.yaml</code>; "
+        "thresholds in the config section <code>findings</code>, each with its reason in "
+        "<code>config/README.md</code>) and judged on every model of the run: "
+        '<span class="fg-legend"><span style="background:#c8ecc8">holds</span>'
+        '<span style="background:#f6c4c4">fails</span>'
+        '<span style="background:#e6e6e6">not measurable</span></span> '
+        "Cells show the measured value; hover a cell for the threshold and the reason, a claim for its "
+        'finding. Download: <a href="findings.csv">findings.csv</a>.</p><p>'
+        + " · ".join(f"<strong>{escape(m)}</strong>: " + ", ".join(f"{v} {n}" for v, n in counts[m].items())
+                     for m in models) + "</p>")
+    rows = table.to_dict("records")
+    by = {(str(r["claim"]), str(r["model"])): r for r in rows}
+    claims = sorted({str(r["claim"]) for r in rows}, key=claim_sort_key)
+    sentence = {str(r["claim"]): _text(r.get("finding")) for r in rows}
+    parts.append('<div class="fg-families">')
+    for key, title in FAMILIES.items():
+        fam = [c for c in claims if family(c) == key]
+        if not fam:
+            continue
+        parts.append(f'<table class="fg"><caption title="{escape(title)}">{key}</caption><tr><th></th>')
+        parts += [f"<th>{escape(m)}</th>" for m in models]
+        parts.append("</tr>")
+        for c in fam:
+            parts.append(f'<tr><th class="fg-claim" title="{escape(sentence[c])}">'
+                         f'<a href="#claim-{escape(c)}">{escape(c)}</a></th>')
+            for m in models:
+                r = by.get((c, m))
+                if r is None:
+                    parts.append("<td>—</td>")
+                    continue
+                verdict = str(r["verdict"])
+                thr = r.get("threshold")
+                tip = (f"{c} on {m}: {verdict}. {_text(r.get('quantity'))}"
+                       + (f" = {_value(r.get('value'))}" if _value(r.get("value")) != "n/m" else "")
+                       + (f", threshold {_value(thr)}" if _value(thr) != "n/m" else "")
+                       + f". {_text(r.get('reason'))}")
+                parts.append(f'<td class="v-{verdict.replace(" ", "-")}" title="{escape(tip)}">'
+                             f"{_value(r.get('value')) if verdict != 'not measurable' else 'n/m'}</td>")
+            parts.append("</tr>")
+        parts.append("</table>")
+    parts.append("</div></section>")
+    return Markup("".join(parts))
+
+
+def read_grid(path: str | None) -> Markup:
+    """:func:`grid_html` of the findings CSV at ``path`` (an empty block when ``None``)."""
+    if not path:
+        return Markup("")
+    return grid_html(pd.read_csv(path))

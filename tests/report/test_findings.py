@@ -1,0 +1,149 @@
+"""Findings: resources/findings.yaml × thresholds × fabricated scorecards → holds / fails /
+not measurable, each not-measurable verdict with its reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from posmech import findings as fd
+from posmech.config import load_schema
+from posmech.errors import PosmechError
+from posmech.report.findings_grid import grid_html
+from posmech.tables import scorecard_rows, write_table
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMA = load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml")
+DEFAULTS = {k: v["default"] for k, v in SCHEMA["properties"]["findings"]["properties"].items()}
+
+
+def finding(**kw):
+    base = dict(claim="P5", finding="knocking out disrupts the sharp head", rule="prev_knockout",
+                quantity="prev_token_mass_ratio", predicate="<=", threshold="p5_max_mass_ratio",
+                not_measurable="sharp head in layer 0")
+    return fd.Finding(**{**base, **kw})
+
+
+def test_shipped_findings_cover_every_claim_with_a_documented_threshold():
+    found = fd.load_findings(REPO / "resources" / "findings.yaml")
+    claims = {f.claim for f in found}
+    expected = {f"P{i}" for i in range(1, 17)} | {f"L{i}" for i in range(1, 6)} | {f"K{i}" for i in range(1, 11)} \
+        | {f"C{i}" for i in range(1, 4)}
+    assert claims == expected
+    fd.check_thresholds(found, DEFAULTS)  # every key has a default number
+    readme = (REPO / "config" / "README.md").read_text(encoding="utf-8")
+    for f in found:
+        assert f"`{f.threshold}`" in readme, f"{f.threshold} is not documented in config/README.md"
+
+
+def test_judge_holds_and_fails_at_the_threshold():
+    f = finding()
+    thr = {"p5_max_mass_ratio": 0.5}
+    held = fd.judge(f, "m", thr, {"value": 0.5, "detail": ""}, True)
+    assert (held.verdict, held.value, held.threshold) == ("holds", 0.5, 0.5)
+    failed = fd.judge(f, "m", thr, {"value": 0.51, "detail": ""}, True)
+    assert failed.verdict == "fails" and "0.51 is not <= 0.5" in failed.reason
+    # the threshold comes from the config: a stricter one turns the same value into a failure
+    assert fd.judge(f, "m", {"p5_max_mass_ratio": 0.4}, {"value": 0.45, "detail": ""}, True).verdict == "fails"
+
+
+@pytest.mark.parametrize("row, ran, words", [
+    (None, False, "does not run on m"),
+    (None, True, "wrote no row 'prev_token_mass_ratio'"),
+    ({"value": None, "detail": "nothing to knock out: the sharp head L0H1 is in layer 0"}, True, "layer 0"),
+    ({"value": "no local head", "detail": ""}, True, "no local head"),
+])
+def test_not_measurable_always_says_why(row, ran, words):
+    v = fd.judge(finding(), "m", {"p5_max_mass_ratio": 0.5}, row, ran)
+    assert v.verdict == "not measurable" and words in v.reason and v.value is None
+
+
+@pytest.mark.parametrize("aggregate, value, expected", [
+    ("min", {"L1H0": 0.3, "L2H1": 0.05}, 0.05), ("max", [8.0, 9.0, 31.0], 31.0),
+    ("count", ["L0H1", "L0H2"], 2.0), ("count", [], 0.0), ("ratio", [0.15, 0.18], 1.2),
+])
+def test_aggregates(aggregate, value, expected):
+    got, why = fd.reduce_value(value, aggregate)
+    assert got == pytest.approx(expected) and why == ""
+
+
+def test_aggregate_of_nothing_is_not_measurable():
+    f = finding(claim="P7", quantity="diagonal_ratio", aggregate="min", predicate="<=", threshold="p7")
+    v = fd.judge(f, "m", {"p7": 0.1}, {"value": {}, "detail": ""}, True)
+    assert v.verdict == "not measurable" and "empty" in v.reason
+    # an empty head set counts as zero heads: a finding that asks for at least one fails
+    k7 = finding(claim="K7", quantity="contextual_heads", aggregate="count", predicate=">=", threshold="k7")
+    assert fd.judge(k7, "m", {"k7": 1}, {"value": [], "detail": ""}, True).verdict == "fails"
+
+
+def test_missing_threshold_is_an_error_naming_the_key():
+    with pytest.raises(PosmechError, match="p5_max_mass_ratio"):
+        fd.check_thresholds([finding()], {})
+
+
+def test_schema_rejects_a_bad_predicate(tmp_path):
+    doc = {"findings": [{"claim": "P5", "finding": "a finding sentence", "rule": "prev_knockout",
+                         "quantity": "q", "predicate": "~", "threshold": "t", "not_measurable": "never ever"}]}
+    p = tmp_path / "f.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    with pytest.raises(PosmechError, match="predicate"):
+        fd.load_findings(p)
+
+
+def test_findings_table_one_row_per_claim_and_model(tmp_path):
+    sc = tmp_path / "results" / "a" / "scorecard" / "prev_knockout.csv"
+    sc.parent.mkdir(parents=True)
+    write_table(scorecard_rows([{"claim": "P5", "model": "a", "quantity": "prev_token_mass_ratio", "value": 0.2}]), sc)
+    k = finding(claim="K2", rule="etc_table", quantity="local_translation_tv", threshold="k2_max_translation_tv")
+    table = fd.findings_table([k, finding()], DEFAULTS, [str(sc)], ["a", "b"])
+    assert list(table["claim"]) == ["P5", "P5", "K2", "K2"]
+    got = dict(zip(zip(table["claim"], table["model"]), table["verdict"]))
+    assert got == {("P5", "a"): "holds", ("P5", "b"): "not measurable", ("K2", "a"): "not measurable",
+                   ("K2", "b"): "not measurable"}
+    assert "not applicable" not in set(table["verdict"])
+    assert table["reason"].map(bool).all()
+    html = str(grid_html(table))
+    assert 'class="v-holds"' in html and "0.2" in html and "does not run on b" in html
+
+
+def test_grid_of_no_findings():
+    assert "No findings" in str(grid_html(pd.DataFrame(columns=fd.FINDINGS_COLUMNS)))
+
+
+def test_head_table_joins_the_roles_of_every_analysis():
+    from posmech.heads import HEAD_COLUMNS, head_table
+
+    taxonomy = pd.DataFrame({"head": ["L0H0", "L0H1", "L1H0", "L1H1"], "is_previous_token": [False, True, True, False],
+                             "ratio": [0.9, 0.5, 0.02, 0.8], "rank": [None, 2, 1, None]})
+    taxa = pd.DataFrame({"head": ["L0H0", "L0H1", "L1H0", "L1H1"],
+                         "taxon": ["other", "dark diagonal", "bright sub-diagonal", "other"]})
+    classes = pd.DataFrame({"head_name": ["L0H0", "L0H1"], "head_class": ["contextual", "detokenization"]})
+    roles = pd.DataFrame({"role": ["previous", "look_back_two", "induction"], "head": ["L1H0", "none", "L1H1"]})
+    masses = pd.DataFrame({"head": ["L1H0", "L1H0", "L1H1"], "mass": ["previous", "offset_2", "induction_score"],
+                           "value": [0.95, 0.01, 0.4]})
+    df = head_table("m", taxonomy=taxonomy, taxa=taxa, classes=classes, roles=roles, masses=masses)
+    assert list(df.columns) == HEAD_COLUMNS
+    assert list(df["head_name"]) == ["L0H0", "L0H1", "L1H0", "L1H1"] and list(df["layer"]) == [0, 0, 1, 1]
+    r = df.set_index("head_name")
+    assert r.loc["L1H0", "previous_token"] and r.loc["L1H0", "score_taxon"] == "bright sub-diagonal"
+    assert r.loc["L0H0", "k7_class"] == "contextual" and pd.isna(r.loc["L1H0", "k7_class"])
+    # the look-back-two role is none: no head carries it, not the best of the rest
+    assert set(r["l_role"]) == {"previous", "induction", ""}
+    assert r.loc["L1H1", "l_induction_score"] == 0.4 and pd.isna(r.loc["L0H0", "kernel_type"])
+
+
+def test_a_quantity_is_read_from_the_findings_own_claim(tmp_path):
+    """L2 and L5 rows of one rule share the name posonly_pattern_offset1 (different heads)."""
+    sc = tmp_path / "results" / "a" / "scorecard" / "input_decomposition.csv"
+    sc.parent.mkdir(parents=True)
+    write_table(scorecard_rows([
+        {"claim": "L2", "model": "a", "quantity": "posonly_pattern_offset1", "value": 0.95},
+        {"claim": "L5", "model": "a", "quantity": "posonly_pattern_offset1", "value": None, "detail": "no head"},
+    ]), sc)
+    l2 = finding(claim="L2", rule="input_decomposition", quantity="posonly_pattern_offset1", predicate=">=",
+                 threshold="l2_min_position_only_previous")
+    table = fd.findings_table([l2], DEFAULTS, [str(sc)], ["a"])
+    assert table["verdict"].tolist() == ["holds"] and table["value"].tolist() == [0.95]
