@@ -146,3 +146,42 @@ def test_heads_names_what_it_looked_for(tmp_path, capsys):
     assert "has no head_table.csv" in err and "results/<model>" in err and "head_table" in err
     assert main(["heads", str(tmp_path / "missing")]) == 1
     assert "is not a directory" in capsys.readouterr().err
+
+
+def _findings_csv(d):
+    import pandas as pd
+
+    from posmech.findings import FINDINGS_COLUMNS
+    from posmech.tables import write_table
+
+    rows = [("P5", "a", "holds", 0.2, "0.2 <= 0.5"), ("P5", "b", "not measurable", None, "no earlier layer"),
+            ("K1", "a", "fails", 0.31, "0.31 < 0.9"), ("K1", "b", "holds", 0.95, "0.95 >= 0.9")]
+    df = pd.DataFrame([{"claim": c, "model": m, "verdict": v, "quantity": "q", "value": x, "threshold": 0.5,
+                        "reason": why, "rule": "r", "finding": f"finding of {c}"} for c, m, v, x, why in rows],
+                      columns=FINDINGS_COLUMNS)
+    d.mkdir(parents=True)
+    write_table(df, d / "findings.csv")
+
+
+def test_findings_prints_the_grid_and_one_claims_reasons(tmp_path, capsys):
+    d = tmp_path / "results" / "report"
+    _findings_csv(d)
+    assert main(["findings", str(d)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "a: holds 1, fails 1, not measurable 0 · b: holds 1, fails 0, not measurable 1" in lines[0]
+    assert lines[1].split() == ["a", "b"]  # models in the run's order
+    assert lines[2].split() == ["P5", "holds", "0.2", "n/m"] and lines[3].split() == ["K1", "FAILS", "0.31",
+                                                                                     "holds", "0.95"]
+    assert main(["findings", str(d / "findings.csv"), "--claim", "P5"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("P5: finding of P5\n") and "b: not measurable (r: q) - no earlier layer" in out
+    assert "a: holds (r: q = 0.2) - 0.2 <= 0.5" in out
+
+
+def test_findings_names_what_is_missing(tmp_path, capsys):
+    assert main(["findings", str(tmp_path)]) == 1
+    assert "findings.csv' does not exist" in capsys.readouterr().err
+    _findings_csv(tmp_path / "r")
+    assert main(["findings", str(tmp_path / "r"), "--claim", "Q9"]) == 1
+    err = capsys.readouterr().err
+    assert "no claim 'Q9'" in err and "it has P5, K1" in err

@@ -1,5 +1,9 @@
 """Command line: ``python -m posmech inspect PATH [--json]``, ``… heads RESULTS/MODEL [--csv]``,
-``… check-config [CONFIG ...] [--directory DIR]`` (also the ``posmech`` script).
+``… findings [RESULTS/REPORT] [--claim ID]``, ``… check-config [CONFIG ...] [--directory DIR]``
+(also the ``posmech`` script).
+
+``findings`` prints ``results/report/findings.csv`` as a grid of claims × models (verdict and
+value per cell); ``--claim P5`` gives one claim's verdicts with the finding and the reasons.
 
 ``heads`` prints the head-roles table of one model (``results/MODEL/head_table.csv``, rule
 ``head_table``, :mod:`posmech.heads`): every head with the roles the analyses assign it
@@ -218,6 +222,49 @@ def heads(model_dir: str, as_csv: bool = False) -> int:
     return 0
 
 
+def findings(path: str, claim: str | None = None) -> int:
+    """``python -m posmech findings``: ``findings.csv`` (rule ``findings``) as a text grid, one
+    row per claim and one column per model, each cell the verdict (``holds``, ``FAILS``, ``n/m``
+    for not measurable) and the value; with ``--claim``, that claim's rows in full (the finding,
+    the quantity, value, threshold and the reason in words)."""
+    from posmech.findings import FINDINGS_COLUMNS, VERDICTS
+    from posmech.tables import read_table
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / "findings.csv"
+    if not p.is_file():
+        print(f"error: {str(p)!r} does not exist: give results/report (or its findings.csv) after a run "
+              "that built it (rule findings)", file=sys.stderr)
+        return 1
+    table = read_table(p)
+    missing = [c for c in FINDINGS_COLUMNS if c not in table]
+    if missing:
+        print(f"error: {str(p)!r} lacks the columns {missing}: not a findings table (rule findings)", file=sys.stderr)
+        return 1
+    if claim is not None:
+        rows = table[table["claim"] == claim]
+        if rows.empty:
+            print(f"error: no claim {claim!r} in {str(p)!r}; it has {', '.join(dict.fromkeys(table['claim']))}",
+                  file=sys.stderr)
+            return 1
+        print(f"{claim}: {rows['finding'].iloc[0]}")
+        for r in rows.to_dict("records"):
+            value = "" if r["value"] is None or r["value"] != r["value"] else f" = {r['value']:.4g}"
+            print(f"  {r['model']}: {r['verdict']} ({r['rule']}: {r['quantity']}{value}) - {r['reason']}")
+        return 0
+    short = {"holds": "holds", "fails": "FAILS", "not measurable": "n/m"}
+    cells = [f"{short[v]} {x:.3g}" if x == x and x is not None else short[v]
+             for v, x in zip(table["verdict"], table["value"].astype(float))]
+    grid = table.assign(cell=cells).pivot(index="claim", columns="model", values="cell")
+    grid = grid.loc[list(dict.fromkeys(table["claim"])), list(dict.fromkeys(table["model"]))]
+    tally = " · ".join(f"{m}: " + ", ".join(f"{v} {int((g['verdict'] == v).sum())}" for v in VERDICTS)
+                       for m, g in table.groupby("model", sort=False))
+    print(f"findings of {p} ({tally}; n/m = not measurable; --claim ID for the reasons)")
+    print(grid.rename_axis(None).rename_axis(None, axis=1).to_string())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m posmech", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -233,7 +280,13 @@ def main(argv: list[str] | None = None) -> int:
     hp = sub.add_parser("heads", help="the heads a run found for one model, by role (results/MODEL)")
     hp.add_argument("model_dir", metavar="RESULTS/MODEL")
     hp.add_argument("--csv", action="store_true", help="write the table as CSV")
+    fp = sub.add_parser("findings", help="the findings grid as text: claims x models, verdict and value")
+    fp.add_argument("path", nargs="?", default="results/report", metavar="RESULTS/REPORT",
+                    help="results/report or its findings.csv (default: results/report)")
+    fp.add_argument("--claim", help="one claim's verdicts with their reasons, e.g. P5")
     args = parser.parse_args(argv)
+    if args.command == "findings":
+        return findings(args.path, args.claim)
     if args.command == "heads":
         return heads(args.model_dir, args.csv)
     if args.command == "check-config":
