@@ -147,8 +147,9 @@ def compare_file(a: Path, b: Path) -> list[str]:
 
 
 #: Files that tests add to a run's tree (not workflow outputs): the report test saves its
-#: Chromium screenshot next to the report of the shared ``ci_run``.
-TEST_ARTIFACTS = frozenset({"results/report/screenshot.png"})
+#: Chromium screenshots (the page unopened, and every section open) next to the report of the
+#: shared ``ci_run``.
+TEST_ARTIFACTS = frozenset({"results/report/screenshot.png", "results/report/screenshot-unfolded.png"})
 
 
 def compare_results(a_root: Path, b_root: Path, sub: str = "results") -> list[str]:
