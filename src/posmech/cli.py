@@ -227,6 +227,8 @@ def findings(path: str, claim: str | None = None) -> int:
     row per claim and one column per model, each cell the verdict (``holds``, ``FAILS``, ``n/m``
     for not measurable) and the value; with ``--claim``, that claim's rows in full (the finding,
     the quantity, value, threshold and the reason in words)."""
+    import pandas as pd
+
     from posmech.findings import FINDINGS_COLUMNS, VERDICTS
     from posmech.tables import read_table
 
@@ -250,12 +252,11 @@ def findings(path: str, claim: str | None = None) -> int:
             return 1
         print(f"{claim}: {rows['finding'].iloc[0]}")
         for r in rows.to_dict("records"):
-            value = "" if r["value"] is None or r["value"] != r["value"] else f" = {r['value']:.4g}"
+            value = "" if pd.isna(r["value"]) else f" = {r['value']:.4g}"
             print(f"  {r['model']}: {r['verdict']} ({r['rule']}: {r['quantity']}{value}) - {r['reason']}")
         return 0
     short = {"holds": "holds", "fails": "FAILS", "not measurable": "n/m"}
-    cells = [f"{short[v]} {x:.3g}" if x == x and x is not None else short[v]
-             for v, x in zip(table["verdict"], table["value"].astype(float))]
+    cells = [short[v] if pd.isna(x) else f"{short[v]} {x:.3g}" for v, x in zip(table["verdict"], table["value"])]
     grid = table.assign(cell=cells).pivot(index="claim", columns="model", values="cell")
     grid = grid.loc[list(dict.fromkeys(table["claim"])), list(dict.fromkeys(table["model"]))]
     tally = " · ".join(f"{m}: " + ", ".join(f"{v} {int((g['verdict'] == v).sum())}" for v in VERDICTS)
