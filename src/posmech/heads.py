@@ -41,9 +41,9 @@ def head_table(model: str, taxonomy: pd.DataFrame | None = None, taxa: pd.DataFr
     tables it has; the heads are those any table names (every table names every head)."""
     names: set[str] = set()
     if taxonomy is not None:
-        names |= set(taxonomy["head"].astype(str))
+        names |= set(taxonomy["head_name"].astype(str))
     if taxa is not None:
-        names |= set(taxa["head"].astype(str))
+        names |= set(taxa["head_name"].astype(str))
     if etc is not None:
         names |= set(etc["head_name"].astype(str))
     if classes is not None:
@@ -53,8 +53,8 @@ def head_table(model: str, taxonomy: pd.DataFrame | None = None, taxa: pd.DataFr
     if not names:
         raise PosmechError(f"model {model!r}: no per-head table to build heads.csv from")
     rows = []
-    tx = _by_name(taxonomy, "head", "taxonomy.csv") if taxonomy is not None else None
-    ta = _by_name(taxa, "head", "taxa.csv") if taxa is not None else None
+    tx = _by_name(taxonomy, "head_name", "taxonomy.csv") if taxonomy is not None else None
+    ta = _by_name(taxa, "head_name", "taxa.csv") if taxa is not None else None
     if etc is not None:
         if n is None or not (etc["n"] == n).any():
             raise PosmechError(f"etc.csv has no row at n={n} (kernels.etc_heatmap_position)")
