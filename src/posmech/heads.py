@@ -49,7 +49,7 @@ def head_table(model: str, taxonomy: pd.DataFrame | None = None, taxa: pd.DataFr
     if classes is not None:
         names |= set(classes["head_name"].astype(str))
     if masses is not None:
-        names |= set(masses["head"].astype(str))
+        names |= set(masses["head_name"].astype(str))
     if not names:
         raise PosmechError(f"model {model!r}: no per-head table to build heads.csv from")
     rows = []
@@ -60,9 +60,9 @@ def head_table(model: str, taxonomy: pd.DataFrame | None = None, taxa: pd.DataFr
             raise PosmechError(f"etc.csv has no row at n={n} (kernels.etc_heatmap_position)")
         et = _by_name(etc[etc["n"] == n], "head_name", "etc.csv")
     kc = _by_name(classes, "head_name", "head_classes.csv") if classes is not None else None
-    role_of = ({str(h): str(r) for r, h in zip(roles["role"], roles["head"]) if str(h) != "none"}
+    role_of = ({str(h): str(r) for r, h in zip(roles["role"], roles["head_name"]) if str(h) != "none"}
                if roles is not None else {})
-    ms = ({(str(h), str(k)): float(v) for h, k, v in zip(masses["head"], masses["mass"], masses["value"])}
+    ms = ({(str(h), str(k)): float(v) for h, k, v in zip(masses["head_name"], masses["mass"], masses["value"])}
           if masses is not None else {})
     for name in sorted(names, key=parse_head):
         layer, h = parse_head(name)
