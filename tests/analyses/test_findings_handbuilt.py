@@ -16,6 +16,7 @@ from posmech.analyses import attn_only as ao
 from posmech.analyses import contextual as cx
 from posmech.analyses import interventions as iv
 from posmech.analyses import neurons as nr
+from posmech.analyses.attention import head_columns
 from posmech.config import load_schema
 from posmech.models import handbuilt as hb
 from posmech.models.loading import load_bridge, load_model
@@ -45,7 +46,7 @@ def test_p5_holds_when_the_sharp_head_reads_layer_0_and_fails_when_it_reads_posi
     """relay: the layer-1 head finds the previous position through layer 0's copy, so at the
     knocked-out queries it is uniform (mass (1/6 + 1/11) / 2); direct: it reads the positions
     itself and the knock-out changes nothing (ratio 1)."""
-    params = {"head": "L1H0", "layers": [0], "period": 5, "phase": 0}
+    params = {**head_columns("L1H0"), "layers": [0], "period": 5, "phase": 0}
     relay = load_model({"hf_dir": str(hb.save_model_dir(relay_spec(), tmp_path / "relay")), "name": "relay"},
                        device="cpu")
     rows, _ = iv.prev_knockout(relay, [TOKENS], "L1H0", layers=[0], period=5, zoom=N)
