@@ -19,13 +19,13 @@ def main(smk, log):
         for n in pos["variance_positions"]:
             r = cx.variance_model(dec, dec.token_ids[j], n, p["n_resamples"], p["seed"] + 1000 * j + n)
             for h, c in enumerate(classes):
-                rows.append({"claim": "K9", "model": model, "method": "resampled", "head_name": cx.head_name(0, h),
-                             "head": h, "head_class": c, "text": t["title"], "corpus": t["corpus"], "n": n,
+                rows.append({"claim": "K9", "model": model, "method": "resampled", "layer": 0, "head": h,
+                             "head_name": cx.head_name(0, h), "head_class": c, "text": t["title"], "corpus": t["corpus"], "n": n,
                              **{k: float(v[h]) for k, v in r.items()}})
         within = cx.within_text_variance(dec, j, p["denominator_from"])
         for h, c in enumerate(classes):
-            rows.append({"claim": "K9", "model": model, "method": "within_text", "head_name": cx.head_name(0, h),
-                         "head": h, "head_class": c, "text": t["title"], "corpus": t["corpus"],
+            rows.append({"claim": "K9", "model": model, "method": "within_text", "layer": 0, "head": h,
+                         "head_name": cx.head_name(0, h), "head_class": c, "text": t["title"], "corpus": t["corpus"],
                          "n_positions": int(within["n_positions"][h]), "predicted": float(within["predicted"][h]),
                          "observed": float(within["observed"][h])})
     df = pd.DataFrame(rows)

@@ -19,7 +19,8 @@ def main(smk, log):
                                        p["grid"] ** 2, p["k0"])
     df.insert(0, "claim", "K6")
     df.insert(1, "model", model)
-    df.insert(3, "head_name", [cx.head_name(0, h) for h in df["head"]])
+    df.insert(2, "layer", 0)
+    df.insert(4, "head_name", [cx.head_name(0, h) for h in df["head"]])
     df["own_token"] = [tokenizer.decode([int(t)]) for t in df["own_token_id"]]
     write_table(df, out.table, {"text": title, "corpus": dec.texts["corpus"][0], "k0": p["k0"],
                                 "destination_token": p["destination_token"], "ln_scale_used": s})

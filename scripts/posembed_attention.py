@@ -39,11 +39,11 @@ def main(smk, log):
     sharp = df.iloc[0]
     rows = [{"claim": "P4", "model": model, "quantity": f"pattern_similarity_k{p['k']}",
              "value": float(sharp["cosine_similarity"]), "artifact": smk.output.figure,
-             "detail": f"{sharp['head']}, cosine of the {size}x{size} window at {start}; previous-token mass "
+             "detail": f"{sharp['head_name']}, cosine of the {size}x{size} window at {start}; previous-token mass "
                        f"{sharp['prev_token_mass_intact']:.3f} -> {sharp['prev_token_mass_averaged']:.3f}"}]
     write_table(scorecard_rows(rows), smk.output.scorecard)
     log.info("document %d, window %d+%d: %s", j, start, size,
-             "; ".join(f"{r.head} cos {r.cosine_similarity:.3f}" for r in df.itertuples()))
+             "; ".join(f"{r.head_name} cos {r.cosine_similarity:.3f}" for r in df.itertuples()))
 
 
 run(snakemake, main)  # noqa: F821

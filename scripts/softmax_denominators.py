@@ -20,7 +20,8 @@ def main(smk, log):
     rows = []
     for j, t in dec.texts.iterrows():
         for h, c in enumerate(classes):
-            rows.append({"claim": "K8", "model": model, "head_name": cx.head_name(0, h), "head": h, "head_class": c,
+            rows.append({"claim": "K8", "model": model, "layer": 0, "head": h, "head_name": cx.head_name(0, h),
+                         "head_class": c,
                          "text": t["title"], "corpus": t["corpus"],
                          "mean_log_z_linear": float(dec.log_z_linear[j, h, sel].mean()),
                          "mean_log_z_exact": float(dec.log_z_exact[j, h, sel].mean()),

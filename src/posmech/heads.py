@@ -82,3 +82,39 @@ def head_table(model: str, taxonomy: pd.DataFrame | None = None, taxa: pd.DataFr
                      l_induction_score=ms.get((name, "induction_score")), l_role=role_of.get(name, ""))
         rows.append(r)
     return pd.DataFrame(rows, columns=HEAD_COLUMNS)
+
+
+#: ``head_name`` of a row that names no head (e.g. a role no head fills); its ``layer`` and
+#: ``head`` are empty
+NO_HEAD = "none"
+
+
+def head_column_problems(df: pd.DataFrame) -> list[str]:
+    """What breaks the per-head column contract in ``df`` (empty list: none).
+
+    A table that names heads has ``layer`` and ``head`` (integers) and ``head_name``
+    (``f"L{layer}H{head}"``; :data:`NO_HEAD` with empty ``layer`` and ``head`` for a row that
+    names no head); ``head`` is never the name string and ``head_index`` is not used.  A table
+    with neither ``head`` nor ``head_name`` names no head and passes."""
+    cols = set(df.columns)
+    if "head_index" in cols:
+        return ["has a `head_index` column (the head's number is `head`)"]
+    if not cols & {"head", "head_name"}:
+        return []
+    missing = [c for c in ("layer", "head", "head_name") if c not in cols]
+    if missing:
+        return [f"names heads but lacks {', '.join(f'`{c}`' for c in missing)}"]
+    problems = []
+    named = df["head_name"].astype(str) != NO_HEAD
+    for c in ("layer", "head"):
+        values = df.loc[named, c]
+        if not pd.api.types.is_integer_dtype(values.dropna()) or values.isna().any():
+            problems.append(f"`{c}` is not an integer on every row that names a head (dtype {df[c].dtype})")
+        if df.loc[~named, c].notna().any():
+            problems.append(f"`{c}` is set on a row whose head_name is {NO_HEAD!r}")
+    if not problems:
+        expected = [head_name(a, b) for a, b in zip(df.loc[named, "layer"], df.loc[named, "head"])]
+        bad = [(got, want) for got, want in zip(df.loc[named, "head_name"].astype(str), expected) if got != want]
+        if bad:
+            problems.append(f"head_name disagrees with layer/head, e.g. {bad[0][0]!r} vs L{{layer}}H{{head}} = {bad[0][1]!r}")
+    return problems

@@ -88,7 +88,7 @@ def test_posembed_averaging_outputs(ci_run):
 def test_posembed_attention_outputs(ci_run):
     df = read_table(ci_run / "results/demo/posembed/attention.csv")
     heads = read_chosen_heads(ci_run / "results/demo/taxonomy/heads.csv")
-    assert df["head"].tolist() == heads["sharp"] + heads["early"]
+    assert df["head_name"].tolist() == heads["sharp"] + heads["early"]
     assert (df["window_size"] == 32).all() and (df["k"] == 10).all()
     assert ((df["cosine_similarity"] > 0) & (df["cosine_similarity"] <= 1 + 1e-9)).all()
     with open_artifact(ci_run / "results/demo/posembed/attention.h5", "posembed_attention") as f:

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from posmech.analyses.attention import check_head, mean_prev_token_mass, window
+from posmech.analyses.attention import check_head, head_columns, mean_prev_token_mass, window
 from posmech.errors import PosmechError, mean_over
 from posmech.runner import logged
 
@@ -304,7 +304,7 @@ def posembed_attention(
         sim = pattern_similarity(a[sl, sl], b[sl, sl])
         sim["mean_row_tv"] = pattern_similarity(a[sl], b[sl])["mean_row_tv"]
         rows.append({
-            "head": h, "k": k, "window_start": start, "window_size": size, "document_length": len(doc),
+            **head_columns(h), "k": k, "window_start": start, "window_size": size, "document_length": len(doc),
             "prev_token_mass_intact": mean_prev_token_mass(a, sl), "prev_token_mass_averaged": mean_prev_token_mass(b, sl),
             "prev_token_mass_intact_document": mean_prev_token_mass(a),
             "prev_token_mass_averaged_document": mean_prev_token_mass(b), **sim,
