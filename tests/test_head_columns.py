@@ -10,6 +10,8 @@ def test_a_conforming_table_and_a_table_without_heads_pass():
     ok = pd.DataFrame({"layer": [0, 1], "head": [2, 0], "head_name": ["L0H2", "L1H0"], "x": [1.0, 2.0]})
     assert head_column_problems(ok) == []
     assert head_column_problems(pd.DataFrame({"claim": ["P1"], "value": [1.0]})) == []
+    # an empty table (not measurable on a model) has the columns, read back untyped
+    assert head_column_problems(pd.DataFrame(columns=["layer", "head", "head_name"], dtype=object)) == []
 
 
 def test_a_row_naming_no_head_keeps_empty_integers_through_a_written_table(tmp_path):

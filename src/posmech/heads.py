@@ -95,7 +95,8 @@ def head_column_problems(df: pd.DataFrame) -> list[str]:
     A table that names heads has ``layer`` and ``head`` (integers) and ``head_name``
     (``f"L{layer}H{head}"``; :data:`NO_HEAD` with empty ``layer`` and ``head`` for a row that
     names no head); ``head`` is never the name string and ``head_index`` is not used.  A table
-    with neither ``head`` nor ``head_name`` names no head and passes."""
+    with neither ``head`` nor ``head_name`` names no head and passes, and so does an empty table (e.g. one written when the object is
+    absent on a model: its columns read back untyped)."""
     cols = set(df.columns)
     if "head_index" in cols:
         return ["has a `head_index` column (the head's number is `head`)"]
@@ -108,7 +109,7 @@ def head_column_problems(df: pd.DataFrame) -> list[str]:
     named = df["head_name"].astype(str) != NO_HEAD
     for c in ("layer", "head"):
         values = df.loc[named, c]
-        if not pd.api.types.is_integer_dtype(values.dropna()) or values.isna().any():
+        if len(values) and (not pd.api.types.is_integer_dtype(values.dropna()) or values.isna().any()):
             problems.append(f"`{c}` is not an integer on every row that names a head (dtype {df[c].dtype})")
         if df.loc[~named, c].notna().any():
             problems.append(f"`{c}` is set on a row whose head_name is {NO_HEAD!r}")
