@@ -27,18 +27,8 @@ def main(smk, log):
     pattern_grids(grids, p["grid"], p["destination_token"], {n: tokenizer.decode([int(ids[n])]) for n in grids},
                   f"K6 {model}: layer-0 positional patterns (last {p['grid'] ** 2} keys as {p['grid']}x{p['grid']} "
                   f"grids) and the real attention row on {title}", out.figure)
-    at = df[df["n"] == max(grids)]
-    rows = [{"claim": "K6", "quantity": "layer0_pattern_grids", "value": "figures",
-             "detail": f"n = {sorted(grids)} on {title}", "artifact": out.figure},
-            {"claim": "K6", "quantity": "tv_fixed_token_vs_real_row",
-             "value": {r.head_name: round(r.tv_fixed_vs_real, 4) for r in at.itertuples()},
-             "detail": f"TV(positional pattern of {p['destination_token']!r}, real attention row) at n = {max(grids)}",
-             "artifact": out.table},
-            {"claim": "K6", "quantity": "tv_between_destination_tokens",
-             "value": {r.head_name: round(r.tv_fixed_vs_own, 4) for r in at.itertuples()},
-             "detail": f"TV between the positional patterns of {p['destination_token']!r} and of the text's own "
-             f"token at n = {max(grids)}", "artifact": out.table}]
-    write_table(scorecard_rows([{**r, "model": model} for r in rows]), out.scorecard)
+    card = cx.positional_pattern_scorecard(df, list(grids), title, p["destination_token"], model, out.figure, out.table)
+    write_table(scorecard_rows(card), out.scorecard)
     log.info("n = %s: median TV(fixed, real) %.3f", sorted(grids), float(df["tv_fixed_vs_real"].median()))
 
 
