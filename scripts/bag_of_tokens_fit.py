@@ -2,7 +2,6 @@
 pre-activations along layer0.h5's texts against the real blocks.0.mlp.hook_pre (one forward
 pass per text through the model); Pearson r, FVU, sign agreement, RMSE per neuron and text."""
 
-import numpy as np
 import pandas as pd
 import torch
 
@@ -34,7 +33,7 @@ def main(smk, log):
     why = nr.not_measurable(smk.input.extended)
     if why:  # no head for the bag of tokens (rule extended_token_embeddings): C3 is not measurable
         log.warning("%s", why)
-        write_not_measurable("C3", model, why, ("median_pearson_r", "median_sign_agreement", "median_fvu"),
+        write_not_measurable("C3", model, why, nr.C3_QUANTITIES,
                              {out.table: ["claim", "model", "neuron", "text", "corpus", "title", "n_positions",
                                           "pearson_r", "fvu", "sign_agreement", "rmse"]}, out.figure, out.scorecard)
         return
@@ -67,17 +66,9 @@ def main(smk, log):
                                 "rmse": "root mean square of a - a_hat"})
     fit_figure(traces, f"C3 {model}: blocks.0.mlp.hook_pre, actual vs bag-of-tokens approximation "
                f"(LN2 {p['ln2']}; shaded: n < {n0}, not scored)", out.figure, n0)
-    med = df.groupby("neuron")[["pearson_r", "sign_agreement", "fvu"]].median()
-    sc = [{"claim": "C3", "quantity": "median_pearson_r", "value": round(float(med["pearson_r"].min()), 4),
-           "detail": "smallest over neurons of the median over texts of Pearson r (positions n >= "
-           f"{n0}): " + ", ".join(f"{j}: {r:.3f}" for j, r in med["pearson_r"].items()), "artifact": out.table},
-          {"claim": "C3", "quantity": "median_sign_agreement", "value": round(float(med["sign_agreement"].min()), 4),
-           "detail": "smallest over neurons of the median over texts of the sign agreement: "
-           + ", ".join(f"{j}: {r:.3f}" for j, r in med["sign_agreement"].items()), "artifact": out.table},
-          {"claim": "C3", "quantity": "median_fvu", "value": round(float(np.nanmedian(df["fvu"])), 4),
-           "detail": "median over neurons and texts of the fraction of variance unexplained", "artifact": out.table}]
-    write_table(scorecard_rows([{**r, "model": model} for r in sc]), out.scorecard)
-    log.info("median r per neuron %s", med["pearson_r"].to_dict())
+    write_table(scorecard_rows(nr.fit_scorecard(df, n0, model, out.table)), out.scorecard)
+    med = df.groupby("neuron")["pearson_r"].median()
+    log.info("median r per neuron %s", med.to_dict())
 
 
 run(snakemake, main)  # noqa: F821

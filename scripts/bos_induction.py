@@ -14,19 +14,21 @@ def main(smk, log):
     model, entry, p = smk.wildcards.model, smk.params.entry, dict(smk.params.cfg)
     man = read_manifest(smk.input.manifest)
     role = ao.read_role_rows(smk.input.heads)["induction"]
-    head = role["head"]
+    head = role["head_name"]
     if head == ao.NONE:  # no induction head: L4 is not measurable, the run goes on
         why = ao.role_missing("induction", role)
         log.warning("%s", why)
         write_not_measurable("L4", model, why, ao.BOS_INDUCTION_QUANTITIES,
-                             {smk.output.table: ["claim", "model", "head", "condition", "quantity", "key_label",
+                             {smk.output.table: ["claim", "model", "layer", "head", "head_name", "condition",
+                                                 "quantity", "key_label",
                                                  "key_position", "value", "sd", "n_samples"]},
                              smk.output.figure, smk.output.scorecard)
         return
     bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     setup = ao.prepare(bridge, p, model, entry, need_bos=True)
     rows, _ = ao.bos_induction(bridge, p, setup, ao.parse_head(head), progress=f"{model} L4")
-    df = pd.DataFrame([{"claim": "L4", "model": model, "head": head, **r} for r in rows])
+    layer, h = ao.parse_head(head)
+    df = pd.DataFrame([{"claim": "L4", "model": model, "layer": layer, "head": h, "head_name": head, **r} for r in rows])
     meta = {"claim": "L4", "model": model, "induction_head": head, "resolved_revision": man["resolved_revision"],
             "processing": entry["processing"], "attn_only_config": p}
     write_table(df, smk.output.table, meta)

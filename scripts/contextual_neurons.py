@@ -10,8 +10,6 @@ from posmech.plots.neurons import contributions_figure
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_not_measurable, write_table
 
-POST = (300, 1621, 1710)  # the post's neurons (gpt2)
-
 
 def main(smk, log):
     model, p, out = smk.wildcards.model, dict(smk.params.neurons), smk.output
@@ -19,7 +17,7 @@ def main(smk, log):
     why = nr.not_measurable(smk.input.extended)
     if why:  # no head for the bag of tokens (rule extended_token_embeddings): C2 is not measurable
         log.warning("%s", why)
-        write_not_measurable("C2", model, why, ("top_tokens", "best_explained_neurons", "best_explained_variance"),
+        write_not_measurable("C2", model, why, nr.C2_QUANTITIES,
                              {out.table: ["claim", "model", "neuron", "side", "rank", "token_id", "token",
                                           "contribution", "count"],
                               out.ranking: ["claim", "model", "neuron", "explained", "rank"]}, out.figure, out.scorecard)
@@ -48,21 +46,8 @@ def main(smk, log):
                          f"{', '.join(corpora)})", out.figure)
     M = len(ranking)
     pct = {int(j): 100.0 * int(ranking.loc[ranking["neuron"] == j, "rank"].iloc[0]) / M for j in neurons}
-    rows = [{"claim": "C2", "quantity": "top_tokens", "value": "table",
-             "detail": "; ".join(f"{j}: +{df[(df.neuron == j) & (df.side == 'top')]['token'].head(5).tolist()} "
-                                 f"-{df[(df.neuron == j) & (df.side == 'bottom')]['token'].head(5).tolist()}"
-                                 for j in neurons), "artifact": out.table},
-            {"claim": "C2", "quantity": "best_explained_neurons", "value": [int(j) for j in ranking["neuron"][:5]],
-             "detail": "explained " + ", ".join(f"{e:.2f}" for e in ranking["explained"][:5]),
-             "artifact": out.ranking},
-            nr.best_explained_row(ranking, model, out.ranking)]
-    post = [j for j in POST if j < M]
-    if len(post) == len(POST):
-        worst = max(100.0 * int(ranking.loc[ranking["neuron"] == j, "rank"].iloc[0]) / M for j in post)
-        rows.append({"claim": "C2", "quantity": "post_neurons_rank_percent", "value": round(worst, 2),
-                     "detail": "largest rank (in % of all neurons, by explained variance) of neurons 300, 1621, "
-                     "1710", "artifact": out.ranking})
-    write_table(scorecard_rows([{**r, "model": model} for r in rows]), out.scorecard)
+    card = nr.contextual_scorecard(df, ranking, neurons, model, out.table, out.ranking)
+    write_table(scorecard_rows(card), out.scorecard)
     log.info("neurons %s rank percent %s", neurons, pct)
 
 

@@ -19,20 +19,20 @@ def main(smk, log):
         for n in pos["variance_positions"]:
             r = cx.variance_model(dec, dec.token_ids[j], n, p["n_resamples"], p["seed"] + 1000 * j + n)
             for h, c in enumerate(classes):
-                rows.append({"claim": "K9", "model": model, "method": "resampled", "head_name": cx.head_name(0, h),
-                             "head": h, "head_class": c, "text": t["title"], "corpus": t["corpus"], "n": n,
+                rows.append({"claim": "K9", "model": model, "method": "resampled", "layer": 0, "head": h,
+                             "head_name": cx.head_name(0, h), "head_class": c, "text": t["title"], "corpus": t["corpus"], "n": n,
                              **{k: float(v[h]) for k, v in r.items()}})
         within = cx.within_text_variance(dec, j, p["denominator_from"])
         for h, c in enumerate(classes):
-            rows.append({"claim": "K9", "model": model, "method": "within_text", "head_name": cx.head_name(0, h),
-                         "head": h, "head_class": c, "text": t["title"], "corpus": t["corpus"],
+            rows.append({"claim": "K9", "model": model, "method": "within_text", "layer": 0, "head": h,
+                         "head_name": cx.head_name(0, h), "head_class": c, "text": t["title"], "corpus": t["corpus"],
                          "n_positions": int(within["n_positions"][h]), "predicted": float(within["predicted"][h]),
                          "observed": float(within["observed"][h])})
     df = pd.DataFrame(rows)
     res = df[df["method"] == "resampled"]
-    r, slope, why = cx.loglog_fit_or_reason(res["predicted"], res["observed"])
+    r, slope, _ = cx.loglog_fit_or_reason(res["predicted"], res["observed"])
     wt = df[df["method"] == "within_text"]
-    r_within, slope_within, why_within = cx.loglog_fit_or_reason(wt["predicted"], wt["observed"])
+    r_within, slope_within, _ = cx.loglog_fit_or_reason(wt["predicted"], wt["observed"])
     write_table(df, out.table, {"n_resamples": p["n_resamples"], "destination_token": p["destination_token"],
                                 "loglog_pearson_r": r, "loglog_slope": slope, "within_text_loglog_pearson_r": r_within,
                                 "within_text_loglog_slope": slope_within, "denominator_from": p["denominator_from"],
@@ -41,18 +41,8 @@ def main(smk, log):
                                 "mean over those n of sum p^2 Var(c)"})
     variance_figure(df, dec.positions, dec.log_z_linear[0], classes, dec.texts["title"][0], r, slope,
                     f"K9 {model}: independent model of the softmax denominator", out.figure, p["denominator_from"])
-    rows = [{"claim": "K9", "quantity": "variance_model_fit", "value": None if why else round(r, 4),
-             "detail": why or f"Pearson r of log10 observed (i.i.d. redraws) vs log10 predicted Var Z over {len(res)} "
-             f"(text, n, head) rows; slope {slope:.3f}", "artifact": out.figure},
-            {"claim": "K9", "quantity": "variance_model_within_text_fit",
-             "value": None if why_within else round(r_within, 4),
-             "detail": why_within or f"Pearson r of log10 observed vs predicted variance of Z(n) along each text (n >= "
-             f"{p['denominator_from']}) over {len(wt)} (text, head) rows; slope {slope_within:.3f}",
-             "artifact": out.table},
-            {"claim": "K9", "quantity": "variance_model_loglog_slope", "value": None if why else round(slope, 4),
-             "detail": why or "least-squares slope of log10 observed on log10 predicted (1 = the model's scaling)",
-             "artifact": out.table}]
-    write_table(scorecard_rows([{**x, "model": model} for x in rows]), out.scorecard)
+    card = cx.variance_scorecard(df, p["denominator_from"], model, out.figure, out.table)
+    write_table(scorecard_rows(card), out.scorecard)
     log.info("resampled: log-log r %.3f, slope %.3f over %d rows; within text: r %.3f, slope %.3f", r, slope,
              len(res), r_within, slope_within)
 

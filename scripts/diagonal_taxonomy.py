@@ -31,9 +31,9 @@ def main(smk, log):
          "value": meta["n_previous_token_heads"] / meta["n_heads"],
          "detail": f"{meta['n_previous_token_heads']} of {meta['n_heads']} heads have their largest mean diagonal at "
                    f"offset -1; {detail}", "artifact": smk.output.figure},
-        {"claim": "P7", "quantity": "sharpest_prev_token_head", "value": prev["head"].head(1).tolist(),
+        {"claim": "P7", "quantity": "sharpest_prev_token_head", "value": prev["head_name"].head(1).tolist(),
          "detail": detail, "artifact": smk.output.table},
-        {"claim": "P7", "quantity": "diagonal_ratio", "value": dict(zip(prev["head"], prev["ratio"].round(4))),
+        {"claim": "P7", "quantity": "diagonal_ratio", "value": dict(zip(prev["head_name"], prev["ratio"].round(4))),
          "detail": f"every previous-token head; Spearman vs head_detector {meta['spearman_ratio_vs_head_detector']}",
          "artifact": smk.output.table},
     ]
@@ -42,7 +42,7 @@ def main(smk, log):
         log.info("%d heads have offsets tied for the largest mean diagonal (relative tolerance %g); "
                  "ties go to the smallest offset", meta["n_heads_with_ties"], p["tie_rtol"])
     log.info("%d of %d heads are previous-token heads; chosen %s", meta["n_previous_token_heads"], meta["n_heads"],
-             ", ".join(f"{r.role} {r.head}" for r in chosen.itertuples()))
+             ", ".join(f"{r.role} {r.head_name}" for r in chosen.itertuples()))
 
 
 run(snakemake, main)  # noqa: F821

@@ -28,7 +28,7 @@ def main(smk, log):
     with iv.unchanged(bridge):
         rows, zooms = iv.extended_averaging(bridge, docs, measured, deltas, cfg["zoom"], cfg["zoom_start"])
     params = {"group_size": k, "first_averaged_position": ext.first_token_position, "corpus": smk.params.corpus}
-    df = iv.tidy(rows, "P15", model, params).assign(role=lambda d: d["head"].map(roles))
+    df = iv.tidy(rows, "P15", model, params).assign(role=lambda d: d["head_name"].map(roles))
     write_table(df, smk.output.table, iv.table_meta(man, entry, cfg, heads, extended_tokens=int(len(ext.tokens))))
     dmg = iv.damage(df)
     plots.extended_patterns(zooms, dmg, model, k, smk.output.figure)

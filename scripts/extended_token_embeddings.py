@@ -4,10 +4,9 @@ layer-0 MLP neuron's token-contribution vector, stored in extended_tokens.h5 (do
 
 from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
-from posmech.analyses.attention import head_name
 from posmech.models.loading import read_manifest
 from posmech.runner import run
-from posmech.tables import read_table, scorecard_rows, write_table
+from posmech.tables import not_measurable_rows, read_table, scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -22,9 +21,7 @@ def main(smk, log):
         log.warning("%s", why)
         nr.write_not_measurable(out.h5, why, {"model": model, "model_source": man["source"],
                                               "resolved_revision": man["resolved_revision"], "neurons_config": p})
-        write_table(scorecard_rows([{"claim": "C1", "model": model, "quantity": q, "value": None, "detail": why,
-                                     "artifact": out.h5} for q in ("extended_embeddings", "ln2_scale_range")]),
-                    out.scorecard)
+        write_table(not_measurable_rows("C1", model, why, nr.C1_QUANTITIES, out.h5), out.scorecard)
         return
     heads = nr.select_heads(classes, p["heads"], p["head_classes"], w.n_heads)
     cal = nr.calibration_index(dec, heads, p["calibration_text"], p["from_position"])
@@ -41,16 +38,9 @@ def main(smk, log):
                              progress=lambda i, n: log.info("token-contribution vectors: %d of %d tokens", i, n))
     if info["overflow"]:
         log.warning("a token contribution exceeds the float16 range (%g): stored as inf", info["max_abs"])
-    names = [head_name(0, h) for h in heads]
-    z = {head_name(0, h): round(float(st.z_bar[h]), 4) for h in heads}
-    rows = [{"claim": "C1", "quantity": "extended_embeddings", "value": "stored",
-             "detail": f"E' [{w.d_vocab} x {w.W_E.shape[1]}] through heads {names} (Z̄ {z}, median over n >= "
-             f"{p['from_position']} of {text['title']!r}); token contributions [{w.d_vocab} x {ov.d_mlp}] float16",
-             "artifact": out.h5},
-            {"claim": "C1", "quantity": "ln2_scale_range", "value": [round(ln2["p05"], 4), round(ln2["p95"], 4)],
-             "detail": f"5th and 95th percentiles of blocks.0.ln2.hook_scale over {ln2['n_tokens']} positions of "
-             f"layer0.h5's texts; LN2 treated as linear at s2 = {st.s2:.4f}", "artifact": out.h5}]
-    write_table(scorecard_rows([{**r, "model": model} for r in rows]), out.scorecard)
+    card = nr.extended_scorecard(st, ln2, w.d_vocab, int(w.W_E.shape[1]), ov.d_mlp, heads, p["from_position"],
+                                 text["title"], model, out.h5)
+    write_table(scorecard_rows(card), out.scorecard)
 
 
 run(snakemake, main)  # noqa: F821

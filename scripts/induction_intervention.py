@@ -4,6 +4,7 @@ and scale its output; probabilities of the original and the redirected continuat
 import yaml
 
 from posmech.analyses import interventions as iv
+from posmech.analyses.attention import head_columns
 from posmech.analyses.taxonomy import read_chosen_heads
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import interventions as plots
@@ -23,7 +24,7 @@ def main(smk, log):
     prompt = iv.build_induction_prompt(spec, bridge.tokenizer, bos, int(bridge.cfg.n_ctx), smk.input.prompt)
     with iv.unchanged(bridge):
         rows, pats = iv.induction_intervention(bridge, prompt, sharp, cfg["output_scale"])
-    params = {"head": sharp, "output_scale": cfg["output_scale"], "prompt_file": cfg["prompt"],
+    params = {**head_columns(sharp), "output_scale": cfg["output_scale"], "prompt_file": cfg["prompt"],
               "redirects": [f"{q}->{k}" for q, k in prompt.redirects.items()], "n_prompt_tokens": len(prompt.tokens)}
     df = iv.tidy(rows, "P16", model, params)
     meta = {"words": spec["words"], "positions": prompt.positions, "redirect": spec["redirect"],

@@ -15,8 +15,8 @@ def main(smk, log):
     model, entry, p = smk.wildcards.model, smk.params.entry, dict(smk.params.cfg)
     man = read_manifest(smk.input.manifest)
     role_rows = ao.read_role_rows(smk.input.heads)
-    roles = {r: row["head"] for r, row in role_rows.items()}
-    missing = {r: ao.role_missing(r, row) for r, row in role_rows.items() if row["head"] == ao.NONE}
+    roles = {r: row["head_name"] for r, row in role_rows.items()}
+    missing = {r: ao.role_missing(r, row) for r, row in role_rows.items() if row["head_name"] == ao.NONE}
     bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     setup = ao.prepare(bridge, p, model, entry)
     # a role no head fills is not measured (its rows say why); the other one still is

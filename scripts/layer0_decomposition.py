@@ -28,15 +28,9 @@ def main(smk, log):
                                lambda i, n: log.info("denominators: text %d of %d", i, n))
     dec = cx.read_decomposition(out.h5)
     ln_scale_figure(dec.ln_scale, s["ln_scale_used"], model, p["scale_corpus"], out.figure)
-    q = s["quantiles"]
-    rows = [{"claim": "K6", "quantity": "ln1_scale_range", "value": [round(q[0.05], 4), round(q[0.95], 4)],
-             "detail": f"5th and 95th percentiles of blocks.0.ln1.hook_scale over {dec.ln_scale['n_tokens']} "
-             f"{p['scale_corpus']} tokens (position 0 excluded); median {q[0.5]:.4f}, 1st-99th "
-             f"{q[0.01]:.4f}-{q[0.99]:.4f}; linear LN uses s = {s['ln_scale_used']:.4f}", "artifact": out.figure},
-            {"claim": "K8", "quantity": "linear_vs_exact_tv", "value": round(s["tv_median"], 6),
-             "detail": "median over texts, heads and destination positions of TV(linear-LN attention, exact "
-             f"attention), destination {p['destination_token']!r}", "artifact": out.h5}]
-    write_table(scorecard_rows([{**r, "model": model} for r in rows]), out.scorecard)
+    card = cx.decomposition_scorecard(s, dec.ln_scale["n_tokens"], p["scale_corpus"], p["destination_token"], model,
+                                      out.figure, out.h5)
+    write_table(scorecard_rows(card), out.scorecard)
     log.info("LN scale used %.4f; median TV(linear, exact) %.4g", s["ln_scale_used"], s["tv_median"])
 
 

@@ -7,10 +7,6 @@ from posmech.plots.contextual import class_figure
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
 
-NAMES = {"detokenization": "detokenization_heads", "contextual": "contextual_heads",
-         "duplicate_token": "duplicate_token_heads", "other": "other_heads"}
-
-
 def main(smk, log):
     model, p, out = smk.wildcards.model, dict(smk.params.contextual), smk.output
     dec = cx.read_decomposition(smk.input.h5)
@@ -25,11 +21,8 @@ def main(smk, log):
             "destination_token": p["destination_token"], "texts": list(dec.texts["title"])}
     write_table(df, out.table, meta)
     class_figure(df, thr, f"K7 {model}: behavioural classes of the layer-0 heads", out.figure)
-    rows = [{"claim": "K7", "quantity": q, "value": df[df["head_class"] == c]["head_name"].tolist(),
-             "detail": f"thresholds {thr}, local window {p['local_window']}, n = {pos['classify_position']}; "
-             f"duplicate score over {count} destinations with an earlier copy", "artifact": out.table}
-            for c, q in NAMES.items()]
-    write_table(scorecard_rows([{**r, "model": model} for r in rows]), out.scorecard)
+    card = cx.head_class_scorecard(df, thr, p["local_window"], pos["classify_position"], count, model, out.table)
+    write_table(scorecard_rows(card), out.scorecard)
     log.info("classes: %s", dict(zip(df["head_name"], df["head_class"])))
 
 

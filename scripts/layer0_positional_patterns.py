@@ -19,25 +19,16 @@ def main(smk, log):
                                        p["grid"] ** 2, p["k0"])
     df.insert(0, "claim", "K6")
     df.insert(1, "model", model)
-    df.insert(3, "head_name", [cx.head_name(0, h) for h in df["head"]])
+    df.insert(2, "layer", 0)
+    df.insert(4, "head_name", [cx.head_name(0, h) for h in df["head"]])
     df["own_token"] = [tokenizer.decode([int(t)]) for t in df["own_token_id"]]
     write_table(df, out.table, {"text": title, "corpus": dec.texts["corpus"][0], "k0": p["k0"],
                                 "destination_token": p["destination_token"], "ln_scale_used": s})
     pattern_grids(grids, p["grid"], p["destination_token"], {n: tokenizer.decode([int(ids[n])]) for n in grids},
                   f"K6 {model}: layer-0 positional patterns (last {p['grid'] ** 2} keys as {p['grid']}x{p['grid']} "
                   f"grids) and the real attention row on {title}", out.figure)
-    at = df[df["n"] == max(grids)]
-    rows = [{"claim": "K6", "quantity": "layer0_pattern_grids", "value": "figures",
-             "detail": f"n = {sorted(grids)} on {title}", "artifact": out.figure},
-            {"claim": "K6", "quantity": "tv_fixed_token_vs_real_row",
-             "value": {r.head_name: round(r.tv_fixed_vs_real, 4) for r in at.itertuples()},
-             "detail": f"TV(positional pattern of {p['destination_token']!r}, real attention row) at n = {max(grids)}",
-             "artifact": out.table},
-            {"claim": "K6", "quantity": "tv_between_destination_tokens",
-             "value": {r.head_name: round(r.tv_fixed_vs_own, 4) for r in at.itertuples()},
-             "detail": f"TV between the positional patterns of {p['destination_token']!r} and of the text's own "
-             f"token at n = {max(grids)}", "artifact": out.table}]
-    write_table(scorecard_rows([{**r, "model": model} for r in rows]), out.scorecard)
+    card = cx.positional_pattern_scorecard(df, list(grids), title, p["destination_token"], model, out.figure, out.table)
+    write_table(scorecard_rows(card), out.scorecard)
     log.info("n = %s: median TV(fixed, real) %.3f", sorted(grids), float(df["tv_fixed_vs_real"].median()))
 
 

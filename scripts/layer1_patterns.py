@@ -13,7 +13,7 @@ from posmech.models.loading import load_model, read_manifest
 from posmech.plots import words_figure
 from posmech.plots.contextual import layer1_figure
 from posmech.runner import run
-from posmech.tables import scorecard_rows, write_table
+from posmech.tables import not_measurable_rows, scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -28,9 +28,7 @@ def main(smk, log):
         write_table(cx.layer1_table(np.zeros((0, n + 1)), np.zeros((0, n + 1)), n, k0, p["mostly_positional_max_tv"],
                                     model), out.table, {"not_measurable": why})
         words_figure(f"K10 {model}", why, out.figure)
-        write_table(scorecard_rows([{"claim": "K10", "model": model, "quantity": q, "value": None, "detail": why,
-                                     "artifact": out.table} for q in ("mostly_positional_heads",
-                                                                       "mostly_positional_fraction")]), out.scorecard)
+        write_table(not_measurable_rows("K10", model, why, cx.LAYER1_QUANTITIES, out.table), out.scorecard)
         return
     kn.check_means(count, n + 1, {}, entry["processing"], "unknown", smk.input.means)
     bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
@@ -43,16 +41,9 @@ def main(smk, log):
                                 "mostly_positional_max_tv": p["mostly_positional_max_tv"]})
     layer1_figure(rows, kernel, df, n, k0, f"K10 {model}: layer-1 attention rows on {title} at n = {n} "
                   "(grey: positional kernel)", out.figure)
-    heads = df[df["mostly_positional"]]["head_name"].tolist()
-    rows_sc = [{"claim": "K10", "quantity": "layer1_patterns", "value": "figures", "detail": f"{title}, n = {n}",
-                "artifact": out.figure},
-               {"claim": "K10", "quantity": "mostly_positional_heads", "value": heads,
-                "detail": f"layer-1 heads whose real row is within TV {p['mostly_positional_max_tv']} of their "
-                f"positional kernel ({len(heads)} of {len(df)})", "artifact": out.table},
-               {"claim": "K10", "quantity": "mostly_positional_fraction", "value": len(heads) / len(df),
-                "detail": f"{len(heads)} of {len(df)} layer-1 heads within TV {p['mostly_positional_max_tv']} of their "
-                "positional kernel", "artifact": out.table}]
-    write_table(scorecard_rows([{**r, "model": model} for r in rows_sc]), out.scorecard)
+    card = cx.layer1_scorecard(df, title, n, p["mostly_positional_max_tv"], model, out.figure, out.table)
+    write_table(scorecard_rows(card), out.scorecard)
+    heads = card[1]["value"]
     log.info("mostly positional: %s", heads)
 
 

@@ -4,7 +4,7 @@ W_pos averaged in groups of k (P4): metrics table, patterns (HDF5), figure."""
 import numpy as np
 
 from posmech.analyses.taxonomy import read_chosen_heads
-from posmech.analyses.wpos import posembed_attention
+from posmech.analyses.wpos import attention_scorecard, posembed_attention
 from posmech.data.tokens import read_tokens
 from posmech.hdf5 import artifact_writer, describe
 from posmech.models.loading import load_model, read_manifest
@@ -36,14 +36,10 @@ def main(smk, log):
                                            f"{start}.. of the document, intact model",
                          f"{head}/averaged": f"[window, window] float64 the same with W_pos averaged in groups of {p['k']}"})
     attention_figure(panels, start, p["k"], model, smk.output.figure)
-    sharp = df.iloc[0]
-    rows = [{"claim": "P4", "model": model, "quantity": f"pattern_similarity_k{p['k']}",
-             "value": float(sharp["cosine_similarity"]), "artifact": smk.output.figure,
-             "detail": f"{sharp['head']}, cosine of the {size}x{size} window at {start}; previous-token mass "
-                       f"{sharp['prev_token_mass_intact']:.3f} -> {sharp['prev_token_mass_averaged']:.3f}"}]
-    write_table(scorecard_rows(rows), smk.output.scorecard)
+    write_table(scorecard_rows(attention_scorecard(df, p["k"], start, size, model, smk.output.figure)),
+                smk.output.scorecard)
     log.info("document %d, window %d+%d: %s", j, start, size,
-             "; ".join(f"{r.head} cos {r.cosine_similarity:.3f}" for r in df.itertuples()))
+             "; ".join(f"{r.head_name} cos {r.cosine_similarity:.3f}" for r in df.itertuples()))
 
 
 run(snakemake, main)  # noqa: F821

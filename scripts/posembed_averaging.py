@@ -1,7 +1,8 @@
 """Rule posembed_averaging: W_pos averaged in groups of k; held-out loss (P2) and the
 repeat-string prompt probabilities (P3), the model restored bitwise after each k."""
 
-from posmech.analyses.wpos import heldout_documents, max_unchanged_k, posembed_averaging, read_doc_index, repeat_min_row
+from posmech.analyses.wpos import (averaging_scorecard, heldout_documents, max_unchanged_k, posembed_averaging,
+                                  read_doc_index)
 from posmech.data.prompts import load_prompts
 from posmech.data.tokens import read_tokens
 from posmech.io import file_sha256, read_jsonl
@@ -28,17 +29,10 @@ def main(smk, log):
             "prompts": p["prompts"], "prompts_sha256": file_sha256(smk.input.prompts), "max_unchanged_k": best, **{k: p[k] for k in ("loss_tolerance", "probability_tolerance")}}
     write_table(df, smk.output.table, meta)
     averaging_figure(df, model, smk.output.figure)
-    rows = [{"claim": "P2", "quantity": "max_unchanged_k", "value": best, "artifact": smk.output.figure,
-             "detail": f"loss within {p['loss_tolerance']} nats and probabilities within {p['probability_tolerance']}"}]
-    for pr in prompts:
-        target = next(iter(pr.targets))  # the string's first word: the expected continuation
-        for k in (1, 10):
-            hit = df[(df["k"] == k) & (df["prompt"] == pr.id) & (df["target"] == target)]
-            if len(hit):
-                rows.append({"claim": "P3", "quantity": f"p_{target}_{'intact' if k == 1 else f'k{k}'}",
-                             "value": float(hit["value"].iloc[0]), "detail": f"prompt {pr.id}", "artifact": smk.output.table})
-    rows.append(repeat_min_row(df, {pr.id: next(iter(pr.targets)) for pr in prompts}, model, smk.output.table))
-    write_table(scorecard_rows([{**r, "model": model} for r in rows]), smk.output.scorecard)
+    targets = {pr.id: next(iter(pr.targets)) for pr in prompts}  # the string's first word: the expected continuation
+    card = averaging_scorecard(df, best, targets, p["loss_tolerance"], p["probability_tolerance"], model,
+                               smk.output.figure, smk.output.table)
+    write_table(scorecard_rows(card), smk.output.scorecard)
     log.info("k grid %s on %d documents; largest unchanged k: %d", ks, len(docs), best)
 
 

@@ -2,6 +2,7 @@
 in the early layers; the sharp head's previous-token mass and pattern before/after."""
 
 from posmech.analyses import interventions as iv
+from posmech.analyses.attention import head_columns
 from posmech.analyses.taxonomy import read_chosen_heads
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import load_model, read_manifest
@@ -23,7 +24,7 @@ def main(smk, log):
     docs = iv.select_documents(read_tokens(smk.input.tokens), cfg["n_documents"], cfg["min_tokens"], cfg["max_tokens"])
     with iv.unchanged(bridge):
         rows, zoom = iv.prev_knockout(bridge, docs, sharp, layers, ko["period"], ko["phase"], cfg["zoom"], cfg["zoom_start"])
-    params = {"head": sharp, "layers": layers, "period": ko["period"], "phase": ko["phase"], "corpus": smk.params.corpus}
+    params = {**head_columns(sharp), "layers": layers, "period": ko["period"], "phase": ko["phase"], "corpus": smk.params.corpus}
     df = iv.tidy(rows, "P5", model, params)
     write_table(df, smk.output.table, iv.table_meta(man, entry, cfg, heads, prev_mass="attention[q, q-1], queries q >= 1"))
     masses = iv.pooled(df[df["query_set"] == "all"], ["condition"]).to_dict()

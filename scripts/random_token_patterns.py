@@ -21,19 +21,19 @@ def main(smk, log):
     tidy = lambda rows: pd.DataFrame([{"claim": "L1", "model": model, **r} for r in rows])  # noqa: E731
     write_table(tidy(out["patterns"]), smk.output.table, meta)
     write_table(tidy(out["masses"]), smk.output.masses, meta)
-    write_table(pd.DataFrame([{"model": model, **r} for r in out["roles"]]), smk.output.heads, meta)
+    write_table(ao.roles_frame(model, out["roles"]), smk.output.heads, meta)
     # the figure draws each role's best candidate, marked when it is below the role's threshold
     cand = {r["role"]: r["candidate"] for r in out["roles"]}
-    roles = {r["role"]: r["head"] if r["head"] != ao.NONE else f"{r['candidate']} (none: below threshold)"
+    roles = {r["role"]: r["head_name"] if r["head_name"] != ao.NONE else f"{r['candidate']} (none: below threshold)"
              for r in out["roles"]}
     shown = {r: cand[r] for r in ("previous", "look_back_two")}
     idx = {r: setup.heads.index(ao.parse_head(h)) for r, h in shown.items()}
-    masses = {r: {m["mass"]: m["value"] for m in out["masses"] if m["head"] == h} for r, h in shown.items()}
+    masses = {r: {m["mass"]: m["value"] for m in out["masses"] if m["head_name"] == h} for r, h in shown.items()}
     plots.random_token_patterns({r: out["mean"][i] for r, i in idx.items()}, {r: roles[r] for r in shown}, masses, model,
                                 p["n_sequences"], setup.bos is not None, smk.output.figure)
     card = ao.random_token_scorecard(out, p, setup, model, smk.output.figure)
     write_table(scorecard_rows(card), smk.output.scorecard)
-    log.info("roles: %s", "; ".join(f"{r['role']} {r['head']} ({r['source']}, {r['score']:.3f})" for r in out["roles"]))
+    log.info("roles: %s", "; ".join(f"{r['role']} {r['head_name']} ({r['source']}, {r['score']:.3f})" for r in out["roles"]))
 
 
 run(snakemake, main)  # noqa: F821

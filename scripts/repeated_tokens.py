@@ -2,6 +2,7 @@
 token equals the current one vs elsewhere, on web-text documents."""
 
 from posmech.analyses import interventions as iv
+from posmech.analyses.attention import head_columns
 from posmech.analyses.taxonomy import read_chosen_heads
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import load_model, read_manifest
@@ -19,7 +20,7 @@ def main(smk, log):
     docs = iv.select_documents(read_tokens(smk.input.tokens), cfg["n_documents"], cfg["min_tokens"], cfg["max_tokens"])
     with iv.unchanged(bridge):
         rows, zoom = iv.repeated_tokens(bridge, docs, sharp, cfg["zoom"], cfg["repeated_tokens"]["context"])
-    df = iv.tidy(rows, "P14", model, {"head": sharp, "corpus": smk.params.corpus})
+    df = iv.tidy(rows, "P14", model, {**head_columns(sharp), "corpus": smk.params.corpus})
     write_table(df, smk.output.table, iv.table_meta(man, entry, cfg, heads))
     plots.repeated_tokens(df, zoom, model, smk.output.figure)
     card = iv.repeated_scorecard(df, model, smk.output.figure)

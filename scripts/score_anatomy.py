@@ -44,7 +44,7 @@ def main(smk, log):
                                 smk.output.zoom)
     write_table(scorecard_rows(rows), smk.output.scorecard)
     log.info("P12 %s: %s; masked vs hook_attn_scores max |diff| %.3g", where, ", ".join(
-        f"{r.head} ({r.role}) dip {r.dip:.2f} bump {r.bump:.2f}" for r in table.itertuples()),
+        f"{r.head_name} ({r.role}) dip {r.dip:.2f} bump {r.bump:.2f}" for r in table.itertuples()),
         table["max_abs_diff_masked_vs_hook"].max())
 
 

@@ -38,7 +38,7 @@ def main(smk, log):
     rows.append(sa.early_dark_row(taxa, strict_early_heads(chosen), model, detail, smk.output.table))
     write_table(scorecard_rows(rows), smk.output.scorecard)
     for t in sa.TAXA[:2]:
-        log.info("%s: %s", t, ", ".join(taxa.loc[taxa["taxon"] == t, "head"]) or "none")
+        log.info("%s: %s", t, ", ".join(taxa.loc[taxa["taxon"] == t, "head_name"]) or "none")
     log.info("P6 previous-token heads by taxon: %s", split)
 
 

@@ -1,7 +1,6 @@
 """Rule softmax_denominators (K8): Z_h(n) against n with the destination token fixed, per
 text, linear and exact LayerNorm; which contextual heads vary most across texts."""
 
-import numpy as np
 import pandas as pd
 
 from posmech.analyses import contextual as cx
@@ -20,7 +19,8 @@ def main(smk, log):
     rows = []
     for j, t in dec.texts.iterrows():
         for h, c in enumerate(classes):
-            rows.append({"claim": "K8", "model": model, "head_name": cx.head_name(0, h), "head": h, "head_class": c,
+            rows.append({"claim": "K8", "model": model, "layer": 0, "head": h, "head_name": cx.head_name(0, h),
+                         "head_class": c,
                          "text": t["title"], "corpus": t["corpus"],
                          "mean_log_z_linear": float(dec.log_z_linear[j, h, sel].mean()),
                          "mean_log_z_exact": float(dec.log_z_exact[j, h, sel].mean()),
@@ -34,15 +34,10 @@ def main(smk, log):
     denominator_figure(pos, dec.log_z_linear, dec.log_z_exact, list(dec.texts["title"]), classes,
                        f"K8 {model}: softmax denominator Z_h(n), destination {p['destination_token']!r} "
                        "(solid: linear LN, dotted: exact)", out.figure)
-    top = {k: cx.most_varying(spread[k], classes, p["n_most_varying"]) for k in spread}
-    ranking = ", ".join(f"{cx.head_name(0, int(h))} {spread['linear'][h]:.3f}" for h in np.argsort(-spread["linear"]))
-    rows = [{"claim": "K8", "quantity": "most_varying_denominator_heads", "value": top["linear"],
-             "detail": f"the {p['n_most_varying']} contextual heads with the largest spread of log Z across "
-             f"{len(dec.texts)} texts (linear LN, n >= {frm}); all heads: {ranking}", "artifact": out.figure},
-            {"claim": "K8", "quantity": "most_varying_denominator_heads_exact", "value": top["exact"],
-             "detail": "the same with the exact LayerNorm", "artifact": out.table},
-            cx.broad_spread_row(spread["linear"], classes, model, out.figure)]
-    write_table(scorecard_rows([{**r, "model": model} for r in rows]), out.scorecard)
+    card = cx.denominator_scorecard(spread, classes, p["n_most_varying"], len(dec.texts), frm, model, out.figure,
+                                    out.table)
+    write_table(scorecard_rows(card), out.scorecard)
+    top = {"linear": card[0]["value"], "exact": card[1]["value"]}
     log.info("most varying (linear): %s; (exact): %s", top["linear"], top["exact"])
 
 

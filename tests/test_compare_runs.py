@@ -22,7 +22,7 @@ def _run(root: Path, value: float = 0.5, created: str = "2026-01-01", seconds: f
         f.attrs["created"] = created
         f.attrs["params"] = json.dumps({"k": 3, "forward_seconds": seconds})
         f["x"] = np.array([1.0, np.nan, value])
-    write_table(pd.DataFrame({"head": ["L0H1"], "value": [value], "elapsed_s": [seconds]}),
+    write_table(pd.DataFrame({"head_name": ["L0H1"], "value": [value], "elapsed_s": [seconds]}),
                 root / "results/m/t.csv", {"hf_dir": str(root / "hf"), "k": 3})
     return root
 

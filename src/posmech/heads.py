@@ -41,28 +41,28 @@ def head_table(model: str, taxonomy: pd.DataFrame | None = None, taxa: pd.DataFr
     tables it has; the heads are those any table names (every table names every head)."""
     names: set[str] = set()
     if taxonomy is not None:
-        names |= set(taxonomy["head"].astype(str))
+        names |= set(taxonomy["head_name"].astype(str))
     if taxa is not None:
-        names |= set(taxa["head"].astype(str))
+        names |= set(taxa["head_name"].astype(str))
     if etc is not None:
         names |= set(etc["head_name"].astype(str))
     if classes is not None:
         names |= set(classes["head_name"].astype(str))
     if masses is not None:
-        names |= set(masses["head"].astype(str))
+        names |= set(masses["head_name"].astype(str))
     if not names:
         raise PosmechError(f"model {model!r}: no per-head table to build heads.csv from")
     rows = []
-    tx = _by_name(taxonomy, "head", "taxonomy.csv") if taxonomy is not None else None
-    ta = _by_name(taxa, "head", "taxa.csv") if taxa is not None else None
+    tx = _by_name(taxonomy, "head_name", "taxonomy.csv") if taxonomy is not None else None
+    ta = _by_name(taxa, "head_name", "taxa.csv") if taxa is not None else None
     if etc is not None:
         if n is None or not (etc["n"] == n).any():
             raise PosmechError(f"etc.csv has no row at n={n} (kernels.etc_heatmap_position)")
         et = _by_name(etc[etc["n"] == n], "head_name", "etc.csv")
     kc = _by_name(classes, "head_name", "head_classes.csv") if classes is not None else None
-    role_of = ({str(h): str(r) for r, h in zip(roles["role"], roles["head"]) if str(h) != "none"}
+    role_of = ({str(h): str(r) for r, h in zip(roles["role"], roles["head_name"]) if str(h) != "none"}
                if roles is not None else {})
-    ms = ({(str(h), str(k)): float(v) for h, k, v in zip(masses["head"], masses["mass"], masses["value"])}
+    ms = ({(str(h), str(k)): float(v) for h, k, v in zip(masses["head_name"], masses["mass"], masses["value"])}
           if masses is not None else {})
     for name in sorted(names, key=parse_head):
         layer, h = parse_head(name)
@@ -82,3 +82,40 @@ def head_table(model: str, taxonomy: pd.DataFrame | None = None, taxa: pd.DataFr
                      l_induction_score=ms.get((name, "induction_score")), l_role=role_of.get(name, ""))
         rows.append(r)
     return pd.DataFrame(rows, columns=HEAD_COLUMNS)
+
+
+#: ``head_name`` of a row that names no head (e.g. a role no head fills); its ``layer`` and
+#: ``head`` are empty
+NO_HEAD = "none"
+
+
+def head_column_problems(df: pd.DataFrame) -> list[str]:
+    """What breaks the per-head column contract in ``df`` (empty list: none).
+
+    A table that names heads has ``layer`` and ``head`` (integers) and ``head_name``
+    (``f"L{layer}H{head}"``; :data:`NO_HEAD` with empty ``layer`` and ``head`` for a row that
+    names no head); ``head`` is never the name string and ``head_index`` is not used.  A table
+    with neither ``head`` nor ``head_name`` names no head and passes, and so does an empty table (e.g. one written when the object is
+    absent on a model: its columns read back untyped)."""
+    cols = set(df.columns)
+    if "head_index" in cols:
+        return ["has a `head_index` column (the head's number is `head`)"]
+    if not cols & {"head", "head_name"}:
+        return []
+    missing = [c for c in ("layer", "head", "head_name") if c not in cols]
+    if missing:
+        return [f"names heads but lacks {', '.join(f'`{c}`' for c in missing)}"]
+    problems = []
+    named = df["head_name"].astype(str) != NO_HEAD
+    for c in ("layer", "head"):
+        values = df.loc[named, c]
+        if len(values) and (not pd.api.types.is_integer_dtype(values.dropna()) or values.isna().any()):
+            problems.append(f"`{c}` is not an integer on every row that names a head (dtype {df[c].dtype})")
+        if df.loc[~named, c].notna().any():
+            problems.append(f"`{c}` is set on a row whose head_name is {NO_HEAD!r}")
+    if not problems:
+        expected = [head_name(a, b) for a, b in zip(df.loc[named, "layer"], df.loc[named, "head"])]
+        bad = [(got, want) for got, want in zip(df.loc[named, "head_name"].astype(str), expected) if got != want]
+        if bad:
+            problems.append(f"head_name disagrees with layer/head, e.g. {bad[0][0]!r} vs L{{layer}}H{{head}} = {bad[0][1]!r}")
+    return problems

@@ -141,6 +141,12 @@ def write_not_measurable(claim: str, model: str, why: str, quantities: list[str]
         from posmech.plots import words_figure
 
         words_figure(f"{claim} {model}", why, figure)
-    artifact = next(iter(tables), figure or "")
-    write_table(scorecard_rows([{"claim": claim, "model": model, "quantity": q, "value": None, "detail": why,
-                                 "artifact": artifact} for q in quantities]), scorecard)
+    write_table(not_measurable_rows(claim, model, why, quantities, next(iter(tables), figure or "")), scorecard)
+
+
+def not_measurable_rows(claim: str, model: str, why: str, quantities: list[str] | tuple[str, ...],
+                        artifact: str) -> pd.DataFrame:
+    """The scorecard rows of a claim the model lacks the object of: one per quantity, without a
+    value, with ``why`` (in words) as the detail — the findings read them as not measurable."""
+    return scorecard_rows([{"claim": claim, "model": model, "quantity": q, "value": None, "detail": why,
+                            "artifact": artifact} for q in quantities])

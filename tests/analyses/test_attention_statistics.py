@@ -63,7 +63,7 @@ def test_shared_documents_run_once_and_equal_the_separate_passes(bridge):
     _same_profiles(prof, sa.score_profiles(bridge, docs_a, W, 7))
     assert prof.max_check_error < 1e-3  # the first batch still checks the windows against hook_attn_scores
     # the planted taxa come out of the shared pass as out of a separate one
-    taxa = sa.classify_taxa(prof.features, sa.Thresholds()).set_index("head")["taxon"]
+    taxa = sa.classify_taxa(prof.features, sa.Thresholds()).set_index("head_name")["taxon"]
     assert (taxa["L0H0"], taxa["L0H1"]) == ("dark diagonal", "bright sub-diagonal")
 
 

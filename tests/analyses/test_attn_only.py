@@ -90,7 +90,7 @@ def test_roles_found_and_look_back_two_masses_equal_the_analytic_softmax(model):
     p = _params()
     setup = ao.prepare(bridge, p, "hand", ENTRY)
     out = ao.random_token_patterns(bridge, p, setup)
-    roles = {r["role"]: r["head"] for r in out["roles"]}
+    roles = {r["role"]: r["head_name"] for r in out["roles"]}
     assert roles == {"previous": "L0H0", "look_back_two": "L0H1", "induction": "L1H0"}
     assert all(r["source"] == "found" for r in out["roles"])
     rows = ao.input_decomposition(bridge, p, setup, {"previous": PREV, "look_back_two": LB2})
@@ -109,7 +109,7 @@ def test_roles_found_and_look_back_two_masses_equal_the_analytic_softmax(model):
     np.testing.assert_allclose(ao.mean_matrix(df, "L0H1", "both", "pattern_mean")[8, :9], np.mean(per, 0),
                                atol=1e-5)
     # the masses of L1 are those of the mean pattern
-    masses = {(m["head"], m["mass"]): m["value"] for m in out["masses"]}
+    masses = {(m["head_name"], m["mass"]): m["value"] for m in out["masses"]}
     mean_both = ao.mean_matrix(df, "L0H1", "both", "pattern_mean")
     q = np.arange(3, 13)
     assert masses[("L0H1", "offset_2")] == pytest.approx(np.nanmean(mean_both[q, q - 2]), abs=1e-9)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -438,3 +439,36 @@ def test_within_text_variance_follows_the_independent_model(tmp_path, additive):
     assert 0.3 < ratio < 3.0  # 27 correlated draws: the variance is known to a factor ~2
     with pytest.raises(PosmechError, match="denominator_from"):
         cx.within_text_variance(dec, 0, N_CTX)
+
+
+def test_k_scorecard_rows_read_the_analysis():
+    """K6–K10 rows come from the library (scripts only write them), with known values."""
+    summary = {"quantiles": {0.01: 1.0, 0.05: 2.00004, 0.5: 3.0, 0.95: 4.0, 0.99: 5.0}, "ln_scale_used": 3.0,
+               "tv_median": 0.0123456789}
+    k6, k8 = cx.decomposition_scorecard(summary, 100, "web", " the", "m", "f.png", "l.h5")
+    assert (k6["claim"], k6["quantity"], k6["value"], k6["model"]) == ("K6", "ln1_scale_range", [2.0, 4.0], "m")
+    assert "over 100 web tokens" in k6["detail"] and "s = 3.0000" in k6["detail"]
+    assert (k8["claim"], k8["value"], k8["artifact"]) == ("K8", 0.012346, "l.h5") and "' the'" in k8["detail"]
+    classes = pd.DataFrame({"head_name": ["L0H0", "L0H1", "L0H2"], "head_class": ["contextual", "other", "contextual"]})
+    k7 = {r["quantity"]: r["value"] for r in cx.head_class_scorecard(classes, {"t": 1}, 3, 50, 7, "m", "c.csv")}
+    assert k7 == {"detokenization_heads": [], "contextual_heads": ["L0H0", "L0H2"], "duplicate_token_heads": [],
+                  "other_heads": ["L0H1"]}
+    pat = pd.DataFrame({"head_name": ["L0H0", "L0H1", "L0H0"], "n": [20, 20, 10], "tv_fixed_vs_real": [0.1, 0.2, 0.9],
+                        "tv_fixed_vs_own": [0.3, 0.4, 0.9]})
+    grids, real, own = cx.positional_pattern_scorecard(pat, [20, 10], "T", " the", "m", "f.png", "p.csv")
+    assert grids["detail"] == "n = [10, 20] on T" and real["value"] == {"L0H0": 0.1, "L0H1": 0.2}
+    assert own["value"] == {"L0H0": 0.3, "L0H1": 0.4} and "n = 20" in own["detail"]
+    spread = {"linear": np.array([0.5, 0.1, 0.9]), "exact": np.array([0.6, 0.1, 0.2])}
+    top, top_exact, broad = cx.denominator_scorecard(spread, ["contextual", "other", "contextual"], 1, 4, 8, "m",
+                                                     "f.png", "d.csv")
+    assert top["value"] == ["L0H2"] and top_exact["value"] == ["L0H0"]
+    assert "all heads: L0H2 0.900, L0H0 0.500, L0H1 0.100" in top["detail"] and broad["value"] == 0.9
+    x = np.array([1.0, 2.0, 4.0, 8.0])
+    var = pd.DataFrame({"method": ["resampled"] * 4 + ["within_text"] * 4, "predicted": np.r_[x, x],
+                        "observed": np.r_[x ** 2, 0 * x]})
+    fit, within, slope = cx.variance_scorecard(var, 8, "m", "f.png", "v.csv")
+    assert fit["value"] == 1.0 and slope["value"] == 2.0  # observed = predicted²: log-log slope 2
+    assert within["value"] is None and "nothing to fit" in within["detail"]
+    l1 = pd.DataFrame({"head_name": ["L1H0", "L1H1", "L1H2", "L1H3"], "mostly_positional": [True, False, False, True]})
+    _, heads, frac = cx.layer1_scorecard(l1, "T", 30, 0.2, "m", "f.png", "l1.csv")
+    assert heads["value"] == ["L1H0", "L1H3"] and frac["value"] == 0.5 and "(2 of 4)" in heads["detail"]

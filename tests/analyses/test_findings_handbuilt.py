@@ -16,9 +16,11 @@ from posmech.analyses import attn_only as ao
 from posmech.analyses import contextual as cx
 from posmech.analyses import interventions as iv
 from posmech.analyses import neurons as nr
+from posmech.analyses.attention import head_columns
 from posmech.config import load_schema
 from posmech.models import handbuilt as hb
 from posmech.models.loading import load_bridge, load_model
+from posmech.tables import read_table, write_table
 
 from .test_attn_only import ENTRY, LB2, _params
 from .test_attn_only import _spec as attn_only_spec
@@ -44,7 +46,7 @@ def test_p5_holds_when_the_sharp_head_reads_layer_0_and_fails_when_it_reads_posi
     """relay: the layer-1 head finds the previous position through layer 0's copy, so at the
     knocked-out queries it is uniform (mass (1/6 + 1/11) / 2); direct: it reads the positions
     itself and the knock-out changes nothing (ratio 1)."""
-    params = {"head": "L1H0", "layers": [0], "period": 5, "phase": 0}
+    params = {**head_columns("L1H0"), "layers": [0], "period": 5, "phase": 0}
     relay = load_model({"hf_dir": str(hb.save_model_dir(relay_spec(), tmp_path / "relay")), "name": "relay"},
                        device="cpu")
     rows, _ = iv.prev_knockout(relay, [TOKENS], "L1H0", layers=[0], period=5, zoom=N)
@@ -110,14 +112,22 @@ def test_l1_l5_hold_with_planted_heads_and_l5_fails_without_a_look_back_two_head
     assert "no look-back-two head" in card["look_back_two_head"]["detail"]
 
 
-def test_a_role_below_its_threshold_is_none_and_its_findings_not_measurable(attn_only_model):
+def test_a_role_below_its_threshold_is_none_and_its_findings_not_measurable(attn_only_model, tmp_path):
     p = _params(role_min_score={"previous": 0.2, "look_back_two": 0.99, "induction": 0.99})
     setup = ao.prepare(attn_only_model, p, "hand", ENTRY)
     out = ao.random_token_patterns(attn_only_model, p, setup)
     roles = {r["role"]: r for r in out["roles"]}
-    assert roles["previous"]["head"] == "L0H0" and roles["previous"]["passes"]
+    assert roles["previous"]["head_name"] == "L0H0" and roles["previous"]["layer"] == 0 and roles["previous"]["passes"]
     for role, cand in (("look_back_two", "L0H1"), ("induction", "L1H0")):
-        assert roles[role]["head"] == ao.NONE and roles[role]["candidate"] == cand and not roles[role]["passes"]
+        assert roles[role]["head_name"] == ao.NONE and roles[role]["layer"] is None and roles[role]["head"] is None
+        assert roles[role]["candidate"] == cand and not roles[role]["passes"]
+    # written and read back: a role no head fills keeps head_name "none" and empty integer layer/head
+    write_table(ao.roles_frame("hand", out["roles"]), tmp_path / "head_roles.csv")
+    back = read_table(tmp_path / "head_roles.csv").set_index("role")
+    assert str(back["layer"].dtype) == "Int64" and str(back["head"].dtype) == "Int64"
+    assert back.loc["previous", ["layer", "head", "head_name"]].tolist() == [0, 0, "L0H0"]
+    assert back.loc["induction", "head_name"] == ao.NONE and back["head"].isna().sum() == 2
+    assert ao.read_roles(tmp_path / "head_roles.csv")["induction"] == ao.NONE
     card = {r["quantity"]: r for r in ao.random_token_scorecard(out, p, setup, "hand", "f.png")}
     assert card["induction_head"]["value"] == [] and "no induction head: the best candidate L1H0" in \
         card["induction_head"]["detail"]

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from posmech.analyses import interventions as iv
+from posmech.analyses.attention import head_columns
 from posmech.analyses.wpos import group_average
 from posmech.errors import PosmechError
 from posmech.models import handbuilt as hb
@@ -271,7 +272,7 @@ def test_knockout_disrupts_a_later_head_only_if_it_reads_layer_0(tmp_path, two_p
     knocked = zoom.matrices["knockout"]
     for q in (5, 10):
         np.testing.assert_allclose(knocked[q, : q + 1], 1.0 / (q + 1), atol=1e-5)
-    params = {"head": "L1H0", "layers": [0], "period": 5, "phase": 0}
+    params = {**head_columns("L1H0"), "layers": [0], "period": 5, "phase": 0}
     card = {r["quantity"]: r for r in iv.knockout_scorecard(iv.tidy(rows, "P5", "relay", params), "relay", "f.png")}
     assert card["prev_token_mass_ratio"]["value"] == pytest.approx((9 + 1 / 6 + 1 / 11) / 11, abs=1e-4)
     assert "no effect" not in card["prev_token_mass_ratio"]["detail"]
@@ -305,13 +306,13 @@ def test_extended_averaging_on_positional_model(two_prev_bridge):
     # k = 1: nothing changes, bitwise
     rows1, _ = iv.extended_averaging(b, [TOKENS], ["L0H1", "L1H0"], {0: iv.extended_shift(E, 1, 0, group_average)})
     for r in [r for r in rows1 if r["condition"] == "averaged"]:
-        twin = next(x for x in rows1 if x["condition"] == "intact" and x["head"] == r["head"])
+        twin = next(x for x in rows1 if x["condition"] == "intact" and x["head_name"] == r["head_name"])
         assert r["prev_mass"] == twin["prev_mass"]
     # k = 4 just before layer 1: positions of a group are identical there, so a query whose
     # previous position is in its group splits its attention evenly between the two
     deltas = {layer: iv.extended_shift(E, 4, 0, group_average) for layer in (0, 1)}
     rows, zooms = iv.extended_averaging(b, [TOKENS], ["L0H1", "L1H0"], deltas, zoom=N)
-    got = {(r["head"], r["averaged_layer"], r["condition"]): r["prev_mass"] for r in rows}
+    got = {(r["head_name"], r["averaged_layer"], r["condition"]): r["prev_mass"] for r in rows}
     assert ("L0H1", 1, "averaged") not in got  # a head before the averaged layer is not measured
     assert got[("L1H0", 1, "intact")] > 0.999 and got[("L0H1", 0, "intact")] > 0.999
     assert got[("L1H0", 1, "averaged")] < 0.5

@@ -246,3 +246,30 @@ print(tok, "torch" in sys.modules, "transformers" in sys.modules)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["None", "False", "False"]
+
+
+def test_c_scorecard_rows_read_the_analysis(model, tmp_path):
+    """C1–C3 rows come from the library (scripts only write them): values and detail from the
+    setup, the ranking and the fit table, with known answers."""
+    _, w, ov, _ = model
+    texts = [RNG.integers(0, V, N_CTX) for _ in range(3)]
+    dec = layer0(tmp_path, w, texts)
+    st, ln2 = nr.build_setup(dec, w, ov, [2], 1, 10, None)
+    c1 = nr.extended_scorecard(st, ln2, V, 256, ov.d_mlp, [2], 10, "t1", "m", "x.h5")
+    assert [r["quantity"] for r in c1] == list(nr.C1_QUANTITIES) and {r["model"] for r in c1} == {"m"}
+    assert c1[1]["value"] == [round(ln2["p05"], 4), round(ln2["p95"], 4)] and c1[1]["value"][0] <= c1[1]["value"][1]
+    assert f"'L0H2': {round(float(st.z_bar[2]), 4)}" in c1[0]["detail"] and "'t1'" in c1[0]["detail"]
+    ranking = pd.DataFrame({"neuron": [1710, 300, 1621, 7, 5, 9] + list(range(10, 1994)),
+                            "explained": np.linspace(0.9, 0.0, 1990), "rank": np.arange(1, 1991)})
+    top = pd.DataFrame({"neuron": [7, 7], "side": ["top", "bottom"], "token": ["a", "b"]})
+    c2 = nr.contextual_scorecard(top, ranking, [7], "m", "t.csv", "r.csv")
+    assert [r["quantity"] for r in c2] == [*nr.C2_QUANTITIES, "post_neurons_rank_percent"]
+    assert c2[0]["detail"] == "7: +['a'] -['b']" and c2[1]["value"] == [1710, 300, 1621, 7, 5]
+    assert c2[3]["value"] == round(100 * 3 / 1990, 2)  # neuron 1621 ranks third of 1990
+    assert len(nr.contextual_scorecard(top, ranking.head(1000), [7], "m", "t.csv", "r.csv")) == 3  # no post neurons
+    fits = pd.DataFrame({"neuron": [3, 3, 3, 4, 4, 4], "pearson_r": [0.9, 0.8, 0.1, 0.5, 0.6, 0.7],
+                         "sign_agreement": [1.0, 0.9, 0.8, 0.7, 0.6, 0.5], "fvu": [0.1, 0.2, 0.3, 0.4, 0.5, np.nan]})
+    c3 = {r["quantity"]: r for r in nr.fit_scorecard(fits, 5, "m", "fit.csv")}
+    assert c3["median_pearson_r"]["value"] == 0.6  # neuron 4's median; neuron 3's is 0.8
+    assert c3["median_sign_agreement"]["value"] == 0.6 and c3["median_fvu"]["value"] == 0.3
+    assert "n >= 5" in c3["median_pearson_r"]["detail"]

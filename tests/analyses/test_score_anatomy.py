@@ -132,7 +132,7 @@ def test_hand_built_heads_get_their_taxa(bridge):
     prof = sa.score_profiles(bridge, _docs(3), W, None, batch_size=2)
     assert prof.windows.shape == (1, 4, 3 * (N - 2 * W - 1), 2 * W + 1)
     assert prof.max_check_error < 1e-3
-    taxa = sa.classify_taxa(prof.features, sa.Thresholds()).set_index("head")
+    taxa = sa.classify_taxa(prof.features, sa.Thresholds()).set_index("head_name")
     assert taxa["taxon"].to_dict() == EXPECTED
     o = sa.offsets(W)
     spread = (ALPHA * o - GAMMA * (o == 0)).std()
@@ -173,7 +173,7 @@ def test_raw_scores_equal_an_independent_q_k_product_and_masked_equal_hook_attn_
         assert (np.isfinite(p.masked) == unmasked).all()
         np.testing.assert_allclose(p.masked[unmasked], p.hook_scores[unmasked], atol=1e-5)
         np.testing.assert_allclose(p.pattern, p.hook_pattern, atol=1e-6)
-    table = sa.scores_table(panels, {"L0H0": "early", "L0H1": "sharp"}, W).set_index("head")
+    table = sa.scores_table(panels, {"L0H0": "early", "L0H1": "sharp"}, W).set_index("head_name")
     assert table.loc["L0H0", "dip"] > 0.5 and table.loc["L0H1", "bump"] > 0.5
     assert table["max_abs_diff_masked_vs_hook"].max() < 1e-4 and table["masked_entries_agree"].all()
     assert table.loc["L0H0", "raw_future_max"] == pytest.approx(ALPHA * (N - 1), rel=1e-5)
@@ -210,13 +210,13 @@ def test_row_centring_ignores_masked_entries():
 
 
 def test_split_of_previous_token_heads_counts_every_taxon():
-    taxa = pd.DataFrame({"head": ["L0H0", "L0H1", "L0H2"], "taxon": ["dark diagonal", "neither", "neither"]})
-    tax = pd.DataFrame({"head": ["L0H0", "L0H1", "L0H2"], "is_previous_token": [True, True, False]})
+    taxa = pd.DataFrame({"head_name": ["L0H0", "L0H1", "L0H2"], "taxon": ["dark diagonal", "neither", "neither"]})
+    tax = pd.DataFrame({"head_name": ["L0H0", "L0H1", "L0H2"], "is_previous_token": [True, True, False]})
     assert sa.split_of_previous_token_heads(taxa, tax) == {"dark diagonal": 1, "bright sub-diagonal": 0, "neither": 1}
     with pytest.raises(PosmechError, match="rerun rule `diagonal_taxonomy`"):
-        sa.split_of_previous_token_heads(taxa, tax.assign(head=["L9H9", "L0H1", "L0H2"]))
-    rows = sa.taxa_scorecard(taxa.assign(layer=0, head_index=[0, 1, 2]), {"neither": 1}, "m", "d", "t.csv")
+        sa.split_of_previous_token_heads(taxa, tax.assign(head_name=["L9H9", "L0H1", "L0H2"]))
+    rows = sa.taxa_scorecard(taxa.assign(layer=0, head=[0, 1, 2]), {"neither": 1}, "m", "d", "t.csv")
     assert [r["value"] for r in rows[:2]] == [["L0H0"], []]
-    mixed = pd.DataFrame({"head": ["L0H0", "L0H1", "L1H0", "L1H1"], "layer": [0, 0, 1, 1], "head_index": [0, 1, 0, 1],
+    mixed = pd.DataFrame({"head_name": ["L0H0", "L0H1", "L1H0", "L1H1"], "layer": [0, 0, 1, 1], "head": [0, 1, 0, 1],
                           "taxon": ["neither", "bright sub-diagonal", "dark diagonal", "dark diagonal"]})
-    assert sa.taxa_order(mixed)["head"].tolist() == ["L1H0", "L1H1", "L0H1", "L0H0"]
+    assert sa.taxa_order(mixed)["head_name"].tolist() == ["L1H0", "L1H1", "L0H1", "L0H0"]

@@ -79,7 +79,7 @@ def test_uniform_head_is_never_a_previous_token_head_for_any_context_up_to_1024(
 def test_uniform_heads_of_a_model_are_not_previous_token_heads_at_every_context(bridge):
     # the whole path (bridge pattern -> hook -> float64 sums -> tie rule) for every length the model takes
     for n in range(2, N + 1):
-        df = classify_heads(accumulate_diagonals(bridge, _docs(2, n)).means()).set_index("head")
+        df = classify_heads(accumulate_diagonals(bridge, _docs(2, n)).means()).set_index("head_name")
         for h in ("L0H0", "L1H1"):
             assert not df.loc[h, "is_previous_token"] and df.loc[h, "top_offset"] == 0, (n, h)
         assert df.loc["L0H1", "is_previous_token"], n
@@ -97,7 +97,7 @@ def test_ties_resolve_to_the_smallest_offset_only_within_the_tolerance():
 def test_exact_previous_token_head_found_with_ratio_zero_and_rank_one(bridge):
     stats = accumulate_diagonals(bridge, _docs(3), batch_size=2)
     assert stats.n_documents == 3 and stats.n_tokens == 3 * N
-    df = classify_heads(stats.means(), stats.detector_scores()).set_index("head")
+    df = classify_heads(stats.means(), stats.detector_scores()).set_index("head_name")
     assert df.loc["L0H1", "is_previous_token"]
     assert df.loc["L0H1", "rank"] == 1
     assert df.loc["L0H1", "ratio"] < 1e-9
@@ -183,7 +183,7 @@ def test_choose_heads_rule_reproduces_the_posts_sharp_and_early_heads(tmp_path):
     assert heads["early"][0] == "L3H3"  # best first
     # pinned heads override the rule
     pinned = choose_heads(df, "gpt2", pin={"sharp": "L5H6", "early": ["L2H2"]})
-    assert pinned["head"].tolist() == ["L5H6", "L2H2"]
+    assert pinned["head_name"].tolist() == ["L5H6", "L2H2"]
     assert (pinned["rule"] == "pinned in config taxonomy.pin").all()
     with pytest.raises(PosmechError, match="taxonomy.pin.gpt2.sharp"):
         choose_heads(df, "gpt2", pin={"sharp": "L12H0"})
@@ -196,13 +196,13 @@ def test_choose_heads_fallback_when_sharp_head_is_in_layer_zero():
     means[0, 1, 0] = 0.9  # not previous-token
     means[1, 0, 0], means[1, 1, 0] = 0.5, 0.5
     chosen = choose_heads(classify_heads(means, np.zeros((2, 3))), "demo")
-    assert chosen["head"].tolist() == ["L0H0", "L1H2"]
+    assert chosen["head_name"].tolist() == ["L0H0", "L1H2"]
     assert chosen["rule"].iloc[1].startswith("fallback")
     no_prev = np.zeros((1, 2, 3))
     no_prev[:, :, 0] = 1
     no_prev[0, 1, 1] = 0.4
     fallback = choose_heads(classify_heads(no_prev, np.zeros((1, 2))), "demo")
-    assert fallback["head"].tolist() == ["L0H1"] and fallback["rule"].iloc[0].startswith("fallback (no previous-token")
+    assert fallback["head_name"].tolist() == ["L0H1"] and fallback["rule"].iloc[0].startswith("fallback (no previous-token")
     assert read_chosen_heads_roundtrip(fallback)["early"] == []
 
 
@@ -217,13 +217,13 @@ def read_chosen_heads_roundtrip(df: pd.DataFrame) -> dict:
 
 def test_read_chosen_heads_rejects_bad_tables(tmp_path):
     p = tmp_path / "heads.csv"
-    write_table(chosen_heads_frame("m", [{"role": "early", "head": "L0H1", "score": 0.1, "rule": "x"}]), p)
+    write_table(chosen_heads_frame("m", [{"role": "early", "head_name": "L0H1", "score": 0.1, "rule": "x"}]), p)
     with pytest.raises(PosmechError, match="exactly one `sharp`"):
         read_chosen_heads(p)
     with pytest.raises(PosmechError, match="rerun rule `diagonal_taxonomy`"):
         read_chosen_heads(tmp_path / "absent.csv")
     with pytest.raises(PosmechError, match="L<layer>H<head>"):
-        chosen_heads_frame("m", [{"role": "sharp", "head": "4.11", "score": 0, "rule": "x"}])
+        chosen_heads_frame("m", [{"role": "sharp", "head_name": "4.11", "score": 0, "rule": "x"}])
 
 
 def test_full_context_documents_selects_long_documents_and_names_the_key():

@@ -185,3 +185,23 @@ def test_similarity_numbers():
     assert s["cosine_similarity"] == pytest.approx(1.0) and s["mean_abs_diff"] == 0 and s["mean_row_tv"] == 0
     b = np.tril(np.ones((4, 4))) / np.arange(1, 5)[:, None]
     assert pattern_similarity(a, b)["mean_row_tv"] == pytest.approx(np.mean([0, 0.5, 2 / 3, 0.75]))
+
+
+def test_p_scorecard_rows_read_the_analysis():
+    """P2–P4 rows come from the library (scripts only write them), with known values."""
+    from posmech.analyses.wpos import attention_scorecard, averaging_scorecard
+
+    df = pd.DataFrame({"quantity": ["loss", "probability", "probability", "probability", "probability"],
+                       "k": [1, 1, 10, 1, 10], "prompt": ["", "a", "a", "b", "b"],
+                       "target": ["", " x", " x", " y", " z"], "value": [3.0, 0.9, 0.4, 0.8, 0.7]})
+    rows = averaging_scorecard(df, 5, {"a": " x", "b": " y"}, 0.01, 0.02, "m", "f.png", "t.csv")
+    got = {r["quantity"]: r["value"] for r in rows}
+    # prompt b's k = 10 row is for another target: no p_ y_k10 row
+    assert got == {"max_unchanged_k": 5, "p_ x_intact": 0.9, "p_ x_k10": 0.4, "p_ y_intact": 0.8,
+                   "p_repeat_min_k10": 0.4}
+    assert rows[0]["claim"] == "P2" and "within 0.01 nats" in rows[0]["detail"] and {r["model"] for r in rows} == {"m"}
+    att = pd.DataFrame({"head": ["L1H2", "L0H0"], "cosine_similarity": [0.75, 0.1],
+                        "prev_token_mass_intact": [0.9, 0.2], "prev_token_mass_averaged": [0.3, 0.2]})
+    (p4,) = attention_scorecard(att, 10, 64, 32, "m", "f.png")
+    assert (p4["claim"], p4["quantity"], p4["value"]) == ("P4", "pattern_similarity_k10", 0.75)
+    assert p4["detail"] == "L1H2, cosine of the 32x32 window at 64; previous-token mass 0.900 -> 0.300"

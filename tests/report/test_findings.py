@@ -116,13 +116,13 @@ def test_grid_of_no_findings():
 def test_head_table_joins_the_roles_of_every_analysis():
     from posmech.heads import HEAD_COLUMNS, head_table
 
-    taxonomy = pd.DataFrame({"head": ["L0H0", "L0H1", "L1H0", "L1H1"], "is_previous_token": [False, True, True, False],
+    taxonomy = pd.DataFrame({"head_name": ["L0H0", "L0H1", "L1H0", "L1H1"], "is_previous_token": [False, True, True, False],
                              "ratio": [0.9, 0.5, 0.02, 0.8], "rank": [None, 2, 1, None]})
-    taxa = pd.DataFrame({"head": ["L0H0", "L0H1", "L1H0", "L1H1"],
+    taxa = pd.DataFrame({"head_name": ["L0H0", "L0H1", "L1H0", "L1H1"],
                          "taxon": ["other", "dark diagonal", "bright sub-diagonal", "other"]})
     classes = pd.DataFrame({"head_name": ["L0H0", "L0H1"], "head_class": ["contextual", "detokenization"]})
-    roles = pd.DataFrame({"role": ["previous", "look_back_two", "induction"], "head": ["L1H0", "none", "L1H1"]})
-    masses = pd.DataFrame({"head": ["L1H0", "L1H0", "L1H1"], "mass": ["previous", "offset_2", "induction_score"],
+    roles = pd.DataFrame({"role": ["previous", "look_back_two", "induction"], "head_name": ["L1H0", "none", "L1H1"]})
+    masses = pd.DataFrame({"head_name": ["L1H0", "L1H0", "L1H1"], "mass": ["previous", "offset_2", "induction_score"],
                            "value": [0.95, 0.01, 0.4]})
     df = head_table("m", taxonomy=taxonomy, taxa=taxa, classes=classes, roles=roles, masses=masses)
     assert list(df.columns) == HEAD_COLUMNS

@@ -24,7 +24,7 @@ def test_score_anatomy_outputs(ci_run):
     base = ci_run / "results/demo/anatomy"
     chosen = read_chosen_heads(ci_run / "results/demo/taxonomy/heads.csv")
     table = read_table(base / "scores.csv")
-    assert table["head"].tolist() == chosen["sharp"] + chosen["early"]
+    assert table["head_name"].tolist() == chosen["sharp"] + chosen["early"]
     assert table["role"].tolist() == ["sharp"] + ["early"] * len(chosen["early"])
     # 50 does not fit the 32-token document: the zoom is half of it, so it differs from the full figure
     assert table.attrs["zoom_start"] == 0 and table.attrs["zoom_size"] == 16
@@ -33,7 +33,7 @@ def test_score_anatomy_outputs(ci_run):
     assert (table["n_rows"] == 32 - 2 * 5 - 1).all()
     with open_artifact(base / "scores.h5", "score_anatomy") as f:
         assert f["tokens"].shape == (32,)
-        for head in table["head"]:
+        for head in table["head_name"]:
             raw, masked, pattern = (f[f"{head}/{k}"][()] for k in ("raw", "masked", "pattern"))
             assert raw.shape == masked.shape == pattern.shape == (32, 32)
             assert np.isfinite(raw).all() and np.abs(np.triu(raw, 1)).max() > 0  # the future triangle is there
@@ -45,7 +45,7 @@ def test_score_anatomy_outputs(ci_run):
     # and the finding's quantity (resources/findings.yaml): the sharp head's raw argmax fraction
     assert set(zip(card["claim"], card["quantity"])) == {("P12", "score_figures"), ("P12", "sharp_raw_argmax_prev_fraction")}
     by = card.set_index("quantity")
-    assert json.loads(by.loc["score_figures", "value"]) == table["head"].tolist()
+    assert json.loads(by.loc["score_figures", "value"]) == table["head_name"].tolist()
     assert float(by.loc["sharp_raw_argmax_prev_fraction", "value"]) == table["raw_argmax_prev_fraction"].iloc[0]
     for fig in ("scores_full.png", "scores_zoom.png"):
         assert (base / fig).stat().st_size > 20_000
@@ -70,18 +70,18 @@ def test_score_taxa_outputs(ci_run):
         assert windows.shape == (2, 2, n_rows, 11) and list(f["offsets"][()]) == list(range(-5, 6))
         assert f["query"][()].min() == 6 and f["query"][()].max() == 26
     np.testing.assert_allclose(features, row_features(windows), atol=1e-5)
-    med = np.median(features, axis=2)[taxa["layer"], taxa["head_index"]]
+    med = np.median(features, axis=2)[taxa["layer"], taxa["head"]]
     np.testing.assert_allclose(taxa[["dip", "bump", "trend"]].to_numpy(), med, atol=1e-5)
     order = taxa["taxon"].map(TAXA.index)
     assert order.is_monotonic_increasing  # dark, bright, neither; the report shows the first rows
     prof = read_table(base / "profiles.csv")
-    assert len(prof) == 4 * 11 and prof.groupby("head")["median"].count().eq(11).all()
+    assert len(prof) == 4 * 11 and prof.groupby("head_name")["median"].count().eq(11).all()
     per_head = read_table(ci_run / "results/demo/taxonomy/taxonomy.csv")
     split = taxa.attrs["prev_token_heads_by_taxon"]
     assert set(split) == set(TAXA) and sum(split.values()) == int(per_head["is_previous_token"].sum())
     card = read_table(ci_run / "results/demo/scorecard/score_taxa.csv").set_index("quantity")
     assert {("P13", q) for q in ("dark_diagonal_heads", "bright_subdiagonal_heads")} <= _published_quantities({"P13"})
-    assert json.loads(card.loc["dark_diagonal_heads", "value"]) == taxa.loc[taxa["taxon"] == TAXA[0], "head"].tolist()
+    assert json.loads(card.loc["dark_diagonal_heads", "value"]) == taxa.loc[taxa["taxon"] == TAXA[0], "head_name"].tolist()
     assert json.loads(card.loc["prev_token_heads_by_taxon", "value"]) == split
     assert (base / "taxa.png").stat().st_size > 20_000
     report = read_table(ci_run / "results/report/scorecard.csv")

@@ -39,7 +39,7 @@ def test_ci_run_has_every_l_output(ci_run):
     heads = read_table(d / "attn_only/head_roles.csv")
     assert list(heads["role"]) == ["previous", "look_back_two", "induction"]
     patterns = read_table(d / "attn_only/random_token_patterns.csv")
-    sums = patterns.groupby(["head", "query"])["attention"].sum()
+    sums = patterns.groupby(["head_name", "query"])["attention"].sum()
     np.testing.assert_allclose(sums.to_numpy(), 1.0, atol=1e-5)  # every mean row is a distribution
     assert patterns["query"].max() == 12 and patterns.attrs["attn_only_config"]["n_sequences"] == 40
     html = (ci_run / "results/report/index.html").read_text()
@@ -98,7 +98,7 @@ def test_legacy_attention_only_model_gives_the_planted_answers(tmp_path):
     _, ind = _card(d, "bos_induction")
     assert float(ind["p_b_with_bos"]) > 10 * float(ind["p_b_without_bos"])
     # the scorecard judges the published attn-only-2l values as not applicable to this model
-    assert "L0H0" in read_table(d / "attn_only/head_roles.csv")["head"].tolist()
+    assert "L0H0" in read_table(d / "attn_only/head_roles.csv")["head_name"].tolist()
 
 
 def test_sequence_longer_than_a_trained_models_context_fails_before_any_job(tmp_path):

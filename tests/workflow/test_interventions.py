@@ -41,7 +41,7 @@ def test_outputs_tidy_with_claim_figure_and_scorecard(out, rule):
 def test_prev_knockout_layers_and_rows(out):
     df, sharp = out["prev_knockout"], out["heads"]["sharp"][0]
     layer = int(sharp[1 : sharp.index("H")])
-    assert (df["head"] == sharp).all()
+    assert (df["head_name"] == sharp).all()
     assert str(df["layers"].iloc[0]) in (";".join(map(str, range(layer))), "nan")
     n_docs = df["document"].nunique()
     assert n_docs == 3 and len(df) == n_docs * 3 * 3
@@ -71,10 +71,10 @@ def test_same_documents_give_the_same_intact_mass_across_rules(out):
 def test_extended_averaging_measures_every_chosen_head(out):
     df, heads = out["extended_averaging"], out["heads"]
     chosen = set(heads["early"]) | set(heads["sharp"])
-    assert set(df["head"]) == chosen
-    assert (df["head_layer"] >= df["averaged_layer"]).all()
-    own = df[df["head_layer"] == df["averaged_layer"]]
-    assert set(own["head"]) == chosen
+    assert set(df["head_name"]) == chosen
+    assert (df["layer"] >= df["averaged_layer"]).all()
+    own = df[df["layer"] == df["averaged_layer"]]
+    assert set(own["head_name"]) == chosen
     card = read_table(out["dir"] / "scorecard/extended_averaging.csv")
     assert set(card["quantity"]) == {f"damage_{h}" for h in chosen} | {"early_minus_sharp_damage"}
     assert (df["group_size"] == 4).all()

@@ -29,16 +29,16 @@ def test_diagonal_taxonomy_outputs(ci_run):
     assert meta["n_previous_token_heads"] == int(per_head["is_previous_token"].sum())
     # every query row of a pattern sums to 1: mean x count summed over offsets = number of query rows
     diag = read_table(base / "diagonals.csv")
-    mass = (diag["mean"] * diag["count"]).groupby(diag["head"]).sum()
+    mass = (diag["mean"] * diag["count"]).groupby(diag["head_name"]).sum()
     np.testing.assert_allclose(mass.to_numpy(), 8 * (32 - 1), rtol=1e-4)
-    top = diag.loc[diag.groupby("head")["mean"].idxmax()].set_index("head")["offset"]
-    assert (top.reindex(per_head["head"]).to_numpy() == per_head["top_offset"].to_numpy()).all()
+    top = diag.loc[diag.groupby("head_name")["mean"].idxmax()].set_index("head_name")["offset"]
+    assert (top.reindex(per_head["head_name"]).to_numpy() == per_head["top_offset"].to_numpy()).all()
     heads = read_chosen_heads(base / "heads.csv")
     table = read_table(base / "heads.csv")
     assert list(table.columns) == HEADS_COLUMNS
     ranked = per_head[per_head["rank"].notna()].sort_values("rank")
-    assert heads["sharp"] == [ranked["head"].iloc[0]]
-    assert set(heads["early"]) <= set(ranked["head"]) - set(heads["sharp"])
+    assert heads["sharp"] == [ranked["head_name"].iloc[0]]
+    assert set(heads["early"]) <= set(ranked["head_name"]) - set(heads["sharp"])
     card = read_table(ci_run / "results/demo/scorecard/diagonal_taxonomy.csv")
     assert {("P6", "n_prev_token_heads"), ("P7", "sharpest_prev_token_head"), ("P7", "diagonal_ratio")} <= set(
         zip(card["claim"], card["quantity"])
@@ -88,7 +88,7 @@ def test_posembed_averaging_outputs(ci_run):
 def test_posembed_attention_outputs(ci_run):
     df = read_table(ci_run / "results/demo/posembed/attention.csv")
     heads = read_chosen_heads(ci_run / "results/demo/taxonomy/heads.csv")
-    assert df["head"].tolist() == heads["sharp"] + heads["early"]
+    assert df["head_name"].tolist() == heads["sharp"] + heads["early"]
     assert (df["window_size"] == 32).all() and (df["k"] == 10).all()
     assert ((df["cosine_similarity"] > 0) & (df["cosine_similarity"] <= 1 + 1e-9)).all()
     with open_artifact(ci_run / "results/demo/posembed/attention.h5", "posembed_attention") as f:

@@ -36,6 +36,13 @@ def head_name(layer: int, head: int) -> str:
     return f"L{int(layer)}H{int(head)}"
 
 
+def head_columns(name: str, key: str = "head") -> dict[str, int | str]:
+    """``"L4H11"`` → ``{"layer": 4, "head": 11, "head_name": "L4H11"}``: the columns that name a
+    head in every per-head table (docs/artifacts.md)."""
+    layer, head = parse_head(name, key)
+    return {"layer": layer, "head": head, "head_name": head_name(layer, head)}
+
+
 def parse_head(name: str, key: str = "head") -> tuple[int, int]:
     """``"L4H11"`` → ``(4, 11)``; :class:`PosmechError` naming ``key`` (the config key or
     file the name came from) for anything else."""

@@ -254,7 +254,7 @@ def induction_score(patterns: np.ndarray, half: int, bos: bool) -> np.ndarray:
     return patterns[:, :, q, q - half + 1].mean(axis=(0, 2))
 
 
-#: ``head`` of a role that no head fills: the best candidate's score is below the role's
+#: ``head_name`` of a role that no head fills (its ``layer`` and ``head`` are empty): the best candidate's score is below the role's
 #: threshold (``attn_only.role_min_score``); it is never "the best of the rest"
 NONE = "none"
 
@@ -263,11 +263,11 @@ def find_roles(
     heads: list[tuple[int, int]], diag1: np.ndarray, diag2: np.ndarray, induction: np.ndarray,
     pins: dict[str, tuple[int, int]], min_score: dict[str, float] | None = None,
 ) -> list[dict[str, Any]]:
-    """Rows ``role, head, criterion, score, source, candidate, min_score, passes``:
+    """Rows ``role, layer, head, head_name, criterion, score, source, candidate, min_score, passes``:
     previous-token head = argmax of ``diag1``, look-back-two = argmax of ``diag2`` over the
     other heads, induction = argmax of ``induction`` (``source`` ``found``), or the pinned
     head (``pinned``).  A found role whose best ``candidate`` scores below ``min_score[role]``
-    has head :data:`NONE` (``source`` ``none``): the role is not filled."""
+    has ``head_name`` :data:`NONE` and no ``layer``/``head`` (``source`` ``none``): the role is not filled."""
     min_score = min_score or {}
     rows = []
     taken: set[tuple[int, int]] = set()
@@ -285,14 +285,23 @@ def find_roles(
         taken.add(lh)
         score, thr = float(vals[heads.index(lh)]), float(min_score.get(role, -np.inf))
         passes = source == "pinned" or score >= thr
-        rows.append({"role": role, "head": head_name(*lh) if passes else NONE, "criterion": crit, "score": score,
+        rows.append({"role": role, "layer": lh[0] if passes else None, "head": lh[1] if passes else None,
+                     "head_name": head_name(*lh) if passes else NONE, "criterion": crit, "score": score,
                      "source": source if passes else NONE, "candidate": head_name(*lh),
                      "min_score": thr if np.isfinite(thr) else None, "passes": passes})
     return rows
 
 
+def roles_frame(model: str, roles: list[dict[str, Any]]) -> Any:
+    """The ``head_roles.csv`` table of :func:`find_roles` rows: ``layer`` and ``head`` are
+    nullable integers (``Int64``), empty for a role no head fills (``head_name`` :data:`NONE`)."""
+    import pandas as pd
+
+    return pd.DataFrame([{"model": model, **r} for r in roles]).astype({"layer": "Int64", "head": "Int64"})
+
+
 def role_missing(role: str, row: dict[str, Any]) -> str:
-    """Why a role is not filled, in words (``row`` of :func:`find_roles` with head :data:`NONE`)."""
+    """Why a role is not filled, in words (``row`` of :func:`find_roles` with ``head_name`` :data:`NONE`)."""
     words = role.replace("_", "-")
     return (f"no {words} head: the best candidate {row['candidate']} scores {row['score']:.3f} "
             f"({row['criterion']}) < attn_only.role_min_score.{role} {row['min_score']:g}")
@@ -323,7 +332,8 @@ def matrix_rows(M: np.ndarray, value: str, lower: bool = True) -> list[dict[str,
 
 #: columns of :func:`decomposition_rows` (the table of rule input_decomposition, empty when no
 #: head fills either role)
-DECOMPOSITION_COLUMNS = ["claim", "head", "role", "variant", "n_sequences", "query", "key", "offset", "score_mean",
+DECOMPOSITION_COLUMNS = ["claim", "layer", "head", "head_name", "role", "variant", "n_sequences", "query", "key",
+                         "offset", "score_mean",
                          "score_sd", "pattern_mean"]
 
 
@@ -342,7 +352,8 @@ def decomposition_rows(
                 claim = "L2,L3"
             for q in range(T):
                 for k in range(q + 1):
-                    rows.append({"claim": claim, "head": head_name(*lh), "role": role, "variant": variant,
+                    rows.append({"claim": claim, "layer": lh[0], "head": lh[1], "head_name": head_name(*lh),
+                                 "role": role, "variant": variant,
                                  "n_sequences": S.shape[0], "query": q, "key": k, "offset": k - q,
                                  "score_mean": float(ms[q, k]), "score_sd": float(sd[q, k]),
                                  "pattern_mean": float(mp[q, k])})
@@ -351,7 +362,7 @@ def decomposition_rows(
 
 def mean_matrix(df: Any, head: str, variant: str, value: str) -> np.ndarray:
     """The ``[T, T]`` matrix of ``value`` (NaN above the diagonal) from decomposition rows."""
-    d = df[(df["head"] == head) & (df["variant"] == variant)]
+    d = df[(df["head_name"] == head) & (df["variant"] == variant)]
     T = int(d["query"].max()) + 1
     M = np.full((T, T), np.nan)
     M[d["query"].to_numpy(), d["key"].to_numpy()] = d[value].to_numpy()
@@ -451,17 +462,18 @@ def random_token_patterns(bridge: Any, p: dict[str, Any], setup: Setup, progress
     fr = run_variant(bridge, xr, "both", setup.heads, batch_size=p["batch_size"], progress=f"{progress} induction")
     ind_score = induction_score(fr.patterns, ind["half_length"], setup.bos is not None)
     roles = find_roles(setup.heads, d1, d2, ind_score, setup.pins, p.get("role_min_score"))
-    role_of = {r["head"]: r["role"] for r in reversed(roles)}
+    role_of = {r["head_name"]: r["role"] for r in reversed(roles)}
     patterns, masses = [], []
     for i, lh in enumerate(setup.heads):
         name = head_name(*lh)
+        ids = {"layer": lh[0], "head": lh[1], "head_name": name}
         for r in matrix_rows(mean[i], "attention"):
-            patterns.append({"head": name, "role": role_of.get(name, ""), **r})
+            patterns.append({**ids, "role": role_of.get(name, ""), **r})
         m = offset_masses(mean[i], p["first_query"], setup.bos is not None)
         for kind, v in m.items():
-            masses.append({"head": name, "role": role_of.get(name, ""), "mass": kind, "value": v,
+            masses.append({**ids, "role": role_of.get(name, ""), "mass": kind, "value": v,
                            "queries": f"{p['first_query']}..{mean.shape[-1] - 1}"})
-        masses.append({"head": name, "role": role_of.get(name, ""), "mass": "induction_score",
+        masses.append({**ids, "role": role_of.get(name, ""), "mass": "induction_score",
                        "value": float(ind_score[i]), "queries": "second copy"})
     return {"patterns": patterns, "masses": masses, "roles": roles, "mean": mean, "induction": ind_score}
 
@@ -513,11 +525,11 @@ def random_token_scorecard(out: dict[str, Any], p: dict[str, Any], setup: Setup,
     """L1 rows (previous-token head's masses over queries first_query..T−1, its row 1) and the
     head roles (L1 previous, L5 look-back-two, L4 induction)."""
     roles = {r["role"]: r for r in out["roles"]}
-    src = {k: (f"{v['source']} ({v['criterion']} {v['score']:.3f})" if v["head"] != NONE else role_missing(k, v))
+    src = {k: (f"{v['source']} ({v['criterion']} {v['score']:.3f})" if v["head_name"] != NONE else role_missing(k, v))
            for k, v in roles.items()}
     rows: list[tuple[str, str, Any, str]] = [
         (claim, f"{role}_head" if role != "previous" else "previous_token_head",
-         [roles[role]["head"]] if roles[role]["head"] != NONE else [], src[role])
+         [roles[role]["head_name"]] if roles[role]["head_name"] != NONE else [], src[role])
         for claim, role in (("L1", "previous"), ("L5", "look_back_two"), ("L4", "induction"))]
     # the best candidate's score of every role, whether or not it passes the role's threshold:
     # the existence findings (L1, L5) read these, so they fail rather than go unmeasured
@@ -527,11 +539,11 @@ def random_token_scorecard(out: dict[str, Any], p: dict[str, Any], setup: Setup,
     names = ["prev_head_mass_previous", "prev_head_mass_self", "prev_head_mass_offset2"]
     if setup.bos is not None:
         names += ["prev_head_mass_bos", "prev_head_row1_bos", "prev_head_row1_self"]
-    prev = roles["previous"]["head"]
+    prev = roles["previous"]["head_name"]
     if prev == NONE:
         return scorecard(rows + [("L1", q, None, src["previous"]) for q in names], model, artifact)
     M = out["mean"][setup.heads.index(parse_head(prev))]
-    m = {(r["head"], r["mass"]): r["value"] for r in out["masses"]}
+    m = {(r["head_name"], r["mass"]): r["value"] for r in out["masses"]}
     qs = f"queries {p['first_query']}..{M.shape[-1] - 1}, {p['n_sequences']} random-token sequences"
     values = {"prev_head_mass_previous": (m[(prev, "previous")], f"{prev}, key q-1; {qs}"),
               "prev_head_mass_self": (m[(prev, "self")], f"{prev}, key q; {qs}"),
@@ -544,7 +556,7 @@ def random_token_scorecard(out: dict[str, Any], p: dict[str, Any], setup: Setup,
 
 
 def _at(df: Any, head: str, variant: str, query: int, key: int, col: str) -> float:
-    d = df[(df["head"] == head) & (df["variant"] == variant) & (df["query"] == query) & (df["key"] == key)]
+    d = df[(df["head_name"] == head) & (df["variant"] == variant) & (df["query"] == query) & (df["key"] == key)]
     return float(d[col].iloc[0])
 
 
@@ -652,7 +664,7 @@ def bos_induction_scorecard(rows: list[dict[str, Any]], head: str, model: str, a
 def read_roles(path: str) -> dict[str, str]:
     """``{role: head}`` from a ``head_roles.csv`` written by rule random_token_patterns (head
     :data:`NONE` for a role no head fills)."""
-    return {r: row["head"] for r, row in read_role_rows(path).items()}
+    return {r: row["head_name"] for r, row in read_role_rows(path).items()}
 
 
 def read_role_rows(path: str) -> dict[str, dict[str, Any]]:
@@ -663,6 +675,9 @@ def read_role_rows(path: str) -> dict[str, dict[str, Any]]:
     missing = [r for r in ROLES if r not in set(df["role"])]
     if missing:
         raise PosmechError(f"{path}: no row for role(s) {', '.join(missing)}; rerun random_token_patterns")
+    if "head_name" not in df:
+        raise PosmechError(f"{path}: written before the per-head column contract (no `head_name` column); "
+                           "rerun random_token_patterns")
     if "candidate" not in df:
         raise PosmechError(f"{path}: written before role thresholds (no `candidate` column); rerun random_token_patterns")
     return {str(r["role"]): r for r in df.to_dict("records")}

@@ -894,3 +894,142 @@ def resolved_positions(params: dict[str, Any], n_ctx: int, model: str) -> dict[s
                            f"position {cp} has after k0")
     return {"max_position": mp, "positions": sorted(int(n) for n in params["positions"]), "classify_position": cp,
             "variance_positions": sorted(int(n) for n in params["variance_positions"])}
+
+
+# --------------------------------------------------------------------------- scorecard rows (K6–K10)
+HEAD_CLASS_QUANTITIES = {"detokenization": "detokenization_heads", "contextual": "contextual_heads",
+                         "duplicate_token": "duplicate_token_heads", "other": "other_heads"}
+LAYER1_QUANTITIES = ("mostly_positional_heads", "mostly_positional_fraction")
+
+
+def decomposition_scorecard(summary: dict[str, Any], n_tokens: int, scale_corpus: str, destination_token: str,
+                            model: str, figure: str, h5: str) -> list[dict[str, Any]]:
+    """K6 and K8 rows of rule layer0_decomposition from :func:`build_decomposition`'s
+    ``summary`` (``quantiles`` of the LayerNorm scale, ``ln_scale_used``, ``tv_median``).
+
+    * K6 ``ln1_scale_range`` — the 5th and 95th percentiles of ``blocks.0.ln1.hook_scale``
+      over ``n_tokens`` tokens of ``scale_corpus`` (position 0 excluded); the detail adds the
+      median, the 1st–99th percentiles and the scale ``s`` the linear LayerNorm uses;
+    * K8 ``linear_vs_exact_tv`` — the median over texts, heads and destination positions of
+      the total-variation distance between the attention with LayerNorm 1 linear at ``s``
+      and the exact attention, destination token ``destination_token``."""
+    q = summary["quantiles"]
+    rows = [{"claim": "K6", "quantity": "ln1_scale_range", "value": [round(q[0.05], 4), round(q[0.95], 4)],
+             "detail": f"5th and 95th percentiles of blocks.0.ln1.hook_scale over {n_tokens} "
+             f"{scale_corpus} tokens (position 0 excluded); median {q[0.5]:.4f}, 1st-99th "
+             f"{q[0.01]:.4f}-{q[0.99]:.4f}; linear LN uses s = {summary['ln_scale_used']:.4f}", "artifact": figure},
+            {"claim": "K8", "quantity": "linear_vs_exact_tv", "value": round(summary["tv_median"], 6),
+             "detail": "median over texts, heads and destination positions of TV(linear-LN attention, exact "
+             f"attention), destination {destination_token!r}", "artifact": h5}]
+    return [{**r, "model": model} for r in rows]
+
+
+def head_class_scorecard(classes: pd.DataFrame, thresholds: dict[str, float], local_window: int, n: int,
+                         n_duplicates: int, model: str, artifact: str) -> list[dict[str, Any]]:
+    """K7 rows from :func:`head_classes`' table: for each class, the quantity
+    :data:`HEAD_CLASS_QUANTITIES` names is the list of the layer-0 heads in that class (e.g.
+    ``contextual_heads``); the detail gives the thresholds, the local window, the position
+    ``n`` classified at and the number of destinations with an earlier copy of their token
+    the duplicate score is measured over."""
+    return [{"claim": "K7", "model": model, "quantity": q,
+             "value": classes[classes["head_class"] == c]["head_name"].tolist(),
+             "detail": f"thresholds {thresholds}, local window {local_window}, n = {n}; "
+             f"duplicate score over {n_duplicates} destinations with an earlier copy", "artifact": artifact}
+            for c, q in HEAD_CLASS_QUANTITIES.items()]
+
+
+def positional_pattern_scorecard(table: pd.DataFrame, positions: Sequence[int], title: str, destination_token: str,
+                                 model: str, figure: str, artifact: str) -> list[dict[str, Any]]:
+    """K6 rows of rule layer0_positional_patterns from :func:`positional_patterns`' table
+    (with ``head_name``), at the largest of the figure's ``positions`` ``n``:
+
+    * ``layer0_pattern_grids`` — the word ``figures`` (the grids at ``positions`` on ``title``);
+    * ``tv_fixed_token_vs_real_row`` — per head, the total-variation distance between the
+      positional pattern of the fixed destination token and the real attention row;
+    * ``tv_between_destination_tokens`` — per head, the total-variation distance between the
+      positional patterns of the fixed destination token and of the text's own token."""
+    n = max(positions)
+    at = table[table["n"] == n]
+    rows = [{"claim": "K6", "quantity": "layer0_pattern_grids", "value": "figures",
+             "detail": f"n = {sorted(positions)} on {title}", "artifact": figure},
+            {"claim": "K6", "quantity": "tv_fixed_token_vs_real_row",
+             "value": {r.head_name: round(r.tv_fixed_vs_real, 4) for r in at.itertuples()},
+             "detail": f"TV(positional pattern of {destination_token!r}, real attention row) at n = {n}",
+             "artifact": artifact},
+            {"claim": "K6", "quantity": "tv_between_destination_tokens",
+             "value": {r.head_name: round(r.tv_fixed_vs_own, 4) for r in at.itertuples()},
+             "detail": f"TV between the positional patterns of {destination_token!r} and of the text's own "
+             f"token at n = {n}", "artifact": artifact}]
+    return [{**r, "model": model} for r in rows]
+
+
+def denominator_scorecard(spread: dict[str, np.ndarray], classes: Sequence[str], n_most_varying: int,
+                          n_texts: int, from_n: int, model: str, figure: str,
+                          artifact: str) -> list[dict[str, Any]]:
+    """K8 rows of rule softmax_denominators from the per-head ``spread`` of log Z across texts
+    (:func:`denominator_spread`, keys ``linear`` and ``exact`` LayerNorm):
+
+    * ``most_varying_denominator_heads`` — the ``n_most_varying`` contextual heads with the
+      largest spread (:func:`most_varying`), linear LayerNorm; the detail ranks every head;
+    * ``most_varying_denominator_heads_exact`` — the same with the exact LayerNorm;
+    * ``broad_max_spread`` — :func:`broad_spread_row`."""
+    top = {k: most_varying(spread[k], classes, n_most_varying) for k in ("linear", "exact")}
+    ranking = ", ".join(f"{head_name(0, int(h))} {spread['linear'][h]:.3f}" for h in np.argsort(-spread["linear"]))
+    rows = [{"claim": "K8", "quantity": "most_varying_denominator_heads", "value": top["linear"],
+             "detail": f"the {n_most_varying} contextual heads with the largest spread of log Z across "
+             f"{n_texts} texts (linear LN, n >= {from_n}); all heads: {ranking}", "artifact": figure},
+            {"claim": "K8", "quantity": "most_varying_denominator_heads_exact", "value": top["exact"],
+             "detail": "the same with the exact LayerNorm", "artifact": artifact},
+            broad_spread_row(spread["linear"], classes, model, figure)]
+    return [{**r, "model": model} for r in rows]
+
+
+def variance_scorecard(table: pd.DataFrame, from_n: int, model: str, figure: str,
+                       artifact: str) -> list[dict[str, Any]]:
+    """K9 rows of rule denominator_variance from its table (``method`` ``resampled``: one row
+    per text, n and head; ``within_text``: one per text and head; columns ``predicted``,
+    ``observed`` variances of Z), fitted by :func:`loglog_fit_or_reason` (no value, and why,
+    when there is nothing to fit):
+
+    * ``variance_model_fit`` — Pearson r of log10 observed variance of Z over i.i.d. redraws
+      of the text's tokens against log10 predicted ``Σ_i p_h(n, i)² Var(c)``;
+    * ``variance_model_within_text_fit`` — the same for the variance of Z(n) along each text
+      (n >= ``from_n``);
+    * ``variance_model_loglog_slope`` — the least-squares slope of the first fit (1 = the
+      model's scaling)."""
+    res = table[table["method"] == "resampled"]
+    wt = table[table["method"] == "within_text"]
+    r, slope, why = loglog_fit_or_reason(res["predicted"], res["observed"])
+    r_within, slope_within, why_within = loglog_fit_or_reason(wt["predicted"], wt["observed"])
+    rows = [{"claim": "K9", "quantity": "variance_model_fit", "value": None if why else round(r, 4),
+             "detail": why or f"Pearson r of log10 observed (i.i.d. redraws) vs log10 predicted Var Z over {len(res)} "
+             f"(text, n, head) rows; slope {slope:.3f}", "artifact": figure},
+            {"claim": "K9", "quantity": "variance_model_within_text_fit",
+             "value": None if why_within else round(r_within, 4),
+             "detail": why_within or f"Pearson r of log10 observed vs predicted variance of Z(n) along each text (n >= "
+             f"{from_n}) over {len(wt)} (text, head) rows; slope {slope_within:.3f}", "artifact": artifact},
+            {"claim": "K9", "quantity": "variance_model_loglog_slope", "value": None if why else round(slope, 4),
+             "detail": why or "least-squares slope of log10 observed on log10 predicted (1 = the model's scaling)",
+             "artifact": artifact}]
+    return [{**r, "model": model} for r in rows]
+
+
+def layer1_scorecard(table: pd.DataFrame, title: str, n: int, max_tv: float, model: str, figure: str,
+                     artifact: str) -> list[dict[str, Any]]:
+    """K10 rows from :func:`layer1_table` (column ``mostly_positional``: the head's real
+    layer-1 row on ``title`` at position ``n`` is within total variation ``max_tv`` of its
+    positional kernel):
+
+    * ``layer1_patterns`` — the word ``figures``;
+    * ``mostly_positional_heads`` — the layer-1 heads that are mostly positional;
+    * ``mostly_positional_fraction`` — their number over the number of layer-1 heads."""
+    heads = table[table["mostly_positional"]]["head_name"].tolist()
+    rows = [{"claim": "K10", "quantity": "layer1_patterns", "value": "figures", "detail": f"{title}, n = {n}",
+             "artifact": figure},
+            {"claim": "K10", "quantity": "mostly_positional_heads", "value": heads,
+             "detail": f"layer-1 heads whose real row is within TV {max_tv} of their "
+             f"positional kernel ({len(heads)} of {len(table)})", "artifact": artifact},
+            {"claim": "K10", "quantity": "mostly_positional_fraction", "value": len(heads) / len(table),
+             "detail": f"{len(heads)} of {len(table)} layer-1 heads within TV {max_tv} of their "
+             "positional kernel", "artifact": artifact}]
+    return [{**r, "model": model} for r in rows]

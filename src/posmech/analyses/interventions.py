@@ -319,7 +319,7 @@ def extended_averaging(
     at ``blocks.l.hook_resid_pre``; measure every head of ``heads`` at or after ``l``.
 
     Rows: one per (document, head, averaged_layer, condition ∈ {intact, averaged}) with
-    ``head, head_layer, averaged_layer, condition, n_queries, prev_mass`` (queries 1..T-1).
+    ``layer, head`` (of the head measured), ``head_name, averaged_layer, condition, n_queries, prev_mass`` (queries 1..T-1).
     Zooms: per head, the first document's window intact and averaged just before the
     head's own layer (``averaged_L{l}``) when that layer is in ``deltas``."""
     parsed = {h: check_head(bridge, h) for h in heads}
@@ -348,7 +348,8 @@ def extended_averaging(
                     continue
                 after = prev_token_mass(pats[parsed[h]])
                 for cond, m in (("intact", masses[h]), ("averaged", after)):
-                    rows.append({"document": j, "n_tokens": T, "head": h, "head_layer": hl, "averaged_layer": layer,
+                    rows.append({"document": j, "n_tokens": T, "layer": hl, "head": parsed[h][1], "head_name": h,
+                                 "averaged_layer": layer,
                                  "condition": cond, "n_queries": T - 1, "prev_mass": float(m.mean())})
                 if j == 0 and hl == layer:
                     zooms[h].matrices[f"averaged_L{layer}"] = window_block(pats[parsed[h]], zoom_start, zoom)
@@ -623,7 +624,7 @@ def knockout_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any
     :func:`knockout_verdict`'s words when the knock-out has no effect; with no layer to knock
     out (sharp head in layer 0) the ratios are left empty with the reason."""
     m = pooled(df, ["condition", "query_set"])
-    head = df["head"].iloc[0]
+    head = df["head_name"].iloc[0]
     rows = [{"claim": "P5", "model": model, "quantity": f"prev_token_mass_{c}", "value": float(m[(c, "all")]),
              "detail": f"{head}, all queries >= 1", "artifact": artifact}
             for c in ("intact", "knockout", "knockout_renormalised")]
@@ -653,16 +654,16 @@ def knockout_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any
 def damage(df: Any) -> dict[str, float]:
     """P15: relative loss ``(intact − averaged) / intact`` of each head's pooled mass when
     the layer averaged is the head's own."""
-    own = df[df["averaged_layer"] == df["head_layer"]]
-    m = pooled(own, ["head", "condition"])
-    return {h: float((m[(h, "intact")] - m[(h, "averaged")]) / m[(h, "intact")]) for h in own["head"].unique()}
+    own = df[df["averaged_layer"] == df["layer"]]
+    m = pooled(own, ["head_name", "condition"])
+    return {h: float((m[(h, "intact")] - m[(h, "averaged")]) / m[(h, "intact")]) for h in own["head_name"].unique()}
 
 
 def extended_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any]]:
-    m = pooled(df[df["averaged_layer"] == df["head_layer"]], ["head", "condition"])
+    m = pooled(df[df["averaged_layer"] == df["layer"]], ["head_name", "condition"])
     return [{"claim": "P15", "model": model, "quantity": f"damage_{h}", "value": v,
              "detail": f"{h} prev-token mass {m[(h, 'intact')]:.3f} -> {m[(h, 'averaged')]:.3f} "
-                       f"(role {df.loc[df['head'] == h, 'role'].iloc[0]})", "artifact": artifact}
+                       f"(role {df.loc[df['head_name'] == h, 'role'].iloc[0]})", "artifact": artifact}
             for h, v in damage(df).items()] + [damage_gap_row(df, model, artifact)]
 
 
@@ -672,13 +673,13 @@ def damage_gap_row(df: Any, model: str, artifact: str) -> dict[str, Any]:
     head's; no value, and why, without such an early head."""
     row = {"claim": "P15", "model": model, "quantity": "early_minus_sharp_damage", "artifact": artifact}
     d = damage(df)
-    first = df.groupby("head")[["role", "head_layer"]].first()
+    first = df.groupby("head_name")[["role", "layer"]].first()
     sharp = [h for h in first.index if first.loc[h, "role"] == "sharp" and h in d]
     if not sharp:
         return {**row, "value": None, "detail": "no sharp head was averaged at its own layer"}
     s = sharp[0]
     early = [h for h in first.index if first.loc[h, "role"] == "early" and h in d
-             and int(first.loc[h, "head_layer"]) < int(first.loc[s, "head_layer"])]
+             and int(first.loc[h, "layer"]) < int(first.loc[s, "layer"])]
     if not early:
         return {**row, "value": None, "detail": f"no early previous-token head in a layer below the sharp head {s}"}
     mean_early = float(np.mean([d[h] for h in early]))
@@ -690,7 +691,7 @@ def repeated_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any
     m = pooled(df, ["query_set"])
     n = df.groupby("query_set")["n_queries"].sum()
     rep, oth = float(m.get("repeat", np.nan)), float(m.get("other", np.nan))
-    head = df["head"].iloc[0]
+    head = df["head_name"].iloc[0]
     return [
         {"claim": "P14", "model": model, "quantity": "prev_token_mass_repeat", "value": rep,
          "detail": f"{head}, {int(n.get('repeat', 0))} repeated queries", "artifact": artifact},
@@ -706,7 +707,7 @@ def induction_scorecard(df: Any, model: str, artifact: str, redirected: str | No
     probability of ``redirected`` (the target named after the prompt's word c) after the
     intervention (no value when no target has that name)."""
     out = []
-    head = df["head"].iloc[0]
+    head = df["head_name"].iloc[0]
     for cond, suffix in (("baseline", "baseline"), ("redirect_scale", "after"), ("redirect", "redirect_only")):
         for _, r in df[df["condition"] == cond].iterrows():
             out.append({"claim": "P16", "model": model, "quantity": f"p_{r['target']}_{suffix}",

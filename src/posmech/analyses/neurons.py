@@ -243,6 +243,89 @@ def best_explained_row(ranking: pd.DataFrame, model: str, artifact: str) -> dict
                       "pre-activation, t = the contextual term", "artifact": artifact}
 
 
+C1_QUANTITIES = ("extended_embeddings", "ln2_scale_range")
+C2_QUANTITIES = ("top_tokens", "best_explained_neurons", "best_explained_variance")
+C3_QUANTITIES = ("median_pearson_r", "median_sign_agreement", "median_fvu")
+POST_NEURONS = (300, 1621, 1710)  # the post's C2 neurons (gpt2)
+
+
+def extended_scorecard(st: Setup, ln2: dict[str, Any], d_vocab: int, d_model: int, d_mlp: int,
+                       heads: Sequence[int], from_position: int, title: str, model: str,
+                       artifact: str) -> list[dict[str, Any]]:
+    """C1's scorecard rows for the stored extended embeddings (rule extended_token_embeddings).
+
+    * ``extended_embeddings`` — the word ``stored``; its detail names the shapes of ``E'``
+      ``[V x d_model]`` and of the token contributions ``[V x d_mlp]``, the heads used and
+      their calibration denominators ``Z̄_h`` (median over ``n >= from_position`` of the
+      calibration text ``title``);
+    * ``ln2_scale_range`` — the 5th and 95th percentiles of ``blocks.0.ln2.hook_scale`` over
+      the stored texts' positions (``ln2``: :func:`ln2_scale_summary`); the detail gives the
+      scale ``s₂`` at which LayerNorm 2 is treated as linear."""
+    names = [head_name(0, h) for h in heads]
+    z = {head_name(0, h): round(float(st.z_bar[h]), 4) for h in heads}
+    rows = [{"claim": "C1", "quantity": "extended_embeddings", "value": "stored",
+             "detail": f"E' [{d_vocab} x {d_model}] through heads {names} (Z̄ {z}, median over n >= "
+             f"{from_position} of {title!r}); token contributions [{d_vocab} x {d_mlp}] float16",
+             "artifact": artifact},
+            {"claim": "C1", "quantity": "ln2_scale_range", "value": [round(ln2["p05"], 4), round(ln2["p95"], 4)],
+             "detail": f"5th and 95th percentiles of blocks.0.ln2.hook_scale over {ln2['n_tokens']} positions of "
+             f"layer0.h5's texts; LN2 treated as linear at s2 = {st.s2:.4f}", "artifact": artifact}]
+    return [{**r, "model": model} for r in rows]
+
+
+def contextual_scorecard(df: pd.DataFrame, ranking: pd.DataFrame, neurons: Sequence[int], model: str,
+                         table: str, ranking_path: str) -> list[dict[str, Any]]:
+    """C2's scorecard rows from the top/bottom tokens ``df`` (:func:`top_tokens`) and the
+    neuron ``ranking`` (:func:`neuron_ranking`).
+
+    * ``top_tokens`` — the word ``table``; the detail lists each chosen neuron's five most
+      positive (+) and most negative (−) contributing tokens;
+    * ``best_explained_neurons`` — the five neurons whose pre-activation variance the
+      contextual term explains best, best first (the detail gives each fraction explained);
+    * ``best_explained_variance`` — :func:`best_explained_row`;
+    * ``post_neurons_rank_percent`` (only when the model has neurons 300, 1621 and 1710, the
+      post's) — the largest of their ranks by explained variance, in percent of all neurons."""
+    rows = [{"claim": "C2", "quantity": "top_tokens", "value": "table",
+             "detail": "; ".join(f"{j}: +{df[(df.neuron == j) & (df.side == 'top')]['token'].head(5).tolist()} "
+                                 f"-{df[(df.neuron == j) & (df.side == 'bottom')]['token'].head(5).tolist()}"
+                                 for j in neurons), "artifact": table},
+            {"claim": "C2", "quantity": "best_explained_neurons", "value": [int(j) for j in ranking["neuron"][:5]],
+             "detail": "explained " + ", ".join(f"{e:.2f}" for e in ranking["explained"][:5]),
+             "artifact": ranking_path},
+            best_explained_row(ranking, model, ranking_path)]
+    M = len(ranking)
+    post = [j for j in POST_NEURONS if j < M]
+    if len(post) == len(POST_NEURONS):
+        worst = max(100.0 * int(ranking.loc[ranking["neuron"] == j, "rank"].iloc[0]) / M for j in post)
+        rows.append({"claim": "C2", "quantity": "post_neurons_rank_percent", "value": round(worst, 2),
+                     "detail": "largest rank (in % of all neurons, by explained variance) of neurons 300, 1621, "
+                     "1710", "artifact": ranking_path})
+    return [{**r, "model": model} for r in rows]
+
+
+def fit_scorecard(df: pd.DataFrame, from_position: int, model: str, artifact: str) -> list[dict[str, Any]]:
+    """C3's scorecard rows from the per (neuron, text) fit table ``df`` (:func:`fit_metrics`
+    columns ``neuron, pearson_r, sign_agreement, fvu``), positions ``n >= from_position``.
+
+    * ``median_pearson_r`` — the smallest over neurons of the median over texts of the Pearson
+      correlation of the real and the bag-of-tokens pre-activation;
+    * ``median_sign_agreement`` — the smallest over neurons of the median over texts of the
+      fraction of positions where both have the same sign;
+    * ``median_fvu`` — the median over neurons and texts of the fraction of variance
+      unexplained."""
+    med = df.groupby("neuron")[["pearson_r", "sign_agreement", "fvu"]].median()
+    rows = [{"claim": "C3", "quantity": "median_pearson_r", "value": round(float(med["pearson_r"].min()), 4),
+             "detail": "smallest over neurons of the median over texts of Pearson r (positions n >= "
+             f"{from_position}): " + ", ".join(f"{j}: {r:.3f}" for j, r in med["pearson_r"].items()),
+             "artifact": artifact},
+            {"claim": "C3", "quantity": "median_sign_agreement", "value": round(float(med["sign_agreement"].min()), 4),
+             "detail": "smallest over neurons of the median over texts of the sign agreement: "
+             + ", ".join(f"{j}: {r:.3f}" for j, r in med["sign_agreement"].items()), "artifact": artifact},
+            {"claim": "C3", "quantity": "median_fvu", "value": round(float(np.nanmedian(df["fvu"])), 4),
+             "detail": "median over neurons and texts of the fraction of variance unexplained", "artifact": artifact}]
+    return [{**r, "model": model} for r in rows]
+
+
 def check_neurons(neurons: Sequence[int], d_mlp: int, model: str) -> list[int]:
     """Neuron indices within ``0..d_mlp−1``, else an error naming ``neurons.neurons``."""
     bad = [int(j) for j in neurons if not 0 <= int(j) < d_mlp]

@@ -435,8 +435,8 @@ def score_profiles(
 
 
 def classify_taxa(features: np.ndarray, thresholds: Thresholds) -> pd.DataFrame:
-    """One row per head from row features ``[n_layers, n_heads, n_rows, 3]``: ``head,
-    layer, head_index``, the medians ``dip, bump, trend``, the fractions of rows above
+    """One row per head from row features ``[n_layers, n_heads, n_rows, 3]``: ``layer,
+    head`` (ints), ``head_name``, the medians ``dip, bump, trend``, the fractions of rows above
     ``row_min`` ``frac_dip, frac_bump, frac_trend``, ``n_rows`` and ``taxon``."""
     if features.shape[2] == 0:
         raise PosmechError("score taxa need at least one row per head; none was collected")
@@ -455,7 +455,7 @@ def classify_taxa(features: np.ndarray, thresholds: Thresholds) -> pd.DataFrame:
                 taxon = TAXA[0] if dip / max(t.dip_min, 1e-12) >= bump / max(t.bump_min, 1e-12) else TAXA[1]
             else:
                 taxon = TAXA[0] if dark else TAXA[1] if bright else TAXA[2]
-            rows.append({"head": head_name(layer, h), "layer": layer, "head_index": h, "taxon": taxon,
+            rows.append({"layer": layer, "head": h, "head_name": head_name(layer, h), "taxon": taxon,
                          "dip": dip, "bump": bump, "trend": trend, "frac_dip": fd, "frac_bump": fb,
                          "frac_trend": ft, "n_rows": int(features.shape[2])})
     return pd.DataFrame(rows)
@@ -465,12 +465,12 @@ def taxa_order(taxa: pd.DataFrame) -> pd.DataFrame:
     """The taxa table as written: dark diagonal, then bright sub-diagonal, then neither;
     by layer and head within a taxon (the report shows the first rows)."""
     rank = taxa["taxon"].map({t: i for i, t in enumerate(TAXA)})
-    ordered = taxa.assign(_rank=rank).sort_values(["_rank", "layer", "head_index"], kind="stable")
+    ordered = taxa.assign(_rank=rank).sort_values(["_rank", "layer", "head"], kind="stable")
     return ordered.drop(columns="_rank").reset_index(drop=True)
 
 
 def profile_frame(profiles: ScoreProfiles, model: str) -> pd.DataFrame:
-    """Tidy median normalised profile per head: ``claim, model, head, layer, head_index,
+    """Tidy median normalised profile per head: ``claim, model, layer, head, head_name,
     offset, median, q25, q75`` (over rows; offsets ``-W..W``, key = query + offset)."""
     z = profiles.normalised()
     q25, med, q75 = np.percentile(z, [25, 50, 75], axis=2)  # [L, H, 2W+1]
@@ -479,8 +479,8 @@ def profile_frame(profiles: ScoreProfiles, model: str) -> pd.DataFrame:
     o = offsets(profiles.window)
     return pd.DataFrame({
         "claim": "P13", "model": model,
-        "head": [head_name(a, b) for a, b in zip(layer.ravel(), head.ravel())],
-        "layer": layer.ravel(), "head_index": head.ravel(), "offset": o[off.ravel()],
+        "layer": layer.ravel(), "head": head.ravel(),
+        "head_name": [head_name(a, b) for a, b in zip(layer.ravel(), head.ravel())], "offset": o[off.ravel()],
         "median": med.ravel(), "q25": q25.ravel(), "q75": q75.ravel(),
     })
 
@@ -488,14 +488,14 @@ def profile_frame(profiles: ScoreProfiles, model: str) -> pd.DataFrame:
 def split_of_previous_token_heads(taxa: pd.DataFrame, taxonomy: pd.DataFrame) -> dict[str, int]:
     """How the P6 previous-token heads (``is_previous_token`` of the taxonomy table) split
     over the taxa: ``{taxon: count}`` for every taxon."""
-    if "is_previous_token" not in taxonomy or "head" not in taxonomy:
-        raise PosmechError("the taxonomy table lacks `head`/`is_previous_token`; rerun rule `diagonal_taxonomy`")
-    prev = set(taxonomy.loc[taxonomy["is_previous_token"].astype(bool), "head"])
-    unknown = prev - set(taxa["head"])
+    if "is_previous_token" not in taxonomy or "head_name" not in taxonomy:
+        raise PosmechError("the taxonomy table lacks `head_name`/`is_previous_token`; rerun rule `diagonal_taxonomy`")
+    prev = set(taxonomy.loc[taxonomy["is_previous_token"].astype(bool), "head_name"])
+    unknown = prev - set(taxa["head_name"])
     if unknown:
         raise PosmechError(f"the taxonomy table names heads {sorted(unknown)} that the model does not have; "
                            "rerun rule `diagonal_taxonomy`")
-    sel = taxa[taxa["head"].isin(prev)]
+    sel = taxa[taxa["head_name"].isin(prev)]
     return {t: int((sel["taxon"] == t).sum()) for t in TAXA}
 
 
@@ -503,7 +503,7 @@ def taxa_scorecard(taxa: pd.DataFrame, split: dict[str, int], model: str, detail
                    artifact: str) -> list[dict[str, Any]]:
     """P13 rows: the dark-diagonal and bright sub-diagonal head sets, and the P6 split."""
     def heads(taxon: str) -> list[str]:
-        return taxa.loc[taxa["taxon"] == taxon].sort_values(["layer", "head_index"])["head"].tolist()
+        return taxa.loc[taxa["taxon"] == taxon].sort_values(["layer", "head"])["head_name"].tolist()
 
     return [
         {"claim": "P13", "model": model, "quantity": "dark_diagonal_heads", "value": heads(TAXA[0]),
@@ -523,7 +523,7 @@ def early_dark_row(taxa: pd.DataFrame, early: list[str], model: str, detail: str
     if not early:
         return {**row, "value": None, "detail": "no early previous-token head: none of the P7-ranked heads "
                 "(taxonomy.early_top_n) is in a layer below the sharpest head's"}
-    dark = set(taxa.loc[taxa["taxon"] == TAXA[0], "head"])
+    dark = set(taxa.loc[taxa["taxon"] == TAXA[0], "head_name"])
     hits = [h for h in early if h in dark]
     return {**row, "value": len(hits) / len(early),
             "detail": f"{len(hits)} of the early heads {early} are dark-diagonal ({', '.join(hits) or 'none'}); {detail}"}
@@ -560,7 +560,7 @@ def scores_table(panels: list[HeadScores], roles: dict[str, str], window: int) -
                  if len(q) else np.full((1, 3), np.nan))
         med = np.median(feats, axis=0)
         rows.append({
-            "head": p.head, "role": roles[p.head], "layer": layer, "head_index": idx, "n_tokens": n,
+            "layer": layer, "head": idx, "head_name": p.head, "role": roles[p.head], "n_tokens": n,
             "max_abs_diff_masked_vs_hook": float(np.abs(p.masked[unmasked] - p.hook_scores[unmasked]).max()),
             "masked_entries_agree": bool((np.isfinite(p.masked) == unmasked).all()),
             "max_abs_diff_pattern_vs_hook": float(np.abs(p.pattern - p.hook_pattern).max()),
@@ -584,13 +584,13 @@ def anatomy_scorecard(table: pd.DataFrame, model: str, detail: str, artifact: st
     """P12 rows: the heads drawn, and the sharp head's raw argmax fraction
     (:func:`raw_argmax_prev_fraction`; no value when ``anatomy.heads`` pins the heads drawn)."""
     sharp = table[table["role"] == "sharp"]
-    rows = [{"claim": "P12", "model": model, "quantity": "score_figures", "value": table["head"].tolist(),
+    rows = [{"claim": "P12", "model": model, "quantity": "score_figures", "value": table["head_name"].tolist(),
              "detail": detail, "artifact": artifact}]
     if len(sharp):
         r = sharp.iloc[0]
         rows.append({"claim": "P12", "model": model, "quantity": "sharp_raw_argmax_prev_fraction",
                      "value": float(r["raw_argmax_prev_fraction"]),
-                     "detail": f"{r['head']}: fraction of the {int(r['n_tokens']) - 1} query rows q >= 1 whose raw "
+                     "detail": f"{r['head_name']}: fraction of the {int(r['n_tokens']) - 1} query rows q >= 1 whose raw "
                                f"scores (every key, the future included) peak at q - 1; {detail}", "artifact": artifact})
     else:
         rows.append({"claim": "P12", "model": model, "quantity": "sharp_raw_argmax_prev_fraction", "value": None,

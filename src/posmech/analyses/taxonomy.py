@@ -27,7 +27,7 @@ from posmech.analyses.attention import head_name, parse_head, run_collectors
 from posmech.errors import PosmechError, mean_over
 from posmech.tables import read_table
 
-HEADS_COLUMNS = ["model", "role", "head", "layer", "head_index", "score", "rule"]
+HEADS_COLUMNS = ["model", "role", "layer", "head", "head_name", "score", "rule"]
 ROLES = ("sharp", "early")
 
 
@@ -46,10 +46,10 @@ def read_chosen_heads(path: str | os.PathLike[str]) -> dict[str, list[str]]:
             f"chosen-heads table {str(path)!r} lacks columns {sorted(missing)}; rerun rule `diagonal_taxonomy`"
         )
     out: dict[str, list[str]] = {r: [] for r in ROLES}
-    for role, head in zip(df["role"], df["head"]):
+    for role, head in zip(df["role"], df["head_name"]):
         if role not in out:
             raise PosmechError(f"chosen-heads table {str(path)!r}: unknown role {role!r} (expected sharp or early)")
-        parse_head(head, f"{path}: head")
+        parse_head(head, f"{path}: head_name")
         out[role].append(str(head))
     if len(out["sharp"]) != 1:
         raise PosmechError(f"chosen-heads table {str(path)!r} must have exactly one `sharp` row, has {len(out['sharp'])}")
@@ -57,11 +57,11 @@ def read_chosen_heads(path: str | os.PathLike[str]) -> dict[str, list[str]]:
 
 
 def chosen_heads_frame(model: str, rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """The heads table from dicts with ``role, head, score, rule`` (layer/head_index derived)."""
+    """The heads table from dicts with ``role, head_name, score, rule`` (``layer``, ``head`` derived)."""
     out = []
     for r in rows:
-        layer, h = parse_head(r["head"])
-        out.append({"model": model, "role": r["role"], "head": r["head"], "layer": layer, "head_index": h,
+        layer, h = parse_head(r["head_name"], "head_name")
+        out.append({"model": model, "role": r["role"], "layer": layer, "head": h, "head_name": r["head_name"],
                     "score": r["score"], "rule": r["rule"]})
     return pd.DataFrame(out, columns=HEADS_COLUMNS)
 
@@ -215,7 +215,7 @@ TIE_RTOL = 1e-6
 def classify_heads(means: np.ndarray, detector: np.ndarray | None = None, tie_rtol: float = TIE_RTOL) -> pd.DataFrame:
     """One row per head from mean diagonals ``[n_layers, n_heads, n_offsets]`` (NaN = no data).
 
-    Columns: ``head, layer, head_index, top_offset`` (offset of the largest mean
+    Columns: ``layer, head`` (ints), ``head_name`` (``L{layer}H{head}``), ``top_offset`` (offset of the largest mean
     diagonal), ``n_tied`` (offsets whose mean is within ``tie_rtol`` × the largest of
     it: tied for the largest; 1 when the largest is unique), ``largest``,
     ``second_offset``, ``second_largest``, ``ratio`` (second / largest),
@@ -240,7 +240,7 @@ def classify_heads(means: np.ndarray, detector: np.ndarray | None = None, tie_rt
             second = int(rest[np.argmax(m[rest])]) if len(rest) else top
             largest, sec = float(m[top]), float(m[second]) if np.isfinite(m[second]) and second != top else float("nan")
             rows.append({
-                "head": head_name(layer, h), "layer": layer, "head_index": h,
+                "layer": layer, "head": h, "head_name": head_name(layer, h),
                 "top_offset": top, "n_tied": len(tied), "largest": largest, "second_offset": second,
                 "second_largest": sec, "ratio": sec / largest if largest > 0 else float("nan"),
                 "prev_token_mass": float(m[1]) if len(m) > 1 else float("nan"), "is_previous_token": top == 1,
@@ -248,7 +248,7 @@ def classify_heads(means: np.ndarray, detector: np.ndarray | None = None, tie_rt
     df = pd.DataFrame(rows)
     if detector is not None:
         df["head_detector_score"] = detector.reshape(-1)
-    prev = df[df["is_previous_token"]].sort_values(["ratio", "layer", "head_index"], kind="stable")
+    prev = df[df["is_previous_token"]].sort_values(["ratio", "layer", "head"], kind="stable")
     df["rank"] = pd.Series(dtype="Int64")
     df.loc[prev.index, "rank"] = np.arange(1, len(prev) + 1)
     df["rank"] = df["rank"].astype("Int64")
@@ -309,7 +309,7 @@ def choose_heads(df: pd.DataFrame, model: str, early_top_n: int = 11, pin: dict[
     the rule.
     """
     pin = pin or {}
-    by_head = df.set_index("head")
+    by_head = df.set_index("head_name")
     known = set(by_head.index)
     ranked = df[df["rank"].notna()].sort_values("rank")
     rows: list[dict[str, Any]] = []
@@ -325,28 +325,28 @@ def choose_heads(df: pd.DataFrame, model: str, early_top_n: int = 11, pin: dict[
     if pin.get("sharp"):
         sharp, sharp_rule = pin["sharp"], "pinned in config taxonomy.pin"
     elif len(ranked):
-        sharp, sharp_rule = str(ranked["head"].iloc[0]), SHARP_RULE
+        sharp, sharp_rule = str(ranked["head_name"].iloc[0]), SHARP_RULE
     else:  # keep the interventions running, and say so
-        sharp = str(df.loc[df["prev_token_mass"].idxmax(), "head"])
+        sharp = str(df.loc[df["prev_token_mass"].idxmax(), "head_name"])
         sharp_rule = "fallback (no previous-token head): largest mean attention on offset 1"
-    rows.append({"role": "sharp", "head": sharp, "score": score(sharp), "rule": sharp_rule})
+    rows.append({"role": "sharp", "head_name": sharp, "score": score(sharp), "rule": sharp_rule})
     if "early" in pin and pin["early"] is not None:
         early = [(h, "pinned in config taxonomy.pin") for h in pin["early"]]
     else:
         top = ranked[ranked["rank"] <= early_top_n]
         sharp_layer = parse_head(sharp)[0]
-        below = top[(top["layer"] < sharp_layer) & (top["head"] != sharp)]
+        below = top[(top["layer"] < sharp_layer) & (top["head_name"] != sharp)]
         if len(below):
-            early = [(h, EARLY_RULE.format(top_n=early_top_n)) for h in below["head"]]
+            early = [(h, EARLY_RULE.format(top_n=early_top_n)) for h in below["head_name"]]
         else:
-            early = [(h, EARLY_FALLBACK_RULE.format(top_n=early_top_n)) for h in top["head"] if h != sharp]
-    rows += [{"role": "early", "head": h, "score": score(h), "rule": rule} for h, rule in early]
+            early = [(h, EARLY_FALLBACK_RULE.format(top_n=early_top_n)) for h in top["head_name"] if h != sharp]
+    rows += [{"role": "early", "head_name": h, "score": score(h), "rule": rule} for h, rule in early]
     return chosen_heads_frame(model, rows)
 
 
 def diagonals_frame(means: np.ndarray, counts: np.ndarray, model: str, max_offset: int | None = None) -> pd.DataFrame:
-    """Tidy mean diagonals: one row per (head, offset) with ``claim, model, head, layer,
-    head_index, offset, mean, count`` (offsets with data, up to ``max_offset``)."""
+    """Tidy mean diagonals: one row per (head, offset) with ``claim, model, layer, head,
+    head_name, offset, mean, count`` (offsets with data, up to ``max_offset``)."""
     L, H, n = means.shape
     offs = np.flatnonzero(counts > 0)
     if max_offset is not None:
@@ -354,8 +354,8 @@ def diagonals_frame(means: np.ndarray, counts: np.ndarray, model: str, max_offse
     layer, head, off = np.meshgrid(np.arange(L), np.arange(H), offs, indexing="ij")
     return pd.DataFrame({
         "claim": "P6", "model": model,
-        "head": [head_name(a, b) for a, b in zip(layer.ravel(), head.ravel())],
-        "layer": layer.ravel(), "head_index": head.ravel(), "offset": off.ravel(),
+        "layer": layer.ravel(), "head": head.ravel(),
+        "head_name": [head_name(a, b) for a, b in zip(layer.ravel(), head.ravel())], "offset": off.ravel(),
         "mean": means[layer.ravel(), head.ravel(), off.ravel()], "count": counts[off.ravel()],
     })
 

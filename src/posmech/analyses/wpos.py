@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from posmech.analyses.attention import check_head, mean_prev_token_mass, window
+from posmech.analyses.attention import check_head, head_columns, mean_prev_token_mass, window
 from posmech.errors import PosmechError, mean_over
 from posmech.runner import logged
 
@@ -202,6 +202,31 @@ def repeat_min_row(df: pd.DataFrame, targets: dict[str, str], model: str, artifa
                       f"{lowest['prompt']} at k = {int(lowest['k'])}"}
 
 
+def averaging_scorecard(df: pd.DataFrame, best: int, targets: dict[str, str], loss_tolerance: float,
+                        probability_tolerance: float, model: str, figure: str, artifact: str) -> list[dict[str, Any]]:
+    """P2 and P3 rows of rule posembed_averaging from its table ``df`` (``quantity``, ``k``,
+    ``prompt``, ``target``, ``value``) and ``targets`` (prompt id → its repeated word, the
+    expected continuation), in the prompts' order:
+
+    * P2 ``max_unchanged_k`` — ``best`` (:func:`max_unchanged_k`): the largest group size k
+      whose W_pos averaging keeps the held-out loss within ``loss_tolerance`` nats and the
+      prompt probabilities within ``probability_tolerance`` of the intact model;
+    * P3 ``p_<word>_intact`` and ``p_<word>_k10`` — per prompt, the probability of its
+      repeated word, intact (k = 1) and with W_pos averaged in groups of 10 (when k = 10 is
+      in the grid);
+    * P3 ``p_repeat_min_k10`` — :func:`repeat_min_row`."""
+    rows = [{"claim": "P2", "quantity": "max_unchanged_k", "value": best, "artifact": figure,
+             "detail": f"loss within {loss_tolerance} nats and probabilities within {probability_tolerance}"}]
+    for prompt, target in targets.items():
+        for k in (1, 10):
+            hit = df[(df["k"] == k) & (df["prompt"] == prompt) & (df["target"] == target)]
+            if len(hit):
+                rows.append({"claim": "P3", "quantity": f"p_{target}_{'intact' if k == 1 else f'k{k}'}",
+                             "value": float(hit["value"].iloc[0]), "detail": f"prompt {prompt}", "artifact": artifact})
+    rows.append(repeat_min_row(df, targets, model, artifact))
+    return [{**r, "model": model} for r in rows]
+
+
 # --------------------------------------------------------------------------- P4
 def head_pattern(bridge: Any, doc: np.ndarray, layer: int, head: int) -> np.ndarray:
     """One head's attention pattern on a document: ``[n, n]`` float64 (query, key)."""
@@ -304,10 +329,24 @@ def posembed_attention(
         sim = pattern_similarity(a[sl, sl], b[sl, sl])
         sim["mean_row_tv"] = pattern_similarity(a[sl], b[sl])["mean_row_tv"]
         rows.append({
-            "head": h, "k": k, "window_start": start, "window_size": size, "document_length": len(doc),
+            **head_columns(h), "k": k, "window_start": start, "window_size": size, "document_length": len(doc),
             "prev_token_mass_intact": mean_prev_token_mass(a, sl), "prev_token_mass_averaged": mean_prev_token_mass(b, sl),
             "prev_token_mass_intact_document": mean_prev_token_mass(a),
             "prev_token_mass_averaged_document": mean_prev_token_mass(b), **sim,
         })
         panels.append((h, a[sl, sl], b[sl, sl]))
     return pd.DataFrame(rows), panels, (start, size)
+
+
+def attention_scorecard(df: pd.DataFrame, k: int, start: int, size: int, model: str,
+                        figure: str) -> list[dict[str, Any]]:
+    """P4's row of rule posembed_attention from :func:`posembed_attention`'s table ``df``
+    (first row: the sharp head): ``pattern_similarity_k<k>`` — the cosine similarity of the
+    sharp head's attention pattern on the ``size`` x ``size`` window at position ``start``,
+    intact against W_pos averaged in groups of ``k``; the detail gives its previous-token mass
+    in both."""
+    sharp = df.iloc[0]
+    return [{"claim": "P4", "model": model, "quantity": f"pattern_similarity_k{k}",
+             "value": float(sharp["cosine_similarity"]), "artifact": figure,
+             "detail": f"{sharp['head_name']}, cosine of the {size}x{size} window at {start}; previous-token mass "
+                       f"{sharp['prev_token_mass_intact']:.3f} -> {sharp['prev_token_mass_averaged']:.3f}"}]

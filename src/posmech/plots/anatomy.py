@@ -118,31 +118,31 @@ def _taxa_figure(taxa: pd.DataFrame, profiles: pd.DataFrame, thresholds: Thresho
     ax.axvline(thresholds.dip_min, color=TAXON_COLOURS[TAXA[0]], ls="--", lw=0.8)
     ax.axhline(thresholds.bump_min, color=TAXON_COLOURS[TAXA[1]], ls="--", lw=0.8)
     for r in taxa.itertuples():
-        if r.taxon != TAXA[2] or r.head in chosen:
-            label = r.head + (f" ({chosen[r.head]})" if r.head in chosen else "")
+        if r.taxon != TAXA[2] or r.head_name in chosen:
+            label = r.head_name + (f" ({chosen[r.head_name]})" if r.head_name in chosen else "")
             ax.annotate(label, (r.dip, r.bump), fontsize=6, xytext=(2, 2), textcoords="offset points")
     ax.set(xlabel="median dip at offset 0 (row spreads)", ylabel="median bump at offset −1 (row spreads)",
            title="features of every head (dashed: dip_min, bump_min)")
     ax.legend(fontsize=7, loc="best")
-    L, H = int(taxa["layer"].max()) + 1, int(taxa["head_index"].max()) + 1
+    L, H = int(taxa["layer"].max()) + 1, int(taxa["head"].max()) + 1
     grid = np.zeros((L, H))
     for r in taxa.itertuples():
-        grid[r.layer, r.head_index] = TAXA.index(r.taxon)
+        grid[r.layer, r.head] = TAXA.index(r.taxon)
     from matplotlib.colors import ListedColormap
 
     axes[1].imshow(grid, cmap=ListedColormap([TAXON_COLOURS[t] for t in TAXA]), vmin=-0.5, vmax=2.5,
                    aspect="auto", interpolation="nearest")
     for r in taxa.itertuples():
-        if r.head in chosen:
-            axes[1].text(r.head_index, r.layer, chosen[r.head][0].upper(), ha="center", va="center", fontsize=7,
+        if r.head_name in chosen:
+            axes[1].text(r.head, r.layer, chosen[r.head_name][0].upper(), ha="center", va="center", fontsize=7,
                          color="white" if r.taxon != TAXA[2] else "black")
     axes[1].set(xlabel="head", ylabel="layer", title="taxon per head (S: sharp, E: early)",
                 xticks=range(H), yticks=range(L))
     axes[1].tick_params(labelsize=6)
     ax = axes[2]
-    taxon_of = dict(zip(taxa["head"], taxa["taxon"]))
-    few = profiles["head"].nunique() <= 12
-    for head, prof in profiles.groupby("head", sort=False):
+    taxon_of = dict(zip(taxa["head_name"], taxa["taxon"]))
+    few = profiles["head_name"].nunique() <= 12
+    for head, prof in profiles.groupby("head_name", sort=False):
         t = taxon_of[head]
         shown = t != TAXA[2] or head in chosen or few
         ax.plot(prof["offset"], prof["median"], color=TAXON_COLOURS[t], lw=1.4 if shown else 0.6,

@@ -63,7 +63,7 @@ def decomposition_curves(df: pd.DataFrame, head: str, role: str, claim: str, que
     """L2 / L5 (the post's Figures 2-3 and 7-8): scores (left) and patterns (right) of ``head``
     at ``query`` for every key ``<= query`` under the three inputs (mean over sequences;
     shaded: ± one sd of the score)."""
-    d = df[(df["head"] == head) & (df["query"] == query)]
+    d = df[(df["head_name"] == head) & (df["query"] == query)]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(7.8, 3.3), layout="constrained")
     for v, color in COLORS.items():
         g = d[d["variant"] == v].sort_values("key")

@@ -22,10 +22,10 @@ def taxonomy_figure(per_head: pd.DataFrame, chosen: pd.DataFrame, meta: dict[str
     layer × head grid (previous-token heads only) and offset-1 mean vs TransformerLens's
     head_detector (black: previous-token heads, grey: the others) across the top; below,
     across the width, the ranking of the sharpest heads (colours in its legend)."""
-    L, H = int(per_head["layer"].max()) + 1, int(per_head["head_index"].max()) + 1
+    L, H = int(per_head["layer"].max()) + 1, int(per_head["head"].max()) + 1
     grid = np.full((L, H), np.nan)
     for r in per_head[per_head["is_previous_token"]].itertuples():
-        grid[r.layer, r.head_index] = r.ratio
+        grid[r.layer, r.head] = r.ratio
     ranked = per_head[per_head["rank"].notna()].sort_values("rank").head(top_n)
     top_h = min(4.2, max(2.6, 0.3 * L + 1.4))
     rank_h = max(1.6, 0.2 * len(ranked) + 1.0)
@@ -40,10 +40,10 @@ def taxonomy_figure(per_head: pd.DataFrame, chosen: pd.DataFrame, meta: dict[str
     ax0.set(xlabel="head", ylabel="layer")
     ax0.set_title(f"P6: {meta['n_previous_token_heads']} of {len(per_head)} heads peak at offset −1\n"
                   "(colour: P7 ratio; grey: not previous-token)", fontsize=8)
-    role = dict(zip(chosen["head"], chosen["role"]))
+    role = dict(zip(chosen["head_name"], chosen["role"]))
     if len(ranked):
-        kinds = [role.get(h, "") if role.get(h, "") in ROLE_COLOURS else "" for h in ranked["head"]]
-        ax1.barh(ranked["head"], ranked["ratio"], color=[ROLE_COLOURS[k] for k in kinds])
+        kinds = [role.get(h, "") if role.get(h, "") in ROLE_COLOURS else "" for h in ranked["head_name"]]
+        ax1.barh(ranked["head_name"], ranked["ratio"], color=[ROLE_COLOURS[k] for k in kinds])
         ax1.invert_yaxis()
         for y, v in enumerate(ranked["ratio"]):
             ax1.text(v, y, f" {v:.2f}", va="center", fontsize=7)

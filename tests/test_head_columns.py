@@ -1,0 +1,34 @@
+"""The per-head column contract (issue 27): ``layer``, ``head`` (int), ``head_name`` ("L1H0")."""
+
+import pandas as pd
+
+from posmech.heads import NO_HEAD, head_column_problems
+from posmech.tables import read_table, write_table
+
+
+def test_a_conforming_table_and_a_table_without_heads_pass():
+    ok = pd.DataFrame({"layer": [0, 1], "head": [2, 0], "head_name": ["L0H2", "L1H0"], "x": [1.0, 2.0]})
+    assert head_column_problems(ok) == []
+    assert head_column_problems(pd.DataFrame({"claim": ["P1"], "value": [1.0]})) == []
+    # an empty table (not measurable on a model) has the columns, read back untyped
+    assert head_column_problems(pd.DataFrame(columns=["layer", "head", "head_name"], dtype=object)) == []
+
+
+def test_a_row_naming_no_head_keeps_empty_integers_through_a_written_table(tmp_path):
+    df = pd.DataFrame({"role": ["previous", "induction"], "layer": [1, None], "head": [0, None],
+                       "head_name": ["L1H0", NO_HEAD]}).astype({"layer": "Int64", "head": "Int64"})
+    write_table(df, tmp_path / "roles.csv")
+    assert head_column_problems(read_table(tmp_path / "roles.csv")) == []
+    # a "none" row that still carries a layer is wrong
+    assert head_column_problems(df.assign(layer=pd.array([1, 1], dtype="Int64"))) == [
+        "`layer` is set on a row whose head_name is 'none'"]
+
+
+def test_the_old_layouts_are_caught():
+    old = pd.DataFrame({"head": ["L0H2"], "layer": [0], "head_index": [2]})
+    assert "head_index" in head_column_problems(old)[0]
+    name_as_head = pd.DataFrame({"head": ["L0H2"], "layer": [0], "head_name": ["L0H2"]})
+    assert head_column_problems(name_as_head)[0].startswith("`head` is not an integer")
+    assert head_column_problems(pd.DataFrame({"head": [2], "head_name": ["L0H2"]})) == ["names heads but lacks `layer`"]
+    wrong = pd.DataFrame({"layer": [1], "head": [2], "head_name": ["L2H1"]})
+    assert "head_name disagrees" in head_column_problems(wrong)[0]
