@@ -2,7 +2,7 @@
 ranking with TransformerLens's head_detector score, and the chosen sharp / early heads."""
 
 from posmech.analyses.attention_statistics import read_statistics
-from posmech.analyses.taxonomy import analyse_taxonomy
+from posmech.analyses.taxonomy import analyse_taxonomy, taxonomy_scorecard
 from posmech.models.loading import read_manifest
 from posmech.plots.taxonomy import taxonomy_figure
 from posmech.runner import run
@@ -22,22 +22,8 @@ def main(smk, log):
     write_table(diagonals, smk.output.diagonals, meta)
     write_table(chosen, smk.output.heads, {k: meta[k] for k in ("claim", "model", "corpus", "n_documents", "pin")})
     taxonomy_figure(per_head, chosen, meta, model, smk.output.figure)
-    prev = per_head[per_head["rank"].notna()].sort_values("rank")
-    detail = f"{meta['n_documents']} {p['corpus']} documents of {context} tokens"
-    rows = [
-        {"claim": "P6", "quantity": "n_prev_token_heads", "value": meta["n_previous_token_heads"],
-         "detail": f"of {meta['n_heads']} heads; {detail}", "artifact": smk.output.figure},
-        {"claim": "P6", "quantity": "prev_token_head_fraction",
-         "value": meta["n_previous_token_heads"] / meta["n_heads"],
-         "detail": f"{meta['n_previous_token_heads']} of {meta['n_heads']} heads have their largest mean diagonal at "
-                   f"offset -1; {detail}", "artifact": smk.output.figure},
-        {"claim": "P7", "quantity": "sharpest_prev_token_head", "value": prev["head_name"].head(1).tolist(),
-         "detail": detail, "artifact": smk.output.table},
-        {"claim": "P7", "quantity": "diagonal_ratio", "value": dict(zip(prev["head_name"], prev["ratio"].round(4))),
-         "detail": f"every previous-token head; Spearman vs head_detector {meta['spearman_ratio_vs_head_detector']}",
-         "artifact": smk.output.table},
-    ]
-    write_table(scorecard_rows([{**r, "model": model} for r in rows]), smk.output.scorecard)
+    card = taxonomy_scorecard(per_head, meta, model, p["corpus"], context, smk.output.figure, smk.output.table)
+    write_table(scorecard_rows(card), smk.output.scorecard)
     if meta["n_heads_with_ties"]:
         log.info("%d heads have offsets tied for the largest mean diagonal (relative tolerance %g); "
                  "ties go to the smallest offset", meta["n_heads_with_ties"], p["tie_rtol"])

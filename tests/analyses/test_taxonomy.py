@@ -18,6 +18,7 @@ from posmech.analyses.taxonomy import (
     diagonal_sums,
     rank_correlations,
     read_chosen_heads,
+    taxonomy_scorecard,
 )
 from posmech.errors import PosmechError
 from posmech.models import handbuilt as hb
@@ -157,6 +158,21 @@ def test_rank_correlation_and_metadata():
     assert rc["spearman_ratio_vs_head_detector"] == pytest.approx(1.0)
     df2 = classify_heads(means, detector=np.array([[0.6, 0.7, 0.8, 0.9]]))
     assert rank_correlations(df2)["spearman_ratio_vs_head_detector"] == pytest.approx(-1.0)
+
+
+def test_taxonomy_scorecard_rows_from_known_ranking():
+    means = np.zeros((2, 2, 3))
+    means[:, :, 0] = 0.5  # L0H0, L1H1: main diagonal
+    means[0, 1, 1], means[0, 1, 0] = 0.5, 0.1  # L0H1: previous-token, ratio 0.2
+    means[1, 0, 1], means[1, 0, 0] = 0.5, 0.05  # L1H0: previous-token, ratio 0.1 (sharper)
+    df = classify_heads(means, detector=np.array([[0.0, 0.5], [0.9, 0.0]]))
+    meta = {"n_previous_token_heads": 2, "n_heads": 4, "n_documents": 7, "spearman_ratio_vs_head_detector": 1.0}
+    card = {r["quantity"]: r for r in taxonomy_scorecard(df, meta, "m", "bible", 64, "fig.png", "t.csv")}
+    assert card["n_prev_token_heads"]["value"] == 2 and card["prev_token_head_fraction"]["value"] == 0.5
+    assert card["sharpest_prev_token_head"]["value"] == ["L1H0"]
+    assert card["diagonal_ratio"]["value"] == {"L1H0": 0.1, "L0H1": 0.2}
+    assert "7 bible documents of 64 tokens" in card["n_prev_token_heads"]["detail"]
+    assert {r["claim"] for r in card.values()} == {"P6", "P7"} and {r["model"] for r in card.values()} == {"m"}
 
 
 def _published_like_table() -> pd.DataFrame:

@@ -411,3 +411,33 @@ def analyse_taxonomy(
         "pin": pin or {},
     }
     return per_head, diagonals_frame(means, stats.counts, model), chosen, meta
+
+
+def taxonomy_scorecard(per_head: pd.DataFrame, meta: dict[str, Any], model: str, corpus: str, context: int,
+                       figure: str, table: str) -> list[dict[str, Any]]:
+    """P6 and P7 rows of rule diagonal_taxonomy from :func:`analyse_taxonomy`'s ``per_head``
+    and ``meta``, measured on ``meta['n_documents']`` ``corpus`` documents of ``context`` tokens:
+
+    * P6 ``n_prev_token_heads`` — the number of heads whose largest mean diagonal is at
+      offset −1 (previous-token heads); ``prev_token_head_fraction`` — that number over
+      all heads;
+    * P7 ``sharpest_prev_token_head`` — the previous-token head ranked first by its
+      diagonal ratio (a one-element list; empty when no head is a previous-token head);
+      ``diagonal_ratio`` — every previous-token head's ratio (head name → ratio, 4
+      decimals), in rank order."""
+    prev = per_head[per_head["rank"].notna()].sort_values("rank")
+    n_prev, n_heads = meta["n_previous_token_heads"], meta["n_heads"]
+    detail = f"{meta['n_documents']} {corpus} documents of {context} tokens"
+    rows = [
+        {"claim": "P6", "quantity": "n_prev_token_heads", "value": n_prev,
+         "detail": f"of {n_heads} heads; {detail}", "artifact": figure},
+        {"claim": "P6", "quantity": "prev_token_head_fraction", "value": n_prev / n_heads,
+         "detail": f"{n_prev} of {n_heads} heads have their largest mean diagonal at offset -1; {detail}",
+         "artifact": figure},
+        {"claim": "P7", "quantity": "sharpest_prev_token_head", "value": prev["head_name"].head(1).tolist(),
+         "detail": detail, "artifact": table},
+        {"claim": "P7", "quantity": "diagonal_ratio", "value": dict(zip(prev["head_name"], prev["ratio"].round(4))),
+         "detail": f"every previous-token head; Spearman vs head_detector {meta['spearman_ratio_vs_head_detector']}",
+         "artifact": table},
+    ]
+    return [{**r, "model": model} for r in rows]
