@@ -116,6 +116,6 @@ def test_findings_verdict_every_claim_and_lead_the_report(ci_run):
     assert table.loc[table["verdict"] != "not measurable", "value"].notna().all()
     html = (ci_run / "results/report/index.html").read_text()
     assert html.index('id="findings"') < html.index('id="scorecard"')
-    heads = read_table(ci_run / "results/demo/head_table.csv")
+    heads = read_table(ci_run / "results/demo/heads.csv")
     assert list(heads["head_name"]) == ["L0H0", "L0H1", "L1H0", "L1H1"]  # the CI model: 2 layers x 2 heads
     assert heads["previous_token"].notna().all() and heads["kernel_type"].notna().all()

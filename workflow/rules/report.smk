@@ -31,11 +31,14 @@ rule findings:
 
 rule head_table:
     """One row per layer x head of a model with every role the analyses assign (P6/P7,
-    P13, K3/K4, K7, L roles), its score and whether it passes the role's threshold."""
+    P13, K3/K4, K7, L roles), its score and whether it passes the role's threshold.
+    Its path differs from the taxonomy's results/{model}/taxonomy/heads.csv by the folder:
+    the model wildcard is one of the run's model names (never contains '/').
+    """
     input:
         unpack(head_table_inputs),
     output:
-        table="results/{model}/head_table.csv",
+        table="results/{model}/heads.csv",
     log:
         "logs/head_table/{model}.log",
     benchmark:
