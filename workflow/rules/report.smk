@@ -59,6 +59,7 @@ rule report:
         published=static("resources/published.yaml"),
         claims=static("docs/claims.md"),
         findings=rules.findings.output.table,
+        heads=expand(rules.head_table.output.table, model=head_table_models()),
         # what every stage collected (common.smk: collect), read when the DAG is built
         scorecards=lambda wc: collected("scorecard"),
         figures=lambda wc: collected("figure"),
