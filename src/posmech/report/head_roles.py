@@ -64,7 +64,7 @@ ROLES: tuple[Role, ...] = (
 STYLE = """<style>
 #head-roles table.hr{border-collapse:collapse;font-size:0.85em;table-layout:fixed;width:100%}
 #head-roles table.hr th,#head-roles table.hr td{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top;overflow-wrap:anywhere}
-#head-roles table.hr col.hr-role{width:15rem}
+#head-roles table.hr col.hr-role{width:17rem}
 #head-roles td.hr-none{color:#8c1c13}
 #head-roles td.hr-absent{color:#999}
 #head-roles .hr-head{white-space:nowrap;margin-right:.5em}
