@@ -492,6 +492,12 @@ def test_repeated_tokens_break_a_self_suppressing_head(self_suppressing_bridge):
     assert by["repeat"]["n_queries"] == 3 and by["repeat"]["prev_mass"] < 0.01
     assert by["other"]["prev_mass"] > 0.95
     assert zoom.start == 0 and np.flatnonzero(zoom.marks).tolist() == [3, 7, 8]
+    # the P14 rows name this run's head and query counts (issue 27: not the post's L4H11)
+    card = {r["quantity"]: r for r in iv.repeated_scorecard(iv.tidy(rows, "P14", "m", head_columns("L0H1")), "m", "f")}
+    n_other = by["other"]["n_queries"]
+    assert card["repeat_token_blip"]["value"] > 0.9
+    assert card["repeat_token_blip"]["detail"] == (
+        f"L0H1: previous-token mass on the {n_other} other queries minus on the 3 repeated ones")
 
 
 @pytest.mark.parametrize("engine", ["bridge", "posmech"])

@@ -711,7 +711,8 @@ def repeated_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any
         {"claim": "P14", "model": model, "quantity": "prev_token_mass_other", "value": oth,
          "detail": f"{head}, {int(n.get('other', 0))} other queries", "artifact": artifact},
         {"claim": "P14", "model": model, "quantity": "repeat_token_blip", "value": oth - rep,
-         "detail": f"{head}: previous-token mass elsewhere minus on repeats", "artifact": artifact},
+         "detail": f"{head}: previous-token mass on the {int(n.get('other', 0))} other queries minus on the "
+                   f"{int(n.get('repeat', 0))} repeated ones", "artifact": artifact},
     ]
 
 
