@@ -200,7 +200,7 @@ def test_p_scorecard_rows_read_the_analysis():
     assert got == {"max_unchanged_k": 5, "p_ x_intact": 0.9, "p_ x_k10": 0.4, "p_ y_intact": 0.8,
                    "p_repeat_min_k10": 0.4}
     assert rows[0]["claim"] == "P2" and "within 0.01 nats" in rows[0]["detail"] and {r["model"] for r in rows} == {"m"}
-    att = pd.DataFrame({"head": ["L1H2", "L0H0"], "cosine_similarity": [0.75, 0.1],
+    att = pd.DataFrame({"head_name": ["L1H2", "L0H0"], "cosine_similarity": [0.75, 0.1],
                         "prev_token_mass_intact": [0.9, 0.2], "prev_token_mass_averaged": [0.3, 0.2]})
     (p4,) = attention_scorecard(att, 10, 64, 32, "m", "f.png")
     assert (p4["claim"], p4["quantity"], p4["value"]) == ("P4", "pattern_similarity_k10", 0.75)
