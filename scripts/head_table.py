@@ -1,4 +1,4 @@
-"""Rule head_table: results/{model}/head_table.csv, every head's roles from the per-head tables
+"""Rule head_table: results/{model}/heads.csv, every head's roles from the per-head tables
 of the analyses the model is in (posmech.heads)."""
 
 from posmech.heads import head_table
@@ -8,8 +8,8 @@ from posmech.tables import read_table, write_table
 
 def main(smk, log):
     model = smk.wildcards.model
-    tables = {k: read_table(v) for k, v in smk.input.items() if k in ("taxonomy", "taxa", "etc", "classes", "roles",
-                                                                     "masses")}
+    tables = {k: read_table(v) for k, v in smk.input.items() if k in ("taxonomy", "chosen", "taxa", "etc", "classes",
+                                                                     "roles", "masses")}
     df = head_table(model, n=int(smk.params.n), **tables)
     write_table(df, smk.output.table, {"model": model, "sources": sorted(tables),
                                        "etc_position": int(smk.params.n)})

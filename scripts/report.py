@@ -21,6 +21,7 @@ def main(smk, log):
         benchmarks=smk.params.benchmarks,
         claims=smk.input.claims,
         findings=smk.input.findings,
+        heads=list(smk.input.heads),
     )
     log.info("scorecard: %s", ", ".join(f"{k} {v}" for k, v in counts.items()))
     log.info("report written to %s", smk.output.html)

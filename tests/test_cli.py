@@ -104,7 +104,7 @@ def test_inspect_is_read_only_and_flags_partial_and_corrupt_files(files, tmp_pat
 
 
 def _head_table(d):
-    """A results/<model> folder with the head-roles table as the rule head_table writes it."""
+    """A results/<model> folder with the head-roles table heads.csv as the rule head_table writes it."""
     import pandas as pd
 
     from posmech.heads import head_table
@@ -114,7 +114,8 @@ def _head_table(d):
     etc = pd.DataFrame({"head_name": ["L0H0", "L0H0", "L0H1", "L0H1", "L1H0", "L1H0", "L1H1", "L1H1"],
                         "n": [5, 31] * 4, "kernel_type": ["local", "uniform", "local", "slow_decay"] * 2,
                         "etc_mean": [1.0, 20.0, 1.5, 7.0, 1.0, 2.0, 3.0, 4.0]})
-    write_table(head_table("m", etc=etc, n=31), d / "head_table.csv")
+    etc["etc_fraction"] = etc["etc_mean"] / (etc["n"] - 1)
+    write_table(head_table("m", etc=etc, n=31), d / "heads.csv")
 
 
 def test_heads_prints_the_head_table(tmp_path, capsys):
@@ -123,10 +124,10 @@ def test_heads_prints_the_head_table(tmp_path, capsys):
     assert main(["heads", str(d)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("heads of m (4 heads; from ")
-    assert lines[1].split() == ["head_name", "kernel_type", "etc"]  # columns no analysis filled are left out
+    assert lines[1].split() == ["head_name", "etc", "etc_fraction", "kernel_type"]  # columns no analysis filled are left out
     rows = {ln.split()[0]: ln.split() for ln in lines[2:]}
     assert list(rows) == ["L0H0", "L0H1", "L1H0", "L1H1"]  # layer, then head
-    assert rows["L0H1"][1:] == ["slow_decay", "7.0"] and rows["L0H0"][1] == "uniform"  # at n = 31
+    assert rows["L0H1"][1:] == ["7.0", "0.233333", "slow_decay"] and rows["L0H0"][3] == "uniform"  # at n = 31
     assert main(["heads", str(d), "--csv"]) == 0
     import io
 
@@ -143,7 +144,7 @@ def test_heads_names_what_it_looked_for(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["heads", str(tmp_path / "empty")]) == 1
     err = capsys.readouterr().err
-    assert "has no head_table.csv" in err and "results/<model>" in err and "head_table" in err
+    assert "has no heads.csv" in err and "results/<model>" in err and "head_table" in err
     assert main(["heads", str(tmp_path / "missing")]) == 1
     assert "is not a directory" in capsys.readouterr().err
 

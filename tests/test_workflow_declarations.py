@@ -68,17 +68,39 @@ def test_the_parser_finds_the_outputs_of_every_stage():
     assert len(outputs) >= 40
 
 
+def _distinct_tail(path: str, outputs: dict[str, tuple[Path, int]]) -> str:
+    """The shortest tail of ``path`` (file name, then with its folders) that no other output
+    ends with: ``heads.csv`` is the name of two outputs (results/{model}/heads.csv and
+    results/{model}/taxonomy/heads.csv), told apart by ``{model}/heads.csv`` and
+    ``taxonomy/heads.csv``."""
+    parts = path.split("/")
+    for i in range(len(parts) - 1, -1, -1):
+        tail = "/".join(parts[i:])
+        if not any(o != path and (o == tail or o.endswith("/" + tail)) for o in outputs):
+            return tail
+    return path
+
+
+def test_a_file_name_shared_by_two_outputs_is_told_apart_by_its_folders():
+    outputs = {"results/{model}/heads.csv": (FILES[0], 1), "results/{model}/taxonomy/heads.csv": (FILES[0], 2),
+               "results/{model}/kernels/etc.csv": (FILES[0], 3)}
+    assert _distinct_tail("results/{model}/heads.csv", outputs) == "{model}/heads.csv"
+    assert _distinct_tail("results/{model}/taxonomy/heads.csv", outputs) == "taxonomy/heads.csv"
+    assert _distinct_tail("results/{model}/kernels/etc.csv", outputs) == "etc.csv"
+
+
 def test_no_output_file_name_appears_in_two_workflow_files_or_twice():
     """Each output path is written once, in its rule's output (other rules read it as
     ``rules.<rule>.output.<key>``), and its file name in no other workflow file (unless
     the name is only a wildcard, ``{corpus}.h5``)."""
     texts = {f: _text(f) for f in FILES}
+    outputs = _all_outputs()
     problems = []
-    for path, (where, no) in _all_outputs().items():
+    for path, (where, no) in outputs.items():
         written = sum(t.count(f'"{path}"') for t in texts.values())
         if written != 1:
             problems.append(f"{path} (output in {where.name}:{no}) written {written} times")
-        name = path.rsplit("/", 1)[-1]
+        name = _distinct_tail(path, outputs)
         if re.fullmatch(r"\{\w+\}(\.\w+)*", name):
             continue
         needle = re.compile(r"""[/"']""" + re.escape(name) + r"""["']""")
@@ -257,3 +279,20 @@ def test_workflow_catalog_file_matches_the_workflow():
         assert len(re.findall(r"^    script:", text, flags=re.M)) <= text.count('"../envs/posmech.yaml"'), smk
     assert usage["report"] is True
     assert "def test_native_snakemake_report_of_the_same_run" in (repo / "tests/workflow/test_report.py").read_text()
+
+
+def test_the_head_roles_table_and_the_taxonomy_heads_resolve_to_their_own_rules(tmp_path):
+    """results/{model}/heads.csv (rule head_table) and results/{model}/taxonomy/heads.csv (rule
+    diagonal_taxonomy) share a file name; the head table's model wildcard is one of the run's
+    model names (never with '/'), so neither path is ambiguous (a dry run of the demo config)."""
+    proc = subprocess.run(
+        [str(SNAKEMAKE), "results/demo/heads.csv", "results/demo/taxonomy/heads.csv", "-n", "-s",
+         str(WORKFLOW / "Snakefile"), "-d", str(tmp_path), "--cores", "1", "--configfile",
+         str(REPO / "config" / "demo.yaml")],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    output: (.*)$", proc.stdout, re.M)
+    by_rule = {rule: out for rule, out in jobs}
+    assert by_rule["head_table"] == "results/demo/heads.csv"
+    assert "results/demo/taxonomy/heads.csv" in by_rule["diagonal_taxonomy"]
+    assert "Ambiguous" not in proc.stdout + proc.stderr

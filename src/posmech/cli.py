@@ -5,7 +5,7 @@
 ``findings`` prints ``results/report/findings.csv`` as a grid of claims × models (verdict and
 value per cell); ``--claim P5`` gives one claim's verdicts with the finding and the reasons.
 
-``heads`` prints the head-roles table of one model (``results/MODEL/head_table.csv``, rule
+``heads`` prints the head-roles table of one model (``results/MODEL/heads.csv``, rule
 ``head_table``, :mod:`posmech.heads`): every head with the roles the analyses assign it
 (P6/P7 previous-token, P13 taxon, K3/K4 kernel type and ETC, K7 class, the L roles), the
 columns no analysis filled left out; ``--csv`` writes the whole table as CSV instead.
@@ -201,13 +201,13 @@ def format_tree(info: dict[str, Any]) -> str:
 
 def heads(model_dir: str, as_csv: bool = False) -> int:
     """``python -m posmech heads``: the head-roles table the rule ``head_table`` wrote
-    (``results/MODEL/head_table.csv``, :mod:`posmech.heads`), the columns some analysis filled."""
+    (``results/MODEL/heads.csv``, :mod:`posmech.heads`), the columns some analysis filled."""
     from posmech.tables import read_table
 
     d = Path(model_dir)
-    path = d / "head_table.csv"
+    path = d / "heads.csv"
     if not path.is_file():
-        what = "is not a directory" if not d.is_dir() else "has no head_table.csv"
+        what = "is not a directory" if not d.is_dir() else "has no heads.csv"
         print(f"error: {str(d)!r} {what}: give a model's results folder (results/<model>) after a run "
               "that built it (rule head_table)", file=sys.stderr)
         return 1

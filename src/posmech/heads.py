@@ -1,18 +1,25 @@
-"""One table of head roles per model: ``results/{model}/head_table.csv`` (rule ``head_table``).
+"""One table of head roles per model: ``results/{model}/heads.csv`` (rule ``head_table``).
 
 One row per layer × head with every role the analyses assign, its score and whether it
 passes the role's threshold; a role no head passes is filled by none (never by the best of
-the rest).  Each input is optional (``None``: the model is not in that analysis's config
-section and the columns are left empty):
+the rest), and a head that fills no role of a kind says ``none``.  Each input is optional
+(``None``: the model is not in that analysis's config section and the columns are left empty):
 
-* ``taxonomy`` (``taxonomy/taxonomy.csv``, P6/P7): ``previous_token`` (largest mean diagonal at
-  offset −1), ``diagonal_ratio`` (second / largest mean diagonal), ``p7_rank``;
-* ``taxa`` (``anatomy/taxa.csv``, P13): ``score_taxon``;
-* ``etc`` (``kernels/etc.csv``, K3/K4) at query position ``n``: ``kernel_type``, ``etc``;
-* ``classes`` (``contextual/head_classes.csv``, K7, layer 0 only): ``k7_class``;
+* ``taxonomy`` (``taxonomy/taxonomy.csv``, P6/P7): score ``prev_token_mass`` (mean attention
+  at offset −1), role ``previous_token`` (its largest mean diagonal is at offset −1),
+  ``diagonal_ratio`` (second / largest mean diagonal, smaller = sharper) and ``p7_rank``;
+* ``chosen`` (``taxonomy/heads.csv``, the heads the interventions read): ``p7_chosen``
+  (``sharp``, ``early`` or ``none``);
+* ``taxa`` (``anatomy/taxa.csv``, P13): scores ``taxon_dip``, ``taxon_bump`` (median dip and
+  bump of the score rows), role ``score_taxon`` (dark diagonal, bright sub-diagonal, neither);
+* ``etc`` (``kernels/etc.csv``, K3/K4) at query position ``n``: scores ``etc`` and
+  ``etc_fraction`` (ETC / n_keys), role ``kernel_type`` (local, slow_decay, uniform);
+* ``classes`` (``contextual/head_classes.csv``, K7, layer 0 only): scores
+  ``k7_duplicate_excess``, ``k7_local_mass``, ``k7_etc_fraction``, role ``k7_class``;
 * ``roles`` / ``masses`` (``attn_only/head_roles.csv`` and ``random_token_masses.csv``, L1/L4/L5):
-  ``l_previous_mass``, ``l_offset2_mass``, ``l_induction_score`` and ``l_role`` (the role this
-  head fills, ``""`` for none; a role below ``attn_only.role_min_score`` is filled by no head).
+  scores ``l_previous_mass``, ``l_offset2_mass``, ``l_induction_score`` and role ``l_role``
+  (the role this head fills, ``none`` for none; a role whose best head is below
+  ``attn_only.role_min_score`` is filled by no head).
 
 ``layer``, ``head`` (int) and ``head_name`` (``L1H0``) name the head, as in every per-head table.
 """
@@ -24,62 +31,89 @@ import pandas as pd
 from posmech.analyses.attention import head_name, parse_head
 from posmech.errors import PosmechError
 
-HEAD_COLUMNS = ["model", "layer", "head", "head_name", "previous_token", "diagonal_ratio", "p7_rank", "score_taxon",
-                "kernel_type", "etc", "k7_class", "l_previous_mass", "l_offset2_mass", "l_induction_score", "l_role"]
+HEAD_COLUMNS = ["model", "layer", "head", "head_name",
+                "prev_token_mass", "previous_token", "diagonal_ratio", "p7_rank", "p7_chosen",
+                "taxon_dip", "taxon_bump", "score_taxon",
+                "etc", "etc_fraction", "kernel_type",
+                "k7_duplicate_excess", "k7_local_mass", "k7_etc_fraction", "k7_class",
+                "l_previous_mass", "l_offset2_mass", "l_induction_score", "l_role"]
+
+_NEEDS = {
+    "taxonomy": ("taxonomy.csv", ("head_name", "is_previous_token", "prev_token_mass", "ratio", "rank"),
+                 "diagonal_taxonomy"),
+    "chosen": ("taxonomy/heads.csv", ("head_name", "role"), "diagonal_taxonomy"),
+    "taxa": ("taxa.csv", ("head_name", "taxon", "dip", "bump"), "score_taxa"),
+    "etc": ("etc.csv", ("head_name", "n", "kernel_type", "etc_mean", "etc_fraction"), "etc_table"),
+    "classes": ("head_classes.csv", ("head_name", "head_class", "duplicate_excess", "local_mass", "etc_fraction"),
+                "layer0_head_classes"),
+    "roles": ("head_roles.csv", ("role", "head_name"), "random_token_patterns"),
+    "masses": ("random_token_masses.csv", ("head_name", "mass", "value"), "random_token_patterns"),
+}
 
 
-def _by_name(df: pd.DataFrame, name_col: str, source: str) -> pd.DataFrame:
-    if name_col not in df:
-        raise PosmechError(f"{source} lacks the column {name_col!r}; rerun the rule that writes it")
-    return df.set_index(df[name_col].astype(str))
+def _check(key: str, df: pd.DataFrame) -> None:
+    name, cols, rule = _NEEDS[key]
+    missing = [c for c in cols if c not in df]
+    if missing:
+        raise PosmechError(f"{name} lacks the column(s) {', '.join(map(repr, missing))}; rerun rule {rule!r}")
+
+
+def _by_name(df: pd.DataFrame) -> pd.DataFrame:
+    return df.set_index(df["head_name"].astype(str))
 
 
 def head_table(model: str, taxonomy: pd.DataFrame | None = None, taxa: pd.DataFrame | None = None,
                etc: pd.DataFrame | None = None, n: int | None = None, classes: pd.DataFrame | None = None,
-               roles: pd.DataFrame | None = None, masses: pd.DataFrame | None = None) -> pd.DataFrame:
+               roles: pd.DataFrame | None = None, masses: pd.DataFrame | None = None,
+               chosen: pd.DataFrame | None = None) -> pd.DataFrame:
     """The head-roles table of one model (columns :data:`HEAD_COLUMNS`), from the per-analysis
     tables it has; the heads are those any table names (every table names every head)."""
+    given = {"taxonomy": taxonomy, "chosen": chosen, "taxa": taxa, "etc": etc, "classes": classes, "roles": roles,
+             "masses": masses}
+    for key, df in given.items():
+        if df is not None:
+            _check(key, df)
     names: set[str] = set()
-    if taxonomy is not None:
-        names |= set(taxonomy["head_name"].astype(str))
-    if taxa is not None:
-        names |= set(taxa["head_name"].astype(str))
-    if etc is not None:
-        names |= set(etc["head_name"].astype(str))
-    if classes is not None:
-        names |= set(classes["head_name"].astype(str))
-    if masses is not None:
-        names |= set(masses["head_name"].astype(str))
+    for df in (taxonomy, taxa, etc, classes, masses):
+        if df is not None:
+            names |= set(df["head_name"].astype(str))
     if not names:
         raise PosmechError(f"model {model!r}: no per-head table to build heads.csv from")
-    rows = []
-    tx = _by_name(taxonomy, "head_name", "taxonomy.csv") if taxonomy is not None else None
-    ta = _by_name(taxa, "head_name", "taxa.csv") if taxa is not None else None
+    tx = _by_name(taxonomy) if taxonomy is not None else None
+    ta = _by_name(taxa) if taxa is not None else None
     if etc is not None:
         if n is None or not (etc["n"] == n).any():
             raise PosmechError(f"etc.csv has no row at n={n} (kernels.etc_heatmap_position)")
-        et = _by_name(etc[etc["n"] == n], "head_name", "etc.csv")
-    kc = _by_name(classes, "head_name", "head_classes.csv") if classes is not None else None
-    role_of = ({str(h): str(r) for r, h in zip(roles["role"], roles["head_name"]) if str(h) != "none"}
+        et = _by_name(etc[etc["n"] == n])
+    kc = _by_name(classes) if classes is not None else None
+    picked = ({str(h): str(r) for r, h in zip(chosen["role"], chosen["head_name"])} if chosen is not None else {})
+    role_of = ({str(h): str(r) for r, h in zip(roles["role"], roles["head_name"]) if str(h) != NO_HEAD}
                if roles is not None else {})
     ms = ({(str(h), str(k)): float(v) for h, k, v in zip(masses["head_name"], masses["mass"], masses["value"])}
           if masses is not None else {})
+    rows = []
     for name in sorted(names, key=parse_head):
         layer, h = parse_head(name)
         r = {"model": model, "layer": layer, "head": h, "head_name": head_name(layer, h)}
         if tx is not None and name in tx.index:
             t = tx.loc[name]
-            r.update(previous_token=bool(t["is_previous_token"]), diagonal_ratio=float(t["ratio"]),
-                     p7_rank=t["rank"])
+            r.update(prev_token_mass=float(t["prev_token_mass"]), previous_token=bool(t["is_previous_token"]),
+                     diagonal_ratio=float(t["ratio"]), p7_rank=t["rank"])
+        if chosen is not None:
+            r["p7_chosen"] = picked.get(name, NO_HEAD)
         if ta is not None and name in ta.index:
-            r["score_taxon"] = str(ta.loc[name, "taxon"])
+            t = ta.loc[name]
+            r.update(taxon_dip=float(t["dip"]), taxon_bump=float(t["bump"]), score_taxon=str(t["taxon"]))
         if etc is not None and name in et.index:
-            r.update(kernel_type=str(et.loc[name, "kernel_type"]), etc=float(et.loc[name, "etc_mean"]))
+            t = et.loc[name]
+            r.update(etc=float(t["etc_mean"]), etc_fraction=float(t["etc_fraction"]), kernel_type=str(t["kernel_type"]))
         if kc is not None and name in kc.index:
-            r["k7_class"] = str(kc.loc[name, "head_class"])
+            t = kc.loc[name]
+            r.update(k7_duplicate_excess=float(t["duplicate_excess"]), k7_local_mass=float(t["local_mass"]),
+                     k7_etc_fraction=float(t["etc_fraction"]), k7_class=str(t["head_class"]))
         if masses is not None:
             r.update(l_previous_mass=ms.get((name, "previous")), l_offset2_mass=ms.get((name, "offset_2")),
-                     l_induction_score=ms.get((name, "induction_score")), l_role=role_of.get(name, ""))
+                     l_induction_score=ms.get((name, "induction_score")), l_role=role_of.get(name, NO_HEAD))
         rows.append(r)
     return pd.DataFrame(rows, columns=HEAD_COLUMNS)
 

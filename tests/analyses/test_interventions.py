@@ -291,6 +291,25 @@ def test_knockout_disrupts_a_later_head_only_if_it_reads_layer_0(tmp_path, two_p
             "no effect (prev-token mass +0.000): L1H0 does not rely on layer 0's attention to the previous position;")
 
 
+def test_knockout_rows_say_what_this_run_knocked_out(tmp_path):
+    """P5's row text is written from the run (issue 27): the head, the layers, the queries
+    and the documents of this table, not the post's L4H11 / layers 0-3 / every 5th query."""
+    rows = [{"document": d, "n_tokens": 40, "condition": c, "query_set": qs, "n_queries": n, "prev_mass": m}
+            for d in range(3) for c, m in (("intact", 0.9), ("knockout", 0.3), ("knockout_renormalised", 0.5))
+            for qs, n in (("all", 39), ("knocked", 13), ("other", 26))]
+    params = {**head_columns("L2H1"), "layers": [0, 1], "period": 3, "phase": 1}
+    card = {r["quantity"]: r for r in iv.knockout_scorecard(iv.tidy(rows, "P5", "m", params), "m", "f.png")}
+    for q in ("prev_token_mass_ratio", "prev_token_mass_ratio_knocked"):
+        detail = card[q]["detail"]
+        assert detail.startswith("L2H1:") and "3 document(s)" in detail
+        assert detail.endswith("knocked out: layers 0–1, every 3rd query (q % 3 == 1)")
+        assert "L4H11" not in detail and "5th" not in detail and "0–3" not in detail
+    assert card["prev_token_mass_intact"]["detail"] == "L2H1, all queries >= 1 of 3 document(s)"
+    assert [iv.queries_words(p) for p in (1, 2, 5, 11, 21, 22)] == [
+        "every query", "every 2nd query (q % 2 == 0)", "every 5th query (q % 5 == 0)",
+        "every 11th query (q % 11 == 0)", "every 21st query (q % 21 == 0)", "every 22nd query (q % 22 == 0)"]
+
+
 def test_knockout_verdict_names_the_layers_and_keeps_quiet_about_an_effect():
     assert iv.knockout_verdict(0.93, 0.94, "L4H11", [0, 1, 2, 3]) == (
         "no effect (prev-token mass +0.010): L4H11 does not rely on layers 0–3's attention to the previous position")
@@ -473,6 +492,12 @@ def test_repeated_tokens_break_a_self_suppressing_head(self_suppressing_bridge):
     assert by["repeat"]["n_queries"] == 3 and by["repeat"]["prev_mass"] < 0.01
     assert by["other"]["prev_mass"] > 0.95
     assert zoom.start == 0 and np.flatnonzero(zoom.marks).tolist() == [3, 7, 8]
+    # the P14 rows name this run's head and query counts (issue 27: not the post's L4H11)
+    card = {r["quantity"]: r for r in iv.repeated_scorecard(iv.tidy(rows, "P14", "m", head_columns("L0H1")), "m", "f")}
+    n_other = by["other"]["n_queries"]
+    assert card["repeat_token_blip"]["value"] > 0.9
+    assert card["repeat_token_blip"]["detail"] == (
+        f"L0H1: previous-token mass on the {n_other} other queries minus on the 3 repeated ones")
 
 
 @pytest.mark.parametrize("engine", ["bridge", "posmech"])

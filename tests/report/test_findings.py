@@ -113,26 +113,57 @@ def test_grid_of_no_findings():
     assert "No findings" in str(grid_html(pd.DataFrame(columns=fd.FINDINGS_COLUMNS)))
 
 
-def test_head_table_joins_the_roles_of_every_analysis():
-    from posmech.heads import HEAD_COLUMNS, head_table
-
-    taxonomy = pd.DataFrame({"head_name": ["L0H0", "L0H1", "L1H0", "L1H1"], "is_previous_token": [False, True, True, False],
-                             "ratio": [0.9, 0.5, 0.02, 0.8], "rank": [None, 2, 1, None]})
-    taxa = pd.DataFrame({"head_name": ["L0H0", "L0H1", "L1H0", "L1H1"],
-                         "taxon": ["other", "dark diagonal", "bright sub-diagonal", "other"]})
-    classes = pd.DataFrame({"head_name": ["L0H0", "L0H1"], "head_class": ["contextual", "detokenization"]})
+def _role_tables():
+    """Per-analysis tables of a 2 x 2 model with known roles (the columns the rules write)."""
+    names = ["L0H0", "L0H1", "L1H0", "L1H1"]
+    taxonomy = pd.DataFrame({"head_name": names, "is_previous_token": [False, True, True, False],
+                             "prev_token_mass": [0.1, 0.4, 0.9, 0.2], "ratio": [0.9, 0.5, 0.02, 0.8],
+                             "rank": [None, 2, 1, None]})
+    chosen = pd.DataFrame({"role": ["sharp", "early"], "head_name": ["L1H0", "L0H1"]})
+    taxa = pd.DataFrame({"head_name": names, "taxon": ["neither", "dark diagonal", "bright sub-diagonal", "neither"],
+                         "dip": [0.0, 0.5, -0.1, 0.0], "bump": [0.0, -0.2, 0.7, 0.1]})
+    etc = pd.DataFrame({"head_name": names, "n": 20, "etc_mean": [1.5, 19.0, 8.0, 18.5],
+                        "etc_fraction": [0.075, 0.95, 0.4, 0.925],
+                        "kernel_type": ["local", "uniform", "slow_decay", "uniform"]})
+    classes = pd.DataFrame({"head_name": ["L0H0", "L0H1"], "head_class": ["contextual", "detokenization"],
+                            "duplicate_excess": [0.01, 0.02], "local_mass": [0.1, 0.8], "etc_fraction": [0.5, 0.1]})
     roles = pd.DataFrame({"role": ["previous", "look_back_two", "induction"], "head_name": ["L1H0", "none", "L1H1"]})
     masses = pd.DataFrame({"head_name": ["L1H0", "L1H0", "L1H1"], "mass": ["previous", "offset_2", "induction_score"],
                            "value": [0.95, 0.01, 0.4]})
-    df = head_table("m", taxonomy=taxonomy, taxa=taxa, classes=classes, roles=roles, masses=masses)
+    return dict(taxonomy=taxonomy, chosen=chosen, taxa=taxa, etc=etc, n=20, classes=classes, roles=roles,
+                masses=masses)
+
+
+def test_head_table_joins_the_roles_of_every_analysis():
+    from posmech.heads import HEAD_COLUMNS, head_table
+
+    df = head_table("m", **_role_tables())
     assert list(df.columns) == HEAD_COLUMNS
     assert list(df["head_name"]) == ["L0H0", "L0H1", "L1H0", "L1H1"] and list(df["layer"]) == [0, 0, 1, 1]
     r = df.set_index("head_name")
-    assert r.loc["L1H0", "previous_token"] and r.loc["L1H0", "score_taxon"] == "bright sub-diagonal"
-    assert r.loc["L0H0", "k7_class"] == "contextual" and pd.isna(r.loc["L1H0", "k7_class"])
+    # every role with its score and its pass/fail
+    assert r.loc["L1H0", "previous_token"] and r.loc["L1H0", "prev_token_mass"] == 0.9
+    assert not r.loc["L1H1", "previous_token"] and r.loc["L1H1", "prev_token_mass"] == 0.2
+    assert list(r["p7_chosen"]) == ["none", "early", "sharp", "none"]
+    assert r.loc["L1H0", "score_taxon"] == "bright sub-diagonal" and r.loc["L1H0", "taxon_bump"] == 0.7
+    assert r.loc["L0H0", "kernel_type"] == "local" and r.loc["L0H0", "etc_fraction"] == 0.075
+    assert r.loc["L0H1", "k7_class"] == "detokenization" and r.loc["L0H1", "k7_local_mass"] == 0.8
+    assert pd.isna(r.loc["L1H0", "k7_class"])  # K7 is about layer 0 only
     # the look-back-two role is none: no head carries it, not the best of the rest
-    assert set(r["l_role"]) == {"previous", "induction", ""}
-    assert r.loc["L1H1", "l_induction_score"] == 0.4 and pd.isna(r.loc["L0H0", "kernel_type"])
+    assert list(r["l_role"]) == ["none", "none", "previous", "induction"]
+    assert r.loc["L1H1", "l_induction_score"] == 0.4
+
+
+def test_head_table_leaves_an_analysis_the_model_is_not_in_empty_and_names_a_missing_column():
+    from posmech.heads import head_table
+
+    tables = _role_tables()
+    df = head_table("m", etc=tables["etc"], n=20)
+    assert df["kernel_type"].notna().all() and df["previous_token"].isna().all() and df["l_role"].isna().all()
+    with pytest.raises(PosmechError, match="taxa.csv lacks the column.*'dip'.*score_taxa"):
+        head_table("m", taxa=tables["taxa"].drop(columns=["dip"]))
+    with pytest.raises(PosmechError, match="no row at n=7"):
+        head_table("m", etc=tables["etc"], n=7)
 
 
 def test_a_quantity_is_read_from_the_findings_own_claim(tmp_path):

@@ -36,6 +36,35 @@ def _scorecard(model: str, rule: str, rows: list[dict]) -> str:
     return path
 
 
+def _head_roles() -> list[str]:
+    """The head-roles tables (rule head_table) of the two models, from per-analysis tables with
+    known roles: gpt2 (2 x 2 heads here) has two previous-token heads, L1H1 the sharp one, and a
+    local and a uniform kernel in layer 0; demo's taxonomy finds no previous-token head and its
+    kernels did not run."""
+    from posmech.heads import head_table
+
+    names = ["L0H0", "L0H1", "L1H0", "L1H1"]
+    taxonomy = {
+        "gpt2": pd.DataFrame({"head_name": names, "is_previous_token": [False, False, True, True],
+                              "prev_token_mass": [0.05, 0.1, 0.45, 0.91], "ratio": [0.9, 0.8, 0.4, 0.01],
+                              "rank": [None, None, 2, 1]}),
+        "demo": pd.DataFrame({"head_name": names, "is_previous_token": False, "prev_token_mass": [0.2, 0.1, 0.3, 0.25],
+                              "ratio": 0.9, "rank": None}),
+    }
+    chosen = {"gpt2": pd.DataFrame({"role": ["sharp", "early"], "head_name": ["L1H1", "L1H0"]}),
+              "demo": pd.DataFrame({"role": ["sharp"], "head_name": ["L1H0"]})}
+    etc = pd.DataFrame({"head_name": names, "n": 30, "etc_mean": [2.0, 29.0, 15.0, 12.0],
+                        "etc_fraction": [0.07, 0.97, 0.5, 0.41], "kernel_type": ["local", "uniform", "slow_decay",
+                                                                                   "slow_decay"]})
+    paths = []
+    for m in ("gpt2", "demo"):
+        path = f"results/{m}/heads.csv"
+        write_table(head_table(m, taxonomy=taxonomy[m], chosen=chosen[m], etc=etc if m == "gpt2" else None, n=30),
+                    path)
+        paths.append(path)
+    return paths
+
+
 @pytest.fixture
 def fabricated_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     """A working directory shaped like a run of two models (gpt2 and a trained demo)."""
@@ -83,6 +112,7 @@ def fabricated_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
         Path(p).write_text(json.dumps({"name": m, "kind": "hub", "source": m, "revision": "main",
                                        "resolved_revision": "abc123", "weights_sha256_16": "f00d"}))
         manifests.append(p)
+    heads = _head_roles()
     Path("benchmarks/diagonal_taxonomy").mkdir(parents=True)
     Path("benchmarks/diagonal_taxonomy/gpt2.tsv").write_text(
         "s\th:m:s\tmax_rss\tmax_vms\n12.5\t0:00:12\t812.3\t900\n")
@@ -104,7 +134,7 @@ def fabricated_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
                  "results/gpt2/kernels/etc.png", "results/demo/training/curve.png"],
         tables=[table], summaries=[summary], manifests=manifests, tokens=[], flags=flags,
         config={"models": {"gpt2": {}, "demo": {}}, "taxonomy": {"n_prompts": 37}}, benchmarks="benchmarks",
-        claims=str(REPO / "docs" / "claims.md"),
+        claims=str(REPO / "docs" / "claims.md"), heads=heads,
     )
     counts = rp.build(**kwargs)
     return {"dir": tmp_path, "counts": counts, **kwargs}
@@ -285,3 +315,41 @@ def test_findings_grid_leads_the_report(fabricated_run):
     p6 = table[(table.claim == "P6") & (table.model == "demo")].iloc[0]
     assert p6.verdict == "not measurable" and "wrote no row 'prev_token_head_fraction'" in p6.reason
     assert "wrote no row &#x27;prev_token_head_fraction&#x27;" in html  # the reason is the cell's title
+
+
+def test_head_roles_across_models_below_the_scorecard(fabricated_run):
+    """The cross-model head-roles view: after the findings grid and the scorecard, before the
+    demo section; per role the heads of each model that hold it, best first with their score;
+    'none' where the analysis ran and no head passes, '—' where it did not run."""
+    html = Path("results/report/index.html").read_text(encoding="utf-8")
+    assert html.index('id="scorecard"') < html.index('id="head-roles"') < html.index('id="demo"')
+    assert '<a href="#head-roles">Head roles</a>' in html
+    view = html[html.index('<section id="head-roles">'):html.index("</section>", html.index('id="head-roles"'))]
+    rows = {m.group(1): m.group(2) for m in re.finditer(r'<tr data-role="([^"]+)">(.*?)</tr>', view)}
+    cells = {k: re.findall(r"<td[^>]*>(.*?)</td>", v) for k, v in rows.items()}
+    text = {k: [re.sub(r"<[^>]+>", "", c) for c in v] for k, v in cells.items()}  # [gpt2, demo]
+    # previous-token heads, best first (mass at offset -1); demo has none
+    assert text["previous_token=True"] == ["L1H1 0.91 L1H0 0.45", "none"]
+    # the sharp head: the taxonomy's choice on both models
+    assert text["p7_chosen=sharp"] == ["L1H1 0.01", "L1H0 0.9"]
+    # kernel types on gpt2 only; a uniform kernel ranked by ETC / n_keys
+    assert text["kernel_type=local"] == ["L0H0 0.07", "—"]
+    assert text["kernel_type=slow_decay"] == ["L1H1 0.41 L1H0 0.5", "—"]
+    assert text["kernel_type=uniform"] == ["L0H1 0.97", "—"]
+    # roles no model's analysis assigns are left out
+    assert "k7_class=contextual" not in rows and "l_role=induction" not in rows
+    # the tables behind it are copied next to the report and linked
+    assert 'href="figures/gpt2/heads.csv"' in html and Path("results/report/figures/demo/heads.csv").is_file()
+
+
+def test_head_roles_view_counts_what_it_does_not_write_out():
+    from posmech.report.head_roles import MAX_SHOWN, roles_html
+
+    n = MAX_SHOWN + 3
+    table = pd.DataFrame({"model": "m", "layer": 1, "head": range(n), "head_name": [f"L1H{h}" for h in range(n)],
+                          "kernel_type": "uniform", "etc_fraction": [0.9 + h / 1000 for h in range(n)]})
+    html = str(roles_html({"m": table}))
+    cell = re.search(r'<tr data-role="kernel_type=uniform">.*?</tr>', html).group(0)
+    assert cell.count("<code>") == MAX_SHOWN and "+3 more" in cell
+    assert f"L1H{n - 1} 0.908" in cell  # every head in the hover, best first
+    assert "No model" in str(roles_html({}))

@@ -230,3 +230,34 @@ def test_nothing_to_measure_and_compact_rows(tmp_path, published):
     assert {m["quantity"] for m in p7["measured"]} == {"diagonal_ratio"}
     # judged rows never appear in the compact list
     assert not any(e["model"] == "gpt2" for e in compact)
+
+
+def _setup_words(what: str, quantity: str) -> list[str]:
+    """What in a published quantity's description names one model's setup (a head, a layer
+    other than 0, a position n, a model) outside a "(the post: ...)" aside and the quantity's
+    own name (``damage_L2H2`` is about L2H2 on any model)."""
+    import re
+
+    w = re.sub(r"\(?the post: [^)]*\)?|the post's|the paper", "", what, flags=re.I)
+    found = [h for h in re.findall(r"L\d+H\d+", w) if h not in quantity]
+    layers = [n for m in re.findall(r"layers?[ -]?(\d+)(?:\s*[-–]\s*(\d+))?", w) for n in m if n]
+    found += [f"layer {n}" for n in layers if n != "0" and f"layer{n}" not in quantity]
+    found += re.findall(r"\bn = \d+", w) + re.findall(r"gpt2|GPT-2|TinyStories|attn-only|pythia", w, re.I)
+    return found
+
+
+def test_setup_words_are_found_outside_the_post_aside():
+    assert _setup_words("L4H11 previous-token mass (every 5th query, layers 0-3)", "ratio") == ["L4H11", "layer 3"]
+    assert _setup_words("patterns at n = 1022 for TinyStories-Instruct-33M", "x") == ["n = 1022", "TinyStories"]
+    assert _setup_words("the sharp head's mass (the post: L4H11, layers 0-3, n = 1022)", "ratio") == []
+    assert _setup_words("relative loss of L2H2's attention", "damage_L2H2") == []
+
+
+def test_published_descriptions_name_no_model_setup():
+    """The scorecard shows each entry's ``what`` on the rows of every model of a run (issue 27:
+    the rows' text is written from what the run used): it describes the quantity by role
+    (the sharp previous-token head, a later layer), the post's own head, layers or n only in a
+    "(the post: ...)" aside; the rule's ``detail`` names what this run used."""
+    entries = sc.load_published(REPO / "resources" / "published.yaml")
+    named = {f"{e.claim} {e.quantity}": _setup_words(e.what, e.quantity) for e in entries}
+    assert {k: v for k, v in named.items() if v} == {}

@@ -11,5 +11,6 @@ def test_every_per_head_table_of_the_ci_run_has_layer_head_and_head_name(ci_run)
     assert {p: why for p, why in problems.items() if why} == {}
     named = [p for p in tables if "head_name" in read_table(p).columns]
     # the run writes per-head tables of every family (P taxonomy and anatomy, K, L, interventions)
-    assert {"taxonomy.csv", "taxa.csv", "etc.csv", "head_roles.csv", "prev_knockout.csv", "head_table.csv"} <= {
-        p.name for p in named}
+    assert {"taxonomy.csv", "taxa.csv", "etc.csv", "head_roles.csv", "prev_knockout.csv"} <= {p.name for p in named}
+    # the head-roles table and the taxonomy's chosen heads (both named heads.csv)
+    assert {ci_run / "results/demo/heads.csv", ci_run / "results/demo/taxonomy/heads.csv"} <= set(named)

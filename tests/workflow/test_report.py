@@ -116,6 +116,20 @@ def test_findings_verdict_every_claim_and_lead_the_report(ci_run):
     assert table.loc[table["verdict"] != "not measurable", "value"].notna().all()
     html = (ci_run / "results/report/index.html").read_text()
     assert html.index('id="findings"') < html.index('id="scorecard"')
-    heads = read_table(ci_run / "results/demo/head_table.csv")
+    heads = read_table(ci_run / "results/demo/heads.csv")
     assert list(heads["head_name"]) == ["L0H0", "L0H1", "L1H0", "L1H1"]  # the CI model: 2 layers x 2 heads
     assert heads["previous_token"].notna().all() and heads["kernel_type"].notna().all()
+    # every role with its score and its pass (the CI model is in the taxonomy, anatomy, kernels,
+    # contextual and attention-only analyses)
+    for role, score in (("previous_token", "prev_token_mass"), ("score_taxon", "taxon_dip"),
+                        ("kernel_type", "etc_fraction"), ("l_role", "l_previous_mass")):
+        assert heads[role].notna().all() and heads[score].notna().all(), role
+    assert (heads["p7_chosen"] == "sharp").sum() == 1
+    assert set(heads["l_role"]) <= {"previous", "look_back_two", "induction", "none"}
+    layer0 = heads[heads["layer"] == 0]
+    assert layer0["k7_class"].notna().all() and heads.loc[heads["layer"] > 0, "k7_class"].isna().all()
+    # the cross-model head-roles view: below the scorecard, the sharp head in its row
+    assert html.index('id="scorecard"') < html.index('id="head-roles"') < html.index('id="demo"')
+    sharp = heads.loc[heads["p7_chosen"] == "sharp", "head_name"].iloc[0]
+    row = re.search(r'<tr data-role="p7_chosen=sharp">.*?</tr>', html).group(0)
+    assert f"<code>{sharp}</code>" in row

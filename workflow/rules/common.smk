@@ -549,11 +549,12 @@ def neurons_params(wildcards=None):
 
 
 def head_table_sources():
-    """``{key: (rule output, models)}`` of the per-head tables results/{model}/head_table.csv
-    gathers (posmech.heads), each for the models of its config section."""
+    """``{key: (rule output, models)}`` of the per-head tables the head-roles table (rule
+    head_table) gathers (posmech.heads), each for the models of its config section."""
     anatomy = selected(config, "anatomy", "models")
     return {
         "taxonomy": (rules.diagonal_taxonomy.output.table, taxonomy_models()),
+        "chosen": (rules.diagonal_taxonomy.output.heads, taxonomy_models()),
         "taxa": (rules.score_taxa.output.table, anatomy),
         "etc": (rules.etc_table.output.table, kernels_models()),
         "classes": (rules.layer0_head_classes.output.table, contextual_models()),

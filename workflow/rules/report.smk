@@ -31,11 +31,14 @@ rule findings:
 
 rule head_table:
     """One row per layer x head of a model with every role the analyses assign (P6/P7,
-    P13, K3/K4, K7, L roles), its score and whether it passes the role's threshold."""
+    P13, K3/K4, K7, L roles), its score and whether it passes the role's threshold.
+    Its path differs from the taxonomy's results/{model}/taxonomy/heads.csv by the folder:
+    the model wildcard is one of the run's model names (never contains '/').
+    """
     input:
         unpack(head_table_inputs),
     output:
-        table="results/{model}/head_table.csv",
+        table="results/{model}/heads.csv",
     log:
         "logs/head_table/{model}.log",
     benchmark:
@@ -56,6 +59,7 @@ rule report:
         published=static("resources/published.yaml"),
         claims=static("docs/claims.md"),
         findings=rules.findings.output.table,
+        heads=expand(rules.head_table.output.table, model=head_table_models()),
         # what every stage collected (common.smk: collect), read when the DAG is built
         scorecards=lambda wc: collected("scorecard"),
         figures=lambda wc: collected("figure"),

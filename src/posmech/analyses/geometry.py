@@ -573,7 +573,7 @@ def pca_scorecard(table: pd.DataFrame, model: str, layer: int, wpos_fig: str, cm
         {"claim": "P1", "model": model, "quantity": "wpos_helix", "value": top3("W_pos", -1),
          "detail": "fraction of W_pos variance in its top-3 principal components (helix figure)",
          "artifact": wpos_fig},
-        {"claim": "P10", "model": model, "quantity": "extended_helix_layer2", "value": top3("extended", layer),
+        {"claim": "P10", "model": model, "quantity": "extended_helix", "value": top3("extended", layer),
          "detail": f"fraction of the layer-{layer} extended embeddings' variance in their top-3 principal "
                    "components (helix and three-panel figure)", "artifact": cmp_fig},
     ]

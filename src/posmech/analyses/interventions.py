@@ -608,6 +608,15 @@ def layers_words(layers: list[int]) -> str:
     return f"layers {layers[0]}–{layers[-1]}" if len(layers) > 1 else f"layer {layers[0]}"
 
 
+def queries_words(period: int, phase: int = 0) -> str:
+    """``"every query"``, ``"every 5th query (q % 5 == 0)"``: the queries a knock-out touches."""
+    if period == 1:
+        return "every query"
+    suffix = "th" if period % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(period % 10, "th")
+    nth = f"{period}{suffix}"
+    return f"every {nth} query (q % {period} == {phase})"
+
+
 def knockout_verdict(intact: float, knockout: float, head: str, layers: list[int]) -> str | None:
     """P5 in words when the knock-out moves ``head``'s pooled previous-token mass by less
     than :data:`NO_EFFECT` (``None`` otherwise): the head does not rely on the knocked-out
@@ -622,11 +631,14 @@ def knockout_verdict(intact: float, knockout: float, head: str, layers: list[int
 def knockout_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any]]:
     """P5 scorecard rows: pooled masses and the after/before ratio (all queries), with
     :func:`knockout_verdict`'s words when the knock-out has no effect; with no layer to knock
-    out (sharp head in layer 0) the ratios are left empty with the reason."""
+    out (sharp head in layer 0) the ratios are left empty with the reason.  The details say
+    what this run used: the head, the layers knocked out, which queries (``period``,
+    ``phase``) and over how many documents."""
     m = pooled(df, ["condition", "query_set"])
     head = df["head_name"].iloc[0]
+    docs = f"{df['document'].nunique()} document(s)" if "document" in df else "the documents"
     rows = [{"claim": "P5", "model": model, "quantity": f"prev_token_mass_{c}", "value": float(m[(c, "all")]),
-             "detail": f"{head}, all queries >= 1", "artifact": artifact}
+             "detail": f"{head}, all queries >= 1 of {docs}", "artifact": artifact}
             for c in ("intact", "knockout", "knockout_renormalised")]
     layers = df["layers"].iloc[0]
     if layers is None or (isinstance(layers, float) and np.isnan(layers)) or str(layers) == "":
@@ -636,17 +648,18 @@ def knockout_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any
                        for q in ("prev_token_mass_ratio", "prev_token_mass_ratio_renormalised",
                                  "prev_token_mass_ratio_knocked")]
     knocked = [int(x) for x in str(layers).split(";")]
+    where = f"{layers_words(knocked)}, {queries_words(int(df['period'].iloc[0]), int(df['phase'].iloc[0]))}"
     for c, q in (("knockout", "prev_token_mass_ratio"), ("knockout_renormalised", "prev_token_mass_ratio_renormalised")):
         verdict = knockout_verdict(float(m[("intact", "all")]), float(m[(c, "all")]), head, knocked)
         rows.append({"claim": "P5", "model": model, "quantity": q, "value": float(m[(c, "all")] / m[("intact", "all")]),
-                     "detail": (f"{verdict}; " if verdict else "") + f"{head}: {c} / intact, all queries; knocked-only "
-                               f"{m[(c, 'knocked')]:.3f} vs {m[('intact', 'knocked')]:.3f}; {layers_words(knocked)}",
+                     "detail": (f"{verdict}; " if verdict else "") + f"{head}: {c} / intact, all queries of {docs}; "
+                               f"knocked-only {m[(c, 'knocked')]:.3f} vs {m[('intact', 'knocked')]:.3f}; knocked out: {where}",
                      "artifact": artifact})
     # the finding's quantity: only the queries whose previous position was knocked out (every
     # period-th), where the post's disruption happens; over all queries most are untouched
     rows.append({"claim": "P5", "model": model, "quantity": "prev_token_mass_ratio_knocked",
                  "value": float(m[("knockout", "knocked")] / m[("intact", "knocked")]),
-                 "detail": f"{head}: knockout / intact at the knocked-out queries only; {layers_words(knocked)}",
+                 "detail": f"{head}: knockout / intact at the knocked-out queries only, {docs}; knocked out: {where}",
                  "artifact": artifact})
     return rows
 
@@ -698,7 +711,8 @@ def repeated_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any
         {"claim": "P14", "model": model, "quantity": "prev_token_mass_other", "value": oth,
          "detail": f"{head}, {int(n.get('other', 0))} other queries", "artifact": artifact},
         {"claim": "P14", "model": model, "quantity": "repeat_token_blip", "value": oth - rep,
-         "detail": f"{head}: previous-token mass elsewhere minus on repeats", "artifact": artifact},
+         "detail": f"{head}: previous-token mass on the {int(n.get('other', 0))} other queries minus on the "
+                   f"{int(n.get('repeat', 0))} repeated ones", "artifact": artifact},
     ]
 
 

@@ -1,4 +1,5 @@
-"""The final HTML report: scorecard first, one section per claim family, then the run.
+"""The final HTML report: findings grid and scorecard first, the head roles across models,
+one section per claim family, then the run.
 
 ``results/report/index.html`` plus a sibling ``figures/`` folder holding copies of every
 figure and table it shows (relative links only, one small inline script, no CDN): the folder can
@@ -331,17 +332,20 @@ def build(
     *, html: str, figures_dir: str, scorecard_csv: str, published: str, scorecards: list[str],
     figures: list[str], tables: list[str], summaries: list[str], manifests: list[str],
     tokens: list[str], flags: dict[str, dict[str, Any]], config: dict[str, Any], benchmarks: str,
-    claims: str | None = None, findings: str | None = None,
+    claims: str | None = None, findings: str | None = None, heads: list[str] | None = None,
 ) -> dict[str, Any]:
     """Write the scorecard CSV and the HTML report; returns the status counts.
 
     ``claims``: the claims catalogue (``docs/claims.md``), rendered at the end of the report;
     the scorecard's claim IDs link to its rows.  ``findings``: ``results/report/findings.csv``
-    (rule ``findings``), drawn as the grid at the top (:mod:`posmech.report.findings_grid`)."""
+    (rule ``findings``), drawn as the grid at the top (:mod:`posmech.report.findings_grid`).
+    ``heads``: the models' head-roles tables ``results/{model}/heads.csv`` (rule ``head_table``),
+    drawn as the cross-model head-roles view below the scorecard (:mod:`posmech.report.head_roles`)."""
     import jinja2
 
     from posmech.hdf5 import git_commit
     from posmech.report.findings_grid import read_grid
+    from posmech.report.head_roles import read_roles
     from posmech.tables import write_table
 
     entries = sc.load_published(published)
@@ -419,6 +423,7 @@ def build(
         "scorecard_href": os.path.relpath(scorecard_csv, Path(html).parent),
         "published_path": _display_path(published),
         "findings_grid": read_grid(findings),
+        "head_roles": read_roles(heads, run_models, copy=lambda p: copy_asset(p, fdir)),
     }
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("posmech.report", "templates"), autoescape=jinja2.select_autoescape(["html", "j2"]),
