@@ -214,6 +214,109 @@ def _softmax_band(q: np.ndarray, k: np.ndarray, pos: np.ndarray, lo: np.ndarray,
     return s
 
 
+# --------------------------------------------------------------------------- rotary / ALiBi kernels
+def rope_tables(n_positions: int, rotary_dim: int, base: float = 10000.0) -> tuple[np.ndarray, np.ndarray]:
+    """``(cos, sin) [n_positions, rotary_dim]`` float64 of the default rotary embedding
+    (GPT-NeoX and Llama's ``rope_type`` ``default``): angle ``n·base^(-2j/r)`` for pair ``j``
+    of the ``r = rotary_dim`` rotary dimensions, each angle twice (``rotate_half`` layout)."""
+    if rotary_dim <= 0 or rotary_dim % 2:
+        raise PosmechError(f"rotary dimension {rotary_dim}: must be a positive even number")
+    inv = base ** (-np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
+    ang = np.arange(n_positions, dtype=np.float64)[:, None] * inv[None, :]
+    ang = np.concatenate([ang, ang], axis=-1)
+    return np.cos(ang), np.sin(ang)
+
+
+def rotate_np(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """Rotary embedding of vectors ``x [..., P, d_head]`` at the positions of the rows of
+    ``cos, sin [P, r]`` (numpy; :func:`posmech.analyses.score_anatomy.rotate`'s
+    ``rotate_half`` convention): the first ``r`` dimensions rotated, the rest unchanged."""
+    r = cos.shape[-1]
+    xr = x[..., :r]
+    half = np.concatenate([-xr[..., r // 2:], xr[..., : r // 2]], axis=-1)
+    return np.concatenate([xr * cos + half * sin, x[..., r:]], axis=-1)
+
+
+def position_kernels(
+    means: np.ndarray,
+    x: np.ndarray,
+    positions: Sequence[int] | np.ndarray,
+    W_Q: np.ndarray,
+    b_Q: np.ndarray,
+    W_K: np.ndarray,
+    b_K: np.ndarray,
+    scale: float,
+    k0: int = 2,
+    window: int = 0,
+    rotary: tuple[np.ndarray, np.ndarray] | None = None,
+    slope: float = 0.0,
+) -> np.ndarray:
+    """Positional kernels of one head of a model with rotary or ALiBi positions (or
+    learned ones: ``rotary=None, slope=0`` is :func:`head_kernels`).
+
+    **Definition.**  The kernel is the attention a query gives each key position with the
+    keys' content averaged out, as a function of the query position ``n`` and the key
+    position ``i`` (offset ``n − i``):
+
+        π(i | x_n) = softmax_{i in [lo(n), n]} ( R(n)(x_n W_Q + b_Q) · R(i)(p_i W_K + b_K) / scale + m·(i − n) )
+
+    with ``p_i`` the mean layer input (post-ln1) at position ``i`` over a corpus and ``x_n``
+    the actual input at ``n`` of a text, as in :func:`head_kernels`; ``R(j)`` the model's
+    rotation at position ``j`` (``rotary = (cos, sin)`` ``[P, r]`` tables covering every
+    position, :func:`rope_tables` for the default RoPE; :func:`rotate_np`), identity
+    without rotary; ``m`` the head's ALiBi slope (0 without ALiBi).  Since the rotation is
+    linear, ``R(i)(p_i W_K + b_K)`` is the mean over the corpus of the rotated key at ``i``:
+    the kernel scores each position's mean key.  A rotary score depends on ``i`` and ``n``
+    through ``n − i`` only when ``p_i`` is the same at every position; ALiBi's bias always
+    depends on the offset only, but the softmax window ``lo(n)..n`` grows with ``n``, so
+    neither kernel need be translation-invariant once the denominator is counted.  With
+    zero query and key weights and biases an ALiBi kernel is ``∝ exp(−m·(n − i))`` over the
+    window (:func:`alibi_kernel`), with ETC :func:`truncated_geometric_etc` ``(m, n − lo + 1)``.
+
+    Shapes as :func:`head_kernels`: ``means [P, d_model]``, ``x [C, Q, d_model]``, ``W_Q,
+    W_K [d_model, d_head]``, ``b_Q, b_K [d_head]``; returns ``π [C, Q, K]`` float64,
+    ``K = max(positions) + 1``, zero outside ``lo(n)..n``.
+    """
+    pos = _checked(positions, k0, means)
+    K = int(pos.max()) + 1
+    k = means[:K] @ W_K + b_K  # [K, d_head]
+    q = x @ W_Q + b_Q  # [C, Q, d_head]
+    if rotary is not None:
+        cos, sin = (np.asarray(t, dtype=np.float64) for t in rotary)
+        if cos.shape[0] < K or sin.shape != cos.shape or cos.shape[-1] > k.shape[-1]:
+            raise PosmechError(f"rotary tables {cos.shape}/{sin.shape} do not cover {K} positions of a "
+                               f"{k.shape[-1]}-dimensional head")
+        k = rotate_np(k, cos[:K], sin[:K])
+        q = rotate_np(q, cos[pos], sin[pos])
+    lo = key_start(pos, k0, window)
+    if not slope:
+        return _softmax_band(q, k, pos, lo, 0, scale)
+    s = q @ (k.T / scale)  # [C, Q, K]
+    s += float(slope) * (np.arange(K)[None, :] - pos[:, None])
+    valid = (np.arange(K)[None, :] >= lo[:, None]) & (np.arange(K)[None, :] <= pos[:, None])
+    s += np.where(valid, 0.0, -np.inf)
+    s -= s.max(axis=-1, keepdims=True)
+    np.exp(s, out=s)
+    s /= s.sum(axis=-1, keepdims=True)
+    return s
+
+
+def alibi_kernel(positions: Sequence[int] | np.ndarray, slope: float, k0: int = 0, window: int = 0) -> np.ndarray:
+    """The closed-form kernel of an ALiBi head with zero query and key weights and biases:
+    ``π(i | n) = r^(n−i) (1 − r) / (1 − r^w)`` for ``i`` in ``lo(n)..n``, ``r = e^(−m)``,
+    ``w = n − lo(n) + 1`` (uniform, ``1/w``, when ``m = 0``); ``[Q, max(positions) + 1]``."""
+    pos = np.asarray(positions, dtype=np.int64)
+    lo = key_start(pos, k0, window)
+    i = np.arange(int(pos.max()) + 1)[None, :]
+    inside = (i >= lo[:, None]) & (i <= pos[:, None])
+    w = (pos - lo + 1)[:, None].astype(np.float64)
+    off = np.where(inside, pos[:, None] - i, 0).astype(np.float64)
+    if slope == 0:
+        return np.where(inside, 1.0 / w, 0.0)
+    r = math.exp(-float(slope))
+    return np.where(inside, r ** off * (1 - r) / (1 - r ** w), 0.0)
+
+
 def effective_token_count(kernel: np.ndarray) -> np.ndarray:
     """``ETC = 1 / Σ_i π_i²`` over the last axis (``[..., K] -> [...]``)."""
     return 1.0 / np.square(kernel).sum(axis=-1)
