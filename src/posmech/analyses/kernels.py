@@ -14,6 +14,11 @@ for GPT-Neo).  The key bias adds ``q·b_K`` to every score of a query, a constan
 ``i``, so it cancels in the softmax; it is kept in the computation (the tests check the
 invariance).  The query bias does not cancel and counts.
 
+Rotary and ALiBi models (no positional embedding in the residual stream): the kernel is
+:func:`position_kernels`, the same softmax with ``q`` and the mean key rotated to their
+positions and ALiBi's ``m·(i − n)`` added (definition in its docstring and
+``docs/claims.md``; with learned positions it is the kernel above).
+
 Effective Token Count: ``ETC = 1 / Σ_i π_i²``; a uniform kernel over the ``w = n - lo + 1``
 keys in the softmax has ``ETC = w``, a one-hot kernel ``ETC = 1``.  Kernel types (K3) come
 from ``ETC / w``: ``local`` below ``local_max``, ``uniform`` at or above ``uniform_min``,
