@@ -217,3 +217,20 @@ def test_rotation_is_relative_a_rotary_score_depends_on_the_offset_only():
     assert not torch.allclose(torch.diagonal(s, 0)[0], torch.diagonal(s, 2)[0])
     rot = sa.rotate(q, emb.cos(), emb.sin())
     assert torch.equal(rot[..., r:], q[..., r:])
+
+
+@pytest.mark.parametrize("which", ["llama", "neox", "bloom"])
+def test_the_attention_only_family_scores_are_the_models_scores(which, model_dirs):
+    """L-family scores (``attn_only.run_variant``) on rotary/ALiBi models: their causal
+    softmax is the model's own pattern, and they are P12's raw scores below the diagonal."""
+    from posmech.analyses import attn_only as ao
+
+    bridge = load_bridge({"hf_dir": str(model_dirs[which]), "name": which}, device="cpu", processing="raw")
+    tokens = np.random.default_rng(3).integers(1, V, (2, N))
+    fwd = ao.run_variant(bridge, tokens, "both", heads=[(1, 0), (1, 3)])
+    s = fwd.scores  # [B, heads, T, T], NaN above the diagonal
+    e = np.exp(np.where(np.isnan(s), -np.inf, s) - np.nanmax(s, axis=-1, keepdims=True))
+    assert np.abs(e / e.sum(-1, keepdims=True) - fwd.patterns).max() <= 1e-5
+    raw = np.stack([p.raw for p in sa.head_scores(bridge, tokens[0], ["L1H0", "L1H3"])])
+    low = np.tril(np.ones((N, N), dtype=bool))
+    assert np.abs(s[0][:, low] - raw[:, low]).max() <= TOL * np.abs(raw).max()

@@ -151,8 +151,12 @@ class ScoreFunction:
         return self.scheme == "alibi"
 
     def prepare(self, q: Any, k: Any, extra: dict[str, Any] | None = None) -> tuple[Any, Any]:
-        """``(q, k)`` float32, rotated when rotary, key heads repeated per query group."""
-        q, k = q.float(), k.float()
+        """``(q, k)`` float32 (float64 when ``q`` is), rotated when rotary, key heads repeated
+        per query group."""
+        import torch
+
+        dt = torch.float64 if q.dtype == torch.float64 else torch.float32
+        q, k = q.to(dt), k.to(dt)
         if self.scheme == "rotary":
             if not extra or "hook_cos" not in extra or "hook_sin" not in extra:
                 raise PosmechError("rotary scores need the model's hook_cos/hook_sin; this engine did not record them")
@@ -161,16 +165,18 @@ class ScoreFunction:
             k = k.repeat_interleave(q.shape[2] // k.shape[2], dim=2)
         return q, k
 
-    def bias(self, query_pos: Any, key_pos: Any) -> Any:
+    def bias(self, query_pos: Any, key_pos: Any, dtype: Any = None) -> Any:
         """ALiBi's ``m_h·(key - query)`` ``[H, *query_pos.shape]`` for integer position
-        tensors ``query_pos``, ``key_pos`` of one shape (torch)."""
+        tensors ``query_pos``, ``key_pos`` of one shape (torch; ``dtype`` default float32)."""
         import torch
 
-        m = torch.as_tensor(self.slopes, dtype=torch.float32, device=query_pos.device)
-        return m.view(-1, *([1] * query_pos.ndim)) * (key_pos - query_pos).float()[None]
+        dtype = dtype or torch.float32
+        m = torch.as_tensor(self.slopes, dtype=dtype, device=query_pos.device)
+        return m.view(-1, *([1] * query_pos.ndim)) * (key_pos - query_pos).to(dtype)[None]
 
     def full(self, q: Any, k: Any, extra: dict[str, Any] | None = None) -> Any:
-        """Raw scores ``[b, H, n_q, n_k]`` float32 of every pair (positions ``0..n-1``)."""
+        """Raw scores ``[b, H, n_q, n_k]`` float32 (float64 for float64 ``q``) of every pair
+        (positions ``0..n-1``)."""
         import torch
 
         q, k = self.prepare(q, k, extra)
@@ -178,7 +184,7 @@ class ScoreFunction:
         if self.scheme == "alibi":
             pq = torch.arange(q.shape[1], device=q.device)[:, None].expand(-1, k.shape[1])
             pk = torch.arange(k.shape[1], device=q.device)[None, :].expand(q.shape[1], -1)
-            s = s + self.bias(pq, pk)[None]
+            s = s + self.bias(pq, pk, s.dtype)[None]
         return s
 
     def window(self, q: Any, k: Any, rows: np.ndarray, window: int, extra: dict[str, Any] | None = None) -> Any:
@@ -191,7 +197,7 @@ class ScoreFunction:
         keys = r[:, None] + torch.as_tensor(offsets(window), device=q.device)[None, :]  # [R, 2W+1]
         s = torch.einsum("brhd,brohd->bhro", q[:, r], k[:, keys]) / self.scale
         if self.scheme == "alibi":
-            s = s + self.bias(r[:, None].expand_as(keys), keys)[None]
+            s = s + self.bias(r[:, None].expand_as(keys), keys, s.dtype)[None]
         return s
 
 
