@@ -1,4 +1,4 @@
-"""Positional kernels of rotary and ALiBi heads (`posmech.analyses.kernels.position_kernels`).
+"""Positional kernels of rotary and ALiBi heads (`posmech.analyses.kernels.head_kernels` with `rotary`/`slope`).
 
 Exact cases: an ALiBi head with zero query/key weights attends ``∝ exp(−m·(n − i))`` over
 its causal window, so its kernel and ETC have closed forms (:func:`alibi_kernel`,
@@ -6,8 +6,8 @@ its causal window, so its kernel and ETC have closed forms (:func:`alibi_kernel`
 zeroed attends exactly so (its own ``hook_pattern``), and its kernel computed from the
 model's weights and layer inputs is the closed form.  A rotary head whose layer input is
 the same at every position (layer 0 of a Llama on one repeated token) has the model's own
-attention pattern as its kernel.  Without rotation or bias the kernel is the learned-position
-kernel of :func:`head_kernels`, bit for bit.
+attention pattern as its kernel.  Every case (learned, rotary, ALiBi, both) equals the
+definition written out.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def test_an_alibi_head_with_zero_query_key_weights_has_the_closed_form_kernel_an
     positions = np.array([5, 9, 14, 20, 25, 29])
     zero_w, zero_b = np.zeros((d, dh)), np.zeros(dh)
     for m in alibi_slopes(6):
-        pi = kn.position_kernels(means, x, positions, zero_w, zero_b, zero_w, zero_b, np.sqrt(dh), k0, window,
+        pi = kn.head_kernels(means, x, positions, zero_w, zero_b, zero_w, zero_b, np.sqrt(dh), k0, window,
                                  slope=m)
         closed = kn.alibi_kernel(positions, m, k0, window)
         assert np.allclose(pi, closed[None], rtol=0, atol=1e-12)
@@ -56,20 +56,37 @@ def test_an_alibi_head_with_zero_query_key_weights_has_the_closed_form_kernel_an
     assert (steep < flat).all()
 
 
-def test_without_rotation_or_bias_the_kernel_is_the_learned_position_kernel():
+def test_the_kernel_is_the_softmax_of_the_rotated_scores_plus_the_bias():
+    """Against the definition written out: learned positions (no rotation, no bias), a
+    rotation, an ALiBi bias, over a sliding window with k0 = 2."""
     rng = np.random.default_rng(1)
-    d, dh = 12, 4
-    means, x = rng.normal(size=(20, d)), rng.normal(size=(2, 5, d))
+    d, dh, P = 12, 4, 20
+    means, x = rng.normal(size=(P, d)), rng.normal(size=(2, 5, d))
     W_Q, W_K, b_Q, b_K = rng.normal(size=(d, dh)), rng.normal(size=(d, dh)), rng.normal(size=dh), rng.normal(size=dh)
     pos = np.array([3, 7, 11, 15, 19])
-    a = kn.position_kernels(means, x, pos, W_Q, b_Q, W_K, b_K, 2.0, 2, 6)
-    assert np.array_equal(a, kn.head_kernels(means, x, pos, W_Q, b_Q, W_K, b_K, 2.0, 2, 6))
-    # a rotation changes it (the positions enter), a zero-angle rotation does not
-    cos, sin = kn.rope_tables(20, dh)
-    assert not np.allclose(kn.position_kernels(means, x, pos, W_Q, b_Q, W_K, b_K, 2.0, 2, 6, rotary=(cos, sin)), a)
-    flat = (np.ones_like(cos), np.zeros_like(sin))
-    assert np.allclose(kn.position_kernels(means, x, pos, W_Q, b_Q, W_K, b_K, 2.0, 2, 6, rotary=flat), a,
-                       rtol=0, atol=1e-12)
+    cos, sin = kn.rope_tables(P, dh)
+
+    def rot(v, j):  # the rotation written out pair by pair: (a, b) -> (a cos - b sin, b cos + a sin)
+        a, b = v[..., : dh // 2], v[..., dh // 2:]
+        c, s_ = cos[j, : dh // 2], sin[j, : dh // 2]
+        return np.concatenate([a * c - b * s_, b * c + a * s_], -1)
+
+    for rotary, slope in ((None, 0.0), ((cos, sin), 0.0), (None, 0.3), ((cos, sin), 0.3)):
+        got = kn.head_kernels(means, x, pos, W_Q, b_Q, W_K, b_K, 2.0, 2, 6, rotary=rotary, slope=slope)
+        for qi, n in enumerate(pos):
+            keys = np.arange(max(2, n - 5), n + 1)
+            q = x[:, qi] @ W_Q + b_Q
+            k = means[keys] @ W_K + b_K
+            if rotary is not None:
+                q, k = rot(q, n), np.stack([rot(k[j], i) for j, i in enumerate(keys)])
+            sc = q @ k.T / 2.0 + slope * (keys - n)
+            want = np.exp(sc - sc.max(-1, keepdims=True))
+            want /= want.sum(-1, keepdims=True)
+            assert np.allclose(got[:, qi, keys], want, rtol=0, atol=1e-12)
+            assert np.abs(np.delete(got[:, qi], keys, axis=-1)).max() == 0
+    flat = (np.ones_like(cos), np.zeros_like(sin))  # a zero-angle rotation changes nothing
+    assert np.allclose(kn.head_kernels(means, x, pos, W_Q, b_Q, W_K, b_K, 2.0, 2, 6, rotary=flat),
+                       kn.head_kernels(means, x, pos, W_Q, b_Q, W_K, b_K, 2.0, 2, 6), rtol=0, atol=1e-12)
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +129,7 @@ def test_a_zero_query_key_alibi_models_attention_and_kernel_are_the_closed_form(
     b_Q, b_K = (getattr(bridge, a)[0].detach().double().numpy() for a in ("b_Q", "b_K"))
     assert np.abs(W_Q).max() == 0 and np.abs(W_K).max() == 0
     for h, m in enumerate(slopes):
-        pi = kn.position_kernels(means, x[:, 1:], positions[1:], W_Q[h], b_Q[h], W_K[h], b_K[h], np.sqrt(8), 0,
+        pi = kn.head_kernels(means, x[:, 1:], positions[1:], W_Q[h], b_Q[h], W_K[h], b_K[h], np.sqrt(8), 0,
                                  slope=m)
         assert np.allclose(pi, kn.alibi_kernel(positions[1:], m)[None], rtol=0, atol=1e-12)
         etc = kn.effective_token_count(pi)
@@ -145,7 +162,7 @@ def test_a_rotary_kernel_with_position_independent_inputs_is_the_models_attentio
     zero = np.zeros(W_Q.shape[-1])
     cos, sin = kn.rope_tables(n, W_Q.shape[-1], float(m.config.rope_parameters["rope_theta"]))
     for h in range(4):
-        pi = kn.position_kernels(x[0], x, np.arange(n), W_Q[h], zero, W_K[h], zero, np.sqrt(8), 0,
+        pi = kn.head_kernels(x[0], x, np.arange(n), W_Q[h], zero, W_K[h], zero, np.sqrt(8), 0,
                                  rotary=(cos, sin))[0]
         assert np.allclose(pi, pattern[h], rtol=0, atol=1e-5)
         assert np.ptp(pi[n - 1, : n - 1]) > 1e-3  # not uniform: the rotation shapes it

@@ -15,9 +15,9 @@ for GPT-Neo).  The key bias adds ``q·b_K`` to every score of a query, a constan
 invariance).  The query bias does not cancel and counts.
 
 Rotary and ALiBi models (no positional embedding in the residual stream): the kernel is
-:func:`position_kernels`, the same softmax with ``q`` and the mean key rotated to their
-positions and ALiBi's ``m·(i − n)`` added (definition in its docstring and
-``docs/claims.md``; with learned positions it is the kernel above).
+:func:`head_kernels` with ``rotary``/``slope``: the same softmax with ``q`` and the mean
+key rotated to their positions and ALiBi's ``m·(i − n)`` added (definition in its
+docstring and ``docs/claims.md``; without them it is the kernel above).
 
 Effective Token Count: ``ETC = 1 / Σ_i π_i²``; a uniform kernel over the ``w = n - lo + 1``
 keys in the softmax has ``ETC = w``, a one-hot kernel ``ETC = 1``.  Kernel types (K3) come
@@ -179,6 +179,8 @@ def head_kernels(
     scale: float,
     k0: int = 2,
     window: int = 0,
+    rotary: tuple[np.ndarray, np.ndarray] | None = None,
+    slope: float = 0.0,
 ) -> np.ndarray:
     """Positional kernels of one head.
 
@@ -187,12 +189,39 @@ def head_kernels(
     ``b_Q, b_K [d_head]``.  Returns ``π [C, Q, K]`` float64 with ``K = max(positions) + 1``:
     row ``(c, q)`` is a distribution over key positions ``lo(n)..n`` (``n = positions[q]``),
     zero elsewhere.
+
+    **Rotary and ALiBi heads** (``rotary``, ``slope``; without them, learned positions: the
+    module's kernel).  The kernel is the attention a query gives each key position with
+    the keys' content averaged out, as a function of the query position ``n`` and the key
+    position ``i`` (offset ``n − i``):
+
+        π(i | x_n) = softmax_{i in [lo(n), n]} ( R(n)(x_n W_Q + b_Q) · R(i)(p_i W_K + b_K) / scale + m·(i − n) )
+
+    with ``p_i`` the mean layer input (post-ln1) at position ``i`` over a corpus and ``x_n``
+    the actual input at ``n`` of a text, as above; ``R(j)`` the model's rotation at
+    position ``j`` (``rotary = (cos, sin)`` ``[P, r]`` tables covering every position,
+    :func:`rope_tables` for the default RoPE; :func:`rotate_np`), identity without rotary;
+    ``m`` = ``slope``, the head's ALiBi slope (0 without ALiBi).  Since the rotation is
+    linear, ``R(i)(p_i W_K + b_K)`` is the corpus mean of the rotated key at ``i``: the
+    kernel scores each position's mean key.  A rotary score depends on ``i`` and ``n``
+    through ``n − i`` only when ``p_i`` is the same at every position; ALiBi's bias always
+    depends on the offset only, but the softmax window ``lo(n)..n`` grows with ``n``, so
+    neither kernel need be translation-invariant once the denominator is counted.  With
+    zero query and key weights and biases an ALiBi kernel is ``∝ exp(−m·(n − i))`` over the
+    window (:func:`alibi_kernel`), with ETC :func:`truncated_geometric_etc` ``(m, n − lo + 1)``.
     """
     pos = _checked(positions, k0, means)
     K = int(pos.max()) + 1
     k = means[:K] @ W_K + b_K  # [K, d_head]
     q = x @ W_Q + b_Q  # [C, Q, d_head]
-    return _softmax_band(q, k, pos, key_start(pos, k0, window), 0, scale)
+    if rotary is not None:
+        cos, sin = (np.asarray(t, dtype=np.float64) for t in rotary)
+        if cos.shape[0] < K or sin.shape != cos.shape or cos.shape[-1] > k.shape[-1]:
+            raise PosmechError(f"rotary tables {cos.shape}/{sin.shape} do not cover {K} positions of a "
+                               f"{k.shape[-1]}-dimensional head")
+        k = rotate_np(k, cos[:K], sin[:K])
+        q = rotate_np(q, cos[pos], sin[pos])
+    return _softmax_band(q, k, pos, key_start(pos, k0, window), 0, scale, slope)
 
 
 def _checked(positions: Sequence[int] | np.ndarray, k0: int, means: np.ndarray) -> np.ndarray:
@@ -206,11 +235,15 @@ def _checked(positions: Sequence[int] | np.ndarray, k0: int, means: np.ndarray) 
     return pos
 
 
-def _softmax_band(q: np.ndarray, k: np.ndarray, pos: np.ndarray, lo: np.ndarray, offset: int, scale: float) -> np.ndarray:
-    """Masked softmax of ``q [C, Q, dh] · k [K', dh]`` where ``k[j]`` is key position
-    ``offset + j``; row ``q`` keeps keys ``lo[q]..pos[q]``.  Returns ``[C, Q, K']``."""
+def _softmax_band(q: np.ndarray, k: np.ndarray, pos: np.ndarray, lo: np.ndarray, offset: int, scale: float,
+                  slope: float = 0.0) -> np.ndarray:
+    """Masked softmax of ``q [C, Q, dh] · k [K', dh] / scale`` (plus ALiBi's ``slope·(key −
+    query)`` when ``slope``) where ``k[j]`` is key position ``offset + j``; row ``q`` keeps
+    keys ``lo[q]..pos[q]``.  Returns ``[C, Q, K']``."""
     s = q @ (k.T / scale)  # [C, Q, K']
     keys = np.arange(offset, offset + k.shape[0])
+    if slope:
+        s += float(slope) * (keys[None, :] - pos[:, None])
     valid = (keys[None, :] >= lo[:, None]) & (keys[None, :] <= pos[:, None])  # [Q, K']
     s += np.where(valid, 0.0, -np.inf)  # in place, broadcast over texts
     s -= s.max(axis=-1, keepdims=True)
@@ -240,70 +273,6 @@ def rotate_np(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     xr = x[..., :r]
     half = np.concatenate([-xr[..., r // 2:], xr[..., : r // 2]], axis=-1)
     return np.concatenate([xr * cos + half * sin, x[..., r:]], axis=-1)
-
-
-def position_kernels(
-    means: np.ndarray,
-    x: np.ndarray,
-    positions: Sequence[int] | np.ndarray,
-    W_Q: np.ndarray,
-    b_Q: np.ndarray,
-    W_K: np.ndarray,
-    b_K: np.ndarray,
-    scale: float,
-    k0: int = 2,
-    window: int = 0,
-    rotary: tuple[np.ndarray, np.ndarray] | None = None,
-    slope: float = 0.0,
-) -> np.ndarray:
-    """Positional kernels of one head of a model with rotary or ALiBi positions (or
-    learned ones: ``rotary=None, slope=0`` is :func:`head_kernels`).
-
-    **Definition.**  The kernel is the attention a query gives each key position with the
-    keys' content averaged out, as a function of the query position ``n`` and the key
-    position ``i`` (offset ``n − i``):
-
-        π(i | x_n) = softmax_{i in [lo(n), n]} ( R(n)(x_n W_Q + b_Q) · R(i)(p_i W_K + b_K) / scale + m·(i − n) )
-
-    with ``p_i`` the mean layer input (post-ln1) at position ``i`` over a corpus and ``x_n``
-    the actual input at ``n`` of a text, as in :func:`head_kernels`; ``R(j)`` the model's
-    rotation at position ``j`` (``rotary = (cos, sin)`` ``[P, r]`` tables covering every
-    position, :func:`rope_tables` for the default RoPE; :func:`rotate_np`), identity
-    without rotary; ``m`` the head's ALiBi slope (0 without ALiBi).  Since the rotation is
-    linear, ``R(i)(p_i W_K + b_K)`` is the mean over the corpus of the rotated key at ``i``:
-    the kernel scores each position's mean key.  A rotary score depends on ``i`` and ``n``
-    through ``n − i`` only when ``p_i`` is the same at every position; ALiBi's bias always
-    depends on the offset only, but the softmax window ``lo(n)..n`` grows with ``n``, so
-    neither kernel need be translation-invariant once the denominator is counted.  With
-    zero query and key weights and biases an ALiBi kernel is ``∝ exp(−m·(n − i))`` over the
-    window (:func:`alibi_kernel`), with ETC :func:`truncated_geometric_etc` ``(m, n − lo + 1)``.
-
-    Shapes as :func:`head_kernels`: ``means [P, d_model]``, ``x [C, Q, d_model]``, ``W_Q,
-    W_K [d_model, d_head]``, ``b_Q, b_K [d_head]``; returns ``π [C, Q, K]`` float64,
-    ``K = max(positions) + 1``, zero outside ``lo(n)..n``.
-    """
-    pos = _checked(positions, k0, means)
-    K = int(pos.max()) + 1
-    k = means[:K] @ W_K + b_K  # [K, d_head]
-    q = x @ W_Q + b_Q  # [C, Q, d_head]
-    if rotary is not None:
-        cos, sin = (np.asarray(t, dtype=np.float64) for t in rotary)
-        if cos.shape[0] < K or sin.shape != cos.shape or cos.shape[-1] > k.shape[-1]:
-            raise PosmechError(f"rotary tables {cos.shape}/{sin.shape} do not cover {K} positions of a "
-                               f"{k.shape[-1]}-dimensional head")
-        k = rotate_np(k, cos[:K], sin[:K])
-        q = rotate_np(q, cos[pos], sin[pos])
-    lo = key_start(pos, k0, window)
-    if not slope:
-        return _softmax_band(q, k, pos, lo, 0, scale)
-    s = q @ (k.T / scale)  # [C, Q, K]
-    s += float(slope) * (np.arange(K)[None, :] - pos[:, None])
-    valid = (np.arange(K)[None, :] >= lo[:, None]) & (np.arange(K)[None, :] <= pos[:, None])
-    s += np.where(valid, 0.0, -np.inf)
-    s -= s.max(axis=-1, keepdims=True)
-    np.exp(s, out=s)
-    s /= s.sum(axis=-1, keepdims=True)
-    return s
 
 
 def alibi_kernel(positions: Sequence[int] | np.ndarray, slope: float, k0: int = 0, window: int = 0) -> np.ndarray:
