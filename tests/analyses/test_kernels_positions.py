@@ -20,6 +20,8 @@ from posmech.analyses import kernels as kn
 from posmech.analyses.score_anatomy import alibi_slopes
 from posmech.models.handbuilt import char_tokenizer
 from posmech.models.loading import load_bridge
+from tests.analyses.test_kernels import hf_config, pattern, same_text_kernels
+from tests.analyses.test_raw_scores_positions import model_dirs  # noqa: F401 (a fixture)
 
 V = 40
 
@@ -166,3 +168,41 @@ def test_a_rotary_kernel_with_position_independent_inputs_is_the_models_attentio
                                  rotary=(cos, sin))[0]
         assert np.allclose(pi, pattern[h], rtol=0, atol=1e-5)
         assert np.ptp(pi[n - 1, : n - 1]) > 1e-3  # not uniform: the rotation shapes it
+
+
+@pytest.mark.parametrize("processing", ["compatibility", "raw"])
+@pytest.mark.parametrize("which", ["llama", "neox", "bloom"])
+def test_kernels_with_the_texts_own_means_are_the_models_attention(which, processing, model_dirs):
+    """The rule's path (``bridge_head_weights``: the model's rotary tables / ALiBi slopes,
+    GQA key heads repeated, zero biases where the projection has none; ``model_kernels``):
+    with means ``p_i`` the text's own layer inputs, the kernel is the attention the model
+    pays, in every layer."""
+    bridge = load_bridge({"hf_dir": str(model_dirs[which]), "name": which}, device="cpu", processing=processing)
+    tokens = np.random.default_rng(5).integers(1, V, 16)
+    layers, pos = same_text_kernels(bridge, model_dirs[which], tokens, 0)
+    w = kn.bridge_head_weights(bridge, hf_config(model_dirs[which]))
+    assert (w.rotary is not None) == (which != "bloom") and (w.slopes is not None) == (which == "bloom")
+    for layer, lk in enumerate(layers):
+        np.testing.assert_allclose(lk.mean, pattern(bridge, tokens, layer)[:, pos], atol=2e-5)
+    assert np.ptp(layers[0].etc_of_mean[:, -1]) > 0.1  # heads differ: a wrong rotation or slope would show
+
+
+def test_the_rule_path_gives_the_closed_form_on_a_zero_query_key_alibi_layer(zero_qk_bloom):
+    bridge = load_bridge({"hf_dir": str(zero_qk_bloom), "name": "bloom"}, device="cpu")
+    tokens = np.random.default_rng(6).integers(1, V, 16)
+    layers, pos = same_text_kernels(bridge, zero_qk_bloom, tokens, 2)
+    for h, m in enumerate(alibi_slopes(6)):
+        assert np.allclose(layers[0].mean[h], kn.alibi_kernel(pos, m, 2), rtol=0, atol=1e-12)
+        want = [kn.truncated_geometric_etc(m, int(w)) for w in kn.n_keys(pos, 2)]
+        assert np.allclose(layers[0].etc_of_mean[h], want, rtol=1e-10)
+
+
+def test_rotary_tables_are_the_default_rope_of_the_config(model_dirs):
+    """The model's own tables (``rotary_tables``) are the default RoPE of its config:
+    Llama on the whole head, GPT-NeoX on its first quarter (partial_rotary_factor 0.25)."""
+    for which, r in (("llama", 8), ("neox", 4)):
+        bridge = load_bridge({"hf_dir": str(model_dirs[which]), "name": which}, device="cpu")
+        cos, sin = kn.rotary_tables(bridge, 30)
+        c0, s0 = kn.rope_tables(30, r)
+        assert cos.shape == (30, r)
+        assert np.allclose(cos, c0, atol=1e-6) and np.allclose(sin, s0, atol=1e-6)
