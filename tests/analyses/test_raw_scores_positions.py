@@ -234,3 +234,27 @@ def test_the_attention_only_family_scores_are_the_models_scores(which, model_dir
     raw = np.stack([p.raw for p in sa.head_scores(bridge, tokens[0], ["L1H0", "L1H3"])])
     low = np.tril(np.ones((N, N), dtype=bool))
     assert np.abs(s[0][:, low] - raw[:, low]).max() <= TOL * np.abs(raw).max()
+
+
+def test_gpt_neo_scores_are_unscaled_on_both_engines(tmp_path):
+    """GPT-Neo does not scale q·k; TransformerLens 4.3's bridge config says it does
+    (``use_attn_scale``), so the scale is read from the architecture: the L-family scores'
+    causal softmax is the model's own pattern on the bridge and on the posmech engine."""
+    from transformers import GPTNeoConfig, GPTNeoForCausalLM
+
+    from posmech.analyses import attn_only as ao
+    from posmech.models.loading import load_model
+
+    m = GPTNeoForCausalLM(GPTNeoConfig(vocab_size=V, max_position_embeddings=N, hidden_size=32, num_layers=2,
+                                       num_heads=4, attention_types=[[["global", "local"], 1]], window_size=30,
+                                       bos_token_id=0, eos_token_id=0))
+    _save(m, tmp_path, 4)
+    tokens = np.random.default_rng(4).integers(1, V, (2, N))
+    for engine in ("bridge", "posmech"):
+        model = load_model({"hf_dir": str(tmp_path), "name": "neo"}, "cpu", engine=engine)
+        assert sa.attn_scale(model.cfg) == 1.0 and ao.attn_scale(model) == 1.0
+        fwd = ao.run_variant(model, tokens, "both", heads=[(0, 1), (1, 2)])
+        s = fwd.scores
+        e = np.exp(np.where(np.isnan(s), -np.inf, s) - np.nanmax(s, axis=-1, keepdims=True))
+        assert np.abs(e / e.sum(-1, keepdims=True) - fwd.patterns).max() <= 1e-5
+        assert np.nanmax(np.abs(s)) > 3.0  # a scale of sqrt(8) would change these patterns

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from posmech.analyses.attention import head_name, parse_head
+from posmech.analyses.score_anatomy import attn_scale as sa_attn_scale
 from posmech.analyses.score_anatomy import score_function
 from posmech.errors import PosmechError
 from posmech.runner import Progress
@@ -184,10 +185,8 @@ class Forward:
 
 
 def attn_scale(bridge: Any) -> float:
-    cfg = bridge.cfg
-    if getattr(cfg, "attn_scale", -1.0) and cfg.attn_scale > 0:
-        return float(cfg.attn_scale)
-    return float(np.sqrt(cfg.d_head)) if getattr(cfg, "use_attn_scale", True) else 1.0
+    """The model's score scale (:func:`posmech.analyses.score_anatomy.attn_scale`)."""
+    return sa_attn_scale(bridge.cfg)
 
 
 def run_variant(

@@ -70,10 +70,17 @@ SCORE_CHECK_RTOL = 1e-4
 SCHEMES = ("learned", "rotary", "alibi")
 
 
+#: Hugging Face architectures whose attention does not scale ``q·k`` (TransformerLens 4.3's
+#: bridge config still says ``use_attn_scale``)
+UNSCALED = ("GPTNeoForCausalLM",)
+
+
 def attn_scale(cfg: Any) -> float:
     """The divisor of ``q·k`` in the model's attention: ``cfg.attn_scale`` when positive,
-    else ``sqrt(d_head)``; 1 when ``cfg.use_attn_scale`` is false (e.g. GPT-Neo)."""
-    if not getattr(cfg, "use_attn_scale", True):
+    else ``sqrt(d_head)``; 1 when ``cfg.use_attn_scale`` is false or the architecture is
+    GPT-Neo (:data:`UNSCALED`)."""
+    arch = getattr(cfg, "architecture", None) or getattr(cfg, "original_architecture", None)
+    if not getattr(cfg, "use_attn_scale", True) or arch in UNSCALED:
         return 1.0
     a = getattr(cfg, "attn_scale", None)
     return float(a) if a is not None and a > 0 else math.sqrt(int(cfg.d_head))
