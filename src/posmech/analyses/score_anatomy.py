@@ -66,10 +66,6 @@ SCORE_CHECK_RTOL = 1e-4
 
 
 # --------------------------------------------------------------------------- raw scores
-#: position schemes of the score function (:func:`position_scheme`)
-SCHEMES = ("learned", "rotary", "alibi")
-
-
 #: Hugging Face architectures whose attention does not scale ``q·k`` (TransformerLens 4.3's
 #: bridge config still says ``use_attn_scale``)
 UNSCALED = ("GPTNeoForCausalLM",)
