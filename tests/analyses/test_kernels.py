@@ -167,9 +167,16 @@ def test_gpt_neo_layout_unscaled_and_local_window(tmp_path):
     assert list(layers[1].n_keys) == [min(n + 1, 4) for n in pos]
 
 
-def test_rotary_models_are_refused():
-    with pytest.raises(PosmechError, match="rotary"):
-        kn.attention_layout({"model_type": "gpt_neox"}, 2, 8)
+def test_rotary_and_alibi_layouts_and_the_refused_ones():
+    """Rotary/ALiBi models get sqrt(d_head) and full attention (Mistral its sliding window);
+    layouts whose kernel is not defined here are refused by name."""
+    for mtype in ("gpt_neox", "llama", "qwen2", "bloom"):
+        scale, window = kn.attention_layout({"model_type": mtype}, 2, 16)
+        assert list(scale) == [4.0, 4.0] and list(window) == [0, 0]
+    assert list(kn.attention_layout({"model_type": "mistral", "sliding_window": 7}, 2, 16)[1]) == [7, 7]
+    for mtype in ("gptj", "gemma", "phi", "falcon"):
+        with pytest.raises(PosmechError, match=f"model_type '{mtype}'"):
+            kn.attention_layout({"model_type": mtype}, 2, 8)
 
 
 def test_spread_across_texts_and_key_positions():

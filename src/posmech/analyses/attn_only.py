@@ -10,7 +10,10 @@ embeddings added to the residual stream (``attn-only-2l``, GPT-2, the demo model
   embeddings ``hook_pos_embed`` are zeroed).  The variant holds for the whole forward pass.
 * **Scores** are the pre-softmax attention scores ``q·k / attn_scale`` computed from
   ``hook_q`` / ``hook_k`` (TransformerLens 4.3 records ``hook_attn_scores`` after the causal
-  mask), for keys ``<=`` query; entries above the diagonal are NaN.  **Patterns** are the
+  mask), for keys ``<=`` query; entries above the diagonal are NaN.  On rotary and ALiBi
+  models they are the raw scores of
+  :class:`~posmech.analyses.score_anatomy.ScoreFunction` (``q`` and ``k`` rotated, ALiBi's
+  ``m·(key − query)`` added, grouped key heads repeated).  **Patterns** are the
   model's softmaxes (``hook_pattern``).  Averages over sequences are means of per-sample
   softmaxes (never softmaxes of mean scores).
 * **Sequences** (:func:`random_tokens`): BOS (when configured) followed by tokens drawn
@@ -37,6 +40,8 @@ from typing import Any
 import numpy as np
 
 from posmech.analyses.attention import head_name, parse_head
+from posmech.analyses.score_anatomy import attn_scale as sa_attn_scale
+from posmech.analyses.score_anatomy import score_function
 from posmech.errors import PosmechError
 from posmech.runner import Progress
 
@@ -180,10 +185,8 @@ class Forward:
 
 
 def attn_scale(bridge: Any) -> float:
-    cfg = bridge.cfg
-    if getattr(cfg, "attn_scale", -1.0) and cfg.attn_scale > 0:
-        return float(cfg.attn_scale)
-    return float(np.sqrt(cfg.d_head)) if getattr(cfg, "use_attn_scale", True) else 1.0
+    """The model's score scale (:func:`posmech.analyses.score_anatomy.attn_scale`)."""
+    return sa_attn_scale(bridge.cfg)
 
 
 def run_variant(
@@ -204,17 +207,22 @@ def run_variant(
     patterns = np.zeros((B, len(heads), T, T))
     last = np.zeros(B) if targets is not None else None
     scale = attn_scale(bridge)
+    fn = score_function(cfg)  # rotary / ALiBi: the model's own score function; learned: q·k / scale below
+    positional = fn.scheme != "learned"
     upper = np.triu(np.ones((T, T), dtype=bool), 1)
     hooks = variant_hooks(variant)
     prog = Progress(B, f"{progress}: {variant} forward, sequences", logger=LOG) if progress else None
     for start in range(0, B, batch_size):
         got: dict[tuple[str, int], Any] = {}
 
-        def grab(t: Any, hook: Any) -> None:
-            parts = hook.name.split(".")
-            got[(parts[-1], int(parts[1]))] = t.detach().to("cpu", torch.float64)
+        def grab(name: str, layer: int) -> Any:  # keyed by the name asked for (the bridge's raw mode
+            def keep(t: Any, hook: Any) -> None:  # calls hook_q's hook point `q.hook_out`)
+                got[(name, layer)] = t.detach().to("cpu", torch.float64)
 
-        grabs = [(f"blocks.{la}.attn.hook_{k}", grab) for la in layers for k in ("q", "k", "pattern")]
+            return keep
+
+        names = ("hook_q", "hook_k", "hook_pattern", *(fn.extra_hooks if positional else ()))
+        grabs = [(f"blocks.{la}.attn.{k}", grab(k, la)) for la in layers for k in names]
         x = torch.as_tensor(tokens[start : start + batch_size], device=cfg.device)
         sl = slice(start, start + len(x))
         if last is not None and targets is not None:  # logits at the last position only
@@ -224,9 +232,14 @@ def run_variant(
         else:  # no logits: the pass can stop after the last captured layer
             with torch.inference_mode(), bridge.hooks(fwd_hooks=[*hooks, *grabs]):
                 bridge(x, return_type=None)
+        full = {la: fn.full(got[("hook_q", la)], got[("hook_k", la)], {e: got[(e, la)] for e in fn.extra_hooks})
+                for la in layers} if positional else {}
         for i, (la, h) in enumerate(heads):
-            q, k = got[("hook_q", la)][:, :, h], got[("hook_k", la)][:, :, h]
-            s = torch.einsum("bqd,bkd->bqk", q, k).numpy() / scale
+            if positional:
+                s = full[la][:, h].numpy()
+            else:
+                q, k = got[("hook_q", la)][:, :, h], got[("hook_k", la)][:, :, h]
+                s = torch.einsum("bqd,bkd->bqk", q, k).numpy() / scale
             s[:, upper] = np.nan
             scores[sl, i] = s
             patterns[sl, i] = got[("hook_pattern", la)][:, h].numpy()

@@ -14,6 +14,11 @@ for GPT-Neo).  The key bias adds ``q·b_K`` to every score of a query, a constan
 ``i``, so it cancels in the softmax; it is kept in the computation (the tests check the
 invariance).  The query bias does not cancel and counts.
 
+Rotary and ALiBi models (no positional embedding in the residual stream): the kernel is
+:func:`head_kernels` with ``rotary``/``slope``: the same softmax with ``q`` and the mean
+key rotated to their positions and ALiBi's ``m·(i − n)`` added (definition in its
+docstring and ``docs/claims.md``; without them it is the kernel above).
+
 Effective Token Count: ``ETC = 1 / Σ_i π_i²``; a uniform kernel over the ``w = n - lo + 1``
 keys in the softmax has ``ETC = w``, a one-hot kernel ``ETC = 1``.  Kernel types (K3) come
 from ``ETC / w``: ``local`` below ``local_max``, ``uniform`` at or above ``uniform_min``,
@@ -67,7 +72,9 @@ class HeadWeights:
 
     ``W_Q, W_K [L, H, d_model, d_head]``, ``b_Q, b_K [L, H, d_head]``, ``scale [L]``
     (scores are divided by it), ``window [L]`` (sliding-window size of the layer, 0 = full
-    causal attention).
+    causal attention); ``rotary``: the model's ``(cos, sin)`` ``[P, r]`` of positions
+    ``0..P-1`` (rotary models, :func:`rotary_tables`), ``slopes [H]``: ALiBi's slopes
+    (ALiBi models); None otherwise (:func:`head_kernels` with ``rotary``/``slope``).
     """
 
     W_Q: np.ndarray
@@ -76,6 +83,8 @@ class HeadWeights:
     b_K: np.ndarray
     scale: np.ndarray
     window: np.ndarray
+    rotary: tuple[np.ndarray, np.ndarray] | None = None
+    slopes: np.ndarray | None = None
 
     @property
     def n_layers(self) -> int:
@@ -93,7 +102,9 @@ def attention_layout(hf_config: dict[str, Any], n_layers: int, d_head: int) -> t
     GPT-2: ``sqrt(d_head)`` when ``scale_attn_weights`` (default), times ``layer + 1`` when
     ``scale_attn_by_inverse_layer_idx``.  GPT-Neo (TinyStories): no scaling, and layers
     listed ``local`` in ``attention_types`` see only the last ``window_size`` positions.
-    Rotary / ALiBi models have no additive positional embedding and are refused.
+    GPT-NeoX/Pythia, Llama, Qwen2 (rotary) and BLOOM (ALiBi): ``sqrt(d_head)``, no window;
+    Mistral: its ``sliding_window`` on every layer.  Other rotary layouts (GPT-J's
+    interleaved pairs, Phi, Gemma's score scalar, Falcon) are refused.
     """
     mtype = hf_config.get("model_type", "gpt2")
     scale = np.full(n_layers, math.sqrt(d_head))
@@ -112,24 +123,47 @@ def attention_layout(hf_config: dict[str, Any], n_layers: int, d_head: int) -> t
             raise PosmechError(f"GPT-Neo config: attention_types gives {len(kinds)} layers, the model has {n_layers}")
         w = int(hf_config.get("window_size", 256))
         window[:] = [w if k == "local" else 0 for k in kinds]
-    elif mtype in ("gpt_neox", "llama", "mistral", "qwen2", "gemma", "phi", "gptj", "bloom", "falcon"):
+    elif mtype == "mistral" and hf_config.get("sliding_window"):
+        window[:] = int(hf_config["sliding_window"])
+    elif mtype == "qwen2" and hf_config.get("use_sliding_window"):
+        raise PosmechError("positional kernels: Qwen2 with use_sliding_window (a window on some layers only) is "
+                           "not supported; remove the model from `kernels.models`")
+    elif mtype in ("gemma", "gemma2", "phi", "gptj", "falcon"):
         raise PosmechError(
-            f"positional kernels need learned absolute positional embeddings added to the residual "
-            f"stream; model_type {mtype!r} uses rotary/ALiBi positions. Remove the model from `kernels.models`"
+            f"positional kernels are defined for learned absolute, rotary (GPT-NeoX, Llama, Mistral, Qwen2) and "
+            f"ALiBi (BLOOM) positions; model_type {mtype!r} is not one of them. Remove the model from `kernels.models`"
         )
     return scale, window
 
 
-def bridge_head_weights(bridge: Any, hf_config: dict[str, Any] | None = None) -> HeadWeights:
+def rotary_tables(bridge: Any, n_positions: int) -> tuple[np.ndarray, np.ndarray]:
+    """The model's own rotary ``(cos, sin)`` ``[n_positions, r]`` float64 of positions
+    ``0..n_positions-1``, from its rotary embedding module (``bridge.rotary_emb``, the
+    Hugging Face module the attention layers read: rope type and scaling, and GPT-NeoX's
+    partial rotation, ``r < d_head``, as the model has them)."""
+    import torch
+
+    emb = getattr(bridge, "rotary_emb", None)
+    if emb is None:
+        raise PosmechError("positional kernels of a rotary model need its rotary embedding (`rotary_emb`), which "
+                           "this engine does not expose; load the model with `engine: bridge`")
+    dev = next(bridge.parameters()).device
+    with torch.inference_mode():
+        cos, sin = emb(torch.zeros(1, n_positions, 1, device=dev), torch.arange(n_positions, device=dev)[None])
+    return cos[0].double().cpu().numpy(), sin[0].double().cpu().numpy()
+
+
+def bridge_head_weights(bridge: Any, hf_config: dict[str, Any] | None = None,
+                        n_positions: int | None = None) -> HeadWeights:
     """The processed query/key weights of a TransformerBridge (``bridge.W_Q`` etc., i.e.
     with the layer-norm scale folded in under compatibility mode, consistent with the
-    cached ``ln1_out``), and the attention layout of :func:`attention_layout`."""
+    cached ``ln1_out``; zero biases for bias-free projections), and the attention layout
+    of :func:`attention_layout`; for a rotary model its :func:`rotary_tables` of
+    ``n_positions`` positions (default its context), for an ALiBi model its slopes."""
+    from posmech.analyses.score_anatomy import alibi_slopes, position_scheme
+
     cfg = bridge.cfg
-    if getattr(cfg, "positional_embedding_type", "standard") != "standard":
-        raise PosmechError(
-            f"positional kernels need learned absolute positional embeddings; this model has "
-            f"{cfg.positional_embedding_type!r}. Remove it from `kernels.models`"
-        )
+    scheme = position_scheme(cfg)
     if hf_config is None:  # the posmech engine keeps it as `hf_config`, the bridge as its original model's
         hf = getattr(bridge, "original_model", None)
         hf_config = getattr(bridge, "hf_config", None) or (
@@ -138,11 +172,18 @@ def bridge_head_weights(bridge: Any, hf_config: dict[str, Any] | None = None) ->
     W_Q, W_K = get(bridge.W_Q), get(bridge.W_K)
     if W_K.shape != W_Q.shape:  # grouped-query attention: repeat key heads
         W_K = np.repeat(W_K, W_Q.shape[1] // W_K.shape[1], axis=1)
-    b_K = get(bridge.b_K)
+
+    def bias(name: str, W: np.ndarray) -> np.ndarray:  # zeros for a bias-free projection (Llama)
+        b = getattr(bridge, name, None)  # the bridge raises AttributeError for one
+        return np.zeros(W.shape[:2] + W.shape[-1:]) if b is None else get(b)
+
+    b_K = bias("b_K", W_K)
     if b_K.shape[1] != W_Q.shape[1]:
         b_K = np.repeat(b_K, W_Q.shape[1] // b_K.shape[1], axis=1)
     scale, window = attention_layout(hf_config, W_Q.shape[0], W_Q.shape[-1])
-    return HeadWeights(W_Q, get(bridge.b_Q), W_K, b_K, scale, window)
+    rotary = rotary_tables(bridge, int(n_positions or cfg.n_ctx)) if scheme == "rotary" else None
+    slopes = alibi_slopes(W_Q.shape[1]) if scheme == "alibi" else None
+    return HeadWeights(W_Q, bias("b_Q", W_Q), W_K, b_K, scale, window, rotary, slopes)
 
 
 # --------------------------------------------------------------------------- kernels
@@ -174,6 +215,8 @@ def head_kernels(
     scale: float,
     k0: int = 2,
     window: int = 0,
+    rotary: tuple[np.ndarray, np.ndarray] | None = None,
+    slope: float = 0.0,
 ) -> np.ndarray:
     """Positional kernels of one head.
 
@@ -182,12 +225,39 @@ def head_kernels(
     ``b_Q, b_K [d_head]``.  Returns ``π [C, Q, K]`` float64 with ``K = max(positions) + 1``:
     row ``(c, q)`` is a distribution over key positions ``lo(n)..n`` (``n = positions[q]``),
     zero elsewhere.
+
+    **Rotary and ALiBi heads** (``rotary``, ``slope``; without them, learned positions: the
+    module's kernel).  The kernel is the attention a query gives each key position with
+    the keys' content averaged out, as a function of the query position ``n`` and the key
+    position ``i`` (offset ``n − i``):
+
+        π(i | x_n) = softmax_{i in [lo(n), n]} ( R(n)(x_n W_Q + b_Q) · R(i)(p_i W_K + b_K) / scale + m·(i − n) )
+
+    with ``p_i`` the mean layer input (post-ln1) at position ``i`` over a corpus and ``x_n``
+    the actual input at ``n`` of a text, as above; ``R(j)`` the model's rotation at
+    position ``j`` (``rotary = (cos, sin)`` ``[P, r]`` tables covering every position,
+    :func:`rope_tables` for the default RoPE; :func:`rotate_np`), identity without rotary;
+    ``m`` = ``slope``, the head's ALiBi slope (0 without ALiBi).  Since the rotation is
+    linear, ``R(i)(p_i W_K + b_K)`` is the corpus mean of the rotated key at ``i``: the
+    kernel scores each position's mean key.  A rotary score depends on ``i`` and ``n``
+    through ``n − i`` only when ``p_i`` is the same at every position; ALiBi's bias always
+    depends on the offset only, but the softmax window ``lo(n)..n`` grows with ``n``, so
+    neither kernel need be translation-invariant once the denominator is counted.  With
+    zero query and key weights and biases an ALiBi kernel is ``∝ exp(−m·(n − i))`` over the
+    window (:func:`alibi_kernel`), with ETC :func:`truncated_geometric_etc` ``(m, n − lo + 1)``.
     """
     pos = _checked(positions, k0, means)
     K = int(pos.max()) + 1
     k = means[:K] @ W_K + b_K  # [K, d_head]
     q = x @ W_Q + b_Q  # [C, Q, d_head]
-    return _softmax_band(q, k, pos, key_start(pos, k0, window), 0, scale)
+    if rotary is not None:
+        cos, sin = (np.asarray(t, dtype=np.float64) for t in rotary)
+        if cos.shape[0] < K or sin.shape != cos.shape or cos.shape[-1] > k.shape[-1]:
+            raise PosmechError(f"rotary tables {cos.shape}/{sin.shape} do not cover {K} positions of a "
+                               f"{k.shape[-1]}-dimensional head")
+        k = rotate_np(k, cos[:K], sin[:K])
+        q = rotate_np(q, cos[pos], sin[pos])
+    return _softmax_band(q, k, pos, key_start(pos, k0, window), 0, scale, slope)
 
 
 def _checked(positions: Sequence[int] | np.ndarray, k0: int, means: np.ndarray) -> np.ndarray:
@@ -201,17 +271,60 @@ def _checked(positions: Sequence[int] | np.ndarray, k0: int, means: np.ndarray) 
     return pos
 
 
-def _softmax_band(q: np.ndarray, k: np.ndarray, pos: np.ndarray, lo: np.ndarray, offset: int, scale: float) -> np.ndarray:
-    """Masked softmax of ``q [C, Q, dh] · k [K', dh]`` where ``k[j]`` is key position
-    ``offset + j``; row ``q`` keeps keys ``lo[q]..pos[q]``.  Returns ``[C, Q, K']``."""
+def _softmax_band(q: np.ndarray, k: np.ndarray, pos: np.ndarray, lo: np.ndarray, offset: int, scale: float,
+                  slope: float = 0.0) -> np.ndarray:
+    """Masked softmax of ``q [C, Q, dh] · k [K', dh] / scale`` (plus ALiBi's ``slope·(key −
+    query)`` when ``slope``) where ``k[j]`` is key position ``offset + j``; row ``q`` keeps
+    keys ``lo[q]..pos[q]``.  Returns ``[C, Q, K']``."""
     s = q @ (k.T / scale)  # [C, Q, K']
     keys = np.arange(offset, offset + k.shape[0])
+    if slope:
+        s += float(slope) * (keys[None, :] - pos[:, None])
     valid = (keys[None, :] >= lo[:, None]) & (keys[None, :] <= pos[:, None])  # [Q, K']
     s += np.where(valid, 0.0, -np.inf)  # in place, broadcast over texts
     s -= s.max(axis=-1, keepdims=True)
     np.exp(s, out=s)
     s /= s.sum(axis=-1, keepdims=True)
     return s
+
+
+# --------------------------------------------------------------------------- rotary / ALiBi kernels
+def rope_tables(n_positions: int, rotary_dim: int, base: float = 10000.0) -> tuple[np.ndarray, np.ndarray]:
+    """``(cos, sin) [n_positions, rotary_dim]`` float64 of the default rotary embedding
+    (GPT-NeoX and Llama's ``rope_type`` ``default``): angle ``n·base^(-2j/r)`` for pair ``j``
+    of the ``r = rotary_dim`` rotary dimensions, each angle twice (``rotate_half`` layout)."""
+    if rotary_dim <= 0 or rotary_dim % 2:
+        raise PosmechError(f"rotary dimension {rotary_dim}: must be a positive even number")
+    inv = base ** (-np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
+    ang = np.arange(n_positions, dtype=np.float64)[:, None] * inv[None, :]
+    ang = np.concatenate([ang, ang], axis=-1)
+    return np.cos(ang), np.sin(ang)
+
+
+def rotate_np(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """Rotary embedding of vectors ``x [..., P, d_head]`` at the positions of the rows of
+    ``cos, sin [P, r]`` (numpy; :func:`posmech.analyses.score_anatomy.rotate`'s
+    ``rotate_half`` convention): the first ``r`` dimensions rotated, the rest unchanged."""
+    r = cos.shape[-1]
+    xr = x[..., :r]
+    half = np.concatenate([-xr[..., r // 2:], xr[..., : r // 2]], axis=-1)
+    return np.concatenate([xr * cos + half * sin, x[..., r:]], axis=-1)
+
+
+def alibi_kernel(positions: Sequence[int] | np.ndarray, slope: float, k0: int = 0, window: int = 0) -> np.ndarray:
+    """The closed-form kernel of an ALiBi head with zero query and key weights and biases:
+    ``π(i | n) = r^(n−i) (1 − r) / (1 − r^w)`` for ``i`` in ``lo(n)..n``, ``r = e^(−m)``,
+    ``w = n − lo(n) + 1`` (uniform, ``1/w``, when ``m = 0``); ``[Q, max(positions) + 1]``."""
+    pos = np.asarray(positions, dtype=np.int64)
+    lo = key_start(pos, k0, window)
+    i = np.arange(int(pos.max()) + 1)[None, :]
+    inside = (i >= lo[:, None]) & (i <= pos[:, None])
+    w = (pos - lo + 1)[:, None].astype(np.float64)
+    off = np.where(inside, pos[:, None] - i, 0).astype(np.float64)
+    if slope == 0:
+        return np.where(inside, 1.0 / w, 0.0)
+    r = math.exp(-float(slope))
+    return np.where(inside, r ** off * (1 - r) / (1 - r ** w), 0.0)
 
 
 def effective_token_count(kernel: np.ndarray) -> np.ndarray:
@@ -276,12 +389,18 @@ def layer_kernels(
     # queries in blocks: each block only touches the keys its rows can see (the causal
     # band), which halves the work for full attention and more for sliding windows
     blocks = [slice(a, min(a + block, Q)) for a in range(0, Q, block)]
+    if w.rotary is not None and w.rotary[0].shape[0] < K:
+        raise PosmechError(f"the rotary tables cover {w.rotary[0].shape[0]} positions, the kernels need {K}")
     for h in range(H):
         keys = means @ w.W_K[layer, h] + w.b_K[layer, h]  # [K, d_head]
         queries = x @ w.W_Q[layer, h] + w.b_Q[layer, h]  # [C, Q, d_head]
+        if w.rotary is not None:  # each to its position (head_kernels' definition)
+            keys = rotate_np(keys, w.rotary[0][:K], w.rotary[1][:K])
+            queries = rotate_np(queries, w.rotary[0][pos], w.rotary[1][pos])
+        slope = float(w.slopes[h]) if w.slopes is not None else 0.0
         for b in blocks:
             lo, hi = int(lo_all[b].min()), int(pos[b].max()) + 1
-            pi = _softmax_band(queries[:, b], keys[lo:hi], pos[b], lo_all[b], lo, float(w.scale[layer]))
+            pi = _softmax_band(queries[:, b], keys[lo:hi], pos[b], lo_all[b], lo, float(w.scale[layer]), slope)
             m = pi.mean(axis=0)
             mean[h, b, lo:hi] = m
             etc[:, h, b] = effective_token_count(pi)
@@ -601,7 +720,7 @@ def build_kernels(
             f"config key `kernels.etc_positions`/`kernels.heatmap_max_position`: position {int(pos.max())} is "
             f"beyond the model's context ({n_ctx} positions, 0..{n_ctx - 1})"
         )
-    w = bridge_head_weights(bridge, hf_config)
+    w = bridge_head_weights(bridge, hf_config, int(pos.max()) + 1)
     docs = select_documents(tokens.lengths(), int(pos.max()) + 1, int(params["n_chapters"]), int(params["seed"]))
     x = query_embeddings(bridge, [tokens.doc(int(j)) for j in docs], pos)
     chapters = {
@@ -612,7 +731,11 @@ def build_kernels(
     meta = {
         **attrs, "k0": k0, "attn_scale": w.scale.tolist(), "attn_window": w.window.tolist(),
         "etc_heatmap_position": int(params["etc_heatmap_position"]), "n_texts": len(docs),
-        "key_bias_note": "key biases are included; they add q.b_K to every score of a query and cancel in the softmax",
+        "key_bias_note": "key biases are included; they add q.b_K to every score of a query and cancel in the softmax"
+                         if w.rotary is None else "key biases are included; rotated to each key position, they do "
+                         "not cancel in the softmax",
+        "position_scheme": "rotary" if w.rotary is not None else "alibi" if w.slopes is not None else "learned",
+        **({"alibi_slopes": w.slopes.tolist()} if w.slopes is not None else {}),
     }
     write_kernels(path, model_kernels(means, x, pos, w, k0), w.n_layers, w.n_heads, pos, chapters, count, meta)
     return {"n_layers": w.n_layers, "n_heads": w.n_heads, "n_queries": len(pos), "texts": chapters["title"]}

@@ -1,12 +1,16 @@
 """Score anatomy of previous-token heads (P12) and the score taxa of every head (P13).
 
-*Raw scores* (P12) are ``q·k / scale`` for **every** query–key pair, the future triangle
-included: TransformerLens records ``hook_attn_scores`` after the causal mask, so they are
-computed here from ``blocks.L.attn.hook_q`` and ``hook_k`` (``scale`` is the model's
-attention scale, :func:`attn_scale`: ``sqrt(d_head)`` for GPT-2).  The *masked* scores
-are the raw ones with ``-inf`` above the diagonal (they equal ``hook_attn_scores``;
-checked on every pass of :func:`head_scores` and on the first batch of
-:func:`score_profiles`), the *pattern* is their row softmax.
+*Raw scores* (P12) are the model's pre-softmax scores for **every** query–key pair, the
+future triangle included: TransformerLens records ``hook_attn_scores`` after the causal
+mask, so they are computed here from ``blocks.L.attn.hook_q`` and ``hook_k`` with the
+model's position scheme and scale (:class:`ScoreFunction`): ``q·k / scale`` with learned
+absolute positions (``scale`` :func:`attn_scale`: ``sqrt(d_head)`` for GPT-2, 1 for
+GPT-Neo), ``R(n)q·R(i)k / scale`` with rotary positions (GPT-NeoX/Pythia's partial
+rotation, Llama's grouped-query attention), ``q·k / scale + m_h·(i − n)`` with ALiBi
+(BLOOM).  The *masked* scores are the raw ones with ``-inf`` above the diagonal (they
+equal ``hook_attn_scores``, for ALiBi up to a constant per query row; checked on every
+pass of :func:`head_scores` and on the first batch of :func:`score_profiles`), the
+*pattern* is their row softmax.
 
 *Score taxa* (P13).  For a query ``n`` the scores at keys ``n + o``, offsets
 ``o = -W..W`` (``W`` = ``window``; positive offsets are future keys, present in the raw
@@ -62,25 +66,159 @@ SCORE_CHECK_RTOL = 1e-4
 
 
 # --------------------------------------------------------------------------- raw scores
+#: Hugging Face architectures whose attention does not scale ``q·k`` (TransformerLens 4.3's
+#: bridge config still says ``use_attn_scale``)
+UNSCALED = ("GPTNeoForCausalLM",)
+
+
 def attn_scale(cfg: Any) -> float:
     """The divisor of ``q·k`` in the model's attention: ``cfg.attn_scale`` when positive,
-    else ``sqrt(d_head)``; 1 when ``cfg.use_attn_scale`` is false (e.g. GPT-Neo)."""
-    if not getattr(cfg, "use_attn_scale", True):
+    else ``sqrt(d_head)``; 1 when ``cfg.use_attn_scale`` is false or the architecture is
+    GPT-Neo (:data:`UNSCALED`)."""
+    arch = getattr(cfg, "architecture", None) or getattr(cfg, "original_architecture", None)
+    if not getattr(cfg, "use_attn_scale", True) or arch in UNSCALED:
         return 1.0
     a = getattr(cfg, "attn_scale", None)
     return float(a) if a is not None and a > 0 else math.sqrt(int(cfg.d_head))
 
 
+def position_scheme(cfg: Any) -> str:
+    """How positions enter the scores, from TransformerLens's ``cfg.positional_embedding_type``:
+    ``learned`` (``standard``/``shortformer``: learned absolute positions, already in ``q``
+    and ``k``), ``rotary`` (``q`` and ``k`` rotated by their positions) or ``alibi`` (a
+    per-head linear bias added to the scores)."""
+    kind = str(getattr(cfg, "positional_embedding_type", "standard") or "standard")
+    if kind in ("standard", "shortformer"):
+        return "learned"
+    if kind in ("rotary", "alibi"):
+        return kind
+    raise PosmechError(f"positional_embedding_type {kind!r}: raw attention scores are defined for learned "
+                       "absolute, rotary and ALiBi positions only")
+
+
+def alibi_slopes(n_heads: int) -> np.ndarray:
+    """ALiBi's per-head slopes ``m_h`` (Press et al. 2022; BLOOM's ``build_alibi_tensor``):
+    with ``c`` the largest power of two ``<= n_heads``, ``m_h = 2^(-8(h+1)/c)`` for ``h < c``;
+    the other heads take every other slope of the ``2c`` sequence, ``2^(-4(2j+1)/c)``."""
+    n = int(n_heads)
+    c = 2 ** int(math.floor(math.log2(n)))
+    slopes = [2.0 ** (-8.0 * (h + 1) / c) for h in range(c)]
+    slopes += [2.0 ** (-4.0 * (2 * j + 1) / c) for j in range(min(c, n - c))]
+    return np.asarray(slopes, dtype=np.float64)
+
+
+def rotate(x: Any, cos: Any, sin: Any) -> Any:
+    """Rotary position embedding of ``x [b, n, H, d_head]`` with the model's own ``cos, sin
+    [b, n, r]`` (``r <= d_head``, the rotary dimensions: GPT-NeoX/Pythia rotate the first
+    ``partial_rotary_factor·d_head`` of them): the ``rotate_half`` convention of GPT-NeoX
+    and Llama, ``x_r·cos + rotate_half(x_r)·sin`` on the first ``r`` dimensions, the rest
+    unchanged."""
+    import torch
+
+    r = int(cos.shape[-1])
+    xr, rest = x[..., :r], x[..., r:]
+    a, b = xr[..., : r // 2], xr[..., r // 2:]
+    c, s = cos[:, :, None].to(x.dtype), sin[:, :, None].to(x.dtype)
+    return torch.cat((xr * c + torch.cat((-b, a), -1) * s, rest), -1)
+
+
+@dataclass(frozen=True)
+class ScoreFunction:
+    """How a model turns ``hook_q`` and ``hook_k`` into its pre-softmax scores, for every
+    query–key pair (the future included): the *raw scores*
+
+    * ``learned``: ``q_n·k_i / scale`` (GPT-2, GPT-Neo with ``scale`` 1, OPT);
+    * ``rotary``: ``R(n) q_n · R(i) k_i / scale``, ``R`` the model's rotation of the rotary
+      dimensions (:func:`rotate`, with the ``cos``/``sin`` the model's rotary embedding hands
+      its attention: ``blocks.L.attn.hook_cos``/``hook_sin``);
+    * ``alibi``: ``q_n·k_i / scale + m_h·(i - n)`` (:func:`alibi_slopes`): ALiBi's bias
+      relative to the query, 0 on the diagonal, positive for future keys.  BLOOM adds
+      ``m_h·i``, which differs by ``m_h·n``, a constant per query row that the softmax
+      ignores; its scores are compared up to that constant.
+
+    Grouped key heads (``k [b, n, H_kv, d_head]``, Llama-style grouped-query attention) are
+    repeated, key head ``j`` serving query heads ``j·H/H_kv .. (j+1)·H/H_kv - 1``."""
+
+    scheme: str
+    scale: float
+    slopes: tuple[float, ...] = ()
+
+    @property
+    def extra_hooks(self) -> tuple[str, ...]:
+        """Attention hooks besides ``hook_q``/``hook_k`` the scores need."""
+        return ("hook_cos", "hook_sin") if self.scheme == "rotary" else ()
+
+    @property
+    def row_constant(self) -> bool:
+        """Whether the model's own scores may differ from the raw ones by a per-row constant."""
+        return self.scheme == "alibi"
+
+    def prepare(self, q: Any, k: Any, extra: dict[str, Any] | None = None) -> tuple[Any, Any]:
+        """``(q, k)`` float32 (float64 when ``q`` is), rotated when rotary, key heads repeated
+        per query group."""
+        import torch
+
+        dt = torch.float64 if q.dtype == torch.float64 else torch.float32
+        q, k = q.to(dt), k.to(dt)
+        if self.scheme == "rotary":
+            if not extra or "hook_cos" not in extra or "hook_sin" not in extra:
+                raise PosmechError("rotary scores need the model's hook_cos/hook_sin; this engine did not record them")
+            q, k = rotate(q, extra["hook_cos"], extra["hook_sin"]), rotate(k, extra["hook_cos"], extra["hook_sin"])
+        if k.shape[2] != q.shape[2]:
+            k = k.repeat_interleave(q.shape[2] // k.shape[2], dim=2)
+        return q, k
+
+    def bias(self, query_pos: Any, key_pos: Any, dtype: Any = None) -> Any:
+        """ALiBi's ``m_h·(key - query)`` ``[H, *query_pos.shape]`` for integer position
+        tensors ``query_pos``, ``key_pos`` of one shape (torch; ``dtype`` default float32)."""
+        import torch
+
+        dtype = dtype or torch.float32
+        m = torch.as_tensor(self.slopes, dtype=dtype, device=query_pos.device)
+        return m.view(-1, *([1] * query_pos.ndim)) * (key_pos - query_pos).to(dtype)[None]
+
+    def full(self, q: Any, k: Any, extra: dict[str, Any] | None = None) -> Any:
+        """Raw scores ``[b, H, n_q, n_k]`` float32 (float64 for float64 ``q``) of every pair
+        (positions ``0..n-1``)."""
+        import torch
+
+        q, k = self.prepare(q, k, extra)
+        s = torch.einsum("bqhd,bkhd->bhqk", q, k) / self.scale
+        if self.scheme == "alibi":
+            pq = torch.arange(q.shape[1], device=q.device)[:, None].expand(-1, k.shape[1])
+            pk = torch.arange(k.shape[1], device=q.device)[None, :].expand(q.shape[1], -1)
+            s = s + self.bias(pq, pk, s.dtype)[None]
+        return s
+
+    def window(self, q: Any, k: Any, rows: np.ndarray, window: int, extra: dict[str, Any] | None = None) -> Any:
+        """Raw scores of queries ``rows`` at keys ``rows + o``, ``o = -W..W``:
+        ``[b, H, len(rows), 2W+1]`` float32 (only these dot products are computed)."""
+        import torch
+
+        q, k = self.prepare(q, k, extra)
+        r = torch.as_tensor(rows, device=q.device)
+        keys = r[:, None] + torch.as_tensor(offsets(window), device=q.device)[None, :]  # [R, 2W+1]
+        s = torch.einsum("brhd,brohd->bhro", q[:, r], k[:, keys]) / self.scale
+        if self.scheme == "alibi":
+            s = s + self.bias(r[:, None].expand_as(keys), keys, s.dtype)[None]
+        return s
+
+
+def score_function(cfg: Any) -> ScoreFunction:
+    """The :class:`ScoreFunction` of a model from its (TransformerLens) ``cfg``: the scheme
+    (:func:`position_scheme`), the scale (:func:`attn_scale`: ``sqrt(d_head)`` for GPT-2,
+    GPT-NeoX, Llama, BLOOM and OPT, 1 for GPT-Neo) and, for ALiBi, the slopes of its
+    ``n_heads`` heads."""
+    scheme = position_scheme(cfg)
+    slopes = tuple(float(m) for m in alibi_slopes(int(cfg.n_heads))) if scheme == "alibi" else ()
+    return ScoreFunction(scheme, attn_scale(cfg), slopes)
+
+
 def qk_scores(q: Any, k: Any, scale: float) -> Any:
     """Raw scores from ``q [b, n_q, H, d_head]`` and ``k [b, n_k, H_kv, d_head]`` (torch):
     ``[b, H, n_q, n_k]`` float32, ``q·k / scale`` for every pair (grouped key heads are
-    repeated)."""
-    import torch
-
-    q, k = q.float(), k.float()
-    if k.shape[2] != q.shape[2]:
-        k = k.repeat_interleave(q.shape[2] // k.shape[2], dim=2)
-    return torch.einsum("bqhd,bkhd->bhqk", q, k) / scale
+    repeated): :class:`ScoreFunction` of a model with learned positions."""
+    return ScoreFunction("learned", scale).full(q, k)
 
 
 def masked_scores(raw: np.ndarray) -> np.ndarray:
@@ -96,63 +234,81 @@ def softmax_rows(masked: np.ndarray) -> np.ndarray:
     return (e / e.sum(-1, keepdims=True)).astype(np.float32)
 
 
-def check_scores(raw: Any, ref: Any, where: str, scale: float) -> float:
+def check_scores(raw: Any, ref: Any, where: str, scale: float, row_constant: bool = False) -> float:
     """Max |raw - ref| over the finite entries of ``ref`` (the bridge's masked
-    ``hook_attn_scores``, same shape); :class:`PosmechError` when it exceeds
-    ``rtol·(1 + max|ref|)``, ``rtol`` = :data:`SCORE_CHECK_RTOL` (float32) or 16 × the
-    machine epsilon of a half-precision model, i.e. when ``q·k/scale`` is not the model's score."""
+    ``hook_attn_scores``, same shape; entries at the dtype's most negative number, the raw
+    mode's mask, count as masked); with ``row_constant`` (ALiBi: :class:`ScoreFunction`)
+    each query row's mean difference is removed first.  :class:`PosmechError` when it
+    exceeds ``rtol·(1 + max|ref|)``, ``rtol`` = :data:`SCORE_CHECK_RTOL` (float32) or 16 ×
+    the machine epsilon of a half-precision model, i.e. when the raw scores are not the
+    model's scores."""
     import torch
 
     rtol = max(SCORE_CHECK_RTOL, 16 * torch.finfo(ref.dtype).eps) if ref.is_floating_point() else SCORE_CHECK_RTOL
+    masked_at = torch.finfo(ref.dtype).min if ref.is_floating_point() else None
     ref = ref.float()
     ok = torch.isfinite(ref)
+    if masked_at is not None:
+        ok &= ref > masked_at
     if not bool(ok.any()):
         return 0.0
-    err = float((raw.float() - ref).abs()[ok].max())
+    diff = raw.float() - ref
+    if row_constant:
+        d = torch.where(ok, diff, 0.0)
+        diff = diff - d.sum(-1, keepdim=True) / ok.sum(-1, keepdim=True).clamp(min=1)
+    err = float(diff.abs()[ok].max())
     bound = rtol * (1.0 + float(ref[ok].abs().max()))
     if not err <= bound:
         raise PosmechError(
-            f"{where}: q·k/{scale:.4g} differs from hook_attn_scores by {err:.3g} (> {bound:.3g}); the model's "
-            "attention scale or score function is not q·k/sqrt(d_head), so its raw scores cannot be computed here")
+            f"{where}: the raw scores (q·k/{scale:.4g} with the model's position scheme) differ from "
+            f"hook_attn_scores by {err:.3g} (> {bound:.3g}); the model's attention scale or score function "
+            "is not one posmech knows (learned, rotary or ALiBi positions), so its raw scores cannot be computed here")
     return err
 
 
 class _Captured:
-    """Hooks that keep each requested layer's ``q`` and ``k`` and hand them to
-    ``on_layer(layer, q, k, scores)``: with ``check``, once the model's own (masked)
-    ``hook_attn_scores`` fires, with those scores; without, as soon as both ``q`` and ``k``
-    are there, with ``scores=None`` (no score or pattern hook, so the engine keeps its fused
+    """Hooks that keep each requested layer's ``q`` and ``k`` (and the ``extra`` hooks the
+    score function needs, e.g. a rotary model's ``hook_cos``/``hook_sin``) and hand them to
+    ``on_layer(layer, q, k, scores, extra)``: with ``check``, once the model's own (masked)
+    ``hook_attn_scores`` fires, with those scores; without, as soon as all of them are
+    there, with ``scores=None`` (no score or pattern hook, so the engine keeps its fused
     attention: the pass costs what a bare forward costs)."""
 
-    def __init__(self, layers: Iterable[int], on_layer: Any) -> None:
+    def __init__(self, layers: Iterable[int], on_layer: Any, extra: Sequence[str] = ()) -> None:
         self.layers = list(layers)
-        self.q: dict[int, Any] = {}
-        self.k: dict[int, Any] = {}
+        self.names = ("hook_q", "hook_k", *extra)
+        self.got: dict[int, dict[str, Any]] = {}
         self.on_layer = on_layer
 
     def hooks(self, check: bool = True) -> list[tuple[str, Any]]:
         out = []
         for layer in self.layers:
-            out.append((f"blocks.{layer}.attn.hook_q", self._keep(self.q, layer, check)))
-            out.append((f"blocks.{layer}.attn.hook_k", self._keep(self.k, layer, check)))
+            out += [(f"blocks.{layer}.attn.{name}", self._keep(name, layer, check)) for name in self.names]
             if check:
                 out.append((f"blocks.{layer}.attn.hook_attn_scores", self._scores(layer)))
         return out
 
-    def _keep(self, store: dict[int, Any], layer: int, check: bool) -> Any:
+    def _hand(self, layer: int, scores: Any) -> None:
+        got = self.got.pop(layer)
+        extra = {n: got[n] for n in self.names[2:]}
+        self.on_layer(layer, got["hook_q"], got["hook_k"], scores, extra)
+
+    def _keep(self, name: str, layer: int, check: bool) -> Any:
         def hook(t: Any, hook: Any) -> None:
-            store[layer] = t.detach()
-            if not check and layer in self.q and layer in self.k:
-                self.on_layer(layer, self.q.pop(layer), self.k.pop(layer), None)
+            got = self.got.setdefault(layer, {})
+            got[name] = t.detach()
+            if not check and len(got) == len(self.names):
+                self._hand(layer, None)
 
         return hook
 
     def _scores(self, layer: int) -> Any:
         def hook(scores: Any, hook: Any) -> None:
-            if layer not in self.q or layer not in self.k:
-                raise PosmechError(f"layer {layer}: hook_q/hook_k did not fire before hook_attn_scores; this "
-                                   "architecture does not expose q and k to TransformerLens hooks")
-            self.on_layer(layer, self.q.pop(layer), self.k.pop(layer), scores.detach())
+            missing = [n for n in self.names if n not in self.got.get(layer, {})]
+            if missing:
+                raise PosmechError(f"layer {layer}: {'/'.join(missing)} did not fire before hook_attn_scores; this "
+                                   "architecture does not expose them to TransformerLens hooks")
+            self._hand(layer, scores.detach())
 
         return hook
 
@@ -172,7 +328,9 @@ def _forward(bridge: Any, ids: np.ndarray, hooks: list[tuple[str, Any]]) -> None
 class HeadScores:
     """One head on one document: ``raw``, ``masked`` and ``pattern`` ``[n, n]`` float32
     (query, key); ``hook_scores``/``hook_pattern``: the bridge's own ``hook_attn_scores``
-    and ``hook_pattern`` of the same pass (for checks)."""
+    and ``hook_pattern`` of the same pass (for checks); ``row_constant``: the model's own
+    scores may differ from the masked ones by a constant per query row (ALiBi,
+    :class:`ScoreFunction`)."""
 
     head: str
     raw: np.ndarray
@@ -180,6 +338,26 @@ class HeadScores:
     pattern: np.ndarray
     hook_scores: np.ndarray
     hook_pattern: np.ndarray
+    row_constant: bool = False
+
+    def masked_vs_hook(self) -> float:
+        """Max |masked - hook_scores| over the keys the model sees (each row's mean
+        difference removed first when ``row_constant``)."""
+        seen = self.seen()
+        if not seen.any():
+            return 0.0
+        if not self.row_constant:
+            return float(np.abs(self.masked[seen] - self.hook_scores[seen]).max())
+        d = np.zeros(seen.shape)
+        d[seen] = self.masked[seen].astype(np.float64) - self.hook_scores[seen]
+        d = d - d.sum(-1, keepdims=True) / np.maximum(seen.sum(-1, keepdims=True), 1)
+        return float(np.abs(d[seen]).max())
+
+    def seen(self) -> np.ndarray:
+        """``[n, n]`` True where the model's own scores are not masked (neither ``-inf`` nor
+        the dtype's most negative number, the raw mode's mask)."""
+        h = self.hook_scores
+        return np.isfinite(h) & (h > np.finfo(h.dtype).min)
 
 
 def head_scores(bridge: Any, tokens: np.ndarray, heads: Sequence[str]) -> list[HeadScores]:
@@ -191,11 +369,11 @@ def head_scores(bridge: Any, tokens: np.ndarray, heads: Sequence[str]) -> list[H
     layers = sorted({parse_head(h)[0] for h in heads})
     raw: dict[int, np.ndarray] = {}
     own: dict[tuple[str, int], np.ndarray] = {}
-    scale = attn_scale(cfg)
+    fn = score_function(cfg)
 
-    def on_layer(layer: int, q: Any, k: Any, scores: Any) -> None:
-        r = qk_scores(q, k, scale)
-        check_scores(r, scores, f"layer {layer}", scale)
+    def on_layer(layer: int, q: Any, k: Any, scores: Any, extra: dict[str, Any]) -> None:
+        r = fn.full(q, k, extra)
+        check_scores(r, scores, f"layer {layer}", fn.scale, fn.row_constant)
         raw[layer] = r[0].cpu().numpy()
         own[("attn_scores", layer)] = scores[0].float().cpu().numpy()
 
@@ -206,14 +384,14 @@ def head_scores(bridge: Any, tokens: np.ndarray, heads: Sequence[str]) -> list[H
         return hook
 
     extra = [(f"blocks.{layer}.attn.hook_pattern", keep_pattern(layer)) for layer in layers]
-    _forward(bridge, tokens, _Captured(layers, on_layer).hooks() + extra)
+    _forward(bridge, tokens, _Captured(layers, on_layer, fn.extra_hooks).hooks() + extra)
     out = []
     for h in heads:
         layer, idx = parse_head(h)
         r = raw[layer][idx].astype(np.float32)
         m = masked_scores(r).astype(np.float32)
         out.append(HeadScores(h, r, m, softmax_rows(m), own[("attn_scores", layer)][idx],
-                              own[("pattern", layer)][idx]))
+                              own[("pattern", layer)][idx], fn.row_constant))
     return out
 
 
@@ -296,15 +474,9 @@ def query_rows(n: int, window: int, rows_per_document: int | None, first_query: 
 def window_scores(q: Any, k: Any, rows: np.ndarray, window: int, scale: float) -> Any:
     """Raw scores of queries ``rows`` at keys ``rows + o``, ``o = -W..W``, from ``q, k
     [b, n, H, d_head]`` (torch): ``[b, H, len(rows), 2W+1]`` float32.  Only these
-    ``(2W+1)·len(rows)`` dot products are computed, not the ``n × n`` matrix."""
-    import torch
-
-    q, k = q.float(), k.float()
-    if k.shape[2] != q.shape[2]:
-        k = k.repeat_interleave(q.shape[2] // k.shape[2], dim=2)
-    r = torch.as_tensor(rows, device=q.device)
-    keys = r[:, None] + torch.as_tensor(offsets(window), device=q.device)[None, :]  # [R, 2W+1]
-    return torch.einsum("brhd,brohd->bhro", q[:, r], k[:, keys]) / scale
+    ``(2W+1)·len(rows)`` dot products are computed, not the ``n × n`` matrix
+    (:meth:`ScoreFunction.window` of a model with learned positions)."""
+    return ScoreFunction("learned", scale).window(q, k, rows, window)
 
 
 @dataclass
@@ -366,7 +538,8 @@ class ProfileCollector:
                  first_query: int | None = None) -> None:
         self.L, self.H = int(cfg.n_layers), int(cfg.n_heads)
         self.window, self.rows_per_document, self.first_query = window, rows_per_document, first_query
-        self.scale = attn_scale(cfg)
+        self.fn = score_function(cfg)
+        self.scale = self.fn.scale
         self.wins: list[np.ndarray] = []
         self.docs_of: list[np.ndarray] = []
         self.queries: list[np.ndarray] = []
@@ -375,19 +548,20 @@ class ProfileCollector:
         self.n_documents = self.n_tokens = 0
         self._rows: np.ndarray | None = None
         self._out: np.ndarray | None = None
-        self._cap = _Captured(range(self.L), self._on_layer)
+        self._cap = _Captured(range(self.L), self._on_layer, self.fn.extra_hooks)
 
-    def _on_layer(self, layer: int, q: Any, k: Any, scores: Any) -> None:
+    def _on_layer(self, layer: int, q: Any, k: Any, scores: Any, extra: dict[str, Any]) -> None:
         import torch
 
         W = self.window
-        win = window_scores(q, k, self._rows, W, self.scale)  # [b, H, R, 2W+1]
+        win = self.fn.window(q, k, self._rows, W, extra)  # [b, H, R, 2W+1]
         if scores is not None:  # the first batch: the causal part of every window (offsets <= 0)
             # must equal the model's own scores
             r = torch.as_tensor(self._rows, device=scores.device)
             keys = r[:, None] + torch.as_tensor(offsets(W)[: W + 1], device=scores.device)[None, :]
             ref = scores[:, :, r[:, None], keys]
-            self.max_error = max(self.max_error, check_scores(win[..., : W + 1], ref, f"layer {layer}", self.scale))
+            self.max_error = max(self.max_error, check_scores(win[..., : W + 1], ref, f"layer {layer}", self.scale,
+                                                                   self.fn.row_constant))
             self.checked = True
         self._out[:, layer] = win.cpu().numpy()
 
@@ -554,14 +728,14 @@ def scores_table(panels: list[HeadScores], roles: dict[str, str], window: int) -
     for p in panels:
         n = p.raw.shape[0]
         layer, idx = parse_head(p.head)
-        unmasked = np.isfinite(p.hook_scores)
+        unmasked = p.seen()
         q = query_rows(n, window, None)
         feats = (row_features(np.stack([p.raw[r, r - window: r + window + 1] for r in q]))
                  if len(q) else np.full((1, 3), np.nan))
         med = np.median(feats, axis=0)
         rows.append({
             "layer": layer, "head": idx, "head_name": p.head, "role": roles[p.head], "n_tokens": n,
-            "max_abs_diff_masked_vs_hook": float(np.abs(p.masked[unmasked] - p.hook_scores[unmasked]).max()),
+            "max_abs_diff_masked_vs_hook": p.masked_vs_hook(),
             "masked_entries_agree": bool((np.isfinite(p.masked) == unmasked).all()),
             "max_abs_diff_pattern_vs_hook": float(np.abs(p.pattern - p.hook_pattern).max()),
             "raw_future_max": float(np.triu(p.raw, 1).max()) if n > 1 else float("nan"),
