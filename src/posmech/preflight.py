@@ -21,6 +21,9 @@ outputs deleted by Snakemake, and its neighbours may have run):
 * **the content of the prompt files** (the repeat-string prompts' shape and every
   ``prompt_ids`` entry; the induction prompt's keys and its ``words`` in its text), and
   every **model ``config.json`` on disk** parses (file, line and column named);
+* **every model's position scheme and context** (:mod:`posmech.models.architecture`): a
+  ``config.json`` whose position scheme cannot be told is named; a model whose config
+  records no context length (BLOOM) needs ``models.<m>.n_ctx``;
 * **keys bounded by the context** (``taxonomy.context``, ``anatomy.context``) within it;
 * **the weights of every model already on disk** are the bytes its manifest records
   (full sha256 per file, hashed once and then checked by size, mtime, ctime and inode);

@@ -144,3 +144,11 @@ def test_finding_of_an_inapplicable_rule():
     v = judge(f, "neox", {"t": 1.0}, None, False, "no learned W_pos: rotary positions")
     assert v.verdict == "not measurable" and v.reason.endswith("no learned W_pos: rotary positions")
     assert "config section" in judge(f, "neox", {"t": 1.0}, None, False).reason
+
+
+def test_every_findings_rule_is_in_the_table():
+    """Every rule a finding reads has an applicability entry (adding an analysis adds one)."""
+    from posmech.findings import load_findings
+
+    rules = {f.rule for f in load_findings(REPO / "resources" / "findings.yaml")}
+    assert rules - set(RULES) == set()

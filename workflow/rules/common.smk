@@ -75,7 +75,7 @@ NOT_APPLICABLE = _not_applicable()
 
 def runs_on(rule, models):
     """The models of ``models`` that analysis ``rule`` can run on (posmech.applicability)."""
-    return [m for m in models if rule not in NOT_APPLICABLE[m]]
+    return [m for m in models if rule not in NOT_APPLICABLE.get(m, {})]
 
 
 if workflow.is_main_process:
