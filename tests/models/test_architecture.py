@@ -117,7 +117,8 @@ def test_applicability_by_scheme(dirs):
     assert not_applicable(arch["bloom"])["posembed_averaging"] == "no learned W_pos: ALiBi positions"
     assert "not yet supported" in not_applicable(arch["bloom"])["attention_statistics"]
     opt = not_applicable(arch["opt"])
-    assert "positional_kernels" not in opt and "attention_statistics" not in opt
+    assert "positional_kernels" not in opt and "extended_positional_embeddings" not in opt
+    assert opt["attention_statistics"].startswith("raw scores of opt attention not yet supported")
     assert "opt's" in opt["layer0_decomposition"]
     neo = not_applicable(arch["gpt_neo"])
     assert set(neo) == {"extended_token_embeddings", "contextual_neurons", "bag_of_tokens_fit"}
