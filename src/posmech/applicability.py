@@ -57,11 +57,12 @@ REQUIREMENTS: dict[str, Requirement] = {
     # for rotary (q, k rotated after the hook) or ALiBi (a bias added to the scores)
     "raw_scores": Requirement("raw scores on rotary/ALiBi not yet supported ({positions})",
                               schemes=("learned", "none")),
-    # ... as q·k/sqrt(d_head) (1 for GPT-Neo), checked against the model's scores: right for
-    # these layouts; on OPT the hooked q·k·scale differs from its scores (a tiny random OPT
-    # in the CI-sized run, issue 28)
-    "raw_scores_layout": Requirement("raw scores of {model_type} attention not yet supported (the hooked "
-                                     "q·k/sqrt(d_head) differs from its scores)",
+    # ... and checks q·k/sqrt(d_head) (1 for GPT-Neo) against the bridge's hook_attn_scores:
+    # on OPT that hook is not the pre-softmax score (softmax of q·k/sqrt(d_head) with the
+    # causal mask equals Hugging Face's OPT pattern to 2e-7; hook_attn_scores does not: tiny
+    # random OPT, issue 28), so the check refuses it
+    "raw_scores_layout": Requirement("raw scores of {model_type} attention not yet supported (the bridge's "
+                                     "hook_attn_scores, which they are checked against, is not its pre-softmax score)",
                                      model_types=("gpt2", "gpt_neo", "transformer_lens")),
     # the layer-0 decomposition reads the layer-0 weights of these layouts only
     "layer0_weights": Requirement(

@@ -153,3 +153,31 @@ def test_every_findings_rule_is_in_the_table():
 
     rules = {f.rule for f in load_findings(REPO / "resources" / "findings.yaml")}
     assert rules - set(RULES) == set()
+
+
+def test_opt_through_the_bridge_honours_its_offset_and_scale(dirs):
+    """What OPT's applicable rules rely on: the bridge's W_pos is OPT's position table from
+    row ``position_offset`` on, and softmax(q·k·attn_scale) with the causal mask is OPT's own
+    attention pattern (Hugging Face, eager)."""
+    import torch
+
+    from posmech.models.loading import load_bridge, load_hf
+
+    a = read_architecture(dirs["opt"])
+    man = {"hf_dir": str(dirs["opt"]), "name": "opt"}
+    bridge = load_bridge(man, "cpu", processing="raw")
+    hf, _ = load_hf(man)
+    table = hf.model.decoder.embed_positions.weight
+    assert tuple(bridge.W_pos.shape) == (a.context, a.d_model)
+    assert torch.allclose(bridge.W_pos, table[a.position_offset:a.position_offset + a.context], atol=1e-6)
+    assert not torch.allclose(bridge.W_pos, table[:a.context], atol=1e-3)
+    x = torch.randint(1, tiny_archs.V, (1, 12), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        _, cache = bridge.run_with_cache(x)
+        ref = hf(x, output_attentions=True).attentions
+    mask = torch.triu(torch.ones(12, 12, dtype=torch.bool), 1)
+    for layer in range(a.n_layers):
+        q, k = cache[f"blocks.{layer}.attn.hook_q"][0], cache[f"blocks.{layer}.attn.hook_k"][0]
+        scores = torch.einsum("qhd,khd->hqk", q, k) * a.attn_scale
+        pattern = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+        assert torch.allclose(pattern, ref[layer][0], atol=1e-5)
