@@ -69,11 +69,11 @@ REQUIREMENTS: dict[str, Requirement] = {
         "the layer-0 decomposition reads layer-0 weights in the GPT-2, GPT-Neo or TransformerLens layout, "
         "not {model_type}'s", model_types=("gpt2", "gpt_neo", "transformer_lens")),
     "mlp": Requirement("no MLP in layer 0 (an attention-only model)", mlp=True),
-    # the contextual neurons read layer 0's value/output and MLP weights in GPT-2's (Conv1D)
-    # or TransformerLens's layout
+    # the contextual neurons read layer 0's value/output and MLP weights in GPT-2's (Conv1D),
+    # GPT-Neo's (nn.Linear) or TransformerLens's layout
     "neuron_weights": Requirement(
-        "contextual neurons read layer-0 weights in the GPT-2 or TransformerLens layout, not {model_type}'s",
-        model_types=("gpt2", "transformer_lens")),
+        "contextual neurons read layer-0 weights in the GPT-2, GPT-Neo or TransformerLens layout, not {model_type}'s",
+        model_types=("gpt2", "gpt_neo", "transformer_lens")),
 }
 
 
