@@ -8,7 +8,8 @@ from posmech.tables import write_table
 
 def main(smk, log):
     findings = load_findings(smk.input.findings, smk.input.schema)
-    table = findings_table(findings, dict(smk.params.thresholds), list(smk.input.scorecards), list(smk.params.models))
+    table = findings_table(findings, dict(smk.params.thresholds), list(smk.input.scorecards), list(smk.params.models),
+                           dict(smk.params.not_applicable))
     per_model = counts(table)
     write_table(table, smk.output.table, {"findings": "resources/findings.yaml", "thresholds": dict(smk.params.thresholds),
                                           "counts": per_model})

@@ -115,7 +115,8 @@ def test_n_ctx_beyond_a_local_models_context(prev_token_model_dir):
 def test_n_ctx_checked_against_a_fetched_models_config(tmp_path):
     hf = tmp_path / "resources/models/gpt2/hf"
     hf.mkdir(parents=True)
-    (hf / "config.json").write_text(json.dumps({"n_positions": 1024, "n_layer": 12, "n_head": 12}))
+    (hf / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_positions": 1024, "n_embd": 768,
+                                              "n_layer": 12, "n_head": 12}))
     cfg = ci()
     cfg["models"]["gpt2"] = {"source": "gpt2", "n_ctx": 2048}
     assert "models.gpt2.n_ctx" in _err(cfg, base=tmp_path)

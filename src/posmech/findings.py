@@ -7,7 +7,8 @@ threshold in the config section ``findings``.  :func:`judge` gives one (claim, m
 verdict (:data:`VERDICTS`):
 
 * ``holds`` / ``fails``: the value satisfies / does not satisfy ``value PREDICATE threshold``;
-* ``not measurable``: the rule does not run on the model, wrote no row with the quantity, or
+* ``not measurable``: the rule does not run on the model (not in its config section, or it
+  cannot: :mod:`posmech.applicability`, e.g. "no learned W_pos: rotary positions"), wrote no row with the quantity, or
   wrote the row without a number (its ``detail`` says why: e.g. "no contextual layer-0
   head"); the reason is always given in words.
 
@@ -145,12 +146,13 @@ def reduce_value(value: Any, aggregate: str | None) -> tuple[float | None, str]:
 
 
 def judge(finding: Finding, model: str, thresholds: Mapping[str, Any], row: Mapping[str, Any] | None,
-          rule_ran: bool) -> Verdict:
+          rule_ran: bool, inapplicable: str | None = None) -> Verdict:
     """The verdict of ``finding`` on ``model``.
 
     ``row``: the scorecard row (``value`` parsed: number, list, mapping, text or ``None``;
     ``detail``) with the finding's quantity, ``None`` when there is none; ``rule_ran``:
-    whether the finding's rule wrote a scorecard for the model."""
+    whether the finding's rule wrote a scorecard for the model; ``inapplicable``: why the
+    rule cannot run on the model (:mod:`posmech.applicability`), ``None`` when it can."""
     from posmech.report.scorecard import format_value
 
     thr = float(thresholds[finding.threshold])
@@ -159,6 +161,8 @@ def judge(finding: Finding, model: str, thresholds: Mapping[str, Any], row: Mapp
     def nm(reason: str, value: float | None = None) -> Verdict:
         return Verdict(finding.claim, model, "not measurable", q, value, thr, reason)
 
+    if not rule_ran and inapplicable:
+        return nm(f"rule {finding.rule} does not apply to {model}: {inapplicable}")
     if not rule_ran:
         return nm(f"rule {finding.rule} does not run on {model} (not in its config section's models); "
                   f"it is not measurable when: {finding.not_measurable}")
@@ -179,11 +183,13 @@ def judge(finding: Finding, model: str, thresholds: Mapping[str, Any], row: Mapp
 
 
 def findings_table(findings: list[Finding], thresholds: Mapping[str, Any], scorecards: list[str],
-                   models: list[str]) -> pd.DataFrame:
+                   models: list[str], not_applicable: Mapping[str, Mapping[str, str]] | None = None) -> pd.DataFrame:
     """One row per (finding, model of ``models``) in claim order: :data:`FINDINGS_COLUMNS`.
 
     ``scorecards``: every ``results/{model}/scorecard/<rule>.csv`` of the run; a rule that
-    wrote none for a model does not run on it."""
+    wrote none for a model does not run on it; ``not_applicable``: ``{model: {rule: reason}}``
+    of the rules that cannot run on a model (:func:`posmech.applicability.not_applicable`),
+    whose findings are not measurable with that reason."""
     from posmech.report.scorecard import claim_sort_key, parse_value, read_scorecards, registered_rules
 
     check_thresholds(findings, thresholds)
@@ -200,7 +206,8 @@ def findings_table(findings: list[Finding], thresholds: Mapping[str, Any], score
             r = by_key.get((m, f.rule, f.claim, f.quantity))
             row = None if r is None else {"value": parse_value(r["value"]),
                                           "detail": "" if pd.isna(r["detail"]) else str(r["detail"])}
-            out.append(judge(f, m, thresholds, row, f.rule in ran.get(m, set())).row(f))
+            skipped = (not_applicable or {}).get(m, {}).get(f.rule)
+            out.append(judge(f, m, thresholds, row, f.rule in ran.get(m, set()), skipped).row(f))
     return pd.DataFrame(out, columns=FINDINGS_COLUMNS)
 
 

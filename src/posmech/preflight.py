@@ -21,6 +21,9 @@ outputs deleted by Snakemake, and its neighbours may have run):
 * **the content of the prompt files** (the repeat-string prompts' shape and every
   ``prompt_ids`` entry; the induction prompt's keys and its ``words`` in its text), and
   every **model ``config.json`` on disk** parses (file, line and column named);
+* **every model's position scheme and context** (:mod:`posmech.models.architecture`): a
+  ``config.json`` whose position scheme cannot be told is named; a model whose config
+  records no context length (BLOOM) needs ``models.<m>.n_ctx``;
 * **keys bounded by the context** (``taxonomy.context``, ``anatomy.context``) within it;
 * **the weights of every model already on disk** are the bytes its manifest records
   (full sha256 per file, hashed once and then checked by size, mtime, ctime and inode);
@@ -44,6 +47,7 @@ import yaml
 
 from posmech.config import is_local, local_path
 from posmech.errors import PosmechError
+from posmech.models.architecture import Architecture
 
 HEAD = re.compile(r"^L(\d+)H(\d+)$")
 
@@ -108,10 +112,27 @@ def _first(cfg: dict[str, Any], *keys: str) -> int | None:
     return None
 
 
-def known_shape(name: str, entry: dict[str, Any], base: str | os.PathLike[str] = ".") -> KnownShape | None:
-    """The exact shape of configured model ``name`` when it can be known without running
-    anything: a ``config.json`` on disk (local source, or ``resources/models/<name>/hf``
-    relative to ``base``), else a trained model's ``train`` section; ``None`` otherwise."""
+def _hub_cached_config(entry: dict[str, Any]) -> Path | None:
+    """A Hub model's config.json in the local Hugging Face cache (no download), else None."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        hit = try_to_load_from_cache(str(entry["source"]), "config.json", revision=entry.get("revision") or "main")
+    except Exception:  # noqa: BLE001 - an odd id or cache layout: not known before the fetch
+        return None
+    return Path(hit) if isinstance(hit, str) else None
+
+
+def known_architecture(name: str, entry: dict[str, Any],
+                       base: str | os.PathLike[str] = ".") -> tuple[Architecture, str] | None:
+    """The :class:`~posmech.models.architecture.Architecture` of configured model ``name``
+    and where it was read, when it can be known without running anything: a ``config.json``
+    on disk (a local source; ``resources/models/<name>/hf`` relative to ``base`` once
+    fetched; a Hub model's config.json in the Hugging Face cache), else a trained model's
+    ``train`` section; ``None`` otherwise (a Hub model neither fetched nor cached). A
+    config.json whose position scheme cannot be told raises :class:`PosmechError`."""
+    from posmech.models.architecture import architecture, train_architecture
+
     candidates = []
     if "source" in entry and is_local(entry["source"]):
         candidates.append(local_path(entry["source"], base) / "config.json")
@@ -122,18 +143,37 @@ def known_shape(name: str, entry: dict[str, Any], base: str | os.PathLike[str] =
             cfg = json.loads(c.read_text())
         except (OSError, ValueError):  # a config.json that does not parse: model_json_problems
             continue
-        if not isinstance(cfg, dict):
-            continue
-        ctx = _first(cfg, "n_positions", "max_position_embeddings", "n_ctx")
-        layers = _first(cfg, "n_layer", "num_hidden_layers", "n_layers", "num_layers")
-        heads = _first(cfg, "n_head", "num_attention_heads", "n_heads")
-        if ctx and layers and heads:
-            return KnownShape(ctx, layers, heads, str(c))
+        if isinstance(cfg, dict):
+            return architecture(cfg, f"model {name!r} ({c})"), str(c)
     if "train" in entry:
-        t = entry["train"]
-        return KnownShape(int(t.get("n_ctx", 64)), int(t.get("n_layer", 2)), int(t.get("n_head", 4)),
-                          f"models.{name}.train")
+        return train_architecture(entry["train"], f"model {name!r}"), f"models.{name}.train"
+    if "source" in entry and not is_local(entry["source"]):
+        cached = _hub_cached_config(entry)
+        if cached is not None:
+            try:
+                cfg = json.loads(cached.read_text())
+            except (OSError, ValueError):
+                return None
+            if isinstance(cfg, dict):
+                return architecture(cfg, f"model {name!r} ({entry['source']})"), str(cached)
     return None
+
+
+def known_shape(name: str, entry: dict[str, Any], base: str | os.PathLike[str] = ".") -> KnownShape | None:
+    """The exact shape of configured model ``name`` when it can be known without running
+    anything (:func:`known_architecture`; a context its config does not record is
+    ``models.<name>.n_ctx``); ``None`` otherwise."""
+    try:
+        found = known_architecture(name, entry, base)
+    except PosmechError:  # reported by architecture_problems
+        return None
+    if found is None:
+        return None
+    arch, where = found
+    ctx = arch.context or entry.get("n_ctx")
+    if not ctx:
+        return None
+    return KnownShape(int(ctx), arch.n_layers, arch.n_heads, where)
 
 
 def effective_context(entry: dict[str, Any], shape: KnownShape) -> int:
@@ -286,6 +326,23 @@ def model_problems(config: dict[str, Any], base: str | os.PathLike[str] = ".") -
                 if int(pos) >= ctx:
                     out.append(f"config key `kernels.{key}`: query position {pos} is beyond model {name!r}'s "
                                f"context ({ctx} positions, 0-{ctx - 1}); give positions below {ctx}")
+    return out
+
+
+def architecture_problems(config: dict[str, Any], base: str | os.PathLike[str] = ".") -> list[str]:
+    """Every model whose configuration is known before any job (:func:`known_architecture`)
+    has a position scheme posmech can tell, and a context length: its config.json's, else
+    ``models.<m>.n_ctx`` (BLOOM records none); the error names the key to set."""
+    from posmech.models.architecture import context_length
+
+    out = []
+    for name, entry in config["models"].items():
+        try:
+            found = known_architecture(name, entry, base)
+            if found is not None:
+                context_length(found[0], name, entry.get("n_ctx"))
+        except PosmechError as err:
+            out.append(str(err))
     return out
 
 
@@ -450,6 +507,7 @@ def preflight(config: dict[str, Any], schema: dict[str, Any], repo: str | os.Pat
     problems += file_problems(config, schema, repo)
     problems += model_problems(config, base)
     problems += model_json_problems(config, base)
+    problems += architecture_problems(config, base)
     problems += context_problems(config, base)
     problems += prompt_problems(config, repo)
     if check_weights:

@@ -273,3 +273,23 @@ def test_c_scorecard_rows_read_the_analysis(model, tmp_path):
     assert c3["median_pearson_r"]["value"] == 0.6  # neuron 4's median; neuron 3's is 0.8
     assert c3["median_sign_agreement"]["value"] == 0.6 and c3["median_fvu"]["value"] == 0.3
     assert "n >= 5" in c3["median_pearson_r"]["detail"]
+
+
+def test_gpt_neo_layer0_from_its_files_is_the_real_hook_pre(tmp_path):
+    """GPT-Neo (nn.Linear projections, no value bias, unscaled scores): the layer-0 weights
+    read from its files give Hugging Face's own layer-0 MLP pre-activations."""
+    from posmech.models.loading import load_hf, prepare_local_model
+    from tests import tiny_archs
+
+    d = tiny_archs.gpt_neo(tmp_path / "neo")
+    man = prepare_local_model("neo", {"source": str(d)}, tmp_path)
+    w, ov, _ = nr.load_weights(man, "neo", tokenizer=False)
+    assert ov.d_mlp == 4 * 32 and not ov.b_V.any()
+    hf, _ = load_hf(man)
+    ids = np.random.default_rng(3).integers(1, tiny_archs.V, tiny_archs.N_CTX)
+    store = {}
+    hook = hf.transformer.h[0].mlp.c_fc.register_forward_hook(lambda mod, i, o: store.setdefault("pre", o))
+    with torch.no_grad():
+        hf(torch.as_tensor(ids)[None])
+    hook.remove()
+    np.testing.assert_allclose(nr.hook_pre(w, ov, ids), store["pre"][0].double().numpy(), atol=2e-5)

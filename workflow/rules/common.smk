@@ -48,6 +48,47 @@ MODELS = list(config["models"])
 CORPORA = list(config["corpora"])
 
 
+# ---------------------------------------------------------------- applicability
+# Each model's position scheme and layout, read once from its config before any job
+# (posmech.models.architecture; None: a Hub model neither fetched nor in the local cache),
+# and the analysis rules that cannot run on it with the reason in words
+# (posmech.applicability.RULES, the table): `collect` does not schedule them for it, and
+# the findings of their claims are `not measurable` with that reason.
+def _known_architecture(m):
+    from posmech.preflight import known_architecture
+
+    found = known_architecture(m, config["models"][m])
+    return found[0] if found else None
+
+
+ARCHITECTURES = {m: _known_architecture(m) for m in MODELS}
+
+
+def _not_applicable():
+    from posmech.applicability import not_applicable
+
+    return {m: not_applicable(ARCHITECTURES[m]) for m in MODELS}
+
+
+NOT_APPLICABLE = _not_applicable()
+
+
+def runs_on(rule, models):
+    """The models of ``models`` that analysis ``rule`` can run on (posmech.applicability)."""
+    return [m for m in models if rule not in NOT_APPLICABLE.get(m, {})]
+
+
+if workflow.is_main_process:
+    for _m, _skipped in NOT_APPLICABLE.items():
+        if _skipped:
+            print(
+                f"posmech: model {_m} ({ARCHITECTURES[_m].scheme_words}, {ARCHITECTURES[_m].model_type}): "
+                f"{len(_skipped)} analysis rules do not apply and are not scheduled; their claims are "
+                "`not measurable` with the reason (results/report/findings.csv, docs/workflow.md)",
+                file=sys.stderr,
+            )
+
+
 def regex(names):
     """A wildcard constraint matching exactly ``names`` (nothing when empty)."""
     return "|".join(names) if names else "(?!x)x"
@@ -225,6 +266,7 @@ def collect(proxy, when=True, report_tables=True, **values):
     """Register ``proxy`` (``rules.<name>``) for the run, once for every combination
     of the wildcard values given (``model=[...]``, ``corpus=[...]``; one list per wildcard
     of its outputs), or once for a rule without wildcards; nothing when ``when`` is false.
+    Models the rule cannot run on (``runs_on``, posmech.applicability) are left out.
     """
     import itertools
 
@@ -247,6 +289,8 @@ def collect(proxy, when=True, report_tables=True, **values):
             f"the scorecard output of rule {step.name} must be {expected!r} (the report finds "
             "the rule of a scorecard row by the file name)"
         )
+    if "model" in values:  # a rule that cannot run on a model is not scheduled for it
+        values = {**values, "model": runs_on(step.name, list(values["model"]))}
     jobs = [dict(zip(values, combo)) for combo in itertools.product(*values.values())]
     COLLECTED.append((step, jobs if when else [], report_tables))
 
@@ -326,6 +370,11 @@ def geometry_models():
 
 def kernels_models():
     return selected(config, "kernels", "models")
+
+
+def etc_models():
+    """The kernels models whose ETC table is computed (etc_heatmap sets them side by side)."""
+    return runs_on("etc_table", kernels_models())
 
 
 def kernels_params(wildcards=None):
@@ -430,7 +479,7 @@ def contextual_check():
     rule checks again with the model's own config)."""
     from posmech.analyses.contextual import resolved_positions
 
-    for m in contextual_models():
+    for m in runs_on("layer0_decomposition", contextual_models()):
         try:
             resolved_positions(contextual_params(), model_shape(m).n_ctx, m)
         except PosmechError as err:
@@ -509,24 +558,12 @@ def attn_only_runtime(*counts):
 
 
 def model_has_mlp(m):
-    """False for an attention-only model (demo `train.architecture: attn_only`, a fetched
-    config with `attn_only`, an attn-only hub id), known from the config before any job.
-    """
-    entry = config["models"][m]
-    if entry.get("train", {}).get("architecture") == "attn_only":
-        return False
-    if "attn_only" in str(entry.get("source", "")).lower():
-        return False
-    cfg = (
-        Path(output_of(rules.fetch_model.output.manifest, model=m)).parent
-        / "hf"
-        / "config.json"
-    )
-    if cfg.exists():
-        import json
-
-        return not json.loads(cfg.read_text()).get("attn_only", False)
-    return True
+    """False for an attention-only model, known from its config before any job (its
+    architecture: a trained `attn_only` model, a config.json with `attn_only`), or an
+    attention-only Hub id not fetched yet."""
+    if ARCHITECTURES[m] is not None:
+        return ARCHITECTURES[m].has_mlp
+    return "attn_only" not in str(config["models"][m].get("source", "")).lower()
 
 
 def neurons_models():
@@ -552,14 +589,22 @@ def head_table_sources():
     """``{key: (rule output, models)}`` of the per-head tables the head-roles table (rule
     head_table) gathers (posmech.heads), each for the models of its config section."""
     anatomy = selected(config, "anatomy", "models")
+    sources = {
+        "taxonomy": (rules.diagonal_taxonomy, taxonomy_models()),
+        "chosen": (rules.diagonal_taxonomy, taxonomy_models()),
+        "taxa": (rules.score_taxa, anatomy),
+        "etc": (rules.etc_table, kernels_models()),
+        "classes": (rules.layer0_head_classes, contextual_models()),
+        "roles": (rules.random_token_patterns, attn_only_models()),
+        "masses": (rules.random_token_patterns, attn_only_models()),
+    }
+    key = {"chosen": "heads", "roles": "heads", "masses": "masses"}
     return {
-        "taxonomy": (rules.diagonal_taxonomy.output.table, taxonomy_models()),
-        "chosen": (rules.diagonal_taxonomy.output.heads, taxonomy_models()),
-        "taxa": (rules.score_taxa.output.table, anatomy),
-        "etc": (rules.etc_table.output.table, kernels_models()),
-        "classes": (rules.layer0_head_classes.output.table, contextual_models()),
-        "roles": (rules.random_token_patterns.output.heads, attn_only_models()),
-        "masses": (rules.random_token_patterns.output.masses, attn_only_models()),
+        k: (
+            getattr(r.output, key.get(k, "table")),
+            runs_on(getattr(r, "rule", r).name, models),
+        )
+        for k, (r, models) in sources.items()
     }
 
 

@@ -106,7 +106,7 @@ rule kernel_heatmaps:
 rule etc_heatmap:
     """log ETC over layers x heads, every kernels model side by side (K4)."""
     input:
-        tables=expand(rules.etc_table.output.table, model=kernels_models()),
+        tables=expand(rules.etc_table.output.table, model=etc_models()),
     output:
         figure=report(
             "results/kernels/etc_heatmap.png",
@@ -120,12 +120,12 @@ rule etc_heatmap:
         "../envs/posmech.yaml"
     params:
         kernels=kernels_params,
-        models=kernels_models(),
+        models=etc_models(),
     script:
         "../../scripts/etc_heatmap.py"
 
 
-collect(rules.etc_heatmap, when=bool(kernels_models()))
+collect(rules.etc_heatmap, when=bool(etc_models()))
 collect(rules.positional_kernels, model=kernels_models())
 collect(rules.etc_table, model=kernels_models())
 collect(rules.kernel_heatmaps, model=kernels_models())

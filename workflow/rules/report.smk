@@ -25,6 +25,8 @@ rule findings:
     params:
         thresholds=config["findings"],
         models=MODELS,
+        # {model: {rule: reason}} of the rules that cannot run on a model (applicability)
+        not_applicable=NOT_APPLICABLE,
     script:
         "../../scripts/findings.py"
 

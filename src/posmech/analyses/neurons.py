@@ -104,24 +104,34 @@ def no_mlp_error(name: str) -> PosmechError:
 
 
 def ov_from_hf(model: Any, name: str = "model") -> Layer0OV:
-    """:class:`Layer0OV` of a Hugging Face GPT-2 model (raw weights, Conv1D orientation)."""
+    """:class:`Layer0OV` of a Hugging Face GPT-2 model (raw weights, Conv1D orientation) or
+    GPT-Neo model (``nn.Linear`` orientation, no value bias)."""
     cfg = model.config.to_dict()
-    if cfg.get("model_type") != "gpt2":
-        raise PosmechError(f"model {name!r}: contextual neurons support GPT-2-architecture models and legacy "
-                           f"TransformerLens checkpoints, not model_type {cfg.get('model_type')!r}; remove it "
+    mtype = cfg.get("model_type")
+    if mtype not in ("gpt2", "gpt_neo"):
+        raise PosmechError(f"model {name!r}: contextual neurons support GPT-2 and GPT-Neo models and legacy "
+                           f"TransformerLens checkpoints, not model_type {mtype!r}; remove it "
                            "from `neurons.models`")
     blk = model.transformer.h[0]
     if getattr(blk, "mlp", None) is None:
         raise no_mlp_error(name)
     get = cx.as_float64
+    eps = float(cfg.get("layer_norm_epsilon", 1e-5))
+    if mtype == "gpt_neo":
+        d, H = int(cfg["hidden_size"]), int(cfg["num_heads"])
+        dh = d // H
+        att = blk.attn.attention
+        W_V = get(att.v_proj.weight).T.reshape(d, H, dh).transpose(1, 0, 2)
+        W_O = get(att.out_proj.weight).T.reshape(H, dh, d)
+        return Layer0OV(W_V, np.zeros((H, dh)), W_O, get(att.out_proj.bias), get(blk.ln_2.weight),
+                        get(blk.ln_2.bias), eps, get(blk.mlp.c_fc.weight).T, get(blk.mlp.c_fc.bias))
     d, H = int(cfg["n_embd"]), int(cfg["n_head"])
     dh = d // H
     W, b = get(blk.attn.c_attn.weight), get(blk.attn.c_attn.bias)
     W_V = W[:, 2 * d :].reshape(d, H, dh).transpose(1, 0, 2)
     W_O = get(blk.attn.c_proj.weight).reshape(H, dh, d)
     return Layer0OV(W_V, b[2 * d :].reshape(H, dh), W_O, get(blk.attn.c_proj.bias), get(blk.ln_2.weight),
-                    get(blk.ln_2.bias), float(cfg.get("layer_norm_epsilon", 1e-5)), get(blk.mlp.c_fc.weight),
-                    get(blk.mlp.c_fc.bias))
+                    get(blk.ln_2.bias), eps, get(blk.mlp.c_fc.weight), get(blk.mlp.c_fc.bias))
 
 
 def ov_from_tl(state: dict[str, Any], cfg: dict[str, Any], name: str = "model") -> Layer0OV:

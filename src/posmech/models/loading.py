@@ -297,6 +297,15 @@ def check_hf_dir(path: str | os.PathLike[str], key: str) -> None:
         )
 
 
+def manifest_architecture(hf_dir: str | os.PathLike[str], name: str) -> dict[str, Any]:
+    """The manifest's ``architecture``: position scheme, context, attention scale and
+    grouping of the model in ``hf_dir``, read once from its config.json
+    (:func:`posmech.models.architecture.read_architecture`)."""
+    from posmech.models.architecture import read_architecture
+
+    return read_architecture(hf_dir, f"model {name!r}").to_dict()
+
+
 def prepare_local_model(name: str, entry: dict[str, Any], out_dir: str | os.PathLike[str], base: str = ".") -> dict[str, Any]:
     """Validate a local model directory and write a manifest pointing at it (used in place)."""
     src = local_path(entry["source"], base)
@@ -319,6 +328,7 @@ def prepare_local_model(name: str, entry: dict[str, Any], out_dir: str | os.Path
         "resolved_revision": f"local:{digest}",
         "weights_sha256_16": digest,
         "weights_sha256": full,
+        "architecture": manifest_architecture(src, name),
     }
     write_json(Path(out_dir) / MANIFEST, manifest)
     record_verified(out_dir, src, full)
@@ -361,6 +371,7 @@ def fetch_hub_model(name: str, entry: dict[str, Any], out_dir: str | os.PathLike
         "resolved_revision": resolved,
         "weights_sha256_16": digest,
         "weights_sha256": full,
+        "architecture": manifest_architecture(hf_dir, name),
     }
     write_json(out / MANIFEST, manifest)
     record_verified(out, hf_dir, full)
@@ -482,20 +493,19 @@ def _load_tl_legacy(hf_dir: str, device: str, dtype: str) -> Any:
     return bridge.to(device)
 
 
-def model_context(hf_dir: str | os.PathLike[str]) -> int:
-    """The model's context length from its config.json (``n_positions``,
-    ``max_position_embeddings`` or TransformerLens's ``n_ctx``)."""
-    cfg = json.loads((Path(hf_dir) / "config.json").read_text())
-    for key in ("n_positions", "max_position_embeddings", "n_ctx"):
-        if isinstance(cfg.get(key), int):
-            return int(cfg[key])
-    raise PosmechError(f"{str(hf_dir)!r}: config.json records no context length; set the model's `n_ctx`")
+def model_context(hf_dir: str | os.PathLike[str], name: str = "<name>", n_ctx: int | None = None) -> int:
+    """The model's context length from its config.json (the first of the keys
+    :data:`posmech.models.architecture.CONTEXT_KEYS`), else ``n_ctx`` (the config key
+    ``models.<name>.n_ctx``: BLOOM's config records none); neither is an error naming it."""
+    from posmech.models.architecture import context_length, read_architecture
+
+    return context_length(read_architecture(hf_dir, f"model {name!r}"), name, n_ctx)
 
 
 def analysis_context(name: str, entry: dict[str, Any], hf_dir: str | os.PathLike[str]) -> int:
     """Tokens per document: ``models.<name>.n_ctx``, or the model's context when null; a
     value beyond the model's context is an error naming the key (never clamped)."""
-    ctx = model_context(hf_dir)
+    ctx = model_context(hf_dir, name, entry.get("n_ctx"))
     asked = entry.get("n_ctx")
     if asked and int(asked) > ctx:
         raise PosmechError(f"config key `models.{name}.n_ctx`: {asked} is beyond the model's context of {ctx} "

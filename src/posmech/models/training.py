@@ -50,7 +50,16 @@ import numpy as np
 
 from posmech.errors import PosmechError
 from posmech.io import atomic_path, write_json
-from posmech.models.loading import BOS_TOKEN, HF_SUBDIR, MANIFEST, UNK_TOKEN, hash_weights, manifest_hf_dir, record_verified
+from posmech.models.loading import (
+    BOS_TOKEN,
+    HF_SUBDIR,
+    MANIFEST,
+    UNK_TOKEN,
+    hash_weights,
+    manifest_architecture,
+    manifest_hf_dir,
+    record_verified,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -538,6 +547,7 @@ def train_demo_model(
         "weights_sha256": full,
         "train_config": cfg,
         "heldout_loss": summary["heldout_loss"],
+        "architecture": manifest_architecture(out / HF_SUBDIR, name),
     }
     write_json(out / MANIFEST, manifest)
     record_verified(out, out / HF_SUBDIR, full)

@@ -1,0 +1,168 @@
+"""Which analysis rule can run on which model, decided from the model's configuration alone.
+
+:data:`RULES` is the table, as data, in one place: for each analysis rule, the
+:data:`REQUIREMENTS` it needs of a model and the analysis rules whose outputs it reads
+(``after``). A requirement is a test of the model's
+:class:`~posmech.models.architecture.Architecture` (position scheme, model type, MLP), read
+from its config before any job. :func:`not_applicable` gives, for one model, every rule
+that cannot run on it with the reason in words ("no learned W_pos: rotary positions"); the
+workflow does not schedule those rules for the model (``common.smk``: ``collect``), and the
+findings of their claims are ``not measurable`` with that reason (:mod:`posmech.findings`).
+
+A rule reading the output of a rule that cannot run cannot run either; its reason names
+the rule it needs. To make a rule run on more models, change its entry (drop a
+requirement) or the requirement's accepted values, e.g. ``raw_scores`` once the raw
+attention scores of rotary and ALiBi heads are computed.
+
+Rules not in the table (``fetch_model``, ``tokenize``, ``cache_activations``, the report)
+run on every model. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from posmech.models.architecture import Architecture
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """What a rule needs of a model: a position scheme among ``schemes``, a model type among
+    ``model_types`` (``transformer_lens``: a legacy TransformerLens checkpoint, as the demo
+    models), an MLP (``mlp``); ``None``/False: anything. ``reason`` says in words why a model
+    that fails it cannot run the rule; ``{positions}`` (the scheme in words) and
+    ``{model_type}`` are filled in."""
+
+    reason: str
+    schemes: tuple[str, ...] | None = None
+    model_types: tuple[str, ...] | None = None
+    mlp: bool = False
+
+    def why_not(self, arch: Architecture) -> str | None:
+        """``None`` when ``arch`` meets the requirement, else the reason in words."""
+        ok = ((self.schemes is None or arch.positions in self.schemes)
+              and (self.model_types is None or arch.model_type in self.model_types)
+              and (not self.mlp or arch.has_mlp))
+        return None if ok else self.reason.format(positions=arch.scheme_words, model_type=arch.model_type)
+
+
+REQUIREMENTS: dict[str, Requirement] = {
+    # a learned absolute positional embedding W_pos added to the residual stream: what the
+    # P geometry, the W_pos averaging, the positional kernels (Gibson's kernel is defined
+    # against it) and the L rules' position-only inputs study
+    "learned_wpos": Requirement("no learned W_pos: {positions}", schemes=("learned",)),
+    # the attention scores before the softmax (P12, P13, the taxonomy's statistics) are
+    # computed from the hooked q and k as q·k·scale: right for learned positions, not yet
+    # for rotary (q, k rotated after the hook) or ALiBi (a bias added to the scores)
+    "raw_scores": Requirement("raw scores on rotary/ALiBi not yet supported ({positions})",
+                              schemes=("learned", "none")),
+    # ... and checks q·k/sqrt(d_head) (1 for GPT-Neo) against the bridge's hook_attn_scores:
+    # on OPT that hook is not the pre-softmax score (softmax of q·k/sqrt(d_head) with the
+    # causal mask equals Hugging Face's OPT pattern to 2e-7; hook_attn_scores does not: tiny
+    # random OPT, issue 28), so the check refuses it
+    "raw_scores_layout": Requirement("raw scores of {model_type} attention not yet supported (the bridge's "
+                                     "hook_attn_scores, which they are checked against, is not its pre-softmax score)",
+                                     model_types=("gpt2", "gpt_neo", "transformer_lens")),
+    # the layer-0 decomposition reads the layer-0 weights of these layouts only
+    "layer0_weights": Requirement(
+        "the layer-0 decomposition reads layer-0 weights in the GPT-2, GPT-Neo or TransformerLens layout, "
+        "not {model_type}'s", model_types=("gpt2", "gpt_neo", "transformer_lens")),
+    "mlp": Requirement("no MLP in layer 0 (an attention-only model)", mlp=True),
+    # the contextual neurons read layer 0's value/output and MLP weights in GPT-2's (Conv1D),
+    # GPT-Neo's (nn.Linear) or TransformerLens's layout
+    "neuron_weights": Requirement(
+        "contextual neurons read layer-0 weights in the GPT-2, GPT-Neo or TransformerLens layout, not {model_type}'s",
+        model_types=("gpt2", "gpt_neo", "transformer_lens")),
+}
+
+
+@dataclass(frozen=True)
+class Needs:
+    """One rule's entry: the names of its :data:`REQUIREMENTS` and the analysis rules whose
+    outputs it reads."""
+
+    requires: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+
+
+RULES: dict[str, Needs] = {
+    # taxonomy (P6, P7) and anatomy (P12, P13)
+    "attention_statistics": Needs(("raw_scores", "raw_scores_layout")),
+    "diagonal_taxonomy": Needs(after=("attention_statistics",)),
+    "score_anatomy": Needs(("raw_scores", "raw_scores_layout"), after=("diagonal_taxonomy",)),
+    "score_taxa": Needs(after=("attention_statistics", "diagonal_taxonomy")),
+    # W_pos averaging (P2-P4)
+    "posembed_averaging": Needs(("learned_wpos",)),
+    "posembed_attention": Needs(("learned_wpos",), after=("diagonal_taxonomy",)),
+    # geometry (P1, P8-P11)
+    "extended_positional_embeddings": Needs(("learned_wpos",)),
+    "positional_pca": Needs(after=("extended_positional_embeddings",)),
+    "canonical_angles": Needs(after=("extended_positional_embeddings",)),
+    "positional_sparsity": Needs(after=("extended_positional_embeddings",)),
+    # interventions (P5, P14-P16)
+    "prev_knockout": Needs(after=("diagonal_taxonomy",)),
+    "extended_averaging": Needs(after=("diagonal_taxonomy", "extended_positional_embeddings")),
+    "repeated_tokens": Needs(after=("diagonal_taxonomy",)),
+    "induction_intervention": Needs(after=("diagonal_taxonomy",)),
+    # positional kernels (K1-K5)
+    "positional_kernels": Needs(("learned_wpos",)),
+    "etc_table": Needs(after=("positional_kernels",)),
+    "kernel_heatmaps": Needs(after=("positional_kernels", "etc_table")),
+    # contextual attention (K6-K10)
+    "layer0_decomposition": Needs(("learned_wpos", "layer0_weights")),
+    "layer0_positional_patterns": Needs(after=("layer0_decomposition",)),
+    "layer0_head_classes": Needs(after=("layer0_decomposition",)),
+    "softmax_denominators": Needs(after=("layer0_decomposition", "layer0_head_classes")),
+    "denominator_variance": Needs(after=("layer0_decomposition", "layer0_head_classes")),
+    "layer1_patterns": Needs(after=("layer0_decomposition",)),
+    # contextual neurons (C1-C3)
+    "extended_token_embeddings": Needs(("mlp", "neuron_weights"), after=("layer0_decomposition", "layer0_head_classes")),
+    "contextual_neurons": Needs(after=("extended_token_embeddings",)),
+    "bag_of_tokens_fit": Needs(after=("extended_token_embeddings", "contextual_neurons")),
+    # attention-only rules (L1-L5): position-only and token-only inputs zero or keep W_pos
+    "random_token_patterns": Needs(("learned_wpos",)),
+    "input_decomposition": Needs(after=("random_token_patterns",)),
+    "bos_induction": Needs(after=("random_token_patterns",)),
+}
+
+
+def why_not(rule: str, arch: Architecture, rules: Mapping[str, Needs] = RULES,
+            requirements: Mapping[str, Requirement] = REQUIREMENTS) -> str | None:
+    """``None`` when ``rule`` can run on a model of architecture ``arch``, else the reason in
+    words (its own first unmet requirement, else that of the first rule it reads)."""
+    needs = rules.get(rule)
+    if needs is None:
+        return None
+    for req in needs.requires:
+        why = requirements[req].why_not(arch)
+        if why is not None:
+            return why
+    for up in needs.after:
+        why = why_not(up, arch, rules, requirements)
+        if why is not None:
+            return f"{why} (it needs rule {up})" if "(it needs rule" not in why else why
+    return None
+
+
+def not_applicable(arch: Architecture | None, rules: Mapping[str, Needs] = RULES) -> dict[str, str]:
+    """``{rule: reason}`` of every rule of the table that cannot run on a model of
+    architecture ``arch``; nothing when the architecture is not known (``None``: a Hub
+    model neither fetched nor in the local cache, whose rules check at run time)."""
+    if arch is None:
+        return {}
+    out = {}
+    for rule in rules:
+        why = why_not(rule, arch, rules)
+        if why is not None:
+            out[rule] = why
+    return out
+
+
+def check_table(rules: Mapping[str, Needs] = RULES, requirements: Mapping[str, Requirement] = REQUIREMENTS) -> list[str]:
+    """Problems of the table itself: an unknown requirement, an ``after`` rule not in the table."""
+    out = []
+    for rule, needs in rules.items():
+        out += [f"{rule}: unknown requirement {r!r}" for r in needs.requires if r not in requirements]
+        out += [f"{rule}: reads rule {u!r}, which is not in the table" for u in needs.after if u not in rules]
+    return out

@@ -1,0 +1,182 @@
+"""Position scheme and layout read from a model's config (posmech.models.architecture), the
+applicability table built on it (posmech.applicability), and the preflight error for a
+missing context length.
+
+The models are random-init tiny GPT-NeoX (Pythia: partial rotary), Llama (rotary,
+grouped-query attention), BLOOM (ALiBi, no context length) and OPT (learned positions stored
+from row 2) built from ``transformers`` configs and saved locally (tests/tiny_archs.py);
+what the config says is checked against the saved weights' shapes where they show it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from safetensors import safe_open
+
+from posmech.applicability import RULES, Needs, Requirement, check_table, not_applicable, why_not
+from posmech.config import load_schema, validate_config
+from posmech.errors import PosmechError
+from posmech.findings import Finding, judge
+from posmech.models.architecture import architecture, context_length, read_architecture, train_architecture
+from posmech.models.loading import prepare_local_model
+from posmech.preflight import preflight
+from tests import tiny_archs
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMA = load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml")
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("archs")
+    return {name: build(root / name) for name, build in tiny_archs.BUILDERS.items()}
+
+
+def _shapes(d: Path) -> dict[str, tuple[int, ...]]:
+    with safe_open(str(d / "model.safetensors"), "pt") as f:
+        return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+
+
+def test_neox_partial_rotary(dirs):
+    a = read_architecture(dirs["neox"])
+    assert (a.model_type, a.positions, a.rotary_fraction) == ("gpt_neox", "rotary", 0.5)
+    assert (a.context, a.context_key) == (tiny_archs.N_CTX, "max_position_embeddings")
+    assert (a.n_heads, a.n_kv_heads, a.d_head, a.position_offset) == (4, 4, 8, 0)
+    assert a.attn_scale == pytest.approx(1 / math.sqrt(8))
+    assert not any("pos" in k and "embed" in k for k in _shapes(dirs["neox"]))  # no W_pos to find
+
+
+def test_llama_rotary_grouped_query(dirs):
+    a = read_architecture(dirs["llama"])
+    assert (a.positions, a.rotary_fraction, a.n_heads, a.n_kv_heads) == ("rotary", 1.0, 4, 2)
+    k_proj = _shapes(dirs["llama"])["model.layers.0.self_attn.k_proj.weight"]
+    assert k_proj[0] == a.n_kv_heads * a.d_head  # the saved keys really are grouped
+
+
+def test_bloom_alibi_has_no_context(dirs):
+    a = read_architecture(dirs["bloom"])
+    assert (a.positions, a.context, a.context_key, a.rotary_fraction) == ("alibi", None, None, None)
+    with pytest.raises(PosmechError, match=r"models\.bloom\.n_ctx"):
+        context_length(a, "bloom", None)
+    assert context_length(a, "bloom", 32) == 32
+
+
+def test_opt_learned_with_offset(dirs):
+    a = read_architecture(dirs["opt"])
+    assert (a.positions, a.context, a.position_offset) == ("learned", tiny_archs.N_CTX, 2)
+    rows = _shapes(dirs["opt"])["model.decoder.embed_positions.weight"][0]
+    assert rows == a.context + a.position_offset
+
+
+def test_gpt_neo_unscaled_and_tl_legacy():
+    neo = architecture({"model_type": "gpt_neo", "hidden_size": 32, "num_layers": 2, "num_heads": 4,
+                        "max_position_embeddings": 16})
+    assert (neo.positions, neo.attn_scale) == ("learned", 1.0)
+    tl = architecture({"d_model": 32, "n_layers": 2, "n_heads": 4, "d_head": 8, "n_ctx": 24, "attn_only": True,
+                       "positional_embedding_type": "standard", "use_attn_scale": False})
+    assert (tl.model_type, tl.positions, tl.has_mlp, tl.attn_scale, tl.context) == (
+        "transformer_lens", "learned", False, 1.0, 24)
+    assert train_architecture({"architecture": "gpt2", "n_ctx": 32}).model_type == "gpt2"
+    assert not train_architecture({"architecture": "attn_only"}).has_mlp
+
+
+def test_unknown_scheme_is_named():
+    with pytest.raises(PosmechError, match="model_type 'mamba'"):
+        architecture({"model_type": "mamba", "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 1})
+
+
+def test_manifest_records_the_architecture(dirs, tmp_path):
+    m = prepare_local_model("llama", {"source": str(dirs["llama"])}, tmp_path)
+    on_disk = json.loads((tmp_path / "manifest.json").read_text())
+    assert m["architecture"] == on_disk["architecture"] == read_architecture(dirs["llama"]).to_dict()
+    assert on_disk["architecture"]["n_kv_heads"] == 2
+
+
+def test_missing_context_is_a_preflight_error(dirs):
+    cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
+    cfg["models"]["bloom"] = {"source": str(dirs["bloom"]), "device": "cpu"}
+    validate_config(cfg, SCHEMA)
+    with pytest.raises(PosmechError) as err:
+        preflight(cfg, SCHEMA, REPO)
+    assert "`models.bloom.n_ctx`" in str(err.value) and "before any job" in str(err.value)
+    cfg["models"]["bloom"]["n_ctx"] = 32
+    preflight(cfg, SCHEMA, REPO)
+
+
+def test_applicability_by_scheme(dirs):
+    arch = {n: read_architecture(d) for n, d in dirs.items()}
+    assert check_table() == []
+    rotary = not_applicable(arch["neox"])
+    assert rotary["positional_kernels"] == "no learned W_pos: rotary positions"
+    assert rotary["positional_pca"].startswith("no learned W_pos: rotary positions (it needs rule extended")
+    assert not_applicable(arch["bloom"])["posembed_averaging"] == "no learned W_pos: ALiBi positions"
+    assert "not yet supported" in not_applicable(arch["bloom"])["attention_statistics"]
+    opt = not_applicable(arch["opt"])
+    assert "positional_kernels" not in opt and "extended_positional_embeddings" not in opt
+    assert opt["attention_statistics"].startswith("raw scores of opt attention not yet supported")
+    assert "opt's" in opt["layer0_decomposition"]
+    assert not_applicable(arch["gpt_neo"]) == {}  # C1-C3 read GPT-Neo's layer 0 too
+    gpt2 = train_architecture({"architecture": "gpt2"})
+    assert not_applicable(gpt2) == {} and not_applicable(None) == {}
+    # every table rule either runs on GPT-2 or not: the table decides every rule it names
+    assert all(why_not(r, gpt2) is None for r in RULES)
+
+
+def test_one_entry_makes_a_rule_applicable(dirs):
+    """Dropping a requirement from a rule's entry lets it (and what reads it) run."""
+    arch = read_architecture(dirs["neox"])
+    table = {**RULES, "attention_statistics": Needs()}
+    assert why_not("attention_statistics", arch, table) is None
+    assert why_not("diagonal_taxonomy", arch, table) is None
+    assert why_not("score_anatomy", arch, table) is not None  # its own raw-score requirement stays
+    req = Requirement("needs ALiBi ({positions})", schemes=("alibi",))
+    assert req.why_not(arch) == "needs ALiBi (rotary positions)"
+
+
+def test_finding_of_an_inapplicable_rule():
+    f = Finding(claim="K1", finding="f", rule="etc_table", quantity="q", predicate=">=", threshold="t",
+                not_measurable="no learned W_pos")
+    v = judge(f, "neox", {"t": 1.0}, None, False, "no learned W_pos: rotary positions")
+    assert v.verdict == "not measurable" and v.reason.endswith("no learned W_pos: rotary positions")
+    assert "config section" in judge(f, "neox", {"t": 1.0}, None, False).reason
+
+
+def test_every_findings_rule_is_in_the_table():
+    """Every rule a finding reads has an applicability entry (adding an analysis adds one)."""
+    from posmech.findings import load_findings
+
+    rules = {f.rule for f in load_findings(REPO / "resources" / "findings.yaml")}
+    assert rules - set(RULES) == set()
+
+
+def test_opt_through_the_bridge_honours_its_offset_and_scale(dirs):
+    """What OPT's applicable rules rely on: the bridge's W_pos is OPT's position table from
+    row ``position_offset`` on, and softmax(q·k·attn_scale) with the causal mask is OPT's own
+    attention pattern (Hugging Face, eager)."""
+    import torch
+
+    from posmech.models.loading import load_bridge, load_hf
+
+    a = read_architecture(dirs["opt"])
+    man = {"hf_dir": str(dirs["opt"]), "name": "opt"}
+    bridge = load_bridge(man, "cpu", processing="raw")
+    hf, _ = load_hf(man)
+    table = hf.model.decoder.embed_positions.weight
+    assert tuple(bridge.W_pos.shape) == (a.context, a.d_model)
+    assert torch.allclose(bridge.W_pos, table[a.position_offset:a.position_offset + a.context], atol=1e-6)
+    assert not torch.allclose(bridge.W_pos, table[:a.context], atol=1e-3)
+    x = torch.randint(1, tiny_archs.V, (1, 12), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        _, cache = bridge.run_with_cache(x)
+        ref = hf(x, output_attentions=True).attentions
+    mask = torch.triu(torch.ones(12, 12, dtype=torch.bool), 1)
+    for layer in range(a.n_layers):
+        q, k = cache[f"blocks.{layer}.attn.hook_q"][0], cache[f"blocks.{layer}.attn.hook_k"][0]
+        scores = torch.einsum("qhd,khd->hqk", q, k) * a.attn_scale
+        pattern = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+        assert torch.allclose(pattern, ref[layer][0], atol=1e-5)

@@ -1,0 +1,101 @@
+"""The CI-sized DAG on random-init tiny models of other architectures (tests/tiny_archs.py):
+GPT-NeoX (Pythia: partial rotary), Llama (rotary, grouped-query attention), BLOOM (ALiBi, no
+context length in its config: the config sets `n_ctx`) and OPT (learned positions from row 2).
+
+Applicability is decided before any job (posmech.applicability): no job fails for a
+missing object, every claim gets a verdict or a reasoned `not measurable` on every model in
+results/report/findings.csv, and the report is built.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from posmech.findings import VERDICTS, load_findings
+from tests import tiny_archs
+from tests.workflow.conftest import REPO, snakemake
+
+MODELS = ("neox", "llama", "bloom", "opt")
+
+
+def _config(tmp_path, dirs, models=MODELS, bloom_n_ctx=32):
+    cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
+    cfg["models"] = {m: {"source": str(dirs[m]), "device": "cpu"} for m in models}
+    if "bloom" in models and bloom_n_ctx:
+        cfg["models"]["bloom"]["n_ctx"] = bloom_n_ctx
+    cfg["corpora"]["bible"]["n_documents"] = 20
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("arch-models")
+    return {m: tiny_archs.BUILDERS[m](root / m) for m in MODELS}
+
+
+@pytest.fixture(scope="module")
+def arch_run(tmp_path_factory, dirs):
+    work = tmp_path_factory.mktemp("arch-run")
+    proc = snakemake(work, configfile=_config(tmp_path_factory.mktemp("arch-cfg"), dirs))
+    if proc.returncode != 0:
+        pytest.fail(f"CI-sized DAG on NeoX/Llama/BLOOM/OPT failed (rc {proc.returncode}):\n{proc.stderr[-6000:]}")
+    return work, proc
+
+
+def test_bloom_without_context_stops_before_any_job(tmp_path, dirs):
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = snakemake(work, "-n", configfile=_config(tmp_path, dirs, ("bloom",), bloom_n_ctx=None), timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "invalid configuration" in out and "`models.bloom.n_ctx`" in out
+    assert not (work / "resources").exists() and not (work / "logs").exists()
+
+
+def test_every_claim_judged_on_every_architecture(arch_run):
+    work, proc = arch_run
+    assert (work / "results/report/index.html").stat().st_size > 0
+    table = pd.read_csv(work / "results/report/findings.csv")
+    claims = [f.claim for f in load_findings(REPO / "resources/findings.yaml")]
+    assert sorted(zip(table["claim"], table["model"])) == sorted((c, m) for c in claims for m in MODELS)
+    assert set(table["verdict"]) <= set(VERDICTS)
+    nm = table[table["verdict"] == "not measurable"]
+    assert nm["reason"].fillna("").str.len().min() > 10
+    by = table.set_index(["model", "claim"])["reason"]
+    assert by[("neox", "K1")].endswith("no learned W_pos: rotary positions (it needs rule positional_kernels)")
+    assert "no learned W_pos: ALiBi positions" in by[("bloom", "P2")]
+    assert "raw scores on rotary/ALiBi not yet supported (rotary positions)" in by[("llama", "P6")]
+    assert "raw scores of opt attention not yet supported" in by[("opt", "P6")]
+    # OPT has a learned W_pos (stored from row 2): the W_pos claims run and are judged on it
+    assert table[(table["model"] == "opt") & table["claim"].isin(["P1", "P2", "K1", "L1"])]["reason"].str.contains(
+        "does not apply").sum() == 0
+    assert "not scheduled" in proc.stderr
+
+
+def test_no_rule_ran_where_it_cannot(arch_run):
+    """Rotary and ALiBi models get no job of a rule that needs W_pos or raw scores; no job
+    failed (the run's return code), and no log holds an error."""
+    from posmech.applicability import RULES
+
+    work, _ = arch_run
+    for m in ("neox", "llama", "bloom"):
+        assert not (work / f"results/{m}/scorecard").exists()
+        assert [r for r in RULES if (work / "logs" / r / f"{m}.log").exists()] == []
+    assert (work / "logs/positional_kernels/opt.log").exists()  # and the applicable ones ran
+    errors = [p for p in (work / "logs").rglob("*.log") if " ERROR " in p.read_text(errors="replace")]
+    assert errors == []
+
+
+def test_manifests_record_the_architecture(arch_run):
+    work, _ = arch_run
+    arch = {m: json.loads((work / f"resources/models/{m}/manifest.json").read_text())["architecture"] for m in MODELS}
+    assert (arch["neox"]["positions"], arch["neox"]["rotary_fraction"]) == ("rotary", 0.5)
+    assert (arch["llama"]["n_heads"], arch["llama"]["n_kv_heads"]) == (4, 2)
+    assert (arch["bloom"]["positions"], arch["bloom"]["context"]) == ("alibi", None)
+    assert (arch["opt"]["positions"], arch["opt"]["position_offset"]) == ("learned", 2)
