@@ -11,8 +11,8 @@ findings of their claims are ``not measurable`` with that reason (:mod:`posmech.
 
 A rule reading the output of a rule that cannot run cannot run either; its reason names
 the rule it needs. To make a rule run on more models, change its entry (drop a
-requirement) or the requirement's accepted values, e.g. ``raw_scores`` once the raw
-attention scores of rotary and ALiBi heads are computed.
+requirement) or the requirement's accepted values, e.g. ``raw_scores_layout``'s model
+types once another layout's hooked scores are checked.
 
 Rules not in the table (``fetch_model``, ``tokenize``, ``cache_activations``, the report)
 run on every model. Pure: no I/O.
@@ -52,18 +52,19 @@ REQUIREMENTS: dict[str, Requirement] = {
     # P geometry, the W_pos averaging, the positional kernels (Gibson's kernel is defined
     # against it) and the L rules' position-only inputs study
     "learned_wpos": Requirement("no learned W_pos: {positions}", schemes=("learned",)),
-    # the attention scores before the softmax (P12, P13, the taxonomy's statistics) are
-    # computed from the hooked q and k as q·k·scale: right for learned positions, not yet
-    # for rotary (q, k rotated after the hook) or ALiBi (a bias added to the scores)
-    "raw_scores": Requirement("raw scores on rotary/ALiBi not yet supported ({positions})",
-                              schemes=("learned", "none")),
-    # ... and checks q·k/sqrt(d_head) (1 for GPT-Neo) against the bridge's hook_attn_scores:
+    # the attention scores before the softmax (P12, P13, the taxonomy's statistics): q·k·scale
+    # for learned positions, q and k rotated at their positions for rotary heads, the ALiBi
+    # bias added for ALiBi heads (score_anatomy.ScoreFunction, tested against Hugging Face's
+    # own scores on tiny Llama, GPT-NeoX and BLOOM models), checked against the bridge's
+    # hook_attn_scores (up to a per-row constant for ALiBi): the layouts whose hook is the
+    # pre-softmax score;
     # on OPT that hook is not the pre-softmax score (softmax of q·k/sqrt(d_head) with the
     # causal mask equals Hugging Face's OPT pattern to 2e-7; hook_attn_scores does not: tiny
     # random OPT, issue 28), so the check refuses it
     "raw_scores_layout": Requirement("raw scores of {model_type} attention not yet supported (the bridge's "
                                      "hook_attn_scores, which they are checked against, is not its pre-softmax score)",
-                                     model_types=("gpt2", "gpt_neo", "transformer_lens")),
+                                     model_types=("gpt2", "gpt_neo", "transformer_lens", "gpt_neox", "llama",
+                                                  "mistral", "qwen2", "bloom")),
     # the layer-0 decomposition reads the layer-0 weights of these layouts only
     "layer0_weights": Requirement(
         "the layer-0 decomposition reads layer-0 weights in the GPT-2, GPT-Neo or TransformerLens layout, "
@@ -88,9 +89,9 @@ class Needs:
 
 RULES: dict[str, Needs] = {
     # taxonomy (P6, P7) and anatomy (P12, P13)
-    "attention_statistics": Needs(("raw_scores", "raw_scores_layout")),
+    "attention_statistics": Needs(("raw_scores_layout",)),
     "diagonal_taxonomy": Needs(after=("attention_statistics",)),
-    "score_anatomy": Needs(("raw_scores", "raw_scores_layout"), after=("diagonal_taxonomy",)),
+    "score_anatomy": Needs(("raw_scores_layout",), after=("diagonal_taxonomy",)),
     "score_taxa": Needs(after=("attention_statistics", "diagonal_taxonomy")),
     # W_pos averaging (P2-P4)
     "posembed_averaging": Needs(("learned_wpos",)),
@@ -106,7 +107,8 @@ RULES: dict[str, Needs] = {
     "repeated_tokens": Needs(after=("diagonal_taxonomy",)),
     "induction_intervention": Needs(after=("diagonal_taxonomy",)),
     # positional kernels (K1-K5)
-    "positional_kernels": Needs(("learned_wpos",)),
+    # learned, rotary (the model's rotation) and ALiBi (the bias) kernels: kernels.head_kernels
+    "positional_kernels": Needs(),
     "etc_table": Needs(after=("positional_kernels",)),
     "kernel_heatmaps": Needs(after=("positional_kernels", "etc_table")),
     # contextual attention (K6-K10)

@@ -332,7 +332,8 @@ def model_problems(config: dict[str, Any], base: str | os.PathLike[str] = ".") -
 def architecture_problems(config: dict[str, Any], base: str | os.PathLike[str] = ".") -> list[str]:
     """Every model whose configuration is known before any job (:func:`known_architecture`)
     has a position scheme posmech can tell, and a context length: its config.json's, else
-    ``models.<m>.n_ctx`` (BLOOM records none); the error names the key to set."""
+    ``models.<m>.n_ctx`` (BLOOM records none); the error names the key to set. A GPT-NeoX
+    model needs ``processing: raw`` (TransformerLens 4.3's compatibility mode is wrong on it)."""
     from posmech.models.architecture import context_length
 
     out = []
@@ -341,6 +342,13 @@ def architecture_problems(config: dict[str, Any], base: str | os.PathLike[str] =
             found = known_architecture(name, entry, base)
             if found is not None:
                 context_length(found[0], name, entry.get("n_ctx"))
+                if found[0].model_type == "gpt_neox" and entry.get("processing", "compatibility") == "compatibility":
+                    out.append(
+                        f"config key `models.{name}.processing`: model {name!r} is a GPT-NeoX (Pythia) model, and "
+                        "TransformerLens 4.3's compatibility mode computes its MLP wrongly (on a random tiny GPT-NeoX, "
+                        "layer 0's hook_mlp_out differs from Hugging Face's by ~12 and layer 1's pattern by ~1, "
+                        "tests/analyses/test_raw_scores_positions.py); set `processing: raw` (exact against "
+                        "Hugging Face) for this model")
         except PosmechError as err:
             out.append(str(err))
     return out

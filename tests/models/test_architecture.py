@@ -108,14 +108,28 @@ def test_missing_context_is_a_preflight_error(dirs):
     preflight(cfg, SCHEMA, REPO)
 
 
+def test_neox_in_compatibility_mode_is_a_preflight_error(dirs):
+    cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
+    cfg["models"]["neox"] = {"source": str(dirs["neox"]), "device": "cpu"}
+    validate_config(cfg, SCHEMA)
+    with pytest.raises(PosmechError) as err:
+        preflight(cfg, SCHEMA, REPO)
+    assert "`models.neox.processing`" in str(err.value) and "processing: raw" in str(err.value)
+    cfg["models"]["neox"]["processing"] = "raw"
+    preflight(cfg, SCHEMA, REPO)
+
+
 def test_applicability_by_scheme(dirs):
     arch = {n: read_architecture(d) for n, d in dirs.items()}
     assert check_table() == []
     rotary = not_applicable(arch["neox"])
-    assert rotary["positional_kernels"] == "no learned W_pos: rotary positions"
+    # raw scores (rotated q/k, ALiBi bias) and kernels are defined on rotary and ALiBi models
+    for rule in ("attention_statistics", "diagonal_taxonomy", "score_anatomy", "positional_kernels", "etc_table"):
+        assert rule not in rotary and rule not in not_applicable(arch["bloom"]) and rule not in not_applicable(
+            arch["llama"])
+    assert rotary["posembed_averaging"] == "no learned W_pos: rotary positions"
     assert rotary["positional_pca"].startswith("no learned W_pos: rotary positions (it needs rule extended")
     assert not_applicable(arch["bloom"])["posembed_averaging"] == "no learned W_pos: ALiBi positions"
-    assert "not yet supported" in not_applicable(arch["bloom"])["attention_statistics"]
     opt = not_applicable(arch["opt"])
     assert "positional_kernels" not in opt and "extended_positional_embeddings" not in opt
     assert opt["attention_statistics"].startswith("raw scores of opt attention not yet supported")
@@ -130,10 +144,11 @@ def test_applicability_by_scheme(dirs):
 def test_one_entry_makes_a_rule_applicable(dirs):
     """Dropping a requirement from a rule's entry lets it (and what reads it) run."""
     arch = read_architecture(dirs["neox"])
-    table = {**RULES, "attention_statistics": Needs()}
-    assert why_not("attention_statistics", arch, table) is None
-    assert why_not("diagonal_taxonomy", arch, table) is None
-    assert why_not("score_anatomy", arch, table) is not None  # its own raw-score requirement stays
+    assert why_not("posembed_attention", arch) is not None
+    table = {**RULES, "posembed_averaging": Needs(), "posembed_attention": Needs(after=("diagonal_taxonomy",))}
+    assert why_not("posembed_averaging", arch, table) is None
+    assert why_not("posembed_attention", arch, table) is None
+    assert why_not("extended_averaging", arch, table) is not None  # its W_pos requirement (via its inputs) stays
     req = Requirement("needs ALiBi ({positions})", schemes=("alibi",))
     assert req.why_not(arch) == "needs ALiBi (rotary positions)"
 

@@ -641,8 +641,9 @@ def scorecard(df: pd.DataFrame, model: str, n: int, artifacts: dict[str, str], e
     eq = {k: v for k, v in equivariance.items() if np.isfinite(v)}
     rows.append({"claim": "K2", "model": model, "quantity": "local_translation_tv",
                  "value": round(float(np.median(list(eq.values()))), 6) if eq else "no local head",
-                 "detail": "median over local heads of the mean TV distance between kernel rows aligned by the "
-                 "offset n-i (0 = translation equivariant): " + json.dumps({k: round(v, 4) for k, v in eq.items()}),
+                 "detail": ("median over local heads of the mean TV distance between kernel rows aligned by the "
+                            "offset n-i (0 = translation equivariant): " + json.dumps({k: round(v, 4) for k, v in eq.items()}))
+                 if eq else "no head's kernel is local (kernel_type), so translation equivariance has no head to test",
                  "artifact": artifacts["kernels"]})
     counts = ", ".join(f"{t} {int((at['kernel_type'] == t).sum())}" for t in KERNEL_TYPES)
     rows.append({"claim": "K3", "model": model, "quantity": "kernel_types",
