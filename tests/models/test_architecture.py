@@ -97,10 +97,15 @@ def test_manifest_records_the_architecture(dirs, tmp_path):
     assert on_disk["architecture"]["n_kv_heads"] == 2
 
 
-def test_missing_context_is_a_preflight_error(dirs):
+def _ci_config_with(name, source):
     cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
-    cfg["models"]["bloom"] = {"source": str(dirs["bloom"]), "device": "cpu"}
+    cfg["models"][name] = {"source": str(source), "device": "cpu"}
     validate_config(cfg, SCHEMA)
+    return cfg
+
+
+def test_missing_context_is_a_preflight_error(dirs):
+    cfg = _ci_config_with("bloom", dirs["bloom"])
     with pytest.raises(PosmechError) as err:
         preflight(cfg, SCHEMA, REPO)
     assert "`models.bloom.n_ctx`" in str(err.value) and "before any job" in str(err.value)
@@ -109,9 +114,7 @@ def test_missing_context_is_a_preflight_error(dirs):
 
 
 def test_neox_in_compatibility_mode_is_a_preflight_error(dirs):
-    cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
-    cfg["models"]["neox"] = {"source": str(dirs["neox"]), "device": "cpu"}
-    validate_config(cfg, SCHEMA)
+    cfg = _ci_config_with("neox", dirs["neox"])
     with pytest.raises(PosmechError) as err:
         preflight(cfg, SCHEMA, REPO)
     assert "`models.neox.processing`" in str(err.value) and "processing: raw" in str(err.value)
