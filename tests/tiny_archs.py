@@ -78,4 +78,13 @@ def gpt_neo(d: Path, seed: int = 4) -> Path:
     return _save(GPTNeoForCausalLM(cfg), d, seed)
 
 
-BUILDERS = {"neox": neox, "llama": llama, "bloom": bloom, "opt": opt, "gpt_neo": gpt_neo}
+def gpt2_one_layer(d: Path, seed: int = 5) -> Path:
+    """GPT-2 with a single layer: no layer ≥ 1 for a head to read layer 0's output."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_embd=32, n_layer=1, n_head=4, n_positions=N_CTX, **COMMON)
+    return _save(GPT2LMHeadModel(cfg), d, seed)
+
+
+BUILDERS = {"neox": neox, "llama": llama, "bloom": bloom, "opt": opt, "gpt_neo": gpt_neo,
+            "gpt2_one_layer": gpt2_one_layer}
