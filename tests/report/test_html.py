@@ -151,7 +151,7 @@ def test_scorecard_of_fabricated_run(fabricated_run):
     assert _row(card, "P6", "n_prev_token_heads", "gpt2").status == "pass"  # |67 - 69| <= 5
     assert _row(card, "P7", "sharpest_prev_token_head", "gpt2").status == "fail"  # L5H6, not L4H11
     assert _row(card, "P7", "diagonal_ratio", "gpt2").status == "missing"  # claim covered, no value
-    assert _row(card, "P6", "n_prev_token_heads", "demo").status == "not applicable"
+    assert _row(card, "P6", "n_prev_token_heads", "demo").status == "other model"
     assert _row(card, "K4", "layer0_local_heads", "gpt2").status == "pass"
     # etc_table is registered for gpt2 and the published K5 entry names it: expected -> missing
     assert _row(card, "K5", "kernel_consistency", "gpt2").status == "missing"
@@ -190,9 +190,9 @@ def test_html_has_scorecard_first_captions_and_run(fabricated_run):
     compact = html[html.index('id="scorecard-compact"'):html.index('id="demo"')]
     assert "<td>gpt2</td>" in judged and "<td>demo</td>" not in judged
     assert "<td>demo</td>" in compact and "<code>n_prev_token_heads</code> = 3" in compact
-    # every row says its status: the demo's P6 row is not applicable (gpt2's value), in one chip
+    # every row says its status: the demo's P6 row is other model (gpt2's value), in one chip
     demo_p6 = compact[compact.index('<td><a href="#claim-P6">P6</a></td><td>demo</td>') - 40:][:400]
-    assert 'data-status="not-applicable"' in demo_p6 and '<span class="status s-not-applicable">' in demo_p6
+    assert 'data-status="other-model"' in demo_p6 and '<span class="status s-other-model">' in demo_p6
     # a legend explains every status, and the chips count the rows per status
     legend = html[html.index('id="status-legend"'):html.index("</dl>", html.index('id="status-legend"'))]
     for status in sc.STATUSES:

@@ -74,7 +74,7 @@ def test_fabricated_tables_give_pass_fail_na_missing(tmp_path, published):
             {"claim": "K7", "quantity": "other_heads", "value": ["L0H11"]},
             {"claim": "K4", "quantity": "etc_mean", "value": 12.5},
         ]),
-        # demo: gpt2 numbers are not applicable, but the any_model identity is judged (and fails)
+        # demo: gpt2 numbers are other model, but the any_model identity is judged (and fails)
         _write(tmp_path, "demo", "taxonomy", [
             {"claim": "P6", "quantity": "n_prev_token_heads", "value": 69},
         ]),
@@ -102,14 +102,14 @@ def test_fabricated_tables_give_pass_fail_na_missing(tmp_path, published):
     assert _status(card, "P16", "p_pirate_after", "gpt2").status == "missing"
 
     na = _status(card, "P6", "n_prev_token_heads", "demo")
-    assert na.status == "not applicable" and "gpt2" in na.reason and na.reproduced == "69"
+    assert na.status == "other model" and "gpt2" in na.reason and na.reproduced == "69"
     assert _status(card, "P8", "layer0_max_abs_diff", "demo").status == "fail"
-    assert _status(card, "P8", "cross_token_cosine", "demo").status == "not applicable"
+    assert _status(card, "P8", "cross_token_cosine", "demo").status == "other model"
     # claims the run does not cover are not rows; C2 is never claimed by any table
     assert "C2" not in set(card.claim)
     assert sc.uncovered_claims(published, card) == ["C2"]
     assert not (card.status == "pass").any() or set(card[card.reproduced == "—"].status) <= {
-        "missing", "not applicable"}
+        "missing", "other model"}
     # order: families P, L, K, C then claim number
     assert list(dict.fromkeys(card.claim)) == ["P1", "P6", "P7", "P8", "P16", "K4", "K7"]
 

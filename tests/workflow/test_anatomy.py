@@ -89,4 +89,4 @@ def test_score_taxa_outputs(ci_run):
     assert set(p13["quantity"]) == {"dark_diagonal_heads", "bright_subdiagonal_heads", "prev_token_heads_by_taxon",
                                     "early_dark_diagonal_fraction"}  # the last one: the finding's
     published = p13["quantity"].isin(["dark_diagonal_heads", "bright_subdiagonal_heads"])
-    assert (p13.loc[published, "status"] == "not applicable").all()
+    assert (p13.loc[published, "status"] == "other model").all()

@@ -97,7 +97,7 @@ def test_legacy_attention_only_model_gives_the_planted_answers(tmp_path):
     assert float(dec["posonly_min_prev_q2plus"]) == pytest.approx(1.0, abs=1e-6)
     _, ind = _card(d, "bos_induction")
     assert float(ind["p_b_with_bos"]) > 10 * float(ind["p_b_without_bos"])
-    # the scorecard judges the published attn-only-2l values as not applicable to this model
+    # the scorecard judges the published attn-only-2l values as other model to this model
     assert "L0H0" in read_table(d / "attn_only/head_roles.csv")["head_name"].tolist()
 
 

@@ -78,7 +78,7 @@ def test_report_has_the_k_rows(ci_run):
     k = card[card["claim"].isin(["K6", "K7", "K8", "K9", "K10"])]
     assert {"ln1_scale_range", "contextual_heads", "most_varying_denominator_heads", "variance_model_fit",
             "layer1_patterns"} <= set(k["quantity"])
-    assert set(k[k["published_model"] == "gpt2"]["status"]) == {"not applicable"}
+    assert set(k[k["published_model"] == "gpt2"]["status"]) == {"other model"}
     assert "positional_patterns.png" in (ci_run / "results/report/index.html").read_text()
 
 

@@ -8,7 +8,7 @@ and judges each reproduced value against its published one with the entry's tole
 Statuses (:data:`STATUSES`):
 
 * ``pass`` / ``fail``: the reproduced value is within / outside the tolerance;
-* ``not applicable``: the published value refers to another model (e.g. a ``gpt2`` head
+* ``other model``: the published value refers to another model (e.g. a ``gpt2`` head
   index on the demo model); the reason names both models;
 * ``missing``: the run covers the claim (a row of the claim, or the entry's ``rule``
   wrote a scorecard) but has no value for this quantity: never shown as passing;
@@ -37,11 +37,11 @@ import yaml
 
 from posmech.errors import PosmechError
 
-STATUSES = ("pass", "fail", "not applicable", "missing", "qualitative", "nothing to measure", "no published value")
+STATUSES = ("pass", "fail", "other model", "missing", "qualitative", "nothing to measure", "no published value")
 STATUS_MEANINGS = {
     "pass": "reproduced within the published value's tolerance, on the model the value was published for",
     "fail": "outside the tolerance (the reason says by how much)",
-    "not applicable": "the published value belongs to another model than this row's: not compared; "
+    "other model": "the published value belongs to another model than this row's: not compared; "
                       "what this model does is shown instead",
     "missing": "the run covers the claim on this model, but no rule wrote the quantity",
     "qualitative": "the posts make the claim in words or in a figure: judge the figure",
@@ -81,8 +81,8 @@ def post(source: str) -> str:
 def is_judged(row: dict[str, Any]) -> bool:
     """A scorecard row compared with a published value meant for its model: ``pass``,
     ``fail``, ``qualitative``; ``missing`` and ``nothing to measure`` only when there is a
-    published value (an entry that did not apply would have made the row ``not
-    applicable``); never a quantity the posts give no number for."""
+    published value (an entry for another model would have made the row ``other
+    model``); never a quantity the posts give no number for."""
     if row["status"] in ("missing", "nothing to measure"):
         published_model = row.get("published_model")
         return isinstance(published_model, str) and bool(published_model)  # NaN from a read CSV: none
@@ -401,7 +401,7 @@ def build_scorecard(
             value = parse_value(row["value"]) if row else None
             applicable = e.any_model or e.model == m
             if not applicable:
-                status = "not applicable"
+                status = "other model"
                 reason = f"published value refers to {e.model}; this row is {m}"
                 if value is None:
                     reason += (f" (not computed for it: rule {row['rule'] if row else e.rule or '?'} wrote no "
