@@ -63,6 +63,7 @@ import pandas as pd
 
 from posmech.analyses.attention import head_name
 from posmech.errors import PosmechError
+from posmech.models.architecture import ALIBI_TYPES, ROTARY_TYPES
 
 KIND = "layer0_decomposition"
 DESCRIPTIONS = {
@@ -85,8 +86,9 @@ DESCRIPTIONS = {
 }
 RULE = "layer0_decomposition"
 CLASSES = ("duplicate_token", "detokenization", "contextual", "other")
-ROTARY = ("gpt_neox", "gptj", "llama", "mistral", "qwen2", "gemma", "gemma2", "phi", "phi3", "bloom", "falcon",
-          "mpt", "codegen", "olmo", "stablelm", "persimmon")
+#: model types without learned absolute positions: the architecture module's rotary and
+#: ALiBi lists, and Falcon and MPT (rotary or ALiBi by their config)
+ROTARY = (*ROTARY_TYPES, *ALIBI_TYPES, "falcon", "mpt")
 
 
 # --------------------------------------------------------------------------- weights
