@@ -1,9 +1,12 @@
 """The forward engine of the analyses: a hooked transformer at the cost of a bare forward pass.
 
-:class:`Lens` runs a GPT-2-style model (learned absolute positions added to the residual
-stream, pre-LayerNorm blocks of attention and an optional MLP, a final LayerNorm, an
-unembedding) with TransformerLens's interface and hook names, so that an analysis written
-against a ``TransformerBridge`` runs unchanged on it:
+:class:`Lens` runs a decoder-only transformer — GPT-2 and GPT-Neo (learned absolute
+positions added to the residual stream), OPT (learned positions stored from row 2, ReLU,
+pre- or post-LayerNorm blocks), GPT-NeoX / Pythia (partial rotary, parallel residual),
+Llama, Mistral, Qwen2 (RMSNorm, rotary, grouped-query attention, SwiGLU), BLOOM (ALiBi, an
+embedding LayerNorm) and legacy TransformerLens checkpoints — with TransformerLens's
+interface and hook names, so that an analysis written against a ``TransformerBridge``
+runs unchanged on it:
 
 * ``model.hooks(fwd_hooks=[(name, fn), ...])`` (a context manager), ``model(x,
   return_type=None | "logits")``, ``model.run_with_hooks(x, fwd_hooks=..., return_type=...)``;
@@ -24,11 +27,22 @@ Hook points, with their shapes for a batch ``[B, T]`` of token ids: ``hook_embed
 ``hook_resid_mid`` (models with MLPs), ``hook_resid_post`` ``[B, T, d_model]``;
 ``blocks.{i}.ln1.hook_in``, ``hook_scale`` ``[B, T, 1]``, ``hook_normalized``, ``hook_out``
 (and ``ln2.*``); ``blocks.{i}.attn.hook_q/hook_k/hook_v/hook_z`` ``[B, T, n_heads,
-d_head]``, ``hook_attn_scores`` and ``hook_pattern`` ``[B, n_heads, T_q, T_k]`` (scores are
-divided by ``attn_scale`` and recorded after the causal mask, as the bridge records them:
+d_head]`` (``hook_k``/``hook_v`` with ``n_key_value_heads`` heads under grouped-query
+attention, not repeated, as the bridge records them; on rotary models ``hook_q``/``hook_k``
+are **before** the rotation, as the bridge records them, and ``blocks.{i}.attn.hook_cos``/
+``hook_sin`` ``[1, T, rotary_dim]`` are the rotation's terms, which
+``posmech.analyses.score_anatomy.rotate`` applies), ``hook_attn_scores`` and ``hook_pattern`` ``[B, n_heads, T_q, T_k]`` (scores are the
+model's pre-softmax scores: ``q·k / attn_scale`` with ``q``, ``k`` rotated on rotary models
+and BLOOM's ALiBi bias ``m_h · key position`` added, recorded after the causal mask, as the bridge records them:
 ``-inf`` in the future triangle in the compatibility mode, the dtype's most negative number
 in the raw mode), ``hook_result`` ``[B, T, n_heads, d_model]``; ``blocks.{i}.mlp.hook_pre``,
-``hook_post`` ``[B, T, d_mlp]``; ``ln_final.hook_in/hook_scale/hook_normalized/hook_out``.
+``hook_post`` ``[B, T, d_mlp]`` (SwiGLU: ``hook_pre`` the gate's product, ``hook_pre_linear``
+``W_in``'s, ``hook_post`` = act(pre)·pre_linear); ``ln_final.hook_in/hook_scale/hook_normalized/hook_out``.
+Only the hooks a layout has exist: ``hook_pos_embed`` with learned positions,
+``hook_resid_mid`` unless attention and MLP are parallel (GPT-NeoX), ``embed_ln.*`` on
+BLOOM (whose ``hook_embed`` is the normalised embedding, as the bridge's), ``ln_final.*``
+unless the model has no final norm (post-LayerNorm OPT). RMSNorm's ``hook_scale`` is
+``sqrt(mean x² + eps)`` of the uncentred input.
 
 **Processing modes** (as ``load_bridge``'s): ``compatibility`` applies, once, to the
 weights, what ``enable_compatibility_mode()`` does to a bridge (TransformerLens's
@@ -53,10 +67,17 @@ There is no key/value cache and no gradient bookkeeping: run under
 *token tree* (``positions``/``visible`` of :meth:`Lens.__call__`): the prompt is computed
 once, not once per continuation (:func:`posmech.data.prompts.target_probabilities`).
 
-Supported checkpoints (:func:`unsupported` says why not): Hugging Face ``GPT2LMHeadModel``
-(no ``scale_attn_by_inverse_layer_idx``, no ``reorder_and_upcast_attn``),
-``GPTNeoForCausalLM`` (TinyStories: unscaled attention, local layers of ``window_size``
-keys), and legacy
+Supported checkpoints (:func:`unsupported_hf` / :func:`unsupported` say why not): Hugging
+Face ``GPT2LMHeadModel`` (no ``scale_attn_by_inverse_layer_idx``, no
+``reorder_and_upcast_attn``), ``GPTNeoForCausalLM`` (TinyStories: unscaled attention, local
+layers of ``window_size`` keys), ``OPTForCausalLM`` (not ``word_embed_proj_dim`` ≠
+``hidden_size``; post-LayerNorm blocks in the raw mode only: folding is defined for
+pre-LayerNorm blocks), ``GPTNeoXForCausalLM``, ``LlamaForCausalLM`` /
+``MistralForCausalLM`` (its ``sliding_window`` as a window of keys) /
+``Qwen2ForCausalLM`` (default rotary frequencies only: no ``rope_scaling``; no Qwen2
+``use_sliding_window``), ``BloomForCausalLM`` (no
+``apply_residual_connection_post_layernorm``; context: ``seq_length`` else
+:data:`BLOOM_CONTEXT`), and legacy
 TransformerLens state dicts with ``normalization_type`` LN, standard positions and
 ``act_fn`` ``gelu``/``gelu_new``/``relu`` (or attention-only). Anything else: the bridge
 (``posmech.models.loading.load_model`` chooses).
@@ -73,14 +94,19 @@ from pathlib import Path
 from typing import Any
 
 from posmech.errors import PosmechError
+from posmech.models.architecture import OPT_POSITION_OFFSET as OPT_OFFSET
 from posmech.perf import count_forward
 
-#: Hugging Face architectures the engine runs
-ARCHITECTURES = ("GPT2LMHeadModel", "GPTNeoForCausalLM")
+#: Hugging Face architectures the engine runs (class names; ``MODEL_TYPES``: their config's ``model_type``)
+ARCHITECTURES = ("GPT2LMHeadModel", "GPTNeoForCausalLM", "OPTForCausalLM", "GPTNeoXForCausalLM", "LlamaForCausalLM",
+                 "MistralForCausalLM", "Qwen2ForCausalLM", "BloomForCausalLM")
+MODEL_TYPES = ("gpt2", "gpt_neo", "opt", "gpt_neox", "llama", "mistral", "qwen2", "bloom")
+#: Llama-style layouts (RMSNorm, rotary on every dimension, grouped-query attention, SwiGLU MLP)
+LLAMA_TYPES = ("llama", "mistral", "qwen2")
 #: queries per block when a causal pattern is made for a hook (:meth:`Lens._causal_pattern_blocks`)
 QUERY_BLOCK = 128
 #: activation functions of the MLPs the engine runs (TransformerLens names)
-ACTIVATIONS = ("gelu_new", "gelu", "relu", "gelu_fast", "gelu_pytorch_tanh")
+ACTIVATIONS = ("gelu_new", "gelu", "relu", "gelu_fast", "gelu_pytorch_tanh", "silu", "swish")
 
 
 @dataclass
@@ -106,10 +132,31 @@ class LensConfig:
     original_architecture: str = "GPT2LMHeadModel"
     default_prepend_bos: bool = True
     tokenizer_name: str | None = None
-    #: per layer, how many keys a query sees (0: all earlier ones; GPT-Neo's local layers)
+    #: per layer, how many keys a query sees (0: all earlier ones; GPT-Neo's local layers, Mistral's sliding window)
     windows: list[int] = field(default_factory=list)
+    #: key/value heads (grouped-query attention: query head ``h`` reads key head ``h // (n_heads / n_kv)``)
+    n_key_value_heads: int | None = None
+    #: rotary dimensions per head (the first ``rotary_dim`` of ``d_head``; 0 without rotary) and the base
+    rotary_dim: int = 0
+    rotary_base: float = 10000.0
+    #: the MLP is ``W_out(act(x W_gate) * (x W_in))`` (Llama's SwiGLU)
+    gated_mlp: bool = False
+    #: attention and MLP read the same residual (GPT-NeoX's ``use_parallel_residual``)
+    parallel_attn_mlp: bool = False
+    #: LayerNorm after each residual addition (OPT's ``do_layer_norm_before: false``)
+    post_ln: bool = False
+    #: a LayerNorm on the token embedding (BLOOM's ``word_embeddings_layernorm``)
+    embed_ln: bool = False
+    #: a final norm before the unembedding (OPT without ``do_layer_norm_before`` has none)
+    final_ln: bool = True
+    #: rows of the learned position table before position 0 (OPT: 2; ``W_pos`` starts after them)
+    pos_offset: int = 0
+    #: the Hugging Face ``model_type`` (``transformer_lens`` for a legacy checkpoint)
+    model_type: str = "gpt2"
 
     def __post_init__(self) -> None:
+        if not self.n_key_value_heads:
+            self.n_key_value_heads = self.n_heads
         if not self.attn_scale:
             self.attn_scale = math.sqrt(self.d_head) if self.use_attn_scale else 1.0
 
@@ -149,6 +196,8 @@ def _act(name: str) -> Callable[[Any], Any]:
         return F.gelu
     if name == "relu":
         return F.relu
+    if name in ("silu", "swish"):
+        return F.silu
     raise PosmechError(f"activation {name!r} is not supported by the posmech engine")
 
 
@@ -164,30 +213,78 @@ def _attention_layers(c: dict[str, Any]) -> list[str]:
     return out
 
 
-def unsupported_hf(c: dict[str, Any]) -> str | None:
+def _rope(c: dict[str, Any]) -> tuple[str, float]:
+    """``(rope_type, rope_theta)`` of a rotary config (``rope_parameters`` of transformers 5,
+    else ``rope_scaling`` / ``rope_theta`` / GPT-NeoX's ``rotary_emb_base``)."""
+    rp = c.get("rope_parameters") if isinstance(c.get("rope_parameters"), dict) else {}
+    rs = c.get("rope_scaling") if isinstance(c.get("rope_scaling"), dict) else {}
+    kind = rp.get("rope_type") or rs.get("rope_type") or rs.get("type") or "default"
+    theta = rp.get("rope_theta") or c.get("rope_theta") or c.get("rotary_emb_base") or 10000.0
+    return str(kind), float(theta)
+
+
+def unsupported_hf(c: dict[str, Any], processing: str | None = None) -> str | None:
     """Why the engine cannot run the Hugging Face model of config ``c`` (its ``config.json``
-    as a dict); None when it can."""
+    as a dict) in processing mode ``processing`` (None: in the raw mode at least); None
+    when it can."""
     mt = c.get("model_type")
-    if mt not in ("gpt2", "gpt_neo"):
-        return f"model_type {mt!r} (the engine runs gpt2 and gpt_neo: {', '.join(ARCHITECTURES)})"
+    if mt not in MODEL_TYPES:
+        return f"model_type {mt!r} (the engine runs {', '.join(MODEL_TYPES)})"
     if c.get("scale_attn_by_inverse_layer_idx") or c.get("reorder_and_upcast_attn"):
         return "scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn"
-    act = c.get("activation_function", "gelu_new")
-    if act not in ACTIVATIONS:
+    act = c.get("hidden_act") if mt in ("gpt_neox", *LLAMA_TYPES) else c.get("activation_function", "gelu_new")
+    if mt != "bloom" and act not in ACTIVATIONS:
         return f"activation {act!r}"
     if mt == "gpt_neo" and len(_attention_layers(c)) != int(c["num_layers"]):
         return "attention_types that do not cover every layer"
+    if mt in ("gpt_neox", *LLAMA_TYPES) and _rope(c)[0] != "default":
+        return f"rope_type {_rope(c)[0]!r} (the engine rotates with the default rotary frequencies only)"
+    if mt in LLAMA_TYPES and (act not in ("silu", "swish") or c.get("pretraining_tp", 1) not in (None, 1)):
+        return f"a Llama-style MLP with {act!r} / pretraining_tp {c.get('pretraining_tp')}"
+    if mt == "qwen2" and c.get("use_sliding_window"):
+        return "Qwen2's use_sliding_window (per-layer windows)"
+    if mt == "bloom" and (c.get("apply_residual_connection_post_layernorm")
+                          or (int(c.get("pretraining_tp") or 1) > 1 and c.get("slow_but_exact"))):
+        return "BLOOM's apply_residual_connection_post_layernorm / slow_but_exact"
+    if mt == "opt":
+        if int(c.get("word_embed_proj_dim") or c["hidden_size"]) != int(c["hidden_size"]):
+            return "OPT's word_embed_proj_dim != hidden_size (project_in / project_out)"
+        if processing == "compatibility" and not c.get("do_layer_norm_before", True):
+            return ("OPT with do_layer_norm_before false (LayerNorm after each residual addition) in the compatibility "
+                    "mode: TransformerLens's LayerNorm folding is defined for pre-LayerNorm blocks only; use "
+                    "processing: raw")
     return None
 
 
 def hf_state(get: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, Any], LensConfig]:
-    """A Hugging Face GPT-2 or GPT-Neo checkpoint's weights as a TransformerLens state dict
-    (float32; views of what ``get`` returns where the layout allows) and its config.
-    ``get(name)``: the tensor of a parameter named as in the checkpoint without the
-    ``transformer.`` prefix (``h.0.attn.c_attn.weight``, ``lm_head.weight``), None if absent."""
+    """A Hugging Face checkpoint's weights (of a ``model_type`` in :data:`MODEL_TYPES`) as a
+    TransformerLens state dict (float32; views of what ``get`` returns where the layout
+    allows) and its config. ``get(name)``: the tensor of a parameter named as in the
+    checkpoint without the ``transformer.`` prefix (``h.0.attn.c_attn.weight``,
+    ``lm_head.weight``, ``model.layers.0.self_attn.q_proj.weight``), None if absent."""
+    f = lambda name: (lambda t: None if t is None else t.detach().float())(get(name))  # noqa: E731
+    mt = c.get("model_type")
+    if mt in ("gpt2", "gpt_neo"):
+        sd, cfg = _gpt2_state(f, c)
+    else:
+        sd, cfg = {"opt": _opt_state, "gpt_neox": _neox_state, "bloom": _bloom_state}.get(mt, _llama_state)(f, c)
+    cfg.model_type = str(mt)
+    return {k: v for k, v in sd.items() if v is not None}, cfg
+
+
+def _linear(W: Any, H: int, dh: int) -> Any:
+    """An ``nn.Linear`` weight ``[H·dh, d]`` as TransformerLens's ``[H, d, dh]``."""
+    return W.T.reshape(W.shape[1], H, dh).permute(1, 0, 2)
+
+
+def _bias(b: Any, H: int, dh: int) -> Any:
+    return None if b is None else b.view(H, dh)
+
+
+def _gpt2_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, Any], LensConfig]:
+    """GPT-2 and GPT-Neo (:func:`hf_state`)."""
     import torch
 
-    f = lambda name: (lambda t: None if t is None else t.detach().float())(get(name))  # noqa: E731
     neo = c.get("model_type") == "gpt_neo"
     d = int(c["hidden_size"] if neo else c["n_embd"])
     H = int(c["num_heads"] if neo else c["n_head"])
@@ -235,7 +332,140 @@ def hf_state(get: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, An
         original_architecture="GPTNeoForCausalLM" if neo else "GPT2LMHeadModel",
         windows=[window if kind == "local" else 0 for kind in _attention_layers(c)] if neo else [],
     )
-    return {k: v for k, v in sd.items() if v is not None}, cfg
+    return sd, cfg
+
+
+def _lm_head(f: Callable[[str], Any], sd: dict[str, Any], name: str) -> None:
+    lm = f(name)
+    sd["unembed.W_U"] = (lm if lm is not None else sd["embed.W_E"]).T  # tied embeddings: no head in the file
+
+
+def _opt_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, Any], LensConfig]:
+    """OPT: learned positions stored from row 2 (``W_pos`` is the table from that row on),
+    separate q/k/v projections, ReLU, pre- or post-LayerNorm blocks."""
+    d, H, L = int(c["hidden_size"]), int(c["num_attention_heads"]), int(c["num_hidden_layers"])
+    dh = d // H
+    m = "model.decoder."
+    table = f(m + "embed_positions.weight")
+    sd: dict[str, Any] = {"embed.W_E": f(m + "embed_tokens.weight"), "pos_embed.W_pos": table[OPT_OFFSET:]}
+    for i in range(L):
+        p, b = f"{m}layers.{i}.", f"blocks.{i}."
+        for n, proj in zip("QKV", ("q_proj", "k_proj", "v_proj")):
+            sd[f"{b}attn.W_{n}"] = _linear(f(f"{p}self_attn.{proj}.weight"), H, dh)
+            sd[f"{b}attn.b_{n}"] = _bias(f(f"{p}self_attn.{proj}.bias"), H, dh)
+        sd[f"{b}attn.W_O"] = f(f"{p}self_attn.out_proj.weight").T.reshape(H, dh, d)
+        sd[f"{b}attn.b_O"] = f(f"{p}self_attn.out_proj.bias")
+        sd[f"{b}mlp.W_in"], sd[f"{b}mlp.b_in"] = f(f"{p}fc1.weight").T, f(f"{p}fc1.bias")
+        sd[f"{b}mlp.W_out"], sd[f"{b}mlp.b_out"] = f(f"{p}fc2.weight").T, f(f"{p}fc2.bias")
+        for ln, hf_ln in (("ln1", "self_attn_layer_norm"), ("ln2", "final_layer_norm")):
+            sd[f"{b}{ln}.w"], sd[f"{b}{ln}.b"] = f(f"{p}{hf_ln}.weight"), f(f"{p}{hf_ln}.bias")
+    pre_ln = bool(c.get("do_layer_norm_before", True))
+    final = pre_ln and not c.get("_remove_final_layer_norm", False)
+    if final:
+        sd["ln_final.w"], sd["ln_final.b"] = f(m + "final_layer_norm.weight"), f(m + "final_layer_norm.bias")
+    _lm_head(f, sd, "lm_head.weight")
+    cfg = LensConfig(
+        n_layers=L, n_heads=H, d_model=d, d_head=dh, d_mlp=int(c["ffn_dim"]), n_ctx=int(c["max_position_embeddings"]),
+        d_vocab=int(c["vocab_size"]), act_fn=str(c.get("activation_function", "relu")), eps=1e-5, attn_only=False,
+        original_architecture="OPTForCausalLM", post_ln=not pre_ln, final_ln=final, pos_offset=OPT_OFFSET)
+    return sd, cfg
+
+
+def _fused_qkv(sd: dict[str, Any], b: str, W: Any, bias: Any, H: int, dh: int) -> None:
+    """GPT-NeoX's and BLOOM's fused ``query_key_value`` (``[3·d, d]``, per head ``q, k, v``
+    of ``d_head`` rows each: the head-interleaved layout)."""
+    Wv = W.view(H, 3, dh, W.shape[1])
+    bv = bias.view(H, 3, dh) if bias is not None else None
+    for j, n in enumerate("QKV"):
+        sd[f"{b}attn.W_{n}"] = Wv[:, j].transpose(1, 2)  # [H, d, dh]
+        sd[f"{b}attn.b_{n}"] = bv[:, j] if bv is not None else None
+
+
+def _neox_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, Any], LensConfig]:
+    """GPT-NeoX / Pythia: partial rotary, fused head-interleaved qkv, parallel residual."""
+    from posmech.models.architecture import _rotary_fraction
+
+    d, H, L = int(c["hidden_size"]), int(c["num_attention_heads"]), int(c["num_hidden_layers"])
+    dh = d // H
+    m = "gpt_neox."
+    sd: dict[str, Any] = {"embed.W_E": f(m + "embed_in.weight")}
+    for i in range(L):
+        p, b = f"{m}layers.{i}.", f"blocks.{i}."
+        _fused_qkv(sd, b, f(f"{p}attention.query_key_value.weight"), f(f"{p}attention.query_key_value.bias"), H, dh)
+        sd[f"{b}attn.W_O"] = f(f"{p}attention.dense.weight").T.reshape(H, dh, d)
+        sd[f"{b}attn.b_O"] = f(f"{p}attention.dense.bias")
+        sd[f"{b}mlp.W_in"], sd[f"{b}mlp.b_in"] = f(f"{p}mlp.dense_h_to_4h.weight").T, f(f"{p}mlp.dense_h_to_4h.bias")
+        sd[f"{b}mlp.W_out"], sd[f"{b}mlp.b_out"] = f(f"{p}mlp.dense_4h_to_h.weight").T, f(f"{p}mlp.dense_4h_to_h.bias")
+        for ln, hf_ln in (("ln1", "input_layernorm"), ("ln2", "post_attention_layernorm")):
+            sd[f"{b}{ln}.w"], sd[f"{b}{ln}.b"] = f(f"{p}{hf_ln}.weight"), f(f"{p}{hf_ln}.bias")
+    sd["ln_final.w"], sd["ln_final.b"] = f(m + "final_layer_norm.weight"), f(m + "final_layer_norm.bias")
+    _lm_head(f, sd, "embed_out.weight")
+    cfg = LensConfig(
+        n_layers=L, n_heads=H, d_model=d, d_head=dh, d_mlp=int(c["intermediate_size"]),
+        n_ctx=int(c["max_position_embeddings"]), d_vocab=int(c["vocab_size"]), act_fn=str(c.get("hidden_act", "gelu")),
+        eps=float(c.get("layer_norm_eps", 1e-5)), attn_only=False, original_architecture="GPTNeoXForCausalLM",
+        positional_embedding_type="rotary", rotary_dim=int(dh * _rotary_fraction(c, "gpt_neox", dh)),
+        rotary_base=_rope(c)[1], parallel_attn_mlp=bool(c.get("use_parallel_residual", True)))
+    return sd, cfg
+
+
+def _llama_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, Any], LensConfig]:
+    """Llama, Mistral, Qwen2: RMSNorm, full rotary, grouped-query attention, SwiGLU MLP."""
+    d, H, L = int(c["hidden_size"]), int(c["num_attention_heads"]), int(c["num_hidden_layers"])
+    dh = int(c.get("head_dim") or d // H)
+    Hkv = int(c.get("num_key_value_heads") or H)
+    m = "model."
+    sd: dict[str, Any] = {"embed.W_E": f(m + "embed_tokens.weight")}
+    for i in range(L):
+        p, b = f"{m}layers.{i}.", f"blocks.{i}."
+        for n, proj, h in (("Q", "q_proj", H), ("K", "k_proj", Hkv), ("V", "v_proj", Hkv)):
+            sd[f"{b}attn.W_{n}"] = _linear(f(f"{p}self_attn.{proj}.weight"), h, dh)
+            sd[f"{b}attn.b_{n}"] = _bias(f(f"{p}self_attn.{proj}.bias"), h, dh)
+        sd[f"{b}attn.W_O"] = f(f"{p}self_attn.o_proj.weight").T.reshape(H, dh, d)
+        sd[f"{b}attn.b_O"] = f(f"{p}self_attn.o_proj.bias")
+        for k, proj in (("in", "up_proj"), ("gate", "gate_proj"), ("out", "down_proj")):
+            sd[f"{b}mlp.W_{k}"], sd[f"{b}mlp.b_{k}"] = f(f"{p}mlp.{proj}.weight").T, f(f"{p}mlp.{proj}.bias")
+        sd[f"{b}ln1.w"], sd[f"{b}ln2.w"] = f(f"{p}input_layernorm.weight"), f(f"{p}post_attention_layernorm.weight")
+    sd["ln_final.w"] = f(m + "norm.weight")
+    _lm_head(f, sd, "lm_head.weight")
+    window = int(c.get("sliding_window") or 0) if c.get("model_type") == "mistral" else 0
+    cfg = LensConfig(
+        n_layers=L, n_heads=H, d_model=d, d_head=dh, d_mlp=int(c["intermediate_size"]),
+        n_ctx=int(c["max_position_embeddings"]), d_vocab=int(c["vocab_size"]), act_fn=str(c.get("hidden_act", "silu")),
+        eps=float(c.get("rms_norm_eps", 1e-6)), attn_only=False, normalization_type="RMS",
+        original_architecture=str((c.get("architectures") or ["LlamaForCausalLM"])[0]),
+        positional_embedding_type="rotary", rotary_dim=dh, rotary_base=_rope(c)[1], n_key_value_heads=Hkv,
+        gated_mlp=True, windows=[window] * L if window else [])
+    return sd, cfg
+
+
+#: BLOOM records no context length (ALiBi has no table of positions): the engine's limit
+BLOOM_CONTEXT = 2048
+
+
+def _bloom_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, Any], LensConfig]:
+    """BLOOM: ALiBi, a LayerNorm on the token embedding, fused head-interleaved qkv."""
+    d, H, L = int(c.get("hidden_size") or c["n_embed"]), int(c["n_head"]), int(c["n_layer"])
+    dh = d // H
+    sd: dict[str, Any] = {"embed.W_E": f("word_embeddings.weight"), "embed_ln.w": f("word_embeddings_layernorm.weight"),
+                          "embed_ln.b": f("word_embeddings_layernorm.bias")}
+    for i in range(L):
+        p, b = f"h.{i}.", f"blocks.{i}."
+        _fused_qkv(sd, b, f(f"{p}self_attention.query_key_value.weight"),
+                   f(f"{p}self_attention.query_key_value.bias"), H, dh)
+        sd[f"{b}attn.W_O"] = f(f"{p}self_attention.dense.weight").T.reshape(H, dh, d)
+        sd[f"{b}attn.b_O"] = f(f"{p}self_attention.dense.bias")
+        sd[f"{b}mlp.W_in"], sd[f"{b}mlp.b_in"] = f(f"{p}mlp.dense_h_to_4h.weight").T, f(f"{p}mlp.dense_h_to_4h.bias")
+        sd[f"{b}mlp.W_out"], sd[f"{b}mlp.b_out"] = f(f"{p}mlp.dense_4h_to_h.weight").T, f(f"{p}mlp.dense_4h_to_h.bias")
+        for ln, hf_ln in (("ln1", "input_layernorm"), ("ln2", "post_attention_layernorm")):
+            sd[f"{b}{ln}.w"], sd[f"{b}{ln}.b"] = f(f"{p}{hf_ln}.weight"), f(f"{p}{hf_ln}.bias")
+    sd["ln_final.w"], sd["ln_final.b"] = f("ln_f.weight"), f("ln_f.bias")
+    _lm_head(f, sd, "lm_head.weight")
+    cfg = LensConfig(
+        n_layers=L, n_heads=H, d_model=d, d_head=dh, d_mlp=4 * d, n_ctx=int(c.get("seq_length") or BLOOM_CONTEXT),
+        d_vocab=int(c["vocab_size"]), act_fn="gelu_new", eps=float(c.get("layer_norm_epsilon", 1e-5)), attn_only=False,
+        original_architecture="BloomForCausalLM", positional_embedding_type="alibi", embed_ln=True)
+    return sd, cfg
 
 
 def hf_dir_reader(hf_dir: str | os.PathLike[str], framework: str = "pt") -> tuple[Callable[[str], Any], dict[str, Any]]:
@@ -306,22 +536,32 @@ def process(sd: dict[str, Any], cfg: LensConfig) -> dict[str, Any]:
     """The compatibility mode's weight processing, as TransformerLens's
     ``ProcessWeights.process_weights(fold_ln, center_writing_weights, center_unembed,
     fold_value_biases)`` does it (the engine's weights equal the bridge's to float32
-    rounding: tests/models/test_lens.py), in float32, with new tensors only (the input's are
-    never written):
+    rounding: tests/models/test_lens.py, test_lens_archs.py), in float32, with new tensors
+    only (the input's are never written):
 
-    * fold each LayerNorm's scale ``w`` and bias ``b`` into the weights reading it
-      (``b_Q += b · W_Q``, ``W_Q *= w``, then ``W_Q`` centred over ``d_model``; ``ln1`` into
-      ``W_Q/W_K/W_V``, ``ln2`` into ``W_in``, ``ln_final`` into ``W_U``);
-    * centre the weights writing to the residual stream over ``d_model`` (``W_E``,
-      ``W_pos``, ``W_O``, ``b_O``, ``W_out``, ``b_out``);
+    * fold each norm's scale ``w`` and bias ``b`` into the weights reading it
+      (``b_Q += b · W_Q``, ``W_Q *= w``; with LayerNorm, ``W_Q`` then centred over
+      ``d_model``; ``ln1`` into ``W_Q/W_K/W_V``, ``ln2`` into ``W_in`` (and ``W_gate``),
+      ``ln_final`` into ``W_U``); an RMSNorm has a scale only, and its input is not centred,
+      so only the scale is folded;
+    * with LayerNorm, centre the weights writing to the residual stream over ``d_model``
+      (``W_E``, ``W_pos``, ``W_O``, ``b_O``, ``W_out``, ``b_out``); BLOOM's embedding
+      LayerNorm is kept (it is not folded: nothing but the residual stream reads it);
     * centre the unembedding over the vocabulary (``W_U``, ``b_U``);
-    * fold the value biases into the output bias (``b_O += Σ_h b_V[h] · W_O[h]``, ``b_V = 0``).
-    Returns a new dict without the LayerNorm weights."""
+    * fold the value biases into the output bias (``b_O += Σ_h b_V[h] · W_O[h]``, ``b_V =
+      0``; with grouped-query attention query head ``h`` reads value head ``h // group``).
+    Returns a new dict without the folded norms' weights. Not defined for post-LayerNorm
+    blocks (OPT's ``do_layer_norm_before: false``: :func:`unsupported_hf`)."""
     import torch
 
+    if cfg.post_ln:
+        raise PosmechError("the compatibility mode's LayerNorm folding is defined for pre-LayerNorm blocks only; "
+                           "use processing: raw")
     out = dict(sd)
     d = cfg.d_model
-    centre = lambda t, dim: t - t.mean(dim, keepdim=True)  # noqa: E731
+    rms = cfg.normalization_type == "RMS"
+    centre = (lambda t, dim: t) if rms else (lambda t, dim: t - t.mean(dim, keepdim=True))  # noqa: E731
+    group = cfg.n_heads // int(cfg.n_key_value_heads or cfg.n_heads)
 
     def ln(prefix: str) -> tuple[Any, Any] | None:
         w, b = out.pop(f"{prefix}.w", None), out.pop(f"{prefix}.b", None)
@@ -334,7 +574,8 @@ def process(sd: dict[str, Any], cfg: LensConfig) -> dict[str, Any]:
         wb = ln(f"blocks.{i}.ln1")
         for n in "QKV":
             W = out[f"{a}W_{n}"]  # [H, d, dh]
-            bias = out.get(f"{a}b_{n}", torch.zeros(W.shape[0], W.shape[2]))
+            bias = out.get(f"{a}b_{n}")
+            bias = bias if bias is not None else torch.zeros(W.shape[0], W.shape[2])
             if wb is not None:
                 bias = bias + torch.einsum("hdk,d->hk", W, wb[1])
                 W = W * wb[0][None, :, None]
@@ -342,27 +583,34 @@ def process(sd: dict[str, Any], cfg: LensConfig) -> dict[str, Any]:
         if not cfg.attn_only:
             m = f"blocks.{i}.mlp."
             wb2 = ln(f"blocks.{i}.ln2")
-            W_in, b_in = out[f"{m}W_in"], out.get(f"{m}b_in", torch.zeros(cfg.d_mlp))
-            if wb2 is not None:
-                b_in = b_in + wb2[1] @ W_in
-                W_in = W_in * wb2[0][:, None]
-            out[f"{m}W_in"], out[f"{m}b_in"] = centre(W_in, 0), b_in
+            for k in ("in", "gate") if cfg.gated_mlp else ("in",):
+                W_in, b_in = out[f"{m}W_{k}"], out.get(f"{m}b_{k}")
+                b_in = b_in if b_in is not None else torch.zeros(cfg.d_mlp)
+                if wb2 is not None:
+                    b_in = b_in + wb2[1] @ W_in
+                    W_in = W_in * wb2[0][:, None]
+                out[f"{m}W_{k}"], out[f"{m}b_{k}"] = centre(W_in, 0), b_in
             out[f"{m}W_out"] = centre(out[f"{m}W_out"], -1)
-            out[f"{m}b_out"] = centre(out.get(f"{m}b_out", torch.zeros(d)), -1)
+            b_out = out.get(f"{m}b_out")
+            out[f"{m}b_out"] = centre(b_out if b_out is not None else torch.zeros(d), -1)
         W_O = centre(out[f"{a}W_O"], -1)  # [H, dh, d]
-        b_O = centre(out.get(f"{a}b_O", torch.zeros(d)), -1)
+        b_O = out.get(f"{a}b_O")
+        b_O = centre(b_O if b_O is not None else torch.zeros(d), -1)
         out[f"{a}W_O"] = W_O
-        out[f"{a}b_O"] = b_O + torch.einsum("hk,hkd->d", out[f"{a}b_V"], W_O)
+        b_V = out[f"{a}b_V"].repeat_interleave(group, 0) if group > 1 else out[f"{a}b_V"]
+        out[f"{a}b_O"] = b_O + torch.einsum("hk,hkd->d", b_V, W_O)
         out[f"{a}b_V"] = torch.zeros_like(out[f"{a}b_V"])
-    W_U, b_U = out["unembed.W_U"], out.get("unembed.b_U", torch.zeros(cfg.d_vocab))
+    W_U, b_U = out["unembed.W_U"], out.get("unembed.b_U")
+    b_U = b_U if b_U is not None else torch.zeros(cfg.d_vocab)
     wbf = ln("ln_final")
     if wbf is not None:
         b_U = b_U + wbf[1] @ W_U
         W_U = W_U * wbf[0][:, None]
     W_U = centre(W_U, 0)
-    out["unembed.W_U"], out["unembed.b_U"] = centre(W_U, -1), centre(b_U, -1)
+    out["unembed.W_U"], out["unembed.b_U"] = W_U - W_U.mean(-1, keepdim=True), b_U - b_U.mean(-1, keepdim=True)
     out["embed.W_E"] = centre(out["embed.W_E"], -1)
-    out["pos_embed.W_pos"] = centre(out["pos_embed.W_pos"], -1)
+    if "pos_embed.W_pos" in out:
+        out["pos_embed.W_pos"] = centre(out["pos_embed.W_pos"], -1)
     return out
 
 
@@ -409,39 +657,80 @@ class Lens:
             return t if t is not None else torch.full(shape, fill)
 
         # fused layouts for the forward; TransformerLens-shaped views for the analyses
-        self.params: dict[str, Any] = {"embed.W_E": P(sd["embed.W_E"]), "pos_embed.W_pos": P(sd["pos_embed.W_pos"])}
+        Hkv = int(cfg.n_key_value_heads or H)
+        #: columns of the fused qkv output: ``[q | k | v]``, ``H·dh``, ``Hkv·dh``, ``Hkv·dh``
+        self._qkv_cols = (H * dh, Hkv * dh, Hkv * dh)
+        self.params: dict[str, Any] = {"embed.W_E": P(sd["embed.W_E"])}
+        if cfg.positional_embedding_type == "standard":
+            self.params["pos_embed.W_pos"] = P(sd["pos_embed.W_pos"])
+        if cfg.embed_ln:  # never folded (process keeps it)
+            self.params["embed_ln.w"] = P(opt("embed_ln.w", (d,), 1.0))
+            self.params["embed_ln.b"] = P(opt("embed_ln.b", (d,)))
+        rms = cfg.normalization_type == "RMS"
         for i in range(L):
-            Wq, Wk, Wv = (sd[f"blocks.{i}.attn.W_{n}"] for n in "QKV")  # [H, d, dh]
-            W = torch.stack([Wq, Wk, Wv], 0).permute(2, 0, 1, 3).reshape(d, 3 * H * dh)
-            b = torch.stack([opt(f"blocks.{i}.attn.b_{n}", (H, dh)) for n in "QKV"], 0).reshape(3 * H * dh)
+            heads = {"Q": H, "K": Hkv, "V": Hkv}
+            W = torch.cat([sd[f"blocks.{i}.attn.W_{n}"].permute(1, 0, 2).reshape(d, h * dh) for n, h in heads.items()], 1)
+            b = torch.cat([opt(f"blocks.{i}.attn.b_{n}", (h, dh)).reshape(h * dh) for n, h in heads.items()], 0)
             self.params[f"blocks.{i}.attn.W_QKV"] = P(W)
             self.params[f"blocks.{i}.attn.b_QKV"] = P(b)
             self.params[f"blocks.{i}.attn.W_O"] = P(sd[f"blocks.{i}.attn.W_O"].reshape(H * dh, d))
             self.params[f"blocks.{i}.attn.b_O"] = P(opt(f"blocks.{i}.attn.b_O", (d,)))
             lns = ("ln1",) if cfg.attn_only else ("ln1", "ln2")
             if not cfg.attn_only:
-                for k, shape in (("W_in", None), ("b_in", (cfg.d_mlp,)), ("W_out", None), ("b_out", (d,))):
+                M = cfg.d_mlp
+                if cfg.gated_mlp:  # [gate | in] in one product
+                    self.params[f"blocks.{i}.mlp.W_gate_in"] = P(torch.cat(
+                        [sd[f"blocks.{i}.mlp.W_gate"], sd[f"blocks.{i}.mlp.W_in"]], 1))
+                    self.params[f"blocks.{i}.mlp.b_gate_in"] = P(torch.cat(
+                        [opt(f"blocks.{i}.mlp.b_gate", (M,)), opt(f"blocks.{i}.mlp.b_in", (M,))], 0))
+                    keys: tuple[tuple[str, Any], ...] = (("W_out", None), ("b_out", (d,)))
+                else:
+                    keys = (("W_in", None), ("b_in", (M,)), ("W_out", None), ("b_out", (d,)))
+                for k, shape in keys:
                     key = f"blocks.{i}.mlp.{k}"
                     self.params[key] = P(sd[key] if shape is None else opt(key, shape))
             for ln in lns:
                 if not self.compatibility_mode:
                     self.params[f"blocks.{i}.{ln}.w"] = P(opt(f"blocks.{i}.{ln}.w", (d,), 1.0))
-                    self.params[f"blocks.{i}.{ln}.b"] = P(opt(f"blocks.{i}.{ln}.b", (d,)))
-        if not self.compatibility_mode:
+                    if not rms:
+                        self.params[f"blocks.{i}.{ln}.b"] = P(opt(f"blocks.{i}.{ln}.b", (d,)))
+        if not self.compatibility_mode and cfg.final_ln:
             self.params["ln_final.w"] = P(opt("ln_final.w", (d,), 1.0))
-            self.params["ln_final.b"] = P(opt("ln_final.b", (d,)))
+            if not rms:
+                self.params["ln_final.b"] = P(opt("ln_final.b", (d,)))
         self.params["unembed.W_U"] = P(sd["unembed.W_U"])
         self.params["unembed.b_U"] = P(opt("unembed.b_U", (cfg.d_vocab,)))
         self._act = _act(cfg.act_fn) if not cfg.attn_only else None
-        names = ["hook_embed", "hook_pos_embed", "ln_final.hook_in", "ln_final.hook_scale",
-                 "ln_final.hook_normalized", "ln_final.hook_out"]
+        #: per pass: ``(cos, sin)`` ``[1, T, rotary_dim]`` (rotary) and ALiBi's bias ``[H, 1, T]``
+        self._rope: tuple[Any, Any] | None = None
+        self._rope_layer: tuple[Any, Any] | None = None
+        self._alibi: Any = None
+        self._alibi_mask: Any = None
+        if cfg.positional_embedding_type == "alibi":
+            from posmech.analyses.score_anatomy import alibi_slopes
+
+            self._slopes = torch.as_tensor(alibi_slopes(H), dtype=torch.float32, device=device)
+        names = ["hook_embed"]
+        if cfg.positional_embedding_type == "standard":
+            names.append("hook_pos_embed")
+        if cfg.embed_ln:
+            names += [f"embed_ln.hook_{n}" for n in ("in", "scale", "normalized", "out")]
+        if cfg.final_ln:
+            names += [f"ln_final.hook_{n}" for n in ("in", "scale", "normalized", "out")]
+        attn_hooks = ["q", "k", "v", "attn_scores", "pattern", "z", "result"]
+        if cfg.rotary_dim:
+            attn_hooks += ["cos", "sin"]
         for i in range(L):
             names += [f"blocks.{i}.{n}" for n in ("hook_resid_pre", "hook_resid_post")]
-            names += [f"blocks.{i}.attn.hook_{n}" for n in ("q", "k", "v", "attn_scores", "pattern", "z", "result")]
+            names += [f"blocks.{i}.attn.hook_{n}" for n in attn_hooks]
             lns = ("ln1",) if cfg.attn_only else ("ln1", "ln2")
             names += [f"blocks.{i}.{ln}.hook_{n}" for ln in lns for n in ("in", "scale", "normalized", "out")]
             if not cfg.attn_only:
-                names += [f"blocks.{i}.hook_resid_mid", f"blocks.{i}.mlp.hook_pre", f"blocks.{i}.mlp.hook_post"]
+                names += [f"blocks.{i}.mlp.hook_pre", f"blocks.{i}.mlp.hook_post"]
+                if cfg.gated_mlp:
+                    names.append(f"blocks.{i}.mlp.hook_pre_linear")
+                if not cfg.parallel_attn_mlp:
+                    names.append(f"blocks.{i}.hook_resid_mid")
         self.hook_dict: dict[str, HookPoint] = {n: HookPoint(n) for n in names}
 
     # ------------------------------------------------------------------ torch-like surface
@@ -480,10 +769,42 @@ class Lens:
         return torch.stack([fn(i) for i in range(self.cfg.n_layers)], 0)
 
     def _qkv(self, j: int, bias: bool) -> Any:
-        H, d, dh = self.cfg.n_heads, self.cfg.d_model, self.cfg.d_head
+        """``W_Q``/``W_K``/``W_V`` (``j`` 0, 1, 2) ``[n_layers, heads, d_model, d_head]`` or
+        their biases; key and value heads are ``n_key_value_heads`` (grouped-query
+        attention: not repeated, as the bridge's)."""
+        dh = self.cfg.d_head
+        start = sum(self._qkv_cols[:j])
+        cols = slice(start, start + self._qkv_cols[j])
+        h = self._qkv_cols[j] // dh
         if bias:
-            return self._stack(lambda i: self.params[f"blocks.{i}.attn.b_QKV"].view(3, H, dh)[j])
-        return self._stack(lambda i: self.params[f"blocks.{i}.attn.W_QKV"].view(d, 3, H, dh)[:, j].permute(1, 0, 2))
+            return self._stack(lambda i: self.params[f"blocks.{i}.attn.b_QKV"][cols].view(h, dh))
+        return self._stack(lambda i: self.params[f"blocks.{i}.attn.W_QKV"][:, cols].reshape(-1, h, dh).permute(1, 0, 2))
+
+    def _gated(self, j: int, bias: bool) -> Any:
+        M = self.cfg.d_mlp
+        if bias:
+            return self._stack(lambda i: self.params[f"blocks.{i}.mlp.b_gate_in"][j * M:(j + 1) * M])
+        return self._stack(lambda i: self.params[f"blocks.{i}.mlp.W_gate_in"][:, j * M:(j + 1) * M])
+
+    def _mlp_in(self, bias: bool) -> Any:
+        if self.cfg.gated_mlp:
+            return self._gated(1, bias)
+        return self._stack(lambda i: self.params[f"blocks.{i}.mlp.{'b_in' if bias else 'W_in'}"])
+
+    @property
+    def W_pos(self) -> Any:
+        """The learned positions ``[n_ctx, d_model]`` (the live parameter); AttributeError
+        for a model without them (rotary, ALiBi), as the bridge."""
+        if "pos_embed.W_pos" not in self.params:
+            raise AttributeError(f"W_pos: the model has no learned positional embedding "
+                                 f"({self.cfg.positional_embedding_type} positions)")
+        return self.params["pos_embed.W_pos"]
+
+    @property
+    def W_gate(self) -> Any:
+        if not self.cfg.gated_mlp:
+            raise AttributeError("W_gate: the model's MLP is not gated")
+        return self._gated(0, False)
 
     W_Q = property(lambda self: self._qkv(0, False))
     W_K = property(lambda self: self._qkv(1, False))
@@ -494,12 +815,11 @@ class Lens:
     W_O = property(lambda self: self._stack(
         lambda i: self.params[f"blocks.{i}.attn.W_O"].view(self.cfg.n_heads, self.cfg.d_head, self.cfg.d_model)))
     b_O = property(lambda self: self._stack(lambda i: self.params[f"blocks.{i}.attn.b_O"]))
-    W_in = property(lambda self: self._stack(lambda i: self.params[f"blocks.{i}.mlp.W_in"]))
-    b_in = property(lambda self: self._stack(lambda i: self.params[f"blocks.{i}.mlp.b_in"]))
+    W_in = property(lambda self: self._mlp_in(False))
+    b_in = property(lambda self: self._mlp_in(True))
     W_out = property(lambda self: self._stack(lambda i: self.params[f"blocks.{i}.mlp.W_out"]))
     b_out = property(lambda self: self._stack(lambda i: self.params[f"blocks.{i}.mlp.b_out"]))
     W_E = property(lambda self: self.params["embed.W_E"])
-    W_pos = property(lambda self: self.params["pos_embed.W_pos"])
     W_U = property(lambda self: self.params["unembed.W_U"])
     b_U = property(lambda self: self.params["unembed.b_U"])
 
@@ -571,14 +891,30 @@ class Lens:
     # ------------------------------------------------------------------ forward
     def _ln(self, prefix: str, x: Any) -> Any:
         """LayerNorm with TransformerLens's hooks: ``hook_scale`` = sqrt(var + eps) of the
-        centred input; in the compatibility mode its scale and bias are folded away."""
+        centred input; in the compatibility mode its scale and bias are folded away. RMSNorm
+        (``normalization_type`` RMS): the input is not centred, ``hook_scale`` = sqrt(mean
+        x² + eps), only a scale (folded in the compatibility mode)."""
         x = self._fire(f"{prefix}.hook_in", x)
-        x = x - x.mean(-1, keepdim=True)
+        rms = self.cfg.normalization_type == "RMS"
+        if not rms:
+            x = x - x.mean(-1, keepdim=True)
         scale = self._fire(f"{prefix}.hook_scale", (x.pow(2).mean(-1, keepdim=True) + self.cfg.eps).sqrt())
         x = self._fire(f"{prefix}.hook_normalized", x / scale)
-        if not self.compatibility_mode:
-            x = x * self.params[f"{prefix}.w"] + self.params[f"{prefix}.b"]
+        if not self.compatibility_mode or prefix == "embed_ln":
+            x = x * self.params[f"{prefix}.w"] if rms else x * self.params[f"{prefix}.w"] + self.params[f"{prefix}.b"]
         return self._fire(f"{prefix}.hook_out", x)
+
+    def _rotate(self, x: Any) -> Any:
+        """Rotary embedding of ``x [B, T, heads, d_head]`` on its first ``rotary_dim``
+        dimensions (GPT-NeoX's and Llama's ``rotate_half`` convention), the rest unchanged."""
+        import torch
+
+        cos, sin = self._rope_layer
+        r = cos.shape[-1]
+        c, s = cos[:, :, None], sin[:, :, None]
+        xr = x[..., :r]
+        rot = xr * c + torch.cat((-xr[..., r // 2:], xr[..., : r // 2]), -1) * s
+        return rot if r == x.shape[-1] else torch.cat((rot, x[..., r:]), -1)
 
     def _attention(self, i: int, x: Any) -> Any:
         import torch
@@ -586,13 +922,18 @@ class Lens:
         c = self.cfg
         B, T, _ = x.shape
         H, dh = c.n_heads, c.d_head
+        nq, nk, _nv = self._qkv_cols
+        Hkv = nk // dh
         pre = f"blocks.{i}.attn."
         qkv = torch.addmm(self.params[pre + "b_QKV"], x.reshape(B * T, -1), self.params[pre + "W_QKV"])
-        qkv = qkv.view(B, T, 3, H, dh)
-        q = self._fire(pre + "hook_q", qkv[:, :, 0])
-        k = self._fire(pre + "hook_k", qkv[:, :, 1])
-        v = self._fire(pre + "hook_v", qkv[:, :, 2])
-        qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, T, dh]
+        q = self._fire(pre + "hook_q", qkv[:, :nq].view(B, T, H, dh))
+        k = self._fire(pre + "hook_k", qkv[:, nq:nq + nk].view(B, T, Hkv, dh))
+        v = self._fire(pre + "hook_v", qkv[:, nq + nk:].view(B, T, Hkv, dh))
+        if c.rotary_dim:  # hook_q/hook_k are before the rotation, as the bridge records them
+            self._rope_layer = (self._fire(pre + "hook_cos", self._rope[0]), self._fire(pre + "hook_sin", self._rope[1]))
+            q, k = self._rotate(q), self._rotate(k)
+        qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))  # [B, heads, T, dh]
+        alibi = self._alibi  # [H, 1, T]: m_h · key position (BLOOM's), or None
         window = c.windows[i] if c.windows else 0
         hidden = None  # [T, T] True where a query may not see a key (beyond causal: local layers, trees)
         if self._tree is not None:
@@ -600,27 +941,43 @@ class Lens:
             hidden = ~visible
             if window:
                 hidden = hidden | ((positions[:, None] - positions[None, :]) >= window)
-        elif window:
+        elif window and window < T:
             hidden = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
             hidden |= torch.ones(T, T, dtype=torch.bool, device=x.device).tril(-window)
+        explicit = self._hooked(pre + "hook_attn_scores") or self._hooked(pre + "hook_pattern")
+        if explicit and Hkv != H:  # grouped key/value heads, repeated for each query head
+            kh, vh = kh.repeat_interleave(H // Hkv, dim=1), vh.repeat_interleave(H // Hkv, dim=1)
         if hidden is None and not self._hooked(pre + "hook_attn_scores") and self._hooked(pre + "hook_pattern") \
                 and T > 2 * QUERY_BLOCK:
-            z = self._causal_pattern_blocks(pre, qh, kh, vh)
-        elif self._hooked(pre + "hook_attn_scores") or self._hooked(pre + "hook_pattern"):
+            z = self._causal_pattern_blocks(pre, qh, kh, vh, alibi)
+        elif explicit:
             # the scale applied to q ([.., T, d_head]), not to the [.., T, T] scores; masked in place
             scores = torch.matmul(qh * (1.0 / c.attn_scale), kh.transpose(-2, -1))
+            if alibi is not None:
+                scores = scores + alibi
             if hidden is None:
                 hidden = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
             fill = -torch.inf if self.compatibility_mode else torch.finfo(scores.dtype).min
             scores = self._fire(pre + "hook_attn_scores", scores.masked_fill_(hidden, fill))
             pattern = self._fire(pre + "hook_pattern", torch.softmax(scores, dim=-1))
             z = torch.matmul(pattern.to(vh.dtype), vh)
-        elif hidden is not None:
-            z = torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, attn_mask=~hidden,
-                                                                 scale=1.0 / c.attn_scale)
         else:
-            z = torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, is_causal=True,
-                                                                 scale=1.0 / c.attn_scale)
+            gqa = {"enable_gqa": True} if Hkv != H else {}
+            if alibi is not None:
+                mask = self._alibi_mask  # the same for every layer of the pass (BLOOM has no windows)
+                if mask is None or window:
+                    seen = ~hidden if hidden is not None else torch.ones(T, T, dtype=torch.bool,
+                                                                         device=x.device).tril()
+                    mask = alibi.masked_fill(~seen, -torch.inf)  # [H, T, T]
+                    self._alibi_mask = None if window else mask
+                z = torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask,
+                                                                     scale=1.0 / c.attn_scale, **gqa)
+            elif hidden is not None:
+                z = torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, attn_mask=~hidden,
+                                                                     scale=1.0 / c.attn_scale, **gqa)
+            else:
+                z = torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, is_causal=True,
+                                                                     scale=1.0 / c.attn_scale, **gqa)
         z = self._fire(pre + "hook_z", z.transpose(1, 2))  # [B, T, H, dh]
         W_O, b_O = self.params[pre + "W_O"], self.params[pre + "b_O"]
         if self._hooked(pre + "hook_result"):
@@ -629,14 +986,14 @@ class Lens:
             return result.sum(2) + b_O
         return torch.addmm(b_O, z.reshape(B * T, H * dh), W_O).view(B, T, -1)
 
-    def _causal_pattern_blocks(self, pre: str, qh: Any, kh: Any, vh: Any) -> Any:
+    def _causal_pattern_blocks(self, pre: str, qh: Any, kh: Any, vh: Any, alibi: Any = None) -> Any:
         """Causal attention with ``hook_pattern`` hooked (and not the scores): the pattern
         ``[B, H, T, T]`` is made a block of :data:`QUERY_BLOCK` queries at a time, each
         against the keys it can see only (its scores, softmax and ``pattern @ v`` skip the
         future triangle: ~55 % of the work of the whole square at T = 1024); the future
         triangle stays exactly 0. The hooks see the whole pattern; if one replaces it (or
         writes above the diagonal), ``z`` is the whole ``pattern @ v``. Equal to the square
-        computation to float32 rounding."""
+        computation to float32 rounding. ``alibi [H, 1, T]``: a bias added to the scores."""
         import torch
 
         B, H, T, _ = qh.shape
@@ -646,6 +1003,8 @@ class Lens:
         for a in range(0, T, QUERY_BLOCK):
             e = min(a + QUERY_BLOCK, T)
             s = torch.matmul(q[:, :, a:e], kh[:, :, :e].transpose(-2, -1))  # [B, H, e-a, e]
+            if alibi is not None:
+                s += alibi[..., :e]
             s[..., a:].masked_fill_(torch.ones(e - a, e - a, dtype=torch.bool, device=qh.device).triu(1), fill)
             pattern[:, :, a:e, :e] = torch.softmax(s, dim=-1)
         hooked = self._fire(pre + "hook_pattern", pattern)
@@ -660,9 +1019,16 @@ class Lens:
 
         B, T, _ = x.shape
         pre = f"blocks.{i}.mlp."
-        h = torch.addmm(self.params[pre + "b_in"], x.reshape(B * T, -1), self.params[pre + "W_in"]).view(B, T, -1)
-        h = self._fire(pre + "hook_pre", h)
-        h = self._fire(pre + "hook_post", self._act(h))
+        if self.cfg.gated_mlp:  # SwiGLU: hook_pre is the gate's input to the activation, hook_pre_linear W_in's
+            M = self.cfg.d_mlp
+            gi = torch.addmm(self.params[pre + "b_gate_in"], x.reshape(B * T, -1), self.params[pre + "W_gate_in"])
+            gate = self._fire(pre + "hook_pre", gi[:, :M].view(B, T, M))
+            lin = self._fire(pre + "hook_pre_linear", gi[:, M:].view(B, T, M))
+            h = self._fire(pre + "hook_post", self._act(gate) * lin)
+        else:
+            h = torch.addmm(self.params[pre + "b_in"], x.reshape(B * T, -1), self.params[pre + "W_in"]).view(B, T, -1)
+            h = self._fire(pre + "hook_pre", h)
+            h = self._fire(pre + "hook_post", self._act(h))
         return torch.addmm(self.params[pre + "b_out"], h.reshape(B * T, -1), self.params[pre + "W_out"]).view(B, T, -1)
 
     def last_hooked_layer(self) -> int:
@@ -726,32 +1092,64 @@ class Lens:
         finally:
             self._tree = None
 
+    def _position_terms(self, T: int, device: Any) -> None:
+        """This pass's rotary ``cos, sin`` ``[1, T, rotary_dim]`` (float32, as Hugging Face
+        computes them: ``inv_freq = base^(-2j/r)``, angles ``position · inv_freq``, each
+        frequency twice) or ALiBi's bias ``m_h · key position`` ``[H, 1, T]`` (BLOOM's
+        ``build_alibi_tensor``); token trees use their positions."""
+        import torch
+
+        c = self.cfg
+        pos = self._tree[0] if self._tree is not None else torch.arange(T, device=device)
+        self._rope, self._alibi, self._alibi_mask = None, None, None
+        if c.rotary_dim:
+            r = c.rotary_dim
+            inv = 1.0 / (c.rotary_base ** (torch.arange(0, r, 2, dtype=torch.int64, device=device).float() / r))
+            ang = pos.float()[:, None] * inv[None, :]
+            emb = torch.cat((ang, ang), -1)[None]
+            self._rope = (emb.cos().to(c.dtype), emb.sin().to(c.dtype))
+        if c.positional_embedding_type == "alibi":
+            self._alibi = (self._slopes[:, None] * pos.float()[None, :])[:, None, :].to(c.dtype)
+
     def _forward(self, x: Any, return_type: str | None, stop_at_layer: int | None) -> Any:
         import torch
 
+        c = self.cfg
         B, T = x.shape
         tree = self._tree
-        last = self.cfg.n_layers if return_type == "logits" else self.last_hooked_layer()
+        last = c.n_layers if return_type == "logits" else self.last_hooked_layer()
         if stop_at_layer is not None:  # the residual is returned: every block below it runs
-            last = min(self.cfg.n_layers, int(stop_at_layer)) - 1
-        embed = self._fire("hook_embed", self.params["embed.W_E"][x])
-        W_pos = self.params["pos_embed.W_pos"]
-        pos = self._fire("hook_pos_embed", (W_pos[:T] if tree is None else W_pos[tree[0]]).expand(B, T, -1))
-        resid = embed + pos
-        for i in range(min(last + 1, self.cfg.n_layers)):
-            resid = self._fire(f"blocks.{i}.hook_resid_pre", resid)
-            attn_out = self._attention(i, self._ln(f"blocks.{i}.ln1", resid))
-            if self.cfg.attn_only:
-                resid = resid + attn_out
+            last = min(c.n_layers, int(stop_at_layer)) - 1
+        self._position_terms(T, x.device)
+        if c.embed_ln:  # BLOOM: hook_embed is the normalised embedding (the bridge's)
+            resid = self._fire("hook_embed", self._ln("embed_ln", self.params["embed.W_E"][x]))
+        else:
+            resid = self._fire("hook_embed", self.params["embed.W_E"][x])
+        if c.positional_embedding_type == "standard":
+            W_pos = self.params["pos_embed.W_pos"]
+            pos = self._fire("hook_pos_embed", (W_pos[:T] if tree is None else W_pos[tree[0]]).expand(B, T, -1))
+            resid = resid + pos
+        for i in range(min(last + 1, c.n_layers)):
+            b = f"blocks.{i}."
+            resid = self._fire(b + "hook_resid_pre", resid)
+            if c.attn_only:
+                resid = resid + self._attention(i, self._ln(b + "ln1", resid))
+            elif c.post_ln:  # OPT without do_layer_norm_before: each norm after its residual addition
+                resid = self._fire(b + "hook_resid_mid", self._ln(b + "ln1", resid + self._attention(i, resid)))
+                resid = self._ln(b + "ln2", resid + self._mlp(i, resid))
+            elif c.parallel_attn_mlp:  # GPT-NeoX: attention and MLP read the same residual
+                attn_out = self._attention(i, self._ln(b + "ln1", resid))
+                resid = resid + attn_out + self._mlp(i, self._ln(b + "ln2", resid))
             else:
-                resid = self._fire(f"blocks.{i}.hook_resid_mid", resid + attn_out)
-                resid = resid + self._mlp(i, self._ln(f"blocks.{i}.ln2", resid))
-            resid = self._fire(f"blocks.{i}.hook_resid_post", resid)
+                resid = self._fire(b + "hook_resid_mid", resid + self._attention(i, self._ln(b + "ln1", resid)))
+                resid = resid + self._mlp(i, self._ln(b + "ln2", resid))
+            resid = self._fire(b + "hook_resid_post", resid)
+        self._alibi_mask = None
         if stop_at_layer is not None:
             return resid
-        if last < self.cfg.n_layers:
+        if last < c.n_layers:
             return None
-        normed = self._ln("ln_final", resid)
+        normed = self._ln("ln_final", resid) if c.final_ln else resid
         if return_type is None:
             return None
         return torch.matmul(normed, self.params["unembed.W_U"]) + self.params["unembed.b_U"]
@@ -760,9 +1158,9 @@ class Lens:
 # --------------------------------------------------------------------------- constructors
 def from_hf(model: Any, tokenizer: Any = None, processing: str = "compatibility", device: str = "cpu",
             dtype: str = "float32") -> Lens:
-    """The engine for a Hugging Face ``GPT2LMHeadModel`` or ``GPTNeoForCausalLM`` in memory
-    (its weights are read, never written)."""
-    why = unsupported(model=model)
+    """The engine for a Hugging Face model of :data:`ARCHITECTURES` in memory (its weights
+    are read, never written)."""
+    why = unsupported(model=model) or unsupported_hf(model.config.to_dict(), processing)
     if why:
         raise PosmechError(f"the posmech engine does not run this model: {why}; use `engine: bridge`")
     state = {k.removeprefix("transformer."): v for k, v in model.state_dict().items()}
@@ -775,10 +1173,10 @@ def from_hf(model: Any, tokenizer: Any = None, processing: str = "compatibility"
 
 def from_hf_dir(hf_dir: str | os.PathLike[str], tokenizer: Any = None, processing: str = "compatibility",
                 device: str = "cpu", dtype: str = "float32") -> Lens:
-    """The engine for a Hugging Face GPT-2 / GPT-Neo directory (safetensors), read tensor by
-    tensor: no Hugging Face model is built."""
+    """The engine for a Hugging Face directory (safetensors) of a model type in
+    :data:`MODEL_TYPES`, read tensor by tensor: no Hugging Face model is built."""
     get, config = hf_dir_reader(hf_dir)
-    why = unsupported_hf(config)
+    why = unsupported_hf(config, processing)
     if why:
         raise PosmechError(f"the posmech engine does not run {str(hf_dir)!r}: {why}; use `engine: bridge`")
     sd, cfg = hf_state(get, config)

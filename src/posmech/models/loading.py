@@ -677,8 +677,9 @@ def load_model(
 ) -> Any:
     """The model an analysis runs, with TransformerLens's interface (hooks, ``cfg``, processed
     weights): ``engine='posmech'`` is :class:`posmech.models.lens.Lens`, the forward at the
-    cost of a bare Hugging Face pass (GPT-2 and legacy TransformerLens checkpoints with
-    learned positions and LayerNorm); ``'bridge'`` is :func:`load_bridge` (any architecture
+    cost of a bare Hugging Face pass (GPT-2, GPT-Neo, OPT, GPT-NeoX/Pythia, Llama, Mistral,
+    Qwen2, BLOOM and legacy TransformerLens checkpoints; ``lens.unsupported_hf`` says what
+    it refuses); ``'bridge'`` is :func:`load_bridge` (any architecture
     TransformerLens supports, ~2x slower per pass in the compatibility mode); ``'auto'``
     is ``posmech`` where it runs the model, else ``bridge``.  Both give the same hook values
     to float32 rounding (``tests/models/test_lens.py``)."""
@@ -707,7 +708,7 @@ def load_model(
                 return lens.from_tl_state(sd, cj, tok, processing, dev, dtype, copy=False)
         else:
             check_hf_dir(m["hf_dir"], f"model {m.get('name')!r}")
-            why = lens.unsupported_hf(json.loads((Path(m["hf_dir"]) / "config.json").read_text()))
+            why = lens.unsupported_hf(json.loads((Path(m["hf_dir"]) / "config.json").read_text()), processing)
             if why is None:
                 tok = _deferred_tokenizer(m["hf_dir"])
                 log.info("forward engine: posmech (%s, %s)", m["hf_dir"], processing)
