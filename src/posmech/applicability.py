@@ -57,14 +57,15 @@ REQUIREMENTS: dict[str, Requirement] = {
     # bias added for ALiBi heads (score_anatomy.ScoreFunction, tested against Hugging Face's
     # own scores on tiny Llama, GPT-NeoX and BLOOM models), checked against the bridge's
     # hook_attn_scores (up to a per-row constant for ALiBi): the layouts whose hook is the
-    # pre-softmax score;
-    # on OPT that hook is not the pre-softmax score (softmax of q·k/sqrt(d_head) with the
-    # causal mask equals Hugging Face's OPT pattern to 2e-7; hook_attn_scores does not: tiny
-    # random OPT, issue 28), so the check refuses it
+    # pre-softmax score. OPT: the bridge's hook_attn_scores is not its pre-softmax score (it
+    # records the pattern there), the posmech engine's is (q·k/sqrt(d_head), masked: equal to
+    # Hugging Face's OPT scores, tests/analyses/test_raw_scores_positions.py), and
+    # load_model's `auto` runs OPT on the engine (not a post-LayerNorm OPT in the
+    # compatibility mode: that one runs on the bridge, whose scores the check refuses at run time)
     "raw_scores_layout": Requirement("raw scores of {model_type} attention not yet supported (the bridge's "
                                      "hook_attn_scores, which they are checked against, is not its pre-softmax score)",
                                      model_types=("gpt2", "gpt_neo", "transformer_lens", "gpt_neox", "llama",
-                                                  "mistral", "qwen2", "bloom")),
+                                                  "mistral", "qwen2", "bloom", "opt")),
     # the layer-0 decomposition reads the layer-0 weights of these layouts only
     "layer0_weights": Requirement(
         "the layer-0 decomposition reads layer-0 weights in the GPT-2, GPT-Neo or TransformerLens layout, "

@@ -57,7 +57,7 @@ def _save(model: torch.nn.Module, d: Path, seed: int) -> Path:
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory) -> dict[str, Path]:
     from transformers import (BloomConfig, BloomForCausalLM, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig,
-                              LlamaForCausalLM)
+                              LlamaForCausalLM, OPTConfig, OPTForCausalLM)
 
     root = tmp_path_factory.mktemp("positions")
     return {
@@ -70,6 +70,9 @@ def model_dirs(tmp_path_factory) -> dict[str, Path]:
             eos_token_id=0)), root / "neox", 1),
         "bloom": _save(BloomForCausalLM(BloomConfig(
             vocab_size=V, hidden_size=48, n_layer=2, n_head=6, bos_token_id=0, eos_token_id=0)), root / "bloom", 2),
+        "opt": _save(OPTForCausalLM(OPTConfig(
+            vocab_size=V, hidden_size=32, ffn_dim=48, num_hidden_layers=2, num_attention_heads=4,
+            max_position_embeddings=64, word_embed_proj_dim=32, bos_token_id=0, eos_token_id=0)), root / "opt", 3),
     }
 
 
@@ -101,7 +104,8 @@ def _hf_pre_mask_scores(which: str, d: Path, tokens: np.ndarray, layer: int,
         scores = torch.einsum("bqhd,bkhd->bhqk", q, k)[0] * attn.inv_norm_factor + attn.beta * alibi
         return scores, out.attentions[layer][0]
     module = {"llama": "transformers.models.llama.modeling_llama",
-              "neox": "transformers.models.gpt_neox.modeling_gpt_neox"}[which]
+              "neox": "transformers.models.gpt_neox.modeling_gpt_neox",
+              "opt": "transformers.models.opt.modeling_opt"}[which]  # OPT: q arrives scaled, scaling 1
     import importlib
 
     mod = importlib.import_module(module)
@@ -259,3 +263,41 @@ def test_gpt_neo_scores_are_unscaled_on_both_engines(tmp_path):
         e = np.exp(np.where(np.isnan(s), -np.inf, s) - np.nanmax(s, axis=-1, keepdims=True))
         assert np.abs(e / e.sum(-1, keepdims=True) - fwd.patterns).max() <= 1e-5
         assert np.nanmax(np.abs(s)) > 3.0  # a scale of sqrt(8) would change these patterns
+
+
+@pytest.mark.parametrize("processing", ["compatibility", "raw"])
+def test_opt_raw_scores_on_the_engine_equal_hugging_faces(processing, model_dirs, monkeypatch):
+    """OPT (learned positions from row 2) runs on the posmech engine, whose hook_attn_scores
+    is OPT's pre-softmax score (the bridge records the pattern there): the raw scores
+    ``q·k/sqrt(d_head)`` equal Hugging Face's own (its q arrives scaled) over the whole
+    matrix, their causal softmax is its attention, and P13's windows are the same scores."""
+    from posmech.models.lens import Lens
+    from posmech.models.loading import load_model
+
+    d = model_dirs["opt"]
+    tokens = np.random.default_rng(7).integers(1, V, N)
+    layer = 1
+    hf_scores, hf_attn = _hf_pre_mask_scores("opt", d, tokens, layer, monkeypatch)
+    model = load_model({"hf_dir": str(d), "name": "opt"}, device="cpu", processing=processing)
+    assert isinstance(model, Lens)
+    fn = sa.score_function(model.cfg)
+    assert fn.scheme == "learned" and fn.scale == pytest.approx(math.sqrt(model.cfg.d_head))
+    H = int(model.cfg.n_heads)
+    panels = sa.head_scores(model, tokens, [f"L{layer}H{h}" for h in range(H)])
+    raw = torch.as_tensor(np.stack([p.raw for p in panels])).double()
+    ref = hf_scores.double()
+    big = float(ref.abs().max())
+    assert big > 1.0
+    assert float((raw - ref).abs().max()) <= TOL * big
+    pattern = torch.as_tensor(np.stack([p.pattern for p in panels])).double()
+    assert float((pattern - hf_attn.double()).abs().max()) <= 1e-5
+    for p in panels:
+        assert p.masked_vs_hook() <= TOL * big
+    W = 3
+    prof = sa.score_profiles(model, [tokens], W, progress=False)
+    win = raw[:, prof.queries[:, None], prof.queries[:, None] + sa.offsets(W)[None, :]]
+    assert float((torch.as_tensor(prof.windows[layer]).double() - win).abs().max()) <= TOL * big
+    # the bridge's OPT hook_attn_scores is not the pre-softmax score: the check refuses it
+    bridge = load_bridge({"hf_dir": str(d), "name": "opt"}, device="cpu", processing=processing)
+    with pytest.raises(PosmechError, match="differ from hook_attn_scores"):
+        sa.head_scores(bridge, tokens, ["L1H0"])

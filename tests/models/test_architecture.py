@@ -135,7 +135,7 @@ def test_applicability_by_scheme(dirs):
     assert not_applicable(arch["bloom"])["posembed_averaging"] == "no learned W_pos: ALiBi positions"
     opt = not_applicable(arch["opt"])
     assert "positional_kernels" not in opt and "extended_positional_embeddings" not in opt
-    assert opt["attention_statistics"].startswith("raw scores of opt attention not yet supported")
+    assert "attention_statistics" not in opt and "score_anatomy" not in opt  # the engine's scores are OPT's
     assert "opt's" in opt["layer0_decomposition"]
     assert not_applicable(arch["gpt_neo"]) == {}  # C1-C3 read GPT-Neo's layer 0 too
     gpt2 = train_architecture({"architecture": "gpt2"})
