@@ -1,47 +1,139 @@
-"""Benchmark: one forward pass, engine by engine — CPU seconds of a 1x1024 pass on the
-GPT-2-small-shaped stand-in that bench/study.py builds (run it first), 2 threads, median of 3
-interleaved rounds: Hugging Face with and without the LM head, the TransformerBridge in
-compatibility mode, the posmech engine (posmech.models.lens) with and without hooked patterns
-and with an early stop, and the activation cache's capture.
+"""Benchmark: one forward pass, engine by engine — CPU seconds (time.process_time) of a 1x1024
+pass, 2 threads, median of 3 interleaved rounds.
+
+Without ``--arch``: on the GPT-2-small-shaped stand-in that bench/study.py builds (run it
+first) or the model directory given: Hugging Face with and without the LM head, the
+TransformerBridge in compatibility mode, the posmech engine (posmech.models.lens) with and
+without hooked patterns and with an early stop, and the activation cache's capture.
+
+With ``--arch A [A ...]`` (gpt2, gpt_neo, opt, gpt_neox, llama, bloom, or ``all``): for each
+family a GPT-2-small-sized random model (12 layers, d_model 768, 12 heads, MLP 3072, vocabulary
+50257, context 1024; Llama with 4 key/value heads, grouped-query attention) built from its
+``transformers`` config and saved under /tmp/posmech-bench/<arch> (no Hub), in the raw
+processing mode: the bare Hugging Face forward with logits (its default attention), the
+engine with logits, the engine with every layer's pattern hooked (no logits), and each
+engine figure's ratio to the Hugging Face forward.
 
     export PYTHONPATH=$PWD/src; .venv/bin/python bench/engine.py [/tmp/posmech-study/gpt2-random]
+    export PYTHONPATH=$PWD/src; .venv/bin/python bench/engine.py --arch all
 """
+import argparse
 import os
-import sys
+import shutil
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
 torch.set_num_threads(2)
-from transformers import AutoModelForCausalLM
-from posmech.models.loading import load_model, load_bridge
-from posmech.cache import load_capture
-D = sys.argv[1] if len(sys.argv) > 1 else "/tmp/posmech-study/gpt2-random"
-man = {"hf_dir": D, "name": "x"}
-hf = AutoModelForCausalLM.from_pretrained(D).eval()
-lens = load_model(man, "cpu", "float32", "compatibility", "posmech")
-br = load_bridge(man, "cpu", "float32", "compatibility")
-cap = load_capture(man, "cpu", "float32", "compatibility")
-x = torch.as_tensor(np.random.default_rng(0).integers(0, 50000, size=(1, 1024)))
-pat = lambda L: [(f"blocks.{l}.attn.hook_pattern", lambda t, hook: None) for l in range(L)]
-runs = {
-  "HF forward with logits (the issue's floor)": lambda: hf(x, use_cache=False),
-  "HF body, no LM head (bench/study.py's floor)": lambda: hf.transformer(x, use_cache=False),
-  "bridge (compatibility), logits": lambda: br(x),
-  "bridge, every layer's pattern hooked, no logits": lambda: br.run_with_hooks(x, fwd_hooks=pat(12), return_type=None),
-  "engine, logits": lambda: lens(x),
-  "engine, every layer's pattern hooked, no logits": lambda: lens.run_with_hooks(x, fwd_hooks=pat(12), return_type=None),
-  "engine, layers 0-3 hooked (P5-style), no logits": lambda: lens.run_with_hooks(x, fwd_hooks=pat(4), return_type=None),
-  "cache capture (posmech engine, resid_pre + ln1_out)": lambda: cap(x.numpy(), ("resid_pre", "ln1_out")),
-}
-res = {k: [] for k in runs}
-with torch.inference_mode():
-    for f in runs.values(): f()
-    for r in range(3):
-        for k, f in runs.items():
-            t = time.process_time(); f(); res[k].append(time.process_time() - t)
-print(f"load average {os.getloadavg()[0]:.2f}")
-base = np.median(res["HF forward with logits (the issue's floor)"])
-for k, v in res.items():
-    print(f"| {k} | {np.median(v):.2f} | {np.median(v) / base:.2f} |")
+from transformers import AutoModelForCausalLM  # noqa: E402
+
+from posmech.cache import load_capture  # noqa: E402
+from posmech.models.lens import from_hf_dir  # noqa: E402
+from posmech.models.loading import load_bridge, load_model  # noqa: E402
+
+ARCHS = ("gpt2", "gpt_neo", "opt", "gpt_neox", "llama", "bloom")
+L, D, H, M, V, CTX = 12, 768, 12, 3072, 50257, 1024
+
+
+def build(arch: str, d: Path) -> Path:
+    """A GPT-2-small-sized random model of family ``arch`` saved in ``d`` (tokenizer-free)."""
+    import transformers as tf
+
+    common = {"vocab_size": V, "bos_token_id": 0, "eos_token_id": 0}
+    cfg = {
+        "gpt2": lambda: tf.GPT2Config(n_embd=D, n_layer=L, n_head=H, n_positions=CTX, **common),
+        "gpt_neo": lambda: tf.GPTNeoConfig(hidden_size=D, num_layers=L, num_heads=H, max_position_embeddings=CTX,
+                                           attention_types=[[["global", "local"], L // 2]], window_size=256, **common),
+        "opt": lambda: tf.OPTConfig(hidden_size=D, num_hidden_layers=L, num_attention_heads=H, ffn_dim=M,
+                                    max_position_embeddings=CTX, word_embed_proj_dim=D, **common),
+        "gpt_neox": lambda: tf.GPTNeoXConfig(hidden_size=D, num_hidden_layers=L, num_attention_heads=H,
+                                             intermediate_size=M, max_position_embeddings=CTX, rotary_pct=0.25,
+                                             **common),
+        "llama": lambda: tf.LlamaConfig(hidden_size=D, num_hidden_layers=L, num_attention_heads=H,
+                                        num_key_value_heads=4, intermediate_size=M, max_position_embeddings=CTX,
+                                        **common),
+        "bloom": lambda: tf.BloomConfig(hidden_size=D, n_layer=L, n_head=H, seq_length=CTX, **common),
+    }[arch]()
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg)
+    model.save_pretrained(d, safe_serialization=True)
+    return d
+
+
+def measure(runs: dict, rounds: int = 3) -> dict:
+    res = {k: [] for k in runs}
+    with torch.inference_mode():
+        for f in runs.values():
+            f()
+        for _ in range(rounds):
+            for k, f in runs.items():
+                t = time.process_time()
+                f()
+                res[k].append(time.process_time() - t)
+    return {k: float(np.median(v)) for k, v in res.items()}
+
+
+pat = lambda n: [(f"blocks.{i}.attn.hook_pattern", lambda t, hook: None) for i in range(n)]  # noqa: E731
+
+
+def per_arch(archs: list[str]) -> None:
+    x = torch.as_tensor(np.random.default_rng(0).integers(0, V, size=(1, CTX)))
+    print(f"load average at start {os.getloadavg()[0]:.2f}")
+    print("| family | HF forward, logits (s) | engine, logits (s) | ratio | engine, every pattern hooked (s) | ratio |")
+    print("|---|---|---|---|---|---|")
+    for arch in archs:
+        d = Path("/tmp/posmech-bench") / arch
+        if not (d / "config.json").exists():
+            build(arch, d)
+        man = {"hf_dir": str(d), "name": arch}
+        hf = AutoModelForCausalLM.from_pretrained(d).eval()
+        lens = from_hf_dir(d, None, "raw")  # what load_model runs for the directory (no tokenizer needed)
+        t = measure({"hf": lambda: hf(x, use_cache=False), "engine": lambda: lens(x),
+                     "hooked": lambda: lens.run_with_hooks(x, fwd_hooks=pat(L), return_type=None)})
+        print(f"| {arch} | {t['hf']:.2f} | {t['engine']:.2f} | {t['engine'] / t['hf']:.2f} | {t['hooked']:.2f} | "
+              f"{t['hooked'] / t['hf']:.2f} |", flush=True)
+        del hf, lens
+    print(f"load average at end {os.getloadavg()[0]:.2f}")
+
+
+def single(D_: str) -> None:
+    man = {"hf_dir": D_, "name": "x"}
+    hf = AutoModelForCausalLM.from_pretrained(D_).eval()
+    lens = load_model(man, "cpu", "float32", "compatibility", "posmech")
+    br = load_bridge(man, "cpu", "float32", "compatibility")
+    cap = load_capture(man, "cpu", "float32", "compatibility")
+    x = torch.as_tensor(np.random.default_rng(0).integers(0, 50000, size=(1, 1024)))
+    runs = {
+      "HF forward with logits (the issue's floor)": lambda: hf(x, use_cache=False),
+      "HF body, no LM head (bench/study.py's floor)": lambda: hf.transformer(x, use_cache=False),
+      "bridge (compatibility), logits": lambda: br(x),
+      "bridge, every layer's pattern hooked, no logits": lambda: br.run_with_hooks(x, fwd_hooks=pat(12),
+                                                                                    return_type=None),
+      "engine, logits": lambda: lens(x),
+      "engine, every layer's pattern hooked, no logits": lambda: lens.run_with_hooks(x, fwd_hooks=pat(12),
+                                                                                      return_type=None),
+      "engine, layers 0-3 hooked (P5-style), no logits": lambda: lens.run_with_hooks(x, fwd_hooks=pat(4),
+                                                                                      return_type=None),
+      "cache capture (posmech engine, resid_pre + ln1_out)": lambda: cap(x.numpy(), ("resid_pre", "ln1_out")),
+    }
+    res = measure(runs)
+    print(f"load average {os.getloadavg()[0]:.2f}")
+    base = res["HF forward with logits (the issue's floor)"]
+    for k, v in res.items():
+        print(f"| {k} | {v:.2f} | {v / base:.2f} |")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model_dir", nargs="?", default="/tmp/posmech-study/gpt2-random")
+    ap.add_argument("--arch", nargs="+", choices=(*ARCHS, "all"), help="per-family random models instead")
+    ap.add_argument("--keep", action="store_true", help="keep the per-family models in /tmp/posmech-bench")
+    a = ap.parse_args()
+    if a.arch:
+        per_arch(list(ARCHS) if "all" in a.arch else a.arch)
+        if not a.keep:
+            shutil.rmtree("/tmp/posmech-bench", ignore_errors=True)
+    else:
+        single(a.model_dir)
