@@ -7,7 +7,8 @@ tokenizer: an OPT (learned positions from row 2, ReLU, biases), an OPT with
 ``do_layer_norm_before: false`` (post-LayerNorm blocks), a GPT-NeoX (Pythia's layout:
 rotary on a quarter of each head, parallel residual), a Llama (full rotary with a rope
 theta of 500, grouped-query attention: 4 query heads, 2 key/value heads, SwiGLU, RMSNorm),
-a Qwen2 (the Llama layout with q/k/v biases) and a BLOOM (ALiBi with 6 heads, not a power
+a Mistral (one key/value head, a sliding window of 6 keys), a Qwen2 (the Llama layout
+with q/k/v biases) and a BLOOM (ALiBi with 6 heads, not a power
 of two; an embedding LayerNorm).
 
 For each, in both processing modes where the engine runs it: its logits equal Hugging
@@ -69,16 +70,20 @@ def _build(which: str, d: Path) -> Path:
         m = tf.LlamaForCausalLM(tf.LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                                num_key_value_heads=2, intermediate_size=48, max_position_embeddings=N,
                                                rope_theta=500.0, **COMMON))
+    elif which == "mistral":  # a sliding window of 6 keys on every layer
+        m = tf.MistralForCausalLM(tf.MistralConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                                   num_key_value_heads=1, intermediate_size=48,
+                                                   max_position_embeddings=N, sliding_window=6, **COMMON))
     elif which == "qwen2":
         m = tf.Qwen2ForCausalLM(tf.Qwen2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                                num_key_value_heads=2, intermediate_size=48, max_position_embeddings=N,
                                                **COMMON))
     else:
         m = tf.BloomForCausalLM(tf.BloomConfig(hidden_size=48, n_layer=2, n_head=6, **COMMON))
-    return _save(m, d, {"opt": 0, "opt_post_ln": 1, "neox": 2, "llama": 3, "qwen2": 4, "bloom": 5}[which])
+    return _save(m, d, {"opt": 0, "opt_post_ln": 1, "neox": 2, "llama": 3, "qwen2": 4, "bloom": 5, "mistral": 6}[which])
 
 
-ARCHS = ("opt", "opt_post_ln", "neox", "llama", "qwen2", "bloom")
+ARCHS = ("opt", "opt_post_ln", "neox", "llama", "mistral", "qwen2", "bloom")
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +159,7 @@ BRIDGE_WRONG = {
 
 
 @pytest.mark.parametrize("processing", ["raw", "compatibility"])
-@pytest.mark.parametrize("which", ["opt", "opt_post_ln", "neox", "llama", "qwen2", "bloom"])
+@pytest.mark.parametrize("which", ["opt", "opt_post_ln", "neox", "llama", "mistral", "qwen2", "bloom"])
 def test_every_hook_and_weight_equals_the_bridge(which, processing, dirs):
     if which == "opt_post_ln":
         pytest.skip("TransformerLens 4.3's bridge fails on a post-LayerNorm OPT (ValueError in OPT's attention); "
@@ -186,7 +191,7 @@ def test_every_hook_and_weight_equals_the_bridge(which, processing, dirs):
     assert compared >= len(names) - 2 * lens.cfg.n_layers
     # the scores are the model's pre-softmax scores: score_anatomy's raw scores, masked
     fn = sa.score_function(lens.cfg)
-    assert fn.scheme == {"bloom": "alibi", "neox": "rotary", "llama": "rotary", "qwen2": "rotary"}.get(which, "learned")
+    assert fn.scheme == {"bloom": "alibi", "opt": "learned", "opt_post_ln": "learned"}.get(which, "rotary")
     for i in range(lens.cfg.n_layers):
         a = f"blocks.{i}.attn."
         extra = {h: cl[a + h] for h in fn.extra_hooks}
@@ -303,3 +308,23 @@ def test_what_the_engine_refuses_goes_to_the_bridge(tmp_path):
     assert not isinstance(load_model(_man(tmp_path), "cpu", "float32", "raw"), lens_mod.Lens)
     with pytest.raises(PosmechError, match="rope_type 'linear'"):
         load_model(_man(tmp_path), "cpu", "float32", "raw", "posmech")
+
+
+@pytest.mark.parametrize("which", ["neox", "llama"])
+def test_the_engines_rotary_tables_are_the_models(which, dirs):
+    """``rotary_emb`` (what the positional kernels read) gives Hugging Face's own rotary
+    ``cos``/``sin`` for any positions (GPT-NeoX: its partial rotary dimensions)."""
+    from transformers import AutoModelForCausalLM
+
+    from posmech.analyses.kernels import rotary_tables
+
+    lens = load_model(_man(dirs[which]), "cpu", "float32", "raw", "posmech")
+    hf = AutoModelForCausalLM.from_pretrained(dirs[which])
+    emb = hf.gpt_neox.rotary_emb if which == "neox" else hf.model.rotary_emb
+    pos = torch.arange(50)[None]
+    with torch.inference_mode():
+        ref = emb(torch.zeros(1, 50, 1), pos)
+    cos, sin = rotary_tables(lens, 50)
+    assert cos.shape == (50, lens.cfg.rotary_dim)
+    assert np.abs(cos - ref[0][0].double().numpy()).max() < 1e-6
+    assert np.abs(sin - ref[1][0].double().numpy()).max() < 1e-6

@@ -1103,13 +1103,38 @@ class Lens:
         pos = self._tree[0] if self._tree is not None else torch.arange(T, device=device)
         self._rope, self._alibi, self._alibi_mask = None, None, None
         if c.rotary_dim:
-            r = c.rotary_dim
-            inv = 1.0 / (c.rotary_base ** (torch.arange(0, r, 2, dtype=torch.int64, device=device).float() / r))
-            ang = pos.float()[:, None] * inv[None, :]
-            emb = torch.cat((ang, ang), -1)[None]
-            self._rope = (emb.cos().to(c.dtype), emb.sin().to(c.dtype))
+            cos, sin = self._rotary_terms(pos)
+            self._rope = (cos[None], sin[None])
         if c.positional_embedding_type == "alibi":
             self._alibi = (self._slopes[:, None] * pos.float()[None, :])[:, None, :].to(c.dtype)
+
+    def _rotary_terms(self, pos: Any) -> tuple[Any, Any]:
+        """Rotary ``(cos, sin)`` ``[len(pos), rotary_dim]`` of integer positions ``pos``."""
+        import torch
+
+        c = self.cfg
+        r = c.rotary_dim
+        inv = 1.0 / (c.rotary_base ** (torch.arange(0, r, 2, dtype=torch.int64, device=pos.device).float() / r))
+        ang = pos.float()[:, None] * inv[None, :]
+        emb = torch.cat((ang, ang), -1)
+        return emb.cos().to(c.dtype), emb.sin().to(c.dtype)
+
+    @property
+    def rotary_emb(self) -> Callable[[Any, Any], tuple[Any, Any]] | None:
+        """For a rotary model, ``rotary_emb(x, position_ids [B, n])`` → ``(cos, sin)`` ``[B,
+        n, rotary_dim]`` (the call of Hugging Face's rotary embedding module, which the
+        bridge exposes under this name: ``posmech.analyses.kernels.rotary_tables``); None
+        without rotary."""
+        if not self.cfg.rotary_dim:
+            return None
+
+        def emb(x: Any, position_ids: Any) -> tuple[Any, Any]:
+            import torch
+
+            terms = [self._rotary_terms(row) for row in torch.as_tensor(position_ids)]
+            return torch.stack([t[0] for t in terms]), torch.stack([t[1] for t in terms])
+
+        return emb
 
     def _forward(self, x: Any, return_type: str | None, stop_at_layer: int | None) -> Any:
         import torch
