@@ -6,7 +6,7 @@ first) or the model directory given: Hugging Face with and without the LM head, 
 TransformerBridge in compatibility mode, the posmech engine (posmech.models.lens) with and
 without hooked patterns and with an early stop, and the activation cache's capture.
 
-With ``--arch A [A ...]`` (gpt2, gpt_neo, opt, gpt_neox, llama, bloom, or ``all``): for each
+With ``--arch A [A ...]`` (opt, gpt_neox, llama, bloom, gpt2, gpt_neo, or ``all``): for each
 family a GPT-2-small-sized random model (12 layers, d_model 768, 12 heads, MLP 3072, vocabulary
 50257, context 1024; Llama with 4 key/value heads, grouped-query attention) built from its
 ``transformers`` config and saved under /tmp/posmech-bench/<arch> (no Hub), in the raw
@@ -33,7 +33,7 @@ from posmech.cache import load_capture  # noqa: E402
 from posmech.models.lens import from_hf_dir  # noqa: E402
 from posmech.models.loading import load_bridge, load_model  # noqa: E402
 
-ARCHS = ("gpt2", "gpt_neo", "opt", "gpt_neox", "llama", "bloom")
+ARCHS = ("opt", "gpt_neox", "llama", "bloom", "gpt2", "gpt_neo")
 L, D, H, M, V, CTX = 12, 768, 12, 3072, 50257, 1024
 
 
@@ -62,10 +62,12 @@ def build(arch: str, d: Path) -> Path:
     return d
 
 
-def measure(runs: dict, rounds: int = 3) -> dict:
+def measure(runs: dict, rounds: int = 3, warm: dict | None = None) -> dict:
+    """Median CPU seconds of each run over ``rounds`` interleaved rounds, after one warm-up
+    call of each (``warm``: cheaper warm-up calls, e.g. on a short input)."""
     res = {k: [] for k in runs}
     with torch.inference_mode():
-        for f in runs.values():
+        for f in (warm or runs).values():
             f()
         for _ in range(rounds):
             for k, f in runs.items():
@@ -80,7 +82,7 @@ pat = lambda n: [(f"blocks.{i}.attn.hook_pattern", lambda t, hook: None) for i i
 
 def per_arch(archs: list[str]) -> None:
     x = torch.as_tensor(np.random.default_rng(0).integers(0, V, size=(1, CTX)))
-    print(f"load average at start {os.getloadavg()[0]:.2f}")
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average at start {os.getloadavg()[0]:.2f}")
     print("| family | HF forward, logits (s) | engine, logits (s) | ratio | engine, every pattern hooked (s) | ratio |")
     print("|---|---|---|---|---|---|")
     for arch in archs:
@@ -90,8 +92,9 @@ def per_arch(archs: list[str]) -> None:
         man = {"hf_dir": str(d), "name": arch}
         hf = AutoModelForCausalLM.from_pretrained(d).eval()
         lens = from_hf_dir(d, None, "raw")  # what load_model runs for the directory (no tokenizer needed)
-        t = measure({"hf": lambda: hf(x, use_cache=False), "engine": lambda: lens(x),
-                     "hooked": lambda: lens.run_with_hooks(x, fwd_hooks=pat(L), return_type=None)})
+        runs = lambda x: {"hf": lambda: hf(x, use_cache=False), "engine": lambda: lens(x),  # noqa: E731
+                          "hooked": lambda: lens.run_with_hooks(x, fwd_hooks=pat(L), return_type=None)}
+        t = measure(runs(x), warm=runs(x[:, :64]))  # warm-up on 64 tokens: the machine is shared
         print(f"| {arch} | {t['hf']:.2f} | {t['engine']:.2f} | {t['engine'] / t['hf']:.2f} | {t['hooked']:.2f} | "
               f"{t['hooked'] / t['hf']:.2f} |", flush=True)
         del hf, lens
