@@ -108,7 +108,10 @@ def test_n_ctx_beyond_a_local_models_context(prev_token_model_dir):
     msg = _err(cfg)
     assert "models.hb.n_ctx" in msg and "13" in msg and "context of 12" in msg
     cfg["models"]["hb"]["n_ctx"] = 12
-    cfg["kernels"]["models"] = ["demo"]  # hb's 12 positions are too few for ci.yaml's kernels
+    # hb's 12 positions are too few for ci.yaml's positions (kernels, contextual, interventions,
+    # attn_only: position_problems) and its tokenizer lacks the induction prompt's characters
+    for section in ("kernels", "contextual", "interventions", "attn_only", "neurons", "posembed_averaging"):
+        cfg[section]["models"] = ["demo"]
     preflight(cfg, SCHEMA, REPO)
 
 
@@ -140,7 +143,7 @@ def test_etc_positions_beyond_the_context():
     cfg = ci()  # demo n_ctx 32: positions 0..31
     cfg["kernels"]["etc_positions"] = [16, 32]
     msg = _err(cfg)
-    assert "kernels.etc_positions" in msg and "position 32" in msg
+    assert "kernels.etc_positions" in msg and "positions [32]" in msg and "context of 32 tokens" in msg
 
 
 def test_cuda_without_gpu_when_jobs_run_here(monkeypatch):
