@@ -1,6 +1,7 @@
 """Checks before any job runs (issue 13, cases 1, 4, 5, 16): every problem names its key."""
 
 import copy
+import re
 import json
 from pathlib import Path
 
@@ -274,3 +275,127 @@ def test_check_config_cli_runs_every_check_in_one_round(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "posmech", "check-config", str(REPO / "config/ci.yaml")],
                           capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
+
+
+# ---------------------------------------------------------------- issue 28: positions, lengths, tokens
+SECTIONS = ("kernels", "contextual", "neurons", "interventions", "attn_only", "posembed_averaging", "taxonomy",
+            "anatomy", "geometry", "posembed_attention", "cache", "tokenize")
+
+
+@pytest.fixture(scope="module")
+def wide_dir(tmp_path_factory):
+    """A random-init GPT-2 with a context of 96 (the character tokenizer of tests/tiny_archs.py)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from tests import tiny_archs
+
+    cfg = GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=96, **tiny_archs.COMMON)
+    return tiny_archs._save(GPT2LMHeadModel(cfg), tmp_path_factory.mktemp("wide") / "gpt2", seed=3)
+
+
+def with_wide(wide_dir, *sections):
+    """ci.yaml with a second model, `wide` (context 96), in ``sections`` only."""
+    cfg = ci()
+    cfg["models"]["wide"] = {"source": str(wide_dir), "n_ctx": None, "device": "cpu", "dtype": "float32",
+                             "processing": "compatibility", "prepend_bos": True, "revision": "main", "engine": "auto"}
+    for s in SECTIONS:
+        cfg[s]["models"] = ["demo", "wide"] if s in sections else ["demo"]
+    return cfg
+
+
+def test_kernels_positions_are_checked_per_model_with_values_that_fit(wide_dir):
+    cfg = with_wide(wide_dir, "kernels")
+    preflight(cfg, SCHEMA, REPO)  # ci.yaml's positions (<= 31) fit both contexts
+    cfg["kernels"].update(etc_positions=[16, 40, 90], etc_heatmap_position=90)
+    msg = _err(cfg)
+    assert ("config key `kernels.etc_positions`: model 'demo' has a context of 32 tokens (from "
+            "models.demo.train): positions [40, 90] are beyond it; set kernels.etc_positions to values <= 31, "
+            "e.g. [3, 6, 12, 19, 25, 31]") in msg
+    assert "kernels.etc_heatmap_position`: model 'demo'" in msg
+    assert "model 'wide'" not in msg  # 90 < 96: fits the wider model
+    cfg["kernels"].update(etc_positions=None, etc_heatmap_position=None, heatmap_max_position=None)
+    preflight(cfg, SCHEMA, REPO)  # null: scaled to each model's context
+
+
+def test_etc_heatmap_position_must_be_a_computed_position():
+    cfg = ci()
+    cfg["kernels"].update(heatmap_max_position=10, etc_positions=[16, 31], etc_heatmap_position=20)
+    msg = _err(cfg)
+    assert "config key `kernels.etc_heatmap_position`: 20 is not a computed query position of model 'demo'" in msg
+    cfg["kernels"]["etc_heatmap_position"] = 16
+    preflight(cfg, SCHEMA, REPO)
+
+
+def test_neurons_from_position_below_the_context():
+    cfg = ci()  # demo: context 32, destination positions 1..30
+    cfg["neurons"]["from_position"] = 30
+    msg = _err(cfg)
+    assert "config key `neurons.from_position`: model 'demo' has a context of 32 tokens" in msg
+    assert "set it to at most 29, e.g. 3" in msg
+    cfg["neurons"]["from_position"] = 29
+    preflight(cfg, SCHEMA, REPO)
+    cfg["neurons"]["from_position"] = None
+    preflight(cfg, SCHEMA, REPO)
+
+
+def test_interventions_min_tokens_within_the_context():
+    cfg = ci()
+    cfg["interventions"]["min_tokens"] = 33
+    msg = _err(cfg)
+    assert "config key `interventions.min_tokens`: model 'demo' has a context of 32 tokens" in msg and "none has 33" in msg
+    cfg["interventions"]["min_tokens"] = None  # min(64, 32)
+    preflight(cfg, SCHEMA, REPO)
+
+
+def test_attn_only_sequences_within_the_context():
+    cfg = ci()
+    cfg["attn_only"]["induction_score"]["half_length"] = 16  # [BOS] R R = 33 tokens
+    msg = _err(cfg)
+    assert "config key `attn_only.induction_score.half_length`: model 'demo' has a context of 32" in msg
+    assert "are 33 tokens" in msg
+    cfg["attn_only"]["induction_score"]["half_length"] = 15
+    preflight(cfg, SCHEMA, REPO)
+
+
+def test_contextual_positions_with_values_that_fit():
+    cfg = ci()
+    cfg["contextual"]["positions"] = [24, 31]
+    msg = _err(cfg)
+    assert "config key `contextual.positions` (model demo)" in msg and "[31]" in msg
+    assert "values that fit it: positions [12, 22, 30]" in msg
+    cfg["contextual"]["positions"] = None
+    preflight(cfg, SCHEMA, REPO)
+
+
+def test_destination_token_must_be_one_token_of_the_models_tokenizer(wide_dir):
+    cfg = with_wide(wide_dir, "contextual")
+    cfg["contextual"]["destination_token"] = " the"  # 4 characters: 4 tokens of a character tokenizer
+    msg = _err(cfg)
+    assert "config key `contextual.destination_token`: ' the' is 4 tokens" in msg and "(model 'wide')" in msg
+    assert "its nearest single tokens: " in msg and "<|endoftext|>" not in msg
+    cfg["contextual"]["destination_token"] = "t"
+    preflight(cfg, SCHEMA, REPO)
+
+
+def test_prompts_longer_than_the_context_are_named(wide_dir):
+    cfg = with_wide(wide_dir, "interventions", "posembed_averaging")
+    preflight(cfg, SCHEMA, REPO)  # ci.yaml's short prompts fit 96 characters
+    cfg["interventions"]["induction_intervention"]["prompt"] = "resources/prompts/induction_ninja.yaml"
+    cfg["posembed_averaging"]["prompts"] = "resources/prompts/repeat_string.yaml"
+    msg = _err(cfg)
+    assert re.search(r"`interventions.induction_intervention.prompt`: the prompt of .* is \d+ tokens for model "
+                     r"'wide' \(BOS included\) and its context is 96", msg), msg
+    assert re.search(r"`posembed_averaging.prompts`: prompt 'apple_orange' is \d+ tokens for model 'wide'", msg), msg
+
+
+def test_several_position_errors_come_in_one_round(wide_dir):
+    cfg = with_wide(wide_dir, "contextual")
+    cfg["kernels"]["etc_positions"] = [16, 40]
+    cfg["neurons"]["from_position"] = 31
+    cfg["interventions"]["min_tokens"] = 64
+    cfg["contextual"]["destination_token"] = " the"
+    msg = _err(cfg)
+    for key in ("kernels.etc_positions", "neurons.from_position", "interventions.min_tokens",
+                "contextual.destination_token"):
+        assert f"config key `{key}`" in msg, key
+    assert msg.count("\n  - ") == 4  # etc_heatmap_position 31 stays a computed position: no error

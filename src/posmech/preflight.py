@@ -463,7 +463,10 @@ def nearest_tokens(tokenizer: Any, text: str, n: int = 5) -> list[str]:
     import difflib
 
     vocab = {}
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
     for i in range(len(tokenizer)):
+        if i in special:
+            continue
         try:
             vocab.setdefault(tokenizer.decode([i]), i)
         except Exception:  # noqa: BLE001 - an id the tokenizer cannot decode alone
@@ -514,6 +517,13 @@ def tokenizer_problems(config: dict[str, Any], repo: str | os.PathLike[str],
                 if t is None or s is None:
                     continue
                 bos = t.bos_token_id if config["models"][name].get("prepend_bos", True) else None
+                n = (bos is not None) + len(t(str(spec.get("prompt", "")), add_special_tokens=False).input_ids)
+                if n > s.n_ctx:
+                    out.append(f"config key `interventions.induction_intervention.prompt`: the prompt of {ind!r} is "
+                               f"{n} tokens for model {name!r} (BOS included) and its context is {s.n_ctx}; choose "
+                               "a shorter prompt file (resources/prompts/induction_short.yaml for a BPE tokenizer, "
+                               "induction_chars.yaml for a character-level one)")
+                    continue
                 try:
                     build_induction_prompt(spec, t, bos, s.n_ctx,
                                            "config key `interventions.induction_intervention.prompt`")
