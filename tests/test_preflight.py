@@ -399,3 +399,22 @@ def test_several_position_errors_come_in_one_round(wide_dir):
                 "contextual.destination_token"):
         assert f"config key `{key}`" in msg, key
     assert msg.count("\n  - ") == 4  # etc_heatmap_position 31 stays a computed position: no error
+
+
+def test_semantic_schema_and_preflight_problems_come_in_one_round(tmp_path):
+    """A missing local model directory (config.semantic_problems), a position beyond the
+    trained model's context and an attn_only query outside its sequences: one message."""
+    from posmech.preflight import check_config
+
+    cfg = yaml.safe_load((REPO / "config/ci.yaml").read_text())
+    cfg["models"]["gone"] = {"source": str(tmp_path / "no-such-model")}
+    cfg["kernels"]["etc_positions"] = [16, 40]
+    cfg["attn_only"]["query"] = 20
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(PosmechError) as info:
+        check_config([p], REPO, base=tmp_path)
+    msg = str(info.value)
+    assert "config key `models.gone.source`: local model directory" in msg
+    assert "config key `kernels.etc_positions`: model 'demo'" in msg
+    assert "config key `attn_only.query`: 20 is not a query position" in msg

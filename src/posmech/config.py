@@ -153,8 +153,11 @@ def schema_keys(schema: dict[str, Any], root: dict[str, Any] | None = None, pref
     return out
 
 
-def validate_config(config: dict[str, Any], schema: dict[str, Any], base: str = ".") -> dict[str, Any]:
-    """Validate ``config`` against ``schema``, fill defaults, run semantic checks.
+def validate_config(config: dict[str, Any], schema: dict[str, Any], base: str = ".",
+                    semantic: bool = True) -> dict[str, Any]:
+    """Validate ``config`` against ``schema``, fill defaults, run semantic checks
+    (``semantic=False``: left to :func:`posmech.preflight.preflight`, which reports them
+    with every other problem, in one round).
 
     Returns the config with defaults filled (the same object, mutated).  Raises
     :class:`PosmechError` listing every problem, each naming its key.
@@ -166,7 +169,7 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any], base: str = 
         raise PosmechError("invalid configuration:\n  - " + "\n  - ".join(msgs[:12]))
     apply_defaults(config, schema)
     canonical_order(config)
-    problems = semantic_problems(config, base)
+    problems = semantic_problems(config, base) if semantic else []
     if problems:
         raise PosmechError("invalid configuration:\n  - " + "\n  - ".join(problems))
     return config

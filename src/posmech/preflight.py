@@ -25,6 +25,16 @@ outputs deleted by Snakemake, and its neighbours may have run):
   ``config.json`` whose position scheme cannot be told is named; a model whose config
   records no context length (BLOOM) needs ``models.<m>.n_ctx``;
 * **keys bounded by the context** (``taxonomy.context``, ``anatomy.context``) within it;
+* **every position and length in tokens** the config asks for (:func:`position_problems`:
+  the ``kernels`` query positions, the ``contextual`` positions, ``neurons.from_position``,
+  ``interventions.min_tokens``, the ``attn_only`` sequences) against the context of each
+  model it is used on, the keys left null resolved for that model as its job will
+  (:func:`posmech.config.scale_to_context`); each message gives values that fit;
+* **what the config names in tokens**, with each model's tokenizer when it is on disk
+  (:func:`tokenizer_problems`): ``contextual.destination_token`` one token (else its nearest
+  single tokens are suggested), the induction and repeat-string prompts within the context;
+* the config's **semantic checks** (:func:`posmech.config.semantic_problems`: local paths,
+  names of models and corpora), so that they come in the same round;
 * **the weights of every model already on disk** are the bytes its manifest records
   (full sha256 per file, hashed once and then checked by size, mtime, ctime and inode);
 * **``device: cuda`` with no GPU visible**, when the jobs run on this machine (not when
@@ -426,7 +436,13 @@ def position_problems(config: dict[str, Any], base: str | os.PathLike[str] = "."
                            "the documents kept; raise it or set null")
     ao = config.get("attn_only")
     if ao:
-        from posmech.analyses.attn_only import resolve_bos, sequence_lengths
+        from posmech.analyses.attn_only import check_settings, resolve_bos, sequence_lengths
+
+        try:
+            check_settings(ao)
+        except PosmechError as err:  # "attn_only.<key>: why"
+            key, _, why = str(err).partition(": ")
+            out.append(f"config key `{key}`: {why}")
 
         for name, ctx, where in _runs(config, "attn_only", "random_token_patterns", base):
             lengths = sequence_lengths(ao, resolve_bos(ao["bos"], config["models"][name]))
@@ -732,8 +748,13 @@ def preflight(config: dict[str, Any], schema: dict[str, Any], repo: str | os.Pat
               configfiles: Iterable[str | os.PathLike[str]] = (), base: str | os.PathLike[str] = ".",
               jobs_run_here: bool = True, check_weights: bool = True) -> None:
     """Run every check above on a config already validated by the schema (defaults
-    filled); raise one :class:`PosmechError` listing every problem."""
+    filled; its semantic checks, :func:`posmech.config.semantic_problems`, are made again
+    here, so that a caller validating with ``semantic=False`` gets them in the same round);
+    raise one :class:`PosmechError` listing every problem."""
+    from posmech.config import semantic_problems
+
     problems = duplicate_key_problems(configfiles)
+    problems += semantic_problems(config, str(base))
     problems += file_problems(config, schema, repo)
     problems += model_problems(config, base)
     problems += model_json_problems(config, base)
@@ -787,5 +808,5 @@ def check_config(configfiles: list[str | os.PathLike[str]], repo: str | os.PathL
     if problems:
         raise PosmechError("invalid configuration (checked before any job runs):\n  - " + "\n  - ".join(problems))
     schema = load_schema(Path(repo) / "workflow" / "schemas" / "config.schema.yaml")
-    validate_config(config, schema)
+    validate_config(config, schema, str(base), semantic=False)  # reported by preflight, with the rest
     preflight(config, schema, repo=repo, configfiles=files, base=base)
