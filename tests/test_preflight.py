@@ -418,3 +418,16 @@ def test_semantic_schema_and_preflight_problems_come_in_one_round(tmp_path):
     assert "config key `models.gone.source`: local model directory" in msg
     assert "config key `kernels.etc_positions`: model 'demo'" in msg
     assert "config key `attn_only.query`: 20 is not a query position" in msg
+
+
+def test_reference_zoom_and_first_positions_within_the_context():
+    cfg = ci()  # demo: context 32
+    cfg["neurons"]["reference_position"] = 32
+    cfg["interventions"]["zoom_start"] = 31
+    cfg["geometry"]["first_position"] = 29
+    msg = _err(cfg)
+    assert "config key `neurons.reference_position`: model 'demo' has a context of 32 tokens: 32 is outside 1..31" in msg
+    assert "config key `interventions.zoom_start`: model 'demo' has a context of 32" in msg
+    assert "config key `geometry.first_position`: model 'demo' has a context of 32 tokens: 29 leaves fewer" in msg
+    cfg["neurons"]["reference_position"], cfg["interventions"]["zoom_start"], cfg["geometry"]["first_position"] = 31, 30, 28
+    preflight(cfg, SCHEMA, REPO)

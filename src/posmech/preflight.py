@@ -415,6 +415,11 @@ def position_problems(config: dict[str, Any], base: str | os.PathLike[str] = "."
             n_ctx = s.n_ctx if s is not None else ctx
             mp = (cx or {}).get("max_position")
             mp = n_ctx - 2 if mp is None else int(mp)
+            ref = ne.get("reference_position")
+            if ref is not None and not 1 <= int(ref) < n_ctx:
+                out.append(f"config key `neurons.reference_position`: model {name!r} has a context of {n_ctx} "
+                           f"tokens: {ref} is outside 1..{n_ctx - 1}; give a position in it, e.g. {mp}, or null "
+                           "(contextual.max_position)")
             frm = scale_to_context("neurons", ne, n_ctx)["from_position"]
             if int(frm) > mp - 1:
                 fit = scale_to_context("neurons", {**ne, "from_position": None}, n_ctx)["from_position"]
@@ -430,10 +435,23 @@ def position_problems(config: dict[str, Any], base: str | os.PathLike[str] = "."
                 out.append(f"config key `interventions.min_tokens`: model {name!r} has a context of {ctx} tokens "
                            f"(from {where}): documents are cut to it, so none has {p['min_tokens']}; set it to at "
                            f"most {ctx}, e.g. {min(64, ctx)} (null: min(64, context))")
+            if int(p["zoom_start"]) + 2 > ctx:
+                out.append(f"config key `interventions.zoom_start`: model {name!r} has a context of {ctx} tokens "
+                           f"(from {where}): a zoom from position {p['zoom_start']} holds fewer than 2 positions; "
+                           f"set it to at most {ctx - 2}, e.g. 0")
             if p.get("max_tokens") is not None and int(p["max_tokens"]) < int(p["min_tokens"]):
                 out.append(f"config key `interventions.max_tokens`: {p['max_tokens']} is below `min_tokens` "
                            f"({p['min_tokens']} for model {name!r}): every document would be cut shorter than "
                            "the documents kept; raise it or set null")
+    ge = config.get("geometry")
+    if ge and ge.get("first_position") is not None:
+        for name, ctx, where in _runs(config, "geometry", "extended_positional_embeddings", base):
+            s = known_shape(name, config["models"][name], base)
+            n_ctx = s.n_ctx if s is not None else ctx  # the repeated-token prompts fill the model's context
+            if int(ge["first_position"]) > n_ctx - 4:
+                out.append(f"config key `geometry.first_position`: model {name!r} has a context of {n_ctx} tokens: "
+                           f"{ge['first_position']} leaves fewer than 4 positions for the PCA; set it to at most "
+                           f"{n_ctx - 4}, or null (the first repeated-token position)")
     ao = config.get("attn_only")
     if ao:
         from posmech.analyses.attn_only import check_settings, resolve_bos, sequence_lengths
