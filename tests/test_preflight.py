@@ -431,3 +431,48 @@ def test_reference_zoom_and_first_positions_within_the_context():
     assert "config key `geometry.first_position`: model 'demo' has a context of 32 tokens: 29 leaves fewer" in msg
     cfg["neurons"]["reference_position"], cfg["interventions"]["zoom_start"], cfg["geometry"]["first_position"] = 31, 30, 28
     preflight(cfg, SCHEMA, REPO)
+
+
+def _bpe_dir(d: Path) -> Path:
+    """A byte-level BPE tokenizer (GPT-2's kind) trained on a few lines, saved as transformers does."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    text = ["In the beginning God created the heaven and the earth.", "Request: repeat \"hello\" exactly!",
+            "an ox, a ram and an ass; don't they're we've"] * 20
+    tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                                   clean_up_tokenization_spaces=True)
+    fast.save_pretrained(d)
+    (d / "config.json").write_text("{}")
+    return d
+
+
+@pytest.mark.parametrize("kind", ["bpe", "chars"])
+def test_json_tokenizer_gives_what_autotokenizer_gives(tmp_path, kind):
+    """The checks read tokenizer.json without transformers (JsonTokenizer); what they use of
+    it equals AutoTokenizer's for the same directory: ids, offsets, BOS, special ids, decode."""
+    from posmech.models.loading import load_tokenizer
+    from posmech.preflight import JsonTokenizer
+    from tests import tiny_archs
+
+    if kind == "bpe":
+        d = _bpe_dir(tmp_path / "bpe")
+    else:
+        from posmech.models.handbuilt import char_tokenizer
+
+        d = tmp_path / "chars"
+        char_tokenizer(tiny_archs.V).save_pretrained(d)
+    ref, light = load_tokenizer(d), JsonTokenizer(d)
+    assert (light.bos_token_id, len(light)) == (ref.bos_token_id, len(ref))
+    assert light.all_special_ids == sorted(ref.all_special_ids)
+    for text in [" the", "In the beginning, God!", "don't  they're ?", "Lo OxRamEwe; Lo Ox", "\u00e9t\u00e9 \u2014 ok"]:
+        a = ref(text, add_special_tokens=False, return_offsets_mapping=True)
+        b = light(text, add_special_tokens=False, return_offsets_mapping=True)
+        assert b.input_ids == list(a["input_ids"]) and b["offset_mapping"] == [tuple(o) for o in a["offset_mapping"]]
+        assert light.decode(b.input_ids) == ref.decode(a["input_ids"])
+    assert [light.decode([i]) for i in range(len(ref))] == [ref.decode([i]) for i in range(len(ref))]

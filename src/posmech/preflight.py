@@ -471,10 +471,62 @@ def position_problems(config: dict[str, Any], base: str | os.PathLike[str] = "."
     return out
 
 
+class _Encoding(dict):
+    """``input_ids`` and ``offset_mapping`` of one text, as keys and as attributes."""
+
+    __getattr__ = dict.__getitem__
+
+
+class JsonTokenizer:
+    """The part of a Hugging Face fast tokenizer the checks before any job use, read from
+    its ``tokenizer.json`` with the ``tokenizers`` library: calling it on a text (with
+    ``add_special_tokens`` and ``return_offsets_mapping``), ``decode``, ``bos_token_id``,
+    ``all_special_ids``, ``len``. It gives what ``AutoTokenizer`` gives for the same
+    directory (tests/test_preflight.py), without importing transformers and torch, which
+    would add seconds to every Snakemake start."""
+
+    def __init__(self, d: Path):
+        from tokenizers import Tokenizer
+
+        self._t = Tokenizer.from_file(str(d / "tokenizer.json"))
+        try:
+            cfg = json.loads((d / "tokenizer_config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            cfg = {}
+        cfg = cfg if isinstance(cfg, dict) else {}
+        bos = cfg.get("bos_token")
+        bos = bos.get("content") if isinstance(bos, dict) else bos
+        self.bos_token_id = self._t.token_to_id(bos) if isinstance(bos, str) else None
+        self.all_special_ids = sorted(i for i, t in self._t.get_added_tokens_decoder().items() if t.special)
+        self._cleanup = bool(cfg.get("clean_up_tokenization_spaces", False)) and (
+            type(self._t.model).__name__ != "BPE"
+            or bool(cfg.get("clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output", False)))
+
+    def __len__(self) -> int:
+        return int(self._t.get_vocab_size(with_added_tokens=True))
+
+    def __call__(self, text: str, add_special_tokens: bool = True, return_offsets_mapping: bool = False) -> _Encoding:
+        enc = self._t.encode(text, add_special_tokens=add_special_tokens)
+        out = _Encoding(input_ids=list(enc.ids))
+        if return_offsets_mapping:
+            out["offset_mapping"] = [tuple(o) for o in enc.offsets]
+        return out
+
+    def decode(self, ids: list[int]) -> str:
+        text = self._t.decode(list(ids), skip_special_tokens=False)
+        if self._cleanup:  # transformers' clean_up_tokenization
+            for a, b in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
+                         (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+                text = text.replace(a, b)
+        return text
+
+
 def known_tokenizer(name: str, entry: dict[str, Any], base: str | os.PathLike[str] = ".") -> Any | None:
     """The tokenizer of configured model ``name`` when it is on disk before any job (a local
     source; ``resources/models/<name>/hf`` once fetched or trained), else ``None`` (a Hub
-    model not fetched, a model not trained yet: its rules check at run time)."""
+    model not fetched, a model not trained yet: its rules check at run time): a
+    :class:`JsonTokenizer` where the directory has a ``tokenizer.json``, else
+    ``AutoTokenizer``'s."""
     from posmech.models.loading import load_tokenizer
 
     dirs = []
@@ -485,7 +537,7 @@ def known_tokenizer(name: str, entry: dict[str, Any], base: str | os.PathLike[st
         if not (d / "config.json").is_file():
             continue
         try:
-            return load_tokenizer(d)
+            return JsonTokenizer(d) if (d / "tokenizer.json").is_file() else load_tokenizer(d)
         except Exception:  # noqa: BLE001 - no tokenizer files there: nothing known before the fetch
             continue
     return None
