@@ -27,7 +27,8 @@ outputs deleted by Snakemake, and its neighbours may have run):
 * **keys bounded by the context** (``taxonomy.context``, ``anatomy.context``) within it;
 * **every position and length in tokens** the config asks for (:func:`position_problems`:
   the ``kernels`` query positions, the ``contextual`` positions, ``neurons.from_position``,
-  ``interventions.min_tokens``, the ``attn_only`` sequences) against the context of each
+  ``interventions.min_tokens``, ``geometry.first_position``, the ``attn_only`` sequences, …)
+  against the context of each
   model it is used on, the keys left null resolved for that model as its job will
   (:func:`posmech.config.scale_to_context`); each message gives values that fit;
 * **what the config names in tokens**, with each model's tokenizer when it is on disk
@@ -357,9 +358,10 @@ def position_problems(config: dict[str, Any], base: str | os.PathLike[str] = "."
     """Every position or length in tokens the config asks for, against the context of each
     model it is used on (:func:`_runs`), with the context-scaled defaults resolved for that
     model (:func:`posmech.config.scale_to_context`): ``kernels`` query positions (and
-    ``etc_heatmap_position`` among them), the ``contextual`` positions, ``neurons.from_position``,
-    ``interventions.min_tokens``, the ``attn_only`` sequence lengths. Each message names the
-    key, the model and its context, and values that fit it (what null would give)."""
+    ``etc_heatmap_position`` among them), the ``contextual`` positions, ``neurons.from_position``
+    and ``reference_position``, ``interventions.min_tokens`` and ``zoom_start``,
+    ``geometry.first_position``, the ``attn_only`` settings and sequence lengths. Each message
+    names the key, the model and its context, and values that fit it (what null would give)."""
     from posmech.config import scale_to_context
 
     out: list[str] = []
