@@ -7,6 +7,7 @@ import torch
 
 from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
+from posmech.config import scale_to_context
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots.neurons import fit_figure
 from posmech.runner import run
@@ -39,6 +40,7 @@ def main(smk, log):
         return
     w, ov, _ = nr.load_weights(man, model, tokenizer=False)
     dec = cx.read_decomposition(smk.input.h5)
+    p = scale_to_context("neurons", p, int(dec.attrs["n_ctx"]))  # from_position null: scaled with the context
     st = nr.setup_from_artifact(smk.input.extended, dec, w, ov)
     neurons = nr.resolve_neurons(p["neurons"], read_table(smk.input.ranking), p["n_auto"], ov.d_mlp, model)
     bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])

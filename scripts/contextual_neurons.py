@@ -4,6 +4,7 @@ contributing tokens (occurring in the contextual corpora) of the configured neur
 
 from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
+from posmech.config import scale_to_context
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import read_manifest
 from posmech.plots.neurons import contributions_figure
@@ -24,6 +25,7 @@ def main(smk, log):
         return
     w, ov, tok = nr.load_weights(read_manifest(smk.input.manifest), model)
     dec = cx.read_decomposition(smk.input.h5)
+    p = scale_to_context("neurons", p, int(dec.attrs["n_ctx"]))  # from_position null: scaled with the context
     st = nr.setup_from_artifact(smk.input.extended, dec, w, ov)
     real, context, keys = [], [], nr.content_keys(dec)
     for j, ids in enumerate(dec.token_ids):

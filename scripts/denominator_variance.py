@@ -14,6 +14,7 @@ def main(smk, log):
     dec = cx.read_decomposition(smk.input.h5)
     classes = read_table(smk.input.classes)["head_class"].tolist()
     pos = cx.resolved_positions(p, int(dec.attrs["n_ctx"]), model)
+    p = {**p, "denominator_from": pos["denominator_from"]}  # null: scaled with the context
     rows = []
     for j, t in dec.texts.iterrows():
         for n in pos["variance_positions"]:

@@ -3,13 +3,15 @@
 from posmech.analyses import kernels as kn
 from posmech.plots import kernels as plots
 from posmech.runner import run
-from posmech.tables import read_table
+from posmech.tables import read_meta, read_table
 
 
 def main(smk, log):
-    n = smk.params.kernels["etc_heatmap_position"]
-    tables = {m: kn.types_at(read_table(path), n) for m, path in zip(smk.params.models, smk.input.tables)}
-    plots.etc_heatmap(tables, {m: n for m in tables}, smk.output.figure)
+    # each model's n: the one its etc.csv classified at (kernels.etc_heatmap_position, null:
+    # scaled with that model's context)
+    ns = {m: int(read_meta(path)["classified_at_n"]) for m, path in zip(smk.params.models, smk.input.tables)}
+    tables = {m: kn.types_at(read_table(path), ns[m]) for m, path in zip(smk.params.models, smk.input.tables)}
+    plots.etc_heatmap(tables, ns, smk.output.figure)
     log.info("models: %s", ", ".join(tables))
 
 

@@ -2,6 +2,7 @@
 query texts and the kernel type (K3, K4, K5); scorecard rows K1–K5."""
 
 from posmech.analyses import kernels as kn
+from posmech.config import recorded_scaled
 from posmech.runner import run
 from posmech.tables import write_table
 
@@ -9,6 +10,7 @@ from posmech.tables import write_table
 def main(smk, log):
     model, p, out = smk.wildcards.model, smk.params.kernels, smk.output
     ks = kn.read_kernels(smk.input.h5)
+    p = recorded_scaled("kernels", p, ks.attrs["kernels_config"])  # the positions kernels.h5 was computed at
     df = kn.etc_frame(ks, model, p["local_max_fraction"], p["uniform_min_fraction"])
     n = p["etc_heatmap_position"]
     meta = {"k0": int(ks.attrs["k0"]), "local_max_fraction": p["local_max_fraction"],

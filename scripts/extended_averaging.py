@@ -6,6 +6,7 @@ from posmech.analyses.attention import parse_head
 from posmech.analyses.geometry import read_extended_artifact
 from posmech.analyses.taxonomy import read_chosen_heads
 from posmech.analyses.wpos import group_average
+from posmech.config import scale_to_context
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import interventions as plots
@@ -23,7 +24,9 @@ def main(smk, log):
     ext = read_extended_artifact(smk.input.extended)
     layers = sorted({parse_head(h)[0] for h in roles})
     deltas = {l: iv.extended_shift(ext.extended[l], k, ext.first_token_position, group_average) for l in layers}
-    docs = iv.select_documents(read_tokens(smk.input.tokens), cfg["n_documents"], cfg["min_tokens"], cfg["max_tokens"])
+    toks = read_tokens(smk.input.tokens)
+    cfg = scale_to_context("interventions", cfg, int(toks.attrs["n_ctx"]))  # min_tokens, zoom null: scaled
+    docs = iv.select_documents(toks, cfg["n_documents"], cfg["min_tokens"], cfg["max_tokens"])
     measured = sorted(roles, key=parse_head)  # by layer: the figure reads top (early) to bottom
     with iv.unchanged(bridge):
         rows, zooms = iv.extended_averaging(bridge, docs, measured, deltas, cfg["zoom"], cfg["zoom_start"])

@@ -4,6 +4,7 @@ layer-0 MLP neuron's token-contribution vector, stored in extended_tokens.h5 (do
 
 from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
+from posmech.config import scale_to_context
 from posmech.models.loading import read_manifest
 from posmech.runner import run
 from posmech.tables import not_measurable_rows, read_table, scorecard_rows, write_table
@@ -15,6 +16,7 @@ def main(smk, log):
     w, ov, _ = nr.load_weights(man, model, tokenizer=False)
     nr.check_neurons(p["neurons"], ov.d_mlp, model)
     dec = cx.read_decomposition(smk.input.h5)
+    p = scale_to_context("neurons", p, int(dec.attrs["n_ctx"]))  # from_position null: scaled with the context
     classes = read_table(smk.input.classes)
     why = nr.missing_heads(classes, p["heads"], p["head_classes"])
     if why:  # nothing a model lacks fails the run: an artifact saying why, C1 not measurable

@@ -3,16 +3,18 @@ of the analyses the model is in (posmech.heads)."""
 
 from posmech.heads import head_table
 from posmech.runner import run
-from posmech.tables import read_table, write_table
+from posmech.tables import read_meta, read_table, write_table
 
 
 def main(smk, log):
     model = smk.wildcards.model
     tables = {k: read_table(v) for k, v in smk.input.items() if k in ("taxonomy", "chosen", "taxa", "etc", "classes",
                                                                      "roles", "masses")}
-    df = head_table(model, n=int(smk.params.n), **tables)
-    write_table(df, smk.output.table, {"model": model, "sources": sorted(tables),
-                                       "etc_position": int(smk.params.n)})
+    # the n of the kernel types: the one etc.csv classified at (kernels.etc_heatmap_position,
+    # null: scaled with the model's context)
+    n = int(read_meta(smk.input.etc)["classified_at_n"]) if "etc" in tables else smk.params.n
+    df = head_table(model, n=n, **tables)
+    write_table(df, smk.output.table, {"model": model, "sources": sorted(tables), "etc_position": n})
     log.info("%d heads from %s", len(df), ", ".join(sorted(tables)))
 
 

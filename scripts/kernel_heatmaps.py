@@ -4,6 +4,7 @@ and the kernel at n with its spread over query texts (K5)."""
 from posmech.analyses import kernels as kn
 from posmech.analyses.attention import head_name
 from posmech.plots import kernels as plots
+from posmech.config import recorded_scaled
 from posmech.runner import run
 from posmech.tables import read_table
 
@@ -11,6 +12,7 @@ from posmech.tables import read_table
 def main(smk, log):
     model, p, out = smk.wildcards.model, smk.params.kernels, smk.output
     ks = kn.read_kernels(smk.input.h5)
+    p = recorded_scaled("kernels", p, ks.attrs["kernels_config"])  # the positions kernels.h5 was computed at
     at = kn.types_at(read_table(smk.input.table), p["etc_heatmap_position"])
     types = dict(zip(at["head_name"], at["kernel_type"]))
     k0, n_max = int(ks.attrs["k0"]), p["heatmap_max_position"]

@@ -14,6 +14,7 @@ def main(smk, log):
     dec = cx.read_decomposition(smk.input.h5)
     w, tokenizer = cx.load_weights(read_manifest(smk.input.manifest), model)
     pos = cx.resolved_positions(p, w.n_ctx, model)
+    p = {**p, "grid": pos["grid"]}  # null: scaled with the context
     s, ids, title = float(dec.attrs["ln_scale_used"]), dec.token_ids[0], dec.texts["title"][0]
     grids, df = cx.positional_patterns(w, s, ids, pos["positions"], int(dec.attrs["destination_id"]),
                                        p["grid"] ** 2, p["k0"])

@@ -6,15 +6,19 @@ from pathlib import Path
 
 from posmech.analyses import kernels as kn
 from posmech.cache import read_position_means
-from posmech.config import config_hash
+from posmech.config import config_hash, scale_to_context
 from posmech.data.tokens import read_tokens
 from posmech.hdf5 import attr_json, open_artifact
-from posmech.models.loading import load_model, read_manifest
+from posmech.models.loading import analysis_context, load_model, read_manifest
 from posmech.runner import run
 
 
 def main(smk, log):
-    man, entry, params = read_manifest(smk.input.manifest), smk.params.entry, dict(smk.params.kernels)
+    man, entry = read_manifest(smk.input.manifest), smk.params.entry
+    # positions left null scale with the model's context (posmech.config.CONTEXT_SCALED); the
+    # values used are recorded in kernels.h5 (kernels_config), which the K rules read back
+    params = scale_to_context("kernels", dict(smk.params.kernels),
+                              analysis_context(smk.wildcards.model, entry, man["hf_dir"]))
     means, count = read_position_means(smk.input.means, "ln1_out")
     with open_artifact(smk.input.means) as f:
         cache_attrs = {k: attr_json(f, k) for k in ("processing", "weights_sha256_16", "corpus") if k in f.attrs}

@@ -4,6 +4,7 @@ in the early layers; the sharp head's previous-token mass and pattern before/aft
 from posmech.analyses import interventions as iv
 from posmech.analyses.attention import head_columns
 from posmech.analyses.taxonomy import read_chosen_heads
+from posmech.config import scale_to_context
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import interventions as plots
@@ -21,7 +22,9 @@ def main(smk, log):
     layers = iv.knockout_layers(ko["layers"], sharp)
     if not layers:
         log.warning("no layer to knock out (sharp head %s is in layer 0): every condition equals intact", sharp)
-    docs = iv.select_documents(read_tokens(smk.input.tokens), cfg["n_documents"], cfg["min_tokens"], cfg["max_tokens"])
+    toks = read_tokens(smk.input.tokens)
+    cfg = scale_to_context("interventions", cfg, int(toks.attrs["n_ctx"]))  # min_tokens, zoom null: scaled
+    docs = iv.select_documents(toks, cfg["n_documents"], cfg["min_tokens"], cfg["max_tokens"])
     with iv.unchanged(bridge):
         rows, zoom = iv.prev_knockout(bridge, docs, sharp, layers, ko["period"], ko["phase"], cfg["zoom"], cfg["zoom_start"])
     params = {**head_columns(sharp), "layers": layers, "period": ko["period"], "phase": ko["phase"], "corpus": smk.params.corpus}

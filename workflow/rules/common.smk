@@ -17,7 +17,8 @@ _REPO_OF_THIS_FILE = Path(
 ).parents[1]
 try:
     _schema = load_schema(workflow.source_path("../schemas/config.schema.yaml"))
-    validate_config(config, _schema)
+    # semantic problems (missing paths, unknown names): preflight reports them with the rest
+    validate_config(config, _schema, semantic=False)
     # Duplicate YAML keys, every named file, the model's shape, the device: see
     # src/posmech/preflight.py (one call, before any job is scheduled).
     preflight(

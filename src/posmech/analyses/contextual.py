@@ -875,8 +875,13 @@ def layer1_table(rows: np.ndarray, kernel: np.ndarray, n: int, k0: int, threshol
 def resolved_positions(params: dict[str, Any], n_ctx: int, model: str) -> dict[str, Any]:
     """The ``contextual`` section's positions for a model of context ``n_ctx``, checked:
     ``max_position`` (null: ``n_ctx − 2``), ``positions``, ``classify_position``,
-    ``variance_positions``.  Any position beyond the context or beyond ``max_position`` is
-    an error naming its key (raised before any job or forward pass)."""
+    ``variance_positions``, ``denominator_from``, ``grid`` (those left null scale with
+    ``n_ctx``: :func:`posmech.config.scale_to_context`).  Any position beyond the context
+    or beyond ``max_position`` is an error naming its key (raised before any job or
+    forward pass)."""
+    from posmech.config import scale_to_context
+
+    params = scale_to_context("contextual", params, n_ctx)
     mp = params.get("max_position")
     mp = n_ctx - 2 if mp is None else int(mp)
     check_positions([mp], n_ctx, "contextual.max_position", model)
@@ -895,7 +900,8 @@ def resolved_positions(params: dict[str, Any], n_ctx: int, model: str) -> dict[s
         raise PosmechError(f"config key `contextual.local_window`: {params['local_window']} is more keys than "
                            f"position {cp} has after k0")
     return {"max_position": mp, "positions": sorted(int(n) for n in params["positions"]), "classify_position": cp,
-            "variance_positions": sorted(int(n) for n in params["variance_positions"])}
+            "variance_positions": sorted(int(n) for n in params["variance_positions"]),
+            "denominator_from": int(params["denominator_from"]), "grid": int(params["grid"])}
 
 
 # --------------------------------------------------------------------------- scorecard rows (K6–K10)
