@@ -1,7 +1,7 @@
 """The offline demo models of config/demo.yaml exhibit the mechanisms the analyses are about.
 
 A dedicated check of the demo configuration (the CI-sized run's model is far too small to
-grow induction heads): both `train:` entries of config/demo.yaml are trained exactly as the
+grow induction heads): the three `train:` entries of config/demo.yaml are trained exactly as the
 pipeline trains them (same corpus loader, same settings, same seed) and their training
 summaries must meet the head scores stated in docs/demo-model.md ("The demo models"). Training
 is deterministic on the CPU, so these are the numbers `make demo` reports; the
@@ -45,10 +45,13 @@ def summaries(demo_config, tmp_path_factory):
     return out
 
 
-def test_demo_config_has_both_demo_models(demo_config):
+def test_demo_config_has_the_three_demo_models(demo_config):
+    """Learned positions (GPT-2), attention-only (legacy TransformerLens) and rotary (Llama),
+    all trained on the same corpus."""
     archs = {name: e["train"]["architecture"] for name, e in demo_config["models"].items()}
-    assert archs == {"demo": "gpt2", "demo-attn": "attn_only"}
+    assert archs == {"demo": "gpt2", "demo-attn": "attn_only", "demo-rope": "llama"}
     assert demo_config["models"]["demo-attn"]["train"]["n_layer"] == 2
+    assert len({e["train"]["corpus"] for e in demo_config["models"].values()}) == 1
 
 
 def test_gpt2_demo_has_a_sharp_previous_token_head_above_layer_0_read_by_a_later_induction_head(summaries):

@@ -9,6 +9,7 @@ import torch
 
 from posmech.models import handbuilt as hb
 from posmech.errors import PosmechError
+from posmech.models.architecture import read_architecture, train_architecture
 from posmech.models.loading import load_bridge, prepare_local_model
 from posmech.models.training import (
     AttnOnly,
@@ -138,6 +139,8 @@ def test_tiny_training_run_is_deterministic_and_writes_the_summary(tmp_path, arc
     assert sa["induction_length"] == 7 and sa["best_induction_head"].startswith("L1")
     assert sa["induction_reads_head"].startswith("L0")
     assert (tmp_path / "a" / "manifest.json").is_file()
+    # what the check before any job knows of the model from its train section is what was saved
+    assert train_architecture(cfg) == read_architecture(tmp_path / "a" / "hf")
     with pytest.raises(PosmechError, match="induction_length"):
         train_demo_model(docs, dict(cfg, induction_length=9), tmp_path / "c", "m")
 
@@ -178,8 +181,6 @@ def test_llama_demo_architecture_is_a_rotary_hf_directory_the_bridge_reproduces(
     in the compatibility mode (log-probabilities: the compatibility mode centres the
     unembedding, which shifts each position's logits by a constant)."""
     from safetensors.torch import load_file
-
-    from posmech.models.architecture import read_architecture
 
     tok = build_char_tokenizer(["abcdefghij klmno"])
     model = _tiny_llama(tok)
