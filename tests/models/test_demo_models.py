@@ -1,7 +1,7 @@
 """The offline demo models of config/demo.yaml exhibit the mechanisms the analyses are about.
 
 A dedicated check of the demo configuration (the CI-sized run's model is far too small to
-grow induction heads): both `train:` entries of config/demo.yaml are trained exactly as the
+grow induction heads): the three `train:` entries of config/demo.yaml are trained exactly as the
 pipeline trains them (same corpus loader, same settings, same seed) and their training
 summaries must meet the head scores stated in docs/demo-model.md ("The demo models"). Training
 is deterministic on the CPU, so these are the numbers `make demo` reports; the
@@ -45,10 +45,13 @@ def summaries(demo_config, tmp_path_factory):
     return out
 
 
-def test_demo_config_has_both_demo_models(demo_config):
+def test_demo_config_has_the_three_demo_models(demo_config):
+    """Learned positions (GPT-2), attention-only (legacy TransformerLens) and rotary (Llama),
+    all trained on the same corpus."""
     archs = {name: e["train"]["architecture"] for name, e in demo_config["models"].items()}
-    assert archs == {"demo": "gpt2", "demo-attn": "attn_only"}
+    assert archs == {"demo": "gpt2", "demo-attn": "attn_only", "demo-rope": "llama"}
     assert demo_config["models"]["demo-attn"]["train"]["n_layer"] == 2
+    assert len({e["train"]["corpus"] for e in demo_config["models"].values()}) == 1
 
 
 def test_gpt2_demo_has_a_sharp_previous_token_head_above_layer_0_read_by_a_later_induction_head(summaries):
@@ -88,6 +91,49 @@ def test_attention_only_demo_has_previous_token_and_induction_heads(summaries):
     assert s["induction_score_with_previous_token_heads_ablated"] <= 0.5 * s["best_induction_score"]
     assert s["p_correct_repeated"] >= 0.85 and s["p_correct_first_copy"] <= 0.05  # 0.933, 0.014
     assert 0 < s["best_look_back_two_score"] < 1
+
+
+def test_rotary_demo_has_a_previous_token_head_read_by_an_induction_head(summaries):
+    """The Llama-layout demo model (rotary positions, nothing positional in the residual
+    stream) grows the same circuit: a layer-0 previous-token head and a layer-1 induction head
+    whose score collapses when the layer-0 previous-token heads are zeroed."""
+    from posmech.models.architecture import read_architecture
+
+    s = summaries["demo-rope"]
+    assert s["architecture"] == "llama"
+    arch = read_architecture(s["_hf_dir"])
+    assert (arch.model_type, arch.positions, arch.rotary_fraction, arch.context) == ("llama", "rotary", 1.0, 32)
+    assert _layer(s["best_previous_token_head"]) == 0 and s["best_previous_token_score"] >= PREV_ROPE
+    assert _layer(s["best_induction_head"]) == 1 and s["best_induction_score"] >= IND_ROPE
+    assert s["induction_reads_head"] == s["best_previous_token_head"]
+    assert s["induction_score_with_previous_token_heads_ablated"] <= 0.5 * s["best_induction_score"]
+    assert s["p_correct_repeated"] >= 0.85 and s["p_correct_first_copy"] <= 0.05
+    assert s["p_correct_repeated_ablated"] <= 0.5 * s["p_correct_repeated"]
+
+
+def test_rotary_demo_bridge_equals_hugging_face_in_its_processing_mode(summaries, demo_config):
+    """demo-rope's analyses run through the TransformerBridge (rotary: not the posmech
+    engine) in the processing mode config/demo.yaml gives it; on held-out Bible text the
+    bridge's patterns and log-probabilities equal Hugging Face's to float32 rounding (the
+    compatibility mode centres the unembedding: logits shift by a constant per position)."""
+    import numpy as np
+    import torch
+
+    from posmech.models.loading import load_bridge, load_hf
+
+    s = summaries["demo-rope"]
+    man = {"hf_dir": s["_hf_dir"], "name": "demo-rope"}
+    processing = demo_config["models"]["demo-rope"]["processing"]
+    hf, tok = load_hf(man)
+    bridge = load_bridge(man, "cpu", "float32", processing)
+    text = "".join(d["text"] for d in s["_docs"][-3:])
+    x = torch.as_tensor(np.asarray(tok(text)["input_ids"][: 4 * 32]).reshape(4, 32))
+    with torch.inference_mode():
+        ref = hf(x, output_attentions=True)
+        logits, cache = bridge.run_with_cache(x)
+    assert torch.allclose(logits.log_softmax(-1), ref.logits.log_softmax(-1), atol=1e-4)
+    for layer, pattern in enumerate(ref.attentions):
+        assert torch.allclose(cache[f"blocks.{layer}.attn.hook_pattern"], pattern, atol=2e-5), layer
 
 
 @pytest.mark.parametrize("name", ["demo", "demo-attn"])

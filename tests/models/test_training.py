@@ -9,14 +9,17 @@ import torch
 
 from posmech.models import handbuilt as hb
 from posmech.errors import PosmechError
+from posmech.models.architecture import read_architecture, train_architecture
 from posmech.models.loading import load_bridge, prepare_local_model
 from posmech.models.training import (
     AttnOnly,
     _Runner,
+    _build_model,
     _save,
     build_char_tokenizer,
     diagonal_scores,
     induction_scores,
+    llama_mlp_width,
     mixed_batch,
     repeat_batch,
     train_demo_model,
@@ -121,7 +124,7 @@ def test_attn_only_head_ablation_zeroes_the_head_output():
     assert not torch.allclose(base, both)
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "attn_only"])
+@pytest.mark.parametrize("arch", ["gpt2", "attn_only", "llama"])
 def test_tiny_training_run_is_deterministic_and_writes_the_summary(tmp_path, arch):
     rng = np.random.default_rng(0)
     docs = [{"text": "".join(rng.choice(list("abcdefgh "), 80))} for _ in range(10)]
@@ -136,6 +139,8 @@ def test_tiny_training_run_is_deterministic_and_writes_the_summary(tmp_path, arc
     assert sa["induction_length"] == 7 and sa["best_induction_head"].startswith("L1")
     assert sa["induction_reads_head"].startswith("L0")
     assert (tmp_path / "a" / "manifest.json").is_file()
+    # what the check before any job knows of the model from its train section is what was saved
+    assert train_architecture(cfg) == read_architecture(tmp_path / "a" / "hf")
     with pytest.raises(PosmechError, match="induction_length"):
         train_demo_model(docs, dict(cfg, induction_length=9), tmp_path / "c", "m")
 
@@ -157,3 +162,69 @@ def test_silent_attention_layer_writes_nothing_until_released(tmp_path):
     assert float(w["transformer.h.0.attn.c_proj.weight"].abs().max()) > 0.0
     with pytest.raises(PosmechError, match="silent_attention_layers"):
         train_demo_model(docs, dict(cfg, architecture="attn_only"), tmp_path / "c", "m")
+
+
+def _tiny_llama(tok, seed=3):
+    cfg = {"architecture": "llama", "n_layer": 2, "n_head": 2, "d_model": 16, "n_ctx": 12, "seed": seed,
+           "silent_attention_layers": []}
+    model = _build_model(cfg, len(tok))
+    with torch.no_grad():  # move off the init so RMSNorm weights matter
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    return model.eval()
+
+
+def test_llama_demo_architecture_is_a_rotary_hf_directory_the_bridge_reproduces(tmp_path):
+    """The `llama` architecture is saved as a Hugging Face Llama directory (rotary, RMSNorm,
+    SwiGLU, no positional embedding weights): it is read as any user's rotary model, and the
+    bridge reproduces its logits and patterns exactly in the raw mode and to float32 rounding
+    in the compatibility mode (log-probabilities: the compatibility mode centres the
+    unembedding, which shifts each position's logits by a constant)."""
+    from safetensors.torch import load_file
+
+    tok = build_char_tokenizer(["abcdefghij klmno"])
+    model = _tiny_llama(tok)
+    _save(model, tok, {"architecture": "llama"}, tmp_path / "hf")
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert cfg["model_type"] == "llama" and cfg["intermediate_size"] == llama_mlp_width(16) == 48
+    arch = read_architecture(tmp_path / "hf")
+    assert (arch.positions, arch.rotary_fraction, arch.context, arch.n_kv_heads) == ("rotary", 1.0, 12, 2)
+    names = set(load_file(str(tmp_path / "hf" / "model.safetensors")))
+    # the token embedding (tied to the unembedding), RMSNorm weights, q/k/v/o and SwiGLU's three
+    # matrices: no positional embedding, no bias
+    per_layer = {"input_layernorm", "post_attention_layernorm", "self_attn.q_proj", "self_attn.k_proj",
+                 "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}
+    assert names == {"model.embed_tokens.weight", "model.norm.weight"} | {
+        f"model.layers.{i}.{m}.weight" for i in range(2) for m in per_layer}
+    man = prepare_local_model("demo-rope", {"source": str(tmp_path / "hf")}, tmp_path / "man")
+    x = torch.tensor([[0, 3, 5, 7, 3, 5, 7, 2, 9]])
+    with torch.inference_mode():
+        mine = model(x, output_attentions=True)
+        for processing, atol in (("raw", 0.0), ("compatibility", 1e-5)):
+            theirs, cache = load_bridge(man, device="cpu", processing=processing).run_with_cache(x)
+            np.testing.assert_allclose(theirs.log_softmax(-1).numpy(), mine.logits.log_softmax(-1).numpy(), atol=atol)
+            for layer in range(2):
+                np.testing.assert_allclose(cache[f"blocks.{layer}.attn.hook_pattern"].numpy(),
+                                           mine.attentions[layer].numpy(), atol=atol)
+
+
+def test_llama_head_ablation_zeroes_the_head_output():
+    """Ablating a head of the `llama` architecture zeroes its slice of o_proj's input: ablating
+    every head of a layer equals that layer's o_proj set to zero; one head changes the logits."""
+    tok = build_char_tokenizer(["abcdefghij klmno"])
+    model = _tiny_llama(tok)
+    run = _Runner(model, "llama")
+    x = torch.tensor([[0, 3, 5, 7, 3, 5, 7, 2, 9]])
+    with torch.inference_mode():
+        base, pats = run.run(x)
+        one, _ = run.run(x, ablate={(1, 0)})
+        both, _ = run.run(x, ablate={(1, 0), (1, 1)})
+        model.model.layers[1].self_attn.o_proj.weight.zero_()
+        ref = model(x).logits
+    assert len(pats) == 2 and pats[0].shape == (1, 2, 9, 9)
+    np.testing.assert_allclose(both.numpy(), ref.numpy(), atol=1e-6)
+    assert not torch.allclose(base, one) and not torch.allclose(one, both)
+
+
+def test_llama_mlp_width_is_llamas_ratio_rounded_to_eight():
+    assert [llama_mlp_width(d) for d in (16, 64, 96, 128)] == [48, 176, 256, 344]

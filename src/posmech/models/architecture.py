@@ -205,12 +205,17 @@ def train_architecture(train: Mapping[str, Any], where: str = "model") -> Archit
     """The :class:`Architecture` of a model the pipeline trains (a ``models.<m>.train``
     section, schema defaults filled), known before it is trained: a Hugging Face GPT-2
     (``architecture: gpt2``) or an attention-only legacy TransformerLens checkpoint
-    (``attn_only``), with learned positions over ``n_ctx`` positions."""
+    (``attn_only``), with learned positions over ``n_ctx`` positions, or a Hugging Face
+    Llama (``llama``: rotary positions on every head dimension, no grouping)."""
     d_model, n_head = int(train.get("d_model", 64)), int(train.get("n_head", 4))
     n_layer, n_ctx = int(train.get("n_layer", 2)), int(train.get("n_ctx", 64))
     if train.get("architecture", "gpt2") == "attn_only":
         return architecture({"d_model": d_model, "n_layers": n_layer, "n_heads": n_head, "d_head": d_model // n_head,
                              "n_ctx": n_ctx, "attn_only": True, "positional_embedding_type": "standard"}, where)
+    if train.get("architecture", "gpt2") == "llama":
+        return architecture({"model_type": "llama", "hidden_size": d_model, "num_hidden_layers": n_layer,
+                             "num_attention_heads": n_head, "num_key_value_heads": n_head,
+                             "max_position_embeddings": n_ctx}, where)
     return architecture({"model_type": "gpt2", "n_embd": d_model, "n_layer": n_layer, "n_head": n_head,
                          "n_positions": n_ctx}, where)
 

@@ -1,7 +1,7 @@
-"""Demo models trained by the pipeline (rule ``train_demo_model``): data mix, the two
+"""Demo models trained by the pipeline (rule ``train_demo_model``): data mix, the three
 architectures, training loop and the head scores measured on the result.
 
-Two architectures (``models.<name>.train.architecture``):
+Three architectures (``models.<name>.train.architecture``):
 
 - ``gpt2`` — a Hugging Face ``GPT2LMHeadModel`` (MLPs, learned absolute positions), saved
   as a Hugging Face directory: the path every GPT-2-style model takes.
@@ -12,6 +12,11 @@ Two architectures (``models.<name>.train.architecture``):
   state dict as safetensors): exactly what ``fetch_model`` writes for
   ``NeelNanda/Attn_Only_2L512W_C4_Code`` (``attn-only-2l``), so the offline model goes
   through the same loader (:func:`posmech.models.loading.load_bridge` → native TransformerBridge).
+- ``llama`` — a Hugging Face ``LlamaForCausalLM``: rotary positions on every dimension of
+  each head (no positional embedding in the residual stream), RMSNorm, SwiGLU MLPs of width
+  ``8/3 · d_model`` rounded up to a multiple of 8 (Llama's ratio), no biases, tied
+  embeddings, no grouping of keys and values; saved as a Hugging Face directory, so it
+  takes the path of any user's Llama-layout model (Llama, Mistral, Qwen2).
 
 Data mix: a fraction ``repeat_fraction`` of the training sequences are ``[BOS]`` followed
 by a segment of uniformly random characters repeated until the context is full (the
@@ -214,30 +219,36 @@ class AttnOnly:
 
 # --------------------------------------------------------------------------- one interface to both
 class _Runner:
-    """Logits, per-layer patterns ``[b, h, q, k]`` and head ablation for both architectures."""
+    """Logits, per-layer patterns ``[b, h, q, k]`` and head ablation for every architecture
+    (the Hugging Face ones with eager attention: ``output_attentions`` gives the patterns;
+    a head is ablated by zeroing its slice of the attention output projection's input)."""
 
     def __init__(self, model: Any, arch: str) -> None:
         self.model, self.arch = model, arch
 
     def logits(self, x: Any) -> Any:
-        return self.model(x).logits if self.arch == "gpt2" else self.model(x)
+        return self.model(x) if self.arch == "attn_only" else self.model(x).logits
+
+    def _out_proj(self, layer: int) -> Any:
+        if self.arch == "gpt2":
+            return self.model.transformer.h[layer].attn.c_proj
+        return self.model.model.layers[layer].self_attn.o_proj
 
     def run(self, x: Any, ablate: set[tuple[int, int]] | None = None) -> tuple[Any, list[Any]]:
         if self.arch == "attn_only":
             pats: list[Any] = []
             return self.model(x, patterns=pats, ablate=ablate), pats
         handles = []
-        n_head = self.model.config.n_head
+        c = self.model.config
+        d = c.hidden_size // c.num_attention_heads
         for layer, head in ablate or ():
-            proj = self.model.transformer.h[layer].attn.c_proj
-            d = self.model.config.n_embd // n_head
 
-            def pre(mod: Any, args: Any, head: int = head, d: int = d) -> Any:
+            def pre(mod: Any, args: Any, head: int = head) -> Any:
                 z = args[0].clone()
                 z[..., head * d : (head + 1) * d] = 0.0
                 return (z,)
 
-            handles.append(proj.register_forward_pre_hook(pre))
+            handles.append(self._out_proj(layer).register_forward_pre_hook(pre))
         try:
             out = self.model(x, output_attentions=True)
         finally:
@@ -352,6 +363,9 @@ def lr_at(step: int, cfg: dict[str, Any]) -> float:
     return cfg["lr"] * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
+#: the architectures saved as Hugging Face directories (``attn_only``: a legacy TransformerLens one)
+HF_ARCHITECTURES = ("gpt2", "llama")
+
 TRAIN_DEFAULTS: dict[str, Any] = {
     "architecture": "gpt2", "n_layer": 2, "n_head": 4, "d_model": 64, "n_ctx": 64, "steps": 1500,
     "batch_size": 32, "lr": 0.006, "weight_decay": 0.01, "warmup_steps": 100, "heldout_every": 20,
@@ -376,8 +390,11 @@ def _build_model(cfg: dict[str, Any], vocab_size: int) -> Any:
             raise PosmechError(f"config key `train.d_model`: {cfg['d_model']} is not a multiple of n_head {cfg['n_head']}")
         return AttnOnly.build(vocab_size, cfg["n_ctx"], cfg["d_model"], cfg["n_layer"], cfg["n_head"],
                               cfg["d_model"] // cfg["n_head"], cfg["seed"])
+    if cfg["architecture"] == "llama":
+        return _build_llama(cfg, vocab_size)
     if cfg["architecture"] != "gpt2":
-        raise PosmechError(f"config key `train.architecture`: {cfg['architecture']!r}; expected gpt2 or attn_only")
+        raise PosmechError(
+            f"config key `train.architecture`: {cfg['architecture']!r}; expected gpt2, attn_only or llama")
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(cfg["seed"])
@@ -401,13 +418,39 @@ def _build_model(cfg: dict[str, Any], vocab_size: int) -> Any:
     return model
 
 
+def llama_mlp_width(d_model: int) -> int:
+    """SwiGLU width of the ``llama`` demo architecture: ``8/3 · d_model`` (Llama's ratio,
+    the parameter count of a 4·d_model GELU MLP) rounded up to a multiple of 8."""
+    width = -(-8 * d_model // 3)
+    return -(-width // 8) * 8
+
+
+def _build_llama(cfg: dict[str, Any], vocab_size: int) -> Any:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if cfg["d_model"] % cfg["n_head"] or (cfg["d_model"] // cfg["n_head"]) % 2:
+        raise PosmechError(
+            f"config key `train.d_model`: {cfg['d_model']} must be a multiple of n_head {cfg['n_head']} with an even "
+            "head width (rotary rotates pairs of dimensions)")
+    torch.manual_seed(cfg["seed"])
+    lcfg = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=cfg["d_model"], intermediate_size=llama_mlp_width(cfg["d_model"]),
+        num_hidden_layers=cfg["n_layer"], num_attention_heads=cfg["n_head"], num_key_value_heads=cfg["n_head"],
+        max_position_embeddings=cfg["n_ctx"], bos_token_id=0, eos_token_id=0, pad_token_id=0,
+        tie_word_embeddings=True, attention_dropout=0.0, use_cache=False,
+    )
+    lcfg._attn_implementation = "eager"  # output_attentions gives the patterns of the head scores
+    return LlamaForCausalLM(lcfg)
+
+
 def _save(model: Any, tok: Any, cfg: dict[str, Any], hf_dir: Path) -> None:
     import json
 
     from safetensors.torch import save_file
 
     with atomic_path(hf_dir) as tmp:
-        if cfg["architecture"] == "gpt2":
+        if cfg["architecture"] in HF_ARCHITECTURES:
             model.save_pretrained(tmp, safe_serialization=True)
         else:
             Path(tmp).mkdir(parents=True, exist_ok=True)
