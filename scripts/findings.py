@@ -9,12 +9,15 @@ from posmech.tables import write_table
 def main(smk, log):
     findings = load_findings(smk.input.findings, smk.input.schema)
     table = findings_table(findings, dict(smk.params.thresholds), list(smk.input.scorecards), list(smk.params.models),
-                           dict(smk.params.not_applicable))
+                           dict(smk.params.not_applicable), dict(smk.params.twins))
     per_model = counts(table)
     write_table(table, smk.output.table, {"findings": "resources/findings.yaml", "thresholds": dict(smk.params.thresholds),
                                           "counts": per_model})
     for model, c in per_model.items():
         log.info("%s: %s", model, ", ".join(f"{v} {n}" for v, n in c.items()))
+    for model in dict(smk.params.twins).values():
+        o = table.loc[table["model"] == model, "origin"]
+        log.info("%s against its twin: %d structural, %d learned", model, (o == "structural").sum(), (o == "learned").sum())
 
 
 run(snakemake, main)  # noqa: F821

@@ -257,11 +257,15 @@ def findings(path: str, claim: str | None = None) -> int:
         return 0
     short = {"holds": "holds", "fails": "FAILS", "not measurable": "n/m"}
     cells = [short[v] if pd.isna(x) else f"{short[v]} {x:.3g}" for v, x in zip(table["verdict"], table["value"])]
+    if "origin" in table:  # ◆: holds on the model's random-init twin too (structural)
+        cells = [c + (" ◆" if o == "structural" else "") for c, o in zip(cells, table["origin"])]
     grid = table.assign(cell=cells).pivot(index="claim", columns="model", values="cell")
     grid = grid.loc[list(dict.fromkeys(table["claim"])), list(dict.fromkeys(table["model"]))]
     tally = " · ".join(f"{m}: " + ", ".join(f"{v} {int((g['verdict'] == v).sum())}" for v in VERDICTS)
                        for m, g in table.groupby("model", sort=False))
-    print(f"findings of {p} ({tally}; n/m = not measurable; --claim ID for the reasons)")
+    print(f"findings of {p} ({tally}; n/m = not measurable; --claim ID for the reasons"
+          + ("; ◆ = structural: holds on the model's random-init twin too" if "origin" in table
+             and (table["origin"] == "structural").any() else "") + ")")
     print(grid.rename_axis(None).rename_axis(None, axis=1).to_string())
     return 0
 

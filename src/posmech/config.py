@@ -276,7 +276,7 @@ def config_hash(obj: Any) -> str:
 
 
 def model_names_by_kind(config: dict[str, Any], kind: str) -> list[str]:
-    """Model names whose entry is of ``kind``: ``train``, ``local`` or ``hub``."""
+    """Model names whose entry is of ``kind``: ``train``, ``local``, ``hub`` or ``twin``."""
     from posmech.models.loading import model_kind
 
     return [n for n, m in config["models"].items() if model_kind(m) == kind]

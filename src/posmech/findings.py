@@ -33,6 +33,14 @@ from posmech.errors import PosmechError
 
 VERDICTS = ("holds", "fails", "not measurable")
 FINDINGS_COLUMNS = ["claim", "model", "verdict", "quantity", "value", "threshold", "reason", "rule", "finding"]
+#: what a model's random-init twin (posmech.models.twin) gave, beside the model's verdict
+#: (:func:`with_twins`): ``twin_of`` on a twin's own rows (its model), ``twin_verdict`` and
+#: ``twin_value`` on its model's rows, and ``origin``: ``structural`` (holds on the model and
+#: on its twin: true at initialisation), ``learned`` (holds on the model, not on its twin),
+#: empty otherwise (the model's verdict is not ``holds``, or the twin's finding is not
+#: measurable, or the model has no twin)
+TWIN_COLUMNS = ["twin_of", "twin_verdict", "twin_value", "origin"]
+ORIGINS = ("structural", "learned")
 PREDICATES: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq,
 }
@@ -183,8 +191,10 @@ def judge(finding: Finding, model: str, thresholds: Mapping[str, Any], row: Mapp
 
 
 def findings_table(findings: list[Finding], thresholds: Mapping[str, Any], scorecards: list[str],
-                   models: list[str], not_applicable: Mapping[str, Mapping[str, str]] | None = None) -> pd.DataFrame:
-    """One row per (finding, model of ``models``) in claim order: :data:`FINDINGS_COLUMNS`.
+                   models: list[str], not_applicable: Mapping[str, Mapping[str, str]] | None = None,
+                   twins: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """One row per (finding, model of ``models``) in claim order: :data:`FINDINGS_COLUMNS`
+    and :data:`TWIN_COLUMNS` (``twins``: ``{twin: its model}`` of the run, :func:`with_twins`).
 
     ``scorecards``: every ``results/{model}/scorecard/<rule>.csv`` of the run; a rule that
     wrote none for a model does not run on it; ``not_applicable``: ``{model: {rule: reason}}``
@@ -208,7 +218,29 @@ def findings_table(findings: list[Finding], thresholds: Mapping[str, Any], score
                                           "detail": "" if pd.isna(r["detail"]) else str(r["detail"])}
             skipped = (not_applicable or {}).get(m, {}).get(f.rule)
             out.append(judge(f, m, thresholds, row, f.rule in ran.get(m, set()), skipped).row(f))
-    return pd.DataFrame(out, columns=FINDINGS_COLUMNS)
+    return with_twins(pd.DataFrame(out, columns=FINDINGS_COLUMNS), twins or {})
+
+
+def origin(verdict: str, twin_verdict: str | None) -> str:
+    """``structural``, ``learned`` or ``""`` (:data:`TWIN_COLUMNS`) of a model's verdict given
+    its twin's."""
+    if verdict != "holds" or twin_verdict not in ("holds", "fails"):
+        return ""
+    return "structural" if twin_verdict == "holds" else "learned"
+
+
+def with_twins(table: pd.DataFrame, twins: Mapping[str, str]) -> pd.DataFrame:
+    """``table`` with :data:`TWIN_COLUMNS`: ``twins`` is ``{twin: its model}``; a model
+    without a twin in the table gets empty twin columns."""
+    t = table.copy()
+    key = dict(zip(zip(t["claim"], t["model"]), zip(t["verdict"], t["value"])))
+    twin_for = {m: tw for tw, m in twins.items() if tw in set(t["model"])}
+    got = [key.get((c, twin_for[m])) if m in twin_for else None for c, m in zip(t["claim"], t["model"])]
+    t["twin_of"] = [twins.get(m, "") for m in t["model"]]
+    t["twin_verdict"] = [g[0] if g else "" for g in got]
+    t["twin_value"] = [g[1] if g else None for g in got]
+    t["origin"] = [origin(v, g[0] if g else None) for v, g in zip(t["verdict"], got)]
+    return t[FINDINGS_COLUMNS + TWIN_COLUMNS]
 
 
 def counts(table: pd.DataFrame) -> dict[str, dict[str, int]]:

@@ -109,6 +109,26 @@ def test_findings_table_one_row_per_claim_and_model(tmp_path):
     assert 'class="v-holds"' in html and "0.2" in html and "does not run on b" in html
 
 
+def test_findings_table_with_a_twin_marks_structural_cells(tmp_path):
+    """The twin's own verdicts come from its scorecard like any model's; its model's rows say
+    what it gave, and the grid shows the model only, a structural cell marked ◆."""
+    sc = []
+    for m, v in (("a", 0.2), ("a-twin", 0.3)):
+        p = tmp_path / "results" / m / "scorecard" / "prev_knockout.csv"
+        p.parent.mkdir(parents=True)
+        write_table(scorecard_rows([{"claim": "P5", "model": m, "quantity": "prev_token_mass_ratio", "value": v}]), p)
+        sc.append(str(p))
+    table = fd.findings_table([finding()], DEFAULTS, sc, ["a", "a-twin"], twins={"a-twin": "a"})
+    a = table.set_index("model").loc["a"]
+    assert (a["verdict"], a["twin_verdict"], a["twin_value"], a["origin"]) == ("holds", "holds", 0.3, "structural")
+    html = str(grid_html(table))
+    assert "<th>a-twin</th>" not in html and "0.2 ◆" in html and "Random-init twin a-twin: holds (0.3)" in html
+    # the twin failing instead: learned, no mark
+    strict = {**DEFAULTS, "p5_max_mass_ratio": 0.25}
+    a = fd.findings_table([finding()], strict, sc, ["a", "a-twin"], twins={"a-twin": "a"}).set_index("model").loc["a"]
+    assert (a["twin_verdict"], a["origin"]) == ("fails", "learned")
+
+
 def test_grid_of_no_findings():
     assert "No findings" in str(grid_html(pd.DataFrame(columns=fd.FINDINGS_COLUMNS)))
 

@@ -1,6 +1,8 @@
 """The CI-sized DAG on random-init tiny models of other architectures (tests/tiny_archs.py):
 GPT-NeoX (Pythia: partial rotary), Llama (rotary, grouped-query attention), BLOOM (ALiBi, no
-context length in its config: the config sets `n_ctx`) and OPT (learned positions from row 2).
+context length in its config: the config sets `n_ctx`), OPT (learned positions from row 2)
+and a one-layer GPT-2 (no layer >= 1: what several findings study is absent), in one run,
+with a random-init twin of the Llama model (config section `twins`).
 
 Applicability is decided before any job (posmech.applicability): no job fails for a
 missing object, every claim gets a verdict or a reasoned `not measurable` on every model in
@@ -19,12 +21,16 @@ from posmech.findings import VERDICTS, load_findings
 from tests import tiny_archs
 from tests.workflow.conftest import REPO, snakemake
 
-MODELS = ("neox", "llama", "bloom", "opt")
+MODELS = ("neox", "llama", "bloom", "opt", "one")
+BUILDERS = {**tiny_archs.BUILDERS, "one": tiny_archs.gpt2_one_layer}
+TWINS = ("llama-twin",)
 
 
-def _config(tmp_path, dirs, models=MODELS, bloom_n_ctx=32):
+def _config(tmp_path, dirs, models=MODELS, bloom_n_ctx=32, twins=("llama",)):
     cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
     cfg["models"] = {m: {"source": str(dirs[m]), "device": "cpu"} for m in models}
+    if twins:
+        cfg["twins"] = {"enabled": True, "models": list(twins)}
     if "neox" in models:  # TransformerLens 4.3's compatibility mode is wrong on GPT-NeoX (preflight)
         cfg["models"]["neox"]["processing"] = "raw"
     if "bloom" in models and bloom_n_ctx:
@@ -38,7 +44,7 @@ def _config(tmp_path, dirs, models=MODELS, bloom_n_ctx=32):
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("arch-models")
-    return {m: tiny_archs.BUILDERS[m](root / m) for m in MODELS}
+    return {m: BUILDERS[m](root / m) for m in MODELS}
 
 
 @pytest.fixture(scope="module")
@@ -46,14 +52,16 @@ def arch_run(tmp_path_factory, dirs):
     work = tmp_path_factory.mktemp("arch-run")
     proc = snakemake(work, configfile=_config(tmp_path_factory.mktemp("arch-cfg"), dirs))
     if proc.returncode != 0:
-        pytest.fail(f"CI-sized DAG on NeoX/Llama/BLOOM/OPT failed (rc {proc.returncode}):\n{proc.stderr[-6000:]}")
+        pytest.fail(f"CI-sized DAG on NeoX/Llama/BLOOM/OPT/one-layer failed (rc {proc.returncode}):\n"
+                    f"{proc.stderr[-6000:]}")
     return work, proc
 
 
 def test_bloom_without_context_stops_before_any_job(tmp_path, dirs):
     work = tmp_path / "work"
     work.mkdir()
-    proc = snakemake(work, "-n", configfile=_config(tmp_path, dirs, ("bloom",), bloom_n_ctx=None), timeout=300)
+    proc = snakemake(work, "-n", configfile=_config(tmp_path, dirs, ("bloom",), bloom_n_ctx=None, twins=()),
+                     timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "invalid configuration" in out and "`models.bloom.n_ctx`" in out
@@ -65,7 +73,7 @@ def test_every_claim_judged_on_every_architecture(arch_run):
     assert (work / "results/report/index.html").stat().st_size > 0
     table = pd.read_csv(work / "results/report/findings.csv")
     claims = [f.claim for f in load_findings(REPO / "resources/findings.yaml")]
-    assert sorted(zip(table["claim"], table["model"])) == sorted((c, m) for c in claims for m in MODELS)
+    assert sorted(zip(table["claim"], table["model"])) == sorted((c, m) for c in claims for m in MODELS + TWINS)
     assert set(table["verdict"]) <= set(VERDICTS)
     nm = table[table["verdict"] == "not measurable"]
     assert nm["reason"].fillna("").str.len().min() > 10
@@ -92,12 +100,12 @@ def test_no_rule_ran_where_it_cannot(arch_run):
     from posmech.models.architecture import Architecture
 
     work, _ = arch_run
-    for m in MODELS:
+    for m in MODELS + TWINS:
         arch = json.loads((work / f"resources/models/{m}/manifest.json").read_text())["architecture"]
         skipped = not_applicable(Architecture(**arch))
         ran = {r for r in RULES if (work / "logs" / r / f"{m}.log").exists()}
         assert ran & set(skipped) == set(), m
-        if m != "opt":
+        if m not in ("opt", "one"):
             assert {"attention_statistics", "diagonal_taxonomy", "prev_knockout", "positional_kernels",
                     "etc_table"} <= ran, m
             assert "posembed_averaging" in skipped and "random_token_patterns" in skipped
@@ -113,3 +121,45 @@ def test_manifests_record_the_architecture(arch_run):
     assert (arch["llama"]["n_heads"], arch["llama"]["n_kv_heads"]) == (4, 2)
     assert (arch["bloom"]["positions"], arch["bloom"]["context"]) == ("alibi", None)
     assert (arch["opt"]["positions"], arch["opt"]["position_offset"]) == ("learned", 2)
+
+
+def test_one_layer_model_findings_not_measurable_with_reasons(arch_run):
+    """A model lacking what findings study is not an error (issue 27): on a one-layer GPT-2 no
+    later head can read layer 0's previous-token copy (P5), no previous-token head sits below
+    another (P13, P15) and there is no layer 1 (K10): those findings are `not measurable` with
+    the reason in words; the layer-0 and W_pos findings are judged."""
+    work, _ = arch_run
+    table = pd.read_csv(work / "results/report/findings.csv")
+    by = table[table["model"] == "one"].set_index("claim")
+    for claim in ("P5", "P13", "P15", "K10"):
+        assert by.loc[claim, "verdict"] == "not measurable", claim
+        assert pd.isna(by.loc[claim, "value"]), claim
+    assert "layer 0" in by.loc["P5", "reason"] and "no earlier layer" in by.loc["P5", "reason"]
+    assert "below" in by.loc["P13", "reason"] and "below" in by.loc["P15", "reason"]
+    assert "one layer" in by.loc["K10", "reason"] and "layer 1" in by.loc["K10", "reason"]
+    assert set(by.loc[["P1", "P6", "K1", "K7", "C1"], "verdict"]) <= {"holds", "fails"}
+
+
+def test_twin_is_built_from_the_config_and_judged(arch_run, dirs):
+    """The Llama model's twin: the same config.json, seeded random weights (not the model's),
+    its manifest says whose twin it is; its verdicts sit beside the model's in findings.csv
+    (twin_verdict, twin_value, origin), and only the model named in `twins.models` has one."""
+    from safetensors.torch import load_file
+
+    work, _ = arch_run
+    man = json.loads((work / "resources/models/llama-twin/manifest.json").read_text())
+    assert (man["kind"], man["twin_of"], man["seed"]) == ("twin", "llama", 0)
+    hf = work / "resources/models/llama-twin" / man["hf_dir"]
+    assert json.loads((hf / "config.json").read_text()) == json.loads((dirs["llama"] / "config.json").read_text())
+    w = "model.layers.0.self_attn.q_proj.weight"
+    assert not (load_file(str(hf / "model.safetensors"))[w] == load_file(str(dirs["llama"] / "model.safetensors"))[w]).all()
+    table = pd.read_csv(work / "results/report/findings.csv")
+    twin = table[table["model"] == "llama-twin"].set_index("claim")
+    llama = table[table["model"] == "llama"].set_index("claim")
+    assert (twin["twin_of"] == "llama").all() and llama["twin_of"].isna().all()
+    assert list(llama["twin_verdict"]) == list(twin.loc[llama.index, "verdict"])
+    held = llama[llama["verdict"] == "holds"]
+    assert set(held["origin"].dropna()) <= {"structural", "learned"}
+    assert ((held["origin"] == "structural") == (held["twin_verdict"] == "holds")).all()
+    assert table[table["model"] == "neox"]["twin_verdict"].isna().all()
+    assert not (work / "resources/models/neox-twin").exists()

@@ -44,6 +44,14 @@ if workflow.is_main_process:
         print(_lock_msg, file=sys.stderr)
 
 
+# Random-init twins (config section `twins`; posmech.models.twin): a model `<m>-twin` of
+# the same architecture with seeded random weights, added after the checks above (it is
+# built from its model's config.json by rule build_twin, and listed wherever its model is).
+from posmech.models.twin import add_twins, twins_of
+
+TWINS = add_twins(config)
+TWIN_OF = twins_of(config)
+
 REPO = Path(workflow.basedir).parent
 MODELS = list(config["models"])
 CORPORA = list(config["corpora"])
@@ -58,6 +66,7 @@ CORPORA = list(config["corpora"])
 def _known_architecture(m):
     from posmech.preflight import known_architecture
 
+    m = TWIN_OF.get(m, m)  # a twin has its model's architecture
     found = known_architecture(m, config["models"][m])
     return found[0] if found else None
 
@@ -146,6 +155,7 @@ def model_shape(model):
     """Estimated size of a configured model (config.json when on disk, else from config)."""
     from posmech.cluster import model_shape as estimate
 
+    model = TWIN_OF.get(model, model)  # a twin has its model's shape
     manifest = output_of(rules.fetch_model.output.manifest, model=model)
     return estimate(model, config["models"][model], str(Path(manifest).parent))
 
@@ -238,6 +248,8 @@ def weights_entry(wildcards):
     train_demo_model (analysis keys such as n_ctx, device, dtype never refetch/retrain).
     """
     entry = config["models"][wildcards.model]
+    if "twin_of" in entry:
+        return {"twin_of": entry["twin_of"], "seed": entry["seed"]}
     if "train" in entry:
         return {"train": entry["train"]}
     return {"source": entry["source"], "revision": entry["revision"]}

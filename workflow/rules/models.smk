@@ -65,6 +65,27 @@ rule train_demo_model:
         "../../scripts/train_demo_model.py"
 
 
+rule build_twin:
+    """A random-init twin: the model's architecture and size, weights drawn with a seed
+    (posmech.models.twin; config section `twins`)."""
+    input:
+        parent=lambda wc: output_of(
+            rules.fetch_model.output.manifest, model=config["models"][wc.model]["twin_of"]
+        ),
+    output:
+        manifest=rules.fetch_model.output.manifest,
+    log:
+        "logs/build_twin/{model}.log",
+    wildcard_constraints:
+        model=regex(TWINS),
+    conda:
+        "../envs/posmech.yaml"
+    params:
+        entry=weights_entry,
+    script:
+        "../../scripts/build_twin.py"
+
+
 collect(
     rules.fetch_model,
     model=model_names_by_kind(config, "hub") + model_names_by_kind(config, "local"),
@@ -72,3 +93,4 @@ collect(
 # The training curve table is in Snakemake's native report; the HTML report shows the
 # curve figure in its demo-model section.
 collect(rules.train_demo_model, model=trained_models(), report_tables=False)
+collect(rules.build_twin, model=TWINS)

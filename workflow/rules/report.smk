@@ -27,6 +27,8 @@ rule findings:
         models=MODELS,
         # {model: {rule: reason}} of the rules that cannot run on a model (applicability)
         not_applicable=NOT_APPLICABLE,
+        # {twin: its model} (config section `twins`): the structural/learned columns
+        twins=TWIN_OF,
     script:
         "../../scripts/findings.py"
 

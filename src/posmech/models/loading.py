@@ -721,7 +721,10 @@ def load_model(
 
 
 def model_kind(entry: dict[str, Any]) -> str:
-    """``train``, ``local`` or ``hub`` for a config model entry."""
+    """``train``, ``local``, ``hub`` or ``twin`` (a random-init twin, posmech.models.twin)
+    for a config model entry."""
+    if "twin_of" in entry:
+        return "twin"
     if "train" in entry:
         return "train"
     return "local" if is_local(entry["source"]) else "hub"

@@ -210,6 +210,7 @@ class AttnOnly:
                 return {
                     "d_model": c["d_model"], "n_layers": c["n_layers"], "d_mlp": -1, "d_head": c["d_head"],
                     "n_heads": c["n_heads"], "n_ctx": c["n_ctx"], "d_vocab": c["d_vocab"], "act_fn": "solu_ln",
+                    "initializer_range": 0.02,  # std of __init__'s weights (a twin is drawn with it)
                     "attn_only": True, "normalization_type": "LN", "positional_embedding_type": "standard",
                     "shortformer_pos": False, "tokenizer_name": None, "original_architecture": "posmech-demo",
                 }

@@ -50,8 +50,15 @@ def grid_html(table: pd.DataFrame) -> Markup:
     if table is None or not len(table):
         parts.append("<p>No findings were judged (no model in this run).</p></section>")
         return Markup("".join(parts))
+    # a random-init twin (config section `twins`) is not a column: its verdict marks its
+    # model's cells (origin: structural = holds on the twin too)
+    twin_rows = table["twin_of"].fillna("").astype(str) != "" if "twin_of" in table else pd.Series(False, table.index)
+    twins = dict(zip(table.loc[twin_rows, "twin_of"].astype(str), table.loc[twin_rows, "model"].astype(str)))
+    table = table[~twin_rows]
     models = list(dict.fromkeys(table["model"].astype(str)))
     counts = {m: {v: int(((table["model"] == m) & (table["verdict"] == v)).sum()) for v in VERDICTS} for m in models}
+    structural = {m: int(((table["model"] == m) & (table.get("origin", pd.Series("", table.index)) == "structural")).sum())
+                  for m in models}
     parts.append(
         "<p>Every claim is stated as a finding independent of any model (<code>resources/findings.yaml</code>; "
         "thresholds in the config section <code>findings</code>, each with its reason in "
@@ -60,8 +67,13 @@ def grid_html(table: pd.DataFrame) -> Markup:
         '<span style="background:#f6c4c4">fails</span>'
         '<span style="background:#e6e6e6">not measurable</span></span> '
         "Cells show the measured value; hover a cell for the threshold and the reason, a claim for its "
-        'finding. Download: <a href="findings.csv">findings.csv</a>.</p><p>'
+        'finding. Download: <a href="findings.csv">findings.csv</a>.'
+        + (" <strong>◆ structural</strong>: the finding also holds on the model's random-init twin (the same "
+           "architecture with random weights: true at initialisation, not learned; config section "
+           "<code>twins</code>); hover for the twin's value." if twins else "")
+        + "</p><p>"
         + " · ".join(f"<strong>{escape(m)}</strong>: " + ", ".join(f"{v} {n}" for v, n in counts[m].items())
+                     + (f" (◆ {structural[m]} of the holds structural)" if m in twins else "")
                      for m in models) + "</p>")
     rows = table.to_dict("records")
     by = {(str(r["claim"]), str(r["model"])): r for r in rows}
@@ -89,8 +101,14 @@ def grid_html(table: pd.DataFrame) -> Markup:
                        + (f" = {_value(r.get('value'))}" if _value(r.get("value")) != "n/m" else "")
                        + (f", threshold {_value(thr)}" if _value(thr) != "n/m" else "")
                        + f". {_text(r.get('reason'))}")
+                mark = ""
+                if m in twins and _text(r.get("twin_verdict")):
+                    tip += (f" Random-init twin {twins[m]}: {_text(r.get('twin_verdict'))}"
+                            + (f" ({_value(r.get('twin_value'))})" if _value(r.get("twin_value")) != "n/m" else "")
+                            + (f": {r.get('origin')}." if _text(r.get("origin")) else "."))
+                    mark = " ◆" if r.get("origin") == "structural" else ""
                 parts.append(f'<td class="v-{verdict.replace(" ", "-")}" title="{escape(tip)}">'
-                             f"{_value(r.get('value')) if verdict != 'not measurable' else 'n/m'}</td>")
+                             f"{_value(r.get('value')) if verdict != 'not measurable' else 'n/m'}{mark}</td>")
             parts.append("</tr>")
         parts.append("</table>")
     parts.append("</div></section>")

@@ -1,0 +1,16 @@
+"""Rule build_twin: a model's random-init twin (posmech.models.twin) and its manifest."""
+
+from pathlib import Path
+
+from posmech.models.twin import build_twin
+from posmech.runner import run
+
+
+def main(smk, log):
+    name, entry = smk.wildcards.model, smk.params.entry
+    m = build_twin(name, entry, smk.input.parent, Path(smk.output.manifest).parent)
+    log.info("model %s: random-init twin of %s (seed %d) at %s, weights %s", name, entry["twin_of"], entry["seed"],
+             m["hf_dir"], m["weights_sha256_16"])
+
+
+run(snakemake, main)  # noqa: F821

@@ -1,0 +1,105 @@
+"""Random-init twins (posmech.models.twin): the config entries, the weights, the verdict columns."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from posmech.errors import PosmechError
+from posmech.findings import FINDINGS_COLUMNS, TWIN_COLUMNS, with_twins
+from posmech.models.handbuilt import AttnOnlySpec, save_attn_only_dir
+from posmech.models.twin import add_twins, build_twin_dir, tl_initialisation, twins_of
+from tests import tiny_archs
+
+
+def _config(**twins):
+    return {
+        "models": {"a": {"source": "/m/a", "revision": "main", "device": "cpu", "n_ctx": 16},
+                   "b": {"train": {"corpus": "bible"}, "device": "auto", "n_ctx": None}},
+        "kernels": {"models": ["b"], "corpus": None},
+        "attn_only": {"models": []},
+        "twins": twins,
+    }
+
+
+def test_add_twins_copies_the_analysis_keys_not_the_weights_source():
+    cfg = _config(enabled=True, seed=7)
+    assert add_twins(cfg) == ["a-twin", "b-twin"]
+    assert cfg["models"]["a-twin"] == {"device": "cpu", "n_ctx": 16, "twin_of": "a", "seed": 7}
+    assert cfg["models"]["b-twin"] == {"device": "auto", "n_ctx": None, "twin_of": "b", "seed": 7}
+    # a section listing a model lists its twin; an empty list (every model) stays empty
+    assert cfg["kernels"]["models"] == ["b", "b-twin"] and cfg["attn_only"]["models"] == []
+    assert twins_of(cfg) == {"a-twin": "a", "b-twin": "b"}
+
+
+def test_add_twins_off_by_default_and_for_chosen_models_only():
+    cfg = _config()
+    assert add_twins(cfg) == [] and list(cfg["models"]) == ["a", "b"]
+    cfg = _config(enabled=True, models=["b"])
+    assert add_twins(cfg) == ["b-twin"] and "a-twin" not in cfg["models"]
+
+
+def test_a_model_named_like_a_twin_is_an_error_naming_the_key():
+    cfg = _config(enabled=True)
+    cfg["models"]["a-twin"] = {"source": "/m/x"}
+    with pytest.raises(PosmechError, match=r"`models\.a-twin`.*twin of model 'a'"):
+        add_twins(cfg)
+
+
+def test_hf_twin_same_config_and_shapes_new_seeded_weights(tmp_path):
+    parent = tiny_archs.llama(tmp_path / "llama")
+    build_twin_dir(parent, tmp_path / "t1", seed=0)
+    build_twin_dir(parent, tmp_path / "t2", seed=0)
+    build_twin_dir(parent, tmp_path / "t3", seed=1)
+    p = load_file(str(parent / "model.safetensors"))
+    t1, t2, t3 = (load_file(str(tmp_path / t / "model.safetensors")) for t in ("t1", "t2", "t3"))
+    assert set(t1) == set(p) and all(t1[k].shape == p[k].shape for k in p)
+    w = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(t1[w], p[w]) and torch.equal(t1[w], t2[w]) and not torch.equal(t1[w], t3[w])
+    # Llama's own initialisation: normal(0, initializer_range), RMSNorm scales one
+    cfg = json.loads((parent / "config.json").read_text())
+    assert float(t1[w].std()) == pytest.approx(cfg["initializer_range"], rel=0.1)
+    assert torch.equal(t1["model.norm.weight"], torch.ones_like(t1["model.norm.weight"]))
+    assert json.loads((tmp_path / "t1" / "config.json").read_text())["model_type"] == "llama"
+    assert (tmp_path / "t1" / "tokenizer.json").read_text() == (parent / "tokenizer.json").read_text()
+
+
+def test_tl_legacy_twin_is_transformer_lens_initialisation(tmp_path):
+    parent = save_attn_only_dir(AttnOnlySpec(n_ctx=8, d_vocab=12), tmp_path / "attn")
+    build_twin_dir(parent, tmp_path / "t", seed=3)
+    p, t = load_file(str(parent / "model.safetensors")), load_file(str(tmp_path / "t" / "model.safetensors"))
+    assert set(t) == set(p)
+    cfg = json.loads((parent / "config.json").read_text())
+    std = cfg.get("initializer_range") or 0.8 / math.sqrt(cfg["d_model"])
+    for name, x in t.items():
+        last = name.rsplit(".", 1)[-1]
+        if last.startswith("W_"):
+            assert float(x.float().std()) == pytest.approx(std, rel=0.25), name
+        elif last.startswith("b_") or last == "b":
+            assert not x.any(), name
+        elif last == "w":
+            assert torch.equal(x, torch.ones_like(x)), name
+    again = tl_initialisation(p, cfg, seed=3)
+    assert all(torch.equal(again[k], t[k]) for k in t)
+
+
+def test_origin_structural_learned_or_empty():
+    rows = [("P6", "m", "holds", 0.5), ("P6", "m-twin", "holds", 0.4),
+            ("P7", "m", "holds", 0.05), ("P7", "m-twin", "fails", 0.6),
+            ("K1", "m", "fails", 0.1), ("K1", "m-twin", "holds", 0.9),
+            ("K7", "m", "holds", 0.3), ("K7", "m-twin", "not measurable", None),
+            ("P6", "n", "holds", 0.5)]
+    t = pd.DataFrame([{"claim": c, "model": m, "verdict": v, "value": x} for c, m, v, x in rows],
+                     columns=FINDINGS_COLUMNS)
+    out = with_twins(t, {"m-twin": "m"}).set_index(["claim", "model"])
+    assert list(out.reset_index().columns) == FINDINGS_COLUMNS + TWIN_COLUMNS
+    assert out.loc[("P6", "m"), "origin"] == "structural" and out.loc[("P6", "m"), "twin_value"] == 0.4
+    assert out.loc[("P7", "m"), "origin"] == "learned" and out.loc[("P7", "m"), "twin_verdict"] == "fails"
+    assert out.loc[("K1", "m"), "origin"] == ""  # fails on the model: nothing to attribute
+    assert out.loc[("K7", "m"), "origin"] == ""  # the twin cannot say
+    assert out.loc[("P6", "n"), "twin_verdict"] == "" and out.loc[("P6", "m-twin"), "twin_of"] == "m"
