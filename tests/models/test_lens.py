@@ -247,20 +247,11 @@ def test_a_pass_stops_after_the_last_hooked_block_and_counts_itself(gpt2_dir):
     assert forward_passes()[f"2x{N}"] - before == 6
 
 
-@pytest.mark.parametrize("which", ["gpt2", "neo", "tl"])
-def test_a_token_tree_runs_each_continuation_as_if_alone(which, gpt2_dir, neo_dir, tl_dir):
-    """A prompt with three continuations in one pass (the prompt once, each continuation at
-    positions n, n+1, .. seeing the prompt and itself): every position's logits equal a pass
-    of prompt + that continuation alone (GPT-Neo: its local layer's window counts positions,
-    not sequence indices); target_probabilities gives the same numbers with the tree as with
-    one padded row per continuation."""
-    from posmech.data.prompts import target_probabilities
-
-    d = {"gpt2": gpt2_dir, "neo": neo_dir, "tl": tl_dir}[which]
-    lens = load_model(_man(d), "cpu", "float32", "compatibility", "posmech")
-    assert lens.runs_token_trees
-    prompt = np.random.default_rng(3).integers(0, V, 12)
-    conts = [[5, 7, 9], [1], [8, 2]]
+def check_token_tree(lens, prompt, conts, close, what):
+    """Run ``prompt`` with continuations ``conts`` as one token tree (the prompt once, each
+    continuation at positions n, n+1, .. seeing the prompt and itself) and check with
+    ``close`` that each position's logits equal a pass of prompt + that continuation alone.
+    Returns ``(tokens, positions, visible)`` of the tree."""
     x = np.concatenate([prompt, *conts])
     T, n = len(x), len(prompt)
     positions, visible = np.arange(T), np.tril(np.ones((T, T), dtype=bool))
@@ -275,9 +266,28 @@ def test_a_token_tree_runs_each_continuation_as_if_alone(which, gpt2_dir, neo_di
         at = n
         for c in conts:
             alone = lens(torch.as_tensor(np.concatenate([prompt, c]))[None])[0]
-            _close(tree[:n], alone[:n], f"{which}: prompt logits")
-            _close(tree[at : at + len(c)], alone[n:], f"{which}: continuation {c}")
+            close(tree[:n], alone[:n], f"{what}: prompt logits")
+            close(tree[at : at + len(c)], alone[n:], f"{what}: continuation {c}")
             at += len(c)
+    return x, positions, visible
+
+
+@pytest.mark.parametrize("which", ["gpt2", "neo", "tl"])
+def test_a_token_tree_runs_each_continuation_as_if_alone(which, gpt2_dir, neo_dir, tl_dir):
+    """A prompt with three continuations in one pass (the prompt once, each continuation at
+    positions n, n+1, .. seeing the prompt and itself): every position's logits equal a pass
+    of prompt + that continuation alone (GPT-Neo: its local layer's window counts positions,
+    not sequence indices); target_probabilities gives the same numbers with the tree as with
+    one padded row per continuation."""
+    from posmech.data.prompts import target_probabilities
+
+    d = {"gpt2": gpt2_dir, "neo": neo_dir, "tl": tl_dir}[which]
+    lens = load_model(_man(d), "cpu", "float32", "compatibility", "posmech")
+    assert lens.runs_token_trees
+    prompt = np.random.default_rng(3).integers(0, V, 12)
+    conts = [[5, 7, 9], [1], [8, 2]]
+    x, positions, visible = check_token_tree(lens, prompt, conts, _close, which)
+    T = len(x)
     targets = {"a": [[5, 7, 9, 3], [1]], "b": [[8, 2, 6]], "c": [[4]]}
     with_tree = target_probabilities(lens, prompt, targets)
     padded = target_probabilities(lens, prompt, targets, hooks=[("hook_embed", lambda t, hook: None)])
