@@ -212,15 +212,20 @@ def test_interventions_change_both_engines_alike(which, gpt2_dir, neo_dir, tl_di
             assert float((b - plain).abs().max()) > 1e-3, f"{name}: the edit did nothing"
             if name not in discarded:
                 _close(bridge.run_with_hooks(x, fwd_hooks=hooks), b, name)
-        # W_pos overwritten in place (P2's averaging) and restored
-        saved = [m.W_pos.detach().clone() for m in (bridge, lens)]
-        for m in (bridge, lens):
-            m.W_pos.copy_(m.W_pos.mean(0, keepdim=True).expand_as(m.W_pos))
-        _close(bridge(x), lens(x), "W_pos averaged")
-        for m, s in zip((bridge, lens), saved):
-            m.W_pos.copy_(s)
-        assert torch.equal(lens(x), plain)
+        check_wpos_edit(bridge, lens, x, plain, _close)
     assert not any(hp.fwd_hooks for hp in lens.hook_dict.values())
+
+
+def check_wpos_edit(bridge, lens, x, plain, close):
+    """W_pos overwritten in place (P2's averaging) changes both engines alike, and restored
+    gives the engine's ``plain`` logits back (run under inference mode)."""
+    saved = [m.W_pos.detach().clone() for m in (bridge, lens)]
+    for m in (bridge, lens):
+        m.W_pos.copy_(m.W_pos.mean(0, keepdim=True).expand_as(m.W_pos))
+    close(bridge(x), lens(x), "W_pos averaged")
+    for m, s in zip((bridge, lens), saved):
+        m.W_pos.copy_(s)
+    assert torch.equal(lens(x), plain)
 
 
 def test_a_pass_stops_after_the_last_hooked_block_and_counts_itself(gpt2_dir):

@@ -35,7 +35,7 @@ from posmech.errors import PosmechError
 from posmech.models import lens as lens_mod
 from posmech.models.handbuilt import char_tokenizer
 from posmech.models.loading import load_bridge, load_model
-from tests.models.test_lens import check_token_tree
+from tests.models.test_lens import check_token_tree, check_wpos_edit
 
 V, N = 40, 20
 RTOL = 5e-5
@@ -251,13 +251,7 @@ def test_interventions_change_both_engines_alike(which, dirs):
             if not (which == "opt" and name in ("scores", "pattern")):
                 _close(bridge.run_with_hooks(x, fwd_hooks=hooks), b, f"{which}: {name}")
         if which == "opt":  # W_pos overwritten in place and restored (P2's averaging)
-            saved = [m.W_pos.detach().clone() for m in (bridge, lens)]
-            for m in (bridge, lens):
-                m.W_pos.copy_(m.W_pos.mean(0, keepdim=True).expand_as(m.W_pos))
-            _close(bridge(x), lens(x), "W_pos averaged")
-            for m, s in zip((bridge, lens), saved):
-                m.W_pos.copy_(s)
-            assert torch.equal(lens(x), plain)
+            check_wpos_edit(bridge, lens, x, plain, _close)
     assert not any(hp.fwd_hooks for hp in lens.hook_dict.values())
 
 
