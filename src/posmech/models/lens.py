@@ -58,9 +58,9 @@ the weights.
 
 **Only what is read is computed.** Attention runs as PyTorch's fused
 ``scaled_dot_product_attention`` (grouped key/value heads passed as they are,
-``enable_gqa``; BLOOM's ALiBi bias and causal mask as one float mask ``[H, T, T]`` made once
-per pass; rotary ``cos``/``sin`` made once per pass) unless a hook is registered on the scores or the pattern
-of that layer (then scores, mask, softmax and ``pattern @ v`` are made explicitly, so a hook
+``enable_gqa``; BLOOM's ALiBi bias and causal mask as one float mask ``[H, T, T]``, and
+rotary ``cos``/``sin``, made once per pass) unless a hook is registered on the scores or
+the pattern of that layer (then scores, mask, softmax and ``pattern @ v`` are made explicitly, so a hook
 can read or replace them); per-head outputs (``hook_result``) are made only when hooked; the
 forward stops after the last block that has a hook when ``return_type`` is None (nothing
 later can be observed), and the unembedding is computed only for ``return_type="logits"``.
