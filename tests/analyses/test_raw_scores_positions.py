@@ -3,7 +3,9 @@
 Random-weight tiny models built from ``transformers`` configs (no Hub) and saved locally:
 a Llama with grouped-query attention (4 query heads, 2 key heads, full rotary), a
 GPT-NeoX (Pythia's layout: partial rotary, ``partial_rotary_factor`` 0.25) and a BLOOM
-(ALiBi, 6 heads: not a power of two, so the ALiBi slopes' second sequence is used), with
+(ALiBi, 6 heads: not a power of two, so the ALiBi slopes' second sequence is used) and an
+OPT (learned positions from row 2; run on the posmech engine: the bridge's OPT
+``hook_attn_scores`` is the pattern), with
 the character tokenizer of the hand-built models (ids match the vocabulary).  Every
 weight is drawn at a scale where the scores are O(1), so a wrong rotation, a key head
 repeated in the wrong order or a missing bias shows.
@@ -131,7 +133,7 @@ NEOX_COMPAT = pytest.mark.xfail(
 
 
 @pytest.mark.parametrize("processing", ["compatibility", "raw"])
-@pytest.mark.parametrize("which", ["llama", "neox", "bloom"])
+@pytest.mark.parametrize("which", ["llama", "neox", "bloom", "opt"])
 def test_raw_scores_equal_hugging_faces_pre_softmax_scores(which, processing, model_dirs, monkeypatch, request):
     if which == "neox" and processing == "compatibility":
         request.applymarker(NEOX_COMPAT)
@@ -139,9 +141,16 @@ def test_raw_scores_equal_hugging_faces_pre_softmax_scores(which, processing, mo
     tokens = np.random.default_rng(7).integers(1, V, N)
     layer = 1
     hf_scores, hf_attn = _hf_pre_mask_scores(which, d, tokens, layer, monkeypatch)
-    bridge = load_bridge({"hf_dir": str(d), "name": which}, device="cpu", processing=processing)
+    if which == "opt":  # OPT runs on the posmech engine (`auto`), whose hook_attn_scores is its pre-softmax score
+        from posmech.models.lens import Lens
+        from posmech.models.loading import load_model
+
+        bridge = load_model({"hf_dir": str(d), "name": which}, device="cpu", processing=processing)
+        assert isinstance(bridge, Lens)
+    else:
+        bridge = load_bridge({"hf_dir": str(d), "name": which}, device="cpu", processing=processing)
     fn = sa.score_function(bridge.cfg)
-    assert fn.scheme == {"llama": "rotary", "neox": "rotary", "bloom": "alibi"}[which]
+    assert fn.scheme == {"llama": "rotary", "neox": "rotary", "bloom": "alibi", "opt": "learned"}[which]
     assert fn.scale == pytest.approx(math.sqrt(bridge.cfg.d_head))
     H = int(bridge.cfg.n_heads)
     heads = [f"L{layer}H{h}" for h in range(H)]
@@ -265,39 +274,10 @@ def test_gpt_neo_scores_are_unscaled_on_both_engines(tmp_path):
         assert np.nanmax(np.abs(s)) > 3.0  # a scale of sqrt(8) would change these patterns
 
 
-@pytest.mark.parametrize("processing", ["compatibility", "raw"])
-def test_opt_raw_scores_on_the_engine_equal_hugging_faces(processing, model_dirs, monkeypatch):
-    """OPT (learned positions from row 2) runs on the posmech engine, whose hook_attn_scores
-    is OPT's pre-softmax score (the bridge records the pattern there): the raw scores
-    ``q·k/sqrt(d_head)`` equal Hugging Face's own (its q arrives scaled) over the whole
-    matrix, their causal softmax is its attention, and P13's windows are the same scores."""
-    from posmech.models.lens import Lens
-    from posmech.models.loading import load_model
-
-    d = model_dirs["opt"]
-    tokens = np.random.default_rng(7).integers(1, V, N)
-    layer = 1
-    hf_scores, hf_attn = _hf_pre_mask_scores("opt", d, tokens, layer, monkeypatch)
-    model = load_model({"hf_dir": str(d), "name": "opt"}, device="cpu", processing=processing)
-    assert isinstance(model, Lens)
-    fn = sa.score_function(model.cfg)
-    assert fn.scheme == "learned" and fn.scale == pytest.approx(math.sqrt(model.cfg.d_head))
-    H = int(model.cfg.n_heads)
-    panels = sa.head_scores(model, tokens, [f"L{layer}H{h}" for h in range(H)])
-    raw = torch.as_tensor(np.stack([p.raw for p in panels])).double()
-    ref = hf_scores.double()
-    big = float(ref.abs().max())
-    assert big > 1.0
-    assert float((raw - ref).abs().max()) <= TOL * big
-    pattern = torch.as_tensor(np.stack([p.pattern for p in panels])).double()
-    assert float((pattern - hf_attn.double()).abs().max()) <= 1e-5
-    for p in panels:
-        assert p.masked_vs_hook() <= TOL * big
-    W = 3
-    prof = sa.score_profiles(model, [tokens], W, progress=False)
-    win = raw[:, prof.queries[:, None], prof.queries[:, None] + sa.offsets(W)[None, :]]
-    assert float((torch.as_tensor(prof.windows[layer]).double() - win).abs().max()) <= TOL * big
-    # the bridge's OPT hook_attn_scores is not the pre-softmax score: the check refuses it
-    bridge = load_bridge({"hf_dir": str(d), "name": "opt"}, device="cpu", processing=processing)
+def test_the_check_refuses_the_bridges_opt_scores(model_dirs):
+    """TransformerLens 4.3's bridge records OPT's pattern at hook_attn_scores: raw scores
+    checked against it are an error (OPT runs on the posmech engine, whose hook is OPT's
+    pre-softmax score: test_raw_scores_equal_hugging_faces_pre_softmax_scores)."""
+    bridge = load_bridge({"hf_dir": str(model_dirs["opt"]), "name": "opt"}, device="cpu", processing="raw")
     with pytest.raises(PosmechError, match="differ from hook_attn_scores"):
-        sa.head_scores(bridge, tokens, ["L1H0"])
+        sa.head_scores(bridge, np.random.default_rng(7).integers(1, V, N), ["L1H0"])

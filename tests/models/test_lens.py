@@ -212,15 +212,20 @@ def test_interventions_change_both_engines_alike(which, gpt2_dir, neo_dir, tl_di
             assert float((b - plain).abs().max()) > 1e-3, f"{name}: the edit did nothing"
             if name not in discarded:
                 _close(bridge.run_with_hooks(x, fwd_hooks=hooks), b, name)
-        # W_pos overwritten in place (P2's averaging) and restored
-        saved = [m.W_pos.detach().clone() for m in (bridge, lens)]
-        for m in (bridge, lens):
-            m.W_pos.copy_(m.W_pos.mean(0, keepdim=True).expand_as(m.W_pos))
-        _close(bridge(x), lens(x), "W_pos averaged")
-        for m, s in zip((bridge, lens), saved):
-            m.W_pos.copy_(s)
-        assert torch.equal(lens(x), plain)
+        check_wpos_edit(bridge, lens, x, plain, _close)
     assert not any(hp.fwd_hooks for hp in lens.hook_dict.values())
+
+
+def check_wpos_edit(bridge, lens, x, plain, close):
+    """W_pos overwritten in place (P2's averaging) changes both engines alike, and restored
+    gives the engine's ``plain`` logits back (run under inference mode)."""
+    saved = [m.W_pos.detach().clone() for m in (bridge, lens)]
+    for m in (bridge, lens):
+        m.W_pos.copy_(m.W_pos.mean(0, keepdim=True).expand_as(m.W_pos))
+    close(bridge(x), lens(x), "W_pos averaged")
+    for m, s in zip((bridge, lens), saved):
+        m.W_pos.copy_(s)
+    assert torch.equal(lens(x), plain)
 
 
 def test_a_pass_stops_after_the_last_hooked_block_and_counts_itself(gpt2_dir):
@@ -247,20 +252,11 @@ def test_a_pass_stops_after_the_last_hooked_block_and_counts_itself(gpt2_dir):
     assert forward_passes()[f"2x{N}"] - before == 6
 
 
-@pytest.mark.parametrize("which", ["gpt2", "neo", "tl"])
-def test_a_token_tree_runs_each_continuation_as_if_alone(which, gpt2_dir, neo_dir, tl_dir):
-    """A prompt with three continuations in one pass (the prompt once, each continuation at
-    positions n, n+1, .. seeing the prompt and itself): every position's logits equal a pass
-    of prompt + that continuation alone (GPT-Neo: its local layer's window counts positions,
-    not sequence indices); target_probabilities gives the same numbers with the tree as with
-    one padded row per continuation."""
-    from posmech.data.prompts import target_probabilities
-
-    d = {"gpt2": gpt2_dir, "neo": neo_dir, "tl": tl_dir}[which]
-    lens = load_model(_man(d), "cpu", "float32", "compatibility", "posmech")
-    assert lens.runs_token_trees
-    prompt = np.random.default_rng(3).integers(0, V, 12)
-    conts = [[5, 7, 9], [1], [8, 2]]
+def check_token_tree(lens, prompt, conts, close, what):
+    """Run ``prompt`` with continuations ``conts`` as one token tree (the prompt once, each
+    continuation at positions n, n+1, .. seeing the prompt and itself) and check with
+    ``close`` that each position's logits equal a pass of prompt + that continuation alone.
+    Returns ``(tokens, positions, visible)`` of the tree."""
     x = np.concatenate([prompt, *conts])
     T, n = len(x), len(prompt)
     positions, visible = np.arange(T), np.tril(np.ones((T, T), dtype=bool))
@@ -275,9 +271,28 @@ def test_a_token_tree_runs_each_continuation_as_if_alone(which, gpt2_dir, neo_di
         at = n
         for c in conts:
             alone = lens(torch.as_tensor(np.concatenate([prompt, c]))[None])[0]
-            _close(tree[:n], alone[:n], f"{which}: prompt logits")
-            _close(tree[at : at + len(c)], alone[n:], f"{which}: continuation {c}")
+            close(tree[:n], alone[:n], f"{what}: prompt logits")
+            close(tree[at : at + len(c)], alone[n:], f"{what}: continuation {c}")
             at += len(c)
+    return x, positions, visible
+
+
+@pytest.mark.parametrize("which", ["gpt2", "neo", "tl"])
+def test_a_token_tree_runs_each_continuation_as_if_alone(which, gpt2_dir, neo_dir, tl_dir):
+    """A prompt with three continuations in one pass (the prompt once, each continuation at
+    positions n, n+1, .. seeing the prompt and itself): every position's logits equal a pass
+    of prompt + that continuation alone (GPT-Neo: its local layer's window counts positions,
+    not sequence indices); target_probabilities gives the same numbers with the tree as with
+    one padded row per continuation."""
+    from posmech.data.prompts import target_probabilities
+
+    d = {"gpt2": gpt2_dir, "neo": neo_dir, "tl": tl_dir}[which]
+    lens = load_model(_man(d), "cpu", "float32", "compatibility", "posmech")
+    assert lens.runs_token_trees
+    prompt = np.random.default_rng(3).integers(0, V, 12)
+    conts = [[5, 7, 9], [1], [8, 2]]
+    x, positions, visible = check_token_tree(lens, prompt, conts, _close, which)
+    T = len(x)
     targets = {"a": [[5, 7, 9, 3], [1]], "b": [[8, 2, 6]], "c": [[4]]}
     with_tree = target_probabilities(lens, prompt, targets)
     padded = target_probabilities(lens, prompt, targets, hooks=[("hook_embed", lambda t, hook: None)])

@@ -35,6 +35,7 @@ from posmech.errors import PosmechError
 from posmech.models import lens as lens_mod
 from posmech.models.handbuilt import char_tokenizer
 from posmech.models.loading import load_bridge, load_model
+from tests.models.test_lens import check_token_tree, check_wpos_edit
 
 V, N = 40, 20
 RTOL = 5e-5
@@ -250,13 +251,7 @@ def test_interventions_change_both_engines_alike(which, dirs):
             if not (which == "opt" and name in ("scores", "pattern")):
                 _close(bridge.run_with_hooks(x, fwd_hooks=hooks), b, f"{which}: {name}")
         if which == "opt":  # W_pos overwritten in place and restored (P2's averaging)
-            saved = [m.W_pos.detach().clone() for m in (bridge, lens)]
-            for m in (bridge, lens):
-                m.W_pos.copy_(m.W_pos.mean(0, keepdim=True).expand_as(m.W_pos))
-            _close(bridge(x), lens(x), "W_pos averaged")
-            for m, s in zip((bridge, lens), saved):
-                m.W_pos.copy_(s)
-            assert torch.equal(lens(x), plain)
+            check_wpos_edit(bridge, lens, x, plain, _close)
     assert not any(hp.fwd_hooks for hp in lens.hook_dict.values())
 
 
@@ -266,25 +261,7 @@ def test_a_token_tree_and_query_blocks_on_every_position_scheme(which, dirs, mon
     of prompt + continuation alone (rotary angles and ALiBi biases follow the tree's
     positions); the pattern made by blocks of queries equals the square."""
     lens = load_model(_man(dirs[which]), "cpu", "float32", "raw", "posmech")
-    prompt = np.random.default_rng(3).integers(1, V, 9)
-    conts = [[5, 7, 9], [8, 2]]
-    x = np.concatenate([prompt, *conts])
-    T, n = len(x), len(prompt)
-    positions, visible = np.arange(T), np.tril(np.ones((T, T), dtype=bool))
-    visible[n:, n:] = False
-    at = n
-    for c in conts:
-        positions[at : at + len(c)] = np.arange(n, n + len(c))
-        visible[at : at + len(c), at : at + len(c)] = np.tril(np.ones((len(c), len(c)), dtype=bool))
-        at += len(c)
-    with torch.inference_mode():
-        tree = lens(torch.as_tensor(x)[None], positions=positions, visible=visible)[0]
-        at = n
-        for c in conts:
-            alone = lens(torch.as_tensor(np.concatenate([prompt, c]))[None])[0]
-            _close(alone[:n], tree[:n], f"{which}: prompt")
-            _close(alone[n:], tree[at : at + len(c)], f"{which}: continuation {c}")
-            at += len(c)
+    check_token_tree(lens, np.random.default_rng(3).integers(1, V, 9), [[5, 7, 9], [8, 2]], _close, which)
     monkeypatch.setattr(lens_mod, "QUERY_BLOCK", 4)
     xt = _tokens(4)
     seen: dict[bool, torch.Tensor] = {}

@@ -57,8 +57,10 @@ models and on the trained demo models). A model directory is read tensor by tens
 the weights.
 
 **Only what is read is computed.** Attention runs as PyTorch's fused
-``scaled_dot_product_attention`` unless a hook is registered on the scores or the pattern
-of that layer (then scores, mask, softmax and ``pattern @ v`` are made explicitly, so a hook
+``scaled_dot_product_attention`` (grouped key/value heads passed as they are,
+``enable_gqa``; BLOOM's ALiBi bias and causal mask as one float mask ``[H, T, T]``, and
+rotary ``cos``/``sin``, made once per pass) unless a hook is registered on the scores or
+the pattern of that layer (then scores, mask, softmax and ``pattern @ v`` are made explicitly, so a hook
 can read or replace them); per-head outputs (``hook_result``) are made only when hooked; the
 forward stops after the last block that has a hook when ``return_type`` is None (nothing
 later can be observed), and the unembedding is computed only for ``return_type="logits"``.
@@ -340,6 +342,20 @@ def _lm_head(f: Callable[[str], Any], sd: dict[str, Any], name: str) -> None:
     sd["unembed.W_U"] = (lm if lm is not None else sd["embed.W_E"]).T  # tied embeddings: no head in the file
 
 
+def _block_rest(sd: dict[str, Any], f: Callable[[str], Any], p: str, b: str, H: int, dh: int,
+                names: tuple[str, str, str, str, str]) -> None:
+    """One block's output projection, MLP and two LayerNorms from ``nn.Linear`` / LayerNorm
+    parameters named ``p + name`` (``names``: output projection, MLP in, MLP out, first and
+    second norm) into TransformerLens's ``b + ...`` keys."""
+    out, mlp_in, mlp_out, ln1, ln2 = names
+    sd[f"{b}attn.W_O"] = f(f"{p}{out}.weight").T.reshape(H, dh, -1)
+    sd[f"{b}attn.b_O"] = f(f"{p}{out}.bias")
+    sd[f"{b}mlp.W_in"], sd[f"{b}mlp.b_in"] = f(f"{p}{mlp_in}.weight").T, f(f"{p}{mlp_in}.bias")
+    sd[f"{b}mlp.W_out"], sd[f"{b}mlp.b_out"] = f(f"{p}{mlp_out}.weight").T, f(f"{p}{mlp_out}.bias")
+    for ln, hf_ln in (("ln1", ln1), ("ln2", ln2)):
+        sd[f"{b}{ln}.w"], sd[f"{b}{ln}.b"] = f(f"{p}{hf_ln}.weight"), f(f"{p}{hf_ln}.bias")
+
+
 def _opt_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, Any], LensConfig]:
     """OPT: learned positions stored from row 2 (``W_pos`` is the table from that row on),
     separate q/k/v projections, ReLU, pre- or post-LayerNorm blocks."""
@@ -353,12 +369,8 @@ def _opt_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, An
         for n, proj in zip("QKV", ("q_proj", "k_proj", "v_proj")):
             sd[f"{b}attn.W_{n}"] = _linear(f(f"{p}self_attn.{proj}.weight"), H, dh)
             sd[f"{b}attn.b_{n}"] = _bias(f(f"{p}self_attn.{proj}.bias"), H, dh)
-        sd[f"{b}attn.W_O"] = f(f"{p}self_attn.out_proj.weight").T.reshape(H, dh, d)
-        sd[f"{b}attn.b_O"] = f(f"{p}self_attn.out_proj.bias")
-        sd[f"{b}mlp.W_in"], sd[f"{b}mlp.b_in"] = f(f"{p}fc1.weight").T, f(f"{p}fc1.bias")
-        sd[f"{b}mlp.W_out"], sd[f"{b}mlp.b_out"] = f(f"{p}fc2.weight").T, f(f"{p}fc2.bias")
-        for ln, hf_ln in (("ln1", "self_attn_layer_norm"), ("ln2", "final_layer_norm")):
-            sd[f"{b}{ln}.w"], sd[f"{b}{ln}.b"] = f(f"{p}{hf_ln}.weight"), f(f"{p}{hf_ln}.bias")
+        _block_rest(sd, f, p, b, H, dh, ("self_attn.out_proj", "fc1", "fc2", "self_attn_layer_norm",
+                                         "final_layer_norm"))
     pre_ln = bool(c.get("do_layer_norm_before", True))
     final = pre_ln and not c.get("_remove_final_layer_norm", False)
     if final:
@@ -392,12 +404,8 @@ def _neox_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, A
     for i in range(L):
         p, b = f"{m}layers.{i}.", f"blocks.{i}."
         _fused_qkv(sd, b, f(f"{p}attention.query_key_value.weight"), f(f"{p}attention.query_key_value.bias"), H, dh)
-        sd[f"{b}attn.W_O"] = f(f"{p}attention.dense.weight").T.reshape(H, dh, d)
-        sd[f"{b}attn.b_O"] = f(f"{p}attention.dense.bias")
-        sd[f"{b}mlp.W_in"], sd[f"{b}mlp.b_in"] = f(f"{p}mlp.dense_h_to_4h.weight").T, f(f"{p}mlp.dense_h_to_4h.bias")
-        sd[f"{b}mlp.W_out"], sd[f"{b}mlp.b_out"] = f(f"{p}mlp.dense_4h_to_h.weight").T, f(f"{p}mlp.dense_4h_to_h.bias")
-        for ln, hf_ln in (("ln1", "input_layernorm"), ("ln2", "post_attention_layernorm")):
-            sd[f"{b}{ln}.w"], sd[f"{b}{ln}.b"] = f(f"{p}{hf_ln}.weight"), f(f"{p}{hf_ln}.bias")
+        _block_rest(sd, f, p, b, H, dh, ("attention.dense", "mlp.dense_h_to_4h", "mlp.dense_4h_to_h",
+                                         "input_layernorm", "post_attention_layernorm"))
     sd["ln_final.w"], sd["ln_final.b"] = f(m + "final_layer_norm.weight"), f(m + "final_layer_norm.bias")
     _lm_head(f, sd, "embed_out.weight")
     cfg = LensConfig(
@@ -453,12 +461,8 @@ def _bloom_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, 
         p, b = f"h.{i}.", f"blocks.{i}."
         _fused_qkv(sd, b, f(f"{p}self_attention.query_key_value.weight"),
                    f(f"{p}self_attention.query_key_value.bias"), H, dh)
-        sd[f"{b}attn.W_O"] = f(f"{p}self_attention.dense.weight").T.reshape(H, dh, d)
-        sd[f"{b}attn.b_O"] = f(f"{p}self_attention.dense.bias")
-        sd[f"{b}mlp.W_in"], sd[f"{b}mlp.b_in"] = f(f"{p}mlp.dense_h_to_4h.weight").T, f(f"{p}mlp.dense_h_to_4h.bias")
-        sd[f"{b}mlp.W_out"], sd[f"{b}mlp.b_out"] = f(f"{p}mlp.dense_4h_to_h.weight").T, f(f"{p}mlp.dense_4h_to_h.bias")
-        for ln, hf_ln in (("ln1", "input_layernorm"), ("ln2", "post_attention_layernorm")):
-            sd[f"{b}{ln}.w"], sd[f"{b}{ln}.b"] = f(f"{p}{hf_ln}.weight"), f(f"{p}{hf_ln}.bias")
+        _block_rest(sd, f, p, b, H, dh, ("self_attention.dense", "mlp.dense_h_to_4h", "mlp.dense_4h_to_h",
+                                         "input_layernorm", "post_attention_layernorm"))
     sd["ln_final.w"], sd["ln_final.b"] = f("ln_f.weight"), f("ln_f.bias")
     _lm_head(f, sd, "lm_head.weight")
     cfg = LensConfig(
