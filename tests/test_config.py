@@ -110,7 +110,7 @@ def test_zero_documents_rejected():
 
 def test_selected_defaults_to_all_and_keeps_config_order():
     cfg = validate_config(demo(), SCHEMA)
-    assert selected(cfg, "tokenize") == ["demo", "demo-attn"]
+    assert selected(cfg, "tokenize") == ["demo", "demo-attn", "demo-rope"]
     assert selected(cfg, "tokenize", "corpora") == ["bible"]
 
 

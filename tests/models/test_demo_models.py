@@ -103,8 +103,8 @@ def test_rotary_demo_has_a_previous_token_head_read_by_an_induction_head(summari
     assert s["architecture"] == "llama"
     arch = read_architecture(s["_hf_dir"])
     assert (arch.model_type, arch.positions, arch.rotary_fraction, arch.context) == ("llama", "rotary", 1.0, 32)
-    assert _layer(s["best_previous_token_head"]) == 0 and s["best_previous_token_score"] >= PREV_ROPE
-    assert _layer(s["best_induction_head"]) == 1 and s["best_induction_score"] >= IND_ROPE
+    assert _layer(s["best_previous_token_head"]) == 0 and s["best_previous_token_score"] >= 0.7  # measured 0.809 (L0H1)
+    assert _layer(s["best_induction_head"]) == 1 and s["best_induction_score"] >= 0.75  # 0.878 (L1H3)
     assert s["induction_reads_head"] == s["best_previous_token_head"]
     assert s["induction_score_with_previous_token_heads_ablated"] <= 0.5 * s["best_induction_score"]
     assert s["p_correct_repeated"] >= 0.85 and s["p_correct_first_copy"] <= 0.05
