@@ -47,7 +47,7 @@ study: setup
 	$(BIN)/snakemake --cores $(CORES)
 
 test: setup
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=30
 
 lint: setup
 	$(BIN)/snakemake --lint --configfile config/demo.yaml
