@@ -109,4 +109,4 @@ def test_sequence_longer_than_a_trained_models_context_fails_before_any_job(tmp_
     proc = snakemake(tmp_path, "-n", configfile=path, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert "attn_only.n_tokens" in out and "models.demo.train.n_ctx = 32" in out
+    assert "attn_only.n_tokens" in out and "context of 32 tokens (from models.demo.train)" in out
