@@ -75,10 +75,6 @@ def twins_of(config: dict[str, Any]) -> dict[str, str]:
     return {n: e["twin_of"] for n, e in config["models"].items() if "twin_of" in e}
 
 
-def _is_tl_legacy(cfg: dict[str, Any]) -> bool:
-    return "model_type" not in cfg and "d_model" in cfg and "n_layers" in cfg
-
-
 def tl_initialisation(state: dict[str, Any], cfg: dict[str, Any], seed: int) -> dict[str, Any]:
     """TransformerLens's ``gpt2`` initialisation of a legacy state dict's tensors (same names,
     shapes and dtypes): ``W_*`` normal with standard deviation ``initializer_range`` (default
@@ -108,6 +104,8 @@ def build_twin_dir(parent_dir: str | os.PathLike[str], out_dir: str | os.PathLik
     ``seed`` (module docstring)."""
     import torch
 
+    from posmech.models.loading import is_tl_legacy_dir
+
     src, out = Path(parent_dir), Path(out_dir)
     cfg_path = src / "config.json"
     try:
@@ -118,7 +116,7 @@ def build_twin_dir(parent_dir: str | os.PathLike[str], out_dir: str | os.PathLik
     for f in src.iterdir():  # tokenizer files, generation config: everything but the weights
         if f.is_file() and ".safetensors" not in f.name and not f.name.endswith((".bin", ".pth", ".pt")):
             shutil.copy2(f, out / f.name)
-    if _is_tl_legacy(cfg):
+    if is_tl_legacy_dir(src):
         from safetensors.torch import load_file, save_file
 
         state: dict[str, Any] = {}
