@@ -59,14 +59,23 @@ def save(fig: Any, path: str | os.PathLike[str]) -> None:
 
     The figure check (:mod:`posmech.plots.check`) runs first: each problem is logged as a
     warning naming the file, and the result is stored in the PNG's text metadata, where the
-    tests read it back for every figure of a run."""
+    tests read it back for every figure of a run.
+
+    The figure is laid out once: one draw gives the check its layout and the tight bounding
+    box (what ``bbox_inches="tight"`` computes, padded by ``savefig.pad_inches``); the layout
+    is then kept (layout engine ``none``), so ``savefig`` renders once instead of drawing the
+    figure again to redo the layout and find the box (a draw of a many-panel figure costs
+    seconds here: text layout dominates)."""
     from posmech.plots.check import METADATA_KEY, figure_problems
 
-    result = figure_problems(fig)
+    fig.draw_without_rendering()  # runs the figure's layout engine (tight or constrained), once
+    bbox = fig.get_tightbbox(fig.canvas.get_renderer())
+    fig.set_layout_engine("none")  # keep that layout: savefig would otherwise draw again to redo it
+    result = figure_problems(fig, width_px=float(bbox.width * DPI), drawn=True)
     for problem in result["problems"]:
         log.warning("figure check, %s: %s", os.fspath(path), problem)
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=DPI, bbox_inches="tight", format="png",
+        fig.savefig(tmp, dpi=DPI, bbox_inches=bbox.padded(plt.rcParams["savefig.pad_inches"]), format="png",
                     metadata={METADATA_KEY: json.dumps(result, ensure_ascii=True)})
     plt.close(fig)
 

@@ -145,13 +145,16 @@ def _texts(fig: Any, axes: list[Any]) -> list[Any]:
     return [t for t in out if _shown(t)]
 
 
-def figure_problems(fig: Any, width_px: float | None = None) -> dict[str, Any]:
+def figure_problems(fig: Any, width_px: float | None = None, drawn: bool = False) -> dict[str, Any]:
     """Check a drawn (or drawable) figure; returns ``{"problems": [...], "min_font_pt",
     "width_px", "n_annotations"}``.  ``width_px``: the PNG's width (default: the tight
-    bounding box at the figure's dpi for :func:`posmech.plots.save`'s 150)."""
+    bounding box at the figure's dpi for :func:`posmech.plots.save`'s 150).  ``drawn``: the
+    caller has just drawn the figure (``fig.draw_without_rendering()``) and changed nothing
+    since, so the check reads its layout as it is instead of drawing it again."""
     from posmech.plots import DPI
 
-    fig.draw_without_rendering()
+    if not drawn:
+        fig.draw_without_rendering()
     if width_px is None:
         bbox = fig.get_tightbbox(fig.canvas.get_renderer())
         width_px = float(bbox.width * DPI)
