@@ -36,8 +36,10 @@ def main(smk, log):
     table.insert(0, "claim", "P12")
     write_table(table, smk.output.table, meta)
     sa.write_scores(smk.output.h5, panels, doc, meta)
-    tri = [(x.head, role, x.raw, x.masked, x.pattern) for x, (_, role) in zip(panels, heads)]
+    tri = [(x.head, role, x.raw, x.masked, x.pattern) for x, (_, role) in zip(panels, heads)][: p["figure_heads"]]
     where = f"{model}, {p['corpus']} document {j} ({context} tokens)"
+    if len(tri) < len(panels):
+        where += f"; first {len(tri)} of {len(panels)} heads, all in the table"
     score_triptychs(tri, start, size, False, f"P12 {where}: scores and pattern, full", smk.output.full, p["window"])
     score_triptychs(tri, start, size, True, f"P12 {where}: {size}x{size} zoom at {start}", smk.output.zoom, p["window"])
     rows = sa.anatomy_scorecard(table, model, f"{where}; zoom {size}x{size} at {start}; raw = q·k/{meta['scale']:.4g}",
