@@ -18,6 +18,7 @@ from posmech.models.training import (
     _save,
     build_char_tokenizer,
     diagonal_scores,
+    encode_chars,
     induction_scores,
     llama_mlp_width,
     mixed_batch,
@@ -54,6 +55,16 @@ def _hf_runner(scores):
     model = hb.to_hf(spec)
     model.config._attn_implementation = "eager"
     return _Runner(model.eval(), "gpt2")
+
+
+def test_encode_chars_equals_the_tokenizer_unknown_and_special_tokens_included():
+    tok = build_char_tokenizer(["In the beginning ", "é\u2019ß\n"])
+    for text in ["In the beginning\né\u2019ß", "unknown: Zq\u00a0\U0001f600!", "a<|endoftext|>b", "", "IIII"]:
+        want = np.asarray(tok(text).input_ids, dtype=np.int64)
+        got = encode_chars(tok, text)
+        assert got.dtype == np.int64 and got.tolist() == want.tolist(), text
+    unk = tok.get_vocab()["<|unk|>"]
+    assert (encode_chars(tok, "Zq") == unk).all()  # each unknown character is one unknown token
 
 
 def test_diagonal_scores_of_an_exact_previous_token_head_and_a_uniform_head():
