@@ -26,7 +26,10 @@ has ``model_type``) or a legacy TransformerLens config (``d_model``, ``n_layers`
 * ``model_type``: the config's ``model_type``; ``transformer_lens`` for a legacy
   TransformerLens config;
 * ``position_offset``: rows of ``W_pos`` before position 0 (OPT stores its positions from
-  row 2; 0 elsewhere).
+  row 2; 0 elsewhere);
+* ``post_ln``: the LayerNorm comes after each residual addition, so layer 0's attention
+  reads the raw residual (OPT with ``do_layer_norm_before: false``, e.g. OPT-350m); False
+  for the usual pre-LayerNorm blocks.
 
 Pure: no I/O except :func:`read_architecture`, which reads ``config.json`` of a directory.
 A config whose scheme cannot be told is a :class:`PosmechError` naming its ``model_type``.
@@ -79,6 +82,7 @@ class Architecture:
     d_head: int
     has_mlp: bool
     position_offset: int
+    post_ln: bool = False
 
     @property
     def scheme_words(self) -> str:
@@ -188,6 +192,7 @@ def architecture(cfg: Mapping[str, Any], where: str = "model") -> Architecture:
         context=ctx, context_key=key, attn_scale=scale, n_layers=n_layers, n_heads=n_heads, n_kv_heads=kv,
         d_model=d_model, d_head=d_head, has_mlp=not bool(cfg.get("attn_only", False)),
         position_offset=OPT_POSITION_OFFSET if mt == "opt" else 0,
+        post_ln=mt == "opt" and not cfg.get("do_layer_norm_before", True),
     )
 
 
