@@ -63,7 +63,7 @@ import pandas as pd
 
 from posmech.analyses.attention import head_name
 from posmech.errors import PosmechError
-from posmech.models.architecture import ALIBI_TYPES, ROTARY_TYPES
+from posmech.models.architecture import ALIBI_TYPES, ROTARY_TYPES, score_divisor
 
 KIND = "layer0_decomposition"
 DESCRIPTIONS = {
@@ -224,7 +224,8 @@ def layer0_state(model: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     cfg = model.config.to_dict()
     one = {**cfg, "num_hidden_layers": 1, "n_layer": 1, "num_layers": 1}
     sd, lens_cfg = hf_state(lambda n: hf_param(model, n), one)
-    return sd, asdict(lens_cfg)
+    # TransformerLens's names (attn_scale already the config's own divisor): a TransformerLens config
+    return sd, {k: v for k, v in asdict(lens_cfg).items() if k != "model_type"}
 
 
 def weights_from_hf(model: Any, name: str = "model") -> Layer0Weights:
@@ -252,8 +253,6 @@ def weights_from_hf(model: Any, name: str = "model") -> Layer0Weights:
         split = lambda m: m.reshape(d, H, dh).transpose(1, 0, 2)  # noqa: E731
         W_Q, W_K = split(W[:, :d]), split(W[:, d : 2 * d])
         b_Q, b_K = b[:d].reshape(H, dh), b[d : 2 * d].reshape(H, dh)
-        scale = math.sqrt(dh) if cfg.get("scale_attn_weights", True) else 1.0
-        eps = float(cfg.get("layer_norm_epsilon", 1e-5))
     else:
         if cfg.get("attention_layers", ["global"])[0] != "global":
             raise PosmechError(f"model {name!r}: layer 0 is a sliding-window layer; remove it from `contextual.models`")
@@ -261,16 +260,18 @@ def weights_from_hf(model: Any, name: str = "model") -> Layer0Weights:
         lin = lambda m: get(m.weight).T.reshape(d, H, dh).transpose(1, 0, 2)  # noqa: E731
         bias = lambda m: get(m.bias).reshape(H, dh) if m.bias is not None else np.zeros((H, dh))  # noqa: E731
         W_Q, W_K, b_Q, b_K = lin(att.q_proj), lin(att.k_proj), bias(att.q_proj), bias(att.k_proj)
-        scale, eps = 1.0, float(cfg.get("layer_norm_epsilon", 1e-5))
-    return Layer0Weights(get(body.wte.weight), get(body.wpe.weight), get(blk.ln_1.weight), get(blk.ln_1.bias), eps,
-                         W_Q, b_Q, W_K, b_K, scale)
+    return Layer0Weights(get(body.wte.weight), get(body.wpe.weight), get(blk.ln_1.weight), get(blk.ln_1.bias),
+                         float(cfg.get("layer_norm_epsilon", 1e-5)), W_Q, b_Q, W_K, b_K, score_divisor(cfg, dh))
 
 
 def weights_from_tl(state: dict[str, Any], cfg: dict[str, Any], name: str = "model") -> Layer0Weights:
     """:class:`Layer0Weights` of a legacy TransformerLens checkpoint (``attn-only-2l`` and the
     demo's attention-only model): ``embed.W_E``, ``pos_embed.W_pos``, ``blocks.0.ln1.w/b``,
     ``blocks.0.attn.W_Q/W_K [H, d, d_head]``, ``b_Q/b_K [H, d_head]``; TransformerLens's
-    LayerNorm eps (``eps``, default 1e-5) and score scale √d_head (``use_attn_scale``)."""
+    LayerNorm eps (``eps``, default 1e-5) and score scale (:func:`posmech.models.architecture.score_divisor`:
+    its ``attn_scale``, else √d_head unless ``use_attn_scale`` is false). ``cfg`` may be the
+    engine's config of a Hugging Face model (:func:`layer0_state`); a post-LayerNorm one is
+    refused."""
     refuse_unsupported(cfg, name)
     if cfg.get("post_ln"):
         raise PosmechError(f"model {name!r}: its LayerNorm comes after each residual addition (OPT's "
@@ -284,7 +285,7 @@ def weights_from_tl(state: dict[str, Any], cfg: dict[str, Any], name: str = "mod
     d = int(cfg["d_model"])
     ln_w = get("blocks.0.ln1.w") if "blocks.0.ln1.w" in state else np.ones(d)
     ln_b = get("blocks.0.ln1.b") if "blocks.0.ln1.b" in state else np.zeros(d)
-    scale = math.sqrt(int(cfg["d_head"])) if cfg.get("use_attn_scale", True) else 1.0
+    scale = score_divisor(cfg, int(cfg["d_head"]), f"model {name!r}")
     W_Q, W_K = get("blocks.0.attn.W_Q"), get("blocks.0.attn.W_K")
     bias = lambda k, W: get(k) if k in state else np.zeros((W.shape[0], W.shape[-1]))  # noqa: E731
     return Layer0Weights(get("embed.W_E"), get("pos_embed.W_pos"), ln_w, ln_b, float(cfg.get("eps", 1e-5)),
