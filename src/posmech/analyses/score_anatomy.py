@@ -80,8 +80,9 @@ def attn_scale(cfg: Any) -> float:
     GPT-Neo (:data:`UNSCALED`: the bridge's config says ``use_attn_scale`` there)."""
     arch = getattr(cfg, "architecture", None) or getattr(cfg, "original_architecture", None)
     use = bool(getattr(cfg, "use_attn_scale", True)) and arch not in UNSCALED
-    return score_divisor({"d_model": cfg.d_model, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads,
-                          "d_head": int(cfg.d_head), "use_attn_scale": use, "attn_scale": getattr(cfg, "attn_scale", None)})
+    tl = {"d_model": getattr(cfg, "d_model", None), "n_layers": getattr(cfg, "n_layers", None),  # a TL config
+          "use_attn_scale": use, "attn_scale": getattr(cfg, "attn_scale", None)}
+    return score_divisor(tl, int(cfg.d_head))
 
 
 def position_scheme(cfg: Any) -> str:
