@@ -30,7 +30,8 @@ from posmech.models.architecture import Architecture
 class Requirement:
     """What a rule needs of a model: a position scheme among ``schemes``, a model type among
     ``model_types`` (``transformer_lens``: a legacy TransformerLens checkpoint, as the demo
-    models), an MLP (``mlp``); ``None``/False: anything. ``reason`` says in words why a model
+    models), an MLP (``mlp``), a LayerNorm before each block rather than after each residual
+    addition (``pre_ln``); ``None``/False: anything. ``reason`` says in words why a model
     that fails it cannot run the rule; ``{positions}`` (the scheme in words) and
     ``{model_type}`` are filled in."""
 
@@ -38,12 +39,14 @@ class Requirement:
     schemes: tuple[str, ...] | None = None
     model_types: tuple[str, ...] | None = None
     mlp: bool = False
+    pre_ln: bool = False
 
     def why_not(self, arch: Architecture) -> str | None:
         """``None`` when ``arch`` meets the requirement, else the reason in words."""
         ok = ((self.schemes is None or arch.positions in self.schemes)
               and (self.model_types is None or arch.model_type in self.model_types)
-              and (not self.mlp or arch.has_mlp))
+              and (not self.mlp or arch.has_mlp)
+              and (not self.pre_ln or not arch.post_ln))
         return None if ok else self.reason.format(positions=arch.scheme_words, model_type=arch.model_type)
 
 
@@ -66,16 +69,22 @@ REQUIREMENTS: dict[str, Requirement] = {
                                      "hook_attn_scores, which they are checked against, is not its pre-softmax score)",
                                      model_types=("gpt2", "gpt_neo", "transformer_lens", "gpt_neox", "llama",
                                                   "mistral", "qwen2", "bloom", "opt")),
-    # the layer-0 decomposition reads the layer-0 weights of these layouts only
+    # the layer-0 decomposition reads the layer-0 weights of these layouts only (OPT's through
+    # the forward engine's converter, posmech.models.lens.hf_state: W_pos from row 2)
     "layer0_weights": Requirement(
-        "the layer-0 decomposition reads layer-0 weights in the GPT-2, GPT-Neo or TransformerLens layout, "
-        "not {model_type}'s", model_types=("gpt2", "gpt_neo", "transformer_lens")),
+        "the layer-0 decomposition reads layer-0 weights in the GPT-2, GPT-Neo, OPT or TransformerLens layout, "
+        "not {model_type}'s", model_types=("gpt2", "gpt_neo", "opt", "transformer_lens")),
+    # the decomposition splits LN(e + p): a LayerNorm of the residual that layer 0's attention
+    # reads; a post-LayerNorm block (OPT's do_layer_norm_before: false) reads the raw residual
+    "pre_ln": Requirement("LayerNorm after each residual addition (OPT's do_layer_norm_before: false): layer 0's "
+                          "attention reads the raw residual, not the LayerNorm of it that the decomposition splits",
+                          pre_ln=True),
     "mlp": Requirement("no MLP in layer 0 (an attention-only model)", mlp=True),
     # the contextual neurons read layer 0's value/output and MLP weights in GPT-2's (Conv1D),
-    # GPT-Neo's (nn.Linear) or TransformerLens's layout
+    # GPT-Neo's (nn.Linear), OPT's (the engine's converter) or TransformerLens's layout
     "neuron_weights": Requirement(
-        "contextual neurons read layer-0 weights in the GPT-2, GPT-Neo or TransformerLens layout, not {model_type}'s",
-        model_types=("gpt2", "gpt_neo", "transformer_lens")),
+        "contextual neurons read layer-0 weights in the GPT-2, GPT-Neo, OPT or TransformerLens layout, not "
+        "{model_type}'s", model_types=("gpt2", "gpt_neo", "opt", "transformer_lens")),
 }
 
 
@@ -113,7 +122,7 @@ RULES: dict[str, Needs] = {
     "etc_table": Needs(after=("positional_kernels",)),
     "kernel_heatmaps": Needs(after=("positional_kernels", "etc_table")),
     # contextual attention (K6-K10)
-    "layer0_decomposition": Needs(("learned_wpos", "layer0_weights")),
+    "layer0_decomposition": Needs(("learned_wpos", "layer0_weights", "pre_ln")),
     "layer0_positional_patterns": Needs(after=("layer0_decomposition",)),
     "layer0_head_classes": Needs(after=("layer0_decomposition",)),
     "softmax_denominators": Needs(after=("layer0_decomposition", "layer0_head_classes")),

@@ -22,22 +22,31 @@ HUB_HINT = (
 )
 
 
-def require_hub(what: str, timeout: float = 5.0) -> None:
-    """Fail fast, naming the offline alternatives, when the Hugging Face Hub cannot be
-    reached (``HF_HUB_OFFLINE`` set, or no TCP connection to the endpoint within
-    ``timeout`` seconds); avoids the Hub client's minute of retries and warnings."""
+def hub_unreachable(timeout: float = 5.0) -> str | None:
+    """Why the Hugging Face Hub cannot be reached from this machine, in words
+    (``HF_HUB_OFFLINE`` set, or no TCP connection to the endpoint within ``timeout``
+    seconds); ``None`` when it can."""
     import os
     import socket
     from urllib.parse import urlparse
 
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-        raise PosmechError(f"cannot fetch {what}: HF_HUB_OFFLINE is set.\n{HUB_HINT}")
+        return "HF_HUB_OFFLINE is set"
     url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
     host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
     try:
         socket.create_connection((host, port), timeout=timeout).close()
     except OSError as err:
-        raise PosmechError(f"cannot fetch {what}: {host}:{port} is unreachable ({err}).\n{HUB_HINT}") from None
+        return f"{host}:{port} is unreachable ({err})"
+    return None
+
+
+def require_hub(what: str, timeout: float = 5.0) -> None:
+    """Fail fast, naming the offline alternatives, when the Hugging Face Hub cannot be
+    reached (:func:`hub_unreachable`); avoids the Hub client's minute of retries and warnings."""
+    why = hub_unreachable(timeout)
+    if why is not None:
+        raise PosmechError(f"cannot fetch {what}: {why}.\n{HUB_HINT}")
 
 
 def mean_over(total: Any, count: int, what: str) -> Any:

@@ -39,7 +39,10 @@ outputs deleted by Snakemake, and its neighbours may have run):
 * **the weights of every model already on disk** are the bytes its manifest records
   (full sha256 per file, hashed once and then checked by size, mtime, ctime and inode);
 * **``device: cuda`` with no GPU visible**, when the jobs run on this machine (not when
-  they are submitted to a cluster through an executor plugin).
+  they are submitted to a cluster through an executor plugin);
+* **a Hub model that cannot be fetched** (:func:`hub_problems`): not fetched yet, not in the
+  local Hugging Face cache, and the Hub unreachable from this machine (where ``fetch_model``,
+  a local rule, runs); not in a dry run (``fetches_here`` false), which fetches nothing.
 
 Every problem names its key (or file) and the fix; all of them are reported at once.
 """
@@ -761,6 +764,45 @@ def weights_problems(config: dict[str, Any], base: str | os.PathLike[str] = ".")
     return out
 
 
+def hub_problems(config: dict[str, Any], base: str | os.PathLike[str] = ".") -> list[str]:
+    """A Hub model (``source`` a Hub id) that ``fetch_model`` would have to download while the
+    Hub cannot be reached from this machine (``fetch_model`` runs here: a local rule), and
+    that is neither fetched yet (``resources/models/<m>/hf``) nor in the local Hugging Face
+    cache (which ``fetch_model`` copies offline): one message per model naming its key and
+    the fixes. The Hub is tried (one TCP connection, :func:`posmech.errors.hub_unreachable`)
+    only when such a model is configured."""
+    from posmech.errors import hub_unreachable
+    from posmech.models.loading import TL_LEGACY_PREFIXES, cached_hub_snapshot
+
+    need = []
+    for name, entry in config["models"].items():
+        src = entry.get("source")
+        if "train" in entry or not isinstance(src, str) or is_local(src):
+            continue
+        if (Path(base) / "resources" / "models" / name / "hf" / "config.json").exists():
+            continue
+        if cached_hub_snapshot(src, str(entry.get("revision") or "main")) is None:
+            need.append((name, src, str(entry.get("revision") or "main")))
+    if not need:
+        return []
+    why = hub_unreachable()
+    if why is None:
+        return []
+    out = []
+    for name, src, rev in need:
+        cache = ("" if src.startswith(TL_LEGACY_PREFIXES) else
+                 f"; or put it in the local Hugging Face cache on a machine that reaches the Hub "
+                 f"(`huggingface-cli download {src} --revision {rev}`, the same HF_HOME) and run again: "
+                 "`fetch_model` copies a cached model without the Hub (HF_HUB_OFFLINE=1 may stay set)")
+        out.append(
+            f"config key `models.{name}.source`: Hub model {src!r} (revision {rev!r}) is not fetched "
+            f"(resources/models/{name}/hf) nor in the local Hugging Face cache, and the Hub cannot be reached "
+            f"({why}), so `fetch_model` would fail. Fixes: set its `source` to a local copy (a "
+            "directory written by `model.save_pretrained(dir)` and `tokenizer.save_pretrained(dir)`, "
+            f"safetensors){cache}; or run the offline demo, `--configfile config/demo.yaml`")
+    return out
+
+
 def device_problems(config: dict[str, Any], jobs_run_here: bool = True) -> list[str]:
     """``device: cuda`` for a model whose jobs run on this machine, which has no GPU."""
     cuda = [n for n, e in config["models"].items() if e.get("device") == "cuda"]
@@ -813,7 +855,7 @@ def jobs_run_locally(argv: list[str], environ: dict[str, str] | None = None) -> 
 
 def preflight(config: dict[str, Any], schema: dict[str, Any], repo: str | os.PathLike[str],
               configfiles: Iterable[str | os.PathLike[str]] = (), base: str | os.PathLike[str] = ".",
-              jobs_run_here: bool = True, check_weights: bool = True) -> None:
+              jobs_run_here: bool = True, check_weights: bool = True, fetches_here: bool = True) -> None:
     """Run every check above on a config already validated by the schema (defaults
     filled; its semantic checks, :func:`posmech.config.semantic_problems`, are made again
     here, so that a caller validating with ``semantic=False`` gets them in the same round);
@@ -833,6 +875,8 @@ def preflight(config: dict[str, Any], schema: dict[str, Any], repo: str | os.Pat
     if check_weights:
         problems += weights_problems(config, base)
     problems += device_problems(config, jobs_run_here)
+    if fetches_here:
+        problems += hub_problems(config, base)
     if problems:
         raise PosmechError("invalid configuration or inputs (checked before any job runs; nothing was run, deleted "
                            "or touched):\n  - "

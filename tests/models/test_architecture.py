@@ -136,7 +136,10 @@ def test_applicability_by_scheme(dirs):
     opt = not_applicable(arch["opt"])
     assert "positional_kernels" not in opt and "extended_positional_embeddings" not in opt
     assert "attention_statistics" not in opt and "score_anatomy" not in opt  # the engine's scores are OPT's
-    assert "opt's" in opt["layer0_decomposition"]
+    # OPT's layer 0 is read through the engine's converter (W_pos from row 2): K6-K10, C1-C3 run
+    assert opt == {}
+    bigcode = architecture({"model_type": "gpt_bigcode", "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 32})
+    assert not_applicable(bigcode)["layer0_decomposition"].endswith("layout, not gpt_bigcode's")
     assert not_applicable(arch["gpt_neo"]) == {}  # C1-C3 read GPT-Neo's layer 0 too
     gpt2 = train_architecture({"architecture": "gpt2"})
     assert not_applicable(gpt2) == {} and not_applicable(None) == {}

@@ -54,7 +54,10 @@ def test_missing_manifest_names_rule(tmp_path):
 
 
 def test_hub_fetch_offline_fails_fast_and_leaves_nothing(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))  # gpt2 not cached
     with pytest.raises(PosmechError) as info:
         fetch_hub_model("gpt2", {"source": "gpt2", "revision": "main"}, tmp_path / "gpt2")
     msg = str(info.value)

@@ -89,6 +89,10 @@ def test_every_claim_judged_on_every_architecture(arch_run):
     # OPT has a learned W_pos (stored from row 2): the W_pos claims run and are judged on it
     assert table[(table["model"] == "opt") & table["claim"].isin(["P1", "P2", "K1", "L1"])]["reason"].str.contains(
         "does not apply").sum() == 0
+    # ... and so are the contextual-attention (K6-K10) and contextual-neuron (C1-C3) claims: OPT's
+    # layer 0 is read through the engine's converter (pre-LayerNorm OPT; W_pos from row 2)
+    for claim in ("K6", "K7", "K8", "K9", "K10", "C1", "C2", "C3"):
+        assert verdict[("opt", claim)] in ("holds", "fails"), (claim, by[("opt", claim)])
     assert "not scheduled" in proc.stderr
 
 
@@ -110,6 +114,7 @@ def test_no_rule_ran_where_it_cannot(arch_run):
                     "etc_table"} <= ran, m
             assert "posembed_averaging" in skipped and "random_token_patterns" in skipped
     assert (work / "logs/positional_kernels/opt.log").exists()
+    assert (work / "logs/layer0_decomposition/opt.log").exists() and (work / "logs/bag_of_tokens_fit/opt.log").exists()
     errors = [p for p in (work / "logs").rglob("*.log") if " ERROR " in p.read_text(errors="replace")]
     assert errors == []
 

@@ -66,5 +66,8 @@ def test_full_study_offline_stops_with_the_ways_on(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "config/demo.yaml" in out and "`source`" in out
+    # stopped before any job (preflight: the Hub models are neither fetched nor cached), naming each key
+    assert "checked before any job runs" in out and "`models.gpt2.source`" in out
+    assert not (tmp_path / "logs").exists()
     assert not list(tmp_path.rglob("*.partial"))
     assert not (tmp_path / "resources/models/gpt2/manifest.json").exists()

@@ -28,6 +28,8 @@ try:
         configfiles=workflow.configfiles,
         jobs_run_here=workflow.is_main_process and jobs_run_locally(sys.argv),
         check_weights=workflow.is_main_process,
+        # a dry run fetches nothing: a Hub model's reachability is checked for real runs only
+        fetches_here=workflow.is_main_process and not workflow.output_settings.dryrun,
     )
 except PosmechError as err:
     raise WorkflowError(str(err)) from None

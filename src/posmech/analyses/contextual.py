@@ -63,7 +63,7 @@ import pandas as pd
 
 from posmech.analyses.attention import head_name
 from posmech.errors import PosmechError
-from posmech.models.architecture import ALIBI_TYPES, ROTARY_TYPES
+from posmech.models.architecture import ALIBI_TYPES, ROTARY_TYPES, score_divisor
 
 KIND = "layer0_decomposition"
 DESCRIPTIONS = {
@@ -189,17 +189,60 @@ def as_float64(t: Any) -> np.ndarray:
     return np.asarray(t, dtype=np.float64)
 
 
+#: model types whose layer-0 weights are read through the engine's converter
+#: (:func:`posmech.models.lens.hf_state`, TransformerLens's layout) and then
+#: :func:`weights_from_tl`: OPT (its position table from row 2, ``q·k/sqrt(d_head)``)
+STATE_TYPES = ("opt",)
+
+
+def hf_param(model: Any, name: str) -> Any:
+    """The parameter ``name`` (``model.decoder.layers.0.fc1.weight``) of a Hugging Face
+    model or of a :class:`posmech.models.loading.WeightView`, as a torch tensor; ``None``
+    when the model has none (a bias-free projection)."""
+    obj = model
+    for part in name.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    if hasattr(obj, "detach"):
+        return obj
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(obj))
+
+
+def layer0_state(model: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Layer 0's weights of a Hugging Face model of a :data:`STATE_TYPES` type (or its
+    directory's ``WeightView``) as a TransformerLens state dict and config (a dict: ``d_model``,
+    ``d_head``, ``d_mlp``, ``eps``, ``attn_scale`` the divisor of ``q·k``, ``post_ln``, …), by
+    the forward engine's own converter :func:`posmech.models.lens.hf_state` read for one
+    layer (the other layers are not read)."""
+    from dataclasses import asdict
+
+    from posmech.models.lens import hf_state
+
+    cfg = model.config.to_dict()
+    one = {**cfg, "num_hidden_layers": 1, "n_layer": 1, "num_layers": 1}
+    sd, lens_cfg = hf_state(lambda n: hf_param(model, n), one)
+    # TransformerLens's names (attn_scale already the config's own divisor): a TransformerLens config
+    return sd, {k: v for k, v in asdict(lens_cfg).items() if k != "model_type"}
+
+
 def weights_from_hf(model: Any, name: str = "model") -> Layer0Weights:
-    """:class:`Layer0Weights` of a Hugging Face GPT-2 or GPT-Neo model, or of its directory's
-    :class:`posmech.models.loading.WeightView` (its raw weights: the function, hence the
-    decomposition, does not depend on TransformerLens processing)."""
+    """:class:`Layer0Weights` of a Hugging Face GPT-2, GPT-Neo or OPT model, or of its
+    directory's :class:`posmech.models.loading.WeightView` (its raw weights: the function,
+    hence the decomposition, does not depend on TransformerLens processing). OPT goes
+    through :func:`layer0_state` (``W_pos`` is its position table from row 2, the row of
+    position 0)."""
     cfg = model.config.to_dict()
     refuse_unsupported(cfg, name)
+    mtype = cfg.get("model_type")
+    if mtype in STATE_TYPES:
+        return weights_from_tl(*layer0_state(model), name)
     body = getattr(model, "transformer", None)
     get = as_float64
-    mtype = cfg.get("model_type")
     if body is None or mtype not in ("gpt2", "gpt_neo"):
-        raise PosmechError(f"model {name!r}: the layer-0 decomposition supports GPT-2 and GPT-Neo models with "
+        raise PosmechError(f"model {name!r}: the layer-0 decomposition supports GPT-2, GPT-Neo and OPT models with "
                            f"learned positions, not model_type {mtype!r}; remove it from `contextual.models`")
     blk = body.h[0]
     d = int(cfg.get("n_embd") or cfg["hidden_size"])
@@ -210,8 +253,6 @@ def weights_from_hf(model: Any, name: str = "model") -> Layer0Weights:
         split = lambda m: m.reshape(d, H, dh).transpose(1, 0, 2)  # noqa: E731
         W_Q, W_K = split(W[:, :d]), split(W[:, d : 2 * d])
         b_Q, b_K = b[:d].reshape(H, dh), b[d : 2 * d].reshape(H, dh)
-        scale = math.sqrt(dh) if cfg.get("scale_attn_weights", True) else 1.0
-        eps = float(cfg.get("layer_norm_epsilon", 1e-5))
     else:
         if cfg.get("attention_layers", ["global"])[0] != "global":
             raise PosmechError(f"model {name!r}: layer 0 is a sliding-window layer; remove it from `contextual.models`")
@@ -219,17 +260,23 @@ def weights_from_hf(model: Any, name: str = "model") -> Layer0Weights:
         lin = lambda m: get(m.weight).T.reshape(d, H, dh).transpose(1, 0, 2)  # noqa: E731
         bias = lambda m: get(m.bias).reshape(H, dh) if m.bias is not None else np.zeros((H, dh))  # noqa: E731
         W_Q, W_K, b_Q, b_K = lin(att.q_proj), lin(att.k_proj), bias(att.q_proj), bias(att.k_proj)
-        scale, eps = 1.0, float(cfg.get("layer_norm_epsilon", 1e-5))
-    return Layer0Weights(get(body.wte.weight), get(body.wpe.weight), get(blk.ln_1.weight), get(blk.ln_1.bias), eps,
-                         W_Q, b_Q, W_K, b_K, scale)
+    return Layer0Weights(get(body.wte.weight), get(body.wpe.weight), get(blk.ln_1.weight), get(blk.ln_1.bias),
+                         float(cfg.get("layer_norm_epsilon", 1e-5)), W_Q, b_Q, W_K, b_K, score_divisor(cfg, dh))
 
 
 def weights_from_tl(state: dict[str, Any], cfg: dict[str, Any], name: str = "model") -> Layer0Weights:
     """:class:`Layer0Weights` of a legacy TransformerLens checkpoint (``attn-only-2l`` and the
     demo's attention-only model): ``embed.W_E``, ``pos_embed.W_pos``, ``blocks.0.ln1.w/b``,
     ``blocks.0.attn.W_Q/W_K [H, d, d_head]``, ``b_Q/b_K [H, d_head]``; TransformerLens's
-    LayerNorm eps (``eps``, default 1e-5) and score scale √d_head (``use_attn_scale``)."""
+    LayerNorm eps (``eps``, default 1e-5) and score scale (:func:`posmech.models.architecture.score_divisor`:
+    its ``attn_scale``, else √d_head unless ``use_attn_scale`` is false). ``cfg`` may be the
+    engine's config of a Hugging Face model (:func:`layer0_state`); a post-LayerNorm one is
+    refused."""
     refuse_unsupported(cfg, name)
+    if cfg.get("post_ln"):
+        raise PosmechError(f"model {name!r}: its LayerNorm comes after each residual addition (OPT's "
+                           "do_layer_norm_before false), so layer 0's attention reads the raw residual, not a "
+                           "LayerNorm of it: the layer-0 decomposition is not defined; remove it from `contextual.models`")
     norm = cfg.get("normalization_type", cfg.get("normalization", "LN"))
     if norm not in ("LN", "LNPre"):
         raise PosmechError(f"model {name!r}: layer-0 normalisation {norm!r} is not a LayerNorm; remove it from "
@@ -238,17 +285,18 @@ def weights_from_tl(state: dict[str, Any], cfg: dict[str, Any], name: str = "mod
     d = int(cfg["d_model"])
     ln_w = get("blocks.0.ln1.w") if "blocks.0.ln1.w" in state else np.ones(d)
     ln_b = get("blocks.0.ln1.b") if "blocks.0.ln1.b" in state else np.zeros(d)
-    scale = math.sqrt(int(cfg["d_head"])) if cfg.get("use_attn_scale", True) else 1.0
+    scale = score_divisor(cfg, int(cfg["d_head"]), f"model {name!r}")
+    W_Q, W_K = get("blocks.0.attn.W_Q"), get("blocks.0.attn.W_K")
+    bias = lambda k, W: get(k) if k in state else np.zeros((W.shape[0], W.shape[-1]))  # noqa: E731
     return Layer0Weights(get("embed.W_E"), get("pos_embed.W_pos"), ln_w, ln_b, float(cfg.get("eps", 1e-5)),
-                         get("blocks.0.attn.W_Q"), get("blocks.0.attn.b_Q"), get("blocks.0.attn.W_K"),
-                         get("blocks.0.attn.b_K"), scale)
+                         W_Q, bias("blocks.0.attn.b_Q", W_Q), W_K, bias("blocks.0.attn.b_K", W_K), scale)
 
 
 def load_weights(manifest: dict[str, Any], name: str, tokenizer: bool = True) -> tuple[Layer0Weights, Any]:
     """Layer-0 weights of a configured model (``manifest`` of
     :func:`posmech.models.loading.read_manifest`) and its tokenizer (``None`` when
     ``tokenizer`` is false: loading it imports ``transformers``): Hugging Face GPT-2 /
-    GPT-Neo directories and legacy TransformerLens checkpoints (safetensors). The weights
+    GPT-Neo / pre-LayerNorm OPT directories and legacy TransformerLens checkpoints (safetensors). The weights
     are read from the files; no model is built."""
     from posmech.models.loading import is_tl_legacy_dir, load_tokenizer, verify_weights, weight_view
 

@@ -43,6 +43,7 @@ import pandas as pd
 
 from posmech.analyses.attention import head_name
 from posmech.errors import PosmechError
+from posmech.models.architecture import score_divisor
 from posmech.runner import logged
 
 KIND = "kernels"
@@ -99,7 +100,8 @@ def attention_layout(hf_config: dict[str, Any], n_layers: int, d_head: int) -> t
     """Score scale ``[L]`` and sliding window ``[L]`` (0 = none) of each layer, from a
     Hugging Face ``config.json`` dict.
 
-    GPT-2: ``sqrt(d_head)`` when ``scale_attn_weights`` (default), times ``layer + 1`` when
+    The scale is :func:`posmech.models.architecture.score_divisor` of the config on every
+    layer: GPT-2: ``sqrt(d_head)`` when ``scale_attn_weights`` (default), times ``layer + 1`` when
     ``scale_attn_by_inverse_layer_idx``.  GPT-Neo (TinyStories): no scaling, and layers
     listed ``local`` in ``attention_types`` see only the last ``window_size`` positions.
     GPT-NeoX/Pythia, Llama, Qwen2 (rotary) and BLOOM (ALiBi): ``sqrt(d_head)``, no window;
@@ -107,15 +109,12 @@ def attention_layout(hf_config: dict[str, Any], n_layers: int, d_head: int) -> t
     interleaved pairs, Phi, Gemma's score scalar, Falcon) are refused.
     """
     mtype = hf_config.get("model_type", "gpt2")
-    scale = np.full(n_layers, math.sqrt(d_head))
+    scale = np.full(n_layers, score_divisor(hf_config, d_head))
     window = np.zeros(n_layers, dtype=np.int64)
     if mtype == "gpt2":
-        if not hf_config.get("scale_attn_weights", True):
-            scale[:] = 1.0
         if hf_config.get("scale_attn_by_inverse_layer_idx", False):
             scale *= np.arange(1, n_layers + 1)
     elif mtype == "gpt_neo":
-        scale[:] = 1.0
         kinds: list[str] = []
         for names, repeat in hf_config.get("attention_types", [[["global"], n_layers]]):
             kinds += list(names) * int(repeat)

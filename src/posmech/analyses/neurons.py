@@ -104,12 +104,15 @@ def no_mlp_error(name: str) -> PosmechError:
 
 
 def ov_from_hf(model: Any, name: str = "model") -> Layer0OV:
-    """:class:`Layer0OV` of a Hugging Face GPT-2 model (raw weights, Conv1D orientation) or
-    GPT-Neo model (``nn.Linear`` orientation, no value bias)."""
+    """:class:`Layer0OV` of a Hugging Face GPT-2 model (raw weights, Conv1D orientation),
+    GPT-Neo model (``nn.Linear`` orientation, no value bias) or OPT model (read by the
+    engine's converter, :func:`posmech.analyses.contextual.layer0_state`)."""
     cfg = model.config.to_dict()
     mtype = cfg.get("model_type")
+    if mtype in cx.STATE_TYPES:
+        return ov_from_tl(*cx.layer0_state(model), name)
     if mtype not in ("gpt2", "gpt_neo"):
-        raise PosmechError(f"model {name!r}: contextual neurons support GPT-2 and GPT-Neo models and legacy "
+        raise PosmechError(f"model {name!r}: contextual neurons support GPT-2, GPT-Neo and OPT models and legacy "
                            f"TransformerLens checkpoints, not model_type {mtype!r}; remove it "
                            "from `neurons.models`")
     blk = model.transformer.h[0]

@@ -56,6 +56,7 @@ import pandas as pd
 
 from posmech.analyses.attention import check_head, head_name, parse_head, run_collectors
 from posmech.errors import PosmechError
+from posmech.models.architecture import score_divisor
 
 LOG = logging.getLogger(__name__)
 
@@ -72,14 +73,16 @@ UNSCALED = ("GPTNeoForCausalLM",)
 
 
 def attn_scale(cfg: Any) -> float:
-    """The divisor of ``q·k`` in the model's attention: ``cfg.attn_scale`` when positive,
+    """The divisor of ``q·k`` in the model's attention, from a loaded model's ``cfg`` (the
+    engine's or the bridge's, TransformerLens's names) by
+    :func:`posmech.models.architecture.score_divisor`: ``cfg.attn_scale`` when positive,
     else ``sqrt(d_head)``; 1 when ``cfg.use_attn_scale`` is false or the architecture is
-    GPT-Neo (:data:`UNSCALED`)."""
+    GPT-Neo (:data:`UNSCALED`: the bridge's config says ``use_attn_scale`` there)."""
     arch = getattr(cfg, "architecture", None) or getattr(cfg, "original_architecture", None)
-    if not getattr(cfg, "use_attn_scale", True) or arch in UNSCALED:
-        return 1.0
-    a = getattr(cfg, "attn_scale", None)
-    return float(a) if a is not None and a > 0 else math.sqrt(int(cfg.d_head))
+    use = bool(getattr(cfg, "use_attn_scale", True)) and arch not in UNSCALED
+    tl = {"d_model": getattr(cfg, "d_model", None), "n_layers": getattr(cfg, "n_layers", None),  # a TL config
+          "use_attn_scale": use, "attn_scale": getattr(cfg, "attn_scale", None)}
+    return score_divisor(tl, int(cfg.d_head))
 
 
 def position_scheme(cfg: Any) -> str:

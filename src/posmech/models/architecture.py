@@ -18,15 +18,21 @@ has ``model_type``) or a legacy TransformerLens config (``d_model``, ``n_layers`
   ``max_sequence_length``), with ``context_key`` naming the key; ``None`` when the config
   records none (BLOOM: ALiBi has no table of positions), and then the config key
   ``models.<name>.n_ctx`` must give it (:func:`context_length`);
-* ``attn_scale``: the factor on ``q·k`` before the softmax (``1/sqrt(d_head)`` for most;
-  1 for GPT-Neo; a TransformerLens ``attn_scale`` / ``use_attn_scale``);
+* ``attn_scale``: the factor on ``q·k`` before the softmax, ``1 /`` :func:`score_divisor`
+  (``1/sqrt(d_head)`` for most; 1 for GPT-Neo; a TransformerLens ``attn_scale`` /
+  ``use_attn_scale``); :func:`score_divisor` is the one place the pipeline reads a model's
+  attention scale from its config (the engine, the raw scores, the kernels and the layer-0
+  decomposition call it);
 * ``n_heads`` and ``n_kv_heads`` (grouped-query attention: Llama's ``num_key_value_heads``,
   Falcon's ``multi_query``; equal without grouping), ``n_layers``, ``d_model``, ``d_head``;
 * ``has_mlp``: False for an attention-only model (``attn_only``);
 * ``model_type``: the config's ``model_type``; ``transformer_lens`` for a legacy
   TransformerLens config;
 * ``position_offset``: rows of ``W_pos`` before position 0 (OPT stores its positions from
-  row 2; 0 elsewhere).
+  row 2; 0 elsewhere);
+* ``post_ln``: the LayerNorm comes after each residual addition, so layer 0's attention
+  reads the raw residual (OPT with ``do_layer_norm_before: false``, e.g. OPT-350m); False
+  for the usual pre-LayerNorm blocks.
 
 Pure: no I/O except :func:`read_architecture`, which reads ``config.json`` of a directory.
 A config whose scheme cannot be told is a :class:`PosmechError` naming its ``model_type``.
@@ -79,6 +85,7 @@ class Architecture:
     d_head: int
     has_mlp: bool
     position_offset: int
+    post_ln: bool = False
 
     @property
     def scheme_words(self) -> str:
@@ -120,10 +127,49 @@ def _rotary_fraction(cfg: Mapping[str, Any], model_type: str, d_head: int) -> fl
     return NEOX_DEFAULT_ROTARY if model_type == "gpt_neox" else 1.0
 
 
+def score_divisor(cfg: Mapping[str, Any], d_head: int | None = None, where: str = "model") -> float:
+    """The number the model divides ``q·k`` by before the softmax, read from its
+    ``config.json`` (a dict; ``d_head``: the head width when the dict does not give it).
+
+    * a legacy TransformerLens config (:func:`is_tl_config`; also the engine's own
+      :class:`~posmech.models.lens.LensConfig`): its ``attn_scale`` when positive, else
+      ``sqrt(d_head)``; 1 when ``use_attn_scale`` is false;
+    * a Hugging Face config: 1 for GPT-Neo and for GPT-2 with ``scale_attn_weights: false``;
+      ``sqrt(query_pre_attn_scalar)`` when the config has one (Gemma); else ``sqrt(d_head)``
+      (``head_dim``, else the model width over the number of heads). GPT-2's
+      ``scale_attn_by_inverse_layer_idx`` (a further factor ``layer + 1`` per layer) is
+      per layer: :func:`posmech.analyses.kernels.attention_layout` applies it.
+    """
+    if d_head is None:
+        d_head = _d_head(cfg, where)
+    if is_tl_config(cfg):
+        if not cfg.get("use_attn_scale", True):
+            return 1.0
+        given = cfg.get("attn_scale")  # TransformerLens writes -1 for "not set"
+        return float(given) if isinstance(given, (int, float)) and given > 0 else math.sqrt(d_head)
+    mt = str(cfg.get("model_type") or "")
+    if mt == "gpt_neo" or (mt == "gpt2" and cfg.get("scale_attn_weights") is False):
+        return 1.0
+    if isinstance(cfg.get("query_pre_attn_scalar"), (int, float)):
+        return math.sqrt(float(cfg["query_pre_attn_scalar"]))
+    return math.sqrt(d_head)
+
+
+def _d_head(cfg: Mapping[str, Any], where: str) -> int:
+    """The head width of a TransformerLens or Hugging Face config."""
+    if is_tl_config(cfg):
+        return int(cfg.get("d_head") or int(cfg["d_model"]) // _need(cfg, ("n_heads",), "number of heads", where))
+    _, dh = _first(cfg, ("head_dim", "d_head"))
+    if dh:
+        return dh
+    n_heads = _need(cfg, ("n_head", "num_attention_heads", "n_heads", "num_heads"), "number of heads", where)
+    return _need(cfg, ("n_embd", "hidden_size", "d_model"), "model width", where) // n_heads
+
+
 def _tl_architecture(cfg: Mapping[str, Any], where: str) -> Architecture:
     d_model, n_layers = int(cfg["d_model"]), int(cfg["n_layers"])
     n_heads = _need(cfg, ("n_heads",), "number of heads", where)
-    d_head = int(cfg.get("d_head") or d_model // n_heads)
+    d_head = _d_head(cfg, where)
     kind = str(cfg.get("positional_embedding_type") or "standard")
     positions = {"standard": "learned", "shortformer": "learned", "rotary": "rotary", "alibi": "alibi",
                  "none": "none"}.get(kind)
@@ -133,13 +179,11 @@ def _tl_architecture(cfg: Mapping[str, Any], where: str) -> Architecture:
     rot = None
     if positions == "rotary":
         rot = int(cfg["rotary_dim"]) / d_head if isinstance(cfg.get("rotary_dim"), int) else 1.0
-    scale = 1.0
-    if cfg.get("use_attn_scale", True):
-        scale = 1.0 / float(cfg.get("attn_scale") or math.sqrt(d_head))
     key, ctx = _first(cfg, ("n_ctx",))
     return Architecture(
         model_type="transformer_lens", positions=positions,
-        rotary_fraction=rot, context=ctx, context_key=key, attn_scale=scale, n_layers=n_layers,
+        rotary_fraction=rot, context=ctx, context_key=key, attn_scale=1.0 / score_divisor(cfg, d_head, where),
+        n_layers=n_layers,
         n_heads=n_heads, n_kv_heads=int(cfg.get("n_key_value_heads") or n_heads), d_model=d_model, d_head=d_head,
         has_mlp=not bool(cfg.get("attn_only", False)), position_offset=0,
     )
@@ -158,8 +202,7 @@ def architecture(cfg: Mapping[str, Any], where: str = "model") -> Architecture:
     n_layers = _need(cfg, ("n_layer", "num_hidden_layers", "n_layers", "num_layers"), "number of layers", where)
     n_heads = _need(cfg, ("n_head", "num_attention_heads", "n_heads", "num_heads"), "number of heads", where)
     d_model = _need(cfg, ("n_embd", "hidden_size", "d_model"), "model width", where)
-    _, dh = _first(cfg, ("head_dim", "d_head"))
-    d_head = dh or d_model // n_heads
+    d_head = _d_head(cfg, where)
     _, kv = _first(cfg, ("num_key_value_heads", "n_key_value_heads", "num_kv_heads", "n_head_kv"))
     if kv is None:
         kv = 1 if cfg.get("multi_query") else n_heads
@@ -176,18 +219,14 @@ def architecture(cfg: Mapping[str, Any], where: str = "model") -> Architecture:
             f"alibi key); posmech knows learned ({', '.join(LEARNED_TYPES)}), rotary ({', '.join(ROTARY_TYPES)}) "
             f"and ALiBi ({', '.join(ALIBI_TYPES)}) models")
     key, ctx = _first(cfg, CONTEXT_KEYS)
-    if mt == "gpt_neo" or (mt == "gpt2" and cfg.get("scale_attn_weights") is False):
-        scale = 1.0
-    elif isinstance(cfg.get("query_pre_attn_scalar"), (int, float)):
-        scale = float(cfg["query_pre_attn_scalar"]) ** -0.5
-    else:
-        scale = 1.0 / math.sqrt(d_head)
+    scale = 1.0 / score_divisor(cfg, d_head, where)
     return Architecture(
         model_type=mt, positions=positions,
         rotary_fraction=_rotary_fraction(cfg, mt, d_head) if positions == "rotary" else None,
         context=ctx, context_key=key, attn_scale=scale, n_layers=n_layers, n_heads=n_heads, n_kv_heads=kv,
         d_model=d_model, d_head=d_head, has_mlp=not bool(cfg.get("attn_only", False)),
         position_offset=OPT_POSITION_OFFSET if mt == "opt" else 0,
+        post_ln=mt == "opt" and not cfg.get("do_layer_norm_before", True),
     )
 
 

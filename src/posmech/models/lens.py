@@ -88,7 +88,6 @@ TransformerLens state dicts with ``normalization_type`` LN, standard positions a
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -97,6 +96,7 @@ from typing import Any
 
 from posmech.errors import PosmechError
 from posmech.models.architecture import OPT_POSITION_OFFSET as OPT_OFFSET
+from posmech.models.architecture import score_divisor
 from posmech.perf import count_forward
 
 #: Hugging Face architectures the engine runs (class names; ``MODEL_TYPES``: their config's ``model_type``)
@@ -159,8 +159,9 @@ class LensConfig:
     def __post_init__(self) -> None:
         if not self.n_key_value_heads:
             self.n_key_value_heads = self.n_heads
-        if not self.attn_scale:
-            self.attn_scale = math.sqrt(self.d_head) if self.use_attn_scale else 1.0
+        if not self.attn_scale:  # the divisor of q·k (hf_state and tl_legacy_config set it from the config)
+            self.attn_scale = score_divisor({"d_model": self.d_model, "n_layers": self.n_layers, "n_heads": self.n_heads,
+                                             "d_head": self.d_head, "use_attn_scale": self.use_attn_scale})
 
     def get(self, key: str, default: Any = None) -> Any:
         return getattr(self, key, default)
@@ -271,6 +272,7 @@ def hf_state(get: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, An
     else:
         sd, cfg = {"opt": _opt_state, "gpt_neox": _neox_state, "bloom": _bloom_state}.get(mt, _llama_state)(f, c)
     cfg.model_type = str(mt)
+    cfg.attn_scale = score_divisor(c)
     return {k: v for k, v in sd.items() if v is not None}, cfg
 
 
@@ -512,6 +514,7 @@ def tl_legacy_config(cj: dict[str, Any]) -> LensConfig:
         positional_embedding_type=str(cj.get("positional_embedding_type", "standard")),
         original_architecture=str(cj.get("original_architecture") or "neel"),
         tokenizer_name=cj.get("tokenizer_name"), use_attn_scale=bool(cj.get("use_attn_scale", True)),
+        attn_scale=score_divisor(cj),
     )
 
 

@@ -335,17 +335,61 @@ def prepare_local_model(name: str, entry: dict[str, Any], out_dir: str | os.Path
     return manifest
 
 
+def cached_hub_snapshot(repo: str, revision: str = "main") -> Path | None:
+    """The local Hugging Face cache's snapshot of Hub model ``repo`` at ``revision`` (a
+    branch, tag or commit), when it holds a ``config.json`` and safetensors weights (no
+    download, no network); ``None`` otherwise, and for the legacy TransformerLens repositories
+    (:data:`TL_LEGACY_PREFIXES`, converted on download)."""
+    if repo.startswith(TL_LEGACY_PREFIXES):
+        return None
+    try:
+        from huggingface_hub import snapshot_download
+
+        path = Path(snapshot_download(repo_id=repo, revision=revision, allow_patterns=HUB_FILES,
+                                      local_files_only=True))
+    except Exception:  # noqa: BLE001 - not cached (or an id the cache cannot hold)
+        return None
+    if (path / "config.json").is_file() and (
+            (path / "model.safetensors").is_file() or (path / "model.safetensors.index.json").is_file()):
+        return path
+    return None
+
+
+def _copy_snapshot(snapshot: Path, dest: Path) -> None:
+    """The :data:`HUB_FILES` of a cached snapshot (symbolic links to the cache's blobs)
+    copied into ``dest`` as files."""
+    import fnmatch
+    import shutil
+
+    for f in sorted(snapshot.iterdir()):
+        if f.is_file() and any(fnmatch.fnmatch(f.name, pat) for pat in HUB_FILES):
+            shutil.copyfile(f, dest / f.name)
+
+
 def fetch_hub_model(name: str, entry: dict[str, Any], out_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """Snapshot a Hub model (safetensors, config, tokenizer) once into ``out_dir/hf``."""
+    """Snapshot a Hub model (safetensors, config, tokenizer) once into ``out_dir/hf``; when
+    the Hub is unreachable (``HF_HUB_OFFLINE`` set, or no connection), from the local
+    Hugging Face cache if it holds the model (:func:`cached_hub_snapshot`), else an error
+    naming the fixes (preflight reports that case before any job: ``hub_problems``)."""
     from huggingface_hub import snapshot_download
 
     repo, revision = entry["source"], entry.get("revision", "main")
-    require_hub(f"model {repo!r}")
+    cached = None
+    try:
+        require_hub(f"model {repo!r}")
+    except PosmechError:
+        cached = cached_hub_snapshot(repo, revision)
+        if cached is None:
+            raise
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with atomic_path(out / HF_SUBDIR) as tmp:
         try:
-            if repo.startswith(TL_LEGACY_PREFIXES):
+            if cached is not None:
+                tmp.mkdir(parents=True, exist_ok=True)
+                _copy_snapshot(cached, tmp)
+                path = str(tmp)
+            elif repo.startswith(TL_LEGACY_PREFIXES):
                 path = _fetch_tl_legacy(repo, revision, tmp)
             else:
                 path = snapshot_download(
@@ -359,7 +403,8 @@ def fetch_hub_model(name: str, entry: dict[str, Any], out_dir: str | os.PathLike
                 f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}\n{HUB_HINT}"
             ) from None
         check_hf_dir(path, f"model {repo!r} from the Hub")
-        resolved = _resolved_revision(repo, revision)
+        # a cached snapshot's folder is named by its commit
+        resolved = cached.name if cached is not None else _resolved_revision(repo, revision)
     hf_dir = out / HF_SUBDIR
     full, digest = hash_weights(hf_dir)
     manifest = {
