@@ -1,0 +1,222 @@
+"""The self-check: hand-built models whose verdicts are known in advance, run through the whole
+DAG (``make selfcheck``, config/selfcheck.yaml), and the comparison of the findings table with
+those expected verdicts (``python -m posmech selfcheck``).
+
+A verdict is only worth what its power is: each case below is a model built by
+:mod:`posmech.models.handbuilt` with exactly known behaviour, and states, next to its
+construction, the verdict each finding it covers must get and why.  A finding is *covered* by
+the self-check when at least one case expects ``holds`` and another expects ``fails`` or ``not
+measurable`` (for a stated reason); :func:`coverage` counts it from the config's expected
+verdicts (section ``selfcheck.expected``), the single place a run is checked against.
+
+Command line (what ``make selfcheck`` runs before Snakemake)::
+
+    python -m posmech.selfcheck build DIR     # writes DIR/<case>/ for every case
+
+The models' sizes follow config/selfcheck.yaml: a 32-position context (the CI-sized analyses'
+positions, e.g. ``kernels.etc_positions: [16, 31]``, fit) and character tokenizers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from posmech.models import handbuilt as hb
+
+N_CTX = 32  # the context of every self-check model
+VERDICTS = ("holds", "fails", "not measurable")
+
+
+# --------------------------------------------------------------------------- model constructions
+def relay_spec(n: int = N_CTX) -> hb.Spec:
+    """P5's mechanism, planted: L1H0 finds the previous position only through layer 0.
+
+    Layer 0's L0H1 is an exact previous-token head on the positions (dims 0..n-1, spare 2n+1)
+    and copies the attended key's position, one-hot, into dims n..2n-1 (spare 2n).  L1H0's
+    query reads that copy and its key reads the key's own position: its score is 30 on the
+    key whose position layer 0 copied (the previous one) and 0 elsewhere.  A query whose
+    copy is missing (layer 0 could not attend to its previous position) has a zero query
+    vector, so L1H0 attends uniformly over its q + 1 keys there: previous-token mass
+    exactly 1 / (q + 1)."""
+    spec = hb.positional_spec(n_ctx=n, n_layer=2, n_head=2, scores={(0, 1): hb.previous_token_scores(n)})
+    d, dh = spec.d_model, spec.dh  # 2n + 2, n + 1
+    amp = np.sqrt(d / 2.0)  # LN maps a one-hot position (with its spare) to amp·(e_i − e_spare)
+    W_V = np.zeros((d, dh))
+    W_V[np.arange(n), np.arange(n)] = 1.0
+    W_O = np.zeros((dh, d))
+    W_O[np.arange(n), n + np.arange(n)] = 1.0 / amp
+    W_O[np.arange(n), 2 * n] = -1.0 / amp
+    spec.heads[(0, 1)].update(W_V=W_V, W_O=W_O)
+    # layer 1's input is two unit blocks (position + copy): LN multiplies it by sqrt(d / 4)
+    a = np.sqrt(30.0 * np.sqrt(dh) / (d / 4.0))
+    W_Q = np.zeros((d, dh))
+    W_K = np.zeros((d, dh))
+    W_Q[n + np.arange(n), np.arange(n)] = a
+    W_K[np.arange(n), np.arange(n)] = a
+    spec.heads[(1, 0)] = {"W_Q": W_Q, "W_K": W_K}
+    return spec
+
+
+def direct_spec(n: int = N_CTX) -> hb.Spec:
+    """Two exact previous-token heads (L0H1, L1H0) that each read the positions themselves:
+    knocking out layer 0's attention changes nothing in layer 1."""
+    return hb.positional_spec(n_ctx=n, n_layer=2, n_head=2, scores={
+        (0, 1): hb.previous_token_scores(n), (1, 0): hb.previous_token_scores(n)})
+
+
+LB2_OFFSETS = {2: 5.0, 1: 4.0, 3: 3.0}  # the look-back-two head's position scores by offset n - i
+
+
+def planted_attn_only_spec(n: int = 16, d_vocab: int = 24, look_back_two: bool = True) -> hb.AttnOnlySpec:
+    """L0H0: exact previous-token head that copies the previous token (query 1 attends to itself:
+    the L3 exception); L0H1 (``look_back_two``): look-back-two head with planted position scores
+    ``LB2_OFFSETS`` and random token scores (seed 0); L1H0: induction head with a BOS sink."""
+    S_prev = hb.offset_scores(n, {1: 60.0}, self_first=60.0)
+    S_prev[0, 0] = 60.0
+    spec = hb.AttnOnlySpec(n_ctx=n, d_vocab=d_vocab, scores_pos={(0, 0): S_prev}, copy_head=0,
+                           induction=(0, 6.0, 4.0, 12.0))
+    if look_back_two:
+        spec.scores_pos[(0, 1)] = hb.offset_scores(n, LB2_OFFSETS)
+        spec.scores_tok[(0, 1)] = np.random.default_rng(0).normal(size=(d_vocab, d_vocab))
+    return spec
+
+
+# --------------------------------------------------------------------------- cases
+@dataclass(frozen=True)
+class Case:
+    """One self-check model: its construction, the architecture it is written as (``gpt2``: a
+    Hugging Face GPT-2 directory; ``attn_only``: a legacy TransformerLens attention-only
+    directory), and per claim the expected verdict with the reason it must be so."""
+
+    name: str
+    kind: str
+    build: Callable[[], Any]
+    expected: dict[str, tuple[str, str]] = field(default_factory=dict)  # claim -> (verdict, why)
+
+    def write(self, path: str | Path) -> Path:
+        spec = self.build()
+        if self.kind == "gpt2":
+            return hb.save_model_dir(spec, path)
+        return hb.save_attn_only_dir(spec, path)
+
+
+CASES: tuple[Case, ...] = (
+    Case("p5-relay", "gpt2", relay_spec, {
+        "P5": ("holds", "L1H0 finds the previous position only through layer 0's copy: at the knocked-out "
+                        "queries it attends uniformly, mass 1/(q+1), far below the threshold ratio"),
+    }),
+    Case("p5-direct", "gpt2", direct_spec, {
+        "P5": ("fails", "L1H0 reads the positions itself: the knock-out of layer 0 changes nothing (ratio 1)"),
+    }),
+    Case("attn-planted", "attn_only", lambda: planted_attn_only_spec(N_CTX), {
+        "L1": ("holds", "L0H0 puts score 60 on key q - 1: its previous-token mass is ~1"),
+        "L2": ("holds", "L0H0's scores are position-only: with tokens zeroed it still attends ~1 to q - 1"),
+        "L3": ("holds", "L0H0's row 1 is planted to attend to itself (score 60 on key 1, 0 on key 0)"),
+        "L4": ("holds", "the induction head L1H0 scores 4 on BOS keys: without BOS its softmax is not "
+                        "anchored and P([B]) collapses more than ten-fold"),
+        "L5": ("holds", "L0H1's position scores 5, 4, 3 at offsets -2, -1, -3 put ~0.6 at offset -2"),
+    }),
+    Case("attn-prev-only", "attn_only", lambda: planted_attn_only_spec(N_CTX, look_back_two=False), {
+        "L1": ("holds", "the same exact previous-token head L0H0 as attn-planted"),
+        "L5": ("fails", "no head but L0H0 has planted scores: the best other head is near uniform at "
+                        "offset -2 (below 0.2), so no look-back-two head exists"),
+    }),
+)
+
+
+def cases() -> dict[str, Case]:
+    return {c.name: c for c in CASES}
+
+
+def expected_verdicts() -> dict[str, dict[str, str]]:
+    """``{model: {claim: verdict}}`` of :data:`CASES` (what config/selfcheck.yaml states)."""
+    return {c.name: {claim: v for claim, (v, _) in c.expected.items()} for c in CASES}
+
+
+def build(root: str | Path, names: list[str] | None = None) -> list[Path]:
+    """Write every case (or those ``names``) under ``root/<name>/``; the paths written."""
+    known = cases()
+    unknown = sorted(set(names or []) - set(known))
+    if unknown:
+        raise SystemExit(f"error: no self-check case {unknown}; the cases are {sorted(known)}")
+    return [known[n].write(Path(root) / n) for n in (names or list(known))]
+
+
+# --------------------------------------------------------------------------- comparison
+@dataclass(frozen=True)
+class Check:
+    claim: str
+    model: str
+    expected: str
+    obtained: str | None  # None: the (claim, model) is not in the findings table
+    value: float | None
+    reason: str
+
+    @property
+    def agrees(self) -> bool:
+        return self.obtained == self.expected
+
+
+def compare(table: Any, expected: dict[str, dict[str, str]]) -> list[Check]:
+    """One :class:`Check` per expected ``(claim, model)`` (``expected`` is ``{model: {claim:
+    verdict}}``), against the findings table (``results/report/findings.csv``'s columns claim,
+    model, verdict, value, reason); a pair absent from the table is obtained ``None``."""
+    rows = {(r["claim"], r["model"]): r for r in table.to_dict("records")}
+    out = []
+    for model, claims in expected.items():
+        for claim, verdict in claims.items():
+            if verdict not in VERDICTS:
+                raise ValueError(f"selfcheck.expected.{model}.{claim}: {verdict!r} is not one of {VERDICTS}")
+            r = rows.get((claim, model))
+            value = None if r is None or r["value"] is None or r["value"] != r["value"] else float(r["value"])
+            out.append(Check(claim, model, verdict, None if r is None else r["verdict"], value,
+                             "" if r is None else str(r.get("reason", ""))))
+    return out
+
+
+def format_checks(checks: list[Check]) -> str:
+    """The expected-vs-obtained table as text, disagreements marked ``DISAGREES``."""
+    lines = [f"{'claim':6} {'model':22} {'expected':15} {'obtained':15} {'value':>10}  result"]
+    for c in checks:
+        obtained = "(missing)" if c.obtained is None else c.obtained
+        value = "" if c.value is None else f"{c.value:.4g}"
+        result = "ok" if c.agrees else ("DISAGREES: not in the findings table" if c.obtained is None
+                                        else f"DISAGREES: {c.reason}")
+        lines.append(f"{c.claim:6} {c.model:22} {c.expected:15} {obtained:15} {value:>10}  {result}")
+    bad = sum(not c.agrees for c in checks)
+    lines.append(f"{len(checks) - bad} of {len(checks)} expected verdicts obtained"
+                 + ("" if not bad else f"; {bad} disagree"))
+    return "\n".join(lines)
+
+
+def coverage(expected: dict[str, dict[str, str]]) -> dict[str, dict[str, list[str]]]:
+    """Per claim: the models expected to give ``holds`` and those expected to give ``fails`` or
+    ``not measurable`` (``{"holds": [...], "other": [...]}``)."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for model, claims in expected.items():
+        for claim, verdict in claims.items():
+            out.setdefault(claim, {"holds": [], "other": []})["holds" if verdict == "holds" else "other"].append(model)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m posmech.selfcheck", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="write the self-check's hand-built models under DIR/<case>/")
+    b.add_argument("dir")
+    b.add_argument("names", nargs="*", help="only these cases (default: all)")
+    args = parser.parse_args(argv)
+    for p in build(args.dir, args.names or None):
+        print(f"built {p}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
