@@ -128,6 +128,16 @@ CASES: tuple[Case, ...] = (
         "L5": ("fails", "no head but L0H0 has planted scores: the best other head is near uniform at "
                         "offset -2 (below 0.2), so no look-back-two head exists"),
     }),
+    Case("attn-blank", "attn_only", lambda: hb.AttnOnlySpec(n_ctx=N_CTX, d_vocab=24), {
+        "L1": ("fails", "no planted scores: every head attends uniformly, ~1/(q+1) on the previous token, "
+                        "below 0.4"),
+        "L2": ("not measurable", "no head reaches the previous-token role's minimum score, so there is no "
+                                 "previous-token head to decompose"),
+        "L3": ("not measurable", "as L2: position 1's row is read on the previous-token head, which does not exist"),
+        "L4": ("not measurable", "no head reaches the induction role's minimum score: no induction head, "
+                                 "the L4 rows are written without a value"),
+        "L5": ("fails", "uniform heads: the best other head's offset -2 mass is ~1/(q+1), below 0.2"),
+    }),
 )
 
 
