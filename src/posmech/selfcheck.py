@@ -31,11 +31,12 @@ import numpy as np
 from posmech.models import handbuilt as hb
 
 N_CTX = 32  # the context of every self-check model
+D_VOCAB = 96  # GPT-2-architecture cases: BOS + the 95 printable ASCII characters (every prompt tokenizes)
 VERDICTS = ("holds", "fails", "not measurable")
 
 
 # --------------------------------------------------------------------------- model constructions
-def relay_spec(n: int = N_CTX) -> hb.Spec:
+def relay_spec(n: int = N_CTX, d_vocab: int = 40) -> hb.Spec:
     """P5's mechanism, planted: L1H0 finds the previous position only through layer 0.
 
     Layer 0's L0H1 is an exact previous-token head on the positions (dims 0..n-1, spare 2n+1)
@@ -45,7 +46,8 @@ def relay_spec(n: int = N_CTX) -> hb.Spec:
     copy is missing (layer 0 could not attend to its previous position) has a zero query
     vector, so L1H0 attends uniformly over its q + 1 keys there: previous-token mass
     exactly 1 / (q + 1)."""
-    spec = hb.positional_spec(n_ctx=n, n_layer=2, n_head=2, scores={(0, 1): hb.previous_token_scores(n)})
+    spec = hb.positional_spec(n_ctx=n, n_layer=2, n_head=2, d_vocab=d_vocab,
+                              scores={(0, 1): hb.previous_token_scores(n)})
     d, dh = spec.d_model, spec.dh  # 2n + 2, n + 1
     amp = np.sqrt(d / 2.0)  # LN maps a one-hot position (with its spare) to amp·(e_i − e_spare)
     W_V = np.zeros((d, dh))
@@ -64,10 +66,13 @@ def relay_spec(n: int = N_CTX) -> hb.Spec:
     return spec
 
 
-def direct_spec(n: int = N_CTX) -> hb.Spec:
+def direct_spec(n: int = N_CTX, d_vocab: int = 40) -> hb.Spec:
     """Two exact previous-token heads (L0H1, L1H0) that each read the positions themselves:
-    knocking out layer 0's attention changes nothing in layer 1."""
-    return hb.positional_spec(n_ctx=n, n_layer=2, n_head=2, scores={
+    knocking out layer 0's attention changes nothing in layer 1.  L0H0 and L1H1 have zero
+    scores (uniform attention); token embeddings, every W_V/W_O, the MLPs and W_U are zero, so
+    the residual stream is the positional embedding at every layer and every prediction is
+    uniform over the vocabulary."""
+    return hb.positional_spec(n_ctx=n, n_layer=2, n_head=2, d_vocab=d_vocab, scores={
         (0, 1): hb.previous_token_scores(n), (1, 0): hb.previous_token_scores(n)})
 
 
@@ -108,11 +113,11 @@ class Case:
 
 
 CASES: tuple[Case, ...] = (
-    Case("p5-relay", "gpt2", relay_spec, {
+    Case("p5-relay", "gpt2", lambda: relay_spec(N_CTX, D_VOCAB), {
         "P5": ("holds", "L1H0 finds the previous position only through layer 0's copy: at the knocked-out "
                         "queries it attends uniformly, mass 1/(q+1), far below the threshold ratio"),
     }),
-    Case("p5-direct", "gpt2", direct_spec, {
+    Case("p5-direct", "gpt2", lambda: direct_spec(N_CTX, D_VOCAB), {
         "P5": ("fails", "L1H0 reads the positions itself: the knock-out of layer 0 changes nothing (ratio 1)"),
     }),
     Case("attn-planted", "attn_only", lambda: planted_attn_only_spec(N_CTX), {
