@@ -30,6 +30,8 @@ import numpy as np
 
 from posmech.models import handbuilt as hb
 
+NO_CONTEXTUAL = ("no layer-0 head is contextual (K7: L0H0 other, L0H1 detokenization), the only class "
+                 "neurons.head_classes names: no broad head for the C rules")
 N_CTX = 32  # the context of every self-check model
 D_VOCAB = 96  # GPT-2-architecture cases: BOS + the 95 printable ASCII characters (every prompt tokenizes)
 VERDICTS = ("holds", "fails", "not measurable")
@@ -117,8 +119,52 @@ CASES: tuple[Case, ...] = (
         "P5": ("holds", "L1H0 finds the previous position only through layer 0's copy: at the knocked-out "
                         "queries it attends uniformly, mass 1/(q+1), far below the threshold ratio"),
     }),
+    # The residual stream is W_pos at every layer (nothing is written) and every prediction is
+    # uniform over the 96 tokens; the W_pos rows are orthogonal one-hot vectors of equal norm.
     Case("p5-direct", "gpt2", lambda: direct_spec(N_CTX, D_VOCAB), {
+        "P1": ("fails", "the centred one-hot rows of W_pos spread their variance evenly over ~30 directions: "
+                        "the top three hold ~0.1, below 0.5"),
+        "P2": ("holds", "no head, MLP or unembedding writes anything: the predictions are uniform whatever "
+                        "W_pos is, so averaging it in groups of any size changes nothing"),
+        "P3": ("fails", "uniform predictions: P(repeated word) = (1/96)^length, far below 0.9"),
+        "P4": ("fails", "L1H0 reads exact positions: averaging W_pos in groups of 10 makes a group's positions "
+                        "identical and spreads its attention over the group (similarity ~0.4, below 0.9)"),
         "P5": ("fails", "L1H0 reads the positions itself: the knock-out of layer 0 changes nothing (ratio 1)"),
+        "P6": ("holds", "2 of the 4 heads (L0H1, L1H0) are exact previous-token heads: 0.5; the two zero-score "
+                        "heads tie exactly on offsets 0 and -1 and a tie is never a previous-token head"),
+        "P7": ("holds", "the exact previous-token heads put e^-30 off offset -1: ratio ~0, below 0.1"),
+        "P8": ("holds", "token embeddings are zero: the extended positional embeddings are the same for every "
+                        "token (cosine 1)"),
+        "P9": ("fails", "the later layers' residual stream is W_pos itself: sparsity ratio 1, below 1.5"),
+        "P10": ("fails", "as P1: a later layer's extended embeddings are W_pos itself (~0.1 in three components)"),
+        "P11": ("not measurable", "W_pos's singular values are all equal: its top-3 subspace is not defined"),
+        "P12": ("holds", "L1H0's raw scores are 30 on key q - 1 and 0 on every other key, future keys included"),
+        "P13": ("fails", "the early previous-token head L0H1 scores 0 on the diagonal and 30 below it: a bright "
+                         "sub-diagonal, not a dark diagonal (fraction 0)"),
+        "P14": ("fails", "L1H0 is blind to tokens: its previous-token mass is 1 on repeated tokens too (blip 0)"),
+        "P15": ("fails", "the early head L0H1 and the sharp head L1H0 both read exact positions: averaging the "
+                         "extended embeddings before either damages both alike (gap 0, below 0.2)"),
+        "P16": ("fails", "uniform predictions: the redirected word's probability is ~1e-6 whatever the head does"),
+        "K1": ("holds", "every head's kernel (exact previous-token or uniform) has a finite ETC"),
+        "K2": ("holds", "the local kernels are exact previous-token kernels: they depend on n - i only (TV 0)"),
+        "K3": ("fails", "two kernel types only, local and uniform: no slowly decaying head"),
+        "K4": ("holds", "L0H1 is an exact previous-token head: a local kernel in layer 0"),
+        "K5": ("holds", "token embeddings are zero: no kernel depends on the query text (overlap 1)"),
+        "K6": ("holds", "every position's residual has the same norm: the layer-0 LN scale is constant (ratio 1)"),
+        "K7": ("fails", "no contextual head: L0H0 (zero scores, uniform) is other, L0H1 detokenization"),
+        "K8": ("fails", "the broad head L0H0 has zero scores: its softmax denominator is n + 1 whatever the text "
+                        "(spread 0, below 0.1)"),
+        "K9": ("not measurable", "no layer-0 head's denominator varies with the tokens: nothing to fit"),
+        "K10": ("holds", "layer 1's attention is purely positional: both layer-1 heads equal their kernels"),
+        "C1": ("not measurable", NO_CONTEXTUAL),
+        "C2": ("not measurable", NO_CONTEXTUAL),
+        "C3": ("not measurable", NO_CONTEXTUAL),
+    }),
+    # Every head has zero scores: uniform attention, exactly tied on every offset.
+    Case("uniform", "gpt2", lambda: hb.positional_spec(n_ctx=N_CTX, n_layer=2, n_head=2, d_vocab=D_VOCAB), {
+        "P6": ("fails", "every head attends uniformly: its mean diagonals at offsets 0 and -1 tie exactly, and a "
+                        "tie goes to offset 0, so no head is a previous-token head (fraction 0)"),
+        "K4": ("fails", "every layer-0 kernel is uniform: no local head"),
     }),
     Case("attn-planted", "attn_only", lambda: planted_attn_only_spec(N_CTX), {
         "L1": ("holds", "L0H0 puts score 60 on key q - 1: its previous-token mass is ~1"),
