@@ -3,6 +3,7 @@ config/selfcheck.yaml's expected verdicts (issue 29: every finding covered both 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -116,3 +117,17 @@ def test_coverage_counted_from_the_config():
     assert set(CLAIMS) - set(cov) == UNCOVERED
     assert len(CLAIMS) == 34
     assert COVERED_BOTH_WAYS | HOLDS_ONLY | NOT_HOLDS_ONLY | UNCOVERED == set(CLAIMS)
+
+
+def test_docs_claims_lists_each_findings_cases_as_the_config_expects():
+    """docs/claims.md's self-check table names, per claim, the cases of config/selfcheck.yaml."""
+    text = (REPO / "docs" / "claims.md").read_text()
+    section = text.split("## The self-check: hand-built cases per finding", 1)[1].split("\n## ", 1)[0]
+    table = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0] in CLAIMS:
+            table[cells[0]] = (sorted(re.findall(r"`([^`]+)`", cells[1])), sorted(re.findall(r"`([^`]+)`", cells[2])))
+    cov = sc.coverage(EXPECTED)
+    assert table == {c: (sorted(cov.get(c, {}).get("holds", [])), sorted(cov.get(c, {}).get("other", [])))
+                     for c in CLAIMS}
