@@ -78,6 +78,30 @@ def direct_spec(n: int = N_CTX, d_vocab: int = 40) -> hb.Spec:
         (0, 1): hb.previous_token_scores(n), (1, 0): hb.previous_token_scores(n)})
 
 
+def helix_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
+    """W_pos in three dimensions only: row i = (3 cos θ_i, 2 sin θ_i, i / n − 1/2), θ_i = 2πi/n,
+    in a d_model of 8; token embeddings and every head zero, so the residual stream is W_pos at
+    every layer."""
+    theta = 2 * np.pi * np.arange(n) / n
+    W_pos = np.zeros((n, 8))
+    W_pos[:, 0], W_pos[:, 1], W_pos[:, 2] = 3 * np.cos(theta), 2 * np.sin(theta), np.arange(n) / n - 0.5
+    return hb.Spec(n_layer=2, n_head=2, d_model=8, n_ctx=n, d_vocab=d_vocab, W_pos=W_pos)
+
+
+DECAY = 0.3  # the slowly decaying head's scores -DECAY·(n − i)
+
+
+def kernel_types_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
+    """Layer 0 with one kernel of each type: L0H0 an exact previous-token head (local, ETC ~1),
+    L0H1 scores ``-DECAY·(n − i)`` (a geometric kernel: over m keys its ETC is
+    :func:`posmech.analyses.kernels.truncated_geometric_etc` (0.3, m), 6.72 over the 30 keys
+    k0 = 2..31 at n = 31: 0.22 of them, between the local 0.1 and the uniform 0.5), L0H2 zero
+    scores (uniform, ETC = m); layer 1 zero."""
+    offsets = np.subtract.outer(np.arange(n), np.arange(n)).astype(float)
+    return hb.positional_spec(n_ctx=n, n_layer=2, n_head=3, d_vocab=d_vocab, scores={
+        (0, 0): hb.previous_token_scores(n), (0, 1): -DECAY * offsets})
+
+
 LB2_OFFSETS = {2: 5.0, 1: 4.0, 3: 3.0}  # the look-back-two head's position scores by offset n - i
 
 
@@ -165,6 +189,16 @@ CASES: tuple[Case, ...] = (
         "P6": ("fails", "every head attends uniformly: its mean diagonals at offsets 0 and -1 tie exactly, and a "
                         "tie goes to offset 0, so no head is a previous-token head (fraction 0)"),
         "K4": ("fails", "every layer-0 kernel is uniform: no local head"),
+    }),
+    Case("helix", "gpt2", helix_spec, {
+        "P1": ("holds", "W_pos lies in three dimensions: its top three components hold all its variance (1.0)"),
+        "P10": ("holds", "nothing is written: a later layer's extended embeddings are W_pos, in three dimensions"),
+        "P11": ("holds", "the extended embeddings' top-3 subspace is W_pos's own (distinct singular values): "
+                         "angles 0"),
+    }),
+    Case("kernel-types", "gpt2", kernel_types_spec, {
+        "K3": ("holds", "L0H0 local (ETC ~1), L0H1 slowly decaying (closed-form ETC 6.72 of 30 keys), "
+                        "L0H2 uniform: all three types"),
     }),
     Case("attn-planted", "attn_only", lambda: planted_attn_only_spec(N_CTX), {
         "L1": ("holds", "L0H0 puts score 60 on key q - 1: its previous-token mass is ~1"),
@@ -267,13 +301,38 @@ def coverage(expected: dict[str, dict[str, str]]) -> dict[str, dict[str, list[st
     return out
 
 
+def coverage_table(claims: list[str], expected: dict[str, dict[str, str]]) -> str:
+    """The Markdown table of docs/claims.md's self-check section: per claim, the cases expected
+    to hold and those expected to fail or be not measurable (``python -m posmech.selfcheck
+    table`` prints it for the config's expected verdicts)."""
+    cov = coverage(expected)
+    rows = ["| claim | holds on | fails / not measurable on |", "|---|---|---|"]
+    for c in claims:
+        m = cov.get(c, {"holds": [], "other": []})
+        held = ", ".join(f"`{x}`" for x in m["holds"]) or "—"
+        other = ", ".join(f"`{x}` ({'n/m' if expected[x][c] == 'not measurable' else 'fails'})"
+                          for x in m["other"]) or "—"
+        rows.append(f"| {c} | {held} | {other} |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m posmech.selfcheck", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="write the self-check's hand-built models under DIR/<case>/")
     b.add_argument("dir")
     b.add_argument("names", nargs="*", help="only these cases (default: all)")
+    t = sub.add_parser("table", help="print docs/claims.md's table of cases per finding from a config")
+    t.add_argument("config", nargs="?", default="config/selfcheck.yaml")
     args = parser.parse_args(argv)
+    if args.command == "table":
+        import yaml
+
+        from posmech.findings import load_findings
+
+        claims = [f.claim for f in load_findings(Path(__file__).resolve().parents[2] / "resources" / "findings.yaml")]
+        print(coverage_table(claims, yaml.safe_load(Path(args.config).read_text())["selfcheck"]["expected"]))
+        return 0
     for p in build(args.dir, args.names or None):
         print(f"built {p}")
     return 0
