@@ -188,6 +188,8 @@ CASES: tuple[Case, ...] = (
     Case("uniform", "gpt2", lambda: hb.positional_spec(n_ctx=N_CTX, n_layer=2, n_head=2, d_vocab=D_VOCAB), {
         "P6": ("fails", "every head attends uniformly: its mean diagonals at offsets 0 and -1 tie exactly, and a "
                         "tie goes to offset 0, so no head is a previous-token head (fraction 0)"),
+        "P7": ("not measurable", "no previous-token head: there is no sharpest one to take the ratio of"),
+        "K2": ("not measurable", "no head's kernel is local: no local kernel to test for translation equivariance"),
         "K4": ("fails", "every layer-0 kernel is uniform: no local head"),
     }),
     Case("helix", "gpt2", helix_spec, {
