@@ -102,6 +102,28 @@ def kernel_types_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
         (0, 0): hb.previous_token_scores(n), (0, 1): -DECAY * offsets})
 
 
+def future_peak_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
+    """As :func:`direct_spec`, but L1H0 also scores 60 on the *future* key q + 1: the causal
+    mask hides it, so L1H0 is still an exact previous-token head, yet its raw scores peak at
+    q + 1 on every row but the last."""
+    S = hb.previous_token_scores(n)
+    S[np.arange(n - 1), np.arange(1, n)] = 60.0
+    return hb.positional_spec(n_ctx=n, n_layer=2, n_head=2, d_vocab=d_vocab, scores={
+        (0, 1): hb.previous_token_scores(n), (1, 0): S})
+
+
+def position_readout_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
+    """No head; the unembedding reads the position: the token at position i is predicted to be
+    token id 1 + (i mod (d_vocab − 1)) with a logit of 10 per unit of the final LN's output
+    (which is ``sqrt(d_model/2)·(e_i − e_spare)``), so the predictions depend on the exact
+    position and nothing else."""
+    spec = hb.positional_spec(n_ctx=n, n_layer=2, n_head=2, d_vocab=d_vocab)
+    W_U = np.zeros((spec.d_model, d_vocab))
+    W_U[np.arange(n), 1 + np.arange(n) % (d_vocab - 1)] = 10.0
+    spec.W_U = W_U
+    return spec
+
+
 LB2_OFFSETS = {2: 5.0, 1: 4.0, 3: 3.0}  # the look-back-two head's position scores by offset n - i
 
 
@@ -201,6 +223,14 @@ CASES: tuple[Case, ...] = (
     Case("kernel-types", "gpt2", kernel_types_spec, {
         "K3": ("holds", "L0H0 local (ETC ~1), L0H1 slowly decaying (closed-form ETC 6.72 of 30 keys), "
                         "L0H2 uniform: all three types"),
+    }),
+    Case("future-peak", "gpt2", future_peak_spec, {
+        "P12": ("fails", "the sharp head L1H0's raw scores peak at the future key q + 1 (60 > 30) on every row "
+                         "but the last: fraction 1/31, below 0.5"),
+    }),
+    Case("position-readout", "gpt2", position_readout_spec, {
+        "P2": ("fails", "the predictions read the exact position: averaging W_pos in groups of 2 already "
+                        "moves every prediction, so the largest unchanged group size is 1, below 10"),
     }),
     Case("attn-planted", "attn_only", lambda: planted_attn_only_spec(N_CTX), {
         "L1": ("holds", "L0H0 puts score 60 on key q - 1: its previous-token mass is ~1"),
