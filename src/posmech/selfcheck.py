@@ -112,6 +112,16 @@ def future_peak_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
         (0, 1): hb.previous_token_scores(n), (1, 0): S})
 
 
+def dark_diagonal_spec(n: int = N_CTX, d_vocab: int = D_VOCAB, alpha: float = 1.0, gamma: float = 3.0) -> hb.Spec:
+    """An early previous-token head with a dark main diagonal below an exact one: L0H1 scores
+    ``alpha·(i − n) − gamma·[i = n]`` (later keys higher, the query's own key suppressed: its
+    largest attention is on q − 1, ~0.58), L1H0 an exact previous-token head (the sharp one)."""
+    i = np.arange(n)
+    S = alpha * (i[None, :] - i[:, None]) - gamma * np.eye(n)
+    return hb.positional_spec(n_ctx=n, n_layer=2, n_head=2, d_vocab=d_vocab, scores={
+        (0, 1): S, (1, 0): hb.previous_token_scores(n)})
+
+
 def position_readout_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
     """No head; the unembedding reads the position: the token at position i is predicted to be
     token id 1 + (i mod (d_vocab − 1)) with a logit of 10 per unit of the final LN's output
@@ -227,6 +237,10 @@ CASES: tuple[Case, ...] = (
     Case("future-peak", "gpt2", future_peak_spec, {
         "P12": ("fails", "the sharp head L1H0's raw scores peak at the future key q + 1 (60 > 30) on every row "
                          "but the last: fraction 1/31, below 0.5"),
+    }),
+    Case("dark-diagonal", "gpt2", dark_diagonal_spec, {
+        "P13": ("holds", "the one early previous-token head L0H1 has its self score 3 below the smooth profile "
+                         "of its neighbours: a dark diagonal (fraction 1)"),
     }),
     Case("position-readout", "gpt2", position_readout_spec, {
         "P2": ("fails", "the predictions read the exact position: averaging W_pos in groups of 2 already "
