@@ -122,6 +122,19 @@ def dark_diagonal_spec(n: int = N_CTX, d_vocab: int = D_VOCAB, alpha: float = 1.
         (0, 1): S, (1, 0): hb.previous_token_scores(n)})
 
 
+def token_norms_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
+    """No head; token t is embedded as ``a_t·(e_{n+8} − e_{n+9})`` with ``a_t = (t mod 8)/2``
+    (0 to 3.5), orthogonal to the one-hot positions (norm sqrt 2): the residual's norm, and so
+    the layer-0 LayerNorm scale, varies with the token by up to sqrt(1 + 3.5²) ≈ 3.6 times."""
+    spec = hb.positional_spec(n_ctx=n, n_layer=2, n_head=2, d_vocab=d_vocab)
+    a = (np.arange(d_vocab) % 8) / 2.0
+    W_E = np.zeros((d_vocab, spec.d_model))
+    W_E[:, n + 8], W_E[:, n + 9] = a, -a
+    spec.W_E = W_E
+    spec.W_U = np.zeros((spec.d_model, d_vocab))  # untied: the unembedding stays zero
+    return spec
+
+
 def position_readout_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
     """No head; the unembedding reads the position: the token at position i is predicted to be
     token id 1 + (i mod (d_vocab − 1)) with a logit of 10 per unit of the final LN's output
@@ -241,6 +254,10 @@ CASES: tuple[Case, ...] = (
     Case("dark-diagonal", "gpt2", dark_diagonal_spec, {
         "P13": ("holds", "the one early previous-token head L0H1 has its self score 3 below the smooth profile "
                          "of its neighbours: a dark diagonal (fraction 1)"),
+    }),
+    Case("token-norms", "gpt2", token_norms_spec, {
+        "K6": ("fails", "the token embeddings' norms range from 0 to 3.5 times sqrt 2 beside the positions' "
+                        "sqrt 2: the layer-0 LN scale varies over the text's tokens well beyond 1.25 times"),
     }),
     Case("position-readout", "gpt2", position_readout_spec, {
         "P2": ("fails", "the predictions read the exact position: averaging W_pos in groups of 2 already "
