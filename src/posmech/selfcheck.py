@@ -135,18 +135,6 @@ def token_norms_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
     return spec
 
 
-def position_readout_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
-    """No head; the unembedding reads the position: the token at position i is predicted to be
-    token id 1 + (i mod (d_vocab − 1)) with a logit of 10 per unit of the final LN's output
-    (which is ``sqrt(d_model/2)·(e_i − e_spare)``), so the predictions depend on the exact
-    position and nothing else."""
-    spec = hb.positional_spec(n_ctx=n, n_layer=2, n_head=2, d_vocab=d_vocab)
-    W_U = np.zeros((spec.d_model, d_vocab))
-    W_U[np.arange(n), 1 + np.arange(n) % (d_vocab - 1)] = 10.0
-    spec.W_U = W_U
-    return spec
-
-
 LB2_OFFSETS = {2: 5.0, 1: 4.0, 3: 3.0}  # the look-back-two head's position scores by offset n - i
 
 
@@ -258,10 +246,6 @@ CASES: tuple[Case, ...] = (
     Case("token-norms", "gpt2", token_norms_spec, {
         "K6": ("fails", "the token embeddings' norms range from 0 to 3.5 times sqrt 2 beside the positions' "
                         "sqrt 2: the layer-0 LN scale varies over the text's tokens well beyond 1.25 times"),
-    }),
-    Case("position-readout", "gpt2", position_readout_spec, {
-        "P2": ("fails", "the predictions read the exact position: averaging W_pos in groups of 2 already "
-                        "moves every prediction, so the largest unchanged group size is 1, below 10"),
     }),
     Case("attn-planted", "attn_only", lambda: planted_attn_only_spec(N_CTX), {
         "L1": ("holds", "L0H0 puts score 60 on key q - 1: its previous-token mass is ~1"),
