@@ -332,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("path", nargs="?", default="results/report", metavar="RESULTS/REPORT",
                     help="results/report or its findings.csv (default: results/report)")
     sp.add_argument("--config", default="config/selfcheck.yaml",
-                    help="the config whose section selfcheck.expected states the verdicts (default: config/selfcheck.yaml)")
+                    help="the config whose section selfcheck.expected states the verdicts "
+                    "(default: config/selfcheck.yaml)")
     args = parser.parse_args(argv)
     if args.command == "selfcheck":
         return selfcheck(args.path, args.config)
