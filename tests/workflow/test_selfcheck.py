@@ -21,7 +21,7 @@ from tests.workflow.conftest import REPO, snakemake
 pytestmark = [
     pytest.mark.workflow,
     pytest.mark.skipif(os.environ.get("POSMECH_SELFCHECK_DAG") != "1",
-                       reason="the whole self-check DAG (~5 CPU min); set POSMECH_SELFCHECK_DAG=1 to run it"),
+                       reason="the whole self-check DAG (~8 CPU min); set POSMECH_SELFCHECK_DAG=1 to run it"),
 ]
 
 CONFIG = REPO / "config" / "selfcheck.yaml"
