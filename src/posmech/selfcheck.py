@@ -68,6 +68,60 @@ def relay_spec(n: int = N_CTX, d_vocab: int = 40) -> hb.Spec:
     return spec
 
 
+SAME_CODE = 40.0  # p5-relay's L1H0: penalty on a key whose token code equals the query's
+
+
+def token_relay_spec(n: int = N_CTX, d_vocab: int = D_VOCAB, n_codes: int = 16) -> hb.Spec:
+    """P5 and P15's mechanism, planted: L1H0 finds the previous token only through layer 0's copy
+    of it, and never reads a position.
+
+    Token t is embedded as the one-hot code ``e_c − e_spare`` (c = t mod ``n_codes``, block T
+    beside the positions, of the same norm; the layer norm then maps a two-block residual to
+    ``sqrt(d/4)·x``).  L0H1, an exact previous-token head on the positions (planted doubled,
+    for that amplitude), copies the attended key's code into block R.  L1H0's query reads
+    R, its key reads T: it scores 30 on every key whose code is the previous token's (the
+    previous position and the earlier occurrences of that code) and 0 elsewhere.  A query whose
+    copy is missing (layer 0's attention to its previous position knocked out) has a zero query
+    vector, so L1H0 attends uniformly over its q + 1 keys there (P5).  The extended positional
+    embeddings (one repeated token) hold the positions only, the copied code being the same at
+    every position: averaging them before layer 1 leaves L1H0 exactly as it was, while before
+    layer 0 it blurs L0H1's exact positions (P15).  L1H0 also scores ``−SAME_CODE`` on every key
+    of the query's own code: where a token repeats the one before it, key q − 1 scores
+    30 − 40 < 0 and the head leaves it (P14).  The layer-0 MLP erases the even positions
+    (:func:`even_position_eraser`; L1H0 reads no position): the later layers' extended
+    embeddings have half as many entries far from zero as W_pos (P9)."""
+    dh = n + 2
+    spec = hb.positional_spec(n_ctx=n, n_layer=2, n_head=2, d_head=dh, d_vocab=d_vocab,
+                              scores={(0, 1): 2 * hb.previous_token_scores(n)})
+    d = spec.d_model  # 2(n + 2): positions 0..n-1, T n..n+n_codes-1, R after it, spares
+    T, R = n + np.arange(n_codes), n + n_codes + 1 + np.arange(n_codes)
+    spare_T, spare_R = n + n_codes, n + 2 * n_codes + 1
+    W_E = np.zeros((d_vocab, d))
+    W_E[np.arange(d_vocab), T[np.arange(d_vocab) % n_codes]] = 1.0
+    W_E[:, spare_T] = -1.0
+    spec.W_E = W_E
+    spec.W_U = np.zeros((d, d_vocab))  # untied: uniform predictions
+    amp0 = np.sqrt(d / 4.0)  # layer 0's input: two unit blocks (position + code)
+    W_V = np.zeros((d, dh))
+    W_V[T, np.arange(n_codes)] = 1.0
+    W_O = np.zeros((dh, d))
+    W_O[np.arange(n_codes), R] = 1.0 / amp0
+    W_O[np.arange(n_codes), spare_R] = -1.0 / amp0
+    spec.heads[(0, 1)].update(W_V=W_V, W_O=W_O)
+    # layer 1's input is three unit blocks (position, code, copied code): LN multiplies it by sqrt(d / 6)
+    a = np.sqrt(30.0 * np.sqrt(dh) / (d / 6.0))
+    W_Q = np.zeros((d, dh))
+    W_K = np.zeros((d, dh))
+    W_Q[R, np.arange(n_codes)] = a
+    W_K[T, np.arange(n_codes)] = a
+    b = np.sqrt(SAME_CODE * np.sqrt(dh) / (d / 6.0))  # -SAME_CODE on keys of the query's own code
+    W_Q[T, n_codes + np.arange(n_codes)] = b
+    W_K[T, n_codes + np.arange(n_codes)] = -b
+    spec.heads[(1, 0)] = {"W_Q": W_Q, "W_K": W_K}
+    spec.mlps[0] = even_position_eraser(spec, n_blocks=3)
+    return spec
+
+
 def direct_spec(n: int = N_CTX, d_vocab: int = 40) -> hb.Spec:
     """Two exact previous-token heads (L0H1, L1H0) that each read the positions themselves:
     knocking out layer 0's attention changes nothing in layer 1.  L0H0 and L1H1 have zero
@@ -81,11 +135,25 @@ def direct_spec(n: int = N_CTX, d_vocab: int = 40) -> hb.Spec:
 def helix_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
     """W_pos in three dimensions only: row i = (3 cos θ_i, 2 sin θ_i, i / n − 1/2), θ_i = 2πi/n,
     in a d_model of 8; token embeddings and every head zero, so the residual stream is W_pos at
-    every layer."""
+    every layer (every head has zero scores)."""
     theta = 2 * np.pi * np.arange(n) / n
     W_pos = np.zeros((n, 8))
     W_pos[:, 0], W_pos[:, 1], W_pos[:, 2] = 3 * np.cos(theta), 2 * np.sin(theta), np.arange(n) / n - 0.5
     return hb.Spec(n_layer=2, n_head=2, d_model=8, n_ctx=n, d_vocab=d_vocab, W_pos=W_pos)
+
+
+WEAK = 0.5  # weak-prev's L0H0: its score on key q - 1
+
+
+def weak_prev_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
+    """One weak previous-token head: L0H0 scores ``WEAK`` = 0.5 on key q − 1 and 0 elsewhere (mean
+    attention 0.145 at offset -1 against 0.116 at offset 0 over a 32-position document: its largest
+    mean diagonal is offset -1, so it is a previous-token head, the only one, hence the sharpest);
+    every other head has zero scores, and nothing is written.  Its attention is nearly uniform
+    whatever W_pos is: with W_pos averaged in groups of 10 the window's cosine similarity to the
+    intact one is 0.985 (computed on these weights)."""
+    return hb.positional_spec(n_ctx=n, n_layer=2, n_head=2, d_vocab=d_vocab,
+                              scores={(0, 0): hb.previous_token_scores(n, WEAK)})
 
 
 DECAY = 0.3  # the slowly decaying head's scores -DECAY·(n − i)
@@ -102,36 +170,83 @@ def kernel_types_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
         (0, 0): hb.previous_token_scores(n), (0, 1): -DECAY * offsets})
 
 
-def future_peak_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
-    """As :func:`direct_spec`, but L1H0 also scores 60 on the *future* key q + 1: the causal
-    mask hides it, so L1H0 is still an exact previous-token head, yet its raw scores peak at
-    q + 1 on every row but the last."""
-    S = hb.previous_token_scores(n)
-    S[np.arange(n - 1), np.arange(1, n)] = 60.0
-    return hb.positional_spec(n_ctx=n, n_layer=2, n_head=2, d_vocab=d_vocab, scores={
-        (0, 1): hb.previous_token_scores(n), (1, 0): S})
+def gelu_new(x: float) -> float:
+    """GPT-2's activation (the tanh approximation of GELU)."""
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
 
 
-def dark_diagonal_spec(n: int = N_CTX, d_vocab: int = D_VOCAB, alpha: float = 1.0, gamma: float = 3.0) -> hb.Spec:
-    """An early previous-token head with a dark main diagonal below an exact one: L0H1 scores
-    ``alpha·(i − n) − gamma·[i = n]`` (later keys higher, the query's own key suppressed: its
-    largest attention is on q − 1, ~0.58), L1H0 an exact previous-token head (the sharp one)."""
+def even_position_eraser(spec: hb.Spec, n_blocks: int = 1) -> dict[str, np.ndarray]:
+    """A layer-0 MLP that erases the even positions from the residual stream: neuron j reads
+    position j of its post-LN input, ``sqrt(d/(2·n_blocks))·(e_i − e_spare)`` when the residual
+    there is ``n_blocks`` unit blocks (pre-activation exactly ``[i = j]``), and, for even j,
+    writes ``−e_j``: the positions' part of the residual after layer 0 is ``−e_spare`` at even
+    positions and ``e_i − e_spare`` at odd ones.  Centred over positions, only the odd
+    positions' entries stay far from zero: half as many as in W_pos."""
+    n, d = spec.n_ctx, spec.d_model
+    amp = np.sqrt(d / (2.0 * n_blocks))
+    W_in = np.zeros((d, 4 * d))
+    W_out = np.zeros((4 * d, d))
+    W_in[np.arange(n), np.arange(n)] = 1.0 / amp
+    even = np.arange(0, n, 2)
+    W_out[even, even] = -1.0 / gelu_new(1.0)
+    return {"W_in": W_in, "W_out": W_out}
+
+
+def anatomy_spec(n: int = N_CTX, d_vocab: int = D_VOCAB, alpha: float = 1.0, gamma: float = 3.0) -> hb.Spec:
+    """Score anatomy (P12, P13) on one model, the residual stream W_pos at every layer:
+
+    * L0H1, the early previous-token head, scores ``alpha·(i − n) − gamma·[i = n]`` (later keys
+      higher, the query's own key suppressed: its largest attention is on q − 1, ~0.58): a dark
+      main diagonal;
+    * L1H0, the sharp one, scores 30 on key q − 1 and 60 on the *future* key q + 1: the causal
+      mask hides it, so L1H0 is still an exact previous-token head, yet its raw scores peak at
+      q + 1 on every row but the last;
+    * L0H0 and L1H1 have zero scores; token embeddings, every W_V/W_O, the MLPs and W_U are zero."""
     i = np.arange(n)
-    S = alpha * (i[None, :] - i[:, None]) - gamma * np.eye(n)
-    return hb.positional_spec(n_ctx=n, n_layer=2, n_head=2, d_vocab=d_vocab, scores={
-        (0, 1): S, (1, 0): hb.previous_token_scores(n)})
+    dark = alpha * (i[None, :] - i[:, None]) - gamma * np.eye(n)
+    sharp = hb.previous_token_scores(n)
+    sharp[np.arange(n - 1), np.arange(1, n)] = 60.0
+    return hb.positional_spec(n_ctx=n, n_layer=2, n_head=2, d_vocab=d_vocab, scores={(0, 1): dark, (1, 0): sharp})
+
+
+TOKEN_TO_FIRST = 200.0  # token-norms' L0H0: score per unit of token norm on key position 0
+COPY_GAIN = 3.0  # token-norms' L0H0: norm of the position copy it writes, per unit of W_pos's
 
 
 def token_norms_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
-    """No head; token t is embedded as ``a_t·(e_{n+8} − e_{n+9})`` with ``a_t = (t mod 8)/2``
-    (0 to 3.5), orthogonal to the one-hot positions (norm sqrt 2): the residual's norm, and so
-    the layer-0 LayerNorm scale, varies with the token by up to sqrt(1 + 3.5²) ≈ 3.6 times."""
-    spec = hb.positional_spec(n_ctx=n, n_layer=2, n_head=2, d_vocab=d_vocab)
-    a = (np.arange(d_vocab) % 8) / 2.0
-    W_E = np.zeros((d_vocab, spec.d_model))
+    """Token embeddings of varying norm, a head that reads positions only for tokens of norm 0,
+    and an unembedding that reads the exact position.
+
+    Token t is embedded as ``a_t·(e_{n+8} − e_{n+9})``, ``a_t = 0`` for even t and
+    ``(t mod 8)/2`` (0.5 to 3.5) for odd t, orthogonal to the one-hot positions (norm sqrt 2):
+    the residual's norm, and so the layer-0 LayerNorm scale, varies with the token by up to
+    sqrt(1 + 3.5²) ≈ 3.6 times.  L0H0 scores 30 on key q − 1 and ``TOKEN_TO_FIRST·a`` (a the
+    query token's a_t) on key 0, and copies the attended key's position, ``COPY_GAIN`` times
+    one-hot, into dims n+10..2n+9: on a text of one even token (a = 0) it copies the previous
+    position, so the layer-1 residual is W_pos beside a shifted copy 3 times as large; on one
+    odd token key 0 wins (40 to 80 against at most 24, after the LN scales) and the copy is the
+    same at every position.  W_U reads the position: position i predicts token 1 + (i mod 95)
+    with a logit of 10 per unit of the final LN's output on e_i."""
+    spec = hb.positional_spec(n_ctx=n, n_layer=2, n_head=3, d_vocab=d_vocab,
+                              scores={(0, 0): hb.previous_token_scores(n)})
+    d, dh = spec.d_model, spec.dh  # 3(n + 1), n + 1
+    a = np.where(np.arange(d_vocab) % 2 == 0, 0.0, (np.arange(d_vocab) % 8) / 2.0)
+    W_E = np.zeros((d_vocab, d))
     W_E[:, n + 8], W_E[:, n + 9] = a, -a
     spec.W_E = W_E
-    spec.W_U = np.zeros((spec.d_model, d_vocab))  # untied: the unembedding stays zero
+    amp = np.sqrt(d / 2.0)  # the post-LN amplitude of a position of a token of norm 0
+    head = spec.heads[(0, 0)]
+    u = np.sqrt(TOKEN_TO_FIRST * np.sqrt(dh)) / amp  # column n: query's token dim x key's position 0
+    head["W_Q"][n + 8, n], head["W_K"][0, n] = u, u
+    copy = n + 10 + np.arange(n)
+    head["W_V"] = np.zeros((d, dh))
+    head["W_V"][np.arange(n), np.arange(n)] = 1.0
+    head["W_O"] = np.zeros((dh, d))
+    head["W_O"][np.arange(n), copy] = COPY_GAIN / amp
+    head["W_O"][np.arange(n), 2 * n + 10] = -COPY_GAIN / amp  # the copy block's spare
+    W_U = np.zeros((d, d_vocab))
+    W_U[np.arange(n), 1 + np.arange(n) % (d_vocab - 1)] = 10.0
+    spec.W_U = W_U
     return spec
 
 
@@ -172,9 +287,16 @@ class Case:
 
 
 CASES: tuple[Case, ...] = (
-    Case("p5-relay", "gpt2", lambda: relay_spec(N_CTX, D_VOCAB), {
-        "P5": ("holds", "L1H0 finds the previous position only through layer 0's copy: at the knocked-out "
+    Case("p5-relay", "gpt2", token_relay_spec, {
+        "P5": ("holds", "L1H0 finds the previous token only through layer 0's copy of it: at the knocked-out "
                         "queries it attends uniformly, mass 1/(q+1), far below the threshold ratio"),
+        "P15": ("holds", "L1H0 never reads a position, so averaging the extended embeddings before layer 1 "
+                         "leaves it unchanged (damage 0), while the early head L0H1 reads exact positions and "
+                         "loses most of its previous-token mass when they are averaged before layer 0"),
+        "P14": ("holds", "L1H0 scores -40 on keys of the query's own token code: where a token repeats the one "
+                         "before it, key q - 1 scores 30 - 40 and the previous-token mass falls to ~0"),
+        "P9": ("holds", "the layer-0 MLP erases the even positions: centred, the later layers keep the odd "
+                        "positions' entries only, half as many far from zero as W_pos (ratio ~2, above 1.5)"),
     }),
     # The residual stream is W_pos at every layer (nothing is written) and every prediction is
     # uniform over the 96 tokens; the W_pos rows are orthogonal one-hot vectors of equal norm.
@@ -217,35 +339,43 @@ CASES: tuple[Case, ...] = (
         "C2": ("not measurable", NO_CONTEXTUAL),
         "C3": ("not measurable", NO_CONTEXTUAL),
     }),
-    # Every head has zero scores: uniform attention, exactly tied on every offset.
-    Case("uniform", "gpt2", lambda: hb.positional_spec(n_ctx=N_CTX, n_layer=2, n_head=2, d_vocab=D_VOCAB), {
+    # W_pos a helix in three dimensions; every head has zero scores (uniform attention, exactly tied on
+    # every offset) and writes nothing.
+    Case("helix", "gpt2", helix_spec, {
+        "P1": ("holds", "W_pos lies in three dimensions: its top three components hold all its variance (1.0)"),
+        "P10": ("holds", "nothing is written: a later layer's extended embeddings are W_pos, in three dimensions"),
+        "P11": ("holds", "the extended embeddings' top-3 subspace is W_pos's own (distinct singular values): "
+                         "angles 0"),
         "P6": ("fails", "every head attends uniformly: its mean diagonals at offsets 0 and -1 tie exactly, and a "
                         "tie goes to offset 0, so no head is a previous-token head (fraction 0)"),
         "P7": ("not measurable", "no previous-token head: there is no sharpest one to take the ratio of"),
         "K2": ("not measurable", "no head's kernel is local: no local kernel to test for translation equivariance"),
         "K4": ("fails", "every layer-0 kernel is uniform: no local head"),
     }),
-    Case("helix", "gpt2", helix_spec, {
-        "P1": ("holds", "W_pos lies in three dimensions: its top three components hold all its variance (1.0)"),
-        "P10": ("holds", "nothing is written: a later layer's extended embeddings are W_pos, in three dimensions"),
-        "P11": ("holds", "the extended embeddings' top-3 subspace is W_pos's own (distinct singular values): "
-                         "angles 0"),
+    Case("weak-prev", "gpt2", weak_prev_spec, {
+        "P4": ("holds", "the only previous-token head L0H0 scores 0.5 on key q - 1: its attention is nearly "
+                        "uniform with W_pos intact or averaged in groups of 10 (cosine ~0.98, above 0.9)"),
+        "P7": ("fails", "the sharpest (only) previous-token head's second-largest mean diagonal (offset 0, "
+                        "~0.12) is ~0.8 of its largest (offset -1, ~0.145), above 0.1"),
     }),
     Case("kernel-types", "gpt2", kernel_types_spec, {
         "K3": ("holds", "L0H0 local (ETC ~1), L0H1 slowly decaying (closed-form ETC 6.72 of 30 keys), "
                         "L0H2 uniform: all three types"),
     }),
-    Case("future-peak", "gpt2", future_peak_spec, {
+    Case("anatomy", "gpt2", anatomy_spec, {
         "P12": ("fails", "the sharp head L1H0's raw scores peak at the future key q + 1 (60 > 30) on every row "
                          "but the last: fraction 1/31, below 0.5"),
-    }),
-    Case("dark-diagonal", "gpt2", dark_diagonal_spec, {
         "P13": ("holds", "the one early previous-token head L0H1 has its self score 3 below the smooth profile "
                          "of its neighbours: a dark diagonal (fraction 1)"),
     }),
     Case("token-norms", "gpt2", token_norms_spec, {
         "K6": ("fails", "the token embeddings' norms range from 0 to 3.5 times sqrt 2 beside the positions' "
                         "sqrt 2: the layer-0 LN scale varies over the text's tokens well beyond 1.25 times"),
+        "P8": ("fails", "on an even token L0H0 copies the previous position (3 times W_pos's norm) beside "
+                        "W_pos, on an odd one the same position 0 everywhere (centred away): the two tokens' "
+                        "extended embeddings have cosine 1/sqrt(10) ~0.32, so the mean over pairs is below 0.9"),
+        "P2": ("fails", "W_U reads the exact position: averaging W_pos in groups of 5 moves the loss by many "
+                        "nats (two-sided: a drop is a change too)"),
     }),
     Case("attn-planted", "attn_only", lambda: planted_attn_only_spec(N_CTX), {
         "L1": ("holds", "L0H0 puts score 60 on key q - 1: its previous-token mass is ~1"),
@@ -254,11 +384,6 @@ CASES: tuple[Case, ...] = (
         "L4": ("holds", "the induction head L1H0 scores 4 on BOS keys: without BOS its softmax is not "
                         "anchored and P([B]) collapses more than ten-fold"),
         "L5": ("holds", "L0H1's position scores 5, 4, 3 at offsets -2, -1, -3 put ~0.6 at offset -2"),
-    }),
-    Case("attn-prev-only", "attn_only", lambda: planted_attn_only_spec(N_CTX, look_back_two=False), {
-        "L1": ("holds", "the same exact previous-token head L0H0 as attn-planted"),
-        "L5": ("fails", "no head but L0H0 has planted scores: the best other head is near uniform at "
-                        "offset -2 (below 0.2), so no look-back-two head exists"),
     }),
     Case("attn-blank", "attn_only", lambda: hb.AttnOnlySpec(n_ctx=N_CTX, d_vocab=24), {
         "L1": ("fails", "no planted scores: every head attends uniformly, ~1/(q+1) on the previous token, "
