@@ -196,6 +196,88 @@ def induction_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
     return spec
 
 
+CLOCK_STEP = 2 * np.pi / 64  # mask-clock: the angle between consecutive positions (32 fit in half a turn)
+CLOCK_SHARPNESS = 3000.0  # mask-clock: the layer-1 heads' scores beta·cos(angle difference - offset·step)
+
+
+def mask_clock_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
+    """The two-token induction circuit of :func:`induction_spec` with W_pos = 0: the positions
+    are recovered from the causal mask, so averaging W_pos changes nothing (P3).
+
+    * L0H0 has zero scores: it attends uniformly over the q + 1 keys and reads the BOS
+      indicator, writing ``f = 1/(q + 1)`` (block F; every sequence starts with BOS).
+    * The layer-0 MLP maps ``f`` to a clock, the unit-norm block C = ``(cos qθ, sin qθ, −cos qθ,
+      −sin qθ)`` (θ = 2π/64), and erases F: 32 neurons ``gelu(s·(u − t_j))`` on the post-LN value u
+      of F, their output weights solved so that the outputs are exact at the 32 positions.
+    * L1H0 scores ``CLOCK_SHARPNESS·cos((q − k)θ − θ)`` (largest at k = q − 1, 14 above the
+      neighbours) and copies the key's token into R; L1H1 the same at k = q − 2, into R2.
+    * L2H0 is :func:`induction_spec`'s two-token induction head (20 on keys whose R is the query's
+      token, 10 on keys whose R2 is the query's R), W_U reads its copy.  On "(apple orange)\\n("
+      it predicts "apple" with probability ~1, and identically with W_pos averaged."""
+    V = d_vocab
+    T = np.arange(V)
+    F, C = V + 1 + np.arange(2), V + 3 + np.arange(4)  # F: f and its spare; C: the clock
+    R, R2, O = V + 7 + np.arange(V), 2 * V + 8 + np.arange(V), 3 * V + 9 + np.arange(V)
+    spare = {"T": V, "R": 2 * V + 7, "R2": 3 * V + 8, "O": 4 * V + 9}
+    dh = 2 * V
+    d = 3 * dh
+    spec = hb.Spec(n_layer=3, n_head=3, d_model=d, n_ctx=n, d_vocab=V, d_head=dh, W_pos=np.zeros((n, d)))
+    W_E = np.zeros((V, d))
+    W_E[T, T] = 1.0
+    W_E[:, spare["T"]] = -1.0
+    spec.W_E = W_E
+    amp = lambda blocks: np.sqrt(d / (2.0 * blocks))  # noqa: E731 — post-LN scale of unit blocks
+    # layer 0: f = 1/(q + 1) from the uniform head reading BOS (token 0)
+    W_V, W_O = np.zeros((d, dh)), np.zeros((dh, d))
+    W_V[T[0], 0] = 1.0
+    W_O[0, F[0]], W_O[0, F[1]] = 1.0 / amp(1), -1.0 / amp(1)
+    spec.heads[(0, 0)] = {"W_V": W_V, "W_O": W_O}
+    # the MLP: exact at the n positions
+    q = np.arange(n)
+    f = 1.0 / (q + 1)
+    u = f * np.sqrt(d / (2.0 + 2.0 * f**2))  # LN(T block + F block)[F[0]]
+    order = np.sort(u)
+    knots = np.concatenate([[order[0] - 1.0], (order[1:] + order[:-1]) / 2])  # one below each point
+    s = 4.0 / np.min(np.diff(order))
+    act = np.array([[gelu_new(s * (uq - t)) for t in knots] for uq in u])  # [position, neuron]
+    targets = np.stack([np.cos(q * CLOCK_STEP), np.sin(q * CLOCK_STEP), -np.cos(q * CLOCK_STEP),
+                        -np.sin(q * CLOCK_STEP), -f, f], axis=1)
+    out = np.linalg.solve(act, targets)  # [neuron, output]
+    W_in, b_in, W_out = np.zeros((d, 4 * d)), np.zeros(4 * d), np.zeros((4 * d, d))
+    W_in[F[0], :n] = s
+    b_in[:n] = -s * knots
+    W_out[:n, C] = out[:, :4]
+    W_out[:n, F[0]], W_out[:n, F[1]] = out[:, 4], out[:, 5]
+    spec.mlps[0] = {"W_in": W_in, "b_in": b_in, "W_out": W_out}
+    # layer 1: previous and two-back heads on the clock (input: T + C, two blocks)
+    x = np.sqrt(CLOCK_SHARPNESS * np.sqrt(dh)) / amp(2)
+    for h, (offset, block) in enumerate(((1, R), (2, R2))):
+        delta = offset * CLOCK_STEP
+        W_Q, W_K = np.zeros((d, dh)), np.zeros((d, dh))
+        W_Q[C[0], 0], W_Q[C[1], 1] = x, x
+        W_K[C[0], 0], W_K[C[1], 0] = x * np.cos(delta), -x * np.sin(delta)  # cos(angle_k + delta)
+        W_K[C[1], 1], W_K[C[0], 1] = x * np.cos(delta), x * np.sin(delta)  # sin(angle_k + delta)
+        W_V, W_O = np.zeros((d, dh)), np.zeros((dh, d))
+        W_V[T, T] = 1.0
+        W_O[T, block] = 1.0 / amp(2)
+        W_O[T, spare["R" if offset == 1 else "R2"]] = -1.0 / amp(2)
+        spec.heads[(1, h)] = {"W_Q": W_Q, "W_K": W_K, "W_V": W_V, "W_O": W_O}
+    # layer 2: the induction head (input: T, C, R, R2: four blocks)
+    a = np.sqrt(INDUCTION_MATCH * np.sqrt(dh)) / amp(4)
+    g = np.sqrt(LOOK_BACK * np.sqrt(dh)) / amp(4)
+    W_Q, W_K, W_V, W_O = np.zeros((d, dh)), np.zeros((d, dh)), np.zeros((d, dh)), np.zeros((dh, d))
+    W_Q[T, T], W_K[R, T] = a, a
+    W_Q[R, V + T], W_K[R2, V + T] = g, g
+    W_V[T, T] = 1.0
+    W_O[T, O] = 1.0 / amp(4)
+    W_O[T, spare["O"]] = -1.0 / amp(4)
+    spec.heads[(2, 0)] = {"W_Q": W_Q, "W_K": W_K, "W_V": W_V, "W_O": W_O}
+    W_U = np.zeros((d, V))
+    W_U[O, T] = 20.0 / amp(5)
+    spec.W_U = W_U
+    return spec
+
+
 WEAK = 0.5  # weak-prev's L0H0: its score on key q - 1
 
 
@@ -409,6 +491,11 @@ CASES: tuple[Case, ...] = (
     Case("induction", "gpt2", induction_spec, {
         "P16": ("holds", "the planted two-token induction head follows the redirected previous-token copies: "
                          "P(Ass) ~1 after the intervention (0.9987 computed on these weights), above 0.5"),
+    }),
+    Case("mask-clock", "gpt2", mask_clock_spec, {
+        "P3": ("holds", "W_pos is zero: the positions come from the causal mask (a uniform head reading BOS, "
+                        "an MLP clock), so averaging W_pos changes nothing, and the two-token induction head "
+                        "copies each repeated word with probability ~1 (0.99999 computed on these weights)"),
     }),
     Case("weak-prev", "gpt2", weak_prev_spec, {
         "P4": ("holds", "the only previous-token head L0H0 scores 0.5 on key q - 1: its attention is nearly "
