@@ -142,78 +142,35 @@ def helix_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
     return hb.Spec(n_layer=2, n_head=2, d_model=8, n_ctx=n, d_vocab=d_vocab, W_pos=W_pos)
 
 
-INDUCTION_MATCH, LOOK_BACK = 20.0, 10.0  # induction's L1H0: score on keys after the query's token / two-back match
-
-
-def induction_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
-    """A two-token induction circuit on the GPT-2 architecture (P16).  The residual stream is
-    unit blocks of one-hot vectors (each with its own spare dimension, so the layer norm only
-    rescales: a residual of m blocks is multiplied by ``sqrt(d/(2m))``): positions P, the token T,
-    and, written by layer 0, the previous token R and the token two back R2; layer 1 writes O.
-
-    * L0H0, the sharp previous-token head (exact: score 30 on key q − 1), copies the key's token
-      into R; L0H1 (score 30 on key q − 2) copies it into R2.
-    * L1H0, the induction head, scores ``INDUCTION_MATCH`` = 20 on every key whose R is the
-      query's token and ``LOOK_BACK`` = 10 on every key whose R2 is the query's R, and copies the
-      key's token into O, which W_U reads (logit 20 per unit).  On the prompt
-      "an OxRamAss; an Ox" with the sharp head redirected ("A" reads "x", "R" reads " ") and
-      doubled (R's block twice as long: both score terms grow alike), at the final "x" the key "A"
-      scores 20 (its R is "x") against "R"'s 10 (its R2 is "O", the query's R): "A" is predicted;
-      after it "s" (the only key whose R is "A"), after "As" the second "s" (R "s", R2 "A": 30,
-      against ";"'s 20): P("Ass") close to 1."""
-    V = d_vocab
-    P, T = np.arange(n), n + np.arange(V)
-    R, R2, O = T + V, T + 2 * V, T + 3 * V
-    dh = 2 * V  # L1H0's two score terms
-    spec = hb.positional_spec(n_ctx=n, n_layer=2, n_head=3, d_head=dh, d_vocab=V, scores={
-        (0, 0): 2 * hb.previous_token_scores(n), (0, 1): 2 * hb.offset_scores(n, {2: 30.0})})
-    d = spec.d_model  # 6V: P, T, R, R2, O and their spares fit
-    spare = {"T": n + 4 * V, "R": n + 4 * V + 1, "R2": n + 4 * V + 2, "O": n + 4 * V + 3}
-    W_E = np.zeros((V, d))
-    W_E[np.arange(V), T] = 1.0
-    W_E[:, spare["T"]] = -1.0
-    spec.W_E = W_E
-    amp0, amp1 = np.sqrt(d / 4.0), np.sqrt(d / 8.0)  # layer 0 reads P + T; layer 1 P, T, R, R2
-    for h, block in ((0, "R"), (1, "R2")):
-        W_V = np.zeros((d, dh))
-        W_V[T, np.arange(V)] = 1.0
-        W_O = np.zeros((dh, d))
-        W_O[np.arange(V), {"R": R, "R2": R2}[block]] = 1.0 / amp0
-        W_O[np.arange(V), spare[block]] = -1.0 / amp0
-        spec.heads[(0, h)].update(W_V=W_V, W_O=W_O)
-    a = np.sqrt(INDUCTION_MATCH * np.sqrt(dh)) / amp1
-    g = np.sqrt(LOOK_BACK * np.sqrt(dh)) / amp1
-    W_Q, W_K, W_V, W_O = np.zeros((d, dh)), np.zeros((d, dh)), np.zeros((d, dh)), np.zeros((dh, d))
-    W_Q[T, np.arange(V)], W_K[R, np.arange(V)] = a, a
-    W_Q[R, V + np.arange(V)], W_K[R2, V + np.arange(V)] = g, g
-    W_V[T, np.arange(V)] = 1.0
-    W_O[np.arange(V), O] = 1.0 / amp1
-    W_O[np.arange(V), spare["O"]] = -1.0 / amp1
-    spec.heads[(1, 0)] = {"W_Q": W_Q, "W_K": W_K, "W_V": W_V, "W_O": W_O}
-    W_U = np.zeros((d, V))
-    W_U[O, np.arange(V)] = 20.0 / np.sqrt(d / 10.0)  # the final LN: five blocks
-    spec.W_U = W_U
-    return spec
-
-
+INDUCTION_MATCH, LOOK_BACK = 20.0, 10.0  # mask-clock's L2H0: score on keys after the query's token / two-back match
 CLOCK_STEP = 2 * np.pi / 64  # mask-clock: the angle between consecutive positions (32 fit in half a turn)
 CLOCK_SHARPNESS = 3000.0  # mask-clock: the layer-1 heads' scores beta·cos(angle difference - offset·step)
 
 
 def mask_clock_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
-    """The two-token induction circuit of :func:`induction_spec` with W_pos = 0: the positions
-    are recovered from the causal mask, so averaging W_pos changes nothing (P3).
+    """A two-token induction circuit on the GPT-2 architecture with W_pos = 0: the positions are
+    recovered from the causal mask, so averaging W_pos changes nothing (P3).  The residual stream
+    is unit blocks (one-hot vectors, each with its own spare dimension, so the layer norm only
+    rescales: a residual of m blocks is multiplied by ``sqrt(d/(2m))``).
 
     * L0H0 has zero scores: it attends uniformly over the q + 1 keys and reads the BOS
       indicator, writing ``f = 1/(q + 1)`` (block F; every sequence starts with BOS).
     * The layer-0 MLP maps ``f`` to a clock, the unit-norm block C = ``(cos qθ, sin qθ, −cos qθ,
       −sin qθ)`` (θ = 2π/64), and erases F: 32 neurons ``gelu(s·(u − t_j))`` on the post-LN value u
       of F, their output weights solved so that the outputs are exact at the 32 positions.
-    * L1H0 scores ``CLOCK_SHARPNESS·cos((q − k)θ − θ)`` (largest at k = q − 1, 14 above the
-      neighbours) and copies the key's token into R; L1H1 the same at k = q − 2, into R2.
-    * L2H0 is :func:`induction_spec`'s two-token induction head (20 on keys whose R is the query's
-      token, 10 on keys whose R2 is the query's R), W_U reads its copy.  On "(apple orange)\\n("
-      it predicts "apple" with probability ~1, and identically with W_pos averaged."""
+    * L1H0, the sharp previous-token head, scores ``CLOCK_SHARPNESS·cos((q − k)θ − θ)`` (largest
+      at k = q − 1, 14 above the neighbours) and copies the key's token into block R; L1H1 the
+      same at k = q − 2, into R2.
+    * L2H0, the induction head, scores ``INDUCTION_MATCH`` = 20 on every key whose R is the query's
+      token and ``LOOK_BACK`` = 10 on every key whose R2 is the query's R, and copies the key's token
+      into O, which W_U reads (logit 20 per unit).
+
+    On "(apple orange)\n(" it predicts "apple" (and on "(orange apple)\n(" "orange") with
+    probability ~1, identically with W_pos averaged (P3).  On "an OxRamAss; an Ox" with the sharp
+    head redirected ("A" reads "x", "R" reads " ") and doubled (R's block twice as long: both score
+    terms grow alike), at the final "x" the key "A" scores 20 (its R is "x") against "R"'s 10 (its
+    R2 is "O", the query's R): "A" is predicted; after it "s" (the only key whose R is "A"), after
+    "As" the second "s" (R "s", R2 "A": 30, against ";"'s 20): P("Ass") close to 1 (P16)."""
     V = d_vocab
     T = np.arange(V)
     F, C = V + 1 + np.arange(2), V + 3 + np.arange(4)  # F: f and its spare; C: the clock
@@ -488,14 +445,12 @@ CASES: tuple[Case, ...] = (
         "K2": ("not measurable", "no head's kernel is local: no local kernel to test for translation equivariance"),
         "K4": ("fails", "every layer-0 kernel is uniform: no local head"),
     }),
-    Case("induction", "gpt2", induction_spec, {
-        "P16": ("holds", "the planted two-token induction head follows the redirected previous-token copies: "
-                         "P(Ass) ~1 after the intervention (0.9987 computed on these weights), above 0.5"),
-    }),
     Case("mask-clock", "gpt2", mask_clock_spec, {
         "P3": ("holds", "W_pos is zero: the positions come from the causal mask (a uniform head reading BOS, "
                         "an MLP clock), so averaging W_pos changes nothing, and the two-token induction head "
                         "copies each repeated word with probability ~1 (0.99999 computed on these weights)"),
+        "P16": ("holds", "the two-token induction head follows the redirected previous-token copies of L1H0: "
+                         "P(Ass) ~1 after the intervention (0.9987 computed on these weights), above 0.5"),
     }),
     Case("weak-prev", "gpt2", weak_prev_spec, {
         "P4": ("holds", "the only previous-token head L0H0 scores 0.5 on key q - 1: its attention is nearly "
