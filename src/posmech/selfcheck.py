@@ -166,7 +166,7 @@ def mask_clock_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
       into O, which W_U reads (logit 20 per unit).
 
     On "(apple orange)\n(" it predicts "apple" (and on "(orange apple)\n(" "orange") with
-    probability ~1, identically with W_pos averaged (P3).  On "an OxRamAss; an Ox" with the sharp
+    probability ~1, identically with W_pos averaged (P3), and L1H0's attention is the same too (P4).  On "an OxRamAss; an Ox" with the sharp
     head redirected ("A" reads "x", "R" reads " ") and doubled (R's block twice as long: both score
     terms grow alike), at the final "x" the key "A" scores 20 (its R is "x") against "R"'s 10 (its
     R2 is "O", the query's R): "A" is predicted; after it "s" (the only key whose R is "A"), after
@@ -233,20 +233,6 @@ def mask_clock_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
     W_U[O, T] = 20.0 / amp(5)
     spec.W_U = W_U
     return spec
-
-
-WEAK = 0.5  # weak-prev's L0H0: its score on key q - 1
-
-
-def weak_prev_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
-    """One weak previous-token head: L0H0 scores ``WEAK`` = 0.5 on key q − 1 and 0 elsewhere (mean
-    attention 0.145 at offset -1 against 0.116 at offset 0 over a 32-position document: its largest
-    mean diagonal is offset -1, so it is a previous-token head, the only one, hence the sharpest);
-    every other head has zero scores, and nothing is written.  Its attention is nearly uniform
-    whatever W_pos is: with W_pos averaged in groups of 10 the window's cosine similarity to the
-    intact one is 0.985 (computed on these weights)."""
-    return hb.positional_spec(n_ctx=n, n_layer=2, n_head=2, d_vocab=d_vocab,
-                              scores={(0, 0): hb.previous_token_scores(n, WEAK)})
 
 
 DECAY = 0.3  # the slowly decaying head's scores -DECAY·(n − i)
@@ -449,14 +435,10 @@ CASES: tuple[Case, ...] = (
         "P3": ("holds", "W_pos is zero: the positions come from the causal mask (a uniform head reading BOS, "
                         "an MLP clock), so averaging W_pos changes nothing, and the two-token induction head "
                         "copies each repeated word with probability ~1 (0.99999 computed on these weights)"),
+        "P4": ("holds", "the sharp head L1H0 reads the clock, not W_pos (zero): its attention with W_pos "
+                        "averaged in groups of 10 is the intact one (cosine 1)"),
         "P16": ("holds", "the two-token induction head follows the redirected previous-token copies of L1H0: "
                          "P(Ass) ~1 after the intervention (0.9987 computed on these weights), above 0.5"),
-    }),
-    Case("weak-prev", "gpt2", weak_prev_spec, {
-        "P4": ("holds", "the only previous-token head L0H0 scores 0.5 on key q - 1: its attention is nearly "
-                        "uniform with W_pos intact or averaged in groups of 10 (cosine ~0.98, above 0.9)"),
-        "P7": ("fails", "the sharpest (only) previous-token head's second-largest mean diagonal (offset 0, "
-                        "~0.12) is ~0.8 of its largest (offset -1, ~0.145), above 0.1"),
     }),
     Case("kernel-types", "gpt2", kernel_types_spec, {
         "K3": ("holds", "L0H0 local (ETC ~1), L0H1 slowly decaying (closed-form ETC 6.72 of 30 keys), "
