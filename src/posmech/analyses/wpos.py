@@ -218,7 +218,7 @@ def averaging_scorecard(df: pd.DataFrame, best: int, targets: dict[str, str], lo
       in the grid);
     * P3 ``p_repeat_min_k10`` — :func:`repeat_min_row`."""
     rows = [{"claim": "P2", "quantity": "max_unchanged_k", "value": best, "artifact": figure,
-             "detail": f"loss within {loss_tolerance} nats and probabilities within {probability_tolerance}"}]
+             "detail": f"loss within {loss_tolerance} nats either way and probabilities within {probability_tolerance}"}]
     for prompt, target in targets.items():
         for k in (1, 10):
             hit = df[(df["k"] == k) & (df["prompt"] == prompt) & (df["target"] == target)]
