@@ -165,12 +165,13 @@ def mask_clock_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
       token and ``LOOK_BACK`` = 10 on every key whose R2 is the query's R, and copies the key's token
       into O, which W_U reads (logit 20 per unit).
 
-    On "(apple orange)\n(" it predicts "apple" (and on "(orange apple)\n(" "orange") with
-    probability ~1, identically with W_pos averaged (P3), and L1H0's attention is the same too (P4).  On "an OxRamAss; an Ox" with the sharp
-    head redirected ("A" reads "x", "R" reads " ") and doubled (R's block twice as long: both score
-    terms grow alike), at the final "x" the key "A" scores 20 (its R is "x") against "R"'s 10 (its
-    R2 is "O", the query's R): "A" is predicted; after it "s" (the only key whose R is "A"), after
-    "As" the second "s" (R "s", R2 "A": 30, against ";"'s 20): P("Ass") close to 1 (P16)."""
+    On "(apple orange)" + newline + "(" it predicts "apple" (and on the "orange apple" prompt
+    "orange") with probability ~1, identically with W_pos averaged (P3), and L1H0's attention is
+    the same too (P4).  On "an OxRamAss; an Ox" with the sharp head redirected ("A" reads "x",
+    "R" reads " ") and doubled (R's block twice as long: both score terms grow alike), at the
+    final "x" the key "A" scores 20 (its R is "x") against "R"'s 10 (its R2 is "O", the query's
+    R): "A" is predicted; after it "s" (the only key whose R is "A"), after "As" the second "s"
+    (R "s", R2 "A": 30, against ";"'s 20): P("Ass") close to 1 (P16)."""
     V = d_vocab
     T = np.arange(V)
     F, C = V + 1 + np.arange(2), V + 3 + np.arange(4)  # F: f and its spare; C: the clock
