@@ -78,7 +78,8 @@ def token_relay_spec(n: int = N_CTX, d_vocab: int = D_VOCAB, n_codes: int = 16) 
     Token t is embedded as the one-hot code ``e_c − e_spare`` (c = t mod ``n_codes``, block T
     beside the positions, of the same norm; the layer norm then maps a two-block residual to
     ``sqrt(d/4)·x``).  L0H1, an exact previous-token head on the positions (planted doubled,
-    for that amplitude), copies the attended key's code into block R.  L1H0's query reads
+    for that amplitude; query 1 attends to itself, not to BOS), copies the attended key's code
+    into block R.  L1H0's query reads
     R, its key reads T: it scores 30 on every key whose code is the previous token's (the
     previous position and the earlier occurrences of that code) and 0 elsewhere.  A query whose
     copy is missing (layer 0's attention to its previous position knocked out) has a zero query
@@ -91,8 +92,9 @@ def token_relay_spec(n: int = N_CTX, d_vocab: int = D_VOCAB, n_codes: int = 16) 
     (:func:`even_position_eraser`; L1H0 reads no position): the later layers' extended
     embeddings have half as many entries far from zero as W_pos (P9)."""
     dh = n + 2
-    spec = hb.positional_spec(n_ctx=n, n_layer=2, n_head=2, d_head=dh, d_vocab=d_vocab,
-                              scores={(0, 1): 2 * hb.previous_token_scores(n)})
+    prev = hb.previous_token_scores(n)
+    prev[1, :2] = [0.0, 30.0]  # query 1 copies its own code, not BOS's: R is one code from position 1 on
+    spec = hb.positional_spec(n_ctx=n, n_layer=2, n_head=2, d_head=dh, d_vocab=d_vocab, scores={(0, 1): 2 * prev})
     d = spec.d_model  # 2(n + 2): positions 0..n-1, T n..n+n_codes-1, R after it, spares
     T, R = n + np.arange(n_codes), n + n_codes + 1 + np.arange(n_codes)
     spare_T, spare_R = n + n_codes, n + 2 * n_codes + 1
