@@ -85,8 +85,9 @@ def token_relay_spec(n: int = N_CTX, d_vocab: int = D_VOCAB, n_codes: int = 16) 
     copy is missing (layer 0's attention to its previous position knocked out) has a zero query
     vector, so L1H0 attends uniformly over its q + 1 keys there (P5).  The extended positional
     embeddings (one repeated token) hold the positions only, the copied code being the same at
-    every position: averaging them before layer 1 leaves L1H0 exactly as it was, while before
-    layer 0 it blurs L0H1's exact positions (P15).  L1H0 also scores ``−SAME_CODE`` on every key
+    every position: averaging them before layer 1 changes L1H0 only through the layer norm's
+    scale (the positions' block gets shorter), while before layer 0 it blurs L0H1's exact
+    positions (P15).  L1H0 also scores ``−SAME_CODE`` on every key
     of the query's own code: where a token repeats the one before it, key q − 1 scores
     30 − 40 < 0 and the head leaves it (P14).  The layer-0 MLP erases the even positions
     (:func:`even_position_eraser`; L1H0 reads no position): the later layers' extended
@@ -373,8 +374,9 @@ CASES: tuple[Case, ...] = (
         "P5": ("holds", "L1H0 finds the previous token only through layer 0's copy of it: at the knocked-out "
                         "queries it attends uniformly, mass 1/(q+1), far below the threshold ratio"),
         "P15": ("holds", "L1H0 never reads a position, so averaging the extended embeddings before layer 1 "
-                         "leaves it unchanged (damage 0), while the early head L0H1 reads exact positions and "
-                         "loses most of its previous-token mass when they are averaged before layer 0"),
+                         "changes only the layer norm's scale (damage ~0.06), while the early head L0H1 reads "
+                         "exact positions and loses most of its previous-token mass (~0.7) when they are averaged "
+                         "before layer 0"),
         "P14": ("holds", "L1H0 scores -40 on keys of the query's own token code: where a token repeats the one "
                          "before it, key q - 1 scores 30 - 40 and the previous-token mass falls to ~0"),
         "P9": ("holds", "the layer-0 MLP erases the even positions: centred, the later layers keep the odd "
