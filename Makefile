@@ -3,6 +3,8 @@
 #   make test   – set up .venv and run the test suite (unit tests + an end-to-end CI-sized DAG)
 #   make study  – run the full study (config/config.yaml; needs the Hugging Face Hub or local copies)
 #   make clean-demo – delete what `make demo` wrote (its outputs, logs/, benchmarks/); keeps .venv
+#   make selfcheck  – run the DAG on hand-built models with known answers (config/selfcheck.yaml)
+#                     and compare every verdict with the expected one; non-zero on any disagreement
 PYTHON ?= python3
 VENV   ?= .venv
 CORES  ?= 8
@@ -18,7 +20,7 @@ BIN    := $(VENV)/bin
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_PIN   := $(shell grep -E '^torch==' requirements.lock)
 
-.PHONY: setup demo study test lint format clean-demo
+.PHONY: setup demo study test lint format clean-demo selfcheck
 
 $(BIN)/snakemake: requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +44,16 @@ setup: $(BIN)/snakemake $(VENV)/.bytecode
 
 demo: setup
 	$(BIN)/snakemake --cores $(CORES) --configfile config/demo.yaml
+
+# The self-check (README.md "Self-check"): build the hand-built models (src/posmech/selfcheck.py)
+# under $(SELFCHECK_DIR)/resources/selfcheck/, run the DAG there (its own working directory:
+# the repository's results/ stay untouched), then compare results/report/findings.csv with
+# config/selfcheck.yaml's section selfcheck.expected (exit 1 on any disagreement).
+SELFCHECK_DIR ?= selfcheck-run
+selfcheck: setup
+	$(BIN)/python -m posmech.selfcheck build $(SELFCHECK_DIR)/resources/selfcheck
+	$(BIN)/snakemake --cores $(CORES) --snakefile $(abspath workflow/Snakefile) --configfile $(abspath config/selfcheck.yaml) -d $(SELFCHECK_DIR) results/report/findings.csv
+	$(BIN)/python -m posmech selfcheck $(SELFCHECK_DIR)/results/report --config config/selfcheck.yaml
 
 study: setup
 	$(BIN)/snakemake --cores $(CORES)

@@ -1,6 +1,11 @@
 """Command line: ``python -m posmech inspect PATH [--json]``, ``… heads RESULTS/MODEL [--csv]``,
-``… findings [RESULTS/REPORT] [--claim ID]``, ``… check-config [CONFIG ...] [--directory DIR]``
-(also the ``posmech`` script).
+``… findings [RESULTS/REPORT] [--claim ID]``, ``… check-config [CONFIG ...] [--directory DIR]``,
+``… selfcheck [RESULTS/REPORT] [--config CONFIG]`` (also the ``posmech`` script).
+
+``selfcheck`` compares ``results/report/findings.csv`` with the expected verdicts of the config's
+section ``selfcheck`` (default config/selfcheck.yaml; :mod:`posmech.selfcheck`): it prints expected
+vs obtained per (claim, model) and exits 1 when a verdict disagrees or an expected (claim, model)
+is missing from the table.
 
 ``findings`` prints ``results/report/findings.csv`` as a grid of claims × models (verdict and
 value per cell); ``--claim P5`` gives one claim's verdicts with the finding and the reasons.
@@ -270,6 +275,39 @@ def findings(path: str, claim: str | None = None) -> int:
     return 0
 
 
+def selfcheck(path: str, config: str) -> int:
+    """``python -m posmech selfcheck``: expected vs obtained verdicts (see the module doc)."""
+    import yaml
+
+    from posmech import selfcheck as sc
+    from posmech.tables import read_table
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / "findings.csv"
+    if not p.is_file():
+        print(f"error: {str(p)!r} does not exist: run the self-check's DAG first (make selfcheck, "
+              "config/selfcheck.yaml), then give its results/report", file=sys.stderr)
+        return 1
+    try:
+        expected = (yaml.safe_load(Path(config).read_text()) or {}).get("selfcheck", {}).get("expected", {})
+    except (OSError, yaml.YAMLError) as err:
+        print(f"error: cannot read the config {config!r}: {err}", file=sys.stderr)
+        return 1
+    if not expected:
+        print(f"error: {config!r} has no selfcheck.expected verdicts: nothing to check "
+              "(config/selfcheck.yaml states them)", file=sys.stderr)
+        return 1
+    try:
+        checks = sc.compare(read_table(p), expected)
+    except ValueError as err:
+        print(f"error: {config!r}: {err}", file=sys.stderr)
+        return 1
+    print(f"self-check of {p} against {config}:")
+    print(sc.format_checks(checks))
+    return 0 if all(c.agrees for c in checks) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m posmech", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -289,7 +327,16 @@ def main(argv: list[str] | None = None) -> int:
     fp.add_argument("path", nargs="?", default="results/report", metavar="RESULTS/REPORT",
                     help="results/report or its findings.csv (default: results/report)")
     fp.add_argument("--claim", help="one claim's verdicts with their reasons, e.g. P5")
+    sp = sub.add_parser("selfcheck", help="expected vs obtained verdicts of the self-check (make selfcheck); "
+                        "exit 1 on any disagreement")
+    sp.add_argument("path", nargs="?", default="results/report", metavar="RESULTS/REPORT",
+                    help="results/report or its findings.csv (default: results/report)")
+    sp.add_argument("--config", default="config/selfcheck.yaml",
+                    help="the config whose section selfcheck.expected states the verdicts "
+                    "(default: config/selfcheck.yaml)")
     args = parser.parse_args(argv)
+    if args.command == "selfcheck":
+        return selfcheck(args.path, args.config)
     if args.command == "findings":
         return findings(args.path, args.claim)
     if args.command == "heads":

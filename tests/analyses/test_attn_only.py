@@ -14,23 +14,19 @@ from posmech.models import handbuilt as hb
 from posmech.analyses import attn_only as ao
 from posmech.errors import PosmechError
 from posmech.models.loading import is_tl_legacy_dir, load_bridge, prepare_local_model
+from posmech.selfcheck import LB2_OFFSETS
 
 N, V = 16, 24
 PREV, LB2, IND = (0, 0), (0, 1), (1, 0)
-LB2_OFFSETS = {2: 5.0, 1: 4.0, 3: 3.0}
 
 
 def _spec() -> hb.AttnOnlySpec:
     """L0H0: exact previous-token head that copies the previous token (query 1 attends to itself:
     the L3 exception); L0H1: look-back-two head with planted position scores and random token
-    scores; L1H0: induction head with a BOS sink."""
-    S_prev = hb.offset_scores(N, {1: 60.0}, self_first=60.0)
-    S_prev[0, 0] = 60.0
-    S_tok = np.random.default_rng(0).normal(size=(V, V))
-    return hb.AttnOnlySpec(
-        n_ctx=N, d_vocab=V, scores_pos={PREV: S_prev, LB2: hb.offset_scores(N, LB2_OFFSETS)},
-        scores_tok={LB2: S_tok}, copy_head=0, induction=(0, 6.0, 4.0, 12.0),
-    )
+    scores; L1H0: induction head with a BOS sink (posmech.selfcheck.planted_attn_only_spec)."""
+    from posmech.selfcheck import planted_attn_only_spec
+
+    return planted_attn_only_spec(N, V)
 
 
 def _params(**over):

@@ -226,32 +226,11 @@ def test_prev_knockout_experiment(copy_bridge):
 
 
 def relay_spec() -> hb.Spec:
-    """P5's mechanism, planted: L1H0 finds the previous position only through layer 0.
+    """P5's mechanism, planted (posmech.selfcheck.relay_spec): L1H0 finds the previous position
+    only through layer 0's copy; at a knocked-out query it attends uniformly, mass 1 / (q + 1)."""
+    from posmech.selfcheck import relay_spec as planted
 
-    Layer 0's L0H1 is an exact previous-token head on the positions (dims 0..11, spare 25)
-    and copies the attended key's position, one-hot, into dims 12..23 (spare 24).  L1H0's
-    query reads that copy and its key reads the key's own position: its score is 30 on the
-    key whose position layer 0 copied (the previous one) and 0 elsewhere.  A query whose
-    copy is missing (layer 0 could not attend to its previous position) has a zero query
-    vector, so L1H0 attends uniformly over its q + 1 keys there: previous-token mass
-    exactly 1 / (q + 1)."""
-    spec = hb.positional_spec(n_ctx=N, n_layer=2, n_head=2, scores={(0, 1): hb.previous_token_scores(N)})
-    d, dh = spec.d_model, spec.dh  # 26, 13
-    amp = np.sqrt(d / 2.0)  # LN maps a one-hot position (with its spare) to amp·(e_i − e_spare)
-    W_V = np.zeros((d, dh))
-    W_V[np.arange(N), np.arange(N)] = 1.0
-    W_O = np.zeros((dh, d))
-    W_O[np.arange(N), N + np.arange(N)] = 1.0 / amp
-    W_O[np.arange(N), 2 * N] = -1.0 / amp
-    spec.heads[(0, 1)].update(W_V=W_V, W_O=W_O)
-    # layer 1's input is two unit blocks (position + copy): LN multiplies it by sqrt(d / 4)
-    a = np.sqrt(30.0 * np.sqrt(dh) / (d / 4.0))
-    W_Q = np.zeros((d, dh))
-    W_K = np.zeros((d, dh))
-    W_Q[N + np.arange(N), np.arange(N)] = a
-    W_K[np.arange(N), np.arange(N)] = a
-    spec.heads[(1, 0)] = {"W_Q": W_Q, "W_K": W_K}
-    return spec
+    return planted(N)
 
 
 @pytest.mark.parametrize("engine", ["bridge", "posmech"])

@@ -178,6 +178,20 @@ def test_max_unchanged_k():
     assert max_unchanged_k(df, 0.5, 0.005) == 5
 
 
+def test_max_unchanged_k_counts_a_large_loss_drop_as_a_change():
+    """|Δloss| <= tolerance, two-sided: averaging that lowers a confidently wrong model's loss by
+    41 nats (57.4 -> 16.4, as the self-check's position-readout model does at k = 5) changes the
+    output; a drop within the tolerance does not."""
+    rows = []
+    for k, loss in [(1, 57.4), (2, 57.38), (5, 16.4), (10, 57.4)]:
+        rows += [{"k": k, "quantity": "loss", "prompt": "", "target": "", "value": loss},
+                 {"k": k, "quantity": "probability", "prompt": "ao", "target": "apple", "value": 0.5}]
+    df = pd.DataFrame(rows)
+    assert max_unchanged_k(df, 0.05, 0.02) == 2  # k = 5's drop of 41 nats is a change: k = 10 does not count
+    assert max_unchanged_k(df, 0.01, 0.02) == 1  # k = 2's drop of 0.02 nats exceeds a 0.01 tolerance
+    assert max_unchanged_k(df, 50.0, 0.02) == 10
+
+
 def test_similarity_numbers():
     a = np.eye(4, k=-1)
     a[0, 0] = 1

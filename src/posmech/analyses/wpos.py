@@ -160,9 +160,11 @@ def posembed_averaging(
 
 
 def max_unchanged_k(df: pd.DataFrame, loss_tolerance: float, probability_tolerance: float) -> int:
-    """Largest ``k`` such that for every ``k' <= k`` the loss exceeds the ``k = 1`` loss by at
-    most ``loss_tolerance`` nats and every prompt target probability moves by at most
-    ``probability_tolerance`` (absolute) from ``k = 1``.  ``df`` from :func:`posembed_averaging`."""
+    """Largest ``k`` such that for every ``k' <= k`` the loss differs from the ``k = 1`` loss by
+    at most ``loss_tolerance`` nats *either way* (|loss(k') − loss(1)| ≤ tolerance: a large drop
+    is a change as much as a rise — "output essentially unchanged") and every prompt target
+    probability moves by at most ``probability_tolerance`` (absolute) from ``k = 1``.  ``df``
+    from :func:`posembed_averaging`."""
     base = df[df["k"] == 1].set_index(["quantity", "prompt", "target"])["value"]
     if base.empty:
         raise PosmechError("posembed_averaging: the k grid must contain 1 (the intact model)")
@@ -170,7 +172,7 @@ def max_unchanged_k(df: pd.DataFrame, loss_tolerance: float, probability_toleran
     for k in sorted(df["k"].unique()):
         cur = df[df["k"] == k].set_index(["quantity", "prompt", "target"])["value"]
         diff = cur - base
-        loss_ok = bool((diff.xs("loss", level="quantity") <= loss_tolerance).all())
+        loss_ok = bool((diff.xs("loss", level="quantity").abs() <= loss_tolerance).all())
         probs = diff.drop("loss", level="quantity", errors="ignore")
         if not (loss_ok and bool((probs.abs() <= probability_tolerance).all())):
             break
@@ -209,14 +211,14 @@ def averaging_scorecard(df: pd.DataFrame, best: int, targets: dict[str, str], lo
     expected continuation), in the prompts' order:
 
     * P2 ``max_unchanged_k`` — ``best`` (:func:`max_unchanged_k`): the largest group size k
-      whose W_pos averaging keeps the held-out loss within ``loss_tolerance`` nats and the
+      whose W_pos averaging keeps the held-out loss within ``loss_tolerance`` nats (either way) and the
       prompt probabilities within ``probability_tolerance`` of the intact model;
     * P3 ``p_<word>_intact`` and ``p_<word>_k10`` — per prompt, the probability of its
       repeated word, intact (k = 1) and with W_pos averaged in groups of 10 (when k = 10 is
       in the grid);
     * P3 ``p_repeat_min_k10`` — :func:`repeat_min_row`."""
     rows = [{"claim": "P2", "quantity": "max_unchanged_k", "value": best, "artifact": figure,
-             "detail": f"loss within {loss_tolerance} nats and probabilities within {probability_tolerance}"}]
+             "detail": f"loss within {loss_tolerance} nats either way and probabilities within {probability_tolerance}"}]
     for prompt, target in targets.items():
         for k in (1, 10):
             hit = df[(df["k"] == k) & (df["prompt"] == prompt) & (df["target"] == target)]

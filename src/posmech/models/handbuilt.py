@@ -33,7 +33,7 @@ class Spec:
     head ``h``: ``W_Q/W_K/W_V [l][h] : [d_model, d_head]``, ``W_O [l][h] : [d_head, d_model]``,
     ``b_Q/b_K/b_V [l][h] : [d_head]``.  Missing entries are zero.  LN weights are 1,
     biases 0.  MLPs are zero (``W_in``/``W_out`` may be set per layer as
-    ``[d_model, d_mlp]``/``[d_mlp, d_model]``).
+    ``[d_model, d_mlp]``/``[d_mlp, d_model]``, and ``b_in [d_mlp]``).
     """
 
     n_layer: int
@@ -158,6 +158,8 @@ def to_hf(spec: Spec) -> Any:
                 mlp.c_fc.weight.copy_(t(w["W_in"]))
             if "W_out" in w:
                 mlp.c_proj.weight.copy_(t(w["W_out"]))
+            if "b_in" in w:
+                mlp.c_fc.bias.copy_(t(w["b_in"]))
     m.eval()
     return m
 

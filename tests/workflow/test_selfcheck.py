@@ -1,0 +1,65 @@
+"""`make selfcheck` end to end: the DAG on the hand-built models of config/selfcheck.yaml gives
+every expected verdict, and a run with one threshold flipped disagrees, naming the (claim,
+model) (issue 29: the self-check must be able to fail).
+
+Cost: the whole self-check DAG (11 hand-built models, ~75 jobs) took 9 min 58 s for both tests
+on 2 cores shared with another run (8 min 9 s user CPU), over the ~3 minutes the CI may add: the
+tests run only where POSMECH_SELFCHECK_DAG=1 (e.g. `POSMECH_SELFCHECK_DAG=1 pytest -m workflow
+tests/workflow/test_selfcheck.py`) until the cases share fewer models."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.workflow.conftest import REPO, snakemake
+
+pytestmark = [
+    pytest.mark.workflow,
+    pytest.mark.skipif(os.environ.get("POSMECH_SELFCHECK_DAG") != "1",
+                       reason="the whole self-check DAG (~8 CPU min); set POSMECH_SELFCHECK_DAG=1 to run it"),
+]
+
+CONFIG = REPO / "config" / "selfcheck.yaml"
+
+
+def compare(work, config) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "posmech", "selfcheck", str(work / "results/report"),
+                           "--config", str(config)], capture_output=True, text=True, cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def selfcheck_run(tmp_path_factory):
+    work = tmp_path_factory.mktemp("selfcheck")
+    built = subprocess.run([sys.executable, "-m", "posmech.selfcheck", "build", str(work / "resources/selfcheck")],
+                           capture_output=True, text=True, cwd=REPO)
+    assert built.returncode == 0, built.stderr[-3000:]
+    proc = snakemake(work, "results/report/findings.csv", configfile=CONFIG)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    return work
+
+
+def test_the_dag_gives_every_expected_verdict(selfcheck_run):
+    proc = compare(selfcheck_run, CONFIG)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "DISAGREES" not in proc.stdout
+
+
+def test_a_flipped_threshold_makes_the_selfcheck_fail_naming_the_pair(selfcheck_run, tmp_path):
+    """L5 demands 0.99 of the look-back-two head's attention at offset -2: attn-planted's planted
+    head puts ~0.6 there (scores 5, 4, 3 at offsets -2, -1, -3), so L5 fails on it. Only rule
+    findings reruns (its thresholds changed)."""
+    cfg = yaml.safe_load(CONFIG.read_text())
+    cfg.setdefault("findings", {})["l5_min_offset2_mass"] = 0.99
+    flipped = tmp_path / "flipped.yaml"
+    flipped.write_text(yaml.safe_dump(cfg))
+    proc = snakemake(selfcheck_run, "results/report/findings.csv", configfile=flipped)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    out = compare(selfcheck_run, flipped)
+    assert out.returncode == 1
+    bad = [line.split()[:4] for line in out.stdout.splitlines() if "DISAGREES" in line]
+    assert bad == [["L5", "attn-planted", "holds", "fails"]], out.stdout
