@@ -339,9 +339,10 @@ CASES: tuple[Case, ...] = (
     # Contextual heads feeding three layer-0 neurons, and a layer 1 that reads the tokens
     # (broad_context_spec): the K7-K9 and C findings hold, K5 and K10 fail.
     Case("broad-context", "gpt2", broad_context_spec, {
-        "K5": ("fails", "each layer-1 head's kernel peaks at the target position c_h(x_n) its query token picks: the "
-                        "query texts' different characters at n = 31 give kernels far apart (overlap with their mean "
-                        "well below 0.8), so with the four layer-0 heads at 1 the median over the 8 heads is below 0.9"),
+        "K5": ("fails", "each layer-1 head's kernel peaks at the target position c_h(x_n) its query token picks: "
+                        "the query texts' different characters at n = 31 give kernels far apart (overlap with their "
+                        "mean well below 0.8), so with the four layer-0 heads at 1 the median over the 8 heads is "
+                        "below 0.9"),
         "K7": ("holds", "L0H0 and L0H1 have broad geometric kernels (ETC ~0.3 of the keys, mass 0.45 on the last "
                         "3) and no duplicate-token score: two contextual heads"),
         "K8": ("holds", "L0H0's content scores (scale 1.5) make its softmax denominator depend on the text's "

@@ -53,7 +53,8 @@ def test_the_report_shows_the_block_only_with_selfcheck_expected(fabricated_run,
     page = fabricated_run["dir"] / "results/report/index.html"
     assert 'id="selfcheck"' not in page.read_text()  # the fixture's config has no selfcheck section
     findings = tmp_path / "findings.csv"
-    FINDINGS.assign(model=["gpt2", "demo", "demo"]).reindex(columns=fd.FINDINGS_COLUMNS + fd.TWIN_COLUMNS).to_csv(findings, index=False)
+    table = FINDINGS.assign(model=["gpt2", "demo", "demo"]).reindex(columns=fd.FINDINGS_COLUMNS + fd.TWIN_COLUMNS)
+    table.assign(twin_of="").to_csv(findings, index=False)
     kwargs = {k: v for k, v in fabricated_run.items() if k not in ("dir", "counts")}
     kwargs["config"] = {**kwargs["config"], "selfcheck": {"expected": {"gpt2": {"P5": "holds"},
                                                                        "demo": {"P5": "fails"}}}}
