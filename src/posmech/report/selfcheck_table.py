@@ -18,7 +18,7 @@ from markupsafe import Markup
 from posmech.report.scorecard import claim_sort_key
 
 STYLE = """<style>
-#selfcheck table.sc{border-collapse:collapse;font-size:0.85em}
+#selfcheck table.sc{border-collapse:collapse;font-size:0.85em;width:100%}
 #selfcheck table.sc th,#selfcheck table.sc td{border:1px solid #ccc;padding:2px 6px;text-align:left;white-space:nowrap}
 #selfcheck td.v-holds{background:#c8ecc8}
 #selfcheck td.v-fails{background:#f6c4c4}
@@ -26,7 +26,7 @@ STYLE = """<style>
 #selfcheck td.v-missing{background:#ffe3b3}
 #selfcheck tr.disagrees th,#selfcheck tr.disagrees td.r{color:#8c1c13;font-weight:bold}
 #selfcheck tr.disagrees{outline:2px solid #c0392b}
-#selfcheck td.why{white-space:normal;max-width:42em;font-size:0.9em;color:#444}
+#selfcheck table.sc td.why{white-space:normal;overflow-wrap:anywhere;width:100%;font-size:0.9em;color:#444}
 #selfcheck .sc-summary.bad{color:#8c1c13;font-weight:bold}
 </style>"""
 
