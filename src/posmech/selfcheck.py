@@ -333,6 +333,95 @@ def token_norms_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
     return spec
 
 
+BROAD_DECAY = 0.2  # the contextual heads' positional scores -BROAD_DECAY·(n − i)
+BROAD_CONTENT = (1.5, 0.3)  # their content scores' scales (L0H0, L0H1)
+BROAD_WRITE = 0.02  # the scale of what L0H1 writes (LN2's scale stays within 1.25 times)
+TARGET_WIDTH = 0.1  # layer 1: the query token's target position c(x) scores -TARGET_WIDTH·(i − c(x))²
+
+
+def _layout_head(P: np.ndarray | None, C: np.ndarray | None, f: np.ndarray | None, g: np.ndarray | None,
+                 sigma: float, d: int, dh: int, n: int, t0: int, a: float, b: float) -> dict[str, np.ndarray]:
+    """Q/K weights scoring ``P[n, i] + C[x_i] + f[x_n]·g[i]`` on a residual laid out as
+    ``a``·one-hot position (dims 0..n-1, spare n) + ``b``·one-hot token (dims t0.., spare after)
+    that LayerNorm divides by ``sigma``."""
+    W_Q, W_K, b_Q = np.zeros((d, dh)), np.zeros((d, dh)), np.zeros(dh)
+    root, r = np.sqrt(dh), 0
+    if P is not None:
+        U, S, Vt = np.linalg.svd(P)
+        r = int((S > 1e-10 * max(1.0, S[0])).sum())
+        W_Q[:n, :r] = U[:, :r] * np.sqrt(S[:r]) * sigma / a
+        W_K[:n, :r] = Vt[:r].T * np.sqrt(S[:r]) * sigma / a * root
+    if C is not None:
+        b_Q[r] = 1.0
+        W_K[t0 : t0 + len(C), r] = C * sigma / b * root
+        r += 1
+    if f is not None:
+        W_Q[t0 : t0 + len(f), r] = f * sigma / b
+        W_K[:n, r] = g * sigma / a * root
+    return {"W_Q": W_Q, "W_K": W_K, "b_Q": b_Q}
+
+
+def broad_context_spec(n: int = N_CTX, d_vocab: int = D_VOCAB, mlp: bool = True, seed: int = 0) -> hb.Spec:
+    """Contextual heads feeding layer-0 neurons, and a layer 1 whose kernels follow the query token.
+
+    Residual layout (d_model 256, 4 heads of 64): ``W_pos[i] = e_i − e_n`` and ``W_E[x] =
+    0.7(e_{n+1+x} − e_{n+1+V})``, every residual zero-mean of the same norm, so the layer-0
+    LayerNorm scale is one constant σ and the scores below are exact:
+
+    * L0H0, L0H1 (contextual): ``-BROAD_DECAY·(n − i) + C_h[x_i]`` (a broad geometric kernel,
+      ETC ~0.3 of the keys, mass 0.45 on the last 3 keys; random content scores ``C_h`` of
+      scales ``BROAD_CONTENT``: L0H0's denominator varies strongly with the text, L0H1's little);
+      L0H1 writes ``Σ_i p_i·R[x_i]`` (random zero-mean ``R``, scale ``BROAD_WRITE``) into 16
+      spare dimensions, L0H0 writes nothing;
+    * L0H2, L0H3: exact previous-token heads (score 10 on key q − 1), writing nothing;
+    * MLP 0: neurons 0, 1, 2 read only what L0H1 writes (random weights), every other neuron
+      nothing (``mlp`` false: every input weight zero); the MLP writes nothing;
+    * layer 1, every head: ``-TARGET_WIDTH·(i − c_h(x_n))² + C'_h[x_i]`` — the query token picks
+      a target key position ``c_h(x)`` (random in 0..n-1), so the positional kernel moves with
+      the query text, and key content scores (scale 3) pick among the keys near the target, so
+      a real row is far from its kernel."""
+    rng = np.random.default_rng(seed)
+    H, dh, a, b = 4, 64, 1.0, 0.7
+    d, t0 = H * dh, n + 1
+    sigma = np.sqrt((2 * a * a + 2 * b * b) / d + 1e-12)
+    W_pos = np.zeros((n, d))
+    W_pos[np.arange(n), np.arange(n)], W_pos[:, n] = a, -a
+    W_E = np.zeros((d_vocab, d))
+    W_E[np.arange(d_vocab), t0 + np.arange(d_vocab)], W_E[:, t0 + d_vocab] = b, -b
+    spec = hb.Spec(2, H, d, n, d_vocab, dh, W_E=W_E, W_pos=W_pos, W_U=np.zeros((d, d_vocab)))
+    offsets = np.subtract.outer(np.arange(n), np.arange(n)).astype(float)
+    out = np.arange(140, 156)  # what L0H1 writes (unused by the embeddings)
+    lay = dict(sigma=sigma, d=d, dh=dh, n=n, t0=t0, a=a, b=b)
+    for h, scale in enumerate(BROAD_CONTENT):
+        spec.heads[(0, h)] = _layout_head(-BROAD_DECAY * offsets, rng.normal(0, scale, d_vocab), None, None, **lay)
+    R = rng.normal(0, BROAD_WRITE, (d_vocab, 16))
+    W_V, W_O = np.zeros((d, dh)), np.zeros((dh, d))
+    W_V[t0 : t0 + d_vocab, :16] = R - R.mean(axis=1, keepdims=True)  # each write sums to 0: LN only rescales
+    W_O[np.arange(16), out] = 1.0
+    spec.heads[(0, 1)].update(W_V=W_V, W_O=W_O)
+    for h in (2, 3):
+        spec.heads[(0, h)] = _layout_head(hb.previous_token_scores(n, 10.0), None, None, None, **lay)
+    W_in = np.zeros((d, 4 * d))
+    if mlp:
+        W_in[out, :3] = rng.normal(0, 1.0, (16, 3))
+    spec.mlps[0] = {"W_in": W_in}
+    i = np.arange(n, dtype=float)
+    square = np.tile(-TARGET_WIDTH * i**2, (n, 1))  # -w·i², and 2w·c(x)·i below: -w(i - c)² up to a constant
+    for h in range(H):
+        spec.heads[(1, h)] = _layout_head(square, rng.normal(0, 3.0, d_vocab), rng.uniform(0, n - 1, d_vocab),
+                                          2 * TARGET_WIDTH * i, **lay)
+    return spec
+
+
+def undefined_kernel_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
+    """:func:`direct_spec` with L1H1's query weights not a number: its query, so its softmax
+    over the key positions, is undefined (the other three heads are untouched; layer 0, where
+    every kernel's query and keys are read, stays finite)."""
+    spec = direct_spec(n, d_vocab)
+    spec.heads[(1, 1)] = {"W_Q": np.full((spec.d_model, spec.dh), np.nan)}
+    return spec
+
+
 LB2_OFFSETS = {2: 5.0, 1: 4.0, 3: 3.0}  # the look-back-two head's position scores by offset n - i
 
 
@@ -463,6 +552,34 @@ CASES: tuple[Case, ...] = (
                         "extended embeddings have cosine 1/sqrt(10) ~0.32, so the mean over pairs is below 0.9"),
         "P2": ("fails", "W_U reads the exact position: averaging W_pos in groups of 5 moves the loss by many "
                         "nats (two-sided: a drop is a change too)"),
+    }),
+    # Contextual heads feeding three layer-0 neurons, and a layer 1 that reads the tokens
+    # (broad_context_spec): the K7-K9 and C findings hold, K5 and K10 fail.
+    Case("broad-context", "gpt2", broad_context_spec, {
+        "K5": ("fails", "each layer-1 head's kernel peaks at the target position c_h(x_n) its query token picks: "
+                        "the query texts' different characters at n = 31 give kernels far apart (overlap with their "
+                        "mean well below 0.8), so with the four layer-0 heads at 1 the median over the 8 heads is "
+                        "below 0.9"),
+        "K7": ("holds", "L0H0 and L0H1 have broad geometric kernels (ETC ~0.3 of the keys, mass 0.45 on the last "
+                        "3) and no duplicate-token score: two contextual heads"),
+        "K8": ("holds", "L0H0's content scores (scale 1.5) make its softmax denominator depend on the text's "
+                        "tokens: log Z's spread over texts is above 0.1"),
+        "K9": ("holds", "the denominators vary through independent content scores only, as the model "
+                        "Var Z = sum p_i^2 Var(c) assumes; the two heads' content scales (1.5, 0.3) spread the "
+                        "predicted variances over more than a decade"),
+        "K10": ("fails", "every layer-1 head's key content scores (scale 3) pick among the keys near its target: "
+                         "no more than one head's real row is within TV 0.25 of its positional kernel"),
+        "C1": ("holds", "only L0H1 writes, vectors of scale 0.02 beside the constant-norm embeddings: the LN2 "
+                        "scale varies by less than 1.25 times"),
+        "C2": ("holds", "neurons 0-2 read only what L0H1 writes, a sum over keys of content values whose weights "
+                        "have a nearly constant denominator (content scale 0.3): the contextual term explains "
+                        "nearly all their variance"),
+        "C3": ("holds", "the same three neurons: the approximation differs from the real pre-activation only "
+                        "by L0H1's small denominator variation and LN2's, r near 1"),
+    }),
+    Case("undefined-kernel", "gpt2", undefined_kernel_spec, {
+        "K1": ("fails", "L1H1's query weights are not a number: its kernel's ETC is not finite, so 3 of the 4 "
+                        "heads have a positional kernel (0.75, below 1)"),
     }),
     Case("attn-planted", "attn_only", lambda: planted_attn_only_spec(N_CTX), {
         "L1": ("holds", "L0H0 puts score 60 on key q - 1: its previous-token mass is ~1"),

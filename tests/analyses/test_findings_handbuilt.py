@@ -196,9 +196,12 @@ def test_k9_without_a_token_dependent_denominator_is_not_measurable(tmp_path):
 
 
 # --------------------------------------------------------------------------- C
-def c2_row(tmp_path, writes: bool) -> dict:
+def c2_row(tmp_path, writes: bool, mlp: bool = True, c3: bool = False) -> dict | list[dict]:
     """C2's finding row on the model of tests/analyses/test_neurons.py: neuron 7 reads the
-    contextual head 2's output; with ``writes`` false that head's OV circuit writes nothing."""
+    contextual head 2's output; with ``writes`` false that head's OV circuit writes nothing;
+    with ``mlp`` false the MLP's input weights are zero (the modules exist, every neuron's
+    pre-activation is 0); with ``c3`` also C3's rows (:func:`posmech.analyses.neurons.fit_scorecard`
+    over the three best-ranked neurons, as rule bag_of_tokens_fit)."""
     spec, _ = plant({0: {"D": 10.0}, 2: {"P": -LAM * offsets(N_CTX), "C": C}, 3: {"P": 30.0 * np.eye(N_CTX)}})
     for h, vecs in ((2, U_VEC if writes else 0 * U_VEC), (3, V_VEC)):
         W_V, W_O = ov_head(vecs)
@@ -207,7 +210,7 @@ def c2_row(tmp_path, writes: bool) -> dict:
     W_in[:, 7] = 0.0
     W_in[120:136, 7] = np.random.default_rng(5).normal(0, 1, 16)  # reads only what head 2 writes
     W_in[140:150, 3] = 1.0  # neuron 3 reads head 3's output
-    spec.mlps[0] = {"W_in": W_in}
+    spec.mlps[0] = {"W_in": W_in if mlp else 0 * W_in}
     m = hb.to_hf(spec)
     w, ov = cx.weights_from_hf(m), nr.ov_from_hf(m)
     rng = np.random.default_rng(11)  # its own texts: the shared RNG's state depends on the tests run before
@@ -222,7 +225,13 @@ def c2_row(tmp_path, writes: bool) -> dict:
     real = [nr.hook_pre(w, ov, t) for t in dec.token_ids]
     np.testing.assert_allclose(real[0], real_pre(m, dec.token_ids[0]), atol=2e-5)
     context = [nr.approximate(st, keys, t)["context"] for t in dec.token_ids]
-    return nr.best_explained_row(nr.neuron_ranking(real, context, "hand", 10), "hand", "r.csv")
+    ranking = nr.neuron_ranking(real, context, "hand", 10)
+    row = nr.best_explained_row(ranking, "hand", "r.csv")
+    if not c3:
+        return row
+    fits = pd.DataFrame([{"neuron": j, **nr.fit_metrics(a[10:, j], nr.approximate(st, keys, t)["pre"][10:, j])}
+                         for t, a in zip(dec.token_ids, real) for j in nr.resolve_neurons([], ranking, 3, 1024, "h")])
+    return [row, *nr.fit_scorecard(fits, 10, "hand", "f.csv")]
 
 
 def test_c2_holds_when_a_neuron_reads_the_contextual_head_and_fails_when_the_head_writes_nothing(tmp_path):
@@ -230,6 +239,24 @@ def test_c2_holds_when_a_neuron_reads_the_contextual_head_and_fails_when_the_hea
     assert held.verdict == "holds" and held.value > 0.9
     failed = verdict("C2", [c2_row(tmp_path / "b", False)])
     assert failed.verdict == "fails" and failed.value <= 1e-6
+
+
+def test_a_zero_mlp_makes_c2_c3_not_measurable_with_the_reason(tmp_path):
+    """The GPT-2 layout keeps its MLP modules when their weights are zero: every neuron's real
+    pre-activation is 0 at every position, so the variance it explains and Pearson r are
+    undefined.  The C2/C3 rows then carry no value and say why (rule bag_of_tokens_fit stopped
+    with an error here before); with the neuron reading the contextual head, both hold."""
+    rows = c2_row(tmp_path / "a", True, mlp=False, c3=True)
+    for claim in ("C2", "C3"):
+        v = verdict(claim, rows)
+        assert v.verdict == "not measurable" and v.reason == nr.CONSTANT_PRE
+    assert [r["value"] for r in rows if r["quantity"] == "median_fvu"] == [None]
+    rows = c2_row(tmp_path / "b", True, c3=True)
+    assert verdict("C2", rows).verdict == "holds"
+    c3 = verdict("C3", rows)
+    assert c3.verdict == "holds" and c3.value > 0.9  # neuron 7 (the others are constant: left out)
+    assert "left out: their real pre-activation is constant" in next(
+        r["detail"] for r in rows if r["quantity"] == "median_pearson_r")
 
 
 def test_no_broad_head_makes_c1_c3_not_measurable_with_the_reason(tmp_path):

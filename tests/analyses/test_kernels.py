@@ -198,6 +198,14 @@ def test_spread_across_texts_and_key_positions():
         kn.head_kernels(means, x_same, [1, 4], W.W_Q[0, 0], W.b_Q[0, 0], W.W_K[0, 0], W.b_K[0, 0], 1.0, k0=2)
 
 
+def test_a_head_without_a_finite_etc_has_no_kernel_type():
+    """A NaN ETC (a head whose query is not a number: no kernel, K1) is ``undefined``, not
+    ``slow_decay`` (it fell between the two thresholds): K3 counts only the real types."""
+    assert kn.classify(np.array([np.nan, np.inf, 0.001, 0.3]), 0.02, 0.5).tolist() == [
+        "undefined", "undefined", "local", "slow_decay"]
+    assert "undefined" not in kn.KERNEL_TYPES
+
+
 def test_classify_and_translation_equivariance():
     types = kn.classify(np.array([0.001, 0.019, 0.02, 0.3, 0.5, 1.0]), 0.02, 0.5)
     assert list(types) == ["local", "local", "slow_decay", "slow_decay", "uniform", "uniform"]

@@ -188,8 +188,10 @@ def test_fit_metrics():
     m = nr.fit_metrics(a, a * 0.5)
     assert m["pearson_r"] == pytest.approx(1.0) and m["sign_agreement"] == 1.0
     assert m["fvu"] == pytest.approx(np.sum((0.5 * a) ** 2) / np.sum((a - a.mean()) ** 2))
-    with pytest.raises(PosmechError, match="constant"):
-        nr.fit_metrics(np.ones(4), a)
+    m = nr.fit_metrics(np.ones(4), a)  # a neuron that reads nothing that varies: r and FVU undefined
+    assert np.isnan(m["pearson_r"]) and np.isnan(m["fvu"]) and m["sign_agreement"] == 0.5
+    with pytest.raises(PosmechError, match="fewer than 2 positions"):
+        nr.fit_metrics(a[:1], a[:1])
 
 
 def test_bad_input_names_the_key(model, tmp_path):

@@ -343,11 +343,14 @@ def truncated_geometric_etc(lam: float, m: int) -> float:
 
 def classify(etc_fraction: np.ndarray, local_max: float, uniform_min: float) -> np.ndarray:
     """Kernel type (K3) from ``ETC / n_keys``: ``local`` (< ``local_max``), ``uniform``
-    (>= ``uniform_min``), ``slow_decay`` otherwise.  Same shape as the input, dtype object."""
+    (>= ``uniform_min``), ``slow_decay`` otherwise; ``undefined`` (none of the
+    :data:`KERNEL_TYPES`) where the ETC is not finite (the head has no kernel, K1).  Same shape
+    as the input, dtype object."""
     f = np.asarray(etc_fraction, dtype=float)
     out = np.full(f.shape, "slow_decay", dtype=object)
     out[f < local_max] = "local"
     out[f >= uniform_min] = "uniform"
+    out[~np.isfinite(f)] = "undefined"
     return out
 
 

@@ -247,13 +247,22 @@ def not_measurable(path: str | os.PathLike[str]) -> str | None:
         return attr_json(f, "not_measurable") if "not_measurable" in f.attrs else None
 
 
+#: why C2 and C3 are not measurable when no neuron's real pre-activation varies (e.g. a model
+#: whose layer-0 MLP input weights are zero: it has the modules but they read nothing)
+CONSTANT_PRE = ("the real pre-activation (blocks.0.mlp.hook_pre) of every neuron is constant along the texts "
+                "(the layer-0 MLP reads nothing that varies, e.g. zero input weights): the variance explained "
+                "and Pearson r are undefined")
+
+
 def best_explained_row(ranking: pd.DataFrame, model: str, artifact: str) -> dict[str, Any]:
     """C2's finding row ``best_explained_variance``: the best-ranked neuron's variance explained
     by the contextual term (:func:`neuron_ranking`)."""
-    return {"claim": "C2", "model": model, "quantity": "best_explained_variance",
-            "value": float(ranking["explained"].iloc[0]),
-            "detail": f"neuron {int(ranking['neuron'].iloc[0])}: 1 - Var(a - t) / Var(a), a = its real "
-                      "pre-activation, t = the contextual term", "artifact": artifact}
+    row = {"claim": "C2", "model": model, "quantity": "best_explained_variance", "artifact": artifact}
+    best = float(ranking["explained"].iloc[0])
+    if not np.isfinite(best):  # the ranking sorts undefined fractions last: every neuron's is
+        return {**row, "value": None, "detail": CONSTANT_PRE}
+    return {**row, "value": best, "detail": f"neuron {int(ranking['neuron'].iloc[0])}: 1 - Var(a - t) / Var(a), "
+            "a = its real pre-activation, t = the contextual term"}
 
 
 C1_QUANTITIES = ("extended_embeddings", "ln2_scale_range")
@@ -327,15 +336,24 @@ def fit_scorecard(df: pd.DataFrame, from_position: int, model: str, artifact: st
     * ``median_fvu`` — the median over neurons and texts of the fraction of variance
       unexplained."""
     med = df.groupby("neuron")[["pearson_r", "sign_agreement", "fvu"]].median()
-    rows = [{"claim": "C3", "quantity": "median_pearson_r", "value": round(float(med["pearson_r"].min()), 4),
-             "detail": "smallest over neurons of the median over texts of Pearson r (positions n >= "
-             f"{from_position}): " + ", ".join(f"{j}: {r:.3f}" for j, r in med["pearson_r"].items()),
-             "artifact": artifact},
+    constant = [int(j) for j, r in med["pearson_r"].items() if not np.isfinite(r)]
+    measured = med["pearson_r"].drop(constant)
+    if measured.empty:
+        r_row = {"value": None, "detail": CONSTANT_PRE}
+    else:
+        r_row = {"value": round(float(measured.min()), 4),
+                 "detail": "smallest over neurons of the median over texts of Pearson r (positions n >= "
+                 f"{from_position}): " + ", ".join(f"{j}: {r:.3f}" for j, r in measured.items())
+                 + (f"; neurons {constant} left out: their real pre-activation is constant along every text"
+                    if constant else "")}
+    fvu = float(np.nanmedian(df["fvu"])) if np.isfinite(df["fvu"]).any() else None
+    rows = [{"claim": "C3", "quantity": "median_pearson_r", **r_row, "artifact": artifact},
             {"claim": "C3", "quantity": "median_sign_agreement", "value": round(float(med["sign_agreement"].min()), 4),
              "detail": "smallest over neurons of the median over texts of the sign agreement: "
              + ", ".join(f"{j}: {r:.3f}" for j, r in med["sign_agreement"].items()), "artifact": artifact},
-            {"claim": "C3", "quantity": "median_fvu", "value": round(float(np.nanmedian(df["fvu"])), 4),
-             "detail": "median over neurons and texts of the fraction of variance unexplained", "artifact": artifact}]
+            {"claim": "C3", "quantity": "median_fvu", "value": None if fvu is None else round(fvu, 4),
+             "detail": "median over neurons and texts of the fraction of variance unexplained (texts where the "
+             "real pre-activation is constant left out)" if fvu is not None else CONSTANT_PRE, "artifact": artifact}]
     return [{**r, "model": model} for r in rows]
 
 
@@ -607,15 +625,18 @@ def approximate(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], ids:
 def fit_metrics(real: np.ndarray, approx: np.ndarray) -> dict[str, float]:
     """C3 metrics of one neuron on one text (vectors over positions): Pearson r, FVU =
     Σ(a − â)² / Σ(a − ā)², sign agreement (fraction of positions where ``sign a = sign â``),
-    RMSE.  Fewer than 2 positions or a constant real activation: an error."""
+    RMSE.  Fewer than 2 positions: an error.  A constant real activation (a neuron that reads
+    nothing that varies): r and FVU are NaN, undefined (:func:`fit_scorecard` says why)."""
     real, approx = np.asarray(real, dtype=np.float64), np.asarray(approx, dtype=np.float64)
     if len(real) < 2:
         raise PosmechError("fewer than 2 positions: no fit")
     ss = np.square(real - real.mean()).sum()
     if ss == 0:
-        raise PosmechError("the real pre-activation is constant along the text: r and FVU are undefined")
-    r = float(np.corrcoef(real, approx)[0, 1]) if approx.std() > 0 else float("nan")
-    return {"pearson_r": r, "fvu": float(np.square(real - approx).sum() / ss),
+        r = fvu = float("nan")
+    else:
+        r = float(np.corrcoef(real, approx)[0, 1]) if approx.std() > 0 else float("nan")
+        fvu = float(np.square(real - approx).sum() / ss)
+    return {"pearson_r": r, "fvu": fvu,
             "sign_agreement": float(np.mean(np.sign(real) == np.sign(approx))),
             "rmse": float(np.sqrt(np.mean(np.square(real - approx))))}
 

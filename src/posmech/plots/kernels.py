@@ -11,7 +11,7 @@ import pandas as pd
 
 from posmech.plots import MASKED, save, sns
 
-TYPE_LETTER = {"local": "L", "slow_decay": "S", "uniform": "U"}
+TYPE_LETTER = {"local": "L", "slow_decay": "S", "uniform": "U", "undefined": "?"}
 
 
 def etc_heatmap(tables: dict[str, pd.DataFrame], n: dict[str, int], path: str | os.PathLike[str]) -> None:
@@ -43,7 +43,7 @@ def etc_heatmap(tables: dict[str, pd.DataFrame], n: dict[str, int], path: str | 
         ax.set_ylabel("layer")
     fig.suptitle(
         "K4: log Effective Token Count of each head's positional kernel "
-        "(L local, S slow decay, U uniform)", fontsize=10,
+        "(L local, S slow decay, U uniform, ? no kernel)", fontsize=10,
     )
     fig.tight_layout()
     save(fig, path)

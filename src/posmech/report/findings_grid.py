@@ -52,7 +52,7 @@ def grid_html(table: pd.DataFrame) -> Markup:
         return Markup("".join(parts))
     # a random-init twin (config section `twins`) is not a column: its verdict marks its
     # model's cells (origin: structural = holds on the twin too)
-    twin_rows = table["twin_of"].fillna("").astype(str) != "" if "twin_of" in table else pd.Series(False, table.index)
+    twin_rows = table["twin_of"].astype(object).fillna("").astype(str) != "" if "twin_of" in table else pd.Series(False, table.index)
     twins = dict(zip(table.loc[twin_rows, "twin_of"].astype(str), table.loc[twin_rows, "model"].astype(str)))
     table = table[~twin_rows]
     models = list(dict.fromkeys(table["model"].astype(str)))

@@ -346,6 +346,7 @@ def build(
     from posmech.hdf5 import git_commit
     from posmech.report.findings_grid import read_grid
     from posmech.report.head_roles import read_roles
+    from posmech.report.selfcheck_table import read_selfcheck
     from posmech.tables import write_table
 
     entries = sc.load_published(published)
@@ -423,6 +424,7 @@ def build(
         "scorecard_href": os.path.relpath(scorecard_csv, Path(html).parent),
         "published_path": _display_path(published),
         "findings_grid": read_grid(findings),
+        "selfcheck_table": read_selfcheck(findings, config),
         "head_roles": read_roles(heads, run_models, copy=lambda p: copy_asset(p, fdir)),
     }
     env = jinja2.Environment(
