@@ -227,6 +227,18 @@ def heads(model_dir: str, as_csv: bool = False) -> int:
     return 0
 
 
+def _findings_file(path: str, fix: str) -> Path | None:
+    """``path`` (a findings.csv or the folder holding one) as the file, or ``None`` after an
+    error naming it and ``fix``."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "findings.csv"
+    if not p.is_file():
+        print(f"error: {str(p)!r} does not exist: {fix}", file=sys.stderr)
+        return None
+    return p
+
+
 def findings(path: str, claim: str | None = None) -> int:
     """``python -m posmech findings``: ``findings.csv`` (rule ``findings``) as a text grid, one
     row per claim and one column per model, each cell the verdict (``holds``, ``FAILS``, ``n/m``
@@ -237,12 +249,8 @@ def findings(path: str, claim: str | None = None) -> int:
     from posmech.findings import FINDINGS_COLUMNS, VERDICTS
     from posmech.tables import read_table
 
-    p = Path(path)
-    if p.is_dir():
-        p = p / "findings.csv"
-    if not p.is_file():
-        print(f"error: {str(p)!r} does not exist: give results/report (or its findings.csv) after a run "
-              "that built it (rule findings)", file=sys.stderr)
+    p = _findings_file(path, "give results/report (or its findings.csv) after a run that built it (rule findings)")
+    if p is None:
         return 1
     table = read_table(p)
     missing = [c for c in FINDINGS_COLUMNS if c not in table]
@@ -282,12 +290,9 @@ def selfcheck(path: str, config: str) -> int:
     from posmech import selfcheck as sc
     from posmech.tables import read_table
 
-    p = Path(path)
-    if p.is_dir():
-        p = p / "findings.csv"
-    if not p.is_file():
-        print(f"error: {str(p)!r} does not exist: run the self-check's DAG first (make selfcheck, "
-              "config/selfcheck.yaml), then give its results/report", file=sys.stderr)
+    p = _findings_file(path, "run the self-check's DAG first (make selfcheck, config/selfcheck.yaml), then give "
+                       "its results/report")
+    if p is None:
         return 1
     try:
         expected = (yaml.safe_load(Path(config).read_text()) or {}).get("selfcheck", {}).get("expected", {})
