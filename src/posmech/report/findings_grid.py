@@ -113,10 +113,3 @@ def grid_html(table: pd.DataFrame) -> Markup:
         parts.append("</table>")
     parts.append("</div></section>")
     return Markup("".join(parts))
-
-
-def read_grid(path: str | None) -> Markup:
-    """:func:`grid_html` of the findings CSV at ``path`` (an empty block when ``None``)."""
-    if not path:
-        return Markup("")
-    return grid_html(pd.read_csv(path))

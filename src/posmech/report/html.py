@@ -105,6 +105,7 @@ def render_caption(path: str | None, wildcards: dict[str, str], config: dict[str
     if not path:
         return ""
     import jinja2
+    from markupsafe import Markup
 
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -342,12 +343,13 @@ def build(
     ``heads``: the models' head-roles tables ``results/{model}/heads.csv`` (rule ``head_table``),
     drawn as the cross-model head-roles view below the scorecard (:mod:`posmech.report.head_roles`)."""
     import jinja2
+    from markupsafe import Markup
 
     from posmech.hdf5 import git_commit
-    from posmech.report.findings_grid import read_grid
+    from posmech.report.findings_grid import grid_html
     from posmech.report.head_roles import read_roles
-    from posmech.report.selfcheck_table import read_selfcheck
-    from posmech.tables import write_table
+    from posmech.report.selfcheck_table import selfcheck_html
+    from posmech.tables import read_table, write_table
 
     entries = sc.load_published(published)
     rows = sc.read_scorecards(scorecards)
@@ -358,6 +360,7 @@ def build(
     # the published values by content, not by a path that depends on the working directory
     write_table(card, scorecard_csv, {"published": "resources/published.yaml",
                                       "published_sha256": file_sha256(published), "counts": counts})
+    found = read_table(findings) if findings else None  # the grid and the self-check block both show it
 
     fdir = Path(figures_dir)
     if fdir.exists():
@@ -423,8 +426,9 @@ def build(
         .sort_values("sum", ascending=False).to_dict("records") if len(bench) else [],
         "scorecard_href": os.path.relpath(scorecard_csv, Path(html).parent),
         "published_path": _display_path(published),
-        "findings_grid": read_grid(findings),
-        "selfcheck_table": read_selfcheck(findings, config),
+        "findings_grid": grid_html(found) if found is not None else Markup(""),
+        "selfcheck_table": selfcheck_html(found, (config.get("selfcheck") or {}).get("expected"))
+        if found is not None else Markup(""),
         "head_roles": read_roles(heads, run_models, copy=lambda p: copy_asset(p, fdir)),
     }
     env = jinja2.Environment(

@@ -10,7 +10,6 @@ comparison as ``python -m posmech selfcheck``).  Self-contained (its own scoped 
 from __future__ import annotations
 
 from html import escape
-from typing import Any
 
 import pandas as pd
 from markupsafe import Markup
@@ -72,11 +71,3 @@ def selfcheck_html(table: pd.DataFrame, expected: dict[str, dict[str, str]] | No
                      f'<td>{value}</td><td class="r">{result}</td><td class="why">{escape(c.reason)}</td></tr>')
     parts.append("</table></details></section>")
     return Markup("".join(parts))
-
-
-def read_selfcheck(path: str | None, config: dict[str, Any]) -> Markup:
-    """:func:`selfcheck_html` of the findings CSV at ``path`` and ``config['selfcheck']['expected']``."""
-    expected = (config.get("selfcheck") or {}).get("expected")
-    if not path or not expected:
-        return Markup("")
-    return selfcheck_html(pd.read_csv(path), expected)
