@@ -42,4 +42,5 @@ def main(smk, log):
              "" if profiles is None else f", {profiles.n_documents} anatomy documents", shared)
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

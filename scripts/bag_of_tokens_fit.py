@@ -73,4 +73,5 @@ def main(smk, log):
     log.info("median r per neuron %s", med.to_dict())
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

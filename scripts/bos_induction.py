@@ -38,4 +38,5 @@ def main(smk, log):
     log.info("%s", "; ".join(f"{r['quantity']} {r['value']:.4g}" for r in card))
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

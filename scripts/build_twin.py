@@ -13,4 +13,5 @@ def main(smk, log):
              m["hf_dir"], m["weights_sha256_16"])
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

@@ -41,4 +41,5 @@ def main(smk, log):
              s["n_documents"], s["n_tokens"], s["resumed_from"], s["tokens_per_second"])
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

@@ -26,4 +26,5 @@ def main(smk, log):
         log.info("layer %d canonical angles (deg): %s", layer, rows[0]["value"])
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

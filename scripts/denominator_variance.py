@@ -48,4 +48,5 @@ def main(smk, log):
              len(res), r_within, slope_within)
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

@@ -31,4 +31,5 @@ def main(smk, log):
              ", ".join(f"{r.role} {r.head_name}" for r in chosen.itertuples()))
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

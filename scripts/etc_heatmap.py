@@ -15,4 +15,5 @@ def main(smk, log):
     log.info("models: %s", ", ".join(tables))
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

@@ -27,4 +27,5 @@ def main(smk, log):
     log.info("n=%d: %s", n, at["kernel_type"].value_counts().to_dict())
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

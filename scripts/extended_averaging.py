@@ -39,4 +39,5 @@ def main(smk, log):
     log.info("damage (relative loss of prev-token mass) %s", {h: round(v, 4) for h, v in dmg.items()})
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

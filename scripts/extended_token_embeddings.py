@@ -45,4 +45,5 @@ def main(smk, log):
     write_table(scorecard_rows(card), out.scorecard)
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

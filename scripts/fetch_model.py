@@ -17,4 +17,5 @@ def main(smk, log):
     log.info("model %s: %s at %s (revision %s)", name, m["kind"], m["hf_dir"], m["resolved_revision"])
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

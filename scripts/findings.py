@@ -20,4 +20,5 @@ def main(smk, log):
         log.info("%s against its twin: %d structural, %d learned", model, (o == "structural").sum(), (o == "learned").sum())
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

@@ -18,4 +18,5 @@ def main(smk, log):
     log.info("%d heads from %s", len(df), ", ".join(sorted(tables)))
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

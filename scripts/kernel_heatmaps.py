@@ -30,4 +30,5 @@ def main(smk, log):
     log.info("selected later heads: %s", ", ".join(later))
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

@@ -34,4 +34,5 @@ def main(smk, log):
     log.info("LN scale used %.4f; median TV(linear, exact) %.4g", s["ln_scale_used"], s["tv_median"])
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

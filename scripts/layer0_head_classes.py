@@ -26,4 +26,5 @@ def main(smk, log):
     log.info("classes: %s", dict(zip(df["head_name"], df["head_class"])))
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

@@ -33,4 +33,5 @@ def main(smk, log):
     log.info("n = %s: median TV(fixed, real) %.3f", sorted(grids), float(df["tv_fixed_vs_real"].median()))
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

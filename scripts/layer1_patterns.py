@@ -47,4 +47,5 @@ def main(smk, log):
     log.info("mostly positional: %s", heads)
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

@@ -42,4 +42,5 @@ def main(smk, log):
              "; ".join(f"{r.head_name} cos {r.cosine_similarity:.3f}" for r in df.itertuples()))
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

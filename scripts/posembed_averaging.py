@@ -36,4 +36,5 @@ def main(smk, log):
     log.info("k grid %s on %d documents; largest unchanged k: %d", ks, len(docs), best)
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

@@ -39,4 +39,5 @@ def main(smk, log):
              ", ".join(s["texts"]))
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

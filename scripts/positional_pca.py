@@ -26,4 +26,5 @@ def main(smk, log):
     log.info("top-3 explained variance: W_pos %.3f, layer %d %.3f", rows[0]["value"], layer, rows[1]["value"])
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

@@ -20,4 +20,5 @@ def main(smk, log):
     log.info("W_pos / extended far-from-zero ratio (median, layers > 0): %.2f", rows[0]["value"])
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

@@ -11,4 +11,5 @@ def main(smk, log):
     log.info("wrote %d documents to %s", n, smk.output[0])
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

@@ -36,4 +36,5 @@ def main(smk, log):
     log.info("%s prev-token mass %s over %d documents", sharp, {k: round(v, 4) for k, v in masses.items()}, len(docs))
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

@@ -36,4 +36,5 @@ def main(smk, log):
     log.info("roles: %s", "; ".join(f"{r['role']} {r['head_name']} ({r['source']}, {r['score']:.3f})" for r in out["roles"]))
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

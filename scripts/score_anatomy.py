@@ -50,4 +50,5 @@ def main(smk, log):
         table["max_abs_diff_masked_vs_hook"].max())
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

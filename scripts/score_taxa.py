@@ -42,4 +42,5 @@ def main(smk, log):
     log.info("P6 previous-token heads by taxon: %s", split)
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

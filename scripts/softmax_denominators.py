@@ -42,4 +42,5 @@ def main(smk, log):
     log.info("most varying (linear): %s; (exact): %s", top["linear"], top["exact"])
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

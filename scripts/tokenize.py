@@ -38,4 +38,5 @@ def main(smk, log):
              n_ctx, n_unk)
 
 
-run(snakemake, main)  # noqa: F821
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+    run(snakemake, main)  # noqa: F821

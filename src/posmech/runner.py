@@ -223,7 +223,8 @@ def _traceback_only_to_file(log_path: str | None, text: str) -> None:
         pass
 
 
-def _account(rule: str, log_path: str | None, wall_s: float, probe: bool = False) -> None:
+def _account(rule: str, log_path: str | None, wall_s: float, probe: bool = False,
+             analyses: list[dict[str, Any]] | None = None) -> None:
     """Log the job's :func:`posmech.perf.job_record` (and write it beside the log).  With
     ``probe`` (the job finished) and ``POSMECH_PERF_PROBE`` set, a job that made forward
     passes adds its floor probe (:func:`posmech.perf.probe_from_env`), timed after the
@@ -232,6 +233,8 @@ def _account(rule: str, log_path: str | None, wall_s: float, probe: bool = False
     from posmech import perf
 
     record = perf.job_record(rule, wall_s)
+    if analyses is not None:
+        record["analyses"] = analyses
     if probe and record["forwards"] and os.environ.get(perf.PROBE_ENV):
         try:
             found = perf.probe_from_env()
@@ -280,18 +283,21 @@ def run(smk: Any, main: Callable[[Any, logging.Logger], None]) -> None:
     t0 = time.perf_counter()
     rule = getattr(smk, "rule", "?")
     finished = False
+    analyses: list[dict[str, Any]] | None = getattr(main, "analyses", None)
     try:
         try:
             main(smk, log)
             finished = True
         finally:
-            _account(rule, log_path, time.perf_counter() - t0, probe=finished)
+            _account(rule, log_path, time.perf_counter() - t0, probe=finished, analyses=analyses)
     except PosmechError as err:
+        rule = _CURRENT[-1] if _CURRENT else rule
         log.error("rule %s failed: %s", rule, err)
         sys.exit(1)
     except Exception as err:  # noqa: BLE001 - every failure is named in the log
         import traceback
 
+        rule = _CURRENT[-1] if _CURRENT else rule
         found = exhaustion(err)
         cause = found[1] if found else err  # a full disk: its own error, not what closing the file said
         # after a failed write, HDF5 objects left in the traceback's frames can crash (SIGSEGV) when
@@ -311,3 +317,106 @@ def run(smk: Any, main: Callable[[Any, logging.Logger], None]) -> None:
             sys.stderr.write(tb)
         sys.exit(1)
     log.info("rule %s done in %.1f s", rule, time.perf_counter() - t0)
+
+
+#: the analysis of a family job now running (its name in the error line of :func:`run`)
+_CURRENT: list[str] = []
+#: separates an analysis's name from its own key in a family rule's input, output and params
+SEP = "__"
+
+
+class Names(list):  # type: ignore[type-arg]
+    """Values in order, each also reachable by its name as an attribute or a key: the
+    shape of Snakemake's ``snakemake.input``/``output``/``params`` that scripts read."""
+
+    def __init__(self, named: dict[str, Any]) -> None:
+        super().__init__(named.values())
+        self._named = dict(named)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["_named"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+        return self._named[key] if isinstance(key, str) else super().__getitem__(key)
+
+    def items(self) -> Any:
+        return self._named.items()
+
+    def keys(self) -> Any:
+        return self._named.keys()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._named.get(key, default)
+
+
+def _named(values: Any) -> dict[str, Any]:
+    return dict(values.items()) if hasattr(values, "items") else {}
+
+
+def _part(named: dict[str, Any], analysis: str, shared: bool) -> dict[str, Any]:
+    """The entries of a family rule's ``named`` that ``analysis`` sees: those named
+    ``<analysis>__<key>`` as ``key``, and (``shared``) every unprefixed one."""
+    own = {k[len(analysis) + len(SEP):]: v for k, v in named.items() if k.startswith(analysis + SEP)}
+    common = {k: v for k, v in named.items() if SEP not in k} if shared else {}
+    return {**common, **own}
+
+
+def analysis_view(smk: Any, analysis: str, links: dict[str, str] | None = None) -> Any:
+    """One analysis's view of its family's job, shaped like its own Snakemake job.
+
+    A family rule names each output ``<analysis>__<key>`` (the analysis sees ``key``), and
+    may name an input or param that way too; unprefixed inputs and params are seen by
+    every analysis of the family.  ``links`` maps an input name of the analysis to the
+    family rule's output (or input) key it reads: an output of an analysis run before it
+    in the same job."""
+    inputs, outputs, params = _named(smk.input), _named(smk.output), _named(smk.params)
+    seen = _part(inputs, analysis, True)
+    for name, key in (links or {}).items():
+        if key not in outputs and key not in inputs:
+            raise PosmechError(f"analysis {analysis}: its input {name!r} links to {key!r}, which is neither an "
+                               f"output nor an input of rule {getattr(smk, 'rule', '?')} (workflow bug)")
+        seen[name] = outputs.get(key, inputs.get(key))
+    own_outputs = _part(outputs, analysis, False)
+    if not own_outputs:
+        raise PosmechError(f"rule {getattr(smk, 'rule', '?')} has no output named `{analysis}{SEP}<key>` "
+                           f"for its analysis {analysis} (workflow bug)")
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        input=Names(seen), output=Names(own_outputs), params=Names(_part(params, analysis, True)),
+        wildcards=smk.wildcards, log=smk.log, threads=getattr(smk, "threads", 1),
+        resources=getattr(smk, "resources", None), config=getattr(smk, "config", {}), rule=analysis,
+    )
+
+
+Analysis = tuple[Callable[[Any, logging.Logger], None], dict[str, str]]
+
+
+def run_family(smk: Any, analyses: list[Analysis]) -> None:
+    """Run an analysis family's job: every analysis ``(main, links)`` in order, each on its
+    :func:`analysis_view` (its name: the module of its ``main``, the script
+    ``scripts/<analysis>.py``), in one process, so the family pays one interpreter, one
+    set of imports and one Snakemake job per model instead of one per analysis.  The log
+    says where each analysis starts and what it cost; the job's ``PERF`` record lists
+    each analysis's CPU and wall seconds (``analyses``)."""
+    from posmech import perf
+
+    def main(smk: Any, log: logging.Logger) -> None:
+        for i, (fn, links) in enumerate(analyses, 1):
+            name = fn.__module__.rsplit(".", 1)[-1]
+            view = analysis_view(smk, name, links)
+            log.info("analysis %s (rule %s, %d/%d)", name, getattr(smk, "rule", "?"), i, len(analyses))
+            c0, t0 = perf._cpu_s(), time.perf_counter()
+            _CURRENT.append(f"{getattr(smk, 'rule', '?')} (analysis {name})")
+            fn(view, log)
+            _CURRENT.pop()
+            cpu, wall = perf._cpu_s() - c0, time.perf_counter() - t0
+            record.append({"analysis": name, "cpu_s": round(cpu, 3), "wall_s": round(wall, 3)})
+            log.info("analysis %s done: %.1f CPU s, %.1f s", name, cpu, wall)
+
+    record: list[dict[str, Any]] = []
+    main.analyses = record  # type: ignore[attr-defined]
+    run(smk, main)

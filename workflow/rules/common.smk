@@ -85,6 +85,15 @@ def _not_applicable():
 NOT_APPLICABLE = _not_applicable()
 
 
+def _applicability_rules():
+    from posmech.applicability import RULES
+
+    return RULES
+
+
+APPLICABILITY_RULES = _applicability_rules()
+
+
 def runs_on(rule, models):
     """The models of ``models`` that analysis ``rule`` can run on (posmech.applicability)."""
     return [m for m in models if rule not in NOT_APPLICABLE.get(m, {})]
@@ -297,17 +306,53 @@ def collect(proxy, when=True, report_tables=True, **values):
         raise WorkflowError(
             f"name every output of rule {step.name} (key=path) so that it can be collected"
         )
-    scorecard = step.output.get("scorecard")
-    expected = f"results/{{model}}/scorecard/{step.name}.csv"
-    if scorecard is not None and strip_wildcard_constraints(str(scorecard)) != expected:
-        raise WorkflowError(
-            f"the scorecard output of rule {step.name} must be {expected!r} (the report finds "
-            "the rule of a scorecard row by the file name)"
-        )
+    for analysis, key in analyses_of(step).items():
+        scorecard = step.output.get(key + "scorecard")
+        expected = f"results/{{model}}/scorecard/{analysis}.csv"
+        if scorecard is not None and strip_wildcard_constraints(str(scorecard)) != expected:
+            raise WorkflowError(
+                f"the scorecard output of analysis {analysis} (rule {step.name}) must be "
+                f"{expected!r} (the report finds the analysis of a scorecard row by the file name)"
+            )
     if "model" in values:  # a rule that cannot run on a model is not scheduled for it
-        values = {**values, "model": runs_on(step.name, list(values["model"]))}
+        values = {**values, "model": family_runs_on(step, list(values["model"]))}
     jobs = [dict(zip(values, combo)) for combo in itertools.product(*values.values())]
     COLLECTED.append((step, jobs if when else [], report_tables))
+
+
+def analyses_of(step):
+    """``{analysis: output key prefix}`` of a rule: a family rule (docs/workflow.md,
+    "Families") names each output ``<analysis>__<key>``; any other rule is one analysis,
+    its own name, with unprefixed keys."""
+    found = {}
+    for key in step.output.keys():
+        if "__" in key:
+            found.setdefault(key.split("__", 1)[0], key.split("__", 1)[0] + "__")
+    return found or {step.name: ""}
+
+
+def analysis_of(step, key):
+    """The analysis an output key of rule ``step`` belongs to."""
+    return key.split("__", 1)[0] if "__" in key else step.name
+
+
+def family_runs_on(step, models):
+    """The models of ``models`` that every analysis of rule ``step`` can run on; a family
+    runs on a model all or not at all (posmech.applicability.FAMILIES keeps its analyses'
+    requirements equal)."""
+    names = list(analyses_of(step))
+    out = []
+    for m in models:
+        runs = [a for a in names if runs_on(a, [m]) or a not in APPLICABILITY_RULES]
+        if len(runs) == len(names):
+            out.append(m)
+        elif runs:
+            raise WorkflowError(
+                f"rule {step.name}: on model {m}, analyses {', '.join(runs)} can run and "
+                f"{', '.join(a for a in names if a not in runs)} cannot: a family runs all its "
+                "analyses or none (posmech.applicability: give them the same requirements)"
+            )
+    return out
 
 
 def collected_outputs():
@@ -323,7 +368,7 @@ def collected_outputs():
 
 def report_kind(path, key, f, report_tables):
     """``scorecard``, ``figure``, ``table`` or None for one collected output."""
-    if key == "scorecard":
+    if key == "scorecard" or key.endswith("__scorecard"):
         return "scorecard"
     if f.flags.get("report") is None:
         return None
@@ -364,7 +409,7 @@ def report_flags(wildcards):
         flag = f.flags["report"]
         caption = flag.caption
         out[path] = {
-            "rule": step.name,
+            "rule": analysis_of(step, key),
             "wildcards": dict(wc),
             "caption": caption.get_path_or_uri(secret_free=True) if caption else None,
             "category": flag.category,
@@ -604,23 +649,17 @@ def head_table_sources():
     """``{key: (rule output, models)}`` of the per-head tables the head-roles table (rule
     head_table) gathers (posmech.heads), each for the models of its config section."""
     anatomy = selected(config, "anatomy", "models")
+    # key: (the output, its analysis, the models of its config section)
     sources = {
-        "taxonomy": (rules.diagonal_taxonomy, taxonomy_models()),
-        "chosen": (rules.diagonal_taxonomy, taxonomy_models()),
-        "taxa": (rules.score_taxa, anatomy),
-        "etc": (rules.etc_table, kernels_models()),
-        "classes": (rules.layer0_head_classes, contextual_models()),
-        "roles": (rules.random_token_patterns, attn_only_models()),
-        "masses": (rules.random_token_patterns, attn_only_models()),
+        "taxonomy": (rules.diagonal_taxonomy.output.table, "diagonal_taxonomy", taxonomy_models()),
+        "chosen": (rules.diagonal_taxonomy.output.heads, "diagonal_taxonomy", taxonomy_models()),
+        "taxa": (rules.score_taxa.output.table, "score_taxa", anatomy),
+        "etc": (rules.kernels.output.etc_table__table, "etc_table", kernels_models()),
+        "classes": (rules.layer0_head_classes.output.table, "layer0_head_classes", contextual_models()),
+        "roles": (rules.random_token_patterns.output.heads, "random_token_patterns", attn_only_models()),
+        "masses": (rules.random_token_patterns.output.masses, "random_token_patterns", attn_only_models()),
     }
-    key = {"chosen": "heads", "roles": "heads", "masses": "masses"}
-    return {
-        k: (
-            getattr(r.output, key.get(k, "table")),
-            runs_on(getattr(r, "rule", r).name, models),
-        )
-        for k, (r, models) in sources.items()
-    }
+    return {k: (out, runs_on(analysis, models)) for k, (out, analysis, models) in sources.items()}
 
 
 def head_table_models():

@@ -1,12 +1,14 @@
 # Cheap (read HDF5/CSV, plot): run locally also with profiles/slurm (docs/cluster.md).
 localrules:
-    etc_table,
-    kernel_heatmaps,
     etc_heatmap,
 
 
-rule positional_kernels:
-    """Every head's positional kernel pi(i | x_n) at the configured query positions (K1, K5)."""
+rule kernels:
+    """The kernels family (docs/workflow.md, "Families"), one job per model: every head's
+    positional kernel pi(i | x_n) at the configured query positions (positional_kernels:
+    K1, K5); ETC of every (layer, head, n), its spread over query texts and kernel types
+    (etc_table: K3-K5); query x key kernel heatmaps (K2) and kernels at n with their spread
+    over texts (kernel_heatmaps: K5)."""
     input:
         manifest=rules.fetch_model.output.manifest,
         means=lambda wc: output_of(
@@ -18,11 +20,36 @@ rule positional_kernels:
             rules.tokenize.output.h5, wc, corpus=kernels_params()["query_corpus"]
         ),
     output:
-        h5="results/{model}/kernels/kernels.h5",
+        positional_kernels__h5="results/{model}/kernels/kernels.h5",
+        etc_table__table=report(
+            "results/{model}/kernels/etc.csv",
+            caption="../report/etc_table.rst",
+            category="K",
+            subcategory="Positional kernels and ETC (K1-K5)",
+        ),
+        etc_table__scorecard="results/{model}/scorecard/etc_table.csv",
+        kernel_heatmaps__layer0=report(
+            "results/{model}/kernels/kernels_layer0.png",
+            caption="../report/kernel_heatmaps.rst",
+            category="K",
+            subcategory="Positional kernels and ETC (K1-K5)",
+        ),
+        kernel_heatmaps__selected=report(
+            "results/{model}/kernels/kernels_selected.png",
+            caption="../report/kernel_heatmaps.rst",
+            category="K",
+            subcategory="Positional kernels and ETC (K1-K5)",
+        ),
+        kernel_heatmaps__profiles=report(
+            "results/{model}/kernels/kernel_profiles.png",
+            caption="../report/kernel_profiles.rst",
+            category="K",
+            subcategory="Positional kernels and ETC (K1-K5)",
+        ),
     log:
-        "logs/positional_kernels/{model}.log",
+        "logs/kernels/{model}.log",
     benchmark:
-        "benchmarks/positional_kernels/{model}.tsv"
+        "benchmarks/kernels/{model}.tsv"
     wildcard_constraints:
         model=regex(MODELS),
     conda:
@@ -35,78 +62,20 @@ rule positional_kernels:
     params:
         entry=model_entry,
         kernels=kernels_params,
-    script:
-        "../../scripts/positional_kernels.py"
-
-
-rule etc_table:
-    """ETC of every (layer, head, n), its spread over query texts, kernel types (K3-K5)."""
-    input:
-        h5=rules.positional_kernels.output.h5,
-    output:
-        table=report(
-            "results/{model}/kernels/etc.csv",
-            caption="../report/etc_table.rst",
-            category="K",
-            subcategory="Positional kernels and ETC (K1-K5)",
+        # the figures etc_table's scorecard rows point to
+        kernels_figure=lambda wc: output_of(
+            rules.kernels.output.kernel_heatmaps__selected, wc
         ),
-        scorecard="results/{model}/scorecard/etc_table.csv",
-    log:
-        "logs/etc_table/{model}.log",
-    wildcard_constraints:
-        model=regex(MODELS),
-    conda:
-        "../envs/posmech.yaml"
-    params:
-        kernels=kernels_params,
-        # the figures its scorecard rows point to (rules defined below: lambdas)
-        kernels_figure=lambda wc: output_of(rules.kernel_heatmaps.output.selected, wc),
         heatmap=lambda wc: str(rules.etc_heatmap.output.figure),
-        profiles=lambda wc: output_of(rules.kernel_heatmaps.output.profiles, wc),
+        profiles=lambda wc: output_of(rules.kernels.output.kernel_heatmaps__profiles, wc),
     script:
-        "../../scripts/etc_table.py"
-
-
-rule kernel_heatmaps:
-    """Query x key kernel heatmaps (K2) and kernels at n with their spread over texts (K5)."""
-    input:
-        h5=rules.positional_kernels.output.h5,
-        table=rules.etc_table.output.table,
-    output:
-        layer0=report(
-            "results/{model}/kernels/kernels_layer0.png",
-            caption="../report/kernel_heatmaps.rst",
-            category="K",
-            subcategory="Positional kernels and ETC (K1-K5)",
-        ),
-        selected=report(
-            "results/{model}/kernels/kernels_selected.png",
-            caption="../report/kernel_heatmaps.rst",
-            category="K",
-            subcategory="Positional kernels and ETC (K1-K5)",
-        ),
-        profiles=report(
-            "results/{model}/kernels/kernel_profiles.png",
-            caption="../report/kernel_profiles.rst",
-            category="K",
-            subcategory="Positional kernels and ETC (K1-K5)",
-        ),
-    log:
-        "logs/kernel_heatmaps/{model}.log",
-    wildcard_constraints:
-        model=regex(MODELS),
-    conda:
-        "../envs/posmech.yaml"
-    params:
-        kernels=kernels_params,
-    script:
-        "../../scripts/kernel_heatmaps.py"
+        "../../scripts/kernels_family.py"
 
 
 rule etc_heatmap:
     """log ETC over layers x heads, every kernels model side by side (K4)."""
     input:
-        tables=expand(rules.etc_table.output.table, model=etc_models()),
+        tables=expand(rules.kernels.output.etc_table__table, model=etc_models()),
     output:
         figure=report(
             "results/kernels/etc_heatmap.png",
@@ -126,6 +95,4 @@ rule etc_heatmap:
 
 
 collect(rules.etc_heatmap, when=bool(etc_models()))
-collect(rules.positional_kernels, model=kernels_models())
-collect(rules.etc_table, model=kernels_models())
-collect(rules.kernel_heatmaps, model=kernels_models())
+collect(rules.kernels, model=kernels_models())
