@@ -4,43 +4,61 @@
 
 
 # Cheap (read HDF5, classify, plot): run locally also with profiles/slurm (docs/cluster.md).
-localrules:
-    score_taxa,
 
 
-rule score_anatomy:
-    """Raw scores (q·k/sqrt(d_head), future included), masked scores and pattern of the
-    chosen sharp and early previous-token heads on one document, full and zoomed (P12).
-    """
+rule anatomy:
+    """The anatomy family (docs/workflow.md, "Families"), one job per model:
+    score_anatomy: Raw scores (q·k/sqrt(d_head), future included), masked scores and pattern of the
+    chosen sharp and early previous-token heads on one document, full and zoomed (P12);
+    score_taxa: Every head's row-centred score profile around the diagonal over many documents and
+    query positions: dip at 0, bump at -1, trend; taxa and the P6 split (P13). The rows
+    come from the shared pass (attention_statistics)."""
     input:
         manifest=rules.fetch_model.output.manifest,
         tokens=section_tokens("anatomy"),
-        heads=rules.diagonal_taxonomy.output.heads,
+        heads=rules.taxonomy.output.diagonal_taxonomy__heads,
+        statistics=rules.taxonomy.output.attention_statistics__h5,
+        taxonomy=rules.taxonomy.output.diagonal_taxonomy__table,
     output:
-        table=report(
+        score_anatomy__table=report(
             "results/{model}/anatomy/scores.csv",
             caption="../report/score_anatomy.rst",
             category="P",
             subcategory="Score anatomy (P12, P13)",
         ),
-        h5="results/{model}/anatomy/scores.h5",
-        full=report(
+        score_anatomy__h5="results/{model}/anatomy/scores.h5",
+        score_anatomy__full=report(
             "results/{model}/anatomy/scores_full.png",
             caption="../report/score_anatomy.rst",
             category="P",
             subcategory="Score anatomy (P12, P13)",
         ),
-        zoom=report(
+        score_anatomy__zoom=report(
             "results/{model}/anatomy/scores_zoom.png",
             caption="../report/score_anatomy.rst",
             category="P",
             subcategory="Score anatomy (P12, P13)",
         ),
-        scorecard="results/{model}/scorecard/score_anatomy.csv",
+        score_anatomy__scorecard="results/{model}/scorecard/score_anatomy.csv",
+        score_taxa__table=report(
+            "results/{model}/anatomy/taxa.csv",
+            caption="../report/score_taxa.rst",
+            category="P",
+            subcategory="Score anatomy (P12, P13)",
+        ),
+        score_taxa__profiles="results/{model}/anatomy/profiles.csv",
+        score_taxa__h5="results/{model}/anatomy/profiles.h5",
+        score_taxa__figure=report(
+            "results/{model}/anatomy/taxa.png",
+            caption="../report/score_taxa.rst",
+            category="P",
+            subcategory="Score anatomy (P12, P13)",
+        ),
+        score_taxa__scorecard="results/{model}/scorecard/score_taxa.csv",
     log:
-        "logs/score_anatomy/{model}.log",
+        "logs/anatomy/{model}.log",
     benchmark:
-        "benchmarks/score_anatomy/{model}.tsv"
+        "benchmarks/anatomy/{model}.tsv"
     wildcard_constraints:
         model=regex(MODELS),
     conda:
@@ -54,44 +72,7 @@ rule score_anatomy:
         entry=model_entry,
         anatomy=section_params("anatomy"),
     script:
-        "../../scripts/score_anatomy.py"
+        "../../scripts/anatomy_family.py"
 
 
-rule score_taxa:
-    """Every head's row-centred score profile around the diagonal over many documents and
-    query positions: dip at 0, bump at -1, trend; taxa and the P6 split (P13). The rows
-    come from the shared pass (attention_statistics)."""
-    input:
-        statistics=rules.attention_statistics.output.h5,
-        taxonomy=rules.diagonal_taxonomy.output.table,
-        heads=rules.diagonal_taxonomy.output.heads,
-    output:
-        table=report(
-            "results/{model}/anatomy/taxa.csv",
-            caption="../report/score_taxa.rst",
-            category="P",
-            subcategory="Score anatomy (P12, P13)",
-        ),
-        profiles="results/{model}/anatomy/profiles.csv",
-        h5="results/{model}/anatomy/profiles.h5",
-        figure=report(
-            "results/{model}/anatomy/taxa.png",
-            caption="../report/score_taxa.rst",
-            category="P",
-            subcategory="Score anatomy (P12, P13)",
-        ),
-        scorecard="results/{model}/scorecard/score_taxa.csv",
-    log:
-        "logs/score_taxa/{model}.log",
-    wildcard_constraints:
-        model=regex(MODELS),
-    conda:
-        "../envs/posmech.yaml"
-    params:
-        anatomy=section_params("anatomy"),
-    script:
-        "../../scripts/score_taxa.py"
-
-
-collect(rules.score_anatomy, model=selected(config, "anatomy", "models"))
-collect(rules.score_taxa, model=selected(config, "anatomy", "models"))
+collect(rules.anatomy, model=selected(config, "anatomy", "models"))

@@ -7,31 +7,59 @@ except PosmechError as err:
     raise WorkflowError(str(err)) from None
 
 
-rule random_token_patterns:
-    """Mean attention of every head over random-token sequences (L1); the previous-token,
-    look-back-two and induction heads (found or pinned) in head_roles.csv."""
+rule attn_only:
+    """The attn_only family (docs/workflow.md, "Families"), one job per model:
+    random_token_patterns: Mean attention of every head over random-token sequences (L1); the previous-token,
+    look-back-two and induction heads (found or pinned) in head_roles.csv;
+    input_decomposition: Scores and patterns of the previous-token and look-back-two heads with position-only,
+    token-only and both inputs (L2, L5); the position-only pattern (L3)."""
     input:
         manifest=rules.fetch_model.output.manifest,
     output:
-        table=report(
+        random_token_patterns__table=report(
             "results/{model}/attn_only/random_token_patterns.csv",
             caption="../report/random_token_patterns.rst",
             category="L",
             subcategory="Attention-only family (L1-L5)",
         ),
-        masses="results/{model}/attn_only/random_token_masses.csv",
-        heads="results/{model}/attn_only/head_roles.csv",
-        figure=report(
+        random_token_patterns__masses="results/{model}/attn_only/random_token_masses.csv",
+        random_token_patterns__heads="results/{model}/attn_only/head_roles.csv",
+        random_token_patterns__figure=report(
             "results/{model}/attn_only/random_token_patterns.png",
             caption="../report/random_token_patterns.rst",
             category="L",
             subcategory="Attention-only family (L1-L5)",
         ),
-        scorecard="results/{model}/scorecard/random_token_patterns.csv",
+        random_token_patterns__scorecard="results/{model}/scorecard/random_token_patterns.csv",
+        input_decomposition__table=report(
+            "results/{model}/attn_only/input_decomposition.csv",
+            caption="../report/input_decomposition.rst",
+            category="L",
+            subcategory="Attention-only family (L1-L5)",
+        ),
+        input_decomposition__previous=report(
+            "results/{model}/attn_only/decomposition_previous.png",
+            caption="../report/input_decomposition.rst",
+            category="L",
+            subcategory="Attention-only family (L1-L5)",
+        ),
+        input_decomposition__position_only=report(
+            "results/{model}/attn_only/position_only_previous.png",
+            caption="../report/position_only_previous.rst",
+            category="L",
+            subcategory="Attention-only family (L1-L5)",
+        ),
+        input_decomposition__look_back_two=report(
+            "results/{model}/attn_only/decomposition_look_back_two.png",
+            caption="../report/input_decomposition.rst",
+            category="L",
+            subcategory="Attention-only family (L1-L5)",
+        ),
+        input_decomposition__scorecard="results/{model}/scorecard/input_decomposition.csv",
     log:
-        "logs/random_token_patterns/{model}.log",
+        "logs/attn_only/{model}.log",
     benchmark:
-        "benchmarks/random_token_patterns/{model}.tsv"
+        "benchmarks/attn_only/{model}.tsv"
     wildcard_constraints:
         model=regex(MODELS),
     conda:
@@ -52,63 +80,7 @@ rule random_token_patterns:
         entry=model_entry,
         cfg=attn_only_params,
     script:
-        "../../scripts/random_token_patterns.py"
-
-
-rule input_decomposition:
-    """Scores and patterns of the previous-token and look-back-two heads with position-only,
-    token-only and both inputs (L2, L5); the position-only pattern (L3)."""
-    input:
-        manifest=rules.fetch_model.output.manifest,
-        heads=rules.random_token_patterns.output.heads,
-    output:
-        table=report(
-            "results/{model}/attn_only/input_decomposition.csv",
-            caption="../report/input_decomposition.rst",
-            category="L",
-            subcategory="Attention-only family (L1-L5)",
-        ),
-        previous=report(
-            "results/{model}/attn_only/decomposition_previous.png",
-            caption="../report/input_decomposition.rst",
-            category="L",
-            subcategory="Attention-only family (L1-L5)",
-        ),
-        position_only=report(
-            "results/{model}/attn_only/position_only_previous.png",
-            caption="../report/position_only_previous.rst",
-            category="L",
-            subcategory="Attention-only family (L1-L5)",
-        ),
-        look_back_two=report(
-            "results/{model}/attn_only/decomposition_look_back_two.png",
-            caption="../report/input_decomposition.rst",
-            category="L",
-            subcategory="Attention-only family (L1-L5)",
-        ),
-        scorecard="results/{model}/scorecard/input_decomposition.csv",
-    log:
-        "logs/input_decomposition/{model}.log",
-    benchmark:
-        "benchmarks/input_decomposition/{model}.tsv"
-    wildcard_constraints:
-        model=regex(MODELS),
-    conda:
-        "../envs/posmech.yaml"
-    threads: 2
-    resources:
-        gpu=heavy_resources,
-        mem_mb=heavy_mem_mb_for(
-            config["attn_only"]["batch_size"],
-            keeps=("patterns", "residuals"),
-            n_tokens=attn_only_tokens("n_tokens"),
-        ),
-        runtime=attn_only_runtime(2 * config["attn_only"]["n_sequences"]),
-    params:
-        entry=model_entry,
-        cfg=attn_only_params,
-    script:
-        "../../scripts/input_decomposition.py"
+        "../../scripts/attn_only_family.py"
 
 
 rule bos_induction:
@@ -116,7 +88,7 @@ rule bos_induction:
     attention row there (L4)."""
     input:
         manifest=rules.fetch_model.output.manifest,
-        heads=rules.random_token_patterns.output.heads,
+        heads=rules.attn_only.output.random_token_patterns__heads,
     output:
         table=report(
             "results/{model}/attn_only/bos_induction.csv",
@@ -155,6 +127,5 @@ rule bos_induction:
         "../../scripts/bos_induction.py"
 
 
-collect(rules.random_token_patterns, model=attn_only_models())
-collect(rules.input_decomposition, model=attn_only_models())
+collect(rules.attn_only, model=attn_only_models())
 collect(rules.bos_induction, model=attn_only_models(bos=True))

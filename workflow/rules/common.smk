@@ -309,7 +309,10 @@ def collect(proxy, when=True, report_tables=True, **values):
     for analysis, key in analyses_of(step).items():
         scorecard = step.output.get(key + "scorecard")
         expected = f"results/{{model}}/scorecard/{analysis}.csv"
-        if scorecard is not None and strip_wildcard_constraints(str(scorecard)) != expected:
+        if (
+            scorecard is not None
+            and strip_wildcard_constraints(str(scorecard)) != expected
+        ):
             raise WorkflowError(
                 f"the scorecard output of analysis {analysis} (rule {step.name}) must be "
                 f"{expected!r} (the report finds the analysis of a scorecard row by the file name)"
@@ -651,15 +654,38 @@ def head_table_sources():
     anatomy = selected(config, "anatomy", "models")
     # key: (the output, its analysis, the models of its config section)
     sources = {
-        "taxonomy": (rules.diagonal_taxonomy.output.table, "diagonal_taxonomy", taxonomy_models()),
-        "chosen": (rules.diagonal_taxonomy.output.heads, "diagonal_taxonomy", taxonomy_models()),
-        "taxa": (rules.score_taxa.output.table, "score_taxa", anatomy),
+        "taxonomy": (
+            rules.taxonomy.output.diagonal_taxonomy__table,
+            "diagonal_taxonomy",
+            taxonomy_models(),
+        ),
+        "chosen": (
+            rules.taxonomy.output.diagonal_taxonomy__heads,
+            "diagonal_taxonomy",
+            taxonomy_models(),
+        ),
+        "taxa": (rules.anatomy.output.score_taxa__table, "score_taxa", anatomy),
         "etc": (rules.kernels.output.etc_table__table, "etc_table", kernels_models()),
-        "classes": (rules.layer0_head_classes.output.table, "layer0_head_classes", contextual_models()),
-        "roles": (rules.random_token_patterns.output.heads, "random_token_patterns", attn_only_models()),
-        "masses": (rules.random_token_patterns.output.masses, "random_token_patterns", attn_only_models()),
+        "classes": (
+            rules.contextual.output.layer0_head_classes__table,
+            "layer0_head_classes",
+            contextual_models(),
+        ),
+        "roles": (
+            rules.attn_only.output.random_token_patterns__heads,
+            "random_token_patterns",
+            attn_only_models(),
+        ),
+        "masses": (
+            rules.attn_only.output.random_token_patterns__masses,
+            "random_token_patterns",
+            attn_only_models(),
+        ),
     }
-    return {k: (out, runs_on(analysis, models)) for k, (out, analysis, models) in sources.items()}
+    return {
+        k: (out, runs_on(analysis, models))
+        for k, (out, analysis, models) in sources.items()
+    }
 
 
 def head_table_models():

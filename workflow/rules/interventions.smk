@@ -1,29 +1,60 @@
 
 
-rule prev_knockout:
-    """Zero attention to the previous position at every period-th query in the early layers (P5)."""
+rule interventions:
+    """The interventions family (docs/workflow.md, "Families"), one job per model:
+    prev_knockout: Zero attention to the previous position at every period-th query in the early layers (P5);
+    repeated_tokens: The sharp head's previous-token attention on repeated consecutive tokens (P14);
+    induction_intervention: Redirect the sharp head's attention and scale its output on a repeat prompt (P16).
+    """
     input:
         manifest=rules.fetch_model.output.manifest,
         tokens=interventions_tokens,
-        heads=rules.diagonal_taxonomy.output.heads,
+        heads=rules.taxonomy.output.diagonal_taxonomy__heads,
+        prompt=induction_prompt,
     output:
-        table=report(
+        prev_knockout__table=report(
             "results/{model}/interventions/prev_knockout.csv",
             caption="../report/prev_knockout.rst",
             category="P",
             subcategory="Interventions (P5, P14-P16)",
         ),
-        figure=report(
+        prev_knockout__figure=report(
             "results/{model}/interventions/prev_knockout.png",
             caption="../report/prev_knockout.rst",
             category="P",
             subcategory="Interventions (P5, P14-P16)",
         ),
-        scorecard="results/{model}/scorecard/prev_knockout.csv",
+        prev_knockout__scorecard="results/{model}/scorecard/prev_knockout.csv",
+        repeated_tokens__table=report(
+            "results/{model}/interventions/repeated_tokens.csv",
+            caption="../report/repeated_tokens.rst",
+            category="P",
+            subcategory="Interventions (P5, P14-P16)",
+        ),
+        repeated_tokens__figure=report(
+            "results/{model}/interventions/repeated_tokens.png",
+            caption="../report/repeated_tokens.rst",
+            category="P",
+            subcategory="Interventions (P5, P14-P16)",
+        ),
+        repeated_tokens__scorecard="results/{model}/scorecard/repeated_tokens.csv",
+        induction_intervention__table=report(
+            "results/{model}/interventions/induction_intervention.csv",
+            caption="../report/induction_intervention.rst",
+            category="P",
+            subcategory="Interventions (P5, P14-P16)",
+        ),
+        induction_intervention__figure=report(
+            "results/{model}/interventions/induction_intervention.png",
+            caption="../report/induction_intervention.rst",
+            category="P",
+            subcategory="Interventions (P5, P14-P16)",
+        ),
+        induction_intervention__scorecard="results/{model}/scorecard/induction_intervention.csv",
     log:
-        "logs/prev_knockout/{model}.log",
+        "logs/interventions/{model}.log",
     benchmark:
-        "benchmarks/prev_knockout/{model}.tsv"
+        "benchmarks/interventions/{model}.tsv"
     wildcard_constraints:
         model=regex(MODELS),
     conda:
@@ -32,13 +63,15 @@ rule prev_knockout:
     resources:
         gpu=heavy_resources,
         mem_mb=heavy_mem_mb,
-        runtime=heavy_runtime_for(3, config["interventions"]["n_documents"]),
+        # prev_knockout 3 passes and repeated_tokens 2 over the documents; the induction
+        # intervention's 4 passes over one prompt count as one more
+        runtime=heavy_runtime_for(6, config["interventions"]["n_documents"]),
     params:
         entry=model_entry,
         cfg=interventions_params,
         corpus=interventions_corpus,
     script:
-        "../../scripts/prev_knockout.py"
+        "../../scripts/interventions_family.py"
 
 
 rule extended_averaging:
@@ -46,8 +79,8 @@ rule extended_averaging:
     input:
         manifest=rules.fetch_model.output.manifest,
         tokens=interventions_tokens,
-        heads=rules.diagonal_taxonomy.output.heads,
-        extended=rules.extended_positional_embeddings.output.h5,
+        heads=rules.taxonomy.output.diagonal_taxonomy__heads,
+        extended=rules.geometry.output.extended_positional_embeddings__h5,
     output:
         table=report(
             "results/{model}/interventions/extended_averaging.csv",
@@ -83,88 +116,5 @@ rule extended_averaging:
         "../../scripts/extended_averaging.py"
 
 
-rule repeated_tokens:
-    """The sharp head's previous-token attention on repeated consecutive tokens (P14)."""
-    input:
-        manifest=rules.fetch_model.output.manifest,
-        tokens=interventions_tokens,
-        heads=rules.diagonal_taxonomy.output.heads,
-    output:
-        table=report(
-            "results/{model}/interventions/repeated_tokens.csv",
-            caption="../report/repeated_tokens.rst",
-            category="P",
-            subcategory="Interventions (P5, P14-P16)",
-        ),
-        figure=report(
-            "results/{model}/interventions/repeated_tokens.png",
-            caption="../report/repeated_tokens.rst",
-            category="P",
-            subcategory="Interventions (P5, P14-P16)",
-        ),
-        scorecard="results/{model}/scorecard/repeated_tokens.csv",
-    log:
-        "logs/repeated_tokens/{model}.log",
-    benchmark:
-        "benchmarks/repeated_tokens/{model}.tsv"
-    wildcard_constraints:
-        model=regex(MODELS),
-    conda:
-        "../envs/posmech.yaml"
-    threads: 2
-    resources:
-        gpu=heavy_resources,
-        mem_mb=heavy_mem_mb,
-        runtime=heavy_runtime_for(2, config["interventions"]["n_documents"]),
-    params:
-        entry=model_entry,
-        cfg=interventions_params,
-        corpus=interventions_corpus,
-    script:
-        "../../scripts/repeated_tokens.py"
-
-
-rule induction_intervention:
-    """Redirect the sharp head's attention and scale its output on a repeat prompt (P16)."""
-    input:
-        manifest=rules.fetch_model.output.manifest,
-        heads=rules.diagonal_taxonomy.output.heads,
-        prompt=induction_prompt,
-    output:
-        table=report(
-            "results/{model}/interventions/induction_intervention.csv",
-            caption="../report/induction_intervention.rst",
-            category="P",
-            subcategory="Interventions (P5, P14-P16)",
-        ),
-        figure=report(
-            "results/{model}/interventions/induction_intervention.png",
-            caption="../report/induction_intervention.rst",
-            category="P",
-            subcategory="Interventions (P5, P14-P16)",
-        ),
-        scorecard="results/{model}/scorecard/induction_intervention.csv",
-    log:
-        "logs/induction_intervention/{model}.log",
-    benchmark:
-        "benchmarks/induction_intervention/{model}.tsv"
-    wildcard_constraints:
-        model=regex(MODELS),
-    conda:
-        "../envs/posmech.yaml"
-    threads: 2
-    resources:
-        gpu=heavy_resources,
-        mem_mb=heavy_mem_mb,
-        runtime=heavy_runtime_for(4, 1),
-    params:
-        entry=model_entry,
-        cfg=interventions_params,
-    script:
-        "../../scripts/induction_intervention.py"
-
-
-collect(rules.prev_knockout, model=interventions_models())
+collect(rules.interventions, model=interventions_models())
 collect(rules.extended_averaging, model=interventions_models())
-collect(rules.repeated_tokens, model=interventions_models())
-collect(rules.induction_intervention, model=interventions_models())

@@ -67,7 +67,9 @@ rule kernels:
             rules.kernels.output.kernel_heatmaps__selected, wc
         ),
         heatmap=lambda wc: str(rules.etc_heatmap.output.figure),
-        profiles=lambda wc: output_of(rules.kernels.output.kernel_heatmaps__profiles, wc),
+        profiles=lambda wc: output_of(
+            rules.kernels.output.kernel_heatmaps__profiles, wc
+        ),
     script:
         "../../scripts/kernels_family.py"
 

@@ -70,7 +70,8 @@ rule build_twin:
     (posmech.models.twin; config section `twins`)."""
     input:
         parent=lambda wc: output_of(
-            rules.fetch_model.output.manifest, model=config["models"][wc.model]["twin_of"]
+            rules.fetch_model.output.manifest,
+            model=config["models"][wc.model]["twin_of"],
         ),
     output:
         manifest=rules.fetch_model.output.manifest,

@@ -1,20 +1,37 @@
 # Cheap (read HDF5, classify, plot): run locally also with profiles/slurm (docs/cluster.md).
-localrules:
-    diagonal_taxonomy,
 
 
-rule attention_statistics:
-    """One forward pass over the web-text documents for the diagonal taxonomy (P6, P7) and,
+rule taxonomy:
+    """The taxonomy family (docs/workflow.md, "Families"), one job per model:
+    attention_statistics: One forward pass over the web-text documents for the diagonal taxonomy (P6, P7) and,
     for the anatomy models, the score taxa (P13): diagonal sums and P13 row windows of every
-    head; a document both sections use runs once (analyses/attention_statistics.py)."""
+    head; a document both sections use runs once (analyses/attention_statistics.py);
+    diagonal_taxonomy: Mean attention per diagonal offset for every head; previous-token heads (P6), their
+    ranking (P7), TransformerLens's head_detector score; the chosen sharp / early heads.
+    """
     input:
-        unpack(attention_statistics_inputs),
+        unpack(attention_statistics_inputs),  # the manifest, the tokens
     output:
-        h5="results/{model}/taxonomy/attention_statistics.h5",
+        attention_statistics__h5="results/{model}/taxonomy/attention_statistics.h5",
+        diagonal_taxonomy__table=report(
+            "results/{model}/taxonomy/taxonomy.csv",
+            caption="../report/diagonal_taxonomy.rst",
+            category="P",
+            subcategory="Previous-token heads (P2-P7)",
+        ),
+        diagonal_taxonomy__diagonals="results/{model}/taxonomy/diagonals.csv",
+        diagonal_taxonomy__heads="results/{model}/taxonomy/heads.csv",
+        diagonal_taxonomy__figure=report(
+            "results/{model}/taxonomy/taxonomy.png",
+            caption="../report/diagonal_taxonomy.rst",
+            category="P",
+            subcategory="Previous-token heads (P2-P7)",
+        ),
+        diagonal_taxonomy__scorecard="results/{model}/scorecard/diagonal_taxonomy.csv",
     log:
-        "logs/attention_statistics/{model}.log",
+        "logs/taxonomy/{model}.log",
     benchmark:
-        "benchmarks/attention_statistics/{model}.tsv"
+        "benchmarks/taxonomy/{model}.tsv"
     wildcard_constraints:
         model=regex(MODELS),
     conda:
@@ -33,42 +50,7 @@ rule attention_statistics:
         taxonomy=section_params("taxonomy"),
         anatomy=anatomy_pass_params,
     script:
-        "../../scripts/attention_statistics.py"
-
-
-rule diagonal_taxonomy:
-    """Mean attention per diagonal offset for every head; previous-token heads (P6), their
-    ranking (P7), TransformerLens's head_detector score; the chosen sharp / early heads.
-    """
-    input:
-        manifest=rules.fetch_model.output.manifest,
-        statistics=rules.attention_statistics.output.h5,
-    output:
-        table=report(
-            "results/{model}/taxonomy/taxonomy.csv",
-            caption="../report/diagonal_taxonomy.rst",
-            category="P",
-            subcategory="Previous-token heads (P2-P7)",
-        ),
-        diagonals="results/{model}/taxonomy/diagonals.csv",
-        heads="results/{model}/taxonomy/heads.csv",
-        figure=report(
-            "results/{model}/taxonomy/taxonomy.png",
-            caption="../report/diagonal_taxonomy.rst",
-            category="P",
-            subcategory="Previous-token heads (P2-P7)",
-        ),
-        scorecard="results/{model}/scorecard/diagonal_taxonomy.csv",
-    log:
-        "logs/diagonal_taxonomy/{model}.log",
-    wildcard_constraints:
-        model=regex(MODELS),
-    conda:
-        "../envs/posmech.yaml"
-    params:
-        taxonomy=section_params("taxonomy"),
-    script:
-        "../../scripts/diagonal_taxonomy.py"
+        "../../scripts/taxonomy_family.py"
 
 
 rule posembed_averaging:
@@ -121,7 +103,7 @@ rule posembed_attention:
     input:
         manifest=rules.fetch_model.output.manifest,
         tokens=section_tokens("posembed_attention"),
-        heads=rules.diagonal_taxonomy.output.heads,
+        heads=rules.taxonomy.output.diagonal_taxonomy__heads,
     output:
         table=report(
             "results/{model}/posembed/attention.csv",
@@ -157,7 +139,6 @@ rule posembed_attention:
         "../../scripts/posembed_attention.py"
 
 
-collect(rules.attention_statistics, model=taxonomy_models())
-collect(rules.diagonal_taxonomy, model=taxonomy_models())
+collect(rules.taxonomy, model=taxonomy_models())
 collect(rules.posembed_averaging, model=taxonomy_models("posembed_averaging"))
 collect(rules.posembed_attention, model=taxonomy_models("posembed_attention"))
