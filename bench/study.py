@@ -244,10 +244,21 @@ def mem_request(rule: str, cfg: dict) -> int:
     return mem_mb(KNOWN_HUB_MODELS["gpt2"], "float32", batch, **({} if keeps is None else {"keeps": keeps}))
 
 
+def per_analysis(rec: dict) -> list[dict]:
+    """A family job's record (docs/workflow.md, "Families") as one row per analysis: its own
+    CPU s and forward passes (the first analysis also carries the job's imports and model
+    load), the job's peak RSS and probe; any other job's record as it is."""
+    if not rec.get("analyses"):
+        return [rec]
+    return [{**rec, "rule": a["analysis"], "cpu_s": a["cpu_s"], "wall_s": a["wall_s"], "forwards": a["forwards"],
+             "log": f"{rec['log']}: {a['analysis']}"} for a in rec["analyses"]]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workdir", default="/tmp/posmech-study")
-    ap.add_argument("--rules", nargs="*", help="run only these rules (and what they need): snakemake --until")
+    ap.add_argument("--rules", nargs="*", help="run only these rules (and what they need): snakemake --until; an "
+                    "analysis of a family is run by its family's rule (docs/workflow.md, Families)")
     ap.add_argument("--floor-rounds", type=int, default=2, help="floor rounds before and after the run each")
     ap.add_argument("--probe-rounds", type=int, default=3,
                     help="bare 1x1024 passes each job with forward passes times after its work (POSMECH_PERF_PROBE_ROUNDS)")
@@ -278,7 +289,7 @@ def main() -> None:
                "--configfile", str(cfgfile), "--cores", "2", "--workflow-profile", str(REPO / "profiles/default"),
                "--quiet", "rules", "--keep-going",
                # the attn_only rules are attn-only-2l's in the study (an empty model list means all)
-               "--omit-from", "random_token_patterns", "input_decomposition", "bos_induction"]
+               "--omit-from", "attn_only", "bos_induction"]
         if args.rules:
             cmd += ["--until", *args.rules]
         from posmech.perf import PROBE_ENV, PROBE_ROUNDS_ENV
@@ -294,7 +305,7 @@ def main() -> None:
     for p in sorted((work / "logs").rglob("*.perf.json")):
         rec = json.loads(p.read_text())
         rec["log"] = str(p.relative_to(work / "logs"))
-        records.append(rec)
+        records += per_analysis(rec)
     shapes = sorted({shape_of(k) for r in records for k in r["forwards"]} | set(idle_shapes))
     after = floor_per_pass(model_dir, shapes, args.floor_rounds)
     for s, v in after.items():

@@ -102,3 +102,18 @@ def test_every_writer_agrees_with_the_kind_table(tmp_path):
         with artifact_writer(tmp_path / "t.h5", "tokens", "cache_activations"):
             pass
     assert not list(tmp_path.iterdir())
+
+
+def test_an_analysis_of_a_family_is_rerun_through_its_familys_rule(tmp_path):
+    """A damaged kernels.h5 names the analysis that wrote it and the rule that runs it
+    (its family's, docs/workflow.md "Families"): `--forcerun positional_kernels` would be
+    refused by Snakemake, which has no such rule."""
+    path = tmp_path / "kernels.h5"
+    with artifact_writer(path, "kernels", "positional_kernels") as f:
+        f["x"] = np.arange(3)
+    with h5py.File(path, "a") as f:
+        f.attrs["complete"] = False
+    with pytest.raises(PosmechError) as err:
+        open_artifact(path, "kernels")
+    msg = str(err.value)
+    assert "Rerun rule `kernels` (analysis `positional_kernels`)" in msg and "snakemake --forcerun kernels" in msg

@@ -121,7 +121,7 @@ def test_no_run_path_outside_an_output_block():
             for _, p in PATH_LITERAL.findall(line):
                 if (f, no) in outputs or (REPO / p).is_file():
                     continue
-                if f.name == "common.smk" and p == "results/{{model}}/scorecard/{step.name}.csv":
+                if f.name == "common.smk" and p == "results/{{model}}/scorecard/{analysis}.csv":
                     continue
                 strays.append(f"{f.name}:{no}: {p}")
     assert not strays, "\n".join(strays)
@@ -211,7 +211,7 @@ def test_collect_derives_targets_scorecards_figures_and_tables_from_the_rule(tmp
 @pytest.mark.skipif(not SNAKEMAKE.exists(), reason="snakemake not installed next to this Python")
 @pytest.mark.parametrize("output, call, message", [
     ('scorecard="results/{model}/scorecard/other.csv"', 'model=["a"]',
-     "the scorecard output of rule bad must be 'results/{model}/scorecard/bad.csv'"),
+     "the scorecard output of analysis bad (rule bad) must be 'results/{model}/scorecard/bad.csv'"),
     ('"results/{model}/bad.csv"', 'model=["a"]', "name every output of rule bad"),
     ('table="results/{model}/{corpus}/bad.csv"', 'model=["a"]',
      "collect(rules.bad): give one list of values per wildcard of its outputs (corpus, model), got model"),
@@ -283,7 +283,7 @@ def test_workflow_catalog_file_matches_the_workflow():
 
 def test_the_head_roles_table_and_the_taxonomy_heads_resolve_to_their_own_rules(tmp_path):
     """results/{model}/heads.csv (rule head_table) and results/{model}/taxonomy/heads.csv (rule
-    diagonal_taxonomy) share a file name; the head table's model wildcard is one of the run's
+    taxonomy, analysis diagonal_taxonomy) share a file name; the head table's model wildcard is one of the run's
     model names (never with '/'), so neither path is ambiguous (a dry run of the demo config)."""
     proc = subprocess.run(
         [str(SNAKEMAKE), "results/demo/heads.csv", "results/demo/taxonomy/heads.csv", "-n", "-s",
@@ -294,5 +294,5 @@ def test_the_head_roles_table_and_the_taxonomy_heads_resolve_to_their_own_rules(
     jobs = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    output: (.*)$", proc.stdout, re.M)
     by_rule = {rule: out for rule, out in jobs}
     assert by_rule["head_table"] == "results/demo/heads.csv"
-    assert "results/demo/taxonomy/heads.csv" in by_rule["diagonal_taxonomy"]
+    assert "results/demo/taxonomy/heads.csv" in by_rule["taxonomy"]  # the taxonomy family
     assert "Ambiguous" not in proc.stdout + proc.stderr

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from posmech.families import FAMILIES
 from posmech.models.architecture import Architecture
 
 
@@ -137,6 +138,21 @@ RULES: dict[str, Needs] = {
     "input_decomposition": Needs(after=("random_token_patterns",)),
     "bos_induction": Needs(after=("random_token_patterns",)),
 }
+
+
+def family_problems(arch: Architecture | None, families: Mapping[str, tuple[str, ...]] = FAMILIES,
+                    rules: Mapping[str, Needs] = RULES) -> list[str]:
+    """Families that a model of architecture ``arch`` would split: some analyses applicable,
+    others not (each named with its reason). ``None`` (an architecture not known before
+    the run) splits none: every analysis is scheduled and checks at run time."""
+    out: list[str] = []
+    if arch is None:
+        return out
+    for family, analyses in families.items():
+        whys = {a: why_not(a, arch, rules) for a in analyses}
+        if len({w is None for w in whys.values()}) > 1:
+            out.append(f"family {family}: " + "; ".join(f"{a}: {w or 'applicable'}" for a, w in whys.items()))
+    return out
 
 
 def why_not(rule: str, arch: Architecture, rules: Mapping[str, Needs] = RULES,

@@ -29,6 +29,7 @@ import h5py
 import numpy as np
 
 from posmech.errors import PosmechError
+from posmech.families import rule_of
 from posmech.io import atomic_path
 
 SCHEMA_VERSION = 1
@@ -213,10 +214,17 @@ def open_artifact(path: str | os.PathLike[str], kind: str | None = None) -> h5py
     if problem:
         f.close()
         raise PosmechError(
-            f"artifact {str(p)!r} is not usable: {problem}. Rerun rule `{rule}` "
-            f"(e.g. `snakemake --forcerun {rule}`)"
+            f"artifact {str(p)!r} is not usable: {problem}. Rerun {_rerun(rule)} "
+            f"(e.g. `snakemake --forcerun {rule_of(str(rule))}`)"
         )
     return f
+
+
+def _rerun(analysis: str) -> str:
+    """``rule `x``` or, for an analysis of a family (posmech.families), ``rule `family`
+    (analysis `x`)``."""
+    rule = rule_of(str(analysis))
+    return f"rule `{rule}`" + (f" (analysis `{analysis}`)" if rule != analysis else "")
 
 
 def require_datasets(f: h5py.File, path: str | os.PathLike[str], names: list[str]) -> None:
@@ -228,8 +236,8 @@ def require_datasets(f: h5py.File, path: str | os.PathLike[str], names: list[str
         rule = f.attrs.get("rule", "the rule that writes it")
         raise PosmechError(
             f"artifact {str(path)!r} lacks dataset(s) {', '.join(missing)} although it is marked complete "
-            f"(edited or damaged after it was written): rerun rule `{rule}` "
-            f"(`snakemake --forcerun {rule}`)"
+            f"(edited or damaged after it was written): rerun {_rerun(rule)} "
+            f"(`snakemake --forcerun {rule_of(str(rule))}`)"
         )
 
 

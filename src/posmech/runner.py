@@ -282,6 +282,7 @@ def run(smk: Any, main: Callable[[Any, logging.Logger], None]) -> None:
     set_threads(max(1, int(getattr(smk, "threads", 1) or 1)))
     t0 = time.perf_counter()
     rule = getattr(smk, "rule", "?")
+    _CURRENT.clear()  # a family's analysis that failed stays named until the next job
     finished = False
     analyses: list[dict[str, Any]] | None = getattr(main, "analyses", None)
     try:
@@ -319,7 +320,8 @@ def run(smk: Any, main: Callable[[Any, logging.Logger], None]) -> None:
     log.info("rule %s done in %.1f s", rule, time.perf_counter() - t0)
 
 
-#: the analysis of a family job now running (its name in the error line of :func:`run`)
+#: the analysis of a family job now running (its name in the error line of :func:`run`;
+#: left in place when it fails, cleared when the next job starts)
 _CURRENT: list[str] = []
 #: separates an analysis's name from its own key in a family rule's input, output and params
 SEP = "__"
@@ -401,7 +403,7 @@ def run_family(smk: Any, analyses: list[Analysis]) -> None:
     ``scripts/<analysis>.py``), in one process, so the family pays one interpreter, one
     set of imports and one Snakemake job per model instead of one per analysis.  The log
     says where each analysis starts and what it cost; the job's ``PERF`` record lists
-    each analysis's CPU and wall seconds (``analyses``)."""
+    each analysis's CPU and wall seconds and forward passes by shape (``analyses``)."""
     from posmech import perf
 
     def main(smk: Any, log: logging.Logger) -> None:
@@ -409,12 +411,13 @@ def run_family(smk: Any, analyses: list[Analysis]) -> None:
             name = fn.__module__.rsplit(".", 1)[-1]
             view = analysis_view(smk, name, links)
             log.info("analysis %s (rule %s, %d/%d)", name, getattr(smk, "rule", "?"), i, len(analyses))
-            c0, t0 = perf._cpu_s(), time.perf_counter()
+            c0, t0, f0 = perf._cpu_s(), time.perf_counter(), perf.forwards()
             _CURRENT.append(f"{getattr(smk, 'rule', '?')} (analysis {name})")
             fn(view, log)
             _CURRENT.pop()
             cpu, wall = perf._cpu_s() - c0, time.perf_counter() - t0
-            record.append({"analysis": name, "cpu_s": round(cpu, 3), "wall_s": round(wall, 3)})
+            made = {k: n - f0.get(k, 0) for k, n in perf.forwards().items() if n > f0.get(k, 0)}
+            record.append({"analysis": name, "cpu_s": round(cpu, 3), "wall_s": round(wall, 3), "forwards": made})
             log.info("analysis %s done: %.1f CPU s, %.1f s", name, cpu, wall)
 
     record: list[dict[str, Any]] = []

@@ -213,7 +213,7 @@ def test_split_of_previous_token_heads_counts_every_taxon():
     taxa = pd.DataFrame({"head_name": ["L0H0", "L0H1", "L0H2"], "taxon": ["dark diagonal", "neither", "neither"]})
     tax = pd.DataFrame({"head_name": ["L0H0", "L0H1", "L0H2"], "is_previous_token": [True, True, False]})
     assert sa.split_of_previous_token_heads(taxa, tax) == {"dark diagonal": 1, "bright sub-diagonal": 0, "neither": 1}
-    with pytest.raises(PosmechError, match="rerun rule `diagonal_taxonomy`"):
+    with pytest.raises(PosmechError, match=r"rerun rule `taxonomy` \(analysis `diagonal_taxonomy`\)"):
         sa.split_of_previous_token_heads(taxa, tax.assign(head_name=["L9H9", "L0H1", "L0H2"]))
     rows = sa.taxa_scorecard(taxa.assign(layer=0, head=[0, 1, 2]), {"neither": 1}, "m", "d", "t.csv")
     assert [r["value"] for r in rows[:2]] == [["L0H0"], []]

@@ -236,7 +236,7 @@ def test_read_chosen_heads_rejects_bad_tables(tmp_path):
     write_table(chosen_heads_frame("m", [{"role": "early", "head_name": "L0H1", "score": 0.1, "rule": "x"}]), p)
     with pytest.raises(PosmechError, match="exactly one `sharp`"):
         read_chosen_heads(p)
-    with pytest.raises(PosmechError, match="rerun rule `diagonal_taxonomy`"):
+    with pytest.raises(PosmechError, match=r"rerun rule `taxonomy` \(analysis `diagonal_taxonomy`\)"):
         read_chosen_heads(tmp_path / "absent.csv")
     with pytest.raises(PosmechError, match="L<layer>H<head>"):
         chosen_heads_frame("m", [{"role": "sharp", "head_name": "4.11", "score": 0, "rule": "x"}])

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from safetensors import safe_open
 
-from posmech.applicability import RULES, Needs, Requirement, check_table, not_applicable, why_not
+from posmech.applicability import FAMILIES, RULES, Needs, Requirement, check_table, family_problems, not_applicable, why_not
 from posmech.config import load_schema, validate_config
 from posmech.errors import PosmechError
 from posmech.findings import Finding, judge
@@ -145,6 +145,24 @@ def test_applicability_by_scheme(dirs):
     assert not_applicable(gpt2) == {} and not_applicable(None) == {}
     # every table rule either runs on GPT-2 or not: the table decides every rule it names
     assert all(why_not(r, gpt2) is None for r in RULES)
+
+
+def test_every_family_runs_on_a_model_all_or_not_at_all(dirs):
+    """A family's analyses share one job (docs/workflow.md, "Families"): on every architecture
+    they are all applicable or none is; every family analysis is in the table once."""
+    archs = [read_architecture(d) for d in dirs.values()] + [
+        train_architecture({"architecture": a}) for a in ("gpt2", "attn_only", "llama")] + [
+        architecture({"model_type": "gpt_bigcode", "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 32}), None]
+    for arch in archs:
+        assert family_problems(arch) == [], arch
+    named = [a for analyses in FAMILIES.values() for a in analyses]
+    assert len(named) == len(set(named)) and set(named) <= set(RULES)
+    # a family split by its requirements is named with the analysis that cannot run
+    split = {**RULES, "layer1_patterns": Needs(("mlp",))}
+    attn = train_architecture({"architecture": "attn_only"})
+    assert family_problems(attn, rules=split) == [
+        "family contextual: " + "; ".join(f"{a}: applicable" for a in FAMILIES["contextual"][:-1])
+        + f"; layer1_patterns: {why_not('layer1_patterns', attn, split)}"]
 
 
 def test_one_entry_makes_a_rule_applicable(dirs):

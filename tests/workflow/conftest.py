@@ -42,3 +42,17 @@ def ci_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if proc.returncode != 0:
         pytest.fail(f"CI-sized DAG failed (rc {proc.returncode}):\n{proc.stderr[-6000:]}")
     return workdir
+
+
+def analyses_run(workdir: Path, model: str) -> dict[str, dict]:
+    """``{analysis: its record}`` of every analysis that ran on ``model``: a family job's
+    ``PERF`` record lists its analyses (``logs/<family>/<model>.log.perf.json``, posmech.runner
+    .run_family); a rule of its own is one analysis, its own name, with the job's record."""
+    import json
+
+    out: dict[str, dict] = {}
+    for perf in (workdir / "logs").glob(f"*/{model}.log.perf.json"):
+        rec = json.loads(perf.read_text())
+        for a in rec.get("analyses") or [{"analysis": perf.parent.name}]:
+            out[a["analysis"]] = {**rec, **a}
+    return out

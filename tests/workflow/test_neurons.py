@@ -75,8 +75,8 @@ def test_a_neuron_beyond_d_mlp_is_an_error_naming_the_key(ci_run, tmp_path: Path
     cfg["neurons"]["neurons"] = [3, 100000]
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(cfg))
-    proc = snakemake(work, "results/demo/neurons/extended_tokens.h5", "--forcerun", "extended_token_embeddings",
+    proc = snakemake(work, "results/demo/neurons/extended_tokens.h5", "--forcerun", "neurons",
                      configfile=bad, timeout=600)
     assert proc.returncode != 0
-    log = (work / "logs/extended_token_embeddings/demo.log").read_text()
+    log = (work / "logs/neurons/demo.log").read_text()  # the neurons family's job
     assert "config key `neurons.neurons` (model demo): neuron(s) [100000] beyond the layer-0 MLP" in log

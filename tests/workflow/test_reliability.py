@@ -203,12 +203,12 @@ def test_sigterm_after_a_job_explains_that_nothing_failed(ci_run, tmp_path_facto
     shutil.copytree(ci_run, work, symlinks=True)
     err = work / "stderr.txt"
     cmd = [SNAKEMAKE, "--snakefile", str(REPO / "workflow" / "Snakefile"), "--directory", str(work),
-           "--configfile", str(REPO / "config" / "ci.yaml"), "--cores", "1", "--forcerun", "positional_kernels"]
+           "--configfile", str(REPO / "config" / "ci.yaml"), "--cores", "1", "--forcerun", "kernels"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     with open(err, "w") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=work)
         deadline = time.monotonic() + 600
-        while proc.poll() is None and "rule positional_kernels" not in _read(err) and time.monotonic() < deadline:
+        while proc.poll() is None and "rule kernels" not in _read(err) and time.monotonic() < deadline:
             time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=900)

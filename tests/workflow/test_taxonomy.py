@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import yaml
 
 from posmech.analyses.taxonomy import HEADS_COLUMNS, read_chosen_heads
 from posmech.hdf5 import open_artifact
 from posmech.tables import read_table
+from tests.workflow.conftest import analyses_run
 
 REPO_PUBLISHED = __import__("pathlib").Path(__file__).resolve().parents[2] / "resources" / "published.yaml"
 
@@ -56,9 +55,10 @@ def test_taxonomy_and_score_taxa_share_one_pass_per_document(ci_run):
         assert int(f["diagonals"].attrs["n_documents"]) == 8 and int(f["profiles"].attrs["n_documents"]) == 8
         assert f["profiles/windows"].shape == (2, 2, 8 * (32 - 2 * 5 - 1), 11)
 
-    def passes(rule):
-        rec = json.loads((ci_run / f"logs/{rule}/demo.log.perf.json").read_text())
-        return sum(rec["forwards"].values())
+    ran = analyses_run(ci_run, "demo")  # family jobs record each analysis's passes
+
+    def passes(analysis):
+        return sum(ran[analysis]["forwards"].values())
 
     assert passes("attention_statistics") == 2  # 8 documents in batches of 4, once for both analyses
     assert passes("diagonal_taxonomy") == 0 and passes("score_taxa") == 0

@@ -85,13 +85,13 @@ def _not_applicable():
 NOT_APPLICABLE = _not_applicable()
 
 
-def _applicability_rules():
-    from posmech.applicability import RULES
+def _applicability_tables():
+    from posmech.applicability import FAMILIES, RULES
 
-    return RULES
+    return RULES, FAMILIES
 
 
-APPLICABILITY_RULES = _applicability_rules()
+APPLICABILITY_RULES, FAMILIES = _applicability_tables()
 
 
 def runs_on(rule, models):
@@ -305,6 +305,13 @@ def collect(proxy, when=True, report_tables=True, **values):
     if named != len(step.output):
         raise WorkflowError(
             f"name every output of rule {step.name} (key=path) so that it can be collected"
+        )
+    family = list(analyses_of(step)) != [step.name]
+    if family and tuple(analyses_of(step)) != FAMILIES.get(step.name):
+        raise WorkflowError(
+            f"rule {step.name}: its outputs name the analyses {', '.join(analyses_of(step))}; "
+            "posmech.applicability.FAMILIES must list the same, in the same order "
+            f"(it lists {', '.join(FAMILIES.get(step.name, ())) or 'none'})"
         )
     for analysis, key in analyses_of(step).items():
         scorecard = step.output.get(key + "scorecard")

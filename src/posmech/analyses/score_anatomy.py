@@ -666,12 +666,12 @@ def split_of_previous_token_heads(taxa: pd.DataFrame, taxonomy: pd.DataFrame) ->
     """How the P6 previous-token heads (``is_previous_token`` of the taxonomy table) split
     over the taxa: ``{taxon: count}`` for every taxon."""
     if "is_previous_token" not in taxonomy or "head_name" not in taxonomy:
-        raise PosmechError("the taxonomy table lacks `head_name`/`is_previous_token`; rerun rule `diagonal_taxonomy`")
+        raise PosmechError("the taxonomy table lacks `head_name`/`is_previous_token`; rerun rule `taxonomy` (analysis `diagonal_taxonomy`)")
     prev = set(taxonomy.loc[taxonomy["is_previous_token"].astype(bool), "head_name"])
     unknown = prev - set(taxa["head_name"])
     if unknown:
         raise PosmechError(f"the taxonomy table names heads {sorted(unknown)} that the model does not have; "
-                           "rerun rule `diagonal_taxonomy`")
+                           "rerun rule `taxonomy` (analysis `diagonal_taxonomy`)")
     sel = taxa[taxa["head_name"].isin(prev)]
     return {t: int((sel["taxon"] == t).sum()) for t in TAXA}
 

@@ -38,12 +38,12 @@ def read_chosen_heads(path: str | os.PathLike[str]) -> dict[str, list[str]]:
         df = read_table(path)
     except (OSError, ValueError) as err:
         raise PosmechError(
-            f"chosen-heads table {str(path)!r} is missing or unreadable ({err}); rerun rule `diagonal_taxonomy`"
+            f"chosen-heads table {str(path)!r} is missing or unreadable ({err}); rerun rule `taxonomy` (analysis `diagonal_taxonomy`)"
         ) from None
     missing = set(HEADS_COLUMNS) - set(df.columns)
     if missing:
         raise PosmechError(
-            f"chosen-heads table {str(path)!r} lacks columns {sorted(missing)}; rerun rule `diagonal_taxonomy`"
+            f"chosen-heads table {str(path)!r} lacks columns {sorted(missing)}; rerun rule `taxonomy` (analysis `diagonal_taxonomy`)"
         )
     out: dict[str, list[str]] = {r: [] for r in ROLES}
     for role, head in zip(df["role"], df["head_name"]):
