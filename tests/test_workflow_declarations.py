@@ -209,6 +209,34 @@ def test_collect_derives_targets_scorecards_figures_and_tables_from_the_rule(tmp
 
 
 @pytest.mark.skipif(not SNAKEMAKE.exists(), reason="snakemake not installed next to this Python")
+def test_a_family_rule_is_collected_per_analysis_and_must_match_the_families_table(tmp_path):
+    """A family rule (docs/workflow.md, "Families") named in posmech.families.FAMILIES: each
+    analysis's scorecard is found under the analysis's name; a family rule whose outputs
+    name other analyses than the table lists is refused before any job."""
+    family = """
+        rule kernels:
+            output:
+                positional_kernels__h5="results/{model}/k/kernels.h5",
+                etc_table__table=report("results/{model}/k/etc.csv", category="K"),
+                etc_table__scorecard="results/{model}/scorecard/etc_table.csv",
+                kernel_heatmaps__figure=report("results/{model}/k/k.png", category="K"),
+            shell:
+                "touch {output}"
+
+
+        collect(rules.kernels, model=["a"])
+        """
+    proc = _dry_run(tmp_path, family)
+    assert proc.returncode == 0, proc.stderr
+    assert _printed(proc, "SCORECARDS") == ["results/a/scorecard/etc_table.csv"]
+    assert _printed(proc, "FIGURES") == ["results/a/k/k.png"] and _printed(proc, "TABLES") == ["results/a/k/etc.csv"]
+    proc = _dry_run(tmp_path, family.replace("kernel_heatmaps__", "other__"))
+    assert proc.returncode != 0
+    assert ("rule kernels: its outputs name the analyses positional_kernels, etc_table, other; "
+            "posmech.families.FAMILIES must list the same") in proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(not SNAKEMAKE.exists(), reason="snakemake not installed next to this Python")
 @pytest.mark.parametrize("output, call, message", [
     ('scorecard="results/{model}/scorecard/other.csv"', 'model=["a"]',
      "the scorecard output of analysis bad (rule bad) must be 'results/{model}/scorecard/bad.csv'"),

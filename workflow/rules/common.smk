@@ -86,7 +86,8 @@ NOT_APPLICABLE = _not_applicable()
 
 
 def _applicability_tables():
-    from posmech.applicability import FAMILIES, RULES
+    from posmech.applicability import RULES
+    from posmech.families import FAMILIES
 
     return RULES, FAMILIES
 
@@ -310,7 +311,7 @@ def collect(proxy, when=True, report_tables=True, **values):
     if family and tuple(analyses_of(step)) != FAMILIES.get(step.name):
         raise WorkflowError(
             f"rule {step.name}: its outputs name the analyses {', '.join(analyses_of(step))}; "
-            "posmech.applicability.FAMILIES must list the same, in the same order "
+            "posmech.families.FAMILIES must list the same, in the same order "
             f"(it lists {', '.join(FAMILIES.get(step.name, ())) or 'none'})"
         )
     for analysis, key in analyses_of(step).items():
@@ -348,8 +349,8 @@ def analysis_of(step, key):
 
 def family_runs_on(step, models):
     """The models of ``models`` that every analysis of rule ``step`` can run on; a family
-    runs on a model all or not at all (posmech.applicability.FAMILIES keeps its analyses'
-    requirements equal)."""
+    runs on a model all or not at all (posmech.applicability.family_problems: its
+    analyses' requirements must agree; tested on every architecture)."""
     names = list(analyses_of(step))
     out = []
     for m in models:
