@@ -8,5 +8,5 @@ from posmech.runner import run_family
 
 run_family(snakemake, [  # noqa: F821
     (random_token_patterns.main, {}),
-    (input_decomposition.main, {'heads': 'random_token_patterns__heads'}),
+    (input_decomposition.main, {"heads": "random_token_patterns__heads"}),
 ])

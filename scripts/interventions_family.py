@@ -1,5 +1,6 @@
 """Rule interventions: the interventions family's job for one model (docs/workflow.md, "Families"):
-prev_knockout, repeated_tokens, induction_intervention, in one process (posmech.runner.run_family)."""
+prev_knockout, repeated_tokens, induction_intervention, in one process
+(posmech.runner.run_family)."""
 
 import induction_intervention
 import prev_knockout

@@ -8,5 +8,5 @@ from posmech.runner import run_family
 
 run_family(snakemake, [  # noqa: F821
     (attention_statistics.main, {}),
-    (diagonal_taxonomy.main, {'statistics': 'attention_statistics__h5'}),
+    (diagonal_taxonomy.main, {"statistics": "attention_statistics__h5"}),
 ])

@@ -232,7 +232,7 @@ def test_a_family_rule_is_collected_per_analysis_and_must_match_the_families_tab
     assert _printed(proc, "FIGURES") == ["results/a/k/k.png"] and _printed(proc, "TABLES") == ["results/a/k/etc.csv"]
     proc = _dry_run(tmp_path, family.replace("kernel_heatmaps__", "other__"))
     assert proc.returncode != 0
-    assert ("rule kernels: its outputs name the analyses positional_kernels, etc_table, other; "
+    assert ("the outputs of rule kernels name the analyses positional_kernels, etc_table, other; "
             "posmech.families.FAMILIES must list the same") in proc.stdout + proc.stderr
 
 

@@ -8,11 +8,14 @@
 
 rule anatomy:
     """The anatomy family (docs/workflow.md, "Families"), one job per model:
-    score_anatomy: Raw scores (q·k/sqrt(d_head), future included), masked scores and pattern of the
-    chosen sharp and early previous-token heads on one document, full and zoomed (P12);
-    score_taxa: Every head's row-centred score profile around the diagonal over many documents and
-    query positions: dip at 0, bump at -1, trend; taxa and the P6 split (P13). The rows
-    come from the shared pass (attention_statistics)."""
+    - score_anatomy: Raw scores (q·k/sqrt(d_head), future included), masked scores and
+      pattern of the
+    - chosen sharp and early previous-token heads on one document, full and zoomed (P12);
+    - score_taxa: Every head's row-centred score profile around the diagonal over many
+      documents and
+    - query positions: dip at 0, bump at -1, trend; taxa and the P6 split (P13). The rows
+    - come from the shared pass (attention_statistics).
+    """
     input:
         manifest=rules.fetch_model.output.manifest,
         tokens=section_tokens("anatomy"),

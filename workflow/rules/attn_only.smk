@@ -9,10 +9,13 @@ except PosmechError as err:
 
 rule attn_only:
     """The attn_only family (docs/workflow.md, "Families"), one job per model:
-    random_token_patterns: Mean attention of every head over random-token sequences (L1); the previous-token,
-    look-back-two and induction heads (found or pinned) in head_roles.csv;
-    input_decomposition: Scores and patterns of the previous-token and look-back-two heads with position-only,
-    token-only and both inputs (L2, L5); the position-only pattern (L3)."""
+    - random_token_patterns: Mean attention of every head over random-token sequences (L1);
+      the previous-token,
+    - look-back-two and induction heads (found or pinned) in head_roles.csv;
+    - input_decomposition: Scores and patterns of the previous-token and look-back-two heads
+      with position-only,
+    - token-only and both inputs (L2, L5); the position-only pattern (L3).
+    """
     input:
         manifest=rules.fetch_model.output.manifest,
     output:

@@ -310,12 +310,12 @@ def collect(proxy, when=True, report_tables=True, **values):
     family = list(analyses_of(step)) != [step.name]
     if family and tuple(analyses_of(step)) != FAMILIES.get(step.name):
         raise WorkflowError(
-            f"rule {step.name}: its outputs name the analyses {', '.join(analyses_of(step))}; "
+            f"the outputs of rule {step.name} name the analyses {', '.join(analyses_of(step))}; "
             "posmech.families.FAMILIES must list the same, in the same order "
             f"(it lists {', '.join(FAMILIES.get(step.name, ())) or 'none'})"
         )
     for analysis, key in analyses_of(step).items():
-        scorecard = step.output.get(key + "scorecard")
+        scorecard = step.output.get(f"{key}scorecard")
         expected = f"results/{{model}}/scorecard/{analysis}.csv"
         if (
             scorecard is not None
@@ -359,7 +359,7 @@ def family_runs_on(step, models):
             out.append(m)
         elif runs:
             raise WorkflowError(
-                f"rule {step.name}: on model {m}, analyses {', '.join(runs)} can run and "
+                f"on model {m}, of the analyses of rule {step.name}, {', '.join(runs)} can run and "
                 f"{', '.join(a for a in names if a not in runs)} cannot: a family runs all its "
                 "analyses or none (posmech.applicability: give them the same requirements)"
             )

@@ -7,12 +7,18 @@ contextual_check()
 
 rule contextual:
     """The contextual family (docs/workflow.md, "Families"), one job per model:
-    layer0_decomposition: Layer-0 positional/content decomposition, LN scale, every text's denominators (K6-K9);
-    layer0_positional_patterns: Layer-0 positional patterns as grids beside the real attention row (K6);
-    layer0_head_classes: Behavioural classes of the layer-0 heads from measured quantities (K7);
-    softmax_denominators: Softmax denominators against n, destination token fixed, per text (K8);
-    denominator_variance: The independent model Var Z = sum p^2 Var(c) against resampled texts (K9);
-    layer1_patterns: Layer-1 attention rows on the pattern text vs positional kernels (K10).
+    - layer0_decomposition: Layer-0 positional/content decomposition, LN scale, every text's
+      denominators (K6-K9);
+    - layer0_positional_patterns: Layer-0 positional patterns as grids beside the real
+      attention row (K6);
+    - layer0_head_classes: Behavioural classes of the layer-0 heads from measured quantities
+      (K7);
+    - softmax_denominators: Softmax denominators against n, destination token fixed, per
+      text (K8);
+    - denominator_variance: The independent model Var Z = sum p^2 Var(c) against resampled
+      texts (K9);
+    - layer1_patterns: Layer-1 attention rows on the pattern text vs positional kernels
+      (K10).
     """
     input:
         unpack(contextual_tokens),

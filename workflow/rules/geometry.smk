@@ -1,9 +1,13 @@
 rule geometry:
     """The geometry family (docs/workflow.md, "Families"), one job per model:
-    extended_positional_embeddings: Residual stream on one-token-repeated prompts, centred over positions, averaged over tokens (P8);
-    positional_pca: PCA of W_pos and of the extended embeddings per layer: explained variance, helices (P1, P10);
-    canonical_angles: Principal angles between top-k right-singular subspaces of W_pos and each layer (P11);
-    positional_sparsity: Fraction of far-from-zero entries per layer vs W_pos (P9)."""
+    - extended_positional_embeddings: Residual stream on one-token-repeated prompts, centred
+      over positions, averaged over tokens (P8);
+    - positional_pca: PCA of W_pos and of the extended embeddings per layer: explained
+      variance, helices (P1, P10);
+    - canonical_angles: Principal angles between top-k right-singular subspaces of W_pos and
+      each layer (P11);
+    - positional_sparsity: Fraction of far-from-zero entries per layer vs W_pos (P9).
+    """
     input:
         manifest=rules.fetch_model.output.manifest,
     output:

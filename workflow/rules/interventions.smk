@@ -2,9 +2,12 @@
 
 rule interventions:
     """The interventions family (docs/workflow.md, "Families"), one job per model:
-    prev_knockout: Zero attention to the previous position at every period-th query in the early layers (P5);
-    repeated_tokens: The sharp head's previous-token attention on repeated consecutive tokens (P14);
-    induction_intervention: Redirect the sharp head's attention and scale its output on a repeat prompt (P16).
+    - prev_knockout: Zero attention to the previous position at every period-th query in the
+      early layers (P5);
+    - repeated_tokens: The sharp head's previous-token attention on repeated consecutive
+      tokens (P14);
+    - induction_intervention: Redirect the sharp head's attention and scale its output on a
+      repeat prompt (P16).
     """
     input:
         manifest=rules.fetch_model.output.manifest,

@@ -5,9 +5,12 @@
 
 rule neurons:
     """The neurons family (docs/workflow.md, "Families"), one job per model:
-    extended_token_embeddings: Extended embeddings through the contextual heads and every neuron's token-contribution vector (C1);
-    contextual_neurons: Top/bottom tokens of the configured neurons; every neuron ranked by explained variance (C2);
-    bag_of_tokens_fit: Approximate vs real blocks.0.mlp.hook_pre of the neurons along texts (C3).
+    - extended_token_embeddings: Extended embeddings through the contextual heads and every
+      neuron's token-contribution vector (C1);
+    - contextual_neurons: Top/bottom tokens of the configured neurons; every neuron ranked
+      by explained variance (C2);
+    - bag_of_tokens_fit: Approximate vs real blocks.0.mlp.hook_pre of the neurons along
+      texts (C3).
     """
     input:
         unpack(contextual_tokens),

@@ -3,11 +3,14 @@
 
 rule taxonomy:
     """The taxonomy family (docs/workflow.md, "Families"), one job per model:
-    attention_statistics: One forward pass over the web-text documents for the diagonal taxonomy (P6, P7) and,
-    for the anatomy models, the score taxa (P13): diagonal sums and P13 row windows of every
-    head; a document both sections use runs once (analyses/attention_statistics.py);
-    diagonal_taxonomy: Mean attention per diagonal offset for every head; previous-token heads (P6), their
-    ranking (P7), TransformerLens's head_detector score; the chosen sharp / early heads.
+    - attention_statistics: One forward pass over the web-text documents for the diagonal
+      taxonomy (P6, P7) and,
+    - for the anatomy models, the score taxa (P13): diagonal sums and P13 row windows of
+      every
+    - head; a document both sections use runs once (analyses/attention_statistics.py);
+    - diagonal_taxonomy: Mean attention per diagonal offset for every head; previous-token
+      heads (P6), their
+    - ranking (P7), TransformerLens's head_detector score; the chosen sharp / early heads.
     """
     input:
         unpack(attention_statistics_inputs),  # the manifest, the tokens
