@@ -654,10 +654,14 @@ def real_pre_activations(bridge: Any, ids: np.ndarray, hook: str = "blocks.0.mlp
         return t
 
     dev = next(bridge.parameters()).device
+    why = f"hook {hook!r} did not fire: this architecture does not expose it (rule neurons, analysis bag_of_tokens_fit)"
     with torch.inference_mode():
-        bridge.run_with_hooks(torch.as_tensor(ids, device=dev)[None], fwd_hooks=[(hook, grab)], return_type=None)
+        try:
+            bridge.run_with_hooks(torch.as_tensor(ids, device=dev)[None], fwd_hooks=[(hook, grab)], return_type=None)
+        except KeyError as e:  # TransformerLens: no hook of that name
+            raise PosmechError(why) from e
     if "pre" not in store:
-        raise PosmechError(f"hook {hook!r} did not fire: this architecture does not expose it (rule bag_of_tokens_fit)")
+        raise PosmechError(why)
     return store["pre"]
 
 
