@@ -2,9 +2,6 @@
 pre-activations along layer0.h5's texts against the real blocks.0.mlp.hook_pre (one forward
 pass per text through the model); Pearson r, FVU, sign agreement, RMSE per neuron and text."""
 
-import pandas as pd
-import torch
-
 from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
 from posmech.config import scale_to_context
@@ -12,20 +9,6 @@ from posmech.models.loading import load_model, read_manifest
 from posmech.plots.neurons import fit_figure
 from posmech.runner import run
 from posmech.tables import read_table, scorecard_rows, write_not_measurable, write_table
-
-
-def real_pre(bridge, ids):
-    store = {}
-
-    def grab(t, hook):
-        store["pre"] = t[0].double().cpu().numpy()
-        return t
-
-    dev = next(bridge.parameters()).device
-    with torch.inference_mode():
-        bridge.run_with_hooks(torch.as_tensor(ids, device=dev)[None], fwd_hooks=[("blocks.0.mlp.hook_pre", grab)],
-                              return_type=None)
-    return store["pre"]
 
 
 def main(smk, log):
@@ -45,22 +28,7 @@ def main(smk, log):
     neurons = nr.resolve_neurons(p["neurons"], read_table(smk.input.ranking), p["n_auto"], ov.d_mlp, model)
     bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     n0 = p["from_position"]
-    rows, traces = [], []
-    first = set(dec.texts.drop_duplicates("corpus").index)
-    keys = nr.content_keys(dec)
-    for t, ids in enumerate(dec.token_ids):
-        real = real_pre(bridge, ids)
-        approx = nr.approximate(st, keys, ids, p["ln2"])["pre"]
-        for j in neurons:
-            m = nr.fit_metrics(real[n0:, j], approx[n0:, j])
-            title = dec.texts["title"][t]
-            rows.append({"claim": "C3", "model": model, "neuron": j, "text": t, "corpus": dec.texts["corpus"][t],
-                         "title": title, "n_positions": len(real) - n0, **m})
-            if t in first:
-                traces.append({"neuron": j, "text": f"{dec.texts['corpus'][t]}: {title}", "real": real[:, j],
-                               "approx": approx[:, j], **m})
-        log.info("text %d of %d", t + 1, len(dec.token_ids))
-    df = pd.DataFrame(rows)
+    df, traces = nr.fit_table(bridge, st, nr.content_keys(dec), dec, neurons, n0, p["ln2"], model, log)
     write_table(df, out.table, {"positions": f"n >= {n0}", "ln2": p["ln2"], "heads": [int(h) for h in st.heads],
                                 "pearson_r": "Pearson correlation of real and approximate pre-activation along the text",
                                 "fvu": "sum (a - a_hat)^2 / sum (a - mean a)^2",

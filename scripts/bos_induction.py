@@ -1,8 +1,6 @@
 """Rule bos_induction (L4): P([B]) at the final [A] of [BOS] A B R1..R7 A vs A B R1..R7 A, and
 the induction head's attention row at that query."""
 
-import pandas as pd
-
 from posmech.analyses import attn_only as ao
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import attn_only as plots
@@ -28,7 +26,7 @@ def main(smk, log):
     setup = ao.prepare(bridge, p, model, entry, need_bos=True)
     rows, _ = ao.bos_induction(bridge, p, setup, ao.parse_head(head), progress=f"{model} L4")
     layer, h = ao.parse_head(head)
-    df = pd.DataFrame([{"claim": "L4", "model": model, "layer": layer, "head": h, "head_name": head, **r} for r in rows])
+    df = ao.claim_table("L4", model, rows, layer=layer, head=h, head_name=head)
     meta = {"claim": "L4", "model": model, "induction_head": head, "resolved_revision": man["resolved_revision"],
             "processing": entry["processing"], "attn_only_config": p}
     write_table(df, smk.output.table, meta)

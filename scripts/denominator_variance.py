@@ -1,8 +1,6 @@
 """Rule denominator_variance (K9): predicted Var Z_h(n) = sum_i p_h(n, i)^2 Var(c) against
 the variance observed over i.i.d. redraws of each text's tokens (positions fixed)."""
 
-import pandas as pd
-
 from posmech.analyses import contextual as cx
 from posmech.plots.contextual import variance_figure
 from posmech.runner import run
@@ -15,21 +13,8 @@ def main(smk, log):
     classes = read_table(smk.input.classes)["head_class"].tolist()
     pos = cx.resolved_positions(p, int(dec.attrs["n_ctx"]), model)
     p = {**p, "denominator_from": pos["denominator_from"]}  # null: scaled with the context
-    rows = []
-    for j, t in dec.texts.iterrows():
-        for n in pos["variance_positions"]:
-            r = cx.variance_model(dec, dec.token_ids[j], n, p["n_resamples"], p["seed"] + 1000 * j + n)
-            for h, c in enumerate(classes):
-                rows.append({"claim": "K9", "model": model, "method": "resampled", "layer": 0, "head": h,
-                             "head_name": cx.head_name(0, h), "head_class": c, "text": t["title"], "corpus": t["corpus"], "n": n,
-                             **{k: float(v[h]) for k, v in r.items()}})
-        within = cx.within_text_variance(dec, j, p["denominator_from"])
-        for h, c in enumerate(classes):
-            rows.append({"claim": "K9", "model": model, "method": "within_text", "layer": 0, "head": h,
-                         "head_name": cx.head_name(0, h), "head_class": c, "text": t["title"], "corpus": t["corpus"],
-                         "n_positions": int(within["n_positions"][h]), "predicted": float(within["predicted"][h]),
-                         "observed": float(within["observed"][h])})
-    df = pd.DataFrame(rows)
+    df = cx.variance_table(dec, classes, pos["variance_positions"], p["n_resamples"], p["seed"], p["denominator_from"],
+                           model)
     res = df[df["method"] == "resampled"]
     r, slope, _ = cx.loglog_fit_or_reason(res["predicted"], res["observed"])
     wt = df[df["method"] == "within_text"]

@@ -1,8 +1,6 @@
 """Rule input_decomposition (L2, L3, L5): scores and patterns of the previous-token and
 look-back-two heads with position-only, token-only and both inputs."""
 
-import pandas as pd
-
 from posmech.analyses import attn_only as ao
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import attn_only as plots
@@ -22,8 +20,7 @@ def main(smk, log):
     # a role no head fills is not measured (its rows say why); the other one still is
     used = {r: ao.parse_head(roles[r]) for r in ("previous", "look_back_two") if roles[r] != ao.NONE}
     rows = ao.input_decomposition(bridge, p, setup, used, progress=f"{model} L2/L3/L5") if used else []
-    df = pd.DataFrame([{"model": model, **r} for r in rows], columns=["model", *ao.DECOMPOSITION_COLUMNS])
-    df.insert(1, "model", df.pop("model"))
+    df = ao.decomposition_table(rows, model)
     bos = setup.bos is not None
     meta = {"claim": "L2,L3,L5", "model": model, "heads": roles, "query": p["query"], "bos": bos,
             "resolved_revision": man["resolved_revision"], "processing": entry["processing"], "attn_only_config": p}

@@ -18,11 +18,7 @@ def main(smk, log):
     s, ids, title = float(dec.attrs["ln_scale_used"]), dec.token_ids[0], dec.texts["title"][0]
     grids, df = cx.positional_patterns(w, s, ids, pos["positions"], int(dec.attrs["destination_id"]),
                                        p["grid"] ** 2, p["k0"])
-    df.insert(0, "claim", "K6")
-    df.insert(1, "model", model)
-    df.insert(2, "layer", 0)
-    df.insert(4, "head_name", [cx.head_name(0, h) for h in df["head"]])
-    df["own_token"] = [tokenizer.decode([int(t)]) for t in df["own_token_id"]]
+    cx.positional_pattern_table(df, model, tokenizer)
     write_table(df, out.table, {"text": title, "corpus": dec.texts["corpus"][0], "k0": p["k0"],
                                 "destination_token": p["destination_token"], "ln_scale_used": s})
     pattern_grids(grids, p["grid"], p["destination_token"], {n: tokenizer.decode([int(ids[n])]) for n in grids},

@@ -4,7 +4,7 @@ W_pos averaged in groups of k (P4): metrics table, patterns (HDF5), figure."""
 import numpy as np
 
 from posmech.analyses.taxonomy import read_chosen_heads
-from posmech.analyses.wpos import attention_scorecard, posembed_attention
+from posmech.analyses.wpos import attention_scorecard, attention_table, posembed_attention
 from posmech.data.tokens import read_tokens
 from posmech.hdf5 import artifact_writer, describe
 from posmech.models.loading import load_model, read_manifest
@@ -22,9 +22,7 @@ def main(smk, log):
     j = int(long_enough[p["document"]]) if p["document"] < len(long_enough) else int(np.argmax(tokens.lengths()))
     bridge = load_model(read_manifest(smk.input.manifest), entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     df, panels, (start, size) = posembed_attention(bridge, tokens.doc(j), heads, p["start"], p["size"], p["k"])
-    df.insert(0, "role", ["sharp"] + ["early"] * len(chosen["early"]))
-    df.insert(0, "model", model)
-    df.insert(0, "claim", "P4")
+    attention_table(df, chosen, model)
     meta = {"claim": "P4", "model": model, "corpus": p["corpus"], "document": j, "title": tokens.titles[j]}
     write_table(df, smk.output.table, meta)
     with artifact_writer(smk.output.patterns, "posembed_attention", "posembed_attention",

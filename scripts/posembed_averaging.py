@@ -1,8 +1,8 @@
 """Rule posembed_averaging: W_pos averaged in groups of k; held-out loss (P2) and the
 repeat-string prompt probabilities (P3), the model restored bitwise after each k."""
 
-from posmech.analyses.wpos import (averaging_scorecard, heldout_documents, max_unchanged_k, posembed_averaging,
-                                  read_doc_index)
+from posmech.analyses.wpos import (averaging_scorecard, averaging_table, heldout_documents, max_unchanged_k,
+                                  posembed_averaging, read_doc_index)
 from posmech.data.prompts import load_prompts
 from posmech.data.tokens import read_tokens
 from posmech.io import file_sha256, read_jsonl
@@ -23,8 +23,7 @@ def main(smk, log):
     bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     df = posembed_averaging(bridge, ks, docs, prompts, entry["prepend_bos"])
     best = max_unchanged_k(df, p["loss_tolerance"], p["probability_tolerance"])
-    df.insert(0, "model", model)
-    df.insert(0, "claim", df["quantity"].map({"loss": "P2"}).fillna("P2,P3"))
+    averaging_table(df, model)
     meta = {"claim": "P2,P3", "model": model, "corpus": p["corpus"], "documents": how, "n_documents": len(docs),
             "prompts": p["prompts"], "prompts_sha256": file_sha256(smk.input.prompts), "max_unchanged_k": best, **{k: p[k] for k in ("loss_tolerance", "probability_tolerance")}}
     write_table(df, smk.output.table, meta)

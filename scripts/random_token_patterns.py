@@ -1,8 +1,6 @@
 """Rule random_token_patterns (L1): mean attention of every head over random-token sequences,
 offset masses, and the head roles (previous-token, look-back-two, induction) the other L rules read."""
 
-import pandas as pd
-
 from posmech.analyses import attn_only as ao
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import attn_only as plots
@@ -18,9 +16,8 @@ def main(smk, log):
     out = ao.random_token_patterns(bridge, p, setup, progress=f"{model} L1")
     meta = {"claim": "L1", "model": model, "resolved_revision": man["resolved_revision"],
             "processing": entry["processing"], "bos": setup.bos is not None, "attn_only_config": p}
-    tidy = lambda rows: pd.DataFrame([{"claim": "L1", "model": model, **r} for r in rows])  # noqa: E731
-    write_table(tidy(out["patterns"]), smk.output.table, meta)
-    write_table(tidy(out["masses"]), smk.output.masses, meta)
+    write_table(ao.claim_table("L1", model, out["patterns"]), smk.output.table, meta)
+    write_table(ao.claim_table("L1", model, out["masses"]), smk.output.masses, meta)
     write_table(ao.roles_frame(model, out["roles"]), smk.output.heads, meta)
     # the figure draws each role's best candidate, marked when it is below the role's threshold
     cand = {r["role"]: r["candidate"] for r in out["roles"]}

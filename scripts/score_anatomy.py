@@ -9,7 +9,7 @@ from posmech.errors import PosmechError
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots.anatomy import score_triptychs
 from posmech.runner import run
-from posmech.tables import scorecard_rows, write_table
+from posmech.tables import claim_columns, scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -32,8 +32,7 @@ def main(smk, log):
             "n_tokens": context, "zoom_start": start, "zoom_size": size, "scale": sa.attn_scale(bridge.cfg),
             "heads": dict(heads), "processing": entry["processing"]}
     table = sa.scores_table(panels, dict(heads), p["window"])
-    table.insert(0, "model", model)
-    table.insert(0, "claim", "P12")
+    claim_columns(table, "P12", model)
     write_table(table, smk.output.table, meta)
     sa.write_scores(smk.output.h5, panels, doc, meta)
     tri = [(x.head, role, x.raw, x.masked, x.pattern) for x, (_, role) in zip(panels, heads)][: p["figure_heads"]]

@@ -8,7 +8,7 @@ from posmech.analyses.attention_statistics import read_statistics
 from posmech.analyses.taxonomy import read_chosen_heads, strict_early_heads
 from posmech.plots.anatomy import taxa_figure
 from posmech.runner import run
-from posmech.tables import read_table, scorecard_rows, write_table
+from posmech.tables import claim_columns, read_table, scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -23,8 +23,7 @@ def main(smk, log):
             "rows_per_document": p["rows_per_document"], "thresholds": asdict(th), "flat_rtol": sa.FLAT_RTOL,
             "max_abs_diff_vs_hook_attn_scores": prof.max_check_error, "prev_token_heads_by_taxon": split,
             "processing": attrs["processing"]}
-    taxa.insert(0, "model", model)
-    taxa.insert(0, "claim", "P13")
+    claim_columns(taxa, "P13", model)
     write_table(sa.taxa_order(taxa), smk.output.table, meta)
     profiles = sa.profile_frame(prof, model)
     write_table(profiles, smk.output.profiles, meta)
@@ -34,8 +33,7 @@ def main(smk, log):
     taxa_figure(taxa, profiles, th, roles, f"P13 {model}: score taxa of every head ({prof.n_documents} documents, "
                 f"{meta['n_rows_per_head']} rows per head, window ±{p['window']})", smk.output.figure)
     detail = f"{prof.n_documents} {p['corpus']} documents of {context} tokens, {meta['n_rows_per_head']} rows per head"
-    rows = sa.taxa_scorecard(taxa, split, model, detail, smk.output.table)
-    rows.append(sa.early_dark_row(taxa, strict_early_heads(chosen), model, detail, smk.output.table))
+    rows = sa.score_taxa_scorecard(taxa, split, strict_early_heads(chosen), model, detail, smk.output.table)
     write_table(scorecard_rows(rows), smk.output.scorecard)
     for t in sa.TAXA[:2]:
         log.info("%s: %s", t, ", ".join(taxa.loc[taxa["taxon"] == t, "head_name"]) or "none")

@@ -1,8 +1,6 @@
 """Rule softmax_denominators (K8): Z_h(n) against n with the destination token fixed, per
 text, linear and exact LayerNorm; which contextual heads vary most across texts."""
 
-import pandas as pd
-
 from posmech.analyses import contextual as cx
 from posmech.plots.contextual import denominator_figure
 from posmech.runner import run
@@ -16,19 +14,7 @@ def main(smk, log):
     # denominator_from null: scaled with the model's context (posmech.config.CONTEXT_SCALED)
     pos, frm = dec.positions, cx.resolved_positions(p, int(dec.attrs["n_ctx"]), model)["denominator_from"]
     spread = {k: cx.denominator_spread(getattr(dec, f"log_z_{k}"), pos, frm) for k in ("linear", "exact")}
-    sel = pos >= frm
-    rows = []
-    for j, t in dec.texts.iterrows():
-        for h, c in enumerate(classes):
-            rows.append({"claim": "K8", "model": model, "layer": 0, "head": h, "head_name": cx.head_name(0, h),
-                         "head_class": c,
-                         "text": t["title"], "corpus": t["corpus"],
-                         "mean_log_z_linear": float(dec.log_z_linear[j, h, sel].mean()),
-                         "mean_log_z_exact": float(dec.log_z_exact[j, h, sel].mean()),
-                         "std_log_z_linear_over_n": float(dec.log_z_linear[j, h, sel].std()),
-                         "spread_linear": float(spread["linear"][h]), "spread_exact": float(spread["exact"][h]),
-                         "tv_linear_exact_mean": float(dec.tv_linear_exact[j, h, sel].mean())})
-    df = pd.DataFrame(rows)
+    df = cx.denominator_table(dec, classes, spread, frm, model)
     write_table(df, out.table, {"destination_token": p["destination_token"], "denominator_from": frm,
                                 "positions": [int(pos[0]), int(pos[-1])],
                                 "spread": "mean over n >= denominator_from of the std over texts of log Z_h(n)"})

@@ -72,3 +72,15 @@ def test_write_not_measurable_writes_empty_tables_a_figure_and_valueless_rows(tm
     rows = read_table(sc)
     assert list(rows["quantity"]) == ["median_pearson_r", "median_fvu"]
     assert rows["value"].isna().all() and set(rows["detail"]) == {why}
+
+
+def test_claim_columns_go_in_front_in_place():
+    from posmech.tables import claim_columns
+
+    df = pd.DataFrame({"head": [0, 1], "value": [0.5, 0.25]})
+    assert claim_columns(df, "X1", "m") is df
+    assert list(df.columns) == ["claim", "model", "head", "value"]
+    assert df["claim"].tolist() == ["X1", "X1"] and df["model"].tolist() == ["m", "m"]
+    per_row = pd.DataFrame({"quantity": ["loss", "probability"]})
+    claim_columns(per_row, pd.Series(["A", "A,B"]), "m")
+    assert per_row["claim"].tolist() == ["A", "A,B"]

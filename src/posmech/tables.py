@@ -110,6 +110,15 @@ def read_table(path: str | os.PathLike[str]) -> pd.DataFrame:
     return df
 
 
+def claim_columns(df: pd.DataFrame, claim: str | pd.Series, model: str) -> pd.DataFrame:
+    """Put the columns ``claim`` (one claim for every row, or a claim per row) and ``model`` in
+    front of an analysis's table ``df``, in place (the frame the library returned goes on to
+    the figure and the scorecard with them); returns ``df``."""
+    df.insert(0, "model", model)
+    df.insert(0, "claim", claim)
+    return df
+
+
 def scorecard_rows(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """A scorecard frame from dicts with keys ``claim, model, quantity, value`` (and
     optionally ``detail``, ``artifact``); list/dict values are JSON-encoded."""

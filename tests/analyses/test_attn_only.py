@@ -90,9 +90,10 @@ def test_roles_found_and_look_back_two_masses_equal_the_analytic_softmax(model):
     assert roles == {"previous": "L0H0", "look_back_two": "L0H1", "induction": "L1H0"}
     assert all(r["source"] == "found" for r in out["roles"])
     rows = ao.input_decomposition(bridge, p, setup, {"previous": PREV, "look_back_two": LB2})
-    import pandas as pd
-
-    df = pd.DataFrame(rows)
+    df = ao.decomposition_table(rows, "hand")  # the table rule input_decomposition writes
+    assert list(df.columns) == ["claim", "model", *ao.DECOMPOSITION_COLUMNS[1:]] and len(df) == len(rows)
+    assert (df["model"] == "hand").all()
+    assert list(ao.decomposition_table([], "hand").columns) == list(df.columns)  # no role filled: no rows
     # position-only: the analytic softmax of the planted offsets at query 8
     P = ao.mean_matrix(df, "L0H1", "position_only", "pattern_mean")
     expect = softmax(spec.scores_pos[LB2][8, :9])
@@ -135,6 +136,9 @@ def test_bos_induction_gives_the_analytic_probability(model):
     assert got["with_bos"] > 10 * got["without_bos"]  # the post's BOS effect, planted
     labels = [r["key_label"] for r in rows if r["condition"] == "with_bos" and r["quantity"] == "attention"]
     assert labels[:3] == ["BOS", "A", "B"] and labels[-1] == "A (query)"
+    df = ao.claim_table("L4", "hand", rows, layer=IND[0], head=IND[1], head_name="L1H0")
+    assert list(df.columns[:5]) == ["claim", "model", "layer", "head", "head_name"] and len(df) == len(rows)
+    assert df.loc[df["quantity"] == "p_B", "value"].tolist() == [got["with_bos"], got["without_bos"]]
 
 
 def _forward_counter(bridge):

@@ -472,3 +472,34 @@ def test_k_scorecard_rows_read_the_analysis():
     l1 = pd.DataFrame({"head_name": ["L1H0", "L1H1", "L1H2", "L1H3"], "mostly_positional": [True, False, False, True]})
     _, heads, frac = cx.layer1_scorecard(l1, "T", 30, 0.2, "m", "f.png", "l1.csv")
     assert heads["value"] == ["L1H0", "L1H3"] and frac["value"] == 0.5 and "(2 of 4)" in heads["detail"]
+
+
+def test_k8_table_summarises_each_text_and_head_over_n_from():
+    """Two texts, two heads, positions 0..3, from n = 2: the means and stds are over n = 2, 3."""
+    from types import SimpleNamespace
+
+    log_z = np.arange(16, dtype=float).reshape(2, 2, 4)  # [text, head, n]
+    dec = SimpleNamespace(texts=pd.DataFrame({"title": ["t0", "t1"], "corpus": ["c", "d"]}),
+                          positions=np.arange(4), log_z_linear=log_z, log_z_exact=2 * log_z,
+                          tv_linear_exact=np.full((2, 2, 4), 0.25))
+    spread = {"linear": np.array([1.0, 2.0]), "exact": np.array([3.0, 4.0])}
+    df = cx.denominator_table(dec, ["local", "contextual"], spread, 2, "m")
+    assert df[["text", "head_name", "head_class"]].values.tolist() == [
+        ["t0", "L0H0", "local"], ["t0", "L0H1", "contextual"], ["t1", "L0H0", "local"], ["t1", "L0H1", "contextual"]]
+    assert df["mean_log_z_linear"].tolist() == [2.5, 6.5, 10.5, 14.5]
+    assert df["mean_log_z_exact"].tolist() == [5.0, 13.0, 21.0, 29.0]
+    assert df["std_log_z_linear_over_n"].tolist() == [0.5] * 4
+    assert df["spread_exact"].tolist() == [3.0, 4.0, 3.0, 4.0] and (df["tv_linear_exact_mean"] == 0.25).all()
+    assert (df["claim"] == "K8").all() and df["corpus"].tolist() == ["c", "c", "d", "d"]
+
+
+def test_k6_table_names_heads_and_decodes_tokens():
+    class Tok:
+        def decode(self, ids):
+            return "".join(chr(ord("a") + i) for i in ids)
+
+    df = pd.DataFrame({"head": [0, 1], "n": [5, 5], "own_token_id": [2, 3]})
+    cx.positional_pattern_table(df, "m", Tok())
+    assert list(df.columns) == ["claim", "model", "layer", "head", "head_name", "n", "own_token_id", "own_token"]
+    assert df["head_name"].tolist() == ["L0H0", "L0H1"] and df["own_token"].tolist() == ["c", "d"]
+    assert (df["claim"] == "K6").all() and (df["layer"] == 0).all()

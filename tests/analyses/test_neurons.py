@@ -295,3 +295,67 @@ def test_gpt_neo_layer0_from_its_files_is_the_real_hook_pre(tmp_path):
         hf(torch.as_tensor(ids)[None])
     hook.remove()
     np.testing.assert_allclose(nr.hook_pre(w, ov, ids), store["pre"][0].double().numpy(), atol=2e-5)
+
+
+# --------------------------------------------------------------------------- C3 through the engine
+@pytest.fixture(scope="module")
+def bridge(model, tmp_path_factory):
+    """The planted model as the pipeline runs it (a TransformerLens bridge, Hugging Face weights)."""
+    from posmech.models.loading import load_bridge
+
+    path = tmp_path_factory.mktemp("planted") / "m"
+    model[0].save_pretrained(path, safe_serialization=True)
+    hb.char_tokenizer(V).save_pretrained(path)
+    return load_bridge({"name": "planted", "hf_dir": str(path)}, device="cpu", processing="raw")
+
+
+def test_real_pre_activations_are_the_numpy_layer0(model, bridge):
+    _, w, ov, _ = model
+    ids = RNG.integers(0, V, N_CTX)
+    got = nr.real_pre_activations(bridge, ids)
+    assert got.shape == (N_CTX, 1024) and got.dtype == np.float64
+    np.testing.assert_allclose(got, nr.hook_pre(w, ov, ids), atol=2e-5)
+    with pytest.raises(PosmechError, match="blocks.9.mlp.hook_pre"):
+        nr.real_pre_activations(bridge, ids, "blocks.9.mlp.hook_pre")
+
+
+def test_fit_table_is_exact_when_the_denominators_are_constant(model, bridge, tmp_path):
+    """Tokens 1-3 only: every Z(n) is exp 0.4, the approximation (LN2 exact) is the real
+    pre-activation, so r = 1, FVU = 0, RMSE = 0 on every (neuron, text); with tokens of other
+    content scores it is not."""
+    _, w, ov, _ = model
+    texts = [RNG.integers(1, 4, N_CTX) for _ in range(2)]
+    dec = layer0(tmp_path, w, texts)
+    st, _ = nr.build_setup(dec, w, ov, [2], 0, 1, None)
+    df, traces = nr.fit_table(bridge, st, stored_keys(dec), dec, [J, 3], 5, "exact", "m")
+    assert list(df.columns) == ["claim", "model", "neuron", "text", "corpus", "title", "n_positions",
+                                "pearson_r", "fvu", "sign_agreement", "rmse"]
+    assert df[["neuron", "text"]].values.tolist() == [[J, 0], [3, 0], [J, 1], [3, 1]]
+    assert (df["claim"] == "C3").all() and (df["n_positions"] == len(dec.token_ids[0]) - 5).all()
+    np.testing.assert_allclose(df["pearson_r"], 1.0, atol=1e-6)
+    np.testing.assert_allclose(df["fvu"], 0.0, atol=1e-6)
+    assert (df["rmse"] < 1e-4).all()
+    # one trace per neuron for the first text of the (only) corpus, along the whole text
+    assert [(t["neuron"], t["text"]) for t in traces] == [(J, "c: t0"), (3, "c: t0")]
+    np.testing.assert_allclose(traces[0]["real"], nr.hook_pre(w, ov, dec.token_ids[0])[:, J], atol=2e-5)
+    mixed = layer0(tmp_path, w, [RNG.integers(0, V, N_CTX)])
+    st, _ = nr.build_setup(mixed, w, ov, [2], 0, 1, None)
+    df, _ = nr.fit_table(bridge, st, stored_keys(mixed), mixed, [J], 5, "exact", "m")
+    assert df["rmse"].iloc[0] > 1e-3
+
+
+def test_k9_table_has_no_variance_where_every_content_score_is_equal(model, tmp_path):
+    """Head 2's content scores are equal for tokens 1-3: on texts of those tokens its
+    denominator cannot vary, predicted and observed, resampled and within the text."""
+    _, w, _, _ = model
+    dec = layer0(tmp_path, w, [RNG.integers(1, 4, N_CTX) for _ in range(2)])
+    classes = ["a", "b", "contextual", "d"]
+    df = cx.variance_table(dec, classes, [10, 20], 16, 0, 5, "m")
+    res, wt = df[df["method"] == "resampled"], df[df["method"] == "within_text"]
+    assert len(res) == 2 * 2 * 4 and len(wt) == 2 * 4 and (df["claim"] == "K9").all()
+    assert res["n"].tolist() == [10] * 4 + [20] * 4 + [10] * 4 + [20] * 4
+    assert wt["n_positions"].unique().tolist() == [int((dec.positions >= 5).sum())]
+    head2 = df[df["head"] == 2]
+    assert (head2["head_class"] == "contextual").all() and (head2["head_name"] == "L0H2").all()
+    np.testing.assert_allclose(head2[["predicted", "observed"]].to_numpy(dtype=float), 0.0, atol=1e-9)
+    assert (df.loc[df["head"] == 0, "predicted"] > 0).any()  # head 0 reads D: scores differ

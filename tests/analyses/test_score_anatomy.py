@@ -220,3 +220,15 @@ def test_split_of_previous_token_heads_counts_every_taxon():
     mixed = pd.DataFrame({"head_name": ["L0H0", "L0H1", "L1H0", "L1H1"], "layer": [0, 0, 1, 1], "head": [0, 1, 0, 1],
                           "taxon": ["neither", "bright sub-diagonal", "dark diagonal", "dark diagonal"]})
     assert sa.taxa_order(mixed)["head_name"].tolist() == ["L1H0", "L1H1", "L0H1", "L0H0"]
+
+
+def test_score_taxa_scorecard_is_every_p13_row():
+    taxa = pd.DataFrame({"head_name": ["L0H0", "L0H1", "L1H0"], "layer": [0, 0, 1], "head": [0, 1, 0],
+                         "taxon": ["dark diagonal", "neither", "bright sub-diagonal"]})
+    rows = sa.score_taxa_scorecard(taxa, {"dark diagonal": 1}, ["L0H0", "L0H1"], "m", "d", "t.csv")
+    assert [r["quantity"] for r in rows] == [
+        *(r["quantity"] for r in sa.taxa_scorecard(taxa, {"dark diagonal": 1}, "m", "d", "t.csv")),
+        "early_dark_diagonal_fraction"]
+    assert rows[0]["value"] == ["L0H0"] and rows[1]["value"] == ["L1H0"]
+    assert rows[-1]["value"] == 0.5 and all(r["claim"] == "P13" and r["model"] == "m" for r in rows)
+    assert sa.score_taxa_scorecard(taxa, {}, [], "m", "d", "t.csv")[-1]["value"] is None  # no early head

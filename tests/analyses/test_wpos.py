@@ -219,3 +219,16 @@ def test_p_scorecard_rows_read_the_analysis():
     (p4,) = attention_scorecard(att, 10, 64, 32, "m", "f.png")
     assert (p4["claim"], p4["quantity"], p4["value"]) == ("P4", "pattern_similarity_k10", 0.75)
     assert p4["detail"] == "L1H2, cosine of the 32x32 window at 64; previous-token mass 0.900 -> 0.300"
+
+
+def test_p_tables_put_claim_model_and_role_in_front():
+    from posmech.analyses.wpos import attention_table, averaging_table
+
+    df = pd.DataFrame({"quantity": ["loss", "probability", "loss"], "k": [1, 1, 4], "value": [3.0, 0.9, 3.1]})
+    averaging_table(df, "m")
+    assert list(df.columns[:3]) == ["claim", "model", "quantity"]
+    assert df["claim"].tolist() == ["P2", "P2,P3", "P2"]  # the prompt probabilities are read by both claims
+    heads = pd.DataFrame({"head_name": ["L1H0", "L0H1", "L0H0"], "cosine_similarity": [0.9, 0.8, 0.7]})
+    attention_table(heads, {"sharp": ["L1H0"], "early": ["L0H1", "L0H0"]}, "m")
+    assert list(heads.columns[:4]) == ["claim", "model", "role", "head_name"]
+    assert heads["role"].tolist() == ["sharp", "early", "early"] and (heads["claim"] == "P4").all()

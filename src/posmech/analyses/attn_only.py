@@ -313,6 +313,16 @@ def roles_frame(model: str, roles: list[dict[str, Any]]) -> Any:
     return pd.DataFrame([{"model": model, **r} for r in roles]).astype({"layer": "Int64", "head": "Int64"})
 
 
+def claim_table(claim: str, model: str, rows: list[dict[str, Any]], **columns: Any) -> Any:
+    """A table of an L rule: ``rows`` (dicts of the library's results, e.g. the ``patterns`` or
+    ``masses`` of :func:`random_token_patterns`, the rows of :func:`bos_induction`) with the
+    columns ``claim`` (``claim``), ``model`` and then ``columns`` (the same value in every
+    row, e.g. the head measured) in front of each row's own."""
+    import pandas as pd
+
+    return pd.DataFrame([{"claim": claim, "model": model, **columns, **r} for r in rows])
+
+
 def role_missing(role: str, row: dict[str, Any]) -> str:
     """Why a role is not filled, in words (``row`` of :func:`find_roles` with ``head_name`` :data:`NONE`)."""
     words = role.replace("_", "-")
@@ -371,6 +381,16 @@ def decomposition_rows(
                                  "score_mean": float(ms[q, k]), "score_sd": float(sd[q, k]),
                                  "pattern_mean": float(mp[q, k])})
     return rows
+
+
+def decomposition_table(rows: list[dict[str, Any]], model: str) -> Any:
+    """L2/L3/L5's table of :func:`input_decomposition`'s rows (none when neither role is
+    filled): :data:`DECOMPOSITION_COLUMNS` with ``model`` second, after ``claim``."""
+    import pandas as pd
+
+    df = pd.DataFrame([{"model": model, **r} for r in rows], columns=["model", *DECOMPOSITION_COLUMNS])
+    df.insert(1, "model", df.pop("model"))
+    return df
 
 
 def mean_matrix(df: Any, head: str, variant: str, value: str) -> np.ndarray:

@@ -683,6 +683,19 @@ def positional_patterns(w: Layer0Weights, s: float, ids: np.ndarray, positions: 
     return grids, pd.DataFrame(rows)
 
 
+def positional_pattern_table(df: pd.DataFrame, model: str, tokenizer: Any) -> pd.DataFrame:
+    """K6's table from the per (head, n) rows of :func:`positional_patterns`, in place: the
+    columns ``claim`` (K6), ``model``, ``layer`` (0) and ``head_name`` put in front, and
+    ``own_token`` (the text's own token at ``n``, decoded by ``tokenizer``) added; returns
+    ``df``."""
+    df.insert(0, "claim", "K6")
+    df.insert(1, "model", model)
+    df.insert(2, "layer", 0)
+    df.insert(4, "head_name", [head_name(0, h) for h in df["head"]])
+    df["own_token"] = [tokenizer.decode([int(t)]) for t in df["own_token_id"]]
+    return df
+
+
 # --------------------------------------------------------------------------- K7
 def duplicate_scores(w: Layer0Weights, s: float, texts: Sequence[np.ndarray], max_position: int,
                      block: int = 128) -> tuple[np.ndarray, np.ndarray, int]:
@@ -791,6 +804,32 @@ def broad_spread_row(spread: np.ndarray, classes: Sequence[str], model: str, art
 
 
 # --------------------------------------------------------------------------- K9
+def denominator_table(dec: Layer0File, classes: Sequence[str], spread: dict[str, np.ndarray], from_n: int,
+                      model: str) -> pd.DataFrame:
+    """K8's table: one row per (text of ``dec``, layer-0 head ``h`` of class ``classes[h]``) with
+    ``claim, model, layer, head, head_name, head_class, text`` (its title), ``corpus`` and, over
+    the positions ``n >= from_n``: ``mean_log_z_linear`` / ``mean_log_z_exact`` (the mean of
+    log Z_h(n), the softmax denominator with the destination token fixed, LayerNorm 1 linear /
+    exact), ``std_log_z_linear_over_n`` (the std of the linear log Z_h(n) over n),
+    ``spread_linear`` / ``spread_exact`` (the head's :func:`denominator_spread`, ``spread``:
+    the mean over n of the std over texts of log Z_h(n); the same in every text's row) and
+    ``tv_linear_exact_mean`` (the mean total variation distance of the linear and exact
+    patterns)."""
+    sel = dec.positions >= from_n
+    rows = []
+    for j, t in dec.texts.iterrows():
+        for h, c in enumerate(classes):
+            rows.append({"claim": "K8", "model": model, "layer": 0, "head": h, "head_name": head_name(0, h),
+                         "head_class": c,
+                         "text": t["title"], "corpus": t["corpus"],
+                         "mean_log_z_linear": float(dec.log_z_linear[j, h, sel].mean()),
+                         "mean_log_z_exact": float(dec.log_z_exact[j, h, sel].mean()),
+                         "std_log_z_linear_over_n": float(dec.log_z_linear[j, h, sel].std()),
+                         "spread_linear": float(spread["linear"][h]), "spread_exact": float(spread["exact"][h]),
+                         "tv_linear_exact_mean": float(dec.tv_linear_exact[j, h, sel].mean())})
+    return pd.DataFrame(rows)
+
+
 def resampled_variance(p: np.ndarray, c_pop: np.ndarray, weights: np.ndarray, n_resamples: int,
                        rng: np.random.Generator, fixed: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The independent model of the denominator against resampling.
@@ -857,6 +896,35 @@ def within_text_variance(dec: Layer0File, j: int, from_n: int) -> dict[str, np.n
         pred += np.square(dec.pattern(n)[:, 1:n]).sum(axis=-1) * var_c
     z = np.exp(dec.log_z_linear[j][:, sel])
     return {"predicted": pred / len(sel), "observed": z.var(axis=-1, ddof=1), "n_positions": np.full(len(pred), len(sel))}
+
+
+def variance_table(dec: Layer0File, classes: Sequence[str], positions: Sequence[int], n_resamples: int, seed: int,
+                   from_n: int, model: str) -> pd.DataFrame:
+    """K9's table, rows ``claim, model, method, layer, head, head_name, head_class, text, corpus``
+    and per method:
+
+    * ``resampled`` — per text ``j`` of ``dec``, position ``n`` of ``positions`` and head: the
+      :func:`variance_model` columns (predicted Var Z_h(n) = Σ_i p_h(n, i)² Var(c) and the
+      variance observed over ``n_resamples`` redraws of the text's keys 1..n−1 from its own
+      tokens; seed ``seed + 1000 j + n``), with ``n``;
+    * ``within_text`` — per text and head: ``n_positions``, ``predicted``, ``observed`` of
+      :func:`within_text_variance` (the variance along the text of Z(n) over n >= ``from_n``
+      against the mean over those n of Σ p² Var(c))."""
+    rows = []
+    for j, t in dec.texts.iterrows():
+        for n in positions:
+            r = variance_model(dec, dec.token_ids[j], n, n_resamples, seed + 1000 * j + n)
+            for h, c in enumerate(classes):
+                rows.append({"claim": "K9", "model": model, "method": "resampled", "layer": 0, "head": h,
+                             "head_name": head_name(0, h), "head_class": c, "text": t["title"], "corpus": t["corpus"],
+                             "n": n, **{k: float(v[h]) for k, v in r.items()}})
+        within = within_text_variance(dec, j, from_n)
+        for h, c in enumerate(classes):
+            rows.append({"claim": "K9", "model": model, "method": "within_text", "layer": 0, "head": h,
+                         "head_name": head_name(0, h), "head_class": c, "text": t["title"], "corpus": t["corpus"],
+                         "n_positions": int(within["n_positions"][h]), "predicted": float(within["predicted"][h]),
+                         "observed": float(within["observed"][h])})
+    return pd.DataFrame(rows)
 
 
 def loglog_fit(predicted: np.ndarray, observed: np.ndarray) -> tuple[float, float]:

@@ -641,6 +641,60 @@ def fit_metrics(real: np.ndarray, approx: np.ndarray) -> dict[str, float]:
             "rmse": float(np.sqrt(np.mean(np.square(real - approx))))}
 
 
+def real_pre_activations(bridge: Any, ids: np.ndarray, hook: str = "blocks.0.mlp.hook_pre") -> np.ndarray:
+    """One forward pass of text ``ids [T]`` through ``bridge`` (batch of one, no logits): the
+    activation at ``hook`` of that text, ``[T, d_mlp]`` float64 — by default the real layer-0
+    MLP pre-activation ``a_j(n)`` that :func:`approximate` approximates."""
+    import torch
+
+    store: dict[str, np.ndarray] = {}
+
+    def grab(t: Any, hook: Any) -> Any:
+        store["pre"] = t[0].double().cpu().numpy()
+        return t
+
+    dev = next(bridge.parameters()).device
+    why = f"hook {hook!r} did not fire: this architecture does not expose it (rule neurons, analysis bag_of_tokens_fit)"
+    with torch.inference_mode():
+        try:
+            bridge.run_with_hooks(torch.as_tensor(ids, device=dev)[None], fwd_hooks=[(hook, grab)], return_type=None)
+        except KeyError as e:  # TransformerLens: no hook of that name
+            raise PosmechError(why) from e
+    if "pre" not in store:
+        raise PosmechError(why)
+    return store["pre"]
+
+
+def fit_table(bridge: Any, st: Setup, content_key: Callable[[np.ndarray], np.ndarray], dec: cx.Layer0File,
+              neurons: Sequence[int], from_position: int, ln2: str, model: str,
+              log: Any = None) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """C3's table: for every text of ``layer0.h5`` (``dec``) one forward pass
+    (:func:`real_pre_activations`) and the bag-of-tokens approximation (:func:`approximate`,
+    LayerNorm 2 ``ln2``); one row per (neuron, text) with ``claim, model, neuron, text`` (the
+    text's index in ``dec``), ``corpus, title``, ``n_positions`` (positions
+    ``n >= from_position``, the ones scored) and the :func:`fit_metrics` of the real against
+    the approximate pre-activation over those positions (Pearson r, FVU, sign agreement, RMSE).
+    Also the figure's traces: for the first text of each corpus and every neuron, the real and
+    approximate pre-activation along the whole text with its metrics.  ``log`` (a logger)
+    gets one line per text."""
+    rows, traces = [], []
+    first = set(dec.texts.drop_duplicates("corpus").index)
+    for t, ids in enumerate(dec.token_ids):
+        real = real_pre_activations(bridge, ids)
+        approx = approximate(st, content_key, ids, ln2)["pre"]
+        for j in neurons:
+            m = fit_metrics(real[from_position:, j], approx[from_position:, j])
+            title = dec.texts["title"][t]
+            rows.append({"claim": "C3", "model": model, "neuron": j, "text": t, "corpus": dec.texts["corpus"][t],
+                         "title": title, "n_positions": len(real) - from_position, **m})
+            if t in first:
+                traces.append({"neuron": j, "text": f"{dec.texts['corpus'][t]}: {title}", "real": real[:, j],
+                               "approx": approx[:, j], **m})
+        if log is not None:
+            log.info("text %d of %d", t + 1, len(dec.token_ids))
+    return pd.DataFrame(rows), traces
+
+
 # --------------------------------------------------------------------------- C2
 def token_counts(corpora: Sequence[Any], d_vocab: int) -> np.ndarray:
     """How often each token id occurs in ``corpora`` (:class:`posmech.data.tokens.TokenSet`) ``[V]``."""

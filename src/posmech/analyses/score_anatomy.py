@@ -706,6 +706,15 @@ def early_dark_row(taxa: pd.DataFrame, early: list[str], model: str, detail: str
             "detail": f"{len(hits)} of the early heads {early} are dark-diagonal ({', '.join(hits) or 'none'}); {detail}"}
 
 
+def score_taxa_scorecard(taxa: pd.DataFrame, split: dict[str, int], early: list[str], model: str, detail: str,
+                         artifact: str) -> list[dict[str, Any]]:
+    """Rule score_taxa's scorecard (P13), every row: :func:`taxa_scorecard` (the dark-diagonal
+    and bright sub-diagonal head sets, the P6 previous-token heads per taxon ``split``) and
+    :func:`early_dark_row` (the fraction of the strict early previous-token heads ``early``
+    that are dark-diagonal)."""
+    return [*taxa_scorecard(taxa, split, model, detail, artifact), early_dark_row(taxa, early, model, detail, artifact)]
+
+
 # --------------------------------------------------------------------------- rule helpers
 def long_documents(tokens: Any, n_documents: int, context: int | None) -> tuple[list[np.ndarray], int, list[int]]:
     """:func:`posmech.data.tokens.context_documents` of the ``anatomy`` section:

@@ -19,6 +19,7 @@ import pandas as pd
 from posmech.analyses.attention import check_head, head_columns, mean_prev_token_mass, window
 from posmech.errors import PosmechError, mean_over
 from posmech.runner import logged
+from posmech.tables import claim_columns
 
 ArrayT = TypeVar("ArrayT")
 
@@ -204,6 +205,13 @@ def repeat_min_row(df: pd.DataFrame, targets: dict[str, str], model: str, artifa
                       f"{lowest['prompt']} at k = {int(lowest['k'])}"}
 
 
+def averaging_table(df: pd.DataFrame, model: str) -> pd.DataFrame:
+    """P2/P3's table from :func:`posembed_averaging`'s rows, in place: the columns ``claim``
+    (``P2`` for the held-out loss rows, ``P2,P3`` for the prompt probabilities, which both
+    read) and ``model`` put in front; returns ``df``."""
+    return claim_columns(df, df["quantity"].map({"loss": "P2"}).fillna("P2,P3"), model)
+
+
 def averaging_scorecard(df: pd.DataFrame, best: int, targets: dict[str, str], loss_tolerance: float,
                         probability_tolerance: float, model: str, figure: str, artifact: str) -> list[dict[str, Any]]:
     """P2 and P3 rows of rule posembed_averaging from its table ``df`` (``quantity``, ``k``,
@@ -338,6 +346,14 @@ def posembed_attention(
         })
         panels.append((h, a[sl, sl], b[sl, sl]))
     return pd.DataFrame(rows), panels, (start, size)
+
+
+def attention_table(df: pd.DataFrame, chosen: dict[str, list[str]], model: str) -> pd.DataFrame:
+    """P4's table from :func:`posembed_attention`'s rows (one per head, the sharp head first,
+    then the early heads ``chosen["early"]``), in place: the columns ``claim`` (P4), ``model``
+    and ``role`` (``sharp`` / ``early``) put in front; returns ``df``."""
+    df.insert(0, "role", ["sharp"] + ["early"] * len(chosen["early"]))
+    return claim_columns(df, "P4", model)
 
 
 def attention_scorecard(df: pd.DataFrame, k: int, start: int, size: int, model: str,
