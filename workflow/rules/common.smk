@@ -419,8 +419,14 @@ def report_flags(wildcards):
             continue
         flag = f.flags["report"]
         caption = flag.caption
+        analysis = analysis_of(step, key)
         out[path] = {
-            "rule": analysis_of(step, key),
+            # what the report prints after "rule": a family's analysis says both names
+            "rule": (
+                step.name
+                if analysis == step.name
+                else f"{step.name} (analysis {analysis})"
+            ),
             "wildcards": dict(wc),
             "caption": caption.get_path_or_uri(secret_free=True) if caption else None,
             "category": flag.category,
