@@ -85,14 +85,13 @@ def _not_applicable():
 NOT_APPLICABLE = _not_applicable()
 
 
-def _applicability_tables():
-    from posmech.applicability import RULES
+def _families():
     from posmech.families import FAMILIES
 
-    return RULES, FAMILIES
+    return FAMILIES
 
 
-APPLICABILITY_RULES, FAMILIES = _applicability_tables()
+FAMILIES = _families()
 
 
 def runs_on(rule, models):
@@ -335,10 +334,11 @@ def analyses_of(step):
     """``{analysis: output key prefix}`` of a rule: a family rule (docs/workflow.md,
     "Families") names each output ``<analysis>__<key>``; any other rule is one analysis,
     its own name, with unprefixed keys."""
-    found = {}
-    for key in step.output.keys():
-        if "__" in key:
-            found.setdefault(key.split("__", 1)[0], key.split("__", 1)[0] + "__")
+    found = {
+        analysis_of(step, key): f"{analysis_of(step, key)}__"
+        for key in step.output.keys()
+        if "__" in key
+    }
     return found or {step.name: ""}
 
 
@@ -354,7 +354,9 @@ def family_runs_on(step, models):
     names = list(analyses_of(step))
     out = []
     for m in models:
-        runs = [a for a in names if runs_on(a, [m]) or a not in APPLICABILITY_RULES]
+        runs = [
+            a for a in names if runs_on(a, [m])
+        ]  # an analysis not in the table runs
         if len(runs) == len(names):
             out.append(m)
         elif runs:
