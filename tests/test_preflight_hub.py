@@ -84,3 +84,28 @@ def test_uncached_hub_model_offline_fetch_names_the_ways_on(tmp_path, hub_cache)
     with pytest.raises(PosmechError, match="HF_HUB_OFFLINE is set") as err:
         fetch_hub_model("mine", {"source": "someorg/tiny-opt", "revision": "main"}, tmp_path / "out")
     assert "config/demo.yaml" in str(err.value) and not (tmp_path / "out" / "hf").exists()
+
+
+def test_a_hub_checkpoint_is_fetched_at_its_revision_and_its_commit_recorded(tmp_path, hub_cache):
+    """`revisions: [step1, step2]` (posmech.models.checkpoints): each checkpoint is the Hub
+    model at that revision; its manifest records the revision asked for and the commit it
+    resolved to (the cache's snapshot of that ref). A revision missing from the cache is a
+    preflight error naming `revisions`."""
+    from posmech.models.checkpoints import add_checkpoints
+
+    src = tiny_archs.opt(tmp_path / "opt")
+    cache_model(hub_cache, "someorg/tiny-opt", src)
+    step1 = "1111111111111111111111111111111111111111"
+    root = hub_cache / "models--someorg--tiny-opt"
+    (root / "refs" / "step1").write_text(step1)
+    shutil.copytree(src, root / "snapshots" / step1)
+    cfg = config(tmp_path / "work")
+    cfg["models"]["mine"]["revisions"] = ["step1", "step2"]
+    problems = hub_problems(cfg, tmp_path / "work")
+    assert len(problems) == 1 and "`models.mine.revisions`" in problems[0] and "'step2'" in problems[0]
+    cfg["models"]["mine"]["revisions"] = ["step1"]
+    assert hub_problems(cfg, tmp_path / "work") == []
+    add_checkpoints(cfg)
+    entry = cfg["models"]["mine@step1"]
+    man = fetch_hub_model("mine@step1", {"source": entry["source"], "revision": entry["revision"]}, tmp_path / "out")
+    assert (man["name"], man["revision"], man["resolved_revision"]) == ("mine@step1", "step1", step1)

@@ -779,24 +779,29 @@ def hub_problems(config: dict[str, Any], base: str | os.PathLike[str] = ".") -> 
         src = entry.get("source")
         if "train" in entry or not isinstance(src, str) or is_local(src):
             continue
-        if (Path(base) / "resources" / "models" / name / "hf" / "config.json").exists():
-            continue
-        if cached_hub_snapshot(src, str(entry.get("revision") or "main")) is None:
-            need.append((name, src, str(entry.get("revision") or "main")))
+        # the model's own revision and every checkpoint of its sweep (`revisions`, each the
+        # model `<name>@<revision>`, posmech.models.checkpoints)
+        revs = [(name, "source", str(entry.get("revision") or "main"))]
+        revs += [(f"{name}@{r}", "revisions", str(r)) for r in entry.get("revisions") or []]
+        for run_name, key, rev in revs:
+            if (Path(base) / "resources" / "models" / run_name / "hf" / "config.json").exists():
+                continue
+            if cached_hub_snapshot(src, rev) is None:
+                need.append((name, key, src, rev, run_name))
     if not need:
         return []
     why = hub_unreachable()
     if why is None:
         return []
     out = []
-    for name, src, rev in need:
+    for name, key, src, rev, run_name in need:
         cache = ("" if src.startswith(TL_LEGACY_PREFIXES) else
                  f"; or put it in the local Hugging Face cache on a machine that reaches the Hub "
                  f"(`huggingface-cli download {src} --revision {rev}`, the same HF_HOME) and run again: "
                  "`fetch_model` copies a cached model without the Hub (HF_HUB_OFFLINE=1 may stay set)")
         out.append(
-            f"config key `models.{name}.source`: Hub model {src!r} (revision {rev!r}) is not fetched "
-            f"(resources/models/{name}/hf) nor in the local Hugging Face cache, and the Hub cannot be reached "
+            f"config key `models.{name}.{key}`: Hub model {src!r} (revision {rev!r}) is not fetched "
+            f"(resources/models/{run_name}/hf) nor in the local Hugging Face cache, and the Hub cannot be reached "
             f"({why}), so `fetch_model` would fail. Fixes: set its `source` to a local copy (a "
             "directory written by `model.save_pretrained(dir)` and `tokenizer.save_pretrained(dir)`, "
             f"safetensors){cache}; or run the offline demo, `--configfile config/demo.yaml`")

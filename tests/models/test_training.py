@@ -239,3 +239,51 @@ def test_llama_head_ablation_zeroes_the_head_output():
 
 def test_llama_mlp_width_is_llamas_ratio_rounded_to_eight():
     assert [llama_mlp_width(d) for d in (16, 64, 96, 128)] == [48, 176, 256, 344]
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "attn_only"])
+def test_checkpoints_are_the_weights_after_their_step_and_change_no_weight(tmp_path, arch):
+    """`train.checkpoints`: the weights after each listed step are saved (step 0: the
+    initialisation); the final weights are bitwise those of a run without checkpoints; a
+    checkpoint installed as a model (rule checkpoint_model) has its own manifest. A run
+    of k steps is not a checkpoint at step k (the learning rate schedule depends on `steps`),
+    so the step-0 checkpoint is checked against a fresh model of the same seed and the others
+    against each other."""
+    from safetensors.torch import load_file
+
+    from posmech.models.training import install_checkpoint
+
+    rng = np.random.default_rng(2)
+    docs = [{"text": "".join(rng.choice(list("abcdefgh "), 80))} for _ in range(10)]
+    cfg = {"corpus": "c", "architecture": arch, "n_layer": 2, "n_head": 2, "d_model": 16, "n_ctx": 16,
+           "steps": 5, "batch_size": 4, "warmup_steps": 1, "heldout_every": 5, "eval_every": 5,
+           "eval_batches": 1, "repeat_fraction": 0.5, "induction_samples": 4, "threads": 1}
+    train_demo_model(docs, dict(cfg, checkpoints=[0, 2, 4]), tmp_path / "a", "m")
+    train_demo_model(docs, cfg, tmp_path / "b", "m")
+
+    def weights(d):
+        return load_file(str(d / "model.safetensors"))
+
+    final_a, final_b = weights(tmp_path / "a" / "hf"), weights(tmp_path / "b" / "hf")
+    assert all(torch.equal(final_a[k], final_b[k]) for k in final_b)
+    saved = tmp_path / "a" / "checkpoints"
+    assert sorted(p.name for p in saved.iterdir()) == ["step0", "step2", "step4"]
+    assert not any((tmp_path / "b" / "checkpoints").iterdir())  # none asked, none saved
+    step0, step2, step4 = (weights(saved / s / "hf") for s in ("step0", "step2", "step4"))
+    from posmech.models.training import TRAIN_DEFAULTS
+
+    torch.manual_seed(0)  # the seed the training starts from: step 0 is a fresh model
+    fresh = _build_model({**TRAIN_DEFAULTS, **cfg}, len(build_char_tokenizer([d["text"] for d in docs])))
+    init = fresh.state_dict() if arch == "gpt2" else fresh.tl_state_dict()
+    common = [k for k in step0 if k in init]
+    assert len(common) >= len(step0) - 1 and all(torch.equal(step0[k], init[k]) for k in common)
+    changed = [k for k in final_a if not torch.equal(step0[k], final_a[k])]
+    assert changed and any(not torch.equal(step2[k], step4[k]) for k in step4)
+    man = install_checkpoint("m@step2", {"checkpoint_of": "m", "step": 2, "train": dict(cfg, checkpoints=[0, 2, 4])},
+                             saved, tmp_path / "m@step2")
+    assert (man["kind"], man["revision"], man["checkpoint_of"], man["step"]) == ("checkpoint", "step2", "m", 2)
+    assert man["weights_sha256_16"] != json.loads((tmp_path / "a" / "manifest.json").read_text())["weights_sha256_16"]
+    got = weights(tmp_path / "m@step2" / man["hf_dir"])
+    assert all(torch.equal(got[k], step2[k]) for k in step2)
+    with pytest.raises(PosmechError, match="saved no checkpoint step3"):
+        install_checkpoint("m@step3", {"checkpoint_of": "m", "step": 3, "train": cfg}, saved, tmp_path / "x")

@@ -54,8 +54,23 @@ from posmech.models.twin import add_twins, twins_of
 TWINS = add_twins(config)
 TWIN_OF = twins_of(config)
 
+# Checkpoints (`train.checkpoints`, `revisions`; posmech.models.checkpoints): the model
+# `<m>@<revision>` of each, with its own manifest, outputs and jobs; it runs only the
+# analysis families the `dynamics` section follows (SWEEP_ANALYSES, posmech.dynamics) and
+# its findings go to results/report/dynamics.csv, not to the findings grid.
+from posmech.models.checkpoints import add_checkpoints, checkpoints_of, sweep_points
+
+try:
+    CHECKPOINTS = add_checkpoints(config)
+except PosmechError as err:
+    raise WorkflowError(str(err)) from None
+CHECKPOINT_OF = checkpoints_of(config)
+SWEEP_POINTS = sweep_points(config)
+
 REPO = Path(workflow.basedir).parent
 MODELS = list(config["models"])
+# the models of the findings grid and the report: every model but the checkpoints
+FINAL_MODELS = [m for m in MODELS if m not in CHECKPOINT_OF]
 CORPORA = list(config["corpora"])
 
 
@@ -69,6 +84,7 @@ def _known_architecture(m):
     from posmech.preflight import known_architecture
 
     m = TWIN_OF.get(m, m)  # a twin has its model's architecture
+    m = CHECKPOINT_OF.get(m, m)  # and a checkpoint its model's
     found = known_architecture(m, config["models"][m])
     return found[0] if found else None
 
@@ -94,14 +110,40 @@ def _families():
 FAMILIES = _families()
 
 
+def _sweep_analyses():
+    from posmech.dynamics import sweep_analyses
+    from posmech.findings import load_findings
+
+    d = config["dynamics"]
+    try:
+        found = load_findings(workflow.source_path("../../resources/findings.yaml"))
+        return sweep_analyses(d["claims"], d["heads"], found)
+    except PosmechError as err:
+        raise WorkflowError(str(err)) from None
+
+
+# what runs on a checkpoint: the followed analyses' families, its weights and its head table
+SWEEP_RULES = (
+    set(_sweep_analyses()) | {"fetch_model", "checkpoint_model", "head_table"}
+    if CHECKPOINTS
+    else set()
+)
+
+
 def runs_on(rule, models):
-    """The models of ``models`` that analysis ``rule`` can run on (posmech.applicability)."""
-    return [m for m in models if rule not in NOT_APPLICABLE.get(m, {})]
+    """The models of ``models`` that analysis ``rule`` can run on (posmech.applicability),
+    and on a checkpoint only if the dynamics sweep follows it (SWEEP_RULES)."""
+    return [
+        m
+        for m in models
+        if rule not in NOT_APPLICABLE.get(m, {})
+        and (m not in CHECKPOINT_OF or rule in SWEEP_RULES)
+    ]
 
 
 if workflow.is_main_process:
     for _m, _skipped in NOT_APPLICABLE.items():
-        if _skipped:
+        if _skipped and _m not in CHECKPOINT_OF:
             print(
                 f"posmech: model {_m} ({ARCHITECTURES[_m].scheme_words}, {ARCHITECTURES[_m].model_type}): "
                 f"{len(_skipped)} analysis rules do not apply and are not scheduled; their claims are "
@@ -112,7 +154,9 @@ if workflow.is_main_process:
 
 def regex(names):
     """A wildcard constraint matching exactly ``names`` (nothing when empty)."""
-    return "|".join(names) if names else "(?!x)x"
+    import re
+
+    return "|".join(re.escape(n) for n in names) if names else "(?!x)x"
 
 
 def static(path):
@@ -167,6 +211,7 @@ def model_shape(model):
     from posmech.cluster import model_shape as estimate
 
     model = TWIN_OF.get(model, model)  # a twin has its model's shape
+    model = CHECKPOINT_OF.get(model, model)  # and a checkpoint its model's
     manifest = output_of(rules.fetch_model.output.manifest, model=model)
     return estimate(model, config["models"][model], str(Path(manifest).parent))
 
@@ -261,6 +306,8 @@ def weights_entry(wildcards):
     entry = config["models"][wildcards.model]
     if "twin_of" in entry:
         return {"twin_of": entry["twin_of"], "seed": entry["seed"]}
+    if "checkpoint_of" in entry and "train" in entry:  # saved by its model's training
+        return {k: entry[k] for k in ("checkpoint_of", "step", "train")}
     if "train" in entry:
         return {"train": entry["train"]}
     return {"source": entry["source"], "revision": entry["revision"]}
@@ -392,14 +439,17 @@ def report_kind(path, key, f, report_tables):
     return None
 
 
-def collected(kind=None, of=None):
+def collected(kind=None, of=None, checkpoints=True):
     """Collected paths (no duplicates, in order): every one, or those of ``kind``
-    (``scorecard``, ``figure``, ``table``), or those of the rule named ``of``."""
+    (``scorecard``, ``figure``, ``table``), or those of the rule named ``of``;
+    ``checkpoints=False``: not those of checkpoints (the findings grid and the report show
+    the models; the dynamics sweep's points are rule dynamics' to show)."""
     out = [
         path
-        for path, r, _, key, f, tables in collected_outputs()
+        for path, r, wc, key, f, tables in collected_outputs()
         if (kind is None or report_kind(path, key, f, tables) == kind)
         and (of is None or r.name == of)
+        and (checkpoints or wc.get("model") not in CHECKPOINT_OF)
     ]
     return list(dict.fromkeys(out))
 
@@ -436,6 +486,11 @@ def report_flags(wildcards):
     return out
 
 
+def sweep_models():
+    """The models of the dynamics sweep's points: each swept model's checkpoints, then it."""
+    return list(dict.fromkeys(p["checkpoint"] for p in SWEEP_POINTS))
+
+
 # ---------------------------------------------------------------- stage helpers
 # (parameters and inputs of the rules; Snakemake's linter wants functions out of the
 # rule files)
@@ -452,8 +507,9 @@ def kernels_models():
 
 
 def etc_models():
-    """The kernels models whose ETC table is computed (etc_heatmap sets them side by side)."""
-    return runs_on("etc_table", kernels_models())
+    """The kernels models whose ETC table is computed (etc_heatmap sets them side by side;
+    not the checkpoints: the dynamics sweep follows them)."""
+    return [m for m in runs_on("etc_table", kernels_models()) if m not in CHECKPOINT_OF]
 
 
 def kernels_params(wildcards=None):

@@ -5,6 +5,7 @@
 # Downloads need the internet of the login node; with profiles/slurm they run there.
 localrules:
     fetch_model,
+    checkpoint_model,  # copies a saved checkpoint (milliseconds)
 
 
 rule fetch_model:
@@ -47,6 +48,8 @@ rule train_demo_model:
             category="Demo model",
         ),
         summary="results/{model}/training/summary.json",
+        # the weights after each step of `train.checkpoints` (rule checkpoint_model)
+        checkpoints=directory("resources/models/{model}/checkpoints"),
     log:
         "logs/train_demo_model/{model}.log",
     benchmark:
@@ -87,6 +90,28 @@ rule build_twin:
         "../../scripts/build_twin.py"
 
 
+rule checkpoint_model:
+    """A checkpoint the training of its model saved (`train.checkpoints`) as the model
+    `<model>@step<N>` (posmech.models.checkpoints; the dynamics sweep)."""
+    input:
+        checkpoints=lambda wc: output_of(
+            rules.train_demo_model.output.checkpoints,
+            model=config["models"][wc.model]["checkpoint_of"],
+        ),
+    output:
+        manifest=rules.fetch_model.output.manifest,
+    log:
+        "logs/checkpoint_model/{model}.log",
+    wildcard_constraints:
+        model=regex(model_names_by_kind(config, "checkpoint")),
+    conda:
+        "../envs/posmech.yaml"
+    params:
+        entry=weights_entry,
+    script:
+        "../../scripts/checkpoint_model.py"
+
+
 collect(
     rules.fetch_model,
     model=model_names_by_kind(config, "hub") + model_names_by_kind(config, "local"),
@@ -95,3 +120,4 @@ collect(
 # curve figure in its demo-model section.
 collect(rules.train_demo_model, model=trained_models(), report_tables=False)
 collect(rules.build_twin, model=TWINS)
+collect(rules.checkpoint_model, model=model_names_by_kind(config, "checkpoint"))

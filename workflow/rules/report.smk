@@ -13,7 +13,7 @@ rule findings:
         findings=static("resources/findings.yaml"),
         schema=static("workflow/schemas/findings.schema.yaml"),
         # what every stage collected (common.smk: collect), read when the DAG is built
-        scorecards=lambda wc: collected("scorecard"),
+        scorecards=lambda wc: collected("scorecard", checkpoints=False),
     output:
         table="results/report/findings.csv",
     log:
@@ -24,7 +24,7 @@ rule findings:
         "../envs/posmech.yaml"
     params:
         thresholds=config["findings"],
-        models=MODELS,
+        models=FINAL_MODELS,
         # {model: {rule: reason}} of the rules that cannot run on a model (applicability)
         not_applicable=NOT_APPLICABLE,
         # {twin: its model} (config section `twins`): the structural/learned columns
@@ -63,14 +63,19 @@ rule report:
         published=static("resources/published.yaml"),
         claims=static("docs/claims.md"),
         findings=rules.findings.output.table,
-        heads=expand(rules.head_table.output.table, model=head_table_models()),
+        heads=expand(
+            rules.head_table.output.table,
+            model=[m for m in head_table_models() if m in FINAL_MODELS],
+        ),
         # what every stage collected (common.smk: collect), read when the DAG is built
-        scorecards=lambda wc: collected("scorecard"),
-        figures=lambda wc: collected("figure"),
-        tables=lambda wc: collected("table"),
+        scorecards=lambda wc: collected("scorecard", checkpoints=False),
+        figures=lambda wc: collected("figure", checkpoints=False),
+        tables=lambda wc: collected("table", checkpoints=False),
         summaries=expand(rules.train_demo_model.output.summary, model=trained_models()),
-        manifests=expand(rules.fetch_model.output.manifest, model=MODELS),
-        tokens=lambda wc: collected(of="tokenize"),
+        manifests=expand(rules.fetch_model.output.manifest, model=FINAL_MODELS),
+        tokens=lambda wc: collected(of="tokenize", checkpoints=False),
+        # the training-dynamics section (rule dynamics), when the run has checkpoints
+        dynamics=lambda wc: collected(of="dynamics"),
         upstream=lambda wc: collected(),
     output:
         html="results/report/index.html",

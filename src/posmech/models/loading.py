@@ -766,10 +766,13 @@ def load_model(
 
 
 def model_kind(entry: dict[str, Any]) -> str:
-    """``train``, ``local``, ``hub`` or ``twin`` (a random-init twin, posmech.models.twin)
-    for a config model entry."""
+    """``train``, ``local``, ``hub``, ``twin`` (a random-init twin, posmech.models.twin) or
+    ``checkpoint`` (a trained model's checkpoint, posmech.models.checkpoints; a Hub model's
+    checkpoint is ``hub``: fetched at its revision) for a config model entry."""
     if "twin_of" in entry:
         return "twin"
+    if "checkpoint_of" in entry and "train" in entry:
+        return "checkpoint"
     if "train" in entry:
         return "train"
     return "local" if is_local(entry["source"]) else "hub"

@@ -387,8 +387,12 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "batch_size": 32, "lr": 0.006, "weight_decay": 0.01, "warmup_steps": 100, "heldout_every": 20,
     "eval_every": 100, "eval_batches": 8, "seed": 0, "repeat_fraction": 0.0, "repeat_min_length": None,
     "repeat_max_length": None, "induction_length": None, "induction_samples": 64, "threads": None,
-    "silent_attention_layers": [], "silent_attention_steps": None,
+    "silent_attention_layers": [], "silent_attention_steps": None, "checkpoints": [],
 }
+
+#: where a training job saves its checkpoints, beside its model (``step<N>/hf``; rule
+#: ``checkpoint_model`` makes each the model ``<model>@step<N>``, posmech.models.checkpoints)
+CHECKPOINTS_SUBDIR = "checkpoints"
 
 
 def _build_model(cfg: dict[str, Any], vocab_size: int) -> Any:
@@ -548,6 +552,11 @@ def train_demo_model(
     model.train()
     running = []
     tokens_per_step = cfg["batch_size"] * n_ctx
+    saves = {int(s) for s in cfg.get("checkpoints") or []}
+    ckpt_dir = Path(out_dir) / CHECKPOINTS_SUBDIR
+    ckpt_dir.mkdir(parents=True, exist_ok=True)  # the job's output, empty without checkpoints
+    if 0 in saves:  # the initialisation
+        _save(model, tok, cfg, ckpt_dir / "step0" / HF_SUBDIR)
     for step in range(cfg["steps"]):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
@@ -562,6 +571,9 @@ def train_demo_model(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
         opt.step()
         running.append(loss.item())
+        if step + 1 in saves:  # the weights after this step (saving reads them, changes nothing)
+            _save(model, tok, cfg, ckpt_dir / f"step{step + 1}" / HF_SUBDIR)
+            LOG.info("checkpoint: step %d saved", step + 1)
         last = step == cfg["steps"] - 1
         if (step + 1) % cfg["eval_every"] == 0 or last:
             elapsed = time.perf_counter() - t0
@@ -600,23 +612,54 @@ def train_demo_model(
     }
     out = Path(out_dir)
     _save(model, tok, cfg, out / HF_SUBDIR)
+    write_trained_manifest(out, name, cfg, {"kind": "train", "revision": None,
+                                            "heldout_loss": summary["heldout_loss"]})
+    return {"curve": curve, "summary": summary}
+
+
+def write_trained_manifest(out: Path, name: str, cfg: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """Hash the weights of ``out/hf`` and write the manifest of a model the pipeline trained
+    (``fields``: its kind, revision and what else it records); returns the manifest."""
     full, digest = hash_weights(out / HF_SUBDIR)
     manifest = {
         "name": name,
-        "kind": "train",
+        "kind": fields["kind"],
         "source": "train_demo_model",
         "hf_dir": manifest_hf_dir(out / HF_SUBDIR, out),
-        "revision": None,
+        "revision": fields["revision"],
         "resolved_revision": f"trained:{digest}",
         "weights_sha256_16": digest,
         "weights_sha256": full,
         "train_config": cfg,
-        "heldout_loss": summary["heldout_loss"],
+        **{k: v for k, v in fields.items() if k not in ("kind", "revision")},
         "architecture": manifest_architecture(out / HF_SUBDIR, name),
     }
     write_json(out / MANIFEST, manifest)
     record_verified(out, out / HF_SUBDIR, full)
-    return {"curve": curve, "summary": summary}
+    return manifest
+
+
+def install_checkpoint(name: str, entry: dict[str, Any], checkpoints_dir: str | os.PathLike[str],
+                       out_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Make the checkpoint a training job saved (``checkpoints_dir/step<N>/hf``) the model
+    ``name`` (``<model>@step<N>``, config ``entry``: ``checkpoint_of``, ``step``, ``train``):
+    its weights copied to ``out_dir/hf`` and its manifest (kind ``checkpoint``, revision
+    ``step<N>``, the model it is a checkpoint of). Returns the manifest."""
+    import shutil
+
+    rev = f"step{entry['step']}"
+    src = Path(checkpoints_dir) / rev / HF_SUBDIR
+    if not src.is_dir():
+        raise PosmechError(
+            f"model {name}: the training of `models.{entry['checkpoint_of']}` saved no checkpoint {rev} "
+            f"({src} is missing); rerun it: snakemake --forcerun train_demo_model")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / HF_SUBDIR) as tmp:
+        shutil.copytree(src, tmp)
+    cfg = {**TRAIN_DEFAULTS, **entry["train"]}
+    return write_trained_manifest(out, name, cfg, {"kind": "checkpoint", "revision": rev,
+                                                   "checkpoint_of": entry["checkpoint_of"], "step": entry["step"]})
 
 
 SCORE_DEFINITIONS = {

@@ -1,0 +1,176 @@
+"""Findings across training: the quantities the ``dynamics`` section follows, per checkpoint.
+
+A model's checkpoints (:mod:`posmech.models.checkpoints`) are models of the run that run only
+the analysis families the followed quantities need (:func:`sweep_analyses`); rule
+``dynamics`` gathers, for every point of every sweep (each checkpoint, then the model itself),
+one row per followed quantity (:func:`dynamics_table`, ``results/report/dynamics.csv``):
+
+* each followed **finding** (``dynamics.claims``, resources/findings.yaml): its quantity, value
+  and verdict at that checkpoint, judged exactly as the findings grid judges the model
+  (:func:`posmech.findings.findings_table`, the same thresholds);
+* quantities of the checkpoint's **head-roles table** (``dynamics.heads``; rule head_table,
+  ``results/{model}/heads.csv``), each under the claim whose verdict it carries:
+
+  - ``sharpest_previous_token_score`` (P6): the largest previous-token mass of any head (mean
+    attention from query n to key n − 1, the taxonomy's ``prev_token_mass``); ``label``: the
+    head; ``sharpest_previous_token_layer`` (P6): that head's layer;
+  - ``previous_token_head_etc`` (K3): that head's Effective Token Count (its positional
+    kernel's, rule etc_table); ``previous_token_head_kernel_type`` (K3): its kernel type, in
+    ``label`` (``value`` empty: a category);
+  - ``heads_per_role`` : ``n_previous_token_heads`` (P6; heads whose previous-token mass passes
+    the taxonomy's threshold), ``n_kernel_<type>`` (K3; heads per kernel type) and
+    ``n_l_role_<role>`` (L1; heads per L role), each counted over the heads of the checkpoint
+    (a role the sweep's tables never assign has no row).
+
+A quantity the checkpoint's tables do not carry (its family cannot run on the model, or the
+table has no such head) is ``not measurable`` with the reason, never 0.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from posmech.families import FAMILIES, rule_of
+
+#: the columns of results/report/dynamics.csv
+DYNAMICS_COLUMNS = ["model", "revision", "step", "checkpoint", "claim", "quantity", "value", "label", "verdict",
+                    "reason"]
+#: per ``dynamics.heads`` entry: the analyses whose per-head tables it reads
+HEAD_QUANTITY_ANALYSES: dict[str, tuple[str, ...]] = {
+    "sharpest_previous_token": ("diagonal_taxonomy",),
+    "previous_token_kernel": ("diagonal_taxonomy", "etc_table"),
+    "heads_per_role": (),  # counts what the other followed families' tables assign
+}
+
+
+def sweep_analyses(claims: list[str], heads: list[str], findings: list[Any]) -> list[str]:
+    """The analyses a checkpoint runs: those of the followed findings (``claims``; each
+    finding's ``rule``) and head quantities (``heads``), completed to whole families (a
+    family runs as one job, :mod:`posmech.families`). A claim without a finding is a
+    :class:`~posmech.errors.PosmechError` naming the key."""
+    from posmech.errors import PosmechError
+
+    rule_by_claim = {f.claim: f.rule for f in findings}
+    unknown = [c for c in claims if c not in rule_by_claim]
+    if unknown:
+        raise PosmechError(
+            f"config key `dynamics.claims`: {unknown} have no finding in resources/findings.yaml; "
+            f"choose among {', '.join(rule_by_claim)}")
+    wanted = [rule_by_claim[c] for c in claims] + [a for h in heads for a in HEAD_QUANTITY_ANALYSES[h]]
+    out: list[str] = []
+    for a in wanted:
+        for b in FAMILIES.get(rule_of(a), (a,)):
+            if b not in out:
+                out.append(b)
+    return out
+
+
+def _verdicts(findings: pd.DataFrame) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(str(r["claim"]), str(r["model"])): r for r in findings.to_dict("records")}
+
+
+def _nan(x: Any) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def head_quantities(heads: pd.DataFrame | None, wanted: list[str], roles: Mapping[str, list[str]]) -> list[dict[str, Any]]:
+    """The head-table rows (``claim, quantity, value, label`` and, where the table lacks
+    it, ``reason``) of one checkpoint; ``heads``: its heads.csv (``None``: no table);
+    ``roles``: ``{column: categories}`` of the role counts (kernel types, L roles) over the
+    whole sweep, so every checkpoint has the same rows."""
+    rows: list[dict[str, Any]] = []
+
+    def missing(claim: str, quantity: str, why: str) -> None:
+        rows.append({"claim": claim, "quantity": quantity, "value": math.nan, "label": "", "reason": why})
+
+    prev = heads["prev_token_mass"].dropna() if heads is not None and "prev_token_mass" in heads else pd.Series([])
+    sharp = heads.loc[prev.idxmax()] if len(prev) else None
+    why_sharp = "no previous-token score: the taxonomy family did not run on this model"
+    if "sharpest_previous_token" in wanted:
+        if sharp is None:
+            missing("P6", "sharpest_previous_token_score", why_sharp)
+            missing("P6", "sharpest_previous_token_layer", why_sharp)
+        else:
+            rows.append({"claim": "P6", "quantity": "sharpest_previous_token_score",
+                         "value": float(sharp["prev_token_mass"]), "label": str(sharp["head_name"])})
+            rows.append({"claim": "P6", "quantity": "sharpest_previous_token_layer", "value": float(sharp["layer"]),
+                         "label": str(sharp["head_name"])})
+    if "previous_token_kernel" in wanted:
+        if sharp is None or "etc" not in heads or _nan(sharp.get("etc")):
+            why = why_sharp if sharp is None else "the sharpest previous-token head has no ETC: the kernels family " \
+                "did not run on this model, or its kernel is undefined"
+            missing("K3", "previous_token_head_etc", why)
+            missing("K3", "previous_token_head_kernel_type", why)
+        else:
+            kind = str(sharp.get("kernel_type"))
+            rows.append({"claim": "K3", "quantity": "previous_token_head_etc", "value": float(sharp["etc"]),
+                         "label": f"{sharp['head_name']} {kind}"})
+            rows.append({"claim": "K3", "quantity": "previous_token_head_kernel_type", "value": math.nan,
+                         "label": kind})
+    if "heads_per_role" in wanted:
+        if heads is not None and "previous_token" in heads and heads["previous_token"].notna().any():
+            rows.append({"claim": "P6", "quantity": "n_previous_token_heads",
+                         "value": float(heads["previous_token"].fillna(False).astype(bool).sum()), "label": ""})
+        else:
+            missing("P6", "n_previous_token_heads", why_sharp)
+        for column, claim, prefix in (("kernel_type", "K3", "n_kernel_"), ("l_role", "L1", "n_l_role_")):
+            present = heads is not None and column in heads and heads[column].notna().any()
+            for cat in roles.get(column, []):
+                if present:
+                    rows.append({"claim": claim, "quantity": prefix + cat,
+                                 "value": float((heads[column] == cat).sum()), "label": ""})
+                else:
+                    missing(claim, prefix + cat, f"no {column} column: its family did not run on this model")
+    return rows
+
+
+def role_categories(tables: list[pd.DataFrame | None]) -> dict[str, list[str]]:
+    """``{column: sorted categories}`` of the role columns over ``tables``."""
+    out: dict[str, list[str]] = {}
+    for column in ("kernel_type", "l_role"):
+        cats = {str(v) for t in tables if t is not None and column in t for v in t[column].dropna()}
+        out[column] = sorted(cats)
+    return out
+
+
+def dynamics_table(points: list[dict[str, Any]], findings: pd.DataFrame, claims: list[str], wanted: list[str],
+                   heads: Mapping[str, pd.DataFrame | None]) -> pd.DataFrame:
+    """One row per (sweep point, followed quantity): :data:`DYNAMICS_COLUMNS`.
+
+    ``points``: :func:`posmech.models.checkpoints.sweep_points`; ``findings``: the findings
+    table of the points' models (:func:`posmech.findings.findings_table`); ``claims``: the
+    followed findings; ``wanted``: the followed head quantities; ``heads``: ``{checkpoint:
+    its heads.csv table or None}``. A head quantity's verdict is its claim's at that point."""
+    verdicts = _verdicts(findings)
+    out: list[dict[str, Any]] = []
+    for model in dict.fromkeys(p["model"] for p in points):
+        mine = [p for p in points if p["model"] == model]
+        roles = role_categories([heads.get(p["checkpoint"]) for p in mine])
+        for p in mine:
+            base = {"model": model, "revision": p["revision"], "step": p["step"], "checkpoint": p["checkpoint"]}
+            for claim in claims:
+                v = verdicts[(claim, p["checkpoint"])]
+                out.append({**base, "claim": claim, "quantity": v["quantity"], "value": v["value"], "label": "",
+                            "verdict": v["verdict"], "reason": v["reason"]})
+            for r in head_quantities(heads.get(p["checkpoint"]), wanted, roles):
+                v = verdicts.get((r["claim"], p["checkpoint"]))
+                verdict = "not measurable" if "reason" in r or v is None else v["verdict"]
+                reason = r.get("reason") or (v["reason"] if v is not None else "")
+                out.append({**base, **r, "verdict": verdict, "reason": reason})
+    table = pd.DataFrame(out, columns=DYNAMICS_COLUMNS)
+    table["step"] = table["step"].astype("Int64")
+    return table
+
+
+def read_heads(paths: list[str | os.PathLike[str]]) -> dict[str, pd.DataFrame]:
+    """``{model: heads.csv}`` of the head-roles tables ``results/{model}/heads.csv``."""
+    from pathlib import Path
+
+    from posmech.tables import read_table
+
+    return {Path(p).parent.name: read_table(p) for p in paths}

@@ -1,0 +1,46 @@
+# The training-dynamics sweep (config sections `dynamics`, `train.checkpoints`,
+# `revisions`; posmech.dynamics): the followed quantities of every checkpoint, one table and
+# one figure for the report.
+
+
+# Cheap (reads CSV tables, plots): runs locally also with profiles/slurm.
+localrules:
+    dynamics,
+
+
+rule dynamics:
+    """Each followed finding and head quantity (section `dynamics`) at every point of every
+    sweep: the model's checkpoints, then the model itself."""
+    input:
+        findings=static("resources/findings.yaml"),
+        schema=static("workflow/schemas/findings.schema.yaml"),
+        scorecards=lambda wc: [
+            p
+            for m in sweep_models()
+            for p in collected("scorecard")
+            if p.startswith(f"results/{m}/")
+        ],
+        heads=lambda wc: expand(
+            rules.head_table.output.table,
+            model=[m for m in head_table_models() if m in sweep_models()],
+        ),
+    output:
+        table="results/report/dynamics.csv",
+        figure="results/report/dynamics.png",
+    log:
+        "logs/report/dynamics.log",
+    benchmark:
+        "benchmarks/report/dynamics.tsv"
+    conda:
+        "../envs/posmech.yaml"
+    params:
+        points=SWEEP_POINTS,
+        claims=config["dynamics"]["claims"],
+        heads=config["dynamics"]["heads"],
+        thresholds=config["findings"],
+        not_applicable=lambda wc: {m: NOT_APPLICABLE[m] for m in sweep_models()},
+    script:
+        "../../scripts/dynamics.py"
+
+
+collect(rules.dynamics, when=bool(SWEEP_POINTS))
