@@ -113,7 +113,7 @@ def test_section_after_the_demo_models_with_values_and_verdicts(fabricated_run):
     assert 'href="figures/report/dynamics.csv"' in html and Path("results/report/figures/report/dynamics.csv").is_file()
     section = html[html.index('<section id="dynamics">'):]
     section = section[:section.index("</section>")]
-    heads = re.findall(r"<th>([^<]*)</th>", section[:section.index("</thead>")])
+    heads = re.findall(r"<th[^>]*>([^<]*)</th>", section[:section.index("</thead>")])
     assert heads == ["model", "claim", "quantity", "0", "50", "200", "500", "2000 (final)"]
     assert _cells(section, "demo", "sharpest_previous_token_score") == ["0.08 ✗", "0.12 ✗", "0.55 ✓", "0.88 ✓", "0.93 ✓"]
     assert _cells(section, "demo-attn", "sharpest_previous_token_score")[1] == "0.31 ✗"
@@ -125,6 +125,8 @@ def test_section_after_the_demo_models_with_values_and_verdicts(fabricated_run):
     assert '<span class="lab">L1H1</span>' in section and "score 0.12 vs 0.5" in section
     assert section.count("<tr data-model=") == 2 * 5
     assert "demo (5 checkpoints), demo-attn (5 checkpoints)" in section
+    # every followed quantity is said in words
+    assert section.count("<li><strong>") == 5 and "<code>prev_token_mass_ratio_knocked</code>): the sharpest" in section
 
 
 def test_no_section_without_the_table(fabricated_run):

@@ -174,6 +174,8 @@ STYLE = """<style>
 #dynamics table.dyn td.v-holds{color:#11602a} #dynamics table.dyn td.v-fails{color:#8c1c13}
 #dynamics table.dyn td.v-not-measurable{color:#777}
 #dynamics table.dyn .lab{font-size:.75rem;color:#566;margin-left:.3em}
+#dynamics table.dyn th.step{text-align:right} #dynamics table.dyn caption{text-align:left;font-size:.85rem;color:#566}
+#dynamics ul.dyn-q{font-size:.9rem;margin:.3rem 0 .8rem} #dynamics ul.dyn-q li{margin:.1rem 0}
 #dynamics figure img{max-width:100%;height:auto}
 </style>"""
 
@@ -187,25 +189,29 @@ def dynamics_html(table: pd.DataFrame, figure_href: str | None, csv_href: str | 
     qs = list(dict.fromkeys(t["quantity"]))
     n_points = t.drop_duplicates(["model", "revision"]).groupby("model", sort=False).size()
     parts = [STYLE, '<section id="dynamics"><h2>Training dynamics</h2>']
-    followed = "; ".join(f"<strong>{escape(quantity(q).title)}</strong>: {escape(quantity(q).words)}" for q in qs)
     parts.append(
         "<p>How the followed findings formed during training: "
         + ", ".join(f"{escape(m)} ({int(n_points[m])} checkpoints)" for m in models)
         + ". Each point is one checkpoint (a saved training step, or a revision of a Hub model) on which the "
         "analyses behind the followed quantities ran on their own, as they run on a model: its value and the "
-        "verdict of the claim's finding at that checkpoint. The quantities: " + followed + ". "
-        "In the figure, x is the training step on a symmetric log scale (linear near 0, so step 0 shows), one "
-        "line per model in its colour; a filled marker: the finding holds at that checkpoint, an open marker: "
-        "it fails, a ×: not measurable there (at the bottom of the panel when there is no value). In the table, a row per "
-        "model and quantity and a column per checkpoint: the value, then ✓ holds, ✗ fails, n/m not measurable "
-        "(hover a cell for the checkpoint, the head and the reason)"
+        "verdict of the claim's finding at that checkpoint. In the figure, x is the training step on a symmetric "
+        "log scale (linear near 0, so step 0 shows), one line per model in its colour; a filled marker: the "
+        "finding holds at that checkpoint, an open marker: it fails, a ×: not measurable there (at the bottom of "
+        "the panel when there is no value). In the table, a row per model and quantity and a column per "
+        "checkpoint: the value, then ✓ holds, ✗ fails, n/m not measurable (hover a cell for the checkpoint, the "
+        "head and the reason)"
         + (f"; <a href=\"{escape(csv_href)}\">dynamics.csv</a> has every row" if csv_href else "") + ".</p>")
+    parts.append('<ul class="dyn-q">' + "".join(
+        f"<li><strong>{escape(quantity(q).title)}</strong> (<code>{escape(q)}</code>): {escape(quantity(q).words)}</li>"
+        for q in qs) + "</ul>")
     if figure_href:
         parts.append(f'<figure id="dynamics-figure"><a href="{escape(figure_href)}"><img src="{escape(figure_href)}" '
                      'alt="followed quantities against training step, one line per model"></a>'
                      f'<figcaption><p class="path">{escape(figure_href)}</p></figcaption></figure>')
-    parts.append('<div class="scroll"><table class="dyn"><thead><tr><th>model</th><th>claim</th><th>quantity</th>'
-                 + "".join(f"<th>{escape(c)}</th>" for c in columns) + "</tr></thead><tbody>")
+    parts.append('<div class="scroll"><table class="dyn"><caption>The value at each checkpoint (columns: training '
+                 "step) and the verdict of its claim's finding there</caption><thead><tr><th>model</th><th>claim</th>"
+                 "<th>quantity</th>" + "".join(f'<th class="step">{escape(c)}</th>' for c in columns)
+                 + "</tr></thead><tbody>")
     for r in rows:
         parts.append(f'<tr data-model="{escape(r["model"])}" data-quantity="{escape(r["quantity"])}">'
                      f'<th>{escape(r["model"])}</th><td>{escape(r["claim"])}</td>'
