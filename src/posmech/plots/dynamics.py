@@ -76,7 +76,7 @@ def _step_axis(ax: Any, x: np.ndarray, by_revision: list[str] | None) -> None:
     ax.xaxis.set_major_formatter(FuncFormatter(step_label))
     ax.xaxis.set_minor_locator(FixedLocator(sorted(set(x.tolist()))))  # every checkpoint, unlabelled
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlim(-0.3 * thresh if (x <= 0).any() else 0.7 * thresh, 1.3 * float(x.max()))
+    ax.set_xlim(-0.3 * thresh if (x <= 0).any() else 0.7 * thresh, 1.3 * max(float(x.max()), thresh))
     ax.set_xlabel("training step (symmetric log)", fontsize=8)
 
 

@@ -74,10 +74,6 @@ QUANTITIES: dict[str, Quantity] = {
         "best induction score", "attention to the induced key",
         "the largest induction score of a head in a layer ≥ 1: on [BOS] + R + R, its mean attention from the "
         "second copy to the key after the previous occurrence"),
-    "best_induction_score": Quantity(
-        "best induction score", "attention to the induced key",
-        "the largest induction score of a head in a layer ≥ 1: on [BOS] + R + R, its mean attention from the "
-        "second copy to the key after the previous occurrence"),
     "previous_candidate_score": Quantity(
         "best previous-token mass (random tokens)", "mean attention at offset −1",
         "the best head's mean attention to the previous token of random-token sequences (L1)"),
@@ -85,6 +81,7 @@ QUANTITIES: dict[str, Quantity] = {
         "best look-back-two mass (random tokens)", "mean attention at offset −2",
         "the best other head's mean attention two tokens back on random-token sequences (L5)"),
 }
+QUANTITIES["best_induction_score"] = QUANTITIES["induction_score"]
 
 
 def quantity(name: str) -> Quantity:
