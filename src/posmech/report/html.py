@@ -1,5 +1,5 @@
 """The final HTML report: findings grid and scorecard first, the head roles across models,
-one section per claim family, then the run.
+the demo models and the training dynamics, one section per claim family, then the run.
 
 ``results/report/index.html`` plus a sibling ``figures/`` folder holding copies of every
 figure and table it shows (relative links only, one small inline script, no CDN): the folder can
@@ -329,11 +329,24 @@ def _display_path(path: str) -> str:
         return str(path)
 
 
+def dynamics_section(table: str, figure: str | None, figures_dir: Path) -> Any:
+    """The "Training dynamics" section from ``dynamics.csv`` at ``table`` and its figure, both
+    copied next to the report (with the table's metadata sidecar)."""
+    from posmech.report.dynamics_section import dynamics_html
+    from posmech.tables import read_table
+
+    if meta_path(table).is_file():
+        copy_asset(str(meta_path(table)), figures_dir)
+    return dynamics_html(read_table(table), copy_asset(figure, figures_dir) if figure else None,
+                         copy_asset(table, figures_dir))
+
+
 def build(
     *, html: str, figures_dir: str, scorecard_csv: str, published: str, scorecards: list[str],
     figures: list[str], tables: list[str], summaries: list[str], manifests: list[str],
     tokens: list[str], flags: dict[str, dict[str, Any]], config: dict[str, Any], benchmarks: str,
     claims: str | None = None, findings: str | None = None, heads: list[str] | None = None,
+    dynamics: str | None = None, dynamics_figure: str | None = None,
 ) -> dict[str, Any]:
     """Write the scorecard CSV and the HTML report; returns the status counts.
 
@@ -341,7 +354,10 @@ def build(
     the scorecard's claim IDs link to its rows.  ``findings``: ``results/report/findings.csv``
     (rule ``findings``), drawn as the grid at the top (:mod:`posmech.report.findings_grid`).
     ``heads``: the models' head-roles tables ``results/{model}/heads.csv`` (rule ``head_table``),
-    drawn as the cross-model head-roles view below the scorecard (:mod:`posmech.report.head_roles`)."""
+    drawn as the cross-model head-roles view below the scorecard (:mod:`posmech.report.head_roles`).
+    ``dynamics``: ``results/report/dynamics.csv`` (rule ``dynamics``, the followed findings at each
+    checkpoint) and ``dynamics_figure`` its PNG: the "Training dynamics" section after the demo
+    models (:mod:`posmech.report.dynamics_section`); no section without the table."""
     import jinja2
     from markupsafe import Markup
 
@@ -430,6 +446,7 @@ def build(
         "selfcheck_table": selfcheck_html(found, (config.get("selfcheck") or {}).get("expected"))
         if found is not None else Markup(""),
         "head_roles": read_roles(heads, run_models, copy=lambda p: copy_asset(p, fdir)),
+        "dynamics": dynamics_section(dynamics, dynamics_figure, fdir) if dynamics else Markup(""),
     }
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("posmech.report", "templates"), autoescape=jinja2.select_autoescape(["html", "j2"]),
