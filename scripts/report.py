@@ -22,6 +22,9 @@ def main(smk, log):
         claims=smk.input.claims,
         findings=smk.input.findings,
         heads=list(smk.input.heads),
+        # the training-dynamics section (rule dynamics), in a run with checkpoints only
+        dynamics=next((p for p in smk.input.dynamics if p.endswith(".csv")), None),
+        dynamics_figure=next((p for p in smk.input.dynamics if p.endswith(".png")), None),
     )
     log.info("scorecard: %s", ", ".join(f"{k} {v}" for k, v in counts.items()))
     log.info("report written to %s", smk.output.html)
