@@ -163,3 +163,35 @@ def test_posmech_engine_equals_the_bridge_on_the_trained_demo_models(summaries, 
     assert torch.allclose(got[0][0], got[1][0], atol=5e-4 * float(got[0][0].abs().max()))
     for k in names:
         assert torch.allclose(got[0][1][k], got[1][1][k], atol=2e-5), k
+
+
+def test_gpt2_demo_checkpoints_show_the_previous_token_head_forming(summaries, demo_config):
+    """The dynamics sweep of `make demo` (config/demo.yaml's `train.checkpoints`, issue 30):
+    at least five checkpoints of `demo`, and the followed previous-token score — the
+    taxonomy's sharpest `prev_token_mass` (posmech.dynamics), computed here with the
+    taxonomy's own pass on held-out Bible text — rises across them: from a random
+    initialisation's to the trained head's, never falling back by more than a margin, with
+    the head that ends sharpest above layer 0 (the silent layer 0 of the first 300 steps)."""
+    import numpy as np
+
+    from posmech.analyses import attention_statistics as st
+    from posmech.analyses.taxonomy import classify_heads
+    from posmech.models.loading import load_model
+
+    steps = demo_config["models"]["demo"]["train"]["checkpoints"]
+    assert len(steps) >= 5
+    root = Path(summaries["demo"]["_hf_dir"]).parent
+    text = "".join(d["text"] for d in summaries["demo"]["_docs"][-20:])
+    sharpest = []
+    for name in [*(f"checkpoints/step{s}/hf" for s in steps), "hf"]:
+        lens = load_model({"hf_dir": str(root / name), "name": name}, "cpu", "float32", "compatibility")
+        ids = np.asarray(lens.tokenizer(text)["input_ids"])
+        docs = [ids[i * 32:(i + 1) * 32] for i in range(40)]
+        stats, _, _ = st.attention_statistics(lens, docs, 8, True, progress=False)
+        heads = classify_heads(stats.means())
+        sharpest.append((float(heads["prev_token_mass"].max()),
+                         int(heads.loc[heads["prev_token_mass"].idxmax(), "layer"])))
+    scores = [s for s, _ in sharpest]
+    assert scores[-1] >= scores[0] + 0.4, sharpest
+    assert all(b >= a - 0.1 for a, b in zip(scores, scores[1:])), sharpest
+    assert sharpest[-1][1] >= 1, sharpest

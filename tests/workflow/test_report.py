@@ -133,3 +133,39 @@ def test_findings_verdict_every_claim_and_lead_the_report(ci_run):
     sharp = heads.loc[heads["p7_chosen"] == "sharp", "head_name"].iloc[0]
     row = re.search(r'<tr data-role="p7_chosen=sharp">.*?</tr>', html).group(0)
     assert f"<code>{sharp}</code>" in row
+
+
+def test_the_ci_sweep_runs_only_the_followed_family_and_its_table_agrees_with_the_grid(ci_run):
+    """config/ci.yaml's model saves three checkpoints (issue 30): each runs only the taxonomy
+    family (its `dynamics` follows P6, P7), results/report/dynamics.csv has one row per point
+    and followed quantity with the model itself last, its final point's findings are the
+    grid's, and the report shows the section."""
+    from posmech.dynamics import DYNAMICS_COLUMNS
+    from posmech.findings import VERDICTS
+    from tests.workflow.conftest import analyses_run
+
+    import yaml
+
+    cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
+    steps = cfg["models"]["demo"]["train"]["checkpoints"]
+    for s in steps:
+        ran = set(analyses_run(ci_run, f"demo@step{s}"))
+        assert ran == {"checkpoint_model", "attention_statistics", "diagonal_taxonomy", "head_table"}, (s, ran)
+        assert not (ci_run / f"results/demo@step{s}/activations").exists()  # nothing followed reads the cache
+    t = pd.read_csv(ci_run / "results/report/dynamics.csv")
+    assert list(t.columns) == DYNAMICS_COLUMNS
+    points = t.drop_duplicates("checkpoint")
+    assert list(points["revision"]) == [f"step{s}" for s in steps] + ["final"]
+    assert list(points["step"]) == [*steps, cfg["models"]["demo"]["train"]["steps"]]
+    assert list(points["checkpoint"]) == [f"demo@step{s}" for s in steps] + ["demo"]
+    assert set(t["claim"]) == {"P6", "P7"} and set(t["verdict"]) <= set(VERDICTS)
+    assert {"sharpest_previous_token_score", "sharpest_previous_token_layer", "n_previous_token_heads"} <= set(t["quantity"])
+    grid = pd.read_csv(ci_run / "results/report/findings.csv").set_index("claim")
+    final = t[(t["revision"] == "final") & (t["quantity"] == grid.loc["P6", "quantity"])].iloc[0]
+    assert (final["verdict"], final["value"]) == (grid.loc["P6", "verdict"], grid.loc["P6", "value"])
+    heads = read_table(ci_run / "results/demo/heads.csv")
+    sharp = t[(t["revision"] == "final") & (t["quantity"] == "sharpest_previous_token_score")].iloc[0]
+    assert sharp["value"] == heads["prev_token_mass"].max() and sharp["label"] == \
+        heads.loc[heads["prev_token_mass"].idxmax(), "head_name"]
+    html = (ci_run / "results/report/index.html").read_text()
+    assert "Training dynamics" in html and "dynamics.png" in html

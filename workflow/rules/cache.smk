@@ -3,7 +3,7 @@
 rule cache_activations:
     """Cache resid_pre / ln1_out of every layer and their position-wise means."""
     input:
-        tokens=rules.tokenize.output.h5,
+        tokens=lambda wc: tokens_file(wc, wc.corpus),
         manifest=rules.fetch_model.output.manifest,
     output:
         h5="results/{model}/activations/{corpus}.h5",

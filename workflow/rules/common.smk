@@ -313,6 +313,32 @@ def weights_entry(wildcards):
     return {"source": entry["source"], "revision": entry["revision"]}
 
 
+def tokens_of(model):
+    """The model whose tokens `model`'s jobs read: a random-init twin's tokenizer is copied
+    from its model (posmech.models.twin) and a trained checkpoint's is the one its model's
+    training saves with every checkpoint, and they share their model's `n_ctx` and
+    `prepend_bos`, so they read their model's tokens (one tokenize job less each). A Hub
+    checkpoint has its own (a revision may change the tokenizer)."""
+    entry = config["models"][model]
+    if "twin_of" in entry:
+        return entry["twin_of"]
+    if "checkpoint_of" in entry and "train" in entry:
+        return entry["checkpoint_of"]
+    return model
+
+
+def tokens_file(wildcards, corpus):
+    """The tokens file of ``corpus`` that the job's model reads (``tokens_of``)."""
+    return output_of(
+        rules.tokenize.output.h5, model=tokens_of(wildcards.model), corpus=corpus
+    )
+
+
+def tokenized_models():
+    """The models of the `tokenize` section that have tokens of their own (``tokens_of``)."""
+    return [m for m in selected(config, "tokenize", "models") if tokens_of(m) == m]
+
+
 def corpus_entry(wildcards):
     return config["corpora"][wildcards.corpus]
 
@@ -558,9 +584,7 @@ def attention_statistics_inputs(wildcards):
 
 def section_tokens(section):
     """The tokens file of ``section``'s corpus for the job's model."""
-    return lambda wc: output_of(
-        rules.tokenize.output.h5, wc, corpus=section_params(section)()["corpus"]
-    )
+    return lambda wc: tokens_file(wc, section_params(section)()["corpus"])
 
 
 def repo_file(path):
@@ -585,7 +609,7 @@ def interventions_corpus(wildcards=None):
 
 
 def interventions_tokens(wildcards):
-    return output_of(rules.tokenize.output.h5, wildcards, corpus=interventions_corpus())
+    return tokens_file(wildcards, interventions_corpus())
 
 
 def induction_prompt(wildcards):
@@ -625,7 +649,7 @@ def contextual_tokens(wildcards):
     """Tokens files of the contextual texts' corpora and of the LN-scale corpus."""
     p = contextual_params()
     names = list(dict.fromkeys(p["corpora"] + [p["scale_corpus"]]))
-    return {c: output_of(rules.tokenize.output.h5, wildcards, corpus=c) for c in names}
+    return {c: tokens_file(wildcards, c) for c in names}
 
 
 def attn_only_models(bos=None):

@@ -16,9 +16,7 @@ rule kernels:
             wc,
             corpus=kernels_params()["means_corpus"],
         ),
-        tokens=lambda wc: output_of(
-            rules.tokenize.output.h5, wc, corpus=kernels_params()["query_corpus"]
-        ),
+        tokens=lambda wc: tokens_file(wc, kernels_params()["query_corpus"]),
     output:
         positional_kernels__h5="results/{model}/kernels/kernels.h5",
         etc_table__table=report(

@@ -29,6 +29,6 @@ rule tokenize:
 
 collect(
     rules.tokenize,
-    model=selected(config, "tokenize", "models"),
+    model=tokenized_models(),
     corpus=selected(config, "tokenize", "corpora"),
 )
