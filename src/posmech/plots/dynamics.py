@@ -36,6 +36,12 @@ MARKER = "o"
 SIZE = 6.0
 
 
+#: panels drawn first, in this order: where the previous-token and induction heads appear
+HEADLINE = ["sharpest_previous_token_score", "p_redirected_after", "previous_candidate_score",
+            "look_back_two_candidate_score", "sharpest_previous_token_layer", "previous_token_head_etc",
+            "min(diagonal_ratio)"]
+
+
 def model_colours(models: list[str]) -> dict[str, Any]:
     """A colour per model, in order: tab10 without its grey (the colour of the panels' notes)."""
     tab = [c for i, c in enumerate(plt.get_cmap("tab10").colors) if i != 7]
@@ -118,7 +124,9 @@ def draw_dynamics(table: pd.DataFrame) -> Any:
         t = t.assign(x=[float(by_revision.index(r)) for r in t["revision"]])
     quantities = list(dict.fromkeys(t["quantity"]))
     numeric = [q for q in quantities if not is_categorical(t[t["quantity"] == q])]
-    panels = numeric + [q for q in quantities if q not in numeric]
+    # the formation first (HEADLINE), then the rest in the table's order, categories last
+    panels = sorted(numeric, key=lambda q: HEADLINE.index(q) if q in HEADLINE else len(HEADLINE)) + [
+        q for q in quantities if q not in numeric]
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols, 2.55 * rows + 0.9), squeeze=False,
@@ -160,7 +168,7 @@ def draw_dynamics(table: pd.DataFrame) -> Any:
         else:
             vals = sel["value"].dropna()
             if np.allclose(vals, np.round(vals)):
-                ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+                ax.yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
             lo, hi = float(vals.min()), float(vals.max())
             pad = 0.12 * (hi - lo) if hi > lo else max(0.5, 0.1 * abs(hi))
             ax.set_ylim(lo - 1.6 * pad, hi + pad)  # room at the bottom for the not-measurable marks
