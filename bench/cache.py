@@ -78,7 +78,7 @@ def cache_settings(shape: str, batch_size: int | None):
     checkpoints), with ``batch_size`` overridden when given."""
     import yaml
 
-    from posmech.cache import CacheSettings
+    from posmech.analyses.cache import CacheSettings
 
     root = Path(__file__).resolve().parent.parent
     cfg = yaml.safe_load((root / CONFIGS[shape]).read_text())["cache"]
@@ -94,7 +94,7 @@ def worker(args: argparse.Namespace) -> dict:
 
     import torch
 
-    from posmech.cache import cache_activations, load_capture
+    from posmech.analyses.cache import cache_activations, load_capture
     from posmech.models.loading import load_bridge, load_hf
 
     torch.set_num_threads(1)

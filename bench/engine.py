@@ -29,7 +29,7 @@ import torch
 torch.set_num_threads(2)
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from posmech.cache import load_capture  # noqa: E402
+from posmech.analyses.cache import load_capture  # noqa: E402
 from posmech.models.lens import from_hf_dir  # noqa: E402
 from posmech.models.loading import load_bridge, load_model  # noqa: E402
 

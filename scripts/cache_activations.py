@@ -1,6 +1,6 @@
 """Rule cache_activations: one forward pass over a tokenized corpus, streamed to HDF5."""
 
-from posmech.cache import CacheSettings, cache_activations, load_capture
+from posmech.analyses.cache import CacheSettings, cache_activations, load_capture
 from posmech.config import config_hash
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import read_manifest, weights_identity

@@ -2,7 +2,8 @@
 
 from pathlib import Path
 
-from posmech.models.loading import fetch_hub_model, model_kind, prepare_local_model
+from posmech.config import model_kind
+from posmech.models.loading import fetch_hub_model, prepare_local_model
 from posmech.runner import run
 
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from posmech.analyses import kernels as kn
 from posmech.analyses import contextual as cx
-from posmech.cache import read_position_means
+from posmech.analyses.cache import read_position_means
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import words_figure
 from posmech.plots.contextual import layer1_figure

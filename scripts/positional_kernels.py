@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from posmech.analyses import kernels as kn
-from posmech.cache import read_position_means
+from posmech.analyses.cache import read_position_means
 from posmech.config import config_hash, scale_to_context
 from posmech.data.tokens import read_tokens
 from posmech.hdf5 import attr_json, open_artifact

@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 import pytest
 
-from posmech.cache import PARTIAL, CacheSettings, cache_activations
+from posmech.analyses.cache import PARTIAL, CacheSettings, cache_activations
 from posmech.cli import describe, main
 from posmech.data.tokens import read_tokens, write_tokens
 from posmech.models.loading import load_bridge

@@ -89,8 +89,7 @@ def test_wrong_kind_names_the_rule_that_writes_the_expected_kind(tmp_path):
 
 
 def test_every_writer_agrees_with_the_kind_table(tmp_path):
-    from posmech import cache
-    from posmech.analyses import attention_statistics, contextual, geometry, kernels, neurons
+    from posmech.analyses import attention_statistics, cache, contextual, geometry, kernels, neurons
     from posmech.data import tokens
     from posmech.hdf5 import KIND_RULES
 

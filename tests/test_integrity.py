@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from posmech.cache import CacheSettings, cache_activations, read_position_means, tokens_digest
+from posmech.analyses.cache import CacheSettings, cache_activations, read_position_means, tokens_digest
 from posmech.errors import PosmechError
 from posmech.models.loading import check_hf_dir, load_bridge, prepare_local_model
 from posmech.data.tokens import TokenSet
@@ -258,8 +258,8 @@ def test_checksum_failure_is_named_by_the_runner(cached, tmp_path):
 # ---------------------------------------------------------------- case 12: a failed write cleans up
 @pytest.mark.parametrize("error", [OSError(28, "No space left on device"), RuntimeError("something else")])
 def test_failed_cache_write_removes_partial_only_for_write_errors(prev_token_model_dir, tmp_path, monkeypatch, error):
-    import posmech.cache as cache
-    from posmech.cache import CHECKPOINT, PARTIAL
+    import posmech.analyses.cache as cache
+    from posmech.analyses.cache import CHECKPOINT, PARTIAL
 
     bridge = load_bridge({"hf_dir": str(prev_token_model_dir), "name": "pt"}, device="cpu")
     real, calls = cache.write_tokens, []
@@ -286,7 +286,7 @@ def test_kept_cache_survives_output_deletion_and_is_relinked(prev_token_model_di
     import os
     import time
 
-    from posmech.cache import kept_path
+    from posmech.analyses.cache import kept_path
 
     bridge = load_bridge({"hf_dir": str(prev_token_model_dir), "name": "pt"}, device="cpu")
     out = tmp_path / "acts.h5"
@@ -314,7 +314,7 @@ def test_kept_cache_damaged_in_place_is_not_reused(prev_token_model_dir, tmp_pat
     """The kept copy is a hard link: bytes flipped in the output damage it too. Its sha256,
     recorded when it was kept, is checked before reuse: the damaged copy is deleted and the
     cache recomputed, its data equal to the undamaged one's."""
-    from posmech.cache import kept_path
+    from posmech.analyses.cache import kept_path
 
     bridge = load_bridge({"hf_dir": str(prev_token_model_dir), "name": "pt"}, device="cpu")
     out = tmp_path / "acts.h5"
@@ -342,7 +342,7 @@ import resource, sys
 from pathlib import Path
 from types import SimpleNamespace
 import numpy as np
-from posmech.cache import CacheSettings, cache_activations
+from posmech.analyses.cache import CacheSettings, cache_activations
 from posmech.data.tokens import TokenSet
 from posmech.models.loading import load_bridge
 from posmech.runner import run

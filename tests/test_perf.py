@@ -107,7 +107,7 @@ def test_failed_job_still_logs_its_accounting(tmp_path):
 def test_the_cache_capture_counts_its_forwards(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
-    from posmech.cache import as_capture
+    from posmech.analyses.cache import as_capture
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="eager").eval()
     cap = as_capture(model, "compatibility")

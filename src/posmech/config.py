@@ -275,10 +275,21 @@ def config_hash(obj: Any) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def model_names_by_kind(config: dict[str, Any], kind: str) -> list[str]:
-    """Model names whose entry is of ``kind``: ``train``, ``local``, ``hub`` or ``twin``."""
-    from posmech.models.loading import model_kind
+def model_kind(entry: dict[str, Any]) -> str:
+    """``train``, ``local``, ``hub``, ``twin`` (a random-init twin, posmech.models.twin) or
+    ``checkpoint`` (a trained model's checkpoint, posmech.models.checkpoints; a Hub model's
+    checkpoint is ``hub``: fetched at its revision) for a config model entry."""
+    if "twin_of" in entry:
+        return "twin"
+    if "checkpoint_of" in entry and "train" in entry:
+        return "checkpoint"
+    if "train" in entry:
+        return "train"
+    return "local" if is_local(entry["source"]) else "hub"
 
+
+def model_names_by_kind(config: dict[str, Any], kind: str) -> list[str]:
+    """Model names whose entry is of ``kind`` (:func:`model_kind`)."""
     return [n for n, m in config["models"].items() if model_kind(m) == kind]
 
 

@@ -11,6 +11,7 @@ import torch
 
 from posmech.analyses import interventions as iv
 from posmech.analyses.attention import head_columns
+from posmech.analyses.readout import continuation_probability
 from posmech.analyses.wpos import group_average
 from posmech.errors import PosmechError
 from posmech.models import handbuilt as hb
@@ -200,11 +201,11 @@ def test_continuation_probability_sums_sequences(copy_bridge):
     x = TOKENS[:10]
     p = probs(x)
     assert p.argmax() == x[-2]
-    assert iv.continuation_probability(copy_bridge, x, [(1,)]) == pytest.approx(p[1], rel=1e-9)
-    assert iv.continuation_probability(copy_bridge, x, [(1,), (2,)]) == pytest.approx(p[1] + p[2], rel=1e-9)
+    assert continuation_probability(copy_bridge, x, [(1,)]) == pytest.approx(p[1], rel=1e-9)
+    assert continuation_probability(copy_bridge, x, [(1,), (2,)]) == pytest.approx(p[1] + p[2], rel=1e-9)
     # two tokens: P(5) · P(3 | ..., 5), teacher-forced
     p2 = probs(np.append(x, 5))
-    assert iv.continuation_probability(copy_bridge, x, [(5, 3)]) == pytest.approx(p[5] * p2[3], rel=1e-9)
+    assert continuation_probability(copy_bridge, x, [(5, 3)]) == pytest.approx(p[5] * p2[3], rel=1e-9)
 
 
 # ----------------------------------------------------------------- experiments

@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from posmech.analyses.interventions import redirect_hook
-from posmech.analyses.readout import final_residual, logits_at, next_token_logprobs
-from posmech.data.prompts import target_probabilities
+from posmech.analyses.readout import final_residual, logits_at, next_token_logprobs, target_probabilities
 from posmech.models import handbuilt as hb
 from posmech.models.loading import load_model
 

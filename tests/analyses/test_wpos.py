@@ -19,14 +19,8 @@ from posmech.analyses.wpos import (
     pattern_similarity,
     posembed_averaging,
 )
-from posmech.data.prompts import (
-    Prompt,
-    continuation_probability,
-    load_prompts,
-    prompt_token_ids,
-    target_probabilities,
-    variant_token_ids,
-)
+from posmech.analyses.readout import continuation_probability, target_probabilities
+from posmech.data.prompts import Prompt, load_prompts, prompt_token_ids, variant_token_ids
 from posmech.errors import PosmechError
 from posmech.models import handbuilt as hb
 from posmech.models.loading import load_bridge

@@ -284,7 +284,7 @@ def test_a_token_tree_runs_each_continuation_as_if_alone(which, gpt2_dir, neo_di
     of prompt + that continuation alone (GPT-Neo: its local layer's window counts positions,
     not sequence indices); target_probabilities gives the same numbers with the tree as with
     one padded row per continuation."""
-    from posmech.data.prompts import target_probabilities
+    from posmech.analyses.readout import target_probabilities
 
     d = {"gpt2": gpt2_dir, "neo": neo_dir, "tl": tl_dir}[which]
     lens = load_model(_man(d), "cpu", "float32", "compatibility", "posmech")

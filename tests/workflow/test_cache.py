@@ -10,11 +10,11 @@ import sys
 
 import numpy as np
 
-from posmech.cache import read_document, read_position_means
+from posmech.analyses.cache import read_document, read_position_means
 from posmech.data.tokens import read_tokens
 from posmech.hdf5 import open_artifact
 from posmech.models.loading import read_manifest
-from tests.test_cache import hf_reference
+from tests.analyses.test_cache import hf_reference
 
 
 def test_ci_cache_equals_huggingface_hidden_states(ci_run):

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from posmech.analyses import kernels as kn
-from posmech.cache import read_position_means
+from posmech.analyses.cache import read_position_means
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import load_bridge, read_manifest
 from posmech.report.scorecard import load_published

@@ -500,17 +500,6 @@ def build_induction_prompt(
     return InductionPrompt(np.asarray(ids, dtype=np.int64), positions, redirects, targets, dropped, spec)
 
 
-def continuation_probability(
-    bridge: Any, tokens: np.ndarray, seqs: Sequence[tuple[int, ...]], hooks: Sequence[Hook] = (),
-) -> float:
-    """Σ over ``seqs`` of P(sequence | tokens) under the hooks (teacher-forced: the prompt
-    positions, where the hooks act, are the same in every row); see
-    :func:`posmech.data.prompts.target_probabilities`."""
-    from posmech.data.prompts import target_probabilities
-
-    return target_probabilities(bridge, tokens, {"t": list(seqs)}, hooks)[0]["t"]
-
-
 INDUCTION_CONDITIONS = ("baseline", "redirect", "scale", "redirect_scale")
 
 
@@ -524,9 +513,9 @@ def induction_intervention(
     Rows: one per (condition, target) with ``probability``.  Also returns the sharp head's
     pattern (``[T, T]``, as used) at baseline and redirected, for the figure.  Each condition
     is one batched teacher-forced pass over every target's variants
-    (:func:`posmech.data.prompts.target_probabilities`); the patterns are read in the same
+    (:func:`posmech.analyses.readout.target_probabilities`); the patterns are read in the same
     passes (prompt positions, first row)."""
-    from posmech.data.prompts import target_probabilities
+    from posmech.analyses.readout import target_probabilities
 
     layer, head = check_head(bridge, sharp)
     red = redirect_hook(layer, head, prompt.redirects)

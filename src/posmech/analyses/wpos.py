@@ -130,7 +130,8 @@ def posembed_averaging(
     ``target``, ``value``, ``n_predictions`` (loss) / ``n_prompt_tokens``,
     ``prompt_truncated``, ``top_token``, ``top_token_probability`` (probability rows).
     """
-    from posmech.data.prompts import prompt_token_ids, target_probabilities, variant_token_ids
+    from posmech.analyses.readout import target_probabilities
+    from posmech.data.prompts import prompt_token_ids, variant_token_ids
 
     tok = bridge.tokenizer
     n_ctx = bridge.cfg.n_ctx

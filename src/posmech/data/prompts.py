@@ -1,17 +1,13 @@
-"""Prompt files (``resources/prompts/*.yaml``) and the probability of a target's token
-variants after a prompt (P3, P16).
+"""Prompt files (``resources/prompts/*.yaml``) and their tokenization (P3, P16): a
+prompt's token ids and each target's variants as token-id lists.
 
-A target's probability is the total probability that the model's continuation starts
-with one of its variants: variants are tokenized without special tokens, duplicates and
-variants extending another variant's tokens are dropped (their mass is already counted),
-single-token variants contribute their next-token probability and multi-token variants
-(e.g. on a character-level model) the product of their tokens' conditional probabilities.
+Data only: the probability of a target after a prompt (forward passes) is
+:func:`posmech.analyses.readout.target_probabilities`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,9 +15,6 @@ import numpy as np
 import yaml
 
 from posmech.errors import PosmechError
-
-MAX_BATCH_TOKENS = 1024  # tokens per teacher-forced pass: the [rows, heads, T, T] attention memory of one 1024-token row
-
 
 @dataclass
 class Prompt:
@@ -94,108 +87,3 @@ def prompt_token_ids(tokenizer: Any, text: str, prepend_bos: bool, max_len: int)
         raise PosmechError(f"context of {max_len} tokens is too short for a prompt")
     truncated = len(ids) > room
     return np.asarray(bos + ids[-room:], dtype=np.int64), truncated
-
-
-def continuation_probability(bridge: Any, prompt_ids: np.ndarray, variants: list[list[int]]) -> float:
-    """Probability that the continuation of ``prompt_ids`` starts with one of ``variants``
-    (token-id lists from :func:`variant_token_ids`; prefix-free, so the events are
-    disjoint and their probabilities add).  Needs ``len(prompt) + len(variant) - 1 <= n_ctx``."""
-    return target_probabilities(bridge, prompt_ids, {"t": variants})[0]["t"]
-
-
-def target_probabilities(
-    bridge: Any, prompt_ids: np.ndarray, targets: dict[str, list[list[int]]] | dict[str, list[tuple[int, ...]]],
-    hooks: Sequence[tuple[str, Any]] = (), max_batch_tokens: int = MAX_BATCH_TOKENS,
-) -> tuple[dict[str, float], int, float]:
-    """:func:`continuation_probability` of every target's variants, teacher-forced in batched
-    forward passes (with ``hooks`` added, e.g. an intervention; they act on every row alike).
-
-    One row per teacher-forced prefix that no other prefix extends (a row holding prefix
-    ``a b`` also gives the distributions after ``a`` and after the prompt alone), in the
-    passes of :func:`_passes`.  Logits are made only at the positions read
-    (:mod:`posmech.analyses.readout`) and log-softmaxed in float64.
-    Returns ``(probabilities, top_token, top_probability)`` where the top token is the most
-    probable next token after the prompt."""
-    import torch
-
-    from posmech.analyses.readout import logits_at
-
-    prefixes = {tuple(int(t) for t in v[:-1]) for vs in targets.values() for v in vs} | {()}
-    rows = sorted((p for p in prefixes if not any(len(q) > len(p) and q[: len(p)] == p for q in prefixes)),
-                  key=lambda t: (len(t), t))
-    logp: dict[tuple[int, ...], Any] = {}  # row -> [len(row) + 1, d_vocab] float64 at positions n-1 ..
-    for batch, x, read_rows, read_pos, forward in _passes(bridge, prompt_ids, rows, hooks, max_batch_tokens):
-        lg = logits_at(bridge, x, read_rows, read_pos, hooks, forward)
-        with torch.inference_mode():
-            lp = torch.log_softmax(lg.double(), -1).cpu()
-        at = 0
-        for r in batch:
-            logp[r] = lp[at : at + len(r) + 1]
-            at += len(r) + 1
-
-    def row_of(pre: tuple[int, ...]) -> Any:
-        return logp[next(r for r in rows if r[: len(pre)] == pre)]
-
-    out = {}
-    for name, vs in targets.items():
-        total = 0.0
-        for v in vs:
-            lp = row_of(tuple(int(t) for t in v[:-1]))
-            total += float(lp[torch.arange(len(v)), torch.as_tensor(list(v))].sum().exp())
-        out[name] = total
-    first = row_of(())[0].exp()
-    top = int(first.argmax())
-    return out, top, float(first[top])
-
-
-def _passes(
-    model: Any, prompt_ids: np.ndarray, rows: list[tuple[int, ...]], hooks: Sequence[tuple[str, Any]],
-    max_batch_tokens: int,
-) -> Any:
-    """The forward passes of :func:`target_probabilities`: ``(batch rows, tokens, read rows,
-    read positions, call keywords)``; the positions read are the prompt's last token and each
-    row's tokens, in row order.
-
-    * No ``hooks`` and an engine that runs token trees (``model.runs_token_trees``, the
-      posmech engine): **the prompt runs once** and the rows follow it in the same sequence,
-      each at positions ``n, n+1, ..`` and seeing the prompt and its own earlier tokens only
-      (``positions``/``visible``), at most ``max_batch_tokens`` row tokens per pass.  Every
-      position read gets the value of a pass of prompt + row alone, to float32 rounding.
-    * Otherwise (interventions act on whole sequences; the bridge): one batch row per row,
-      right-padded (causal attention makes the padding invisible to the positions read), at
-      most ``max_batch_tokens`` tokens per pass (at least one row)."""
-    n = len(prompt_ids)
-    if not hooks and getattr(model, "runs_token_trees", False):
-        a = 0
-        while a < len(rows):
-            batch, size = [], 0
-            while a < len(rows) and (not batch or size + len(rows[a]) <= max_batch_tokens):
-                batch.append(rows[a])
-                size += len(rows[a])
-                a += 1
-            T = n + size
-            x = np.concatenate([prompt_ids, *[np.asarray(r, dtype=np.int64) for r in batch]])[None]
-            positions = np.arange(T)
-            visible = np.tril(np.ones((T, T), dtype=bool))
-            visible[n:, n:] = False
-            read_pos, at = [], n
-            for r in batch:
-                seg = slice(at, at + len(r))
-                positions[seg] = np.arange(n, n + len(r))
-                visible[seg, seg] = np.tril(np.ones((len(r), len(r)), dtype=bool))
-                read_pos += [n - 1, *range(at, at + len(r))]
-                at += len(r)
-            yield batch, x, [0] * len(read_pos), read_pos, {"positions": positions, "visible": visible}
-        return
-    width = n + max(len(r) for r in rows)
-    per_pass = max(1, max_batch_tokens // width)
-    for a in range(0, len(rows), per_pass):
-        batch = rows[a : a + per_pass]
-        w = n + max(len(r) for r in batch)
-        x = np.zeros((len(batch), w), dtype=np.int64)
-        read_rows, read_pos = [], []
-        for i, r in enumerate(batch):
-            x[i, : n + len(r)] = np.concatenate([prompt_ids, np.asarray(r, dtype=np.int64)])
-            read_rows += [i] * (len(r) + 1)
-            read_pos += range(n - 1, n + len(r))
-        yield batch, x, read_rows, read_pos, {}

@@ -67,7 +67,7 @@ later can be observed), and the unembedding is computed only for ``return_type="
 There is no key/value cache and no gradient bookkeeping: run under
 ``torch.inference_mode()``. Several continuations of one prompt run in one pass as a
 *token tree* (``positions``/``visible`` of :meth:`Lens.__call__`): the prompt is computed
-once, not once per continuation (:func:`posmech.data.prompts.target_probabilities`).
+once, not once per continuation (:func:`posmech.analyses.readout.target_probabilities`).
 
 Supported checkpoints (:func:`unsupported_hf` / :func:`unsupported` say why not): Hugging
 Face ``GPT2LMHeadModel`` (no ``scale_attn_by_inverse_layer_idx``, no

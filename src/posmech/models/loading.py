@@ -18,7 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from posmech.config import is_local, local_path
+from posmech.config import local_path
 from posmech.errors import HUB_HINT, PosmechError, require_hub
 from posmech.io import atomic_path, write_json
 
@@ -763,16 +763,3 @@ def load_model(
                                f"{m.get('name')!r} ({why}); use `auto` or `bridge`")
         log.info("forward engine: bridge (the posmech engine does not run this model: %s)", why)
     return load_bridge(m, device, dtype, processing)
-
-
-def model_kind(entry: dict[str, Any]) -> str:
-    """``train``, ``local``, ``hub``, ``twin`` (a random-init twin, posmech.models.twin) or
-    ``checkpoint`` (a trained model's checkpoint, posmech.models.checkpoints; a Hub model's
-    checkpoint is ``hub``: fetched at its revision) for a config model entry."""
-    if "twin_of" in entry:
-        return "twin"
-    if "checkpoint_of" in entry and "train" in entry:
-        return "checkpoint"
-    if "train" in entry:
-        return "train"
-    return "local" if is_local(entry["source"]) else "hub"

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from posmech.cache import (
+from posmech.analyses.cache import (
     CHECKPOINT,
     PARTIAL,
     CacheSettings,
@@ -213,8 +213,8 @@ CHILD = """
 import sys, time, numpy as np
 sys.path.insert(0, {tests!r})
 from test_cache import token_set, random_docs
-from posmech.cache import cache_activations, CacheSettings
-import posmech.cache as C
+from posmech.analyses.cache import cache_activations, CacheSettings
+import posmech.analyses.cache as C
 from posmech.models.loading import load_bridge
 bridge = load_bridge({{"hf_dir": {model!r}, "name": "tok"}}, device="cpu")
 orig = C.forward_batch
@@ -398,7 +398,7 @@ def test_wrapping_a_huggingface_model_leaves_it_alone(tmp_path):
     from transformers import AutoModelForCausalLM
     from transformers.activations import NewGELUActivation
 
-    from posmech.cache import as_capture
+    from posmech.analyses.cache import as_capture
     from posmech.models.lens import Lens
 
     path = _gpt2_dir(tmp_path / "gpt2")
