@@ -62,7 +62,7 @@ def revisions_of(name: str, entry: dict[str, Any]) -> list[str]:
         return [TRAINED_REVISION.format(s) for s in steps]
     revisions = list(entry.get("revisions") or [])
     if revisions and "twin_of" not in entry:
-        from posmech.models.loading import is_local
+        from posmech.config import is_local
 
         if is_local(entry["source"]):
             raise PosmechError(
