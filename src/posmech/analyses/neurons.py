@@ -1,6 +1,6 @@
 """Contextual neurons in layer 0 (claims C1–C3, seed post 004, second half).
 
-Builds on the layer-0 decomposition of :mod:`posmech.analyses.contextual` (file
+Builds on the layer-0 decomposition of :mod:`posmech.analyses.contextual.decomposition` (file
 ``layer0.h5``): the fixed-destination queries ``q_h(d, n)``, the positional keys, the
 content keys, the measured LayerNorm scale ``s`` and every stored text's denominators
 ``Z_h(n)`` are read from it, never recomputed.
