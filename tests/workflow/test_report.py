@@ -158,7 +158,15 @@ def test_the_ci_sweep_runs_only_the_followed_family_and_its_table_agrees_with_th
     assert list(points["revision"]) == [f"step{s}" for s in steps] + ["final"]
     assert list(points["step"]) == [*steps, cfg["models"]["demo"]["train"]["steps"]]
     assert list(points["checkpoint"]) == [f"demo@step{s}" for s in steps] + ["demo"]
-    assert set(t["claim"]) == {"P6", "P7"} and set(t["verdict"]) <= set(VERDICTS)
+    assert set(t["verdict"]) <= set(VERDICTS)
+    # the followed findings, and the head-role counts: the model itself assigns kernel types and
+    # L roles (its kernels and attn_only families ran), its checkpoints not (not followed)
+    assert set(t["claim"]) == {"P6", "P7", "K3", "L1"}
+    counts = t[t["claim"].isin(["K3", "L1"])]
+    assert counts["quantity"].str.match(r"n_(kernel|l_role)_").all()
+    assert (counts.loc[counts["revision"] != "final", "verdict"] == "not measurable").all()
+    assert counts.loc[counts["revision"] != "final", "reason"].str.contains("did not run on this model").all()
+    assert counts.loc[counts["revision"] == "final", "value"].notna().all()
     assert {"sharpest_previous_token_score", "sharpest_previous_token_layer", "n_previous_token_heads"} <= set(t["quantity"])
     grid = pd.read_csv(ci_run / "results/report/findings.csv").set_index("claim")
     final = t[(t["revision"] == "final") & (t["quantity"] == grid.loc["P6", "quantity"])].iloc[0]
