@@ -129,6 +129,27 @@ def test_section_after_the_demo_models_with_values_and_verdicts(fabricated_run):
     assert section.count("<li><strong>") == 5 and "<code>prev_token_mass_ratio_knocked</code>): the sharpest" in section
 
 
+def test_the_sweeps_checkpoints_are_not_named_among_the_runs_models(fabricated_run):
+    """The config the report reads lists the checkpoints (`<model>@<revision>`, added by the
+    workflow); only the Run section's config shows them: the models named above it (the
+    banner, the head roles) are the run's models, of which a checkpoint is a point."""
+    kwargs = {k: v for k, v in fabricated_run.items() if k not in ("dir", "counts")}
+    models = {"demo": {}, "demo@step50": {"checkpoint_of": "demo", "step": 50}}  # none of the posts' models
+    rp.build(**{**kwargs, "config": {**kwargs["config"], "models": models}})
+    html = Path("results/report/index.html").read_text(encoding="utf-8")
+    assert "None of this run's models (demo)" in html
+    before_run = html[:html.index('id="run"')]  # the Run section shows the config as the run resolved it
+    assert "demo@step50" not in before_run and "demo@step50" in html[html.index('id="run"'):]
+
+
+def test_counts_per_role_are_said_in_words():
+    from posmech.report.dynamics_section import quantity
+
+    assert quantity("n_kernel_slow_decay").words == "the number of heads whose positional kernel is of type slow decay " \
+        "(the head-roles table's column)"
+    assert quantity("n_l_role_induction").title == "heads: induction"
+
+
 def test_no_section_without_the_table(fabricated_run):
     html = Path("results/report/index.html").read_text(encoding="utf-8")
     assert 'id="dynamics"' not in html and "Training dynamics" not in html

@@ -82,12 +82,30 @@ QUANTITIES: dict[str, Quantity] = {
         "the best other head's mean attention two tokens back on random-token sequences (L5)"),
 }
 QUANTITIES["best_induction_score"] = QUANTITIES["induction_score"]
+QUANTITIES.update({
+    "min(diagonal_ratio)": Quantity(
+        "sharpness of the sharpest previous-token head", "second / largest mean diagonal",
+        "the smallest ratio, over previous-token heads, of a head's second-largest mean diagonal to its largest "
+        "(P7: near 0 for one sharp head)"),
+    "count(kernel_types)": Quantity(
+        "kernel types present", "types",
+        "how many of the kernel types (local, slow decay, uniform) at least one head has (K3)"),
+    "count(layer0_local_heads)": Quantity(
+        "layer-0 heads with a local kernel", "heads", "the number of layer-0 heads whose kernel type is local (K4)"),
+})
 
 
 def quantity(name: str) -> Quantity:
     """The words of quantity ``name``; for one :data:`QUANTITIES` does not name, its own name
     (the column of dynamics.csv, defined where the rule that computes it is documented)."""
-    return QUANTITIES.get(name) or Quantity(name.replace("_", " "), name, f"{name} as its rule writes it")
+    if name in QUANTITIES:
+        return QUANTITIES[name]
+    for prefix, what in (("n_kernel_", "whose positional kernel is of type"), ("n_l_role_", "whose L role is")):
+        if name.startswith(prefix):  # a count per role (posmech.dynamics, heads_per_role)
+            role = name[len(prefix):].replace("_", " ")
+            return Quantity(f"heads: {role}", "heads",
+                            f"the number of heads {what} {role} (the head-roles table's column)")
+    return Quantity(name.replace("_", " "), name, f"{name} as its rule writes it")
 
 
 def check_table(table: pd.DataFrame, source: str = "dynamics.csv") -> pd.DataFrame:

@@ -406,7 +406,8 @@ def build(
             families.append({"key": key, "title": title, "assets": fam_assets, "rows": fam_rows,
                              "claims": sorted({r["claim"] for r in fam_rows}, key=sc.claim_sort_key)})
 
-    run_models = list(config.get("models", {}))
+    # the run's models, not the checkpoints of its dynamics sweep (shown in their own section)
+    run_models = [m for m, e in config.get("models", {}).items() if "checkpoint_of" not in (e or {})]
     claims_html = claims_catalogue_html(claims) if claims else ""
     published_models = sorted({e.model for e in entries})
     bench = read_benchmarks(benchmarks)
