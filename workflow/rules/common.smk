@@ -56,7 +56,7 @@ TWIN_OF = twins_of(config)
 
 # Checkpoints (`train.checkpoints`, `revisions`; posmech.models.checkpoints): the model
 # `<m>@<revision>` of each, with its own manifest, outputs and jobs; it runs only the
-# analysis families the `dynamics` section follows (SWEEP_ANALYSES, posmech.dynamics) and
+# analysis families the `dynamics` section follows (SWEEP_RULES, posmech.dynamics) and
 # its findings go to results/report/dynamics.csv, not to the findings grid.
 from posmech.models.checkpoints import add_checkpoints, checkpoints_of, sweep_points
 
