@@ -108,6 +108,9 @@ def test_section_after_the_demo_models_with_values_and_verdicts(fabricated_run):
     html = Path("results/report/index.html").read_text(encoding="utf-8")
     assert html.index('id="demo"') < html.index('<section id="dynamics">') < html.index('id="family-P"')
     assert '<a href="#dynamics">Training dynamics</a>' in html
+    # visible without opening anything: per model, where the followed heads go and when they form
+    headline = html[html.index('<ul class="dyn-headline">'):html.index('<details class="dyn-body">')]
+    assert "<strong>demo</strong>: sharpest previous-token score 0.08 → 0.93, half of it first at step 200" in headline
     # the figure and the table are copied next to the report and linked
     assert '<img src="figures/report/dynamics.png"' in html and Path("results/report/figures/report/dynamics.png").is_file()
     assert 'href="figures/report/dynamics.csv"' in html and Path("results/report/figures/report/dynamics.csv").is_file()
@@ -126,7 +129,8 @@ def test_section_after_the_demo_models_with_values_and_verdicts(fabricated_run):
     assert section.count("<tr data-model=") == 2 * 5
     assert "demo (5 checkpoints), demo-attn (5 checkpoints)" in section
     # every followed quantity is said in words
-    assert section.count("<li><strong>") == 5 and "<code>prev_token_mass_ratio_knocked</code>): the sharpest" in section
+    qlist = section[section.index('<ul class="dyn-q">'):]
+    assert qlist[:qlist.index("</ul>")].count("<li><strong>") == 5 and "<code>prev_token_mass_ratio_knocked</code>): the sharpest" in section
 
 
 def test_the_sweeps_checkpoints_are_not_named_among_the_runs_models(fabricated_run):

@@ -465,17 +465,19 @@ def report_kind(path, key, f, report_tables):
     return None
 
 
-def collected(kind=None, of=None, checkpoints=True):
+def collected(kind=None, of=None, checkpoints=True, models=None):
     """Collected paths (no duplicates, in order): every one, or those of ``kind``
     (``scorecard``, ``figure``, ``table``), or those of the rule named ``of``;
     ``checkpoints=False``: not those of checkpoints (the findings grid and the report show
-    the models; the dynamics sweep's points are rule dynamics' to show)."""
+    the models; the dynamics sweep's points are rule dynamics' to show); ``models``: only
+    those of jobs of these models."""
     out = [
         path
         for path, r, wc, key, f, tables in collected_outputs()
         if (kind is None or report_kind(path, key, f, tables) == kind)
         and (of is None or r.name == of)
         and (checkpoints or wc.get("model") not in CHECKPOINT_OF)
+        and (models is None or wc.get("model") in models)
     ]
     return list(dict.fromkeys(out))
 

@@ -14,12 +14,7 @@ rule dynamics:
     input:
         findings=static("resources/findings.yaml"),
         schema=static("workflow/schemas/findings.schema.yaml"),
-        scorecards=lambda wc: [
-            p
-            for m in sweep_models()
-            for p in collected("scorecard")
-            if p.startswith(f"results/{m}/")
-        ],
+        scorecards=lambda wc: collected("scorecard", models=sweep_models()),
         heads=lambda wc: expand(
             rules.head_table.output.table,
             model=[m for m in head_table_models() if m in sweep_models()],

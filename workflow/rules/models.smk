@@ -2,10 +2,11 @@
 # place, a `train:` entry is trained by the pipeline (the offline default).
 
 
-# Downloads need the internet of the login node; with profiles/slurm they run there.
+# Downloads need the internet of the login node; with profiles/slurm they run there, and so
+# does copying a checkpoint the training saved (milliseconds).
 localrules:
     fetch_model,
-    checkpoint_model,  # copies a saved checkpoint (milliseconds)
+    checkpoint_model,
 
 
 rule fetch_model:

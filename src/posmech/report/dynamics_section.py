@@ -195,6 +195,31 @@ STYLE = """<style>
 </style>"""
 
 
+#: the quantities the section's always-visible lines summarise, first to last point
+HEADLINE_QUANTITIES = ("sharpest_previous_token_score", "p_redirected_after", "previous_candidate_score")
+
+
+def headline_html(t: pd.DataFrame) -> str:
+    """One line per model, visible without opening anything: each of
+    :data:`HEADLINE_QUANTITIES` it has, from its first to its last point with a value (and the
+    step it first reaches half of its last value: where the head forms)."""
+    lines = []
+    for m, g in t.groupby("model", sort=False):
+        bits = []
+        for q in HEADLINE_QUANTITIES:
+            r = g[(g["quantity"] == q) & g["value"].notna()].sort_values("step", na_position="last")
+            if r.empty:
+                continue
+            first, last = r.iloc[0], r.iloc[-1]
+            half = r[r["value"] >= 0.5 * last["value"]] if last["value"] > first["value"] else r.iloc[:0]
+            when = f", half of it first at step {int(half.iloc[0]['step'])}" if len(half) and pd.notna(
+                half.iloc[0]["step"]) else ""
+            bits.append(f"{escape(quantity(q).title)} {first['value']:.2f} → {last['value']:.2f}{when}")
+        if bits:
+            lines.append(f"<li><strong>{escape(m)}</strong>: {'; '.join(bits)}</li>")
+    return f'<ul class="dyn-headline">{"".join(lines)}</ul>' if lines else ""
+
+
 def dynamics_html(table: pd.DataFrame, figure_href: str | None, csv_href: str | None) -> Markup:
     """The section ``<section id="dynamics">`` from the dynamics table (:func:`check_table`
     applied here); ``figure_href``/``csv_href``: the copied figure and table, relative to the report."""
@@ -203,7 +228,9 @@ def dynamics_html(table: pd.DataFrame, figure_href: str | None, csv_href: str | 
     models = list(dict.fromkeys(t["model"]))
     qs = list(dict.fromkeys(t["quantity"]))
     n_points = t.drop_duplicates(["model", "revision"]).groupby("model", sort=False).size()
-    parts = [STYLE, '<section id="dynamics"><h2>Training dynamics</h2>']
+    parts = [STYLE, '<section id="dynamics"><h2>Training dynamics</h2>', headline_html(t)]
+    parts.append('<details class="dyn-body"><summary>the figure, the quantities in words and the table of every '
+                 'checkpoint <span class="hint">click to open</span></summary>')
     parts.append(
         "<p>How the followed findings formed during training: "
         + ", ".join(f"{escape(m)} ({int(n_points[m])} checkpoints)" for m in models)
@@ -240,5 +267,5 @@ def dynamics_html(table: pd.DataFrame, figure_href: str | None, csv_href: str | 
             cls = f' class="v-{cell["verdict"].replace(" ", "-")}"' if cell["verdict"] else ""
             parts.append(f'<td{cls} title="{escape(cell["title"])}">{escape(cell["text"])}{lab}</td>')
         parts.append("</tr>")
-    parts.append("</tbody></table></div></section>")
+    parts.append("</tbody></table></div></details></section>")
     return Markup("".join(parts))
