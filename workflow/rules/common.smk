@@ -469,8 +469,8 @@ def collected(kind=None, of=None, checkpoints=True, models=None):
     """Collected paths (no duplicates, in order): every one, or those of ``kind``
     (``scorecard``, ``figure``, ``table``), or those of the rule named ``of``;
     ``checkpoints=False``: not those of checkpoints (the findings grid and the report show
-    the models; the dynamics sweep's points are rule dynamics' to show); ``models``: only
-    those of jobs of these models."""
+    the models; the dynamics sweep's points are shown by the dynamics rule); and with
+    ``models``, only those of jobs of these models."""
     out = [
         path
         for path, r, wc, key, f, tables in collected_outputs()
@@ -517,6 +517,11 @@ def report_flags(wildcards):
 def sweep_models():
     """The models of the dynamics sweep's points: each swept model's checkpoints, then it."""
     return list(dict.fromkeys(p["checkpoint"] for p in SWEEP_POINTS))
+
+
+def sweep_scorecards(wildcards):
+    """The scorecards of the dynamics sweep's points (rule dynamics)."""
+    return collected("scorecard", models=sweep_models())
 
 
 # ---------------------------------------------------------------- stage helpers

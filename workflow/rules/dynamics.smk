@@ -14,7 +14,7 @@ rule dynamics:
     input:
         findings=static("resources/findings.yaml"),
         schema=static("workflow/schemas/findings.schema.yaml"),
-        scorecards=lambda wc: collected("scorecard", models=sweep_models()),
+        scorecards=sweep_scorecards,
         heads=lambda wc: expand(
             rules.head_table.output.table,
             model=[m for m in head_table_models() if m in sweep_models()],
