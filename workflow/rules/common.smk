@@ -7,7 +7,13 @@ from snakemake.io import apply_wildcards, strip_wildcard_constraints
 
 sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 
-from posmech.config import load_schema, model_names_by_kind, selected, validate_config
+from posmech.config import (
+    load_schema,
+    model_kind,
+    model_names_by_kind,
+    selected,
+    validate_config,
+)
 from posmech.errors import PosmechError
 from posmech.preflight import jobs_run_locally, preflight
 
@@ -306,7 +312,7 @@ def weights_entry(wildcards):
     entry = config["models"][wildcards.model]
     if "twin_of" in entry:
         return {"twin_of": entry["twin_of"], "seed": entry["seed"]}
-    if "checkpoint_of" in entry and "train" in entry:  # saved by its model's training
+    if model_kind(entry) == "checkpoint":  # saved by its model's training
         return {k: entry[k] for k in ("checkpoint_of", "step", "train")}
     if "train" in entry:
         return {"train": entry["train"]}
@@ -322,7 +328,7 @@ def tokens_of(model):
     entry = config["models"][model]
     if "twin_of" in entry:
         return entry["twin_of"]
-    if "checkpoint_of" in entry and "train" in entry:
+    if model_kind(entry) == "checkpoint":
         return entry["checkpoint_of"]
     return model
 

@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from posmech.errors import PosmechError
+from posmech.models.checkpoints import TRAINED_REVISION
 from posmech.io import atomic_path, write_json
 from posmech.models.loading import (
     BOS_TOKEN,
@@ -556,7 +557,7 @@ def train_demo_model(
     ckpt_dir = Path(out_dir) / CHECKPOINTS_SUBDIR
     ckpt_dir.mkdir(parents=True, exist_ok=True)  # the job's output, empty without checkpoints
     if 0 in saves:  # the initialisation
-        _save(model, tok, cfg, ckpt_dir / "step0" / HF_SUBDIR)
+        _save(model, tok, cfg, ckpt_dir / TRAINED_REVISION.format(0) / HF_SUBDIR)
     for step in range(cfg["steps"]):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
@@ -572,7 +573,7 @@ def train_demo_model(
         opt.step()
         running.append(loss.item())
         if step + 1 in saves:  # the weights after this step (saving reads them, changes nothing)
-            _save(model, tok, cfg, ckpt_dir / f"step{step + 1}" / HF_SUBDIR)
+            _save(model, tok, cfg, ckpt_dir / TRAINED_REVISION.format(step + 1) / HF_SUBDIR)
             LOG.info("checkpoint: step %d saved", step + 1)
         last = step == cfg["steps"] - 1
         if (step + 1) % cfg["eval_every"] == 0 or last:
@@ -647,7 +648,7 @@ def install_checkpoint(name: str, entry: dict[str, Any], checkpoints_dir: str | 
     ``step<N>``, the model it is a checkpoint of). Returns the manifest."""
     import shutil
 
-    rev = f"step{entry['step']}"
+    rev = TRAINED_REVISION.format(entry["step"])
     src = Path(checkpoints_dir) / rev / HF_SUBDIR
     if not src.is_dir():
         raise PosmechError(
