@@ -144,3 +144,34 @@ def test_masked_cells_must_be_grey_and_said():
     assert any("low end" in p for p in _problems(fig_with(plt.get_cmap("viridis")(0.0), "pattern (masked)")))
     assert any("no text" in p for p in _problems(fig_with("0.85", "pattern")))
     assert _problems(fig_with("0.85", "pattern (grey: masked)")) == []
+
+
+def test_save_draws_twice_and_writes_what_savefig_tight_writes(tmp_path, monkeypatch):
+    """plots.save draws a figure laid out by tight_layout once for the check and the tight
+    box and once to render it (with any layout engine left on the figure, even the
+    place-holder "none" that tight_layout leaves, savefig would draw a third time first), and
+    its pixels equal those of that three-draw savefig of the same box."""
+    from PIL import Image
+
+    def figure():
+        fig, axes = plt.subplots(1, 2, figsize=(4, 2))
+        for ax in axes:
+            im = ax.imshow(np.arange(12.0).reshape(3, 4))
+            fig.colorbar(im, ax=ax).set_label("value")
+            _labelled(ax).set_title("a panel")
+        fig.tight_layout()
+        return fig
+
+    fig = figure()
+    fig.draw_without_rendering()
+    bbox = fig.get_tightbbox(fig.canvas.get_renderer()).padded(plt.rcParams["savefig.pad_inches"])
+    fig.set_layout_engine("none")
+    fig.savefig(tmp_path / "plain.png", dpi=150, bbox_inches=bbox)
+    plt.close(fig)
+    draws = []
+    original = matplotlib.figure.Figure.draw
+    monkeypatch.setattr(matplotlib.figure.Figure, "draw", lambda self, r: draws.append(1) or original(self, r))
+    save(figure(), tmp_path / "saved.png")
+    assert len(draws) == 2
+    with Image.open(tmp_path / "plain.png") as a, Image.open(tmp_path / "saved.png") as b:
+        assert np.array_equal(np.asarray(a.convert("RGB")), np.asarray(b.convert("RGB")))

@@ -63,14 +63,16 @@ def save(fig: Any, path: str | os.PathLike[str]) -> None:
 
     The figure is laid out once: one draw gives the check its layout and the tight bounding
     box (what ``bbox_inches="tight"`` computes, padded by ``savefig.pad_inches``); the layout
-    is then kept (layout engine ``none``), so ``savefig`` renders once instead of drawing the
-    figure again to redo the layout and find the box (a draw of a many-panel figure costs
-    seconds here: text layout dominates)."""
+    is then kept (no layout engine at all: with any, even the place-holder ``"none"`` that
+    ``tight_layout`` leaves, ``savefig`` draws the figure once more before rendering), so
+    ``savefig`` renders once instead of drawing the figure again to redo the layout and find
+    the box (a draw of a many-panel figure costs seconds here: text layout dominates)."""
     from posmech.plots.check import METADATA_KEY, figure_problems
 
     fig.draw_without_rendering()  # runs the figure's layout engine (tight or constrained), once
     bbox = fig.get_tightbbox(fig.canvas.get_renderer())
-    fig.set_layout_engine("none")  # keep that layout: savefig would otherwise draw again to redo it
+    with plt.rc_context({"figure.autolayout": False, "figure.constrained_layout.use": False}):
+        fig.set_layout_engine(None)  # keep that layout: with any engine, even "none", savefig draws again first
     result = figure_problems(fig, width_px=float(bbox.width * DPI), drawn=True)
     for problem in result["problems"]:
         log.warning("figure check, %s: %s", os.fspath(path), problem)
