@@ -54,7 +54,7 @@ def seeded(seed: int = 0) -> Iterator[None]:
         np.random.set_state(state)
 
 
-def save(fig: Any, path: str | os.PathLike[str]) -> None:
+def save(fig: Any, path: str | os.PathLike[str], tight: bool = True) -> None:
     """Save a figure atomically as PNG at report resolution and close it.
 
     The figure check (:mod:`posmech.plots.check`) runs first: each problem is logged as a
@@ -66,18 +66,22 @@ def save(fig: Any, path: str | os.PathLike[str]) -> None:
     is then kept (no layout engine at all: with any, even the place-holder ``"none"`` that
     ``tight_layout`` leaves, ``savefig`` draws the figure once more before rendering), so
     ``savefig`` renders once instead of drawing the figure again to redo the layout and find
-    the box (a draw of a many-panel figure costs seconds here: text layout dominates)."""
+    the box (a draw of a many-panel figure costs seconds here: text layout dominates).
+    ``tight=False``: the figure is saved at its own size (a figure placed by hand, whose
+    texts all lie inside it), which spares the tight box's pass over every axes."""
     from posmech.plots.check import METADATA_KEY, figure_problems
 
     fig.draw_without_rendering()  # runs the figure's layout engine (tight or constrained), once
-    bbox = fig.get_tightbbox(fig.canvas.get_renderer())
+    bbox = fig.get_tightbbox(fig.canvas.get_renderer()) if tight else None
     with plt.rc_context({"figure.autolayout": False, "figure.constrained_layout.use": False}):
         fig.set_layout_engine(None)  # keep that layout: with any engine, even "none", savefig draws again first
-    result = figure_problems(fig, width_px=float(bbox.width * DPI), drawn=True)
+    width = bbox.width if bbox is not None else fig.get_figwidth()
+    result = figure_problems(fig, width_px=float(width * DPI), drawn=True)
     for problem in result["problems"]:
         log.warning("figure check, %s: %s", os.fspath(path), problem)
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=DPI, bbox_inches=bbox.padded(plt.rcParams["savefig.pad_inches"]), format="png",
+        fig.savefig(tmp, dpi=DPI, bbox_inches=bbox.padded(plt.rcParams["savefig.pad_inches"]) if tight else None,
+                    format="png",
                     metadata={METADATA_KEY: json.dumps(result, ensure_ascii=True)})
     plt.close(fig)
 
