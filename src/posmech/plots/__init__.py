@@ -55,35 +55,68 @@ def seeded(seed: int = 0) -> Iterator[None]:
 
 
 def save(fig: Any, path: str | os.PathLike[str], tight: bool = True) -> None:
-    """Save a figure atomically as PNG at report resolution and close it.
+    """Save a figure atomically as PNG at report resolution (:data:`DPI`) and close it.
 
     The figure check (:mod:`posmech.plots.check`) runs first: each problem is logged as a
     warning naming the file, and the result is stored in the PNG's text metadata, where the
     tests read it back for every figure of a run.
 
-    The figure is laid out once: one draw gives the check its layout and the tight bounding
-    box (what ``bbox_inches="tight"`` computes, padded by ``savefig.pad_inches``); the layout
-    is then kept (no layout engine at all: with any, even the place-holder ``"none"`` that
-    ``tight_layout`` leaves, ``savefig`` draws the figure once more before rendering), so
-    ``savefig`` renders once instead of drawing the figure again to redo the layout and find
-    the box (a draw of a many-panel figure costs seconds here: text layout dominates).
-    ``tight=False``: the figure is saved at its own size (a figure placed by hand, whose
-    texts all lie inside it), which spares the tight box's pass over every axes."""
+    The figure is drawn once: rendered at :data:`DPI` (running its layout engine, tight or
+    constrained, in that draw), then the check reads that layout, the tight bounding box (what
+    ``bbox_inches="tight"`` computes, padded by ``savefig.pad_inches``) is found on it, and the
+    rendered pixels inside the box are written.  ``savefig(bbox_inches="tight")`` would draw
+    the figure twice more (to lay it out and find the box, then to render it shifted onto the
+    box), and a draw of a many-panel figure costs seconds here: text layout dominates.  Only a
+    figure whose box reaches past its edges (a text wider than the figure) is rendered again,
+    onto the box, keeping the layout.  ``tight=False``: the figure is written at its own size
+    (a figure placed by hand, whose texts all lie inside it)."""
+    from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
+
     from posmech.plots.check import METADATA_KEY, figure_problems
 
-    fig.draw_without_rendering()  # runs the figure's layout engine (tight or constrained), once
-    bbox = fig.get_tightbbox(fig.canvas.get_renderer()) if tight else None
+    fig.set_dpi(DPI)
+    fig.canvas.draw()  # lays the figure out and renders it, once
+    renderer = fig.canvas.get_renderer()
+    width, height = fig.get_size_inches()
+    tight_box = fig.get_tightbbox(renderer) if tight else None
+    box = tight_box.padded(plt.rcParams["savefig.pad_inches"]) if tight else None
     with plt.rc_context({"figure.autolayout": False, "figure.constrained_layout.use": False}):
-        fig.set_layout_engine(None)  # keep that layout: with any engine, even "none", savefig draws again first
-    width = bbox.width if bbox is not None else fig.get_figwidth()
-    result = figure_problems(fig, width_px=float(width * DPI), drawn=True)
+        fig.set_layout_engine(None)  # keep that layout (with any engine, even "none", savefig lays it out again)
+    result = figure_problems(fig, width_px=float((tight_box.width if tight else width) * DPI), drawn=True)
     for problem in result["problems"]:
         log.warning("figure check, %s: %s", os.fspath(path), problem)
+    metadata = {"Software": f"Matplotlib version{matplotlib.__version__}, https://matplotlib.org/",
+                METADATA_KEY: json.dumps(result, ensure_ascii=True)}
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=DPI, bbox_inches=bbox.padded(plt.rcParams["savefig.pad_inches"]) if tight else None,
-                    format="png",
-                    metadata={METADATA_KEY: json.dumps(result, ensure_ascii=True)})
+        edge = 0.5 / DPI  # half a pixel
+        inside = tight_box is None or (tight_box.x0 >= -edge and tight_box.y0 >= -edge
+                                       and tight_box.x1 <= width + edge and tight_box.y1 <= height + edge)
+        if not inside:  # a text past the figure's edge: render again, onto the box
+            fig.savefig(tmp, dpi=DPI, bbox_inches=box, format="png", metadata=metadata)
+        else:
+            pixels = np.asarray(renderer.buffer_rgba())
+            if box is not None:
+                pixels = _crop(pixels, box, height, fig.get_facecolor())
+            info = PngInfo()
+            for key, value in metadata.items():
+                info.add_text(key, value)
+            Image.fromarray(pixels).save(tmp, format="png", pnginfo=info, dpi=(DPI, DPI))
     plt.close(fig)
+
+
+def _crop(pixels: np.ndarray, box: Any, height: float, facecolor: Any) -> np.ndarray:
+    """The rendered ``pixels`` (rows from the top) inside ``box`` (inches, from the figure's
+    lower left), as many pixels as ``savefig`` gives the box at :data:`DPI`; where the box
+    (its padding) reaches past the figure, the figure's face colour."""
+    w, h = int(box.width * DPI), int(box.height * DPI)
+    x0, y0 = round(box.x0 * DPI), round((height - box.y1) * DPI)
+    out = np.empty((h, w, 4), dtype=np.uint8)
+    out[...] = np.round(np.asarray(matplotlib.colors.to_rgba(facecolor)) * 255).astype(np.uint8)
+    r0, c0 = max(y0, 0), max(x0, 0)
+    r1, c1 = min(y0 + h, pixels.shape[0]), min(x0 + w, pixels.shape[1])
+    out[r0 - y0: r1 - y0, c0 - x0: c1 - x0] = pixels[r0:r1, c0:c1]
+    return out
 
 
 def readable_log(axis: Any, decades: float = 2.0) -> None:
