@@ -63,8 +63,8 @@ def save(fig: Any, path: str | os.PathLike[str], tight: bool = True) -> None:
 
     The figure is drawn once: rendered at :data:`DPI` (running its layout engine, tight or
     constrained, in that draw), then the check reads that layout, the tight bounding box (what
-    ``bbox_inches="tight"`` computes, padded by ``savefig.pad_inches``) is found on it, and the
-    rendered pixels inside the box are written.  ``savefig(bbox_inches="tight")`` would draw
+    ``bbox_inches="tight"`` computes, padded by ``savefig.pad_inches``) is found on its pixels
+    (:func:`_ink_box`), and the rendered pixels inside the box are written.  ``savefig(bbox_inches="tight")`` would draw
     the figure twice more (to lay it out and find the box, then to render it shifted onto the
     box), and a draw of a many-panel figure costs seconds here: text layout dominates.  Only a
     figure whose box reaches past its edges (a text wider than the figure) is rendered again,
@@ -79,7 +79,9 @@ def save(fig: Any, path: str | os.PathLike[str], tight: bool = True) -> None:
     fig.canvas.draw()  # lays the figure out and renders it, once
     renderer = fig.canvas.get_renderer()
     width, height = fig.get_size_inches()
-    tight_box = fig.get_tightbbox(renderer) if tight else None
+    tight_box = None
+    if tight:  # the box of what was drawn, off its pixels; the artists' extents where it may miss some
+        tight_box = _ink_box(fig, renderer, height) or fig.get_tightbbox(renderer)
     box = tight_box.padded(plt.rcParams["savefig.pad_inches"]) if tight else None
     with plt.rc_context({"figure.autolayout": False, "figure.constrained_layout.use": False}):
         fig.set_layout_engine(None)  # keep that layout (with any engine, even "none", savefig lays it out again)
@@ -103,6 +105,30 @@ def save(fig: Any, path: str | os.PathLike[str], tight: bool = True) -> None:
                 info.add_text(key, value)
             Image.fromarray(pixels).save(tmp, format="png", pnginfo=info, dpi=(DPI, DPI))
     plt.close(fig)
+
+
+def _ink_box(fig: Any, renderer: Any, height: float) -> Any:
+    """The smallest box (inches, from the figure's lower left) around every drawn pixel that
+    is not the figure's face colour: what ``bbox_inches="tight"`` finds from the artists'
+    extents (less the few pixels by which a text's line height exceeds its ink), with no pass
+    of text layout over every axes.  None where it may miss something: the drawing touches
+    the figure's edge (it may go on past it), or a figure text or legend (the artists placed
+    freely, as a note beside the axes) reaches past the edge."""
+    from matplotlib.transforms import Bbox
+
+    pixels = np.asarray(renderer.buffer_rgba())
+    face = np.round(np.asarray(matplotlib.colors.to_rgba(fig.get_facecolor())) * 255).astype(np.uint8)
+    ink = (pixels != face).any(axis=2)
+    rows, cols = np.flatnonzero(ink.any(axis=1)), np.flatnonzero(ink.any(axis=0))
+    if not rows.size or rows[0] == 0 or cols[0] == 0 or rows[-1] == ink.shape[0] - 1 or cols[-1] == ink.shape[1] - 1:
+        return None
+    free = [t for t in fig.texts if t.get_visible() and t.get_text()] + list(fig.legends)
+    free += [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+    for artist in free:
+        extent = artist.get_window_extent(renderer)
+        if extent.x0 < 0 or extent.y0 < 0 or extent.x1 > ink.shape[1] or extent.y1 > ink.shape[0]:
+            return None
+    return Bbox([[cols[0] / DPI, height - (rows[-1] + 1) / DPI], [(cols[-1] + 1) / DPI, height - rows[0] / DPI]])
 
 
 def _crop(pixels: np.ndarray, box: Any, height: float, facecolor: Any) -> np.ndarray:
