@@ -51,7 +51,7 @@ def score_triptychs(
 
     Laid out by :func:`_triptych_layout` (fixed sizes in inches, widths from the measured tick
     labels), not ``tight_layout``, and saved at the figure's own size: a layout pass over
-    these 32 axes costs about a draw, seconds of CPU (docs/performance.md)."""
+    these 32 axes costs about as much as drawing them, seconds of CPU."""
     n_rows = len(panels)
     fig = plt.figure(figsize=(8.0, 2.3 * n_rows + 0.6))  # the height follows from the layout
     grid = [[None] * 4 for _ in range(n_rows)]
