@@ -144,3 +144,56 @@ def test_masked_cells_must_be_grey_and_said():
     assert any("low end" in p for p in _problems(fig_with(plt.get_cmap("viridis")(0.0), "pattern (masked)")))
     assert any("no text" in p for p in _problems(fig_with("0.85", "pattern")))
     assert _problems(fig_with("0.85", "pattern (grey: masked)")) == []
+
+
+def test_save_draws_once_and_writes_what_savefig_tight_writes(tmp_path, monkeypatch):
+    """plots.save draws a figure laid out by tight_layout once (rendered at 150 dpi, the
+    check and the tight box read off that draw, the box found on the drawn pixels, those
+    pixels written), where savefig(bbox_inches="tight") draws it three times; the PNG is what
+    that savefig writes, up to the few pixels by which the artists' extents (a text's line
+    height) exceed their ink and the anti-aliasing at that sub-pixel shift: the drawing has
+    savefig.pad_inches of margin on every side.  A text past the figure's edge, even wholly
+    (nothing of it drawn inside), is not cut off: that figure is rendered again, onto its box."""
+    from PIL import Image
+
+    def figure(note_at: float | None = None):
+        fig, axes = plt.subplots(1, 2, figsize=(4, 2))
+        for ax in axes:
+            im = ax.imshow(np.arange(12.0).reshape(3, 4))
+            fig.colorbar(im, ax=ax).set_label("value")
+            _labelled(ax).set_title("a panel")
+        fig.tight_layout()
+        if note_at is not None:
+            fig.text(note_at, 0.5, "a note right of the figure", fontsize=8)
+        return fig
+
+    fig = figure()
+    fig.savefig(tmp_path / "plain.png", dpi=150, bbox_inches="tight")
+    plt.close(fig)
+    draws = []
+    original = matplotlib.figure.Figure.draw
+    monkeypatch.setattr(matplotlib.figure.Figure, "draw", lambda self, r: draws.append(1) or original(self, r))
+    save(figure(), tmp_path / "saved.png")
+    assert len(draws) == 1
+    with Image.open(tmp_path / "plain.png") as a, Image.open(tmp_path / "saved.png") as b:
+        A, B = (np.asarray(im.convert("L")).astype(int) for im in (a, b))
+
+    def ink(M):  # first and last rows, then columns, with anything darker than the white ground
+        rows, cols = np.flatnonzero((M < 255).any(1)), np.flatnonzero((M < 255).any(0))
+        return rows[0], M.shape[0] - 1 - rows[-1], cols[0], M.shape[1] - 1 - cols[-1]
+
+    pad = round(plt.rcParams["savefig.pad_inches"] * 150)
+    assert all(abs(m - pad) <= 1 for m in ink(B)), ink(B)
+    assert all(abs(x - y) <= 4 for x, y in zip(A.shape, B.shape)), (A.shape, B.shape)
+    # the drawing inside the margins: the same pixels, but at the text's anti-aliased edges
+    a0, a1, a2, a3 = ink(A)
+    b0, b1, b2, b3 = ink(B)
+    A, B = A[a0: A.shape[0] - a1, a2: A.shape[1] - a3], B[b0: B.shape[0] - b1, b2: B.shape[1] - b3]
+    h, w = min(A.shape[0], B.shape[0]), min(A.shape[1], B.shape[1])
+    assert np.abs(A[:h, :w] - B[:h, :w]).mean() < 8  # grey levels of 255, mean over the drawing
+    for note_at in (0.9, 1.05):  # across the right edge; wholly past it
+        draws.clear()
+        save(figure(note_at), tmp_path / "note.png")
+        assert len(draws) == 2
+        with Image.open(tmp_path / "note.png") as im:
+            assert im.size[0] > 4 * 150 + 30  # the note is in the PNG

@@ -54,30 +54,95 @@ def seeded(seed: int = 0) -> Iterator[None]:
         np.random.set_state(state)
 
 
-def save(fig: Any, path: str | os.PathLike[str]) -> None:
-    """Save a figure atomically as PNG at report resolution and close it.
+def save(fig: Any, path: str | os.PathLike[str], tight: bool = True) -> None:
+    """Save a figure atomically as PNG at report resolution (:data:`DPI`) and close it.
 
     The figure check (:mod:`posmech.plots.check`) runs first: each problem is logged as a
     warning naming the file, and the result is stored in the PNG's text metadata, where the
     tests read it back for every figure of a run.
 
-    The figure is laid out once: one draw gives the check its layout and the tight bounding
-    box (what ``bbox_inches="tight"`` computes, padded by ``savefig.pad_inches``); the layout
-    is then kept (layout engine ``none``), so ``savefig`` renders once instead of drawing the
-    figure again to redo the layout and find the box (a draw of a many-panel figure costs
-    seconds here: text layout dominates)."""
+    The figure is drawn once: rendered at :data:`DPI` (running its layout engine, tight or
+    constrained, in that draw), then the check reads that layout, the tight bounding box (what
+    ``bbox_inches="tight"`` computes, padded by ``savefig.pad_inches``) is found on its pixels
+    (:func:`_ink_box`), and the rendered pixels inside the box are written.  ``savefig(bbox_inches="tight")`` would draw
+    the figure twice more (to lay it out and find the box, then to render it shifted onto the
+    box), and a draw of a many-panel figure costs seconds here: text layout dominates.  Only a
+    figure whose box reaches past its edges (a text wider than the figure) is rendered again,
+    onto the box, keeping the layout.  ``tight=False``: the figure is written at its own size
+    (a figure placed by hand, whose texts all lie inside it)."""
+    from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
+
     from posmech.plots.check import METADATA_KEY, figure_problems
 
-    fig.draw_without_rendering()  # runs the figure's layout engine (tight or constrained), once
-    bbox = fig.get_tightbbox(fig.canvas.get_renderer())
-    fig.set_layout_engine("none")  # keep that layout: savefig would otherwise draw again to redo it
-    result = figure_problems(fig, width_px=float(bbox.width * DPI), drawn=True)
+    fig.set_dpi(DPI)
+    fig.canvas.draw()  # lays the figure out and renders it, once
+    renderer = fig.canvas.get_renderer()
+    width, height = fig.get_size_inches()
+    tight_box = None
+    if tight:  # the box of what was drawn, off its pixels; the artists' extents where it may miss some
+        tight_box = _ink_box(fig, renderer, height) or fig.get_tightbbox(renderer)
+    box = tight_box.padded(plt.rcParams["savefig.pad_inches"]) if tight else None
+    with plt.rc_context({"figure.autolayout": False, "figure.constrained_layout.use": False}):
+        fig.set_layout_engine(None)  # keep that layout (with any engine, even "none", savefig lays it out again)
+    result = figure_problems(fig, width_px=float((tight_box.width if tight else width) * DPI), drawn=True)
     for problem in result["problems"]:
         log.warning("figure check, %s: %s", os.fspath(path), problem)
+    metadata = {"Software": f"Matplotlib version{matplotlib.__version__}, https://matplotlib.org/",
+                METADATA_KEY: json.dumps(result, ensure_ascii=True)}
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=DPI, bbox_inches=bbox.padded(plt.rcParams["savefig.pad_inches"]), format="png",
-                    metadata={METADATA_KEY: json.dumps(result, ensure_ascii=True)})
+        edge = 0.5 / DPI  # half a pixel
+        inside = tight_box is None or (tight_box.x0 >= -edge and tight_box.y0 >= -edge
+                                       and tight_box.x1 <= width + edge and tight_box.y1 <= height + edge)
+        if not inside:  # a text past the figure's edge: render again, onto the box
+            fig.savefig(tmp, dpi=DPI, bbox_inches=box, format="png", metadata=metadata)
+        else:
+            pixels = np.asarray(renderer.buffer_rgba())
+            if box is not None:
+                pixels = _crop(pixels, box, height, fig.get_facecolor())
+            info = PngInfo()
+            for key, value in metadata.items():
+                info.add_text(key, value)
+            Image.fromarray(pixels).save(tmp, format="png", pnginfo=info, dpi=(DPI, DPI))
     plt.close(fig)
+
+
+def _ink_box(fig: Any, renderer: Any, height: float) -> Any:
+    """The smallest box (inches, from the figure's lower left) around every drawn pixel that
+    is not the figure's face colour: what ``bbox_inches="tight"`` finds from the artists'
+    extents (less the few pixels by which a text's line height exceeds its ink), with no pass
+    of text layout over every axes.  None where it may miss something: the drawing touches
+    the figure's edge (it may go on past it), or a figure text or legend (the artists placed
+    freely, as a note beside the axes) reaches past the edge."""
+    from matplotlib.transforms import Bbox
+
+    pixels = np.asarray(renderer.buffer_rgba())
+    face = np.round(np.asarray(matplotlib.colors.to_rgba(fig.get_facecolor())) * 255).astype(np.uint8)
+    ink = (pixels != face).any(axis=2)
+    rows, cols = np.flatnonzero(ink.any(axis=1)), np.flatnonzero(ink.any(axis=0))
+    if not rows.size or rows[0] == 0 or cols[0] == 0 or rows[-1] == ink.shape[0] - 1 or cols[-1] == ink.shape[1] - 1:
+        return None
+    free = [t for t in fig.texts if t.get_visible() and t.get_text()] + list(fig.legends)
+    free += [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+    for artist in free:
+        extent = artist.get_window_extent(renderer)
+        if extent.x0 < 0 or extent.y0 < 0 or extent.x1 > ink.shape[1] or extent.y1 > ink.shape[0]:
+            return None
+    return Bbox([[cols[0] / DPI, height - (rows[-1] + 1) / DPI], [(cols[-1] + 1) / DPI, height - rows[0] / DPI]])
+
+
+def _crop(pixels: np.ndarray, box: Any, height: float, facecolor: Any) -> np.ndarray:
+    """The rendered ``pixels`` (rows from the top) inside ``box`` (inches, from the figure's
+    lower left), as many pixels as ``savefig`` gives the box at :data:`DPI`; where the box
+    (its padding) reaches past the figure, the figure's face colour."""
+    w, h = int(box.width * DPI), int(box.height * DPI)
+    x0, y0 = round(box.x0 * DPI), round((height - box.y1) * DPI)
+    out = np.empty((h, w, 4), dtype=np.uint8)
+    out[...] = np.round(np.asarray(matplotlib.colors.to_rgba(facecolor)) * 255).astype(np.uint8)
+    r0, c0 = max(y0, 0), max(x0, 0)
+    r1, c1 = min(y0 + h, pixels.shape[0]), min(x0 + w, pixels.shape[1])
+    out[r0 - y0: r1 - y0, c0 - x0: c1 - x0] = pixels[r0:r1, c0:c1]
+    return out
 
 
 def readable_log(axis: Any, decades: float = 2.0) -> None:

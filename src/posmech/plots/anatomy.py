@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.patches import Rectangle
+from matplotlib.ticker import FixedLocator
 
 from posmech.analyses.score_anatomy import TAXA, Thresholds, centre_rows, offsets, row_windows
 from posmech.plots import MASKED, save
@@ -46,46 +47,145 @@ def score_triptychs(
     unmasked entries) so the diverging colour map shows the structure along each row; the
     fourth panel shows the structure at the diagonal that a strong trend along the keys
     hides there (a dark diagonal: a dark column at 0; a bright sub-diagonal: a bright
-    column at −1)."""
+    column at −1).  The four panels of a row share their query axis (numbered on the first).
+
+    Laid out by :func:`_triptych_layout` (fixed sizes in inches, widths from the measured tick
+    labels), not ``tight_layout``, and saved at the figure's own size: a layout pass over
+    these 32 axes costs about as much as drawing them, seconds of CPU."""
     n_rows = len(panels)
-    fig, axes = plt.subplots(n_rows, 4, figsize=(8.0, 2.3 * n_rows + 0.6), squeeze=False,
-                             gridspec_kw={"width_ratios": [1, 1, 1, 0.8]})
+    fig = plt.figure(figsize=(8.0, 2.3 * n_rows + 0.6))  # the height follows from the layout
+    grid = [[None] * 4 for _ in range(n_rows)]
+    bars = [[None] * 4 for _ in range(n_rows)]
     for r, (head, role, raw, masked, pattern) in enumerate(panels):
         n = raw.shape[0]
         sl = slice(start, start + size) if zoom else slice(0, n)
         lo, hi = (start, start + size) if zoom else (0, n)
         extent = [lo - 0.5, hi - 0.5, hi - 0.5, lo - 0.5]
+        axes = grid[r]
+        for c in range(4):
+            axes[c] = fig.add_axes((0, 0, 0.1, 0.1), sharey=axes[0] if c else None)
+        bars[r] = [fig.add_axes((0, 0, 0.01, 0.1)) for _ in range(4)]
         for c, M in enumerate((raw, masked)):
-            im = _diverging(axes[r, c], M[sl, sl], extent, lo == 0)
-            _colorbar(fig, im, axes[r, c], "score − row median", extend="both")
+            im = _diverging(axes[c], M[sl, sl], extent, lo == 0)
+            _colorbar(fig, im, bars[r][c], "score − row median", extend="both")
         P = pattern[sl, sl].astype(np.float64)
         P = np.where(np.triu(np.ones_like(P, dtype=bool), 1), np.nan, P)
         cmap = plt.get_cmap("viridis").with_extremes(bad=MASKED)
         pmax = float(np.nanpercentile(P, 99.5)) if np.isfinite(P).any() else 1.0
-        im = axes[r, 2].imshow(P, cmap=cmap, vmin=0, vmax=max(pmax, 1e-6), extent=extent, interpolation="nearest")
-        _colorbar(fig, im, axes[r, 2], "attention")
+        im = axes[2].imshow(P, cmap=cmap, vmin=0, vmax=max(pmax, 1e-6), extent=extent, interpolation="nearest")
+        _colorbar(fig, im, bars[r][2], "attention")
         Z = row_windows(raw, window)[sl]
         cmap = plt.get_cmap("RdBu_r").with_extremes(bad=MASKED)
         o = offsets(window)
-        im = axes[r, 3].imshow(Z, cmap=cmap, norm=TwoSlopeNorm(0.0, -2.5, 2.5), aspect="auto", interpolation="nearest",
-                               extent=[o[0] - 0.5, o[-1] + 0.5, hi - 0.5, lo - 0.5])
-        _colorbar(fig, im, axes[r, 3], "(score − median) / spread", extend="both")
-        for c in range(4):
-            ax = axes[r, c]
+        im = axes[3].imshow(Z, cmap=cmap, norm=TwoSlopeNorm(0.0, -2.5, 2.5), aspect="auto", interpolation="nearest",
+                            extent=[o[0] - 0.5, o[-1] + 0.5, hi - 0.5, lo - 0.5])
+        _colorbar(fig, im, bars[r][3], "(score − median) / spread", extend="both")
+        for c, ax in enumerate(axes):
             name = COLUMNS[c].format(W=window)
-            ax.set_title(f"{head} ({role}):\n{name}" if c == 0 else f"\n{name}", fontsize=6.5)
-            ax.set_xlabel("key offset k − q" if c == 3 else "key position", fontsize=6, labelpad=1)
-            ax.set_ylabel("query position q", fontsize=6, labelpad=1)
-            ax.tick_params(labelsize=6, length=2, pad=1)
+            ax.set_title(f"{head} ({role}):\n{name}" if c == 0 else f"\n{name}", fontsize=TITLE_PT, pad=TITLE_PAD_PT,
+                         y=1.0)  # at the top (no ticks there): draws skip finding a place above top ticks
+            ax.set_xlabel("key offset k − q" if c == 3 else "key position", fontsize=LABEL_PT, labelpad=1)
+            ax.tick_params(labelsize=LABEL_PT, length=2, pad=1)
+            if c == 0:
+                ax.set_ylabel("query position q", fontsize=LABEL_PT, labelpad=1)
+            else:
+                ax.tick_params(labelleft=False)
             if not zoom and size < n and c < 3:
                 ax.add_patch(Rectangle((start - 0.5, start - 0.5), size, size, fill=False, ec="red", lw=1.0))
-    fig.suptitle(title + "  (grey: masked, a key after its query)", fontsize=8)
-    fig.tight_layout(pad=0.4, w_pad=0.3, h_pad=0.6, rect=(0, 0, 1, 1 - 0.3 / fig.get_figheight()))
-    save(fig, path)
+    text = fig.suptitle(title + "  (grey: masked, a key after its query)", fontsize=8)
+    _triptych_layout(fig, grid, bars, text)
+    save(fig, path, tight=False)
 
 
-def _colorbar(fig: Any, im: Any, ax: Any, label: str | None, **kw: Any) -> None:
-    cb = fig.colorbar(im, ax=ax, fraction=0.05, pad=0.02, **kw)
+TITLE_PT, LABEL_PT, TITLE_PAD_PT = 6.5, 6.0, 4.0
+
+
+def _triptych_layout(fig: Any, grid: list[list[Any]], bars: list[list[Any]], suptitle: Any) -> None:
+    """Place the triptych's panels and colour bars where ``tight_layout`` would, from sizes
+    known in advance (titles, axis labels, x tick labels: lines of text at their font size)
+    and the widths of the first column's y tick labels and of each column's colour-bar tick
+    labels, measured (their number depends on the panels' height: measured again at each
+    new height until they no longer widen).  The first three panels of a row are square
+    (``imshow``'s equal aspect), the fourth 0.8 as wide, each colour bar as tall as its
+    panel; the panels fill the figure's width and the figure's height follows from them.
+    The suptitle is wrapped onto two lines when one does not fit the width."""
+    W = fig.get_figwidth()
+    n_rows = len(grid)
+    pt = 1 / 72
+    line = 1.2 * pt  # a line of text, inches per point of font size
+    pad = 0.05  # inches: at the figure's edges and between a panel's decorations and the next panel
+    title_h = 2 * TITLE_PT * line + TITLE_PAD_PT * pt
+    ticks_w = (2 + 1) * pt  # tick length and pad
+    below = ticks_w + LABEL_PT * line + 1 * pt + LABEL_PT * line  # x ticks, their labels, x label (pad 1 pt)
+    label_w = LABEL_PT * line + 1 * pt  # a rotated axis label and its pad
+    bar_gap, bar_w = 0.05, 0.08
+    ratios = (1.0, 1.0, 1.0, 0.8)
+    renderer = fig.canvas.get_renderer()
+    if suptitle.get_window_extent(renderer).width / fig.dpi > W - 2 * pad:
+        suptitle.set_text(_wrap_in_two(suptitle.get_text()))
+    top = pad + suptitle.get_window_extent(renderer).height / fig.dpi + pad
+
+    def width(labels: list[Any]) -> float:
+        """The widest of the shown ``labels``, inches (the text alone: not yet placed)."""
+        sizes = [renderer.get_text_width_height_descent(t.get_text(), t.get_fontproperties(),
+                                                        ismath="TeX" if "$" in t.get_text() else False)[0]
+                 for t in labels if t.get_visible() and t.get_text().strip()]
+        return max(sizes, default=0.0) / renderer.dpi
+
+    widths = [0.0] * 5  # y tick labels of the first column; tick labels of each column's colour bars
+    unit = (W - 2 * pad) / (sum(ratios) + 1.0)
+    for _ in range(5):
+        H = top + n_rows * (title_h + unit + below + 2 * pad)
+        fig.set_size_inches(W, H)
+        for r in range(n_rows):  # the final height, provisional x: the tick counts follow from the height
+            for ax in grid[r] + bars[r]:
+                ax.set_position((0, 0, 0.1, unit / H))
+            for ax in grid[r] + bars[r]:
+                _place_as_drawn(ax, renderer)
+        measured = [max(width(row[0].get_yticklabels()) for row in grid)]
+        measured += [max(width(row[c].get_yticklabels()) for row in bars) for c in range(4)]
+        if all(m <= w + 1e-9 for m, w in zip(measured, widths)):
+            break
+        widths = [max(m, w) for m, w in zip(measured, widths)]
+        left = pad + label_w + widths[0] + ticks_w
+        fixed = left + sum(bar_gap + bar_w + ticks_w + widths[1 + c] + label_w + pad for c in range(4))
+        unit = (W - fixed) / sum(ratios)
+    pitch = title_h + unit + below + 2 * pad
+    x = pad + label_w + widths[0] + ticks_w
+    for c in range(4):
+        w = unit * ratios[c]
+        for r in range(n_rows):
+            y0 = H - top - r * pitch - pad - title_h - unit
+            grid[r][c].set_position((x / W, y0 / H, w / W, unit / H))
+            bars[r][c].set_position(((x + w + bar_gap) / W, y0 / H, bar_w / W, unit / H))
+        x += w + bar_gap + bar_w + ticks_w + widths[1 + c] + label_w + pad
+    suptitle.set_y(1 - pad / H)
+    suptitle.set_va("top")
+    for ax in (a for row in grid + bars for a in row):  # the ticks the locators give at the final size, fixed:
+        _place_as_drawn(ax, renderer)
+        ax.yaxis.set_major_locator(FixedLocator(ax.get_yticks()))  # each draw and the check would ask again
+        ax.xaxis.set_major_locator(FixedLocator(ax.get_xticks()))
+
+
+def _place_as_drawn(ax: Any, renderer: Any) -> None:
+    """Give ``ax`` the box a draw gives it (its aspect; a colour bar: less its extension
+    triangles, by its axes locator), so its tick locators see the length they will draw."""
+    locator = ax.get_axes_locator()
+    ax.apply_aspect(locator(ax, renderer) if locator else None)
+
+
+def _wrap_in_two(text: str) -> str:
+    """``text`` on two lines, broken at the space nearest its middle."""
+    mid = len(text) // 2
+    spaces = [i for i, ch in enumerate(text) if ch == " "]
+    if not spaces:
+        return text
+    i = min(spaces, key=lambda j: abs(j - mid))
+    return text[:i].rstrip() + "\n" + text[i:].lstrip()
+
+
+def _colorbar(fig: Any, im: Any, cax: Any, label: str | None, **kw: Any) -> None:
+    cb = fig.colorbar(im, cax=cax, **kw)
     cb.ax.tick_params(labelsize=6, length=2, pad=1)
     if label:
         cb.set_label(label, fontsize=6, labelpad=1)
