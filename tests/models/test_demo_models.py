@@ -167,7 +167,7 @@ def test_posmech_engine_equals_the_bridge_on_the_trained_demo_models(summaries, 
 
 def test_gpt2_demo_checkpoints_show_the_previous_token_head_forming(summaries, demo_config):
     """The dynamics sweep of `make demo` (config/demo.yaml's `train.checkpoints`, issue 30):
-    at least five checkpoints of `demo`, and the followed previous-token score — the
+    at least four checkpoints of `demo` (five points with the final model), and the followed previous-token score — the
     taxonomy's sharpest `prev_token_mass` (posmech.dynamics), computed here with the
     taxonomy's own pass on held-out Bible text — rises across them: from a random
     initialisation's to the trained head's, never falling back by more than a margin, with
@@ -179,7 +179,7 @@ def test_gpt2_demo_checkpoints_show_the_previous_token_head_forming(summaries, d
     from posmech.models.loading import load_model
 
     steps = demo_config["models"]["demo"]["train"]["checkpoints"]
-    assert len(steps) >= 5
+    assert len(steps) >= 4
     root = Path(summaries["demo"]["_hf_dir"]).parent
     text = "".join(d["text"] for d in summaries["demo"]["_docs"][-20:])
     sharpest = []
