@@ -3,7 +3,7 @@ taxonomy (P6, P7) and, for the anatomy models, the score taxa (P13); a document 
 sections use runs once (posmech.analyses.attention_statistics)."""
 
 from posmech.analyses import attention_statistics as st
-from posmech.analyses.score_anatomy import long_documents
+from posmech.analyses.anatomy import long_documents
 from posmech.analyses.taxonomy import full_context_documents
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import load_model, read_manifest

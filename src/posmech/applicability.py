@@ -58,7 +58,7 @@ REQUIREMENTS: dict[str, Requirement] = {
     "learned_wpos": Requirement("no learned W_pos: {positions}", schemes=("learned",)),
     # the attention scores before the softmax (P12, P13, the taxonomy's statistics): q·k·scale
     # for learned positions, q and k rotated at their positions for rotary heads, the ALiBi
-    # bias added for ALiBi heads (score_anatomy.ScoreFunction, tested against Hugging Face's
+    # bias added for ALiBi heads (posmech.analyses.anatomy.ScoreFunction, tested against Hugging Face's
     # own scores on tiny Llama, GPT-NeoX and BLOOM models), checked against the bridge's
     # hook_attn_scores (up to a per-row constant for ALiBi): the layouts whose hook is the
     # pre-softmax score. OPT: the bridge's hook_attn_scores is not its pre-softmax score (it
