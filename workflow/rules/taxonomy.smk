@@ -7,7 +7,7 @@ rule taxonomy:
       taxonomy (P6, P7) and,
     - for the anatomy models, the score taxa (P13): diagonal sums and P13 row windows of
       every
-    - head; a document both sections use runs once (analyses/attention_statistics.py);
+    - head; a document both sections use runs once (analyses/taxonomy/statistics.py);
     - diagonal_taxonomy: Mean attention per diagonal offset for every head; previous-token
       heads (P6), their
     - ranking (P7), TransformerLens's head_detector score; the chosen sharp / early heads.

@@ -1,4 +1,9 @@
-"""Diagonal taxonomy of attention heads (P6, P7) and the chosen previous-token heads.
+"""The taxonomy family's library (docs/workflow.md, "Families"): this module is the diagonal
+taxonomy (analysis ``diagonal_taxonomy``); :mod:`posmech.analyses.taxonomy.statistics` is the
+family's first analysis, ``attention_statistics`` (the forward pass shared with the anatomy
+family's score taxa).
+
+Diagonal taxonomy of attention heads (P6, P7) and the chosen previous-token heads.
 
 Per head, the mean attention on each diagonal offset ``d`` (key = query − d) of the
 attention pattern, over documents at full context, accumulated inside the forward pass

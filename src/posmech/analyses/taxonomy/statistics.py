@@ -1,5 +1,6 @@
-"""One forward pass over the web-text documents for the diagonal taxonomy (P6, P7) and the
-score taxa (P13): ``results/{model}/taxonomy/attention_statistics.h5``.
+"""Analysis ``attention_statistics``, the taxonomy family's first: one forward pass over the
+web-text documents for the diagonal taxonomy (P6, P7) and the score taxa (P13):
+``results/{model}/taxonomy/attention_statistics.h5``.
 
 Both analyses read every head of every layer on the same kind of input — the first
 ``n_documents`` documents of a corpus that fill the context — and by default on the same
