@@ -394,7 +394,7 @@ def analyse_taxonomy(
     exclude_first_query: bool = True, tie_rtol: float = TIE_RTOL,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """:func:`run_taxonomy` from accumulated :class:`DiagonalStats` (e.g. read back from
-    ``attention_statistics.h5`` with :func:`posmech.analyses.attention_statistics.read_statistics`):
+    ``attention_statistics.h5`` with :func:`posmech.analyses.taxonomy.statistics.read_statistics`):
     no forward pass, so thresholds and pins can change without rerunning the model."""
     means = stats.means()
     per_head = classify_heads(means, stats.detector_scores(), tie_rtol=tie_rtol)
