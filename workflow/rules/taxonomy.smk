@@ -1,4 +1,6 @@
-# Cheap (read HDF5, classify, plot): run locally also with profiles/slurm (docs/cluster.md).
+# The taxonomy family (docs/workflow.md, "Families"): the shared pass and the diagonal
+# taxonomy with the chosen heads (P6, P7). The posembed rules, which read the chosen heads,
+# are in posembed.smk.
 
 
 rule taxonomy:
