@@ -33,6 +33,8 @@ GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 # and the figure modules of the machinery and of the rule `dynamics`
 SHARED_ANALYSES = {"attention", "readout", "cache"}
 OTHER_PLOTS = {"check", "dynamics"}
+# tests/analyses files not under one name: the findings of every family on hand-built models
+OTHER_TESTS = {"test_findings_handbuilt"}
 OUTPUT_DIR = re.compile(r"""["']results/\{model\}/([^/"']+)/""")
 
 
@@ -108,6 +110,14 @@ def test_library_and_figure_modules_are_a_family_or_a_shared_helper():
     stray = modules(src / "plots") - set(GROUPS) - OTHER_PLOTS
     assert not stray, f"src/posmech/plots: {sorted(stray)} name no family (docs/workflow.md, 'Families')"
     assert set(GROUPS) <= modules(src / "analyses") and set(GROUPS) <= modules(src / "plots")
+
+
+def test_every_analysis_test_file_starts_with_a_family_or_helper_name():
+    names = sorted(set(GROUPS) | SHARED_ANALYSES, key=len, reverse=True)
+    stray = [p.name for p in sorted((REPO / "tests" / "analyses").glob("test_*.py"))
+             if p.stem not in OTHER_TESTS and not any(p.stem == f"test_{n}" or p.stem.startswith(f"test_{n}_")
+                                                      for n in names)]
+    assert not stray, f"tests/analyses: {stray} start with no family's name (test_<family>_<what>.py)"
 
 
 def _made_up_tree(root: Path) -> Path:

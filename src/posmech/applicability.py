@@ -63,7 +63,7 @@ REQUIREMENTS: dict[str, Requirement] = {
     # hook_attn_scores (up to a per-row constant for ALiBi): the layouts whose hook is the
     # pre-softmax score. OPT: the bridge's hook_attn_scores is not its pre-softmax score (it
     # records the pattern there), the posmech engine's is (q·k/sqrt(d_head), masked: equal to
-    # Hugging Face's OPT scores, tests/analyses/test_raw_scores_positions.py), and
+    # Hugging Face's OPT scores, tests/analyses/test_anatomy_raw_scores.py), and
     # load_model's `auto` runs OPT on the engine (not a post-LayerNorm OPT in the
     # compatibility mode: that one runs on the bridge, whose scores the check refuses at run time)
     "raw_scores_layout": Requirement("raw scores of {model_type} attention not yet supported (the bridge's "
