@@ -9,7 +9,7 @@ posmech.models.loading.load_bridge in compatibility mode like every rule, runs `
 full-context documents (1024 tokens), one per forward pass, in interleaved rounds:
 
 * bare: `bridge(x, return_type=None)`, no hooks;
-* taxa: posmech.analyses.score_anatomy.score_profiles with the config defaults
+* taxa: posmech.analyses.anatomy.score_profiles with the config defaults
   (window ±5, 64 query rows per document): per layer, hooks keep q and k, compute only the
   row windows (64 x 11 dot products per head) and check their causal half against the
   bridge's hook_attn_scores;
@@ -33,7 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from geometry import gpt2_small_documents, interleaved_rounds  # noqa: E402  (bench/geometry.py)
 
-from posmech.analyses import score_anatomy as sa  # noqa: E402
+from posmech.analyses import anatomy as sa  # noqa: E402
 
 
 def main() -> None:

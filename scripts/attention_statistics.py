@@ -1,9 +1,9 @@
 """Rule attention_statistics: one forward pass over the web-text documents for the diagonal
 taxonomy (P6, P7) and, for the anatomy models, the score taxa (P13); a document both
-sections use runs once (posmech.analyses.attention_statistics)."""
+sections use runs once (posmech.analyses.taxonomy.statistics)."""
 
-from posmech.analyses import attention_statistics as st
-from posmech.analyses.score_anatomy import long_documents
+from posmech.analyses.taxonomy import statistics as st
+from posmech.analyses.anatomy import long_documents
 from posmech.analyses.taxonomy import full_context_documents
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import load_model, read_manifest

@@ -1,7 +1,7 @@
 """Rule diagonal_taxonomy: per-head mean attention per diagonal offset (P6), the P7
 ranking with TransformerLens's head_detector score, and the chosen sharp / early heads."""
 
-from posmech.analyses.attention_statistics import read_statistics
+from posmech.analyses.taxonomy.statistics import read_statistics
 from posmech.analyses.taxonomy import analyse_taxonomy, taxonomy_scorecard
 from posmech.models.loading import read_manifest
 from posmech.plots.taxonomy import taxonomy_figure

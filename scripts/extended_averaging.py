@@ -5,7 +5,7 @@ from posmech.analyses import interventions as iv
 from posmech.analyses.attention import parse_head
 from posmech.analyses.geometry import read_extended_artifact
 from posmech.analyses.taxonomy import read_chosen_heads
-from posmech.analyses.wpos import group_average
+from posmech.analyses.posembed import group_average
 from posmech.config import scale_to_context
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import load_model, read_manifest

@@ -4,11 +4,11 @@ W_pos averaged in groups of k (P4): metrics table, patterns (HDF5), figure."""
 import numpy as np
 
 from posmech.analyses.taxonomy import read_chosen_heads
-from posmech.analyses.wpos import attention_scorecard, attention_table, posembed_attention
+from posmech.analyses.posembed import attention_scorecard, attention_table, posembed_attention
 from posmech.data.tokens import read_tokens
 from posmech.hdf5 import artifact_writer, describe
 from posmech.models.loading import load_model, read_manifest
-from posmech.plots.wpos import attention_figure
+from posmech.plots.posembed import attention_figure
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
 

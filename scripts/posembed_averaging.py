@@ -1,13 +1,13 @@
 """Rule posembed_averaging: W_pos averaged in groups of k; held-out loss (P2) and the
 repeat-string prompt probabilities (P3), the model restored bitwise after each k."""
 
-from posmech.analyses.wpos import (averaging_scorecard, averaging_table, heldout_documents, max_unchanged_k,
+from posmech.analyses.posembed import (averaging_scorecard, averaging_table, heldout_documents, max_unchanged_k,
                                   posembed_averaging, read_doc_index)
 from posmech.data.prompts import load_prompts
 from posmech.data.tokens import read_tokens
 from posmech.io import file_sha256, read_jsonl
 from posmech.models.loading import load_model, read_manifest
-from posmech.plots.wpos import averaging_figure
+from posmech.plots.posembed import averaging_figure
 from posmech.runner import run
 from posmech.tables import scorecard_rows, write_table
 

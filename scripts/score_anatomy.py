@@ -1,7 +1,7 @@
 """Rule score_anatomy: raw scores (q·k/√d_head, future included), masked scores and pattern
 of the chosen previous-token heads on one document, full and zoomed (P12)."""
 
-from posmech.analyses import score_anatomy as sa
+from posmech.analyses import anatomy as sa
 from posmech.analyses.attention import window
 from posmech.analyses.taxonomy import read_chosen_heads
 from posmech.data.tokens import read_tokens

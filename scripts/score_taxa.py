@@ -3,8 +3,8 @@ query positions; features (dip, bump, trend), taxa and the P6 split (P13)."""
 
 from dataclasses import asdict
 
-from posmech.analyses import score_anatomy as sa
-from posmech.analyses.attention_statistics import read_statistics
+from posmech.analyses import anatomy as sa
+from posmech.analyses.taxonomy.statistics import read_statistics
 from posmech.analyses.taxonomy import read_chosen_heads, strict_early_heads
 from posmech.plots.anatomy import taxa_figure
 from posmech.runner import run

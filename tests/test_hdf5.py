@@ -89,14 +89,15 @@ def test_wrong_kind_names_the_rule_that_writes_the_expected_kind(tmp_path):
 
 
 def test_every_writer_agrees_with_the_kind_table(tmp_path):
-    from posmech.analyses import attention_statistics, cache, contextual, geometry, kernels, neurons
+    from posmech.analyses import cache, contextual, geometry, kernels, neurons
+    from posmech.analyses.taxonomy import statistics
     from posmech.data import tokens
     from posmech.hdf5 import KIND_RULES
 
     assert KIND_RULES[tokens.KIND] == "tokenize" and KIND_RULES[cache.KIND] == cache.RULE
     for m in (kernels, geometry, neurons, contextual):
         assert KIND_RULES[m.KIND] == m.RULE, m.__name__
-    assert KIND_RULES[attention_statistics.KIND] == "attention_statistics"
+    assert KIND_RULES[statistics.KIND] == "attention_statistics"
     with pytest.raises(PosmechError, match="internal"):
         with artifact_writer(tmp_path / "t.h5", "tokens", "cache_activations"):
             pass

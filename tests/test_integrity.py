@@ -156,7 +156,7 @@ def test_defined_corpora_spelt_right():
 
 # ---------------------------------------------------------------- case 2: an average over nothing
 def test_loss_over_empty_documents_is_an_error(prev_token_model_dir):
-    from posmech.analyses.wpos import posembed_averaging
+    from posmech.analyses.posembed import posembed_averaging
 
     bridge = load_bridge({"hf_dir": str(prev_token_model_dir), "name": "pt"}, device="cpu")
     empty = [np.array([0], dtype=np.int32)] * 3  # BOS only: nothing to predict

@@ -121,7 +121,7 @@ def test_the_graph_sees_top_level_and_lazy_imports(graph):
     written inside a function, are in the graph."""
     assert "posmech.config" in graph["posmech.models.loading"]  # top level: local_path
     assert "posmech.models.lens" in graph["posmech.models.loading"]  # inside load_model
-    assert "posmech.analyses.readout" in graph["posmech.analyses.wpos"]  # inside posembed_averaging
+    assert "posmech.analyses.readout" in graph["posmech.analyses.posembed"]  # inside posembed_averaging
 
 
 def test_data_imports_no_analysis_or_model_code(graph):

@@ -58,12 +58,12 @@ REQUIREMENTS: dict[str, Requirement] = {
     "learned_wpos": Requirement("no learned W_pos: {positions}", schemes=("learned",)),
     # the attention scores before the softmax (P12, P13, the taxonomy's statistics): q·k·scale
     # for learned positions, q and k rotated at their positions for rotary heads, the ALiBi
-    # bias added for ALiBi heads (score_anatomy.ScoreFunction, tested against Hugging Face's
+    # bias added for ALiBi heads (posmech.analyses.anatomy.ScoreFunction, tested against Hugging Face's
     # own scores on tiny Llama, GPT-NeoX and BLOOM models), checked against the bridge's
     # hook_attn_scores (up to a per-row constant for ALiBi): the layouts whose hook is the
     # pre-softmax score. OPT: the bridge's hook_attn_scores is not its pre-softmax score (it
     # records the pattern there), the posmech engine's is (q·k/sqrt(d_head), masked: equal to
-    # Hugging Face's OPT scores, tests/analyses/test_raw_scores_positions.py), and
+    # Hugging Face's OPT scores, tests/analyses/test_anatomy_raw_scores.py), and
     # load_model's `auto` runs OPT on the engine (not a post-LayerNorm OPT in the
     # compatibility mode: that one runs on the bridge, whose scores the check refuses at run time)
     "raw_scores_layout": Requirement("raw scores of {model_type} attention not yet supported (the bridge's "

@@ -655,7 +655,7 @@ def architecture_problems(config: dict[str, Any], base: str | os.PathLike[str] =
                         f"config key `models.{name}.processing`: model {name!r} is a GPT-NeoX (Pythia) model, and "
                         "TransformerLens 4.3's compatibility mode computes its MLP wrongly (on a random tiny GPT-NeoX, "
                         "layer 0's hook_mlp_out differs from Hugging Face's by ~12 and layer 1's pattern by ~1, "
-                        "tests/analyses/test_raw_scores_positions.py); set `processing: raw` (exact against "
+                        "tests/analyses/test_anatomy_raw_scores.py); set `processing: raw` (exact against "
                         "Hugging Face) for this model")
         except PosmechError as err:
             out.append(str(err))

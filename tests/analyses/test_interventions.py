@@ -12,7 +12,7 @@ import torch
 from posmech.analyses import interventions as iv
 from posmech.analyses.attention import head_columns
 from posmech.analyses.readout import continuation_probability
-from posmech.analyses.wpos import group_average
+from posmech.analyses.posembed import group_average
 from posmech.errors import PosmechError
 from posmech.models import handbuilt as hb
 from posmech.models.loading import load_bridge, load_model

@@ -17,11 +17,11 @@ import pytest
 import torch
 
 from posmech.analyses import kernels as kn
-from posmech.analyses.score_anatomy import alibi_slopes
+from posmech.analyses.anatomy import alibi_slopes
 from posmech.models.handbuilt import char_tokenizer
 from posmech.models.loading import load_bridge
 from tests.analyses.test_kernels import hf_config, pattern, same_text_kernels
-from tests.analyses.test_raw_scores_positions import model_dirs  # noqa: F401 (a fixture)
+from tests.analyses.test_anatomy_raw_scores import model_dirs  # noqa: F401 (a fixture)
 
 V = 40
 

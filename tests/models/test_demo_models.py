@@ -174,7 +174,7 @@ def test_gpt2_demo_checkpoints_show_the_previous_token_head_forming(summaries, d
     the head that ends sharpest above layer 0 (the silent layer 0 of the first 300 steps)."""
     import numpy as np
 
-    from posmech.analyses import attention_statistics as st
+    from posmech.analyses.taxonomy import statistics as st
     from posmech.analyses.taxonomy import classify_heads
     from posmech.models.loading import load_model
 

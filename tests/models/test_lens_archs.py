@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 import torch
 
-from posmech.analyses import score_anatomy as sa
+from posmech.analyses import anatomy as sa
 from posmech.errors import PosmechError
 from posmech.models import lens as lens_mod
 from posmech.models.handbuilt import char_tokenizer
@@ -171,7 +171,7 @@ def test_every_hook_and_weight_equals_the_bridge(which, processing, dirs):
                     "process_weights does and is compared with Hugging Face")
     if which == "neox" and processing == "compatibility":
         pytest.skip("TransformerLens 4.3's compatibility mode computes a GPT-NeoX MLP wrongly with random "
-                    "LayerNorm weights (tests/analyses/test_raw_scores_positions.py); the engine is compared "
+                    "LayerNorm weights (tests/analyses/test_anatomy_raw_scores.py); the engine is compared "
                     "with Hugging Face (test_logits_and_patterns_equal_hugging_faces)")
     d = dirs[which]
     bridge = load_bridge(_man(d), "cpu", "float32", processing)

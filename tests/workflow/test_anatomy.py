@@ -7,7 +7,7 @@ import json
 import numpy as np
 import yaml
 
-from posmech.analyses.score_anatomy import TAXA, masked_scores, row_features, softmax_rows
+from posmech.analyses.anatomy import TAXA, masked_scores, row_features, softmax_rows
 from posmech.analyses.taxonomy import read_chosen_heads
 from posmech.hdf5 import open_artifact
 from posmech.tables import read_table

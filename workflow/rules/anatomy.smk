@@ -3,9 +3,6 @@
 # and the shared pass (attention_statistics.h5).
 
 
-# Cheap (read HDF5, classify, plot): run locally also with profiles/slurm (docs/cluster.md).
-
-
 rule anatomy:
     """The anatomy family (docs/workflow.md, "Families"), one job per model:
     - score_anatomy: Raw scores (q·k/sqrt(d_head), future included), masked scores and

@@ -560,8 +560,8 @@ def kernels_params(wildcards=None):
     return p
 
 
-def taxonomy_models(section="taxonomy"):
-    return selected(config, section, "models")
+def taxonomy_models():
+    return selected(config, "taxonomy", "models")
 
 
 def section_params(section):

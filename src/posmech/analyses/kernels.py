@@ -159,7 +159,7 @@ def bridge_head_weights(bridge: Any, hf_config: dict[str, Any] | None = None,
     cached ``ln1_out``; zero biases for bias-free projections), and the attention layout
     of :func:`attention_layout`; for a rotary model its :func:`rotary_tables` of
     ``n_positions`` positions (default its context), for an ALiBi model its slopes."""
-    from posmech.analyses.score_anatomy import alibi_slopes, position_scheme
+    from posmech.analyses.anatomy import alibi_slopes, position_scheme
 
     cfg = bridge.cfg
     scheme = position_scheme(cfg)
@@ -302,7 +302,7 @@ def rope_tables(n_positions: int, rotary_dim: int, base: float = 10000.0) -> tup
 
 def rotate_np(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     """Rotary embedding of vectors ``x [..., P, d_head]`` at the positions of the rows of
-    ``cos, sin [P, r]`` (numpy; :func:`posmech.analyses.score_anatomy.rotate`'s
+    ``cos, sin [P, r]`` (numpy; :func:`posmech.analyses.anatomy.rotate`'s
     ``rotate_half`` convention): the first ``r`` dimensions rotated, the rest unchanged."""
     r = cos.shape[-1]
     xr = x[..., :r]

@@ -1,8 +1,9 @@
 """Figures: one function per figure, taking tidy data; PNG at 150 dpi with the claim ID
 (or the pipeline stage) in the title.
 
-Shared helpers live here (:func:`save`, :data:`DPI`); each analysis area has its own
-submodule (``posmech.plots.geometry``, ``posmech.plots.kernels``, …)."""
+Shared helpers live here (:func:`save`, :data:`DPI`); each analysis family has its own
+submodule under the family's name (``posmech.plots.geometry``, ``posmech.plots.kernels``,
+…, ``posmech.plots.posembed`` for the posembed rules; docs/workflow.md, "Families")."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FixedLocator
 
-from posmech.analyses.score_anatomy import TAXA, Thresholds, centre_rows, offsets, row_windows
+from posmech.analyses.anatomy import TAXA, Thresholds, centre_rows, offsets, row_windows
 from posmech.plots import MASKED, save
 
 TAXON_COLOURS = {TAXA[0]: "tab:blue", TAXA[1]: "tab:red", TAXA[2]: "0.6"}
@@ -41,7 +41,7 @@ def score_triptychs(
     """One row per head ``(head, role, raw, masked, pattern)`` (full ``[n, n]`` matrices):
     the post's triptych — raw scores, masked scores, pattern — and a fourth panel, each
     query's P13 row window (raw scores at keys ``q−W..q+W``, centred and divided by their
-    spread: :func:`~posmech.analyses.score_anatomy.row_windows`); ``zoom``: the ``size × size``
+    spread: :func:`~posmech.analyses.anatomy.row_windows`); ``zoom``: the ``size × size``
     window at ``start`` (axes in document positions), else the whole matrix with the window
     outlined in red.  Scores are centred per row (minus the row's median over its shown,
     unmasked entries) so the diverging colour map shows the structure along each row; the

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from posmech import perf
-from posmech.analyses import attention_statistics as st
-from posmech.analyses import score_anatomy as sa
+from posmech.analyses.taxonomy import statistics as st
+from posmech.analyses import anatomy as sa
 from posmech.analyses import taxonomy as tx
 from posmech.errors import PosmechError
 from posmech.models import handbuilt as hb

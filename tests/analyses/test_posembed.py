@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from posmech.analyses.attention import mean_prev_token_mass
-from posmech.analyses.wpos import (
+from posmech.analyses.posembed import (
     averaged_W_pos,
     group_average,
     head_pattern,
@@ -197,7 +197,7 @@ def test_similarity_numbers():
 
 def test_p_scorecard_rows_read_the_analysis():
     """P2–P4 rows come from the library (scripts only write them), with known values."""
-    from posmech.analyses.wpos import attention_scorecard, averaging_scorecard
+    from posmech.analyses.posembed import attention_scorecard, averaging_scorecard
 
     df = pd.DataFrame({"quantity": ["loss", "probability", "probability", "probability", "probability"],
                        "k": [1, 1, 10, 1, 10], "prompt": ["", "a", "a", "b", "b"],
@@ -216,7 +216,7 @@ def test_p_scorecard_rows_read_the_analysis():
 
 
 def test_p_tables_put_claim_model_and_role_in_front():
-    from posmech.analyses.wpos import attention_table, averaging_table
+    from posmech.analyses.posembed import attention_table, averaging_table
 
     df = pd.DataFrame({"quantity": ["loss", "probability", "loss"], "k": [1, 1, 4], "value": [3.0, 0.9, 3.1]})
     averaging_table(df, "m")

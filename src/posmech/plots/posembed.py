@@ -1,4 +1,5 @@
-"""Figures of the W_pos interventions (P2–P4; :mod:`posmech.analyses.wpos`)."""
+"""Figures of the posembed rules, W_pos averaged in groups of k (P2–P4;
+:mod:`posmech.analyses.posembed`)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""One forward pass over the web-text documents for the diagonal taxonomy (P6, P7) and the
-score taxa (P13): ``results/{model}/taxonomy/attention_statistics.h5``.
+"""Analysis ``attention_statistics``, the taxonomy family's first: one forward pass over the
+web-text documents for the diagonal taxonomy (P6, P7) and the score taxa (P13):
+``results/{model}/taxonomy/attention_statistics.h5``.
 
 Both analyses read every head of every layer on the same kind of input — the first
 ``n_documents`` documents of a corpus that fill the context — and by default on the same
@@ -7,7 +8,7 @@ documents (``taxonomy`` and ``anatomy`` sections with the same corpus and contex
 separately, they cost two forward passes per document; here a document that both need is
 run **once**, with the hooks of both collectors
 (:class:`~posmech.analyses.taxonomy.DiagonalCollector`: ``hook_pattern`` reduced to
-diagonal sums; :class:`~posmech.analyses.score_anatomy.ProfileCollector`: ``hook_q`` /
+diagonal sums; :class:`~posmech.analyses.anatomy.ProfileCollector`: ``hook_q`` /
 ``hook_k`` reduced to row windows).  A document is shared when it is the same token
 sequence in both lists (compared element by element, so two sections on different corpora
 or contexts simply share nothing); the documents only one section needs run with that
@@ -27,7 +28,7 @@ Layout (``kind`` ``attention_statistics``):
 * ``profiles/windows [n_layers, n_heads, n_rows, 2W+1]`` float32, ``profiles/document
   [n_rows]``, ``profiles/query [n_rows]`` and attributes ``window``, ``n_documents``,
   ``n_tokens``, ``max_abs_diff_vs_hook_attn_scores``
-  (:class:`~posmech.analyses.score_anatomy.ScoreProfiles`) — present only when the model
+  (:class:`~posmech.analyses.anatomy.ScoreProfiles`) — present only when the model
   is one of the ``anatomy`` section's models;
 * root attributes: ``n_shared_documents`` (documents run once for both), and the
   sections' parameters.
@@ -43,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from posmech.analyses.attention import Collector, run_collectors
-from posmech.analyses.score_anatomy import ProfileCollector, ScoreProfiles, row_features
+from posmech.analyses.anatomy import ProfileCollector, ScoreProfiles, row_features
 from posmech.analyses.taxonomy import DiagonalCollector, DiagonalStats
 from posmech.errors import PosmechError
 

@@ -1,4 +1,9 @@
-"""Diagonal taxonomy of attention heads (P6, P7) and the chosen previous-token heads.
+"""The taxonomy family's library (docs/workflow.md, "Families"): this module is the diagonal
+taxonomy (analysis ``diagonal_taxonomy``); :mod:`posmech.analyses.taxonomy.statistics` is the
+family's first analysis, ``attention_statistics`` (the forward pass shared with the anatomy
+family's score taxa).
+
+Diagonal taxonomy of attention heads (P6, P7) and the chosen previous-token heads.
 
 Per head, the mean attention on each diagonal offset ``d`` (key = query − d) of the
 attention pattern, over documents at full context, accumulated inside the forward pass
@@ -389,7 +394,7 @@ def analyse_taxonomy(
     exclude_first_query: bool = True, tie_rtol: float = TIE_RTOL,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """:func:`run_taxonomy` from accumulated :class:`DiagonalStats` (e.g. read back from
-    ``attention_statistics.h5`` with :func:`posmech.analyses.attention_statistics.read_statistics`):
+    ``attention_statistics.h5`` with :func:`posmech.analyses.taxonomy.statistics.read_statistics`):
     no forward pass, so thresholds and pins can change without rerunning the model."""
     means = stats.means()
     per_head = classify_heads(means, stats.detector_scores(), tie_rtol=tie_rtol)

@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 import torch
 
-from posmech.analyses import score_anatomy as sa
+from posmech.analyses import anatomy as sa
 from posmech.errors import PosmechError
 from posmech.models.handbuilt import char_tokenizer
 from posmech.models.loading import load_bridge

@@ -1,4 +1,5 @@
-"""Interventions on positional embeddings (P2–P4): group averaging of ``W_pos`` rows.
+"""The posembed rules' library (``posembed_averaging``, ``posembed_attention``; docs/workflow.md,
+"Families"): interventions on positional embeddings (P2–P4), group averaging of ``W_pos`` rows.
 
 :func:`group_average` replaces each contiguous group of ``k`` rows (positions) by the
 group's mean; :func:`averaged_W_pos` swaps a bridge's positional embedding matrix for

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from posmech.analyses import score_anatomy as sa
+from posmech.analyses import anatomy as sa
 from posmech.errors import PosmechError
 from posmech.models import handbuilt as hb
 from posmech.models.loading import load_bridge
