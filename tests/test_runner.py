@@ -153,3 +153,50 @@ def test_a_job_does_not_import_torch_and_a_model_job_gets_the_rules_threads(tmp_
 
     record = json.loads((tmp_path / "rule.log.perf.json").read_text())
     assert "torch" in record["libraries"] and "matplotlib" not in record["libraries"], record
+
+
+FINISHED_JOB = """
+import atexit, sys
+from posmech.runner import run
+
+class Snakemake:  # the shape and the name of the object Snakemake hands a rule's script
+    def __init__(self, log, out):
+        self.input, self.output, self.log, self.rule, self.threads = [], [out], [log], "finished", 1
+
+Snakemake.__module__ = sys.argv[3]
+
+def main(smk, log):
+    atexit.register(lambda: open(smk.output[0] + ".atexit", "w").close())
+    with open(smk.output[0], "w") as f:
+        f.write("written")
+    log.info("main finished")
+    print("printed by main", end="")  # a line left in stdout's buffer
+
+run(Snakemake(sys.argv[1], sys.argv[2]), main)
+print("after run")
+"""
+
+
+@pytest.mark.parametrize("module, clean", [("snakemake.iocontainers", ""), ("snakemake.iocontainers", "1"), ("tests", "")])
+def test_a_finished_snakemake_job_leaves_at_once_with_its_logs_and_outputs(tmp_path, module, clean):
+    """runner.leave: a finished job of a rule's script (Snakemake's object) ends through
+    ``os._exit(0)`` after the logs and streams are flushed: the interpreter's shutdown (the
+    atexit handlers, freeing every module) is skipped, exit status 0, the output, the log's last
+    line, the PERF record and what main printed all there. POSMECH_CLEAN_EXIT=1, or an object
+    that is not Snakemake's (a test's), goes on to the normal shutdown."""
+    import os
+    import subprocess
+    import sys
+
+    log, out = tmp_path / "rule.log", tmp_path / "out.txt"
+    env = {**os.environ, "POSMECH_CLEAN_EXIT": clean}
+    done = subprocess.run([sys.executable, "-c", FINISHED_JOB, str(log), str(out), module], env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert out.read_text() == "written"
+    assert "main finished" in log.read_text() and "rule finished done in" in log.read_text()
+    assert (tmp_path / "rule.log.perf.json").exists()
+    assert done.stdout.startswith("printed by main")
+    leaves = module.startswith("snakemake.") and not clean
+    assert (tmp_path / "out.txt.atexit").exists() is not leaves
+    assert ("after run" in done.stdout) is not leaves
