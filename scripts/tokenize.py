@@ -1,18 +1,16 @@
 """Rule tokenize: tokenize a corpus with a model's tokenizer, cut to its context, write HDF5."""
 
-from transformers import AutoTokenizer
-
 from posmech.config import config_hash
 from posmech.data.tokens import tokenize_documents, unknown_tokens, write_tokens
 from posmech.io import read_jsonl
-from posmech.models.loading import analysis_context, read_manifest
+from posmech.models.loading import analysis_context, load_tokenizer, read_manifest
 from posmech.runner import run
 
 
 def main(smk, log):
     man = read_manifest(smk.input.manifest)
     model, corpus = smk.params.model, smk.params.corpus
-    tok = AutoTokenizer.from_pretrained(man["hf_dir"], trust_remote_code=False)
+    tok = load_tokenizer(man["hf_dir"])
     n_ctx = analysis_context(smk.wildcards.model, model, man["hf_dir"])
     docs = read_jsonl(smk.input.corpus)
     ids, kept = tokenize_documents(docs, tok, n_ctx, model["prepend_bos"], corpus["min_tokens"])

@@ -285,3 +285,44 @@ def test_preflight_reports_damaged_weights_of_a_model_on_disk(tmp_path, prev_tok
     flip_bytes(d / "model.safetensors")
     [msg] = weights_problems(cfg, tmp_path)
     assert "model.safetensors" in msg and "sha256" in msg and "manifest.json" in msg
+
+
+PLAIN_TOKENIZER_JOB = """
+import sys
+from posmech.models.loading import load_tokenizer
+tok = load_tokenizer(sys.argv[1])
+print("class:", type(tok).__name__)
+print("models imported:", "transformers.models.auto" in sys.modules)
+from transformers import AutoTokenizer
+auto = AutoTokenizer.from_pretrained(sys.argv[1])
+text = "In the beginning God created the heaven and the earth."
+print("same:", type(auto) is type(tok) and auto.get_vocab() == tok.get_vocab() != {}
+      and auto.all_special_tokens == tok.all_special_tokens and auto.bos_token_id == tok.bos_token_id
+      and auto(text)["input_ids"] == tok(text)["input_ids"])
+"""
+
+
+def test_a_plain_fast_tokenizer_loads_as_autotokenizer_would_without_transformers_models(tmp_path):
+    """load_tokenizer: the demo models' tokenizer (a tokenizer.json, class TokenizersBackend)
+    is loaded by its class directly — the same class, vocabulary, special tokens and ids as
+    AutoTokenizer's — without importing transformers.models (~3.5 CPU s a job); a tokenizer of
+    another class (GPT-2's) still goes through AutoTokenizer."""
+    import subprocess
+    import sys
+
+    from transformers import GPT2TokenizerFast
+
+    from posmech.models.training import build_char_tokenizer
+
+    plain, gpt2 = tmp_path / "plain", tmp_path / "gpt2"
+    tok = build_char_tokenizer(["In the beginning God created the heaven and the earth."])
+    tok.save_pretrained(plain)
+    GPT2TokenizerFast(tokenizer_object=tok.backend_tokenizer, bos_token="<|endoftext|>",
+                      eos_token="<|endoftext|>").save_pretrained(gpt2)
+    assert json.loads((gpt2 / "tokenizer_config.json").read_text())["tokenizer_class"] not in (
+        "TokenizersBackend", "PreTrainedTokenizerFast")
+    for d, direct in ((plain, True), (gpt2, False)):
+        out = subprocess.run([sys.executable, "-c", PLAIN_TOKENIZER_JOB, str(d)], capture_output=True, text=True,
+                             check=True).stdout
+        assert "same: True" in out, out
+        assert f"models imported: {not direct}" in out, out
