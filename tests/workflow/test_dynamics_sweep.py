@@ -69,3 +69,25 @@ def test_each_checkpoint_is_one_job_per_followed_rule_and_none_of_the_others(tmp
     # nothing followed reads the cache: it is not built for a checkpoint
     assert not [m for m in jobs["cache_activations"] if "@" in m]
     assert jobs["dynamics"] == [""] and jobs["findings"] == [""]
+
+
+def test_a_models_threads_are_its_analysis_jobs_and_its_checkpoints_threads(tmp_path):
+    """`models.<m>.threads` (schema default 2) is the Snakemake `threads` of every analysis job
+    of the model and of its checkpoints (capped by --cores, 2 in this dry run); 1 for the demo's
+    tiny models, so two of their jobs share a 2-core machine."""
+    cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
+    seen = {}
+    for threads in (None, 1):
+        if threads:
+            cfg["models"]["demo"]["threads"] = threads
+        path = tmp_path / f"threads-{threads}.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        work = tmp_path / f"work-{threads}"
+        work.mkdir()
+        proc = snakemake(work, "-n", configfile=path)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        log = proc.stdout + proc.stderr
+        blocks = [b for b in re.split(r"\n(?=(?:local)?rule \w+:\n)", log) if re.match(r"rule taxonomy:\n", b)]
+        assert len(blocks) == 1 + len(cfg["models"]["demo"]["train"]["checkpoints"]), len(blocks)
+        seen[threads] = {re.search(r"model=([^,\s]+)", b).group(1): ("threads: 2" in b) for b in blocks}
+    assert all(seen[None].values()) and not any(seen[1].values()), seen

@@ -63,7 +63,7 @@ rule anatomy:
         model=regex(MODELS),
     conda:
         "../envs/posmech.yaml"
-    threads: 2
+    threads: model_threads
     resources:
         gpu=heavy_resources,
         mem_mb=heavy_mem_mb,

@@ -67,7 +67,7 @@ rule attn_only:
         model=regex(MODELS),
     conda:
         "../envs/posmech.yaml"
-    threads: 2
+    threads: model_threads
     resources:
         gpu=heavy_resources,
         mem_mb=heavy_mem_mb_for(
@@ -114,7 +114,7 @@ rule bos_induction:
         model=regex(MODELS),
     conda:
         "../envs/posmech.yaml"
-    threads: 2
+    threads: model_threads
     resources:
         gpu=heavy_resources,
         mem_mb=heavy_mem_mb_for(

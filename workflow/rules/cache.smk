@@ -16,7 +16,7 @@ rule cache_activations:
         corpus=regex(CORPORA),
     conda:
         "../envs/posmech.yaml"
-    threads: 2
+    threads: model_threads
     resources:
         gpu=heavy_resources,
         mem_mb=heavy_mem_mb_for(config["cache"]["batch_size"]),

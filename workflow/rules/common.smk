@@ -293,6 +293,11 @@ def model_entry(wildcards):
     return config["models"][wildcards.model]
 
 
+def model_threads(wildcards):
+    """A model analysis job's threads: its model's `threads` (schema default 2)."""
+    return model_entry(wildcards).get("threads", 2)
+
+
 def tokens_entry(wildcards):
     """What tokenization depends on, and only that (changing the device, the dtype or the
     engine never re-tokenizes, nor reruns what reads the tokens)."""

@@ -110,7 +110,7 @@ rule contextual:
         model=regex(MODELS),
     conda:
         "../envs/posmech.yaml"
-    threads: 2
+    threads: model_threads
     resources:
         # layer0_decomposition's budget (one pass over the corpora's tokens), and one more
         # for layer1_patterns (a pass over the pattern text) and the light analyses

@@ -90,7 +90,7 @@ rule geometry:
         model=regex(MODELS),
     conda:
         "../envs/posmech.yaml"
-    threads: 2
+    threads: model_threads
     resources:
         gpu=heavy_resources,
         # running sums over positions inside the hooks: no activation is kept per context

@@ -62,7 +62,7 @@ rule interventions:
         model=regex(MODELS),
     conda:
         "../envs/posmech.yaml"
-    threads: 2
+    threads: model_threads
     resources:
         gpu=heavy_resources,
         mem_mb=heavy_mem_mb,
@@ -106,7 +106,7 @@ rule extended_averaging:
         model=regex(MODELS),
     conda:
         "../envs/posmech.yaml"
-    threads: 2
+    threads: model_threads
     resources:
         gpu=heavy_resources,
         mem_mb=heavy_mem_mb,

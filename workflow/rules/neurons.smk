@@ -60,7 +60,7 @@ rule neurons:
         model=regex(MODELS),
     conda:
         "../envs/posmech.yaml"
-    threads: 2
+    threads: model_threads
     resources:
         gpu=heavy_resources,  # bag_of_tokens_fit runs the model
         mem_mb=heavy_mem_mb,

@@ -36,7 +36,7 @@ rule posembed_averaging:
         model=regex(MODELS),
     conda:
         "../envs/posmech.yaml"
-    threads: 2
+    threads: model_threads
     resources:
         gpu=heavy_resources,
         mem_mb=heavy_mem_mb,
@@ -77,7 +77,7 @@ rule posembed_attention:
         model=regex(MODELS),
     conda:
         "../envs/posmech.yaml"
-    threads: 2
+    threads: model_threads
     resources:
         gpu=heavy_resources,
         mem_mb=heavy_mem_mb,
