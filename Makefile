@@ -7,7 +7,10 @@
 #                     and compare every verdict with the expected one; non-zero on any disagreement
 PYTHON ?= python3
 VENV   ?= .venv
-CORES  ?= 8
+# Snakemake's --cores: every core of the machine (`all`), no more: on a 2-core machine 8
+# would start up to 8 jobs at once, each slowed by the others, the demo's trainings among
+# them (every other job waits for one); docs/performance.md
+CORES  ?= all
 BIN    := $(VENV)/bin
 # Which PyTorch build `make setup` installs (torch==2.13.0 from requirements.lock).
 # TORCH_INDEX is an extra package index searched for torch; a build found there wins over
