@@ -256,22 +256,12 @@ def set_threads(threads: int) -> None:
     """Make PyTorch use the rule's ``threads``. Without importing it: a job that never runs a
     model (most light rules) would pay ~3 CPU s for ``import torch`` alone. When torch is not
     loaded yet, ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` are set, which it reads when it is;
-    when it is, :func:`torch.set_num_threads` is called.
-
-    Before torch is loaded, ``OMP_WAIT_POLICY`` is also set to ``PASSIVE`` (unless the
-    environment sets it): a thread of torch's OpenMP pool then sleeps as soon as its share
-    of an operation is done, where by default it spins, waiting for the next one.  A small
-    model's forward pass is thousands of short operations, so the spinning costs more CPU
-    than the work, and takes it from the jobs running beside it: on this 2-core machine, loaded,
-    300 forward passes of a demo-sized GPT-2 cost 42-46 CPU s with 2 spinning threads,
-    10-11 with 2 passive threads, 9 with one (docs/performance.md).  The results do not
-    change (the same threads split the same work)."""
+    when it is, :func:`torch.set_num_threads` is called."""
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(threads)
     else:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ[var] = str(threads)
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def run(smk: Any, main: Callable[[Any, logging.Logger], None]) -> None:
