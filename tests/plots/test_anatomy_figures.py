@@ -13,7 +13,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from posmech.analyses import score_anatomy as sa  # noqa: E402
+from posmech.analyses import anatomy as sa  # noqa: E402
 from posmech.plots import DPI  # noqa: E402
 from posmech.plots import anatomy  # noqa: E402
 from posmech.plots.check import read_check  # noqa: E402
