@@ -294,8 +294,9 @@ def model_entry(wildcards):
 
 
 def model_threads(wildcards):
-    """A model analysis job's threads: its model's `threads` (schema default 2)."""
-    return model_entry(wildcards).get("threads", 2)
+    """A model analysis job's threads: its model's `threads` (the schema's default filled in,
+    and copied to its twin and checkpoints)."""
+    return model_entry(wildcards)["threads"]
 
 
 def tokens_entry(wildcards):
