@@ -2,14 +2,6 @@
 prev_knockout, repeated_tokens, induction_intervention, in one process
 (posmech.runner.run_family)."""
 
-import induction_intervention
-import prev_knockout
-import repeated_tokens
-
 from posmech.runner import run_family
 
-run_family(snakemake, [  # noqa: F821
-    (prev_knockout.main, {}),
-    (repeated_tokens.main, {}),
-    (induction_intervention.main, {}),
-])
+run_family(snakemake, "interventions")  # noqa: F821

@@ -98,3 +98,68 @@ def test_a_failing_analysis_is_named_and_the_next_does_not_run(tmp_path):
     with pytest.raises(SystemExit):
         run(plain, lambda smk, log: (_ for _ in ()).throw(PosmechError("boom")))
     assert "rule plain failed: boom" in Path(plain.log[0]).read_text()
+
+
+def test_a_family_by_name_runs_the_analyses_and_links_of_posmech_families():
+    """``run_family(snakemake, "<family>")``: the analyses of posmech.families.FAMILIES, each the
+    ``main`` of its script, with the links of posmech.families.LINKS."""
+    from posmech.families import FAMILIES, LINKS
+    from posmech.runner import family_analyses
+
+    scripts = str(Path(__file__).resolve().parents[1] / "scripts")
+    sys.path.insert(0, scripts)
+    try:
+        for family, names in FAMILIES.items():
+            found = family_analyses(family)
+            assert [fn.__module__ for fn, _ in found] == list(names), family
+            assert [links for _, links in found] == [LINKS.get(n, {}) for n in names], family
+        # every link names an earlier analysis of the same family
+        for family, names in FAMILIES.items():
+            for i, name in enumerate(names):
+                for key in LINKS.get(name, {}).values():
+                    assert key.split("__")[0] in names[:i], (family, name, key)
+        assert [fn.__module__ for fn, _ in family_analyses("cache_activations")] == ["cache_activations"]
+    finally:
+        sys.path.remove(scripts)
+
+
+def test_a_sweep_point_runs_its_parts_in_order_without_figures(tmp_path, monkeypatch):
+    """posmech.runner.run_sweep_point: each part (a rule's job on the checkpoint) gets a view
+    shaped like its own job; a family's analyses run on their slices of it, an analysis whose
+    outputs are all figures (None) is skipped, and the others see their figures as None."""
+    from posmech import families
+    from posmech.runner import run_sweep_point
+
+    seen = []
+
+    def single(smk, log):  # a rule of its own: its unprefixed keys
+        Path(smk.output.h5).write_text("cache")
+        seen.append(("single", smk.rule, smk.wildcards.corpus, smk.params.n))
+
+    def first(smk, log):
+        seen.append(("first", Path(smk.input.cache).read_text(), smk.output.figure))
+        Path(smk.output.table).write_text("t")
+
+    def drawing(smk, log):
+        seen.append(("drawing",))
+
+    _analysis("sw_single", single)
+    _analysis("sw_first", first)
+    _analysis("sw_drawing", drawing)
+    monkeypatch.setitem(families.FAMILIES, "fam", ("sw_first", "sw_drawing"))
+    h5, table = str(tmp_path / "c.h5"), str(tmp_path / "t.csv")
+    parts = [
+        {"rule": "sw_single", "wildcards": {"model": "m@step1", "corpus": "web"}, "input": {"manifest": "m.json"},
+         "output": {"h5": h5}, "params": {"n": 3}},
+        {"rule": "fam", "wildcards": {"model": "m@step1"}, "input": {"cache": h5},
+         "output": {"sw_first__table": table, "sw_first__figure": None, "sw_drawing__figure": None}, "params": {}},
+    ]
+    smk = SimpleNamespace(input=Names({}), output=Names({}), params=Names({"parts": parts}),
+                          wildcards=Names({"model": "m@step1"}), log=[str(tmp_path / "sweep.log")],
+                          rule="sweep_m", threads=1)
+    run_sweep_point(smk)
+    assert seen == [("single", "sw_single", "web", 3), ("first", "cache", None)]
+    log = Path(smk.log[0]).read_text()
+    assert "analysis sw_drawing (rule fam, 2/2): skipped, it makes figures only" in log
+    record = json.loads(Path(smk.log[0] + ".perf.json").read_text())
+    assert record["rule"] == "sweep_m" and [a["analysis"] for a in record["analyses"]] == ["sw_single", "sw_first"]

@@ -23,6 +23,27 @@ FAMILIES: dict[str, tuple[str, ...]] = {
 }
 
 
+#: the inputs of each analysis that read an output of an analysis run before it in its
+#: family's job: ``{analysis: {its input name: "<earlier analysis>__<output key>"}}``
+#: (:func:`posmech.runner.analysis_view`); an analysis not listed reads only its rule's inputs
+LINKS: dict[str, dict[str, str]] = {
+    "diagonal_taxonomy": {"statistics": "attention_statistics__h5"},
+    "positional_pca": {"h5": "extended_positional_embeddings__h5"},
+    "canonical_angles": {"h5": "extended_positional_embeddings__h5"},
+    "positional_sparsity": {"h5": "extended_positional_embeddings__h5"},
+    "etc_table": {"h5": "positional_kernels__h5"},
+    "kernel_heatmaps": {"h5": "positional_kernels__h5", "table": "etc_table__table"},
+    "layer0_positional_patterns": {"h5": "layer0_decomposition__h5"},
+    "layer0_head_classes": {"h5": "layer0_decomposition__h5"},
+    "softmax_denominators": {"h5": "layer0_decomposition__h5", "classes": "layer0_head_classes__table"},
+    "denominator_variance": {"h5": "layer0_decomposition__h5", "classes": "layer0_head_classes__table"},
+    "layer1_patterns": {"h5": "layer0_decomposition__h5"},
+    "contextual_neurons": {"extended": "extended_token_embeddings__h5"},
+    "bag_of_tokens_fit": {"extended": "extended_token_embeddings__h5", "ranking": "contextual_neurons__ranking"},
+    "input_decomposition": {"heads": "random_token_patterns__heads"},
+}
+
+
 def rule_of(analysis: str) -> str:
     """The Snakemake rule that runs ``analysis``: its family's, else its own name."""
     return next((family for family, names in FAMILIES.items() if analysis in names), analysis)

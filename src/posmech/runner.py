@@ -422,28 +422,82 @@ def analysis_view(smk: Any, analysis: str, links: dict[str, str] | None = None) 
 Analysis = tuple[Callable[[Any, logging.Logger], None], dict[str, str]]
 
 
-def run_family(smk: Any, analyses: list[Analysis]) -> None:
-    """Run an analysis family's job: every analysis ``(main, links)`` in order, each on its
-    :func:`analysis_view` (its name: the module of its ``main``, the script
-    ``scripts/<analysis>.py``), in one process, so the family pays one interpreter, one
-    set of imports and one Snakemake job per model instead of one per analysis.  The log
-    says where each analysis starts and what it cost; the job's ``PERF`` record lists
-    each analysis's CPU and wall seconds and forward passes by shape (``analyses``)."""
+def family_analyses(rule: str) -> list[Analysis]:
+    """The analyses ``(main, links)`` of rule ``rule``, in order: a family's
+    (:data:`posmech.families.FAMILIES`, links :data:`posmech.families.LINKS`), each the
+    ``main`` of its script ``scripts/<analysis>.py`` (imported by name: a rule's script
+    runs with ``scripts/`` on its path), or, for any other rule, its own script's ``main``."""
+    import importlib
+
+    from posmech.families import FAMILIES, LINKS
+
+    return [(importlib.import_module(name).main, LINKS.get(name, {})) for name in FAMILIES.get(rule, (rule,))]
+
+
+def _run_analyses(smk: Any, analyses: list[Analysis], log: logging.Logger, record: list[dict[str, Any]],
+                  family: bool = True) -> None:
     from posmech import perf
 
+    for i, (fn, links) in enumerate(analyses, 1):
+        name = fn.__module__.rsplit(".", 1)[-1]
+        view = analysis_view(smk, name, links) if family else smk
+        if not any(v is not None for v in view.output):  # only figures, and none wanted (a sweep point)
+            log.info("analysis %s (rule %s, %d/%d): skipped, it makes figures only and this job draws none",
+                     name, getattr(smk, "rule", "?"), i, len(analyses))
+            continue
+        log.info("analysis %s (rule %s, %d/%d)", name, getattr(smk, "rule", "?"), i, len(analyses))
+        c0, t0, f0 = perf._cpu_s(), time.perf_counter(), perf.forwards()
+        _CURRENT.append(f"{getattr(smk, 'rule', '?')} (analysis {name})")
+        fn(view, log)
+        _CURRENT.pop()
+        cpu, wall = perf._cpu_s() - c0, time.perf_counter() - t0
+        made = {k: n - f0.get(k, 0) for k, n in perf.forwards().items() if n > f0.get(k, 0)}
+        record.append({"analysis": name, "cpu_s": round(cpu, 3), "wall_s": round(wall, 3), "forwards": made})
+        log.info("analysis %s done: %.1f CPU s, %.1f s", name, cpu, wall)
+
+
+def run_family(smk: Any, analyses: list[Analysis] | str) -> None:
+    """Run an analysis family's job: every analysis ``(main, links)`` in order (or those of
+    the family named, :func:`family_analyses`), each on its :func:`analysis_view` (its name:
+    the module of its ``main``, the script ``scripts/<analysis>.py``), in one process, so
+    the family pays one interpreter, one set of imports and one Snakemake job per model
+    instead of one per analysis.  The log says where each analysis starts and what it
+    cost; the job's ``PERF`` record lists each analysis's CPU and wall seconds and forward
+    passes by shape (``analyses``)."""
+    if isinstance(analyses, str):
+        analyses = family_analyses(analyses)
+
     def main(smk: Any, log: logging.Logger) -> None:
-        for i, (fn, links) in enumerate(analyses, 1):
-            name = fn.__module__.rsplit(".", 1)[-1]
-            view = analysis_view(smk, name, links)
-            log.info("analysis %s (rule %s, %d/%d)", name, getattr(smk, "rule", "?"), i, len(analyses))
-            c0, t0, f0 = perf._cpu_s(), time.perf_counter(), perf.forwards()
-            _CURRENT.append(f"{getattr(smk, 'rule', '?')} (analysis {name})")
-            fn(view, log)
-            _CURRENT.pop()
-            cpu, wall = perf._cpu_s() - c0, time.perf_counter() - t0
-            made = {k: n - f0.get(k, 0) for k, n in perf.forwards().items() if n > f0.get(k, 0)}
-            record.append({"analysis": name, "cpu_s": round(cpu, 3), "wall_s": round(wall, 3), "forwards": made})
-            log.info("analysis %s done: %.1f CPU s, %.1f s", name, cpu, wall)
+        _run_analyses(smk, analyses, log, record)
+
+    record: list[dict[str, Any]] = []
+    main.analyses = record  # type: ignore[attr-defined]
+    run(smk, main)
+
+
+def run_sweep_point(smk: Any) -> None:
+    """Run a dynamics sweep point's job (rule ``sweep_<model>``, workflow/rules/dynamics.smk):
+    for one checkpoint, the rules the sweep follows, in data-flow order, in one process:
+    each part of ``smk.params.parts`` (``rule``, ``wildcards``, ``input``, ``output``,
+    ``params``: that rule's job for the checkpoint as Snakemake would run it, its figures
+    ``None``) gets a view shaped like its own job, and its analyses run on it as in
+    :func:`run_family`; an analysis whose outputs are all figures is skipped, and the
+    others draw nothing (:func:`posmech.plots.save` with no path).  One interpreter and
+    one set of imports per checkpoint instead of one per followed rule."""
+    from types import SimpleNamespace
+
+    from posmech.families import FAMILIES
+
+    def main(smk: Any, log: logging.Logger) -> None:
+        for part in smk.params.parts:
+            rule = part["rule"]
+            view = SimpleNamespace(
+                input=Names(part["input"]), output=Names(part["output"]), params=Names(part["params"]),
+                wildcards=Names(part["wildcards"]), log=smk.log, threads=getattr(smk, "threads", 1),
+                resources=getattr(smk, "resources", None), config=getattr(smk, "config", {}), rule=rule,
+            )
+            log.info("rule %s of the sweep point %s", rule, dict(part["wildcards"]))
+            _run_analyses(view, family_analyses(rule), log, record, family=rule in FAMILIES)
 
     record: list[dict[str, Any]] = []
     main.analyses = record  # type: ignore[attr-defined]

@@ -1,9 +1,11 @@
 """Checkpoints in the DAG (posmech.models.checkpoints, the `dynamics` section): a trained
 model's `train.checkpoints` and a Hub model's `revisions` each expand into one job per
-checkpoint for every rule of the followed families, and into none for the other rules; the
-activation cache is not built for a checkpoint whose followed rules do not read it. A dry
-run of config/ci.yaml (three checkpoints of `demo`, the taxonomy family followed) plus a
-Hub model with two revisions, offline from a Hugging Face cache built here."""
+checkpoint, its sweep point (rule `sweep_<model>`, posmech.sweep), running the followed
+families and what they read, and into none for the other rules; the activation cache is not
+built for a checkpoint whose followed rules do not read it. A dry run of config/ci.yaml
+(three checkpoints of `demo`, the taxonomy family followed) plus a Hub model with two
+revisions, offline from a Hugging Face cache built here; and a real run where a revision
+has the model's own weights, so its sweep point must write what the family rules write."""
 
 from __future__ import annotations
 
@@ -39,7 +41,12 @@ def jobs_by_rule(log: str) -> dict[str, list[str]]:
     return out
 
 
-def test_each_checkpoint_is_one_job_per_followed_rule_and_none_of_the_others(tmp_path, monkeypatch):
+def sweep_blocks(log: str) -> list[str]:
+    """The dry run's blocks of sweep point jobs (rules ``sweep_<model>``)."""
+    return [b for b in re.split(r"\n(?=(?:local)?rule \w+:\n)", log) if re.match(r"(?:local)?rule sweep_\w+:\n", b)]
+
+
+def test_each_checkpoint_is_one_sweep_point_job_and_none_of_the_other_rules(tmp_path, monkeypatch):
     from huggingface_hub import constants
 
     cache = tmp_path / "hf-cache"
@@ -57,9 +64,16 @@ def test_each_checkpoint_is_one_job_per_followed_rule_and_none_of_the_others(tmp
     jobs = jobs_by_rule(proc.stdout + proc.stderr)
     demo_ckpts = [f"demo@step{s}" for s in cfg["models"]["demo"]["train"]["checkpoints"]]
     hub_ckpts = ["hub@step1", "hub@step2"]
-    # the followed family (dynamics.claims: P6, P7 -> taxonomy): once per model and checkpoint
-    assert sorted(jobs["taxonomy"]) == sorted(["demo", "hub", *demo_ckpts, *hub_ckpts])
+    # the followed family (dynamics.claims: P6, P7 -> taxonomy): once per model, and one
+    # sweep point per checkpoint (one rule per swept model)
+    assert sorted(jobs["taxonomy"]) == ["demo", "hub"]
+    assert sorted(jobs["sweep_demo"]) == sorted(demo_ckpts) and sorted(jobs["sweep_hub"]) == sorted(hub_ckpts)
     assert sorted(jobs["head_table"]) == sorted(["demo", "hub", *demo_ckpts, *hub_ckpts])
+    blocks = sweep_blocks(proc.stdout + proc.stderr)
+    assert len(blocks) == len(demo_ckpts) + len(hub_ckpts)
+    for block in blocks:  # the taxonomy family's tables and scorecard, no figure, no cache
+        assert "/taxonomy/heads.csv" in block and "/scorecard/diagonal_taxonomy.csv" in block, block
+        assert ".png" not in block.split("output:")[1] and "/activations/" not in block, block
     # the weights: a trained checkpoint is copied from the training job, a Hub one fetched at its revision
     assert sorted(jobs["checkpoint_model"]) == sorted(demo_ckpts) and jobs["train_demo_model"] == ["demo"]
     assert sorted(jobs["fetch_model"]) == sorted(["hub", *hub_ckpts])
@@ -73,7 +87,7 @@ def test_each_checkpoint_is_one_job_per_followed_rule_and_none_of_the_others(tmp
 
 def test_a_models_threads_are_its_analysis_jobs_and_its_checkpoints_threads(tmp_path):
     """`models.<m>.threads` (schema default 2) is the Snakemake `threads` of every analysis job
-    of the model and of its checkpoints (capped by --cores, 2 in this dry run); 1 for the demo's
+    of the model and of its checkpoints' sweep points (capped by --cores, 2 in this dry run); 1 for the demo's
     tiny models, so two of their jobs share a 2-core machine."""
     cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
     seen = {}
@@ -87,7 +101,86 @@ def test_a_models_threads_are_its_analysis_jobs_and_its_checkpoints_threads(tmp_
         proc = snakemake(work, "-n", configfile=path)
         assert proc.returncode == 0, proc.stderr[-4000:]
         log = proc.stdout + proc.stderr
-        blocks = [b for b in re.split(r"\n(?=(?:local)?rule \w+:\n)", log) if re.match(r"rule taxonomy:\n", b)]
+        blocks = [b for b in re.split(r"\n(?=(?:local)?rule \w+:\n)", log)
+                  if re.match(r"rule (taxonomy|sweep_demo):\n", b)]
         assert len(blocks) == 1 + len(cfg["models"]["demo"]["train"]["checkpoints"]), len(blocks)
         seen[threads] = {re.search(r"model=([^,\s]+)", b).group(1): ("threads: 2" in b) for b in blocks}
     assert all(seen[None].values()) and not any(seen[1].values()), seen
+
+
+def test_the_demo_sweep_points_build_the_cache_their_kernels_read_and_draw_nothing(tmp_path):
+    """config/demo.yaml follows the kernels family too: its sweep points compute the
+    activation cache the kernels read (inside the job: the cache rule never runs on a
+    checkpoint), and no checkpoint gets a figure."""
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = snakemake(work, "-n", configfile=REPO / "config" / "demo.yaml")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    log = proc.stdout + proc.stderr
+    jobs = jobs_by_rule(log)
+    assert not [m for rule in ("cache_activations", "taxonomy", "kernels", "interventions", "attn_only")
+                for m in jobs[rule] if "@" in m]
+    blocks = sweep_blocks(log)
+    assert len(blocks) == len(jobs["sweep_demo"]) + len(jobs["sweep_demo_attn"]) >= 7
+    for block in blocks:
+        outputs = block.split("output:")[1].split("\n")[0]
+        assert "/activations/bible.h5" in outputs and "/kernels/kernels.h5" in outputs, outputs
+        assert ".png" not in outputs, outputs
+    # the L rules run on demo-attn's checkpoints (attn_only.models), not on demo's
+    assert all("/attn_only/head_roles.csv" in b for b in blocks if "rule sweep_demo_attn:" in b)
+    assert not [b for b in blocks if "rule sweep_demo:" in b and "/attn_only/" in b]
+
+
+def _same_table(a, b):
+    import pandas as pd
+
+    if a.suffix == ".h5":
+        import h5py
+        import numpy as np
+
+        with h5py.File(a) as fa, h5py.File(b) as fb:
+            names = []
+            fa.visit(lambda n: names.append(n) if isinstance(fa[n], h5py.Dataset) else None)
+            assert names and set(names) == set(n for n in names if n in fb), (a, names)
+            for n in names:
+                x, y = fa[n][()], fb[n][()]
+                if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+                    assert np.array_equal(x, y, equal_nan=True), (a, n)
+        return
+    da, db = pd.read_csv(a), pd.read_csv(b)
+    drop = [c for c in ("model", "artifact") if c in da]  # the model's name; a checkpoint draws no figure
+    pd.testing.assert_frame_equal(da.drop(columns=drop), db.drop(columns=drop))
+
+
+def test_a_sweep_point_writes_what_the_family_rules_write_on_the_same_weights(tmp_path, monkeypatch):
+    """The Hub model's revision step1 is the snapshot of main: the sweep point hub@step1 (one
+    job: the taxonomy and interventions families, the activation cache and the kernels family)
+    writes the same tables, HDF5 values and scorecards as those rules' own jobs on hub, and
+    no figure."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hf-cache"
+    _hub_cache(cache, tiny_archs.opt(tmp_path / "opt"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
+    cfg["models"]["hub"] = {"source": "someorg/tiny-opt", "revisions": ["step1"], "device": "cpu"}
+    cfg["dynamics"] = {"claims": ["P5", "P6", "P7", "K3"], "heads": ["sharpest_previous_token"]}
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    work = tmp_path / "work"
+    work.mkdir()
+    files = ["taxonomy/taxonomy.csv", "taxonomy/heads.csv", "taxonomy/diagonals.csv", "taxonomy/attention_statistics.h5",
+             "interventions/prev_knockout.csv", "interventions/repeated_tokens.csv",
+             "interventions/induction_intervention.csv", "activations/bible.h5", "kernels/kernels.h5",
+             "kernels/etc.csv", "scorecard/diagonal_taxonomy.csv", "scorecard/prev_knockout.csv",
+             "scorecard/etc_table.csv"]
+    targets = [f"results/{m}/{f}" for m in ("hub", "hub@step1") for f in files]
+    proc = snakemake(work, *targets, configfile=path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    log = proc.stdout + proc.stderr
+    assert "rule sweep_hub:" in log and "wildcards: model=hub@step1" in log
+    for f in files:
+        _same_table(work / "results" / "hub" / f, work / "results" / "hub@step1" / f)
+    assert not list((work / "results" / "hub@step1").rglob("*.png"))
+    assert list((work / "results" / "hub").rglob("*.png"))

@@ -214,17 +214,17 @@ def test_remote_jobs_request_gpu_exactly_when_marked(slurm_runs):
 
 def test_each_checkpoint_of_the_sweep_is_an_independent_slurm_job(slurm_runs):
     """config/ci.yaml's model saves three checkpoints (`train.checkpoints`), each the model
-    `demo@step<N>` of the dynamics sweep: its followed family (taxonomy) is a Slurm job of its
-    own for each (its weights, rule checkpoint_model, are a copy made locally), all completed,
-    and the sweep's table lists
+    `demo@step<N>` of the dynamics sweep: its sweep point (rule sweep_demo: the followed family,
+    taxonomy) is a Slurm job of its own for each (its weights, rule checkpoint_model, are a copy
+    made locally), all completed, and the sweep's table lists
     the three and the model itself (its equality with the local run: the test above)."""
     assert slurm_runs["run_rc"] == 0, slurm_runs["run_log"][-6000:]
     cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
     steps = cfg["models"]["demo"]["train"]["checkpoints"]
     assert len(steps) >= 3
     submitted = _jobs_of(slurm_runs, slurm_runs["run_log"])
-    sweep = {c: j for c, j in submitted.items() if c.startswith("rule_taxonomy_wildcards_demo@step")}
-    assert sorted(sweep) == sorted(f"rule_taxonomy_wildcards_demo@step{s}" for s in steps), sorted(submitted)
+    sweep = {c: j for c, j in submitted.items() if c.startswith("rule_sweep_demo_wildcards_demo@step")}
+    assert sorted(sweep) == sorted(f"rule_sweep_demo_wildcards_demo@step{s}" for s in steps), sorted(submitted)
     assert len({j["JobId"] for j in sweep.values()}) == len(steps)
     assert all(j["JobState"] == "COMPLETED" for j in sweep.values())
     table = (slurm_runs["run_dir"] / "results" / "report" / "dynamics.csv").read_text()

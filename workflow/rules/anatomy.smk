@@ -60,7 +60,7 @@ rule anatomy:
     benchmark:
         "benchmarks/anatomy/{model}.tsv"
     wildcard_constraints:
-        model=regex(MODELS),
+        model=regex(FINAL_MODELS),  # a checkpoint: its sweep point (dynamics.smk)
     conda:
         "../envs/posmech.yaml"
     threads: model_threads

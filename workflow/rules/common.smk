@@ -65,6 +65,7 @@ TWIN_OF = twins_of(config)
 # analysis families the `dynamics` section follows (SWEEP_RULES, posmech.dynamics) and
 # its findings go to results/report/dynamics.csv, not to the findings grid.
 from posmech.models.checkpoints import add_checkpoints, checkpoints_of, sweep_points
+from posmech.sweep import point_outputs
 
 try:
     CHECKPOINTS = add_checkpoints(config)
@@ -455,12 +456,17 @@ def family_runs_on(step, models):
 
 def collected_outputs():
     """``(path, rule object, wildcards, key, iofile, report_tables)`` of every collected output, in
-    the order of the `collect` lines (stage files in include order)."""
+    the order of the `collect` lines (stage files in include order); a checkpoint's figures
+    are not made (its sweep point draws none, posmech.sweep)."""
+    from posmech.sweep import is_figure
+
     for step, jobs, report_tables in COLLECTED:
         for wc in jobs:
             for key, files in step.output.items():
                 for f in files if isinstance(files, list) else [files]:
                     path = apply_wildcards(str(f), wc)
+                    if wc.get("model") in CHECKPOINT_OF and is_figure(path):
+                        continue
                     yield path, step, wc, key, f, report_tables
 
 
@@ -534,6 +540,111 @@ def sweep_models():
 def sweep_scorecards(wildcards):
     """The scorecards of the dynamics sweep's points (rule dynamics)."""
     return collected("scorecard", models=sweep_models())
+
+
+# ---------------------------------------------------------------- sweep points
+# A checkpoint's followed rules run as one job, rule sweep_<model> (dynamics.smk,
+# posmech.sweep): the analysis rules' `model` wildcard is constrained to FINAL_MODELS.
+#: the rules that make a model's weights, tokens and head table (a sweep point runs none)
+_NOT_IN_SWEEP_POINTS = {
+    "fetch_model",
+    "train_demo_model",
+    "build_twin",
+    "checkpoint_model",
+    "tokenize",
+    "head_table",
+}
+
+
+def sweep_point_parts():
+    """``{checkpoint: [(rule, wildcards), ...]}``, the parts of each sweep point
+    (posmech.sweep.find_parts): the analysis rules collected on the checkpoint (the followed
+    families its model's config sections run, `collect`) and what they read; every
+    checkpoint of a model runs the same rules. Called after every analysis rule's `collect`.
+    """
+    from posmech.sweep import find_parts, signature
+
+    producers = [
+        r
+        for r in workflow.rules
+        if "model" in (r.wildcard_names or ()) and r.name not in _NOT_IN_SWEEP_POINTS
+    ]
+    # the analysis rules collected on each checkpoint (runs_on, the sections' models)
+    followed = {}
+    for step, jobs, _ in COLLECTED:
+        for wc in jobs:
+            c = wc.get("model")
+            if c in CHECKPOINT_OF and step.name not in _NOT_IN_SWEEP_POINTS:
+                followed.setdefault(c, [])
+                if step not in followed[c]:
+                    followed[c].append(step)
+    out, first = {}, {}
+    for c, m in CHECKPOINT_OF.items():
+        out[c] = find_parts(c, followed.get(c, []), producers, {"corpus": CORPORA})
+        first.setdefault(m, c)
+        if signature(out[c]) != signature(out[first[m]]):
+            raise WorkflowError(
+                f"checkpoints {first[m]} and {c} of model {m} would run different rules in the "
+                "dynamics sweep (posmech.sweep); give them the same analyses"
+            )
+    return out
+
+
+def sweep_point_models():
+    """``{swept model: its first checkpoint}`` (the rule of its sweep points is declared
+    from that checkpoint's parts; the others' are the same); a model whose checkpoints
+    follow no analysis rule (only head quantities, say) has no sweep point."""
+    out = {}
+    for c, m in CHECKPOINT_OF.items():
+        if SWEEP_POINT_PARTS[c]:
+            out.setdefault(m, c)
+    return out
+
+
+def sweep_point_rule_name(model):
+    """The name of the rule of ``model``'s sweep points, ``sweep_<model>`` (``-``, ``.`` as ``_``)."""
+    import re
+
+    safe = re.sub(r"\W", "_", model)
+    return f"sweep_{safe}"
+
+
+def sweep_point_inputs(wildcards):
+    from posmech.sweep import point_inputs
+
+    return point_inputs(SWEEP_POINT_PARTS[wildcards.model])
+
+
+def sweep_point_params(wildcards):
+    from posmech.sweep import point_parts
+
+    return point_parts(SWEEP_POINT_PARTS[wildcards.model])
+
+
+def sweep_point_resource(name, combine):
+    """Resource ``name`` of a sweep point's job: ``combine`` (max, sum) of its parts'
+    (each part rule's own value for its wildcards)."""
+    import inspect
+
+    from snakemake.iocontainers import Wildcards
+
+    def value(wildcards, attempt):
+        found = []
+        for rule, wc in SWEEP_POINT_PARTS[wildcards.model]:
+            try:
+                v = rule.resources[name]
+            except (KeyError, TypeError):
+                continue
+            if callable(v):
+                args = {"wildcards": Wildcards(fromdict=wc), "attempt": attempt}
+                v = v(
+                    **{k: args[k] for k in inspect.signature(v).parameters if k in args}
+                )
+            if isinstance(v, (int, float)):
+                found.append(v)
+        return combine(found) if found else 0
+
+    return value
 
 
 # ---------------------------------------------------------------- stage helpers

@@ -107,7 +107,7 @@ rule contextual:
     benchmark:
         "benchmarks/contextual/{model}.tsv"
     wildcard_constraints:
-        model=regex(MODELS),
+        model=regex(FINAL_MODELS),  # a checkpoint: its sweep point (dynamics.smk)
     conda:
         "../envs/posmech.yaml"
     threads: model_threads

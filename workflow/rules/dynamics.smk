@@ -8,6 +8,39 @@ localrules:
     dynamics,
 
 
+# One job per checkpoint (a sweep point): the followed rules, and the rules they read, as
+# their own jobs would run them, in one process, without figures (posmech.sweep). One rule
+# per swept model: which followed rules apply, and so the outputs, can differ between models.
+SWEEP_POINT_PARTS = sweep_point_parts()
+
+for _model, _first in sweep_point_models().items():
+
+    rule:
+        name:
+            sweep_point_rule_name(_model)
+        input:
+            unpack(sweep_point_inputs),
+        output:
+            **point_outputs(SWEEP_POINT_PARTS[_first]),
+        log:
+            "logs/sweep/{model}.log",
+        benchmark:
+            "benchmarks/sweep/{model}.tsv"
+        wildcard_constraints:
+            model=regex([c for c, m in CHECKPOINT_OF.items() if m == _model]),
+        conda:
+            "../envs/posmech.yaml"
+        threads: model_threads
+        resources:
+            gpu=heavy_resources,
+            mem_mb=sweep_point_resource("mem_mb", max),
+            runtime=sweep_point_resource("runtime", sum),
+        params:
+            parts=sweep_point_params,
+        script:
+            "../../scripts/sweep_point.py"
+
+
 rule dynamics:
     """Each followed finding and head quantity (section `dynamics`) at every point of every
     sweep: the model's checkpoints, then the model itself."""

@@ -49,7 +49,7 @@ rule kernels:
     benchmark:
         "benchmarks/kernels/{model}.tsv"
     wildcard_constraints:
-        model=regex(MODELS),
+        model=regex(FINAL_MODELS),  # a checkpoint: its sweep point (dynamics.smk)
     conda:
         "../envs/posmech.yaml"
     threads: model_threads

@@ -57,7 +57,7 @@ rule neurons:
     benchmark:
         "benchmarks/neurons/{model}.tsv"
     wildcard_constraints:
-        model=regex(MODELS),
+        model=regex(FINAL_MODELS),  # a checkpoint: its sweep point (dynamics.smk)
     conda:
         "../envs/posmech.yaml"
     threads: model_threads

@@ -33,7 +33,7 @@ rule posembed_averaging:
     benchmark:
         "benchmarks/posembed_averaging/{model}.tsv"
     wildcard_constraints:
-        model=regex(MODELS),
+        model=regex(FINAL_MODELS),  # a checkpoint: its sweep point (dynamics.smk)
     conda:
         "../envs/posmech.yaml"
     threads: model_threads
@@ -74,7 +74,7 @@ rule posembed_attention:
     benchmark:
         "benchmarks/posembed_attention/{model}.tsv"
     wildcard_constraints:
-        model=regex(MODELS),
+        model=regex(FINAL_MODELS),  # a checkpoint: its sweep point (dynamics.smk)
     conda:
         "../envs/posmech.yaml"
     threads: model_threads

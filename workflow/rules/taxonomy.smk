@@ -38,7 +38,7 @@ rule taxonomy:
     benchmark:
         "benchmarks/taxonomy/{model}.tsv"
     wildcard_constraints:
-        model=regex(MODELS),
+        model=regex(FINAL_MODELS),  # a checkpoint: its sweep point (dynamics.smk)
     conda:
         "../envs/posmech.yaml"
     threads: model_threads

@@ -55,8 +55,9 @@ def seeded(seed: int = 0) -> Iterator[None]:
         np.random.set_state(state)
 
 
-def save(fig: Any, path: str | os.PathLike[str], tight: bool = True) -> None:
-    """Save a figure atomically as PNG at report resolution (:data:`DPI`) and close it.
+def save(fig: Any, path: str | os.PathLike[str] | None, tight: bool = True) -> None:
+    """Save a figure atomically as PNG at report resolution (:data:`DPI`) and close it;
+    ``path`` None (a job that draws no figures: a dynamics sweep point) closes it unsaved.
 
     The figure check (:mod:`posmech.plots.check`) runs first: each problem is logged as a
     warning naming the file, and the result is stored in the PNG's text metadata, where the
@@ -71,6 +72,9 @@ def save(fig: Any, path: str | os.PathLike[str], tight: bool = True) -> None:
     figure whose box reaches past its edges (a text wider than the figure) is rendered again,
     onto the box, keeping the layout.  ``tight=False``: the figure is written at its own size
     (a figure placed by hand, whose texts all lie inside it)."""
+    if path is None:
+        plt.close(fig)
+        return
     from PIL import Image
     from PIL.PngImagePlugin import PngInfo
 

@@ -1,0 +1,153 @@
+"""A dynamics sweep point as one job: the checkpoint's followed rules, in one process.
+
+A checkpoint (``<m>@<revision>``, :mod:`posmech.models.checkpoints`) runs only the rules the
+``dynamics`` section follows (:func:`posmech.dynamics.sweep_analyses`), and the rules they
+read (the activation cache). Run as jobs of their own, each pays an interpreter, the imports
+(torch alone ~2.5 CPU s here) and the model's loading, and their figures, which no report
+shows for a checkpoint: most of a small model's checkpoint. So the workflow runs them as
+*one* job per checkpoint, rule ``sweep_<model>`` (workflow/rules/dynamics.smk): its
+*parts* are the jobs the followed rules would have been, with the same inputs, params and
+output paths (their tables, HDF5 files and scorecards; no figures), run in data-flow order
+by :func:`posmech.runner.run_sweep_point`. The analysis rules themselves never run on a
+checkpoint (their ``model`` wildcard is constrained to the other models).
+
+This module finds the parts from the rules' own declarations (Snakemake's ``Rule`` objects:
+``expand_input``, ``expand_params``), so a followed rule's job in a sweep point is the job
+it would be on its own; nothing here names a rule.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from posmech.errors import PosmechError
+
+#: separates a part's rule name from its own key in the sweep point rule's inputs and outputs
+PART_SEP = "___"
+#: outputs with these suffixes are figures: a sweep point draws none
+FIGURE_SUFFIXES = (".png", ".svg", ".jpg", ".jpeg", ".pdf")
+
+
+def _wildcards(values: dict[str, str]) -> Any:
+    from snakemake.iocontainers import Wildcards
+
+    return Wildcards(fromdict=dict(values))
+
+
+def _fill(pattern: Any, values: dict[str, str]) -> str:
+    from snakemake.io import apply_wildcards, strip_wildcard_constraints
+
+    return apply_wildcards(strip_wildcard_constraints(str(pattern)), values)
+
+
+def _files(value: Any) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+
+
+def is_figure(path: Any) -> bool:
+    """Whether an output path is a figure (by its suffix)."""
+    return str(path).lower().endswith(FIGURE_SUFFIXES)
+
+
+def find_parts(checkpoint: str, followed: list[Any], producers: list[Any],
+               values: dict[str, list[str]]) -> list[tuple[Any, dict[str, str]]]:
+    """The parts of ``checkpoint``'s sweep point: ``(rule, wildcards)`` in data-flow order
+    (each after the parts whose outputs it reads). ``followed``: the rules the sweep follows
+    that run on the checkpoint; ``producers``: the rules a part may read from (the analysis
+    rules and the activation cache); ``values``: the values of every wildcard but ``model``
+    (``{"corpus": [...]}``), to find which job of a producer writes an input."""
+    parts: list[tuple[Any, dict[str, str]]] = []
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+
+    def jobs_of(rule: Any) -> list[dict[str, str]]:
+        names = [n for n in rule.wildcard_names if n != "model"]
+        unknown = [n for n in names if n not in values]
+        if unknown:
+            raise PosmechError(f"rule {rule.name}: wildcard {unknown[0]} has no known values for a sweep point "
+                               "(posmech.sweep; workflow bug)")
+        return [{"model": checkpoint, **dict(zip(names, combo))} for combo in itertools.product(*(values[n] for n in names))]
+
+    writers: dict[str, tuple[Any, dict[str, str]]] = {}
+    for rule in producers:
+        for wc in jobs_of(rule):
+            for _, value in rule.output.items():
+                for f in _files(value):
+                    writers[_fill(f, wc)] = (rule, wc)
+
+    def add(rule: Any, wc: dict[str, str]) -> None:
+        key = (rule.name, tuple(sorted(wc.items())))
+        if key in seen:
+            return
+        seen.add(key)
+        inputs = rule.expand_input(_wildcards(wc))[0]
+        for f in inputs:
+            if str(f) in writers:
+                add(*writers[str(f)])
+        parts.append((rule, wc))
+
+    for rule in followed:
+        add(rule, {"model": checkpoint})
+    return parts
+
+
+def signature(parts: list[tuple[Any, dict[str, str]]]) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+    """What a sweep point runs, the checkpoint's name left out: its rules and their other
+    wildcards, in order (every checkpoint of a model must have the same)."""
+    return tuple((rule.name, tuple(sorted((k, v) for k, v in wc.items() if k != "model"))) for rule, wc in parts)
+
+
+def point_outputs(parts: list[tuple[Any, dict[str, str]]]) -> dict[str, str]:
+    """The sweep point rule's outputs (patterns in ``{model}``): every part's outputs but
+    its figures, named ``<rule>___<key>``."""
+    out: dict[str, str] = {}
+    for rule, wc in parts:
+        rest = {k: v for k, v in wc.items() if k != "model"}
+        for key, value in rule.output.items():
+            if isinstance(value, list):
+                raise PosmechError(f"rule {rule.name}: output {key} is a list; a sweep point needs one path per key")
+            if not is_figure(value):
+                out[f"{rule.name}{PART_SEP}{key}"] = _fill(value, {**rest, "model": "{model}"})
+    return out
+
+
+def _part_files(rule: Any, wc: dict[str, str]) -> tuple[Any, Any]:
+    inputs = rule.expand_input(_wildcards(wc))[0]
+    outputs = rule.expand_output(_wildcards(wc))[0]
+    return inputs, outputs
+
+
+def point_inputs(parts: list[tuple[Any, dict[str, str]]]) -> dict[str, Any]:
+    """The sweep point job's inputs: every part's inputs that no earlier part writes,
+    named ``<rule>___<key>``."""
+    made: set[str] = set()
+    out: dict[str, Any] = {}
+    for rule, wc in parts:
+        inputs, outputs = _part_files(rule, wc)
+        named = dict(inputs.items())
+        if sum(len(v) if isinstance(v, list) else 1 for v in named.values()) != len(inputs):
+            raise PosmechError(f"rule {rule.name}: name every input (key=path) so that a sweep point can run it")
+        for key, value in named.items():
+            outside = [f for f in _files(value) if f not in made]
+            if outside:
+                out[f"{rule.name}{PART_SEP}{key}"] = outside if isinstance(value, list) else outside[0]
+        made.update(str(f) for f in outputs)
+    return out
+
+
+def point_parts(parts: list[tuple[Any, dict[str, str]]]) -> list[dict[str, Any]]:
+    """What the sweep point's script runs (:func:`posmech.runner.run_sweep_point`): per part,
+    its rule, wildcards, inputs, outputs (figures ``None``) and params, as its own job would
+    have them (plain strings and values)."""
+    out = []
+    for rule, wc in parts:
+        inputs, outputs = _part_files(rule, wc)
+        params = rule.expand_params(_wildcards(wc), inputs, outputs, None)[0]
+        out.append({
+            "rule": rule.name,
+            "wildcards": dict(wc),
+            "input": {k: (_files(v) if isinstance(v, list) else str(v)) for k, v in inputs.items()},
+            "output": {k: (None if is_figure(v) else str(v)) for k, v in outputs.items()},
+            "params": dict(params.items()),
+        })
+    return out
