@@ -68,12 +68,12 @@ def category_markers(n: int) -> list[Any]:
 
 
 def lines_by(ax: Any, data: pd.DataFrame, x: str, y: str, hue: str, hue_order: list[Any] | None = None,
-             colours: list[Any] | None = None, markers: list[Any] | None = None, legend_title: str | None = None) -> None:
+             colours: list[Any] | None = None, markers: list[Any] | None = None) -> None:
     """One line per level of ``hue`` (``hue_order``, else in order of appearance): ``y``
     against ``x``, sorted by ``x``, rows where either is NaN left out (the line joins the
     points on both sides), a marker at each point (circles, or ``markers`` per level) with a
     white edge; colours: ``colours`` per level, else :func:`category_colours`.  A legend
-    titled ``legend_title`` (default: the ``hue`` column's name); the axes labelled ``x``
+    titled with the ``hue`` column's name; the axes labelled ``x``
     and ``y`` (the caller relabels).  Each (level, ``x``) must hold one row: the figures
     draw measured values, never an average the caption would have to define."""
     levels = list(hue_order) if hue_order is not None else list(dict.fromkeys(data[hue]))
@@ -87,7 +87,7 @@ def lines_by(ax: Any, data: pd.DataFrame, x: str, y: str, hue: str, hue_order: l
         sub = data[data[hue] == level].dropna(subset=[x, y]).sort_values(x)
         ax.plot(sub[x], sub[y], color=colours[i % len(colours)], marker=markers[i] if markers else "o",
                 markeredgecolor="w", markeredgewidth=0.75, label=str(level))
-    ax.legend(title=hue if legend_title is None else legend_title)
+    ax.legend(title=hue)
     ax.set_xlabel(x)
     ax.set_ylabel(y)
 

@@ -101,7 +101,8 @@ def explained_variance(table: pd.DataFrame, title: str, path: Path_) -> None:
     df = merged_curves(df, "matrix_label", "component", "explained_variance_ratio", atol=1e-9)
     labels = list(dict.fromkeys(df["matrix_label"]))
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    lines_by(ax, df, "component", "explained_variance_ratio", "matrix_label", labels, markers=category_markers(len(labels)))
+    lines_by(ax, df, "component", "explained_variance_ratio", "matrix_label", labels,
+             markers=category_markers(len(labels)))
     ax.set_yscale("log")
     readable_log(ax.yaxis)
     ax.set_ylabel("explained variance ratio")

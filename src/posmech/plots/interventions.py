@@ -53,8 +53,8 @@ def _words(fig: Any, title: str, text: str) -> None:
 def _grouped_bars(ax: Any, d: pd.DataFrame, conditions: list[str]) -> None:
     """One bar per (condition, target): the conditions along x, the targets side by side
     within each (0.8 wide in all), coloured per target (the colour cycle, its saturation
-    × 0.75) and labelled with the target (for a legend).  Each (condition, target) holds one probability,
-    the bar's height: no average, no error bar."""
+    × 0.75) and labelled with the target (for a legend).  Each (condition, target) holds
+    one probability, the bar's height: no average, no error bar."""
     repeated = d.duplicated(["condition", "target"])
     if repeated.any():
         c, t = d.loc[repeated, ["condition", "target"]].iloc[0]
