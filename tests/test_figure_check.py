@@ -44,12 +44,12 @@ def test_annotation_that_drops_the_leading_digit_is_caught():
     assert _problems(_heatmap(lambda v: f"{v:.2f}")) == []
 
 
-def test_annotation_on_a_seaborn_heatmap_is_read_back():
-    from posmech.plots import sns
+def test_annotation_on_a_posmech_heatmap_is_read_back():
+    from posmech.plots import heatmap
 
     fig, ax = plt.subplots(figsize=(3, 3))
-    sns.heatmap(np.array([[0.123, 0.9], [0.5, np.nan]]), annot=np.array([["0.12", "0.10"], ["0.50", ""]]), fmt="",
-                ax=ax, annot_kws={"fontsize": 7}, cbar_kws={"label": "value"})
+    heatmap(ax, np.array([[0.123, 0.9], [0.5, np.nan]]), cmap="viridis", vmin=0, vmax=1,
+            annot=np.array([["0.12", "0.10"], ["0.50", ""]]), annot_size=7, cbar_label="value")
     ax.set(xlabel="head", ylabel="layer")
     bad = _problems(fig)
     assert len(bad) == 1 and "'0.10'" in bad[0] and "0.9" in bad[0]

@@ -60,7 +60,7 @@ PROBE_ROUNDS = 3
 #: positions of the probe's one sequence (fewer if the model's context is shorter)
 PROBE_TOKENS = 1024
 #: libraries whose import costs ~0.3-3 CPU s each, named in each job's record
-HEAVY_LIBRARIES = ("torch", "transformers", "transformer_lens", "pandas", "matplotlib", "seaborn", "scipy",
+HEAVY_LIBRARIES = ("torch", "transformers", "transformer_lens", "pandas", "matplotlib", "scipy",
                    "h5py", "sklearn", "datasets", "tokenizers")
 
 

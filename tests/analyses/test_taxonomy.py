@@ -160,6 +160,30 @@ def test_rank_correlation_and_metadata():
     assert rank_correlations(df2)["spearman_ratio_vs_head_detector"] == pytest.approx(-1.0)
 
 
+def test_rank_correlations_equal_scipy_spearmanr_with_ties():
+    """pandas' rank correlation gives tied values their average rank, as spearmanr does: on
+    data with ties in both columns it equals spearmanr, and differs from ranking ties in
+    order of appearance (so the ties decide the value)."""
+    from scipy.stats import pearsonr, spearmanr
+
+    ratio = np.array([0.2, 0.5, 0.5, 0.1, 0.9, 0.5, 0.3, 0.3])
+    detector = np.array([0.7, 0.4, 0.4, 0.9, 0.1, 0.6, 0.4, 0.8])
+    mass = np.array([0.9, 0.2, 0.2, 0.8, 0.2, 0.4, 0.6, 0.6])
+    df = pd.DataFrame({"is_previous_token": [True] * 6 + [False] * 2, "ratio": ratio,
+                       "head_detector_score": detector, "prev_token_mass": mass})
+    rc = rank_correlations(df)
+    prev = df["is_previous_token"].to_numpy()
+    want_ratio = spearmanr(-ratio[prev], detector[prev]).statistic
+    want_mass = spearmanr(mass, detector).statistic
+    assert rc["spearman_ratio_vs_head_detector"] == pytest.approx(want_ratio, abs=1e-6)
+    assert rc["spearman_prev_mass_vs_head_detector"] == pytest.approx(want_mass, abs=1e-6)
+    assert (rc["n_heads_ratio_vs_head_detector"], rc["n_heads_prev_mass_vs_head_detector"]) == (6, 8)
+    ordinal = pearsonr(pd.Series(mass).rank(method="first"), pd.Series(detector).rank(method="first")).statistic
+    assert abs(ordinal - want_mass) > 0.05  # the ties matter here
+    df.loc[0, "ratio"] = np.nan  # NaN: undefined, as spearmanr's NaN
+    assert rank_correlations(df)["spearman_ratio_vs_head_detector"] is None
+
+
 def test_taxonomy_scorecard_rows_from_known_ranking():
     means = np.zeros((2, 2, 3))
     means[:, :, 0] = 0.5  # L0H0, L1H1: main diagonal

@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.linalg import subspace_angles
 
 from posmech.errors import PosmechError
 from posmech.hdf5 import STR, artifact_writer, attr_json, open_artifact
@@ -327,7 +326,10 @@ def pca(X: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def subspace_angles_deg(Va: np.ndarray, Vb: np.ndarray) -> np.ndarray:
     """Principal angles (degrees, ascending) between the row spaces of ``Va [k, d]`` and
-    ``Vb [k, d]`` (``scipy.linalg.subspace_angles``)."""
+    ``Vb [k, d]`` (``scipy.linalg.subspace_angles``, imported here: the other geometry
+    jobs, and extended_averaging, import this module without it)."""
+    from scipy.linalg import subspace_angles
+
     return np.sort(np.degrees(subspace_angles(Va.T, Vb.T)))
 
 

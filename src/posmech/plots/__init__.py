@@ -28,31 +28,118 @@ MASKED = "0.85"  # grey of masked cells (a key after its query) in every attenti
 log = logging.getLogger(__name__)
 
 
-class _Seaborn:
-    """seaborn, imported on first use (``sns.lineplot`` …): importing it pulls in
-    ``scipy.stats``, ~1.5 CPU s, which most figures (and every job that draws none) never
-    need; the figure-making rules' fixed cost is mostly imports (docs/performance.md)."""
-
-    def __getattr__(self, name: str) -> Any:
-        import seaborn
-
-        return getattr(seaborn, name)
-
-
-sns = _Seaborn()
-
-
 @contextlib.contextmanager
 def seeded(seed: int = 0) -> Iterator[None]:
-    """Seed NumPy's global random state for the block (seaborn's strip-plot jitter draws
-    from it), and restore the caller's state afterwards: identical runs give identical
-    figures.  Every figure function whose seaborn calls draw random numbers uses it."""
+    """Seed NumPy's global random state for the block (a strip plot's jitter draws from it),
+    and restore the caller's state afterwards: identical runs give identical figures."""
     state = np.random.get_state()
     np.random.seed(seed)
     try:
         yield
     finally:
         np.random.set_state(state)
+
+
+#: seaborn's "deep" palette (a choice kept from the figures drawn with seaborn before)
+DEEP = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974", "#64B5CD")
+
+
+def category_colours(n: int) -> list[Any]:
+    """``n`` distinct colours: matplotlib's colour cycle (tab10) up to 10, ``tab20`` up to 20,
+    evenly spaced hues of ``turbo`` beyond."""
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    if n <= len(cycle):
+        return list(cycle[:n])
+    if n <= 20:
+        return [plt.get_cmap("tab20")(i) for i in range(n)]
+    return [plt.get_cmap("turbo")(v) for v in np.linspace(0.05, 0.95, n)]
+
+
+def category_markers(n: int) -> list[Any]:
+    """``n`` distinct markers (circle, cross, diamond, plus, square, …; regular polygons of
+    growing order after the first nine), as seaborn's ``markers=True`` gave them."""
+    markers: list[Any] = ["o", "X", (4, 0, 45), "P", (4, 0, 0), (4, 1, 0), "^", (4, 1, 45), "v"]
+    s = 5
+    while len(markers) < n:
+        a = 360 / (s + 1) / 2
+        markers += [(s + 1, 1, a), (s + 1, 0, a), (s, 1, 0), (s, 0, 0)]
+        s += 1
+    return markers[:n]
+
+
+def lines_by(ax: Any, data: pd.DataFrame, x: str, y: str, hue: str, hue_order: list[Any] | None = None,
+             colours: list[Any] | None = None, markers: list[Any] | None = None) -> None:
+    """One line per level of ``hue`` (``hue_order``, else in order of appearance): ``y``
+    against ``x``, sorted by ``x``, rows where either is NaN left out (the line joins the
+    points on both sides), a marker at each point (circles, or ``markers`` per level) with a
+    white edge; colours: ``colours`` per level, else :func:`category_colours`.  A legend
+    titled with the ``hue`` column's name; the axes labelled ``x``
+    and ``y`` (the caller relabels).  Each (level, ``x``) must hold one row: the figures
+    draw measured values, never an average the caption would have to define."""
+    levels = list(hue_order) if hue_order is not None else list(dict.fromkeys(data[hue]))
+    repeated = data.duplicated([hue, x])
+    if repeated.any():
+        level, at = (str(v) for v in data.loc[repeated, [hue, x]].iloc[0])
+        raise ValueError(f"lines_by: several rows for {hue}={level}, {x}={at}; "
+                         "one row per line and x is drawn (aggregate the table first)")
+    colours = colours or category_colours(len(levels))
+    for i, level in enumerate(levels):
+        sub = data[data[hue] == level].dropna(subset=[x, y]).sort_values(x)
+        ax.plot(sub[x], sub[y], color=colours[i % len(colours)], marker=markers[i] if markers else "o",
+                markeredgecolor="w", markeredgewidth=0.75, label=str(level))
+    ax.legend(title=hue)
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+
+
+def relative_luminance(colour: Any) -> float:
+    """W3C relative luminance of a colour (0 black, 1 white)."""
+    rgb = np.asarray(matplotlib.colors.to_rgb(colour))
+    rgb = np.where(rgb <= 0.03928, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    return float(rgb @ [0.2126, 0.7152, 0.0722])
+
+
+def heatmap(ax: Any, data: np.ndarray | pd.DataFrame, *, cmap: Any, vmin: float, vmax: float,
+            annot: np.ndarray | pd.DataFrame | None = None, fmt: str = "", annot_size: float = 7,
+            cbar_label: str = "", cbar_shrink: float = 1.0, linewidths: float = 0.0, linecolor: str = "white",
+            square: bool = False) -> Any:
+    """A heat map of ``data [rows, cols]`` on ``ax``: row 0 at the top, one cell per entry
+    (NaN cells left undrawn: the axes' face colour shows), no spines, a colour bar labelled
+    ``cbar_label`` (``shrink``: its length relative to the axes), ticks at the cell centres
+    labelled with the DataFrame's index / columns (else 0, 1, …), every k-th when the labels
+    would not fit.  ``annot``: a text per cell (strings, or numbers formatted by ``fmt``),
+    written on the drawn cells in dark grey on light cells and white on dark ones (W3C
+    relative luminance above / below 0.408).  Returns the mesh."""
+    from matplotlib.font_manager import FontProperties
+
+    values = np.asarray(data, dtype=float)
+    rows, cols = values.shape
+    xlabels = list(data.columns) if isinstance(data, pd.DataFrame) else list(range(cols))
+    ylabels = list(data.index) if isinstance(data, pd.DataFrame) else list(range(rows))
+    mesh = ax.pcolormesh(np.ma.masked_invalid(values), cmap=cmap, vmin=vmin, vmax=vmax, linewidths=linewidths,
+                         edgecolor=linecolor)
+    ax.set(xlim=(0, cols), ylim=(rows, 0))
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    if square:
+        ax.set_aspect("equal")
+    cb = ax.get_figure().colorbar(mesh, ax=ax, label=cbar_label, shrink=cbar_shrink)
+    cb.outline.set_linewidth(0)
+    size = ax.get_position().size * ax.get_figure().get_size_inches()
+    for axis, labels, inches, key in ((ax.xaxis, xlabels, size[0], "xtick.labelsize"),
+                                      (ax.yaxis, ylabels, size[1], "ytick.labelsize")):
+        points = FontProperties(size=plt.rcParams[key]).get_size_in_points()
+        step = len(labels) // max(int(inches // (points / 72)), 1) + 1  # one label per text height
+        axis.set_ticks(np.arange(0, len(labels), step) + 0.5, [str(v) for v in labels[::step]])
+    if annot is not None:
+        texts = np.asarray(annot, dtype=object)
+        mesh.update_scalarmappable()
+        for (r, c), colour in zip(np.ndindex(rows, cols), mesh.get_facecolors()):
+            if not np.isfinite(values[r, c]):  # an undrawn cell
+                continue
+            ax.text(c + 0.5, r + 0.5, format(texts[r, c], fmt), ha="center", va="center", fontsize=annot_size,
+                    color=".15" if relative_luminance(colour) > 0.408 else "w")
+    return mesh
 
 
 def save(fig: Any, path: str | os.PathLike[str] | None, tight: bool = True) -> None:
@@ -182,7 +269,7 @@ def training_curve(curve: pd.DataFrame, summary: dict[str, Any], path: str | os.
     """Train and held-out loss against steps for the demo model."""
     long = curve.melt(id_vars=["step"], value_vars=["train_loss", "heldout_loss"], var_name="split", value_name="loss")
     fig, ax = plt.subplots(figsize=(6, 4))
-    sns.lineplot(data=long, x="step", y="loss", hue="split", marker="o", ax=ax)
+    lines_by(ax, long, "step", "loss", "split")
     ax.set_ylabel("cross-entropy (nats / token)")
     ax.set_title(
         f"Demo model {summary['model']}: held-out loss {summary['heldout_loss']:.3f}; "

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
-from posmech.plots import readable_log, save, sns
+from posmech.plots import DEEP, category_markers, lines_by, readable_log, save
 
 Path_ = str | os.PathLike[str]
 
@@ -101,8 +101,8 @@ def explained_variance(table: pd.DataFrame, title: str, path: Path_) -> None:
     df = merged_curves(df, "matrix_label", "component", "explained_variance_ratio", atol=1e-9)
     labels = list(dict.fromkeys(df["matrix_label"]))
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    sns.lineplot(data=df, x="component", y="explained_variance_ratio", hue="matrix_label", hue_order=labels,
-                 style="matrix_label", style_order=labels, markers=True, dashes=False, ax=ax)
+    lines_by(ax, df, "component", "explained_variance_ratio", "matrix_label", labels,
+             markers=category_markers(len(labels)))
     ax.set_yscale("log")
     readable_log(ax.yaxis)
     ax.set_ylabel("explained variance ratio")
@@ -116,7 +116,8 @@ def angles(table: pd.DataFrame, title: str, path: Path_) -> None:
     """Canonical angles (degrees) per layer, one line per angle index (``angles_table``);
     layers whose angles are undefined are shaded and labelled."""
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    sns.lineplot(data=table, x="layer", y="angle_deg", hue="angle_index", marker="o", palette="deep", ax=ax)
+    levels = sorted(table["angle_index"].unique())
+    lines_by(ax, table, "layer", "angle_deg", "angle_index", levels, colours=list(DEEP))
     ax.set_ylabel("canonical angle to W_pos (degrees)")
     ax.set_xlabel("layer (resid_pre; last = final residual)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -152,7 +153,7 @@ def agreement(table: pd.DataFrame, title: str, path: Path_) -> None:
         var_name="statistic", value_name="cosine",
     )
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    sns.lineplot(data=long, x="layer", y="cosine", hue="statistic", marker="o", ax=ax)
+    lines_by(ax, long, "layer", "cosine", "statistic")
     ax.set_xlabel("layer (resid_pre; last = final residual)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylim(min(0.0, float(long["cosine"].min()) - 0.05), 1.05)

@@ -4,15 +4,17 @@ tidy frames produced by :mod:`posmech.analyses.interventions` and writes one PNG
 
 from __future__ import annotations
 
+import colorsys
 import os
 from typing import Any
 
+import matplotlib.colors as mcolors
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
 from posmech.analyses.interventions import knockout_verdict, layers_words
-from posmech.plots import save, seeded, sns
+from posmech.plots import category_colours, save, seeded
 
 CONDITION_TITLES = {
     "intact": "intact",
@@ -46,6 +48,26 @@ def _words(fig: Any, title: str, text: str) -> None:
     ax.axis("off")
     ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=10, wrap=True)
     fig.suptitle(title, fontsize=9)
+
+
+def _grouped_bars(ax: Any, d: pd.DataFrame, conditions: list[str]) -> None:
+    """One bar per (condition, target): the conditions along x, the targets side by side
+    within each (0.8 wide in all), coloured per target (the colour cycle, its saturation
+    × 0.75) and labelled with the target (for a legend).  Each (condition, target) holds
+    one probability, the bar's height: no average, no error bar."""
+    repeated = d.duplicated(["condition", "target"])
+    if repeated.any():
+        c, t = d.loc[repeated, ["condition", "target"]].iloc[0]
+        raise ValueError(f"induction_bars: several probabilities for condition {c}, target {t}")
+    targets = list(dict.fromkeys(d["target"]))
+    width = 0.8 / max(len(targets), 1)
+    for j, (target, colour) in enumerate(zip(targets, category_colours(len(targets)))):
+        h, l, s = colorsys.rgb_to_hls(*mcolors.to_rgb(colour))
+        height = d[d["target"] == target].set_index("condition")["probability"].reindex(conditions)
+        ax.bar(np.arange(len(conditions)) - 0.4 + width * (j + 0.5), height.to_numpy(), width=width,
+               color=colorsys.hls_to_rgb(h, l, s * 0.75), label=str(target))
+    ax.set_xticks(range(len(conditions)), conditions)
+    ax.set_xlim(-0.5, len(conditions) - 0.5)
 
 
 def knockout_patterns(zoom: Any, masses: dict[str, float], model: str, layers: list[int], period: int,
@@ -122,9 +144,14 @@ def repeated_tokens(df: pd.DataFrame, zoom: Any | None, model: str, path: str | 
     d = df.dropna(subset=["prev_mass"])
     order = ["other", "repeat"]
     with seeded(0):  # the jitter: identical runs, identical figures
-        sns.stripplot(data=d, x="query_set", y="prev_mass", order=order, ax=axes[0], size=4, alpha=0.7)
-    sns.pointplot(data=d, x="query_set", y="prev_mass", order=order, ax=axes[0], color="black",
-                  linestyle="none", errorbar=None, markers="_")
+        for i, q in enumerate(order):  # one point per document, jittered sideways by up to ±0.1
+            y = d.loc[d["query_set"] == q, "prev_mass"].to_numpy()
+            x = i + (np.random.uniform(-0.1, 0.1, len(y)) if len(y) > 1 else np.zeros(len(y)))
+            axes[0].scatter(x, y, s=16, color="C0", alpha=0.7, linewidths=0, zorder=3)
+    means = [d.loc[d["query_set"] == q, "prev_mass"].mean() for q in order]  # NaN (not drawn) without documents
+    axes[0].plot(range(len(order)), means, linestyle="none", marker="_", color="black", markersize=6.77,
+                 markeredgewidth=2.0)
+    axes[0].set_xlim(-0.5, len(order) - 0.5)
     axes[0].set_ylim(-0.02, 1.02)
     axes[0].set_xlabel("the previous token is …", fontsize=8)
     axes[0].set_xticks([0, 1], ["a different token", "the same token"], fontsize=8)
@@ -161,7 +188,7 @@ def induction_bars(df: pd.DataFrame, patterns: dict[str, np.ndarray], window: tu
                  f"{model} does not complete the repeated phrase, so there is no induction to redirect.",
                  ha="center", va="center", fontsize=9, transform=ax0.transAxes)
     else:
-        sns.barplot(data=d, x="condition", y="probability", hue="target", order=[names[o] for o in order], ax=ax0)
+        _grouped_bars(ax0, d, [names[o] for o in order])
         ax0.set_ylim(0, 1.08)
         ax0.set_xlabel("")
         ax0.set_ylabel("probability of the next word\n(variants summed)", fontsize=8)

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from posmech.plots import MASKED, save, sns
+from posmech.plots import MASKED, heatmap, save
 
 TYPE_LETTER = {"local": "L", "slow_decay": "S", "uniform": "U", "undefined": "?"}
 
@@ -33,11 +33,9 @@ def etc_heatmap(tables: dict[str, pd.DataFrame], n: dict[str, int], path: str | 
         big = grid.size <= 400
         # square cells leave a wide, short grid: the colour bar follows the grid's height
         shrink = 0.8 * min(1.0, grid.shape[0] / max(grid.shape[1], 1))
-        sns.heatmap(
-            np.log(grid), ax=ax, cmap="plasma", vmin=0.0, vmax=vmax, annot=annot if big else False, fmt="",
-            annot_kws={"fontsize": 8 if grid.size <= 64 else 6},
-            cbar_kws={"label": "log ETC (natural log)", "shrink": max(0.3, shrink)}, square=True,
-        )
+        heatmap(ax, np.log(grid), cmap="plasma", vmin=0.0, vmax=vmax, annot=annot if big else None,
+                annot_size=8 if grid.size <= 64 else 6, cbar_label="log ETC (natural log)",
+                cbar_shrink=max(0.3, shrink), square=True)
         ax.set_title(f"{m} (n = {n[m]})", fontsize=9)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from posmech.plots import plain_log, save, sns
+from posmech.plots import plain_log, save
 
 
 def averaging_figure(df: pd.DataFrame, model: str, path: str | os.PathLike[str]) -> None:

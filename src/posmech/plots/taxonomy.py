@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from posmech.plots import save, sns
+from posmech.plots import heatmap, save
 
 
 ROLE_COLOURS = {"sharp": "tab:red", "early": "tab:orange", "": "tab:blue"}
@@ -32,10 +32,9 @@ def taxonomy_figure(per_head: pd.DataFrame, chosen: pd.DataFrame, meta: dict[str
     fig = plt.figure(figsize=(8, top_h + rank_h + 0.6), layout="constrained")
     gs = fig.add_gridspec(2, 2, height_ratios=[top_h, rank_h], width_ratios=[1, 1])
     ax0, ax2, ax1 = fig.add_subplot(gs[0, 0]), fig.add_subplot(gs[0, 1]), fig.add_subplot(gs[1, :])
-    sns.heatmap(grid, ax=ax0, cmap="viridis_r", vmin=0, vmax=1, annot=H <= 12, fmt=".2f",
-                annot_kws={"fontsize": 6 if H > 6 else 7},
-                cbar_kws={"label": "second / largest\nmean diagonal", "shrink": 0.9},
-                linewidths=0.3, linecolor="white")
+    heatmap(ax0, grid, cmap="viridis_r", vmin=0, vmax=1, annot=grid if H <= 12 else None, fmt=".2f",
+            annot_size=6 if H > 6 else 7, cbar_label="second / largest\nmean diagonal", cbar_shrink=0.9,
+            linewidths=0.3, linecolor="white")
     ax0.set_facecolor("0.85")
     ax0.set(xlabel="head", ylabel="layer")
     ax0.set_title(f"P6: {meta['n_previous_token_heads']} of {len(per_head)} heads peak at offset −1\n"

@@ -45,7 +45,7 @@ PUBLISHED_MODELS_NOTE = (
 )
 VERSION_PACKAGES = (
     "posmech", "torch", "transformer_lens", "transformers", "tokenizers", "datasets", "h5py", "numpy",
-    "scipy", "pandas", "matplotlib", "seaborn", "snakemake", "jinja2", "docutils",
+    "scipy", "pandas", "matplotlib", "snakemake", "jinja2", "docutils",
 )
 
 

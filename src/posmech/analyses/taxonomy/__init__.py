@@ -267,14 +267,18 @@ def rank_correlations(df: pd.DataFrame) -> dict[str, Any]:
     (ascending) vs by ``head_detector`` score (descending) — i.e. Spearman of
     ``(-ratio, score)``; ``spearman_prev_mass_vs_head_detector``: over every head, mean
     offset-1 attention vs ``head_detector`` score.  ``None`` when undefined (< 3 heads or
-    constant input).
+    constant input; NaN in either, as ``scipy.stats.spearmanr`` gives).
+
+    pandas' own rank correlation (``DataFrame.corr(method="spearman")``: Pearson's
+    correlation of the ranks, tied values sharing their average rank, as ``spearmanr``);
+    ``Series.corr`` and ``spearmanr`` would import ``scipy.stats`` (~1.5 CPU s) into the
+    taxonomy job for two numbers.
     """
-    from scipy.stats import spearmanr
 
     def rho(a: np.ndarray, b: np.ndarray) -> float | None:
-        if len(a) < 3 or np.all(a == a[0]) or np.all(b == b[0]):
+        if len(a) < 3 or np.all(a == a[0]) or np.all(b == b[0]) or np.isnan(a).any() or np.isnan(b).any():
             return None
-        r = spearmanr(a, b).statistic
+        r = pd.DataFrame({"a": a, "b": b}).corr(method="spearman").iloc[0, 1]
         return None if not np.isfinite(r) else round(float(r), 6)
 
     prev = df[df["is_previous_token"]]
