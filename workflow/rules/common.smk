@@ -623,23 +623,16 @@ def sweep_point_params(wildcards):
 
 def sweep_point_resource(name, combine):
     """Resource ``name`` of a sweep point's job: ``combine`` (max, sum) of its parts'
-    (each part rule's own value for its wildcards)."""
-    import inspect
-
+    (each part rule's own value for its wildcards and the attempt)."""
     from snakemake.iocontainers import Wildcards
 
     def value(wildcards, attempt):
         found = []
         for rule, wc in SWEEP_POINT_PARTS[wildcards.model]:
-            try:
-                v = rule.resources[name]
-            except (KeyError, TypeError):
+            res = rule.resources.get(name)
+            if res is None:
                 continue
-            if callable(v):
-                args = {"wildcards": Wildcards(fromdict=wc), "attempt": attempt}
-                v = v(
-                    **{k: args[k] for k in inspect.signature(v).parameters if k in args}
-                )
+            v = res.evaluate(Wildcards(fromdict=wc), attempt=attempt).value
             if isinstance(v, (int, float)):
                 found.append(v)
         return combine(found) if found else 0
