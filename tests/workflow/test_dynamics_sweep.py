@@ -126,6 +126,20 @@ def test_the_demo_sweep_points_build_the_cache_their_kernels_read_and_draw_nothi
         outputs = block.split("output:")[1].split("\n")[0]
         assert "/activations/bible.h5" in outputs and "/kernels/kernels.h5" in outputs, outputs
         assert ".png" not in outputs, outputs
+    # a sweep point asks for its parts' memory at most and their runtimes summed (Slurm's
+    # limits): each part's request is its rule's on the model (a checkpoint has its shape)
+    def resources(block):
+        line = re.search(r"^    resources: (.*)$", block, flags=re.M).group(1)
+        return {k: int(v) for k, v in re.findall(r"(mem_mb|runtime)=(\d+)", line)}
+
+    by_rule = {re.match(r"(?:local)?rule (\w+):", b).group(1): resources(b)
+               for b in re.split(r"\n(?=(?:local)?rule \w+:\n)", log)
+               if re.match(r"(?:local)?rule (taxonomy|interventions|kernels|cache_activations):\n", b)
+               and re.search(r"^    wildcards: model=demo(,|$)", b, flags=re.M)}
+    assert len(by_rule) == 4, by_rule
+    point = resources(next(b for b in blocks if "rule sweep_demo:" in b))
+    assert point["mem_mb"] == max(r["mem_mb"] for r in by_rule.values()) > 0
+    assert point["runtime"] == sum(r["runtime"] for r in by_rule.values())
     # the L rules run on demo-attn's checkpoints (attn_only.models), not on demo's
     assert all("/attn_only/head_roles.csv" in b for b in blocks if "rule sweep_demo_attn:" in b)
     assert not [b for b in blocks if "rule sweep_demo:" in b and "/attn_only/" in b]
