@@ -29,6 +29,27 @@ def _hub_cache(root, src):
         shutil.copytree(src, repo / "snapshots" / commit)
 
 
+def _with_hub_model(tmp_path, monkeypatch, revisions, dynamics=None):
+    """config/ci.yaml plus the Hub model `hub` (a tiny OPT, offline from a Hugging Face cache
+    built here, every revision the same snapshot) with ``revisions``; ``dynamics`` replaces
+    the section. Returns the config, its file and an empty working directory."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hf-cache"
+    _hub_cache(cache, tiny_archs.opt(tmp_path / "opt"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
+    cfg["models"]["hub"] = {"source": "someorg/tiny-opt", "revisions": revisions, "device": "cpu"}
+    if dynamics is not None:
+        cfg["dynamics"] = dynamics
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    work = tmp_path / "work"
+    work.mkdir()
+    return cfg, path, work
+
+
 def jobs_by_rule(log: str) -> dict[str, list[str]]:
     """``{rule: [its jobs' model wildcard]}`` of a dry run's log."""
     out: dict[str, list[str]] = defaultdict(list)
@@ -47,18 +68,7 @@ def sweep_blocks(log: str) -> list[str]:
 
 
 def test_each_checkpoint_is_one_sweep_point_job_and_none_of_the_other_rules(tmp_path, monkeypatch):
-    from huggingface_hub import constants
-
-    cache = tmp_path / "hf-cache"
-    _hub_cache(cache, tiny_archs.opt(tmp_path / "opt"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
-    cfg["models"]["hub"] = {"source": "someorg/tiny-opt", "revisions": ["step1", "step2"], "device": "cpu"}
-    path = tmp_path / "sweep.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    work = tmp_path / "work"
-    work.mkdir()
+    cfg, path, work = _with_hub_model(tmp_path, monkeypatch, ["step1", "step2"])
     proc = snakemake(work, "-n", configfile=path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     jobs = jobs_by_rule(proc.stdout + proc.stderr)
@@ -126,6 +136,20 @@ def test_the_demo_sweep_points_build_the_cache_their_kernels_read_and_draw_nothi
         outputs = block.split("output:")[1].split("\n")[0]
         assert "/activations/bible.h5" in outputs and "/kernels/kernels.h5" in outputs, outputs
         assert ".png" not in outputs, outputs
+    # a sweep point asks for its parts' memory at most and their runtimes summed (Slurm's
+    # limits): each part's request is its rule's on the model (a checkpoint has its shape)
+    def resources(block):
+        line = re.search(r"^    resources: (.*)$", block, flags=re.M).group(1)
+        return {k: int(v) for k, v in re.findall(r"(mem_mb|runtime)=(\d+)", line)}
+
+    by_rule = {re.match(r"(?:local)?rule (\w+):", b).group(1): resources(b)
+               for b in re.split(r"\n(?=(?:local)?rule \w+:\n)", log)
+               if re.match(r"(?:local)?rule (taxonomy|interventions|kernels|cache_activations):\n", b)
+               and re.search(r"^    wildcards: model=demo(,|$)", b, flags=re.M)}
+    assert len(by_rule) == 4, by_rule
+    point = resources(next(b for b in blocks if "rule sweep_demo:" in b))
+    assert point["mem_mb"] == max(r["mem_mb"] for r in by_rule.values()) > 0
+    assert point["runtime"] == sum(r["runtime"] for r in by_rule.values())
     # the L rules run on demo-attn's checkpoints (attn_only.models), not on demo's
     assert all("/attn_only/head_roles.csv" in b for b in blocks if "rule sweep_demo_attn:" in b)
     assert not [b for b in blocks if "rule sweep_demo:" in b and "/attn_only/" in b]
@@ -160,20 +184,9 @@ def test_a_sweep_point_writes_what_the_family_rules_write_on_the_same_weights(tm
     claim of resources/findings.yaml: the sweep point hub@step1 (one job: every family and
     rule that runs on the model, and the activation cache) writes the same tables, HDF5 values
     and scorecards as those rules' own jobs on hub, and no figure."""
-    from huggingface_hub import constants
-
-    cache = tmp_path / "hf-cache"
-    _hub_cache(cache, tiny_archs.opt(tmp_path / "opt"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
-    cfg["models"]["hub"] = {"source": "someorg/tiny-opt", "revisions": ["step1"], "device": "cpu"}
     claims = [f["claim"] for f in yaml.safe_load((REPO / "resources" / "findings.yaml").read_text())["findings"]]
-    cfg["dynamics"] = {"claims": claims, "heads": ["sharpest_previous_token"]}
-    path = tmp_path / "sweep.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    work = tmp_path / "work"
-    work.mkdir()
+    _, path, work = _with_hub_model(tmp_path, monkeypatch, ["step1"],
+                                    {"claims": claims, "heads": ["sharpest_previous_token"]})
     proc = snakemake(work, "results/hub@step1/heads.csv", configfile=path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     log = proc.stdout + proc.stderr
