@@ -2,6 +2,7 @@
 trip, and the head scores on hand-built models whose answer is known."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -287,3 +288,20 @@ def test_checkpoints_are_the_weights_after_their_step_and_change_no_weight(tmp_p
     assert all(torch.equal(got[k], step2[k]) for k in step2)
     with pytest.raises(PosmechError, match="saved no checkpoint step3"):
         install_checkpoint("m@step3", {"checkpoint_of": "m", "step": 3, "train": cfg}, saved, tmp_path / "x")
+
+
+def test_train_work_counts_tokens_times_block_parameters_and_orders_the_demo_trainings():
+    """posmech.models.training.train_work (rule train_demo_model's priority: the longest
+    training first): steps × batch × context × layers × (attention 4d² + the MLP's weights)."""
+    import yaml
+
+    from posmech.models.training import llama_mlp_width, train_work
+
+    base = {"steps": 10, "batch_size": 2, "n_ctx": 8, "n_layer": 3, "d_model": 16}
+    assert train_work({**base, "architecture": "gpt2"}) == 10 * 2 * 8 * 3 * (4 * 256 + 8 * 256)
+    assert train_work({**base, "architecture": "attn_only"}) == 10 * 2 * 8 * 3 * 4 * 256
+    assert train_work({**base, "architecture": "llama"}) == 10 * 2 * 8 * 3 * (4 * 256 + 3 * 16 * llama_mlp_width(16))
+    demo = yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "demo.yaml").read_text())["models"]
+    work = {m: train_work(demo[m]["train"]) for m in ("demo", "demo-rope", "demo-attn")}
+    # the measured training CPU (docs/performance.md): demo ~130-160 s, demo-rope ~100, demo-attn ~45-65
+    assert work["demo"] > work["demo-rope"] > work["demo-attn"]

@@ -121,7 +121,7 @@ def test_a_models_threads_are_its_analysis_jobs_and_its_checkpoints_threads(tmp_
 def test_the_demo_sweep_points_build_the_cache_their_kernels_read_and_draw_nothing(tmp_path):
     """config/demo.yaml follows the kernels family too: its sweep points compute the
     activation cache the kernels read (inside the job: the cache rule never runs on a
-    checkpoint), and no checkpoint gets a figure."""
+    checkpoint), and no checkpoint gets a figure; and the demo's longest training starts first."""
     work = tmp_path / "work"
     work.mkdir()
     proc = snakemake(work, "-n", configfile=REPO / "config" / "demo.yaml")
@@ -150,6 +150,12 @@ def test_the_demo_sweep_points_build_the_cache_their_kernels_read_and_draw_nothi
     point = resources(next(b for b in blocks if "rule sweep_demo:" in b))
     assert point["mem_mb"] == max(r["mem_mb"] for r in by_rule.values()) > 0
     assert point["runtime"] == sum(r["runtime"] for r in by_rule.values())
+    # the longest training (demo's, whose checkpoints and twin come after it) starts first
+    # (train_demo_model's priority: 10 plus its share of the largest training's work)
+    prio = {re.search(r"model=([^,\s]+)", b).group(1): float(re.search(r"^    priority: (\S+)$", b, flags=re.M).group(1))
+            for b in re.split(r"\n(?=(?:local)?rule \w+:\n)", log) if re.match(r"(?:local)?rule train_demo_model:\n", b)}
+    assert set(prio) == {"demo", "demo-attn", "demo-rope"} and prio["demo"] == max(prio.values()) == 11
+    assert min(prio.values()) > 10
     # the L rules run on demo-attn's checkpoints (attn_only.models), not on demo's
     assert all("/attn_only/head_roles.csv" in b for b in blocks if "rule sweep_demo_attn:" in b)
     assert not [b for b in blocks if "rule sweep_demo:" in b and "/attn_only/" in b]

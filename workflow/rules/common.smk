@@ -290,6 +290,18 @@ def train_runtime(wildcards, attempt):
     return runtime_min(model_shape(wildcards.model), tokens, 3, False, scale, attempt)
 
 
+def train_priority(wildcards):
+    """A training job's priority: 10, above every analysis job (each waits for a model),
+    plus its share of the largest training's work (posmech.models.training.train_work:
+    tokens × block parameters), so that the longest training starts first: on 2 cores the
+    demo trains two models at a time, and the longest one, with its checkpoints and twin
+    after it, is the run's critical path."""
+    from posmech.models.training import train_work
+
+    works = {m: train_work(config["models"][m]["train"]) for m in trained_models()}
+    return 10 + works[wildcards.model] / max(works.values())
+
+
 def model_entry(wildcards):
     return config["models"][wildcards.model]
 

@@ -57,9 +57,9 @@ rule train_demo_model:
         "benchmarks/train_demo_model/{model}.tsv"
     wildcard_constraints:
         model=regex(model_names_by_kind(config, "train")),
-    # before any analysis job when cores free up: every job of the model and its
-    # checkpoints waits for its training (on 2 cores the demo trains 2 models at a time)
-    priority: 10
+    # before any analysis job when cores free up (every job of the model and its
+    # checkpoints waits for its training), the longest training first (train_priority)
+    priority: train_priority
     conda:
         "../envs/posmech.yaml"
     threads: lambda wc: model_entry(wc)["train"].get("threads") or 2

@@ -446,6 +446,18 @@ def llama_mlp_width(d_model: int) -> int:
     return -(-width // 8) * 8
 
 
+def train_work(cfg: dict[str, Any]) -> float:
+    """The work of a training, to order trainings by length (not a time): ``steps × batch_size
+    × n_ctx`` tokens times the parameters of the transformer blocks, ``n_layer`` × (attention
+    ``4 · d_model²`` + MLP: ``8 · d_model²`` for ``gpt2``, ``3 · d_model · w`` for ``llama``
+    with ``w`` its SwiGLU width, none for ``attn_only``); ``cfg``: a ``train`` section
+    (:data:`TRAIN_DEFAULTS` fill the rest)."""
+    c = {**TRAIN_DEFAULTS, **cfg}
+    d = int(c["d_model"])
+    mlp = {"gpt2": 8 * d * d, "llama": 3 * d * llama_mlp_width(d), "attn_only": 0}[c["architecture"]]
+    return float(c["steps"]) * c["batch_size"] * c["n_ctx"] * c["n_layer"] * (4 * d * d + mlp)
+
+
 def _build_llama(cfg: dict[str, Any], vocab_size: int) -> Any:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
