@@ -65,7 +65,7 @@ TWIN_OF = twins_of(config)
 # analysis families the `dynamics` section follows (SWEEP_RULES, posmech.dynamics) and
 # its findings go to results/report/dynamics.csv, not to the findings grid.
 from posmech.models.checkpoints import add_checkpoints, checkpoints_of, sweep_points
-from posmech.sweep import point_outputs
+from posmech.sweep import FIGURE_SUFFIXES, point_outputs
 
 try:
     CHECKPOINTS = add_checkpoints(config)
@@ -380,7 +380,6 @@ def corpus_entry(wildcards):
 #   report(...) outputs, .csv / .tsv  -> tables of the HTML report (unless report_tables=False)
 COLLECTED = []
 
-FIGURE_SUFFIXES = (".png", ".svg", ".jpg", ".jpeg")
 TABLE_SUFFIXES = (".csv", ".tsv")
 
 
