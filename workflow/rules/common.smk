@@ -74,6 +74,13 @@ except PosmechError as err:
 CHECKPOINT_OF = checkpoints_of(config)
 SWEEP_POINTS = sweep_points(config)
 
+# Each family's settings (posmech.settings): a typed, frozen object built once from its
+# validated section (twins and checkpoints added); a rule hands it to its script as
+# `params: settings=SETTINGS.<section>`.
+from posmech.settings import build as build_settings
+
+SETTINGS = build_settings(config)
+
 REPO = Path(workflow.basedir).parent
 MODELS = list(config["models"])
 # the models of the findings grid and the report: every model but the checkpoints

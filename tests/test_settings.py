@@ -1,0 +1,93 @@
+"""posmech.settings: one typed, frozen settings object per family, built from the validated
+config section; its fields are exactly the schema's keys (the schema stays the single
+source of defaults and documentation)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import typing
+from pathlib import Path
+
+import pytest
+import yaml
+
+from posmech.config import load_schema, validate_config
+from posmech.errors import PosmechError
+from posmech.settings import MODULES, Settings, _settings_class, build, settings_class
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = load_schema(REPO / "workflow/schemas/config.schema.yaml")
+CONFIGS = ["config/config.yaml", "config/demo.yaml", "config/ci.yaml", "config/own-model.yaml"]
+
+
+def _validated(name: str) -> dict:
+    config = yaml.safe_load((REPO / name).read_text())
+    return validate_config(config, SCHEMA, base=str(REPO), semantic=False)
+
+
+def _schema_keys(section_schema: dict) -> list[str]:
+    return list(section_schema["properties"])
+
+
+def _check_fields(cls: type[Settings], section_schema: dict, where: str) -> None:
+    names = [f.name for f in dataclasses.fields(cls)]
+    assert names == _schema_keys(section_schema), f"{where}: {cls.__name__} fields differ from the schema"
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        assert f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING, \
+            f"{where}.{f.name}: a settings field has no default (the schema's applies)"
+        nested = _settings_class(hints[f.name])
+        sub = section_schema["properties"][f.name]
+        if "properties" in sub:
+            assert nested is not None, f"{where}.{f.name} is an object with keys: it needs a settings class"
+            assert nested.section == f"{where}.{f.name}"
+            _check_fields(nested, sub, f"{where}.{f.name}")
+        else:
+            assert nested is None
+
+
+@pytest.mark.parametrize("section", list(MODULES))
+def test_fields_are_the_schema_keys(section):
+    _check_fields(settings_class(section), SCHEMA["properties"][section], section)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_built_from_every_shipped_config(name):
+    config = _validated(name)
+    raw = copy.deepcopy(config)
+    study = build(config)
+    assert config == raw, "building the settings changed the config"
+    for section in MODULES:
+        s = study[section]
+        assert type(s) is settings_class(section) and getattr(study, section) is s
+        # frozen, immutable lists, nested objects typed
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(s, "models", ())
+        assert isinstance(s.models, tuple)
+        # as_dict: the config's own values, where the section left nothing to resolve
+        back = s.as_dict()
+        for key, value in raw[section].items():
+            if getattr(type(s).from_section(raw[section]), key) == getattr(s, key):
+                assert back[key] == value, f"{name}: {section}.{key}"
+
+
+def test_a_key_missing_from_the_class_is_a_workflow_error():
+    config = _validated("config/demo.yaml")
+    section = dict(config["kernels"], not_a_key=1)
+    with pytest.raises(PosmechError, match=r"`kernels`.*\['not_a_key'\].*workflow bug"):
+        settings_class("kernels").from_section(section)
+    section = {k: v for k, v in config["kernels"].items() if k != "k0"}
+    with pytest.raises(PosmechError, match=r"fields \['k0'\] have no value"):
+        settings_class("kernels").from_section(section)
+
+
+def test_replace_and_scaled():
+    config = _validated("config/demo.yaml")
+    k = build(config).kernels
+    k2 = k.replace(etc_positions=[5, 9])
+    assert k2.etc_positions == (5, 9) and k.etc_positions != (5, 9)
+    scaled = k.replace(etc_positions=None, heatmap_max_position=None, etc_heatmap_position=None).scaled(64)
+    assert scaled.heatmap_max_position == 63
+    assert scaled.etc_heatmap_position == max(scaled.etc_positions)
+    assert all(isinstance(v, int) for v in scaled.etc_positions)
