@@ -14,7 +14,7 @@ import yaml
 
 from posmech.config import load_schema, validate_config
 from posmech.errors import PosmechError
-from posmech.settings import MODULES, Settings, _settings_class, build, settings_class
+from posmech.settings import MODULES, Settings, _settings_class, build, defaults, settings_class
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = load_schema(REPO / "workflow/schemas/config.schema.yaml")
@@ -91,3 +91,12 @@ def test_replace_and_scaled():
     assert scaled.heatmap_max_position == 63
     assert scaled.etc_heatmap_position == max(scaled.etc_positions)
     assert all(isinstance(v, int) for v in scaled.etc_positions)
+
+
+def test_defaults_are_the_schema_defaults():
+    d = defaults("kernels", k0=3)
+    assert type(d) is settings_class("kernels") and d.k0 == 3 and d.n_chapters == 8
+    a = defaults("anatomy", taxa={"row_min": 0.5})
+    assert a.taxa.row_min == 0.5 and a.taxa.dip_min == 0.5
+    with pytest.raises(PosmechError, match="k0: -1 is less than the minimum of 0"):
+        defaults("kernels", k0=-1)

@@ -22,11 +22,13 @@ attributes): the same values the config holds.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from posmech.errors import PosmechError
@@ -166,6 +168,30 @@ class StudySettings:
 
     def __iter__(self) -> typing.Iterator[str]:
         return iter(self._by_section)
+
+
+#: the config schema, beside the package in a checkout (``workflow/schemas``)
+SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def defaults(section: str, config: Mapping[str, Any] | None = None, **values: Any) -> Settings:
+    """The settings of ``section`` with the schema's defaults, ``values`` given (nested
+    objects as dicts, validated against the schema): what a test, a notebook or a user
+    calling the library directly hands it. ``config`` (default: one corpus ``bible``)
+    resolves what the section leaves to the rest of the config."""
+    from posmech.config import apply_defaults, load_schema
+
+    schema = load_schema(SCHEMA_PATH)
+    sub = schema["properties"][section]
+    raw = apply_defaults(copy.deepcopy(dict(values)), sub, schema)
+    import jsonschema
+
+    errors = list(jsonschema.Draft202012Validator({**sub, "$defs": schema.get("$defs", {})}).iter_errors(raw))
+    if errors:
+        raise PosmechError(f"settings of `{section}`: " + "; ".join(
+            f"{'.'.join(map(str, e.absolute_path)) or '(section)'}: {e.message}" for e in errors))
+    cls = settings_class(section)
+    return cls.from_section(raw).resolved(config if config is not None else {"corpora": {"bible": {}}})
 
 
 def build(config: Mapping[str, Any]) -> StudySettings:
