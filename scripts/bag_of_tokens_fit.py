@@ -4,7 +4,6 @@ pass per text through the model); Pearson r, FVU, sign agreement, RMSE per neuro
 
 from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
-from posmech.config import scale_to_context
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots.neurons import fit_figure
 from posmech.runner import run
@@ -12,7 +11,7 @@ from posmech.tables import read_table, scorecard_rows, write_not_measurable, wri
 
 
 def main(smk, log):
-    model, p, entry, out = smk.wildcards.model, dict(smk.params.neurons), smk.params.entry, smk.output
+    model, s, entry, out = smk.wildcards.model, smk.params.settings, smk.params.entry, smk.output
     man = read_manifest(smk.input.manifest)
     why = nr.not_measurable(smk.input.extended)
     if why:  # no head for the bag of tokens (rule extended_token_embeddings): C3 is not measurable
@@ -23,19 +22,19 @@ def main(smk, log):
         return
     w, ov, _ = nr.load_weights(man, model, tokenizer=False)
     dec = cx.read_decomposition(smk.input.h5)
-    p = scale_to_context("neurons", p, int(dec.attrs["n_ctx"]))  # from_position null: scaled with the context
+    s = s.scaled(int(dec.attrs["n_ctx"]))  # from_position null: scaled with the context
     st = nr.setup_from_artifact(smk.input.extended, dec, w, ov)
-    neurons = nr.resolve_neurons(p["neurons"], read_table(smk.input.ranking), p["n_auto"], ov.d_mlp, model)
+    neurons = nr.resolve_neurons(s.neurons, read_table(smk.input.ranking), s.n_auto, ov.d_mlp, model)
     bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
-    n0 = p["from_position"]
-    df, traces = nr.fit_table(bridge, st, nr.content_keys(dec), dec, neurons, n0, p["ln2"], model, log)
-    write_table(df, out.table, {"positions": f"n >= {n0}", "ln2": p["ln2"], "heads": [int(h) for h in st.heads],
+    n0 = s.from_position
+    df, traces = nr.fit_table(bridge, st, nr.content_keys(dec), dec, neurons, n0, s.ln2, model, log)
+    write_table(df, out.table, {"positions": f"n >= {n0}", "ln2": s.ln2, "heads": [int(h) for h in st.heads],
                                 "pearson_r": "Pearson correlation of real and approximate pre-activation along the text",
                                 "fvu": "sum (a - a_hat)^2 / sum (a - mean a)^2",
                                 "sign_agreement": "fraction of positions where sign(a) = sign(a_hat)",
                                 "rmse": "root mean square of a - a_hat"})
     fit_figure(traces, f"C3 {model}: blocks.0.mlp.hook_pre, actual vs bag-of-tokens approximation "
-               f"(LN2 {p['ln2']}; shaded: n < {n0}, not scored)", out.figure, n0)
+               f"(LN2 {s.ln2}; shaded: n < {n0}, not scored)", out.figure, n0)
     write_table(scorecard_rows(nr.fit_scorecard(df, n0, model, out.table)), out.scorecard)
     med = df.groupby("neuron")["pearson_r"].median()
     log.info("median r per neuron %s", med.to_dict())

@@ -9,7 +9,7 @@ from posmech.tables import scorecard_rows, write_not_measurable, write_table
 
 
 def main(smk, log):
-    model, entry, p = smk.wildcards.model, smk.params.entry, dict(smk.params.cfg)
+    model, entry, s = smk.wildcards.model, smk.params.entry, smk.params.settings
     man = read_manifest(smk.input.manifest)
     role = ao.read_role_rows(smk.input.heads)["induction"]
     head = role["head_name"]
@@ -23,12 +23,12 @@ def main(smk, log):
                              smk.output.figure, smk.output.scorecard)
         return
     bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
-    setup = ao.prepare(bridge, p, model, entry, need_bos=True)
-    rows, _ = ao.bos_induction(bridge, p, setup, ao.parse_head(head), progress=f"{model} L4")
+    setup = ao.prepare(bridge, s, model, entry, need_bos=True)
+    rows, _ = ao.bos_induction(bridge, s, setup, ao.parse_head(head), progress=f"{model} L4")
     layer, h = ao.parse_head(head)
     df = ao.claim_table("L4", model, rows, layer=layer, head=h, head_name=head)
     meta = {"claim": "L4", "model": model, "induction_head": head, "resolved_revision": man["resolved_revision"],
-            "processing": entry["processing"], "attn_only_config": p}
+            "processing": entry["processing"], "attn_only_config": s.as_dict()}
     write_table(df, smk.output.table, meta)
     plots.bos_induction(df, head, model, smk.output.figure)
     card = ao.bos_induction_scorecard(rows, head, model, smk.output.figure)

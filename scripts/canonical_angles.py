@@ -8,15 +8,15 @@ from posmech.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
-    model, cfg, out = smk.wildcards.model, smk.params.geometry, smk.output
+    model, s, out = smk.wildcards.model, smk.params.settings, smk.output
     ext = geo.read_extended_artifact(smk.input.h5)
-    first = geo.analysis_first(ext, cfg["first_position"])
-    layer = geo.helix_layer(ext, cfg["layer"])
-    table = geo.angles_table(ext, model, first, cfg["k"], cfg["min_gap"])
-    meta = geo.table_meta(ext, first, k=cfg["k"], min_gap=cfg["min_gap"],
+    first = geo.analysis_first(ext, s.first_position)
+    layer = geo.helix_layer(ext, s.layer)
+    table = geo.angles_table(ext, model, first, s.k, s.min_gap)
+    meta = geo.table_meta(ext, first, k=s.k, min_gap=s.min_gap,
                           method="scipy.linalg.subspace_angles on the top-k right-singular vectors (d_model space)")
     write_table(table, out.table, meta)
-    plots.angles(table, f"P11 {model}: canonical angles, top-{cfg['k']} subspaces of W_pos vs extended",
+    plots.angles(table, f"P11 {model}: canonical angles, top-{s.k} subspaces of W_pos vs extended",
                  out.figure)
     rows = geo.angles_scorecard(table, model, layer, out.table)
     write_table(scorecard_rows(rows), out.scorecard)

@@ -4,7 +4,6 @@ contributing tokens (occurring in the contextual corpora) of the configured neur
 
 from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
-from posmech.config import scale_to_context
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import read_manifest
 from posmech.plots.neurons import contributions_figure
@@ -13,7 +12,7 @@ from posmech.tables import scorecard_rows, write_not_measurable, write_table
 
 
 def main(smk, log):
-    model, p, out = smk.wildcards.model, dict(smk.params.neurons), smk.output
+    model, s, out = smk.wildcards.model, smk.params.settings, smk.output
     corpora = smk.params.contextual["corpora"]
     why = nr.not_measurable(smk.input.extended)
     if why:  # no head for the bag of tokens (rule extended_token_embeddings): C2 is not measurable
@@ -25,25 +24,25 @@ def main(smk, log):
         return
     w, ov, tok = nr.load_weights(read_manifest(smk.input.manifest), model)
     dec = cx.read_decomposition(smk.input.h5)
-    p = scale_to_context("neurons", p, int(dec.attrs["n_ctx"]))  # from_position null: scaled with the context
+    s = s.scaled(int(dec.attrs["n_ctx"]))  # from_position null: scaled with the context
     st = nr.setup_from_artifact(smk.input.extended, dec, w, ov)
     real, context, keys = [], [], nr.content_keys(dec)
     for j, ids in enumerate(dec.token_ids):
         real.append(nr.hook_pre(w, ov, ids))
         context.append(nr.approximate(st, keys, ids)["context"])
         log.info("ranking: text %d of %d", j + 1, len(dec.token_ids))
-    ranking = nr.neuron_ranking(real, context, model, p["from_position"])
-    neurons = nr.resolve_neurons(p["neurons"], ranking, p["n_auto"], ov.d_mlp, model)
+    ranking = nr.neuron_ranking(real, context, model, s.from_position)
+    neurons = nr.resolve_neurons(s.neurons, ranking, s.n_auto, ov.d_mlp, model)
     counts = nr.token_counts([read_tokens(smk.input[c]) for c in corpora], w.d_vocab)
     tc = nr.read_contributions(smk.input.extended, neurons)
-    df = nr.top_tokens(tc, counts, neurons, p["n_tokens"], p["min_token_count"], lambda t: tok.decode([t]), model)
-    meta = {"neurons": neurons, "chosen": "config" if p["neurons"] else f"the {p['n_auto']} best ranked",
-            "corpora": corpora, "min_token_count": p["min_token_count"],
+    df = nr.top_tokens(tc, counts, neurons, s.n_tokens, s.min_token_count, lambda t: tok.decode([t]), model)
+    meta = {"neurons": neurons, "chosen": "config" if s.neurons else f"the {s.n_auto} best ranked",
+            "corpora": corpora, "min_token_count": s.min_token_count,
             "contribution": "token-contribution vector TC_j(x) (extended_tokens.h5 `contributions`)"}
     write_table(df, out.table, meta)
     write_table(ranking, out.ranking, {"explained": "1 - Var(a - t) / Var(a): a = real blocks.0.mlp.hook_pre, "
                                        "t = contextual term, pooled over positions n >= "
-                                       f"{p['from_position']} of {len(dec.token_ids)} layer0.h5 texts"})
+                                       f"{s.from_position} of {len(dec.token_ids)} layer0.h5 texts"})
     contributions_figure(df, ranking, f"C2 {model}: top and bottom token contributions (tokens in "
                          f"{', '.join(corpora)})", out.figure)
     M = len(ranking)

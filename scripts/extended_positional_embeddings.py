@@ -10,16 +10,16 @@ from posmech.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
-    model, entry, cfg = smk.wildcards.model, smk.params.entry, smk.params.geometry
+    model, entry, s = smk.wildcards.model, smk.params.entry, smk.params.settings
     man = read_manifest(smk.input.manifest)
     bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
-    bos = entry["prepend_bos"] and cfg["bos"] == "model"
+    bos = entry["prepend_bos"] and s.bos == "model"
     acc, W_pos, tokens, info = geo.compute_extended(
-        bridge, cfg["n_tokens"], cfg["seed"], cfg["batch_size"], bos, entry["n_ctx"]
+        bridge, s.n_tokens, s.seed, s.batch_size, bos, entry["n_ctx"]
     )
     attrs = {**info, "model": model, "model_source": man["source"], "resolved_revision": man["resolved_revision"],
-             "processing": entry["processing"], "bos_config": cfg["bos"], "model_prepend_bos": entry["prepend_bos"],
-             "config_hash": config_hash({"model": entry, "geometry": cfg})}
+             "processing": entry["processing"], "bos_config": s.bos, "model_prepend_bos": entry["prepend_bos"],
+             "config_hash": config_hash({"model": entry, "geometry": s.as_dict()})}
     geo.write_extended(smk.output.h5, acc, W_pos, tokens, geo.site_names(info["n_layers"]), attrs)
     ext = geo.read_extended_artifact(smk.output.h5)
     agree = geo.agreement_table(ext, model)

@@ -4,43 +4,42 @@ layer-0 MLP neuron's token-contribution vector, stored in extended_tokens.h5 (do
 
 from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
-from posmech.config import scale_to_context
 from posmech.models.loading import read_manifest
 from posmech.runner import run
 from posmech.tables import not_measurable_rows, read_table, scorecard_rows, write_table
 
 
 def main(smk, log):
-    model, p, out = smk.wildcards.model, dict(smk.params.neurons), smk.output
+    model, s, out = smk.wildcards.model, smk.params.settings, smk.output
     man = read_manifest(smk.input.manifest)
     w, ov, _ = nr.load_weights(man, model, tokenizer=False)
-    nr.check_neurons(p["neurons"], ov.d_mlp, model)
+    nr.check_neurons(s.neurons, ov.d_mlp, model)
     dec = cx.read_decomposition(smk.input.h5)
-    p = scale_to_context("neurons", p, int(dec.attrs["n_ctx"]))  # from_position null: scaled with the context
+    s = s.scaled(int(dec.attrs["n_ctx"]))  # from_position null: scaled with the context
     classes = read_table(smk.input.classes)
-    why = nr.missing_heads(classes, p["heads"], p["head_classes"])
+    why = nr.missing_heads(classes, s.heads, s.head_classes)
     if why:  # nothing a model lacks fails the run: an artifact saying why, C1 not measurable
         log.warning("%s", why)
         nr.write_not_measurable(out.h5, why, {"model": model, "model_source": man["source"],
-                                              "resolved_revision": man["resolved_revision"], "neurons_config": p})
+                                              "resolved_revision": man["resolved_revision"], "neurons_config": s.as_dict()})
         write_table(not_measurable_rows("C1", model, why, nr.C1_QUANTITIES, out.h5), out.scorecard)
         return
-    heads = nr.select_heads(classes, p["heads"], p["head_classes"], w.n_heads)
-    cal = nr.calibration_index(dec, heads, p["calibration_text"], p["from_position"])
+    heads = nr.select_heads(classes, s.heads, s.head_classes, w.n_heads)
+    cal = nr.calibration_index(dec, heads, s.calibration_text, s.from_position)
     text = dec.texts.iloc[cal]
     log.info("heads %s; calibration text %d (%s: %s)", heads, cal, text["corpus"], text["title"])
-    st, ln2 = nr.build_setup(dec, w, ov, heads, cal, p["from_position"], p["reference_position"], p["ln2_scale"])
+    st, ln2 = nr.build_setup(dec, w, ov, heads, cal, s.from_position, s.reference_position, s.ln2_scale)
     attrs = {"model": model, "model_source": man["source"], "resolved_revision": man["resolved_revision"],
              "destination_token": dec.attrs["destination_token"], "calibration_index": cal,
              "calibration_corpus": text["corpus"], "calibration_title": text["title"],
-             "calibration_doc_index": int(text["doc_index"]), "from_position": p["from_position"],
-             "ln2_scale_source": "config" if p["ln2_scale"] is not None else "median", "ln2_scale_summary": ln2,
-             "neurons_config": p}
+             "calibration_doc_index": int(text["doc_index"]), "from_position": s.from_position,
+             "ln2_scale_source": "config" if s.ln2_scale is not None else "median", "ln2_scale_summary": ln2,
+             "neurons_config": s.as_dict()}
     info = nr.write_extended(st, nr.content_keys(dec), out.h5, attrs,
                              progress=lambda i, n: log.info("token-contribution vectors: %d of %d tokens", i, n))
     if info["overflow"]:
         log.warning("a token contribution exceeds the float16 range (%g): stored as inf", info["max_abs"])
-    card = nr.extended_scorecard(st, ln2, w.d_vocab, int(w.W_E.shape[1]), ov.d_mlp, heads, p["from_position"],
+    card = nr.extended_scorecard(st, ln2, w.d_vocab, int(w.W_E.shape[1]), ov.d_mlp, heads, s.from_position,
                                  text["title"], model, out.h5)
     write_table(scorecard_rows(card), out.scorecard)
 

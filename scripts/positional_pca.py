@@ -8,12 +8,12 @@ from posmech.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
-    model, cfg, out = smk.wildcards.model, smk.params.geometry, smk.output
+    model, s, out = smk.wildcards.model, smk.params.settings, smk.output
     ext = geo.read_extended_artifact(smk.input.h5)
-    first = geo.analysis_first(ext, cfg["first_position"])
-    layer = geo.helix_layer(ext, cfg["layer"])
-    pcas = geo.all_pcas(ext, first, cfg["n_components"])
-    table = geo.pca_table(ext, model, first, cfg["n_components"], pcas)
+    first = geo.analysis_first(ext, s.first_position)
+    layer = geo.helix_layer(ext, s.layer)
+    pcas = geo.all_pcas(ext, first, s.n_components)
+    table = geo.pca_table(ext, model, first, s.n_components, pcas)
     write_table(table, out.table, geo.table_meta(ext, first))
     plots.explained_variance(table, f"P1/P10 {model}: explained variance of top components", out.explained)
     h = geo.helices(ext, first, pcas)

@@ -8,11 +8,11 @@ from posmech.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
-    model, cfg, out = smk.wildcards.model, smk.params.geometry, smk.output
+    model, s, out = smk.wildcards.model, smk.params.settings, smk.output
     ext = geo.read_extended_artifact(smk.input.h5)
-    first = geo.analysis_first(ext, cfg["first_position"])
-    table = geo.sparsity_table(ext, model, first, cfg["sparsity_threshold"])
-    meta = geo.table_meta(ext, first, far_from_zero=f"|x| > {cfg['sparsity_threshold']} x RMS entry of centred W_pos")
+    first = geo.analysis_first(ext, s.first_position)
+    table = geo.sparsity_table(ext, model, first, s.sparsity_threshold)
+    meta = geo.table_meta(ext, first, far_from_zero=f"|x| > {s.sparsity_threshold} x RMS entry of centred W_pos")
     write_table(table, out.table, meta)
     plots.sparsity(table, f"P9 {model}: entries far from 0, extended embeddings vs W_pos", out.figure)
     rows = geo.sparsity_scorecard(table, model, out.table)

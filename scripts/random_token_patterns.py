@@ -9,13 +9,13 @@ from posmech.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
-    model, entry, p = smk.wildcards.model, smk.params.entry, dict(smk.params.cfg)
+    model, entry, s = smk.wildcards.model, smk.params.entry, smk.params.settings
     man = read_manifest(smk.input.manifest)
     bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
-    setup = ao.prepare(bridge, p, model, entry)
-    out = ao.random_token_patterns(bridge, p, setup, progress=f"{model} L1")
+    setup = ao.prepare(bridge, s, model, entry)
+    out = ao.random_token_patterns(bridge, s, setup, progress=f"{model} L1")
     meta = {"claim": "L1", "model": model, "resolved_revision": man["resolved_revision"],
-            "processing": entry["processing"], "bos": setup.bos is not None, "attn_only_config": p}
+            "processing": entry["processing"], "bos": setup.bos is not None, "attn_only_config": s.as_dict()}
     write_table(ao.claim_table("L1", model, out["patterns"]), smk.output.table, meta)
     write_table(ao.claim_table("L1", model, out["masses"]), smk.output.masses, meta)
     write_table(ao.roles_frame(model, out["roles"]), smk.output.heads, meta)
@@ -27,8 +27,8 @@ def main(smk, log):
     idx = {r: setup.heads.index(ao.parse_head(h)) for r, h in shown.items()}
     masses = {r: {m["mass"]: m["value"] for m in out["masses"] if m["head_name"] == h} for r, h in shown.items()}
     plots.random_token_patterns({r: out["mean"][i] for r, i in idx.items()}, {r: roles[r] for r in shown}, masses, model,
-                                p["n_sequences"], setup.bos is not None, smk.output.figure)
-    card = ao.random_token_scorecard(out, p, setup, model, smk.output.figure)
+                                s.n_sequences, setup.bos is not None, smk.output.figure)
+    card = ao.random_token_scorecard(out, s, setup, model, smk.output.figure)
     write_table(scorecard_rows(card), smk.output.scorecard)
     log.info("roles: %s", "; ".join(f"{r['role']} {r['head_name']} ({r['source']}, {r['score']:.3f})" for r in out["roles"]))
 

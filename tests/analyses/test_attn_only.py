@@ -14,6 +14,7 @@ from posmech.models import handbuilt as hb
 from posmech.analyses import attn_only as ao
 from posmech.errors import PosmechError
 from posmech.models.loading import is_tl_legacy_dir, load_bridge, prepare_local_model
+from posmech.settings import Settings, defaults
 from posmech.selfcheck import LB2_OFFSETS
 
 N, V = 16, 24
@@ -30,11 +31,18 @@ def _spec() -> hb.AttnOnlySpec:
 
 
 def _params(**over):
-    p = {"seed": 0, "n_sequences": 40, "n_tokens": 12, "query": 8, "first_query": 3, "bos": "model",
-         "batch_size": 16, "induction_score": {"n_sequences": 8, "half_length": 6},
-         "bos_induction": {"n_samples": 30, "n_random": 7}, "pin": {}}
-    p.update(over)
-    return p
+    """The ``attn_only`` settings of these tests (the rest: the schema's defaults), ``over``
+    replaced without the schema's validation (the library's own checks are under test); a
+    nested section given as a dict updates its defaults."""
+    s = defaults("attn_only", seed=0, n_sequences=40, n_tokens=12, query=8, first_query=3, bos="model",
+                 batch_size=16, induction_score={"n_sequences": 8, "half_length": 6},
+                 bos_induction={"n_samples": 30, "n_random": 7}, pin={})
+    for key, value in over.items():
+        old = getattr(s, key)
+        if isinstance(old, Settings):
+            value = type(old).from_section({**old.as_dict(), **value})
+        s = s.replace(**{key: value})
+    return s
 
 
 ENTRY = {"prepend_bos": True}
@@ -100,7 +108,7 @@ def test_roles_found_and_look_back_two_masses_equal_the_analytic_softmax(model):
     np.testing.assert_allclose(P[8, :9], expect, atol=1e-6)
     assert P[8, 6] == pytest.approx(np.exp(5) / (np.exp(5) + np.exp(4) + np.exp(3) + 6), abs=1e-6)
     # both inputs: the mean over the same sequences of per-sample softmaxes of w·S_pos + w·S_tok
-    x = ao.random_tokens(setup.vocab, p["n_sequences"], p["n_tokens"], setup.bos, p["seed"])
+    x = ao.random_tokens(setup.vocab, p.n_sequences, p.n_tokens, setup.bos, p.seed)
     w_pos, w_tok = spec.both_weights()
     per = [softmax(w_pos * spec.scores_pos[LB2][8, :9] + w_tok * spec.scores_tok[LB2][s[8], s[:9]]) for s in x]
     np.testing.assert_allclose(ao.mean_matrix(df, "L0H1", "both", "pattern_mean")[8, :9], np.mean(per, 0),
@@ -122,7 +130,7 @@ def test_bos_induction_gives_the_analytic_probability(model):
     setup = ao.prepare(bridge, p, "hand", ENTRY, need_bos=True)
     rows, mean_rows = ao.bos_induction(bridge, p, setup, IND)
     got = {r["condition"]: r["value"] for r in rows if r["quantity"] == "p_B"}
-    draws = ao.distinct_tokens(setup.vocab, 30, 9, p["seed"] + 2)
+    draws = ao.distinct_tokens(setup.vocab, 30, 9, p.seed + 2)
     expect = {}
     for cond, bos in (("with_bos", 0), ("without_bos", None)):
         x, _ = ao.induction_sequences(draws, bos)
@@ -270,3 +278,29 @@ def test_target_logprob_read_at_the_last_position_equals_the_full_logits(model_d
         np.testing.assert_array_equal(g.patterns, f.patterns)
         np.testing.assert_array_equal(np.isnan(g.scores), np.isnan(f.scores))
     assert all(not hp.fwd_hooks for hp in m.hook_dict.values())
+
+
+def test_settings_select_models_and_check_lengths_before_any_job():
+    """posmech.settings.attn_only: the models of the section (by BOS), the longest sequence of
+    the memory estimate, and the checks the config alone allows (what common.smk runs when
+    the workflow is parsed); the library's checks take the same settings."""
+    from posmech.settings import attn_only as aos
+
+    config = {"corpora": {"bible": {}},
+              "models": {"a": {"prepend_bos": False, "train": {"n_ctx": 16}}, "b": {"source": "gpt2"}}}
+    s = defaults("attn_only", induction_score={"half_length": 7})
+    assert aos.models(s, config) == ["a", "b"]
+    assert aos.models(s, config, bos=True) == ["b"] and aos.models(s, config, bos=False) == ["a"]
+    assert aos.models(s.replace(models=["b"]), config) == ["b"]
+    assert ao.resolve_bos(s, config["models"]["a"]) is False and ao.resolve_bos(True, {}) is True
+    assert ao.sequence_lengths(s, True) == {"attn_only.n_tokens": 13, "attn_only.induction_score.half_length": 15,
+                                           "attn_only.bos_induction.n_random": 11}
+    assert s.longest_sequence("n_tokens", "induction_score.half_length") == 15
+    aos.check(s, config)  # 14 tokens without BOS fit model a's 16
+    with pytest.raises(PosmechError, match=r"attn_only\.induction_score\.half_length: sequences of 18 tokens are "
+                                           r"longer than model `a`'s context \(models\.a\.train\.n_ctx = 16\)"):
+        aos.check(_params(induction_score={"half_length": 9}), config)
+    with pytest.raises(PosmechError, match=r"attn_only\.query: 13 is not a query position"):
+        aos.check(s.replace(query=13), config)
+    with pytest.raises(PosmechError, match=r"attn_only\.first_query"):
+        ao.check_settings(s.replace(first_query=2))

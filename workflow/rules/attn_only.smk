@@ -81,7 +81,7 @@ rule attn_only:
         ),
     params:
         entry=model_entry,
-        cfg=attn_only_params,
+        settings=SETTINGS.attn_only,
     script:
         "../../scripts/attn_only_family.py"
 
@@ -125,7 +125,7 @@ rule bos_induction:
         runtime=attn_only_runtime(2 * config["attn_only"]["bos_induction"]["n_samples"]),
     params:
         entry=model_entry,
-        cfg=attn_only_params,
+        settings=SETTINGS.attn_only,
     script:
         "../../scripts/bos_induction.py"
 

@@ -66,7 +66,7 @@ rule neurons:
         mem_mb=heavy_mem_mb,
         runtime=heavy_runtime_for(3),  # each analysis had one pass's budget
     params:
-        neurons=neurons_params,
+        settings=SETTINGS.neurons,
         contextual=contextual_params,
         entry=model_entry,
     script:

@@ -33,7 +33,7 @@ query, key]``; position 0 is BOS when the sequences have one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +44,7 @@ from posmech.analyses.anatomy import attn_scale as sa_attn_scale
 from posmech.analyses.anatomy import score_function
 from posmech.errors import PosmechError
 from posmech.runner import Progress
+from posmech.settings.attn_only import AttnOnlySettings
 
 LOG = logging.getLogger(__name__)
 
@@ -105,9 +106,12 @@ def bos_id(tokenizer: Any, bos: bool, key: str) -> int | None:
     return int(tid)
 
 
-def resolve_bos(setting: bool | str, entry: dict[str, Any]) -> bool:
-    """``attn_only.bos``: ``model`` follows the model's ``prepend_bos``."""
-    return bool(entry.get("prepend_bos", True)) if setting == "model" else bool(setting)
+def resolve_bos(s: AttnOnlySettings | bool | str, entry: dict[str, Any]) -> bool:
+    """``attn_only.bos`` of settings ``s`` (or the key's value itself) for the model of config
+    entry ``entry``: ``model`` follows its ``prepend_bos`` (:meth:`AttnOnlySettings.bos_for`)."""
+    if isinstance(s, AttnOnlySettings):
+        return s.bos_for(entry)
+    return bool(entry.get("prepend_bos", True)) if s == "model" else bool(s)
 
 
 def sampling_vocab(tokenizer: Any, d_vocab: int) -> np.ndarray:
@@ -424,29 +428,23 @@ def scorecard(rows: list[tuple[str, str, float | list[str], str]], model: str, a
 
 
 # --------------------------------------------------------------------------- settings
-def sequence_lengths(p: dict[str, Any], bos: bool) -> dict[str, int]:
-    """Length in tokens of every sequence the L rules build, by config key."""
-    b = 1 if bos else 0
-    return {
-        "attn_only.n_tokens": p["n_tokens"] + b,
-        "attn_only.induction_score.half_length": 2 * p["induction_score"]["half_length"] + b,
-        "attn_only.bos_induction.n_random": p["bos_induction"]["n_random"] + 4,
-    }
+def _settings(s: AttnOnlySettings | Mapping[str, Any]) -> AttnOnlySettings:
+    """``s``, or the settings of a raw ``attn_only`` section (validated, defaults filled):
+    the callers still handing the config's dict (posmech.preflight, common.smk) until they
+    pass :class:`AttnOnlySettings`."""
+    return s if isinstance(s, AttnOnlySettings) else AttnOnlySettings.from_section(s)
 
 
-def check_settings(p: dict[str, Any]) -> None:
-    """Checks the config alone can make (run when the workflow is parsed and by every rule)."""
-    T = p["n_tokens"] + 1
-    if not 0 < p["query"] < T:
-        raise PosmechError(f"attn_only.query: {p['query']} is not a query position of BOS + {p['n_tokens']} tokens")
-    if not 3 <= p["first_query"] < T:
-        raise PosmechError(
-            f"attn_only.first_query: {p['first_query']} must be >= 3 (offsets -1..-3 then skip BOS) and < {T}")
-    for key, v in (("attn_only.n_sequences", p["n_sequences"]), ("attn_only.batch_size", p["batch_size"]),
-                   ("attn_only.induction_score.n_sequences", p["induction_score"]["n_sequences"]),
-                   ("attn_only.bos_induction.n_samples", p["bos_induction"]["n_samples"])):
-        if v < 1:
-            raise PosmechError(f"{key}: must be at least 1 (an average over nothing is undefined)")
+def sequence_lengths(s: AttnOnlySettings, bos: bool) -> dict[str, int]:
+    """Length in tokens of every sequence the L rules build, by config key
+    (:meth:`AttnOnlySettings.sequence_lengths`)."""
+    return _settings(s).sequence_lengths(bos)
+
+
+def check_settings(s: AttnOnlySettings) -> None:
+    """Checks the config alone can make (run when the workflow is parsed and by every rule;
+    :meth:`AttnOnlySettings.check`)."""
+    _settings(s).check()
 
 
 @dataclass
@@ -459,19 +457,19 @@ class Setup:
     heads: list[tuple[int, int]]
 
 
-def prepare(bridge: Any, p: dict[str, Any], model: str, entry: dict[str, Any], need_bos: bool = False) -> Setup:
+def prepare(bridge: Any, p: AttnOnlySettings, model: str, entry: dict[str, Any], need_bos: bool = False) -> Setup:
     """Every check of the L rules, before any forward pass: settings, learned positions, the
     pinned heads, sequence lengths vs ``n_ctx``, a BOS token when ``attn_only.bos`` is true
     (``need_bos``: L4 always needs one)."""
-    check_settings(p)
+    p.check()
     require_learned_positions(bridge, f"model `{model}`")
     cfg = bridge.cfg
-    pins = check_pins(((p.get("pin") or {}).get(model)), cfg.n_layers, cfg.n_heads, f"attn_only.pin.{model}")
-    bos = resolve_bos(p["bos"], entry)
+    pins = check_pins(((p.pin or {}).get(model)), cfg.n_layers, cfg.n_heads, f"attn_only.pin.{model}")
+    bos = p.bos_for(entry)
     if need_bos and not bos:
         raise PosmechError(f"attn_only.bos: L4 (bos_induction) compares with and without BOS; model `{model}` "
                            "runs without BOS (`bos: false` or `prepend_bos: false`): leave it out of the rule")
-    require_context(int(cfg.n_ctx), sequence_lengths(p, bos))
+    require_context(int(cfg.n_ctx), p.sequence_lengths(bos))
     bid = bos_id(bridge.tokenizer, bos, "attn_only.bos")
     vocab = sampling_vocab(bridge.tokenizer, cfg.d_vocab)
     heads = [(la, h) for la in range(cfg.n_layers) for h in range(cfg.n_heads)]
@@ -479,22 +477,22 @@ def prepare(bridge: Any, p: dict[str, Any], model: str, entry: dict[str, Any], n
 
 
 # --------------------------------------------------------------------------- rules
-def random_token_patterns(bridge: Any, p: dict[str, Any], setup: Setup, progress: str = "L1") -> dict[str, Any]:
+def random_token_patterns(bridge: Any, p: AttnOnlySettings, setup: Setup, progress: str = "L1") -> dict[str, Any]:
     """L1 and the head roles: mean pattern of every head over ``n_sequences`` random-token
     sequences, offset masses per head, and the roles (previous, look-back-two, induction).
 
     Returns ``patterns`` (rows per head/query/key), ``masses`` (rows per head/mass), ``roles``
     (rows of :func:`find_roles`), ``mean`` ``[n_heads, T, T]`` and ``induction`` ``[n_heads]``."""
-    x = random_tokens(setup.vocab, p["n_sequences"], p["n_tokens"], setup.bos, p["seed"])
-    f = run_variant(bridge, x, "both", setup.heads, batch_size=p["batch_size"], progress=progress)
+    x = random_tokens(setup.vocab, p.n_sequences, p.n_tokens, setup.bos, p.seed)
+    f = run_variant(bridge, x, "both", setup.heads, batch_size=p.batch_size, progress=progress)
     mean = f.patterns.mean(0)
-    d1 = diagonal_mean(f.patterns, 1, p["first_query"])
-    d2 = diagonal_mean(f.patterns, 2, p["first_query"])
-    ind = p["induction_score"]
-    xr = repeated_tokens(setup.vocab, ind["n_sequences"], ind["half_length"], setup.bos, p["seed"] + 1)
-    fr = run_variant(bridge, xr, "both", setup.heads, batch_size=p["batch_size"], progress=f"{progress} induction")
-    ind_score = induction_score(fr.patterns, ind["half_length"], setup.bos is not None)
-    roles = find_roles(setup.heads, d1, d2, ind_score, setup.pins, p.get("role_min_score"))
+    d1 = diagonal_mean(f.patterns, 1, p.first_query)
+    d2 = diagonal_mean(f.patterns, 2, p.first_query)
+    ind = p.induction_score
+    xr = repeated_tokens(setup.vocab, ind.n_sequences, ind.half_length, setup.bos, p.seed + 1)
+    fr = run_variant(bridge, xr, "both", setup.heads, batch_size=p.batch_size, progress=f"{progress} induction")
+    ind_score = induction_score(fr.patterns, ind.half_length, setup.bos is not None)
+    roles = find_roles(setup.heads, d1, d2, ind_score, setup.pins, p.role_min_score.as_dict())
     role_of = {r["head_name"]: r["role"] for r in reversed(roles)}
     patterns, masses = [], []
     for i, lh in enumerate(setup.heads):
@@ -502,44 +500,44 @@ def random_token_patterns(bridge: Any, p: dict[str, Any], setup: Setup, progress
         ids = {"layer": lh[0], "head": lh[1], "head_name": name}
         for r in matrix_rows(mean[i], "attention"):
             patterns.append({**ids, "role": role_of.get(name, ""), **r})
-        m = offset_masses(mean[i], p["first_query"], setup.bos is not None)
+        m = offset_masses(mean[i], p.first_query, setup.bos is not None)
         for kind, v in m.items():
             masses.append({**ids, "role": role_of.get(name, ""), "mass": kind, "value": v,
-                           "queries": f"{p['first_query']}..{mean.shape[-1] - 1}"})
+                           "queries": f"{p.first_query}..{mean.shape[-1] - 1}"})
         masses.append({**ids, "role": role_of.get(name, ""), "mass": "induction_score",
                        "value": float(ind_score[i]), "queries": "second copy"})
     return {"patterns": patterns, "masses": masses, "roles": roles, "mean": mean, "induction": ind_score}
 
 
 def input_decomposition(
-    bridge: Any, p: dict[str, Any], setup: Setup, roles: dict[str, tuple[int, int]], progress: str = "L2/L3/L5",
+    bridge: Any, p: AttnOnlySettings, setup: Setup, roles: dict[str, tuple[int, int]], progress: str = "L2/L3/L5",
 ) -> list[dict[str, Any]]:
     """L2, L3, L5: scores and patterns of the previous-token and look-back-two heads under the
     three inputs on the L1 sequences (same seed).  ``position_only`` does not depend on the
     tokens, so one sequence stands for all (its sd is 0).  Rows of :func:`decomposition_rows`."""
-    x = random_tokens(setup.vocab, p["n_sequences"], p["n_tokens"], setup.bos, p["seed"])
+    x = random_tokens(setup.vocab, p.n_sequences, p.n_tokens, setup.bos, p.seed)
     heads = list(dict.fromkeys(roles.values()))
     fwds = {}
     for v in VARIANTS:
         xs = x[:1] if v == "position_only" else x
-        fwds[v] = run_variant(bridge, xs, v, heads, batch_size=p["batch_size"], progress=progress)
+        fwds[v] = run_variant(bridge, xs, v, heads, batch_size=p.batch_size, progress=progress)
     return decomposition_rows(fwds, roles, {"previous": "L2", "look_back_two": "L5"})
 
 
 def bos_induction(
-    bridge: Any, p: dict[str, Any], setup: Setup, induction: tuple[int, int], progress: str = "L4",
+    bridge: Any, p: AttnOnlySettings, setup: Setup, induction: tuple[int, int], progress: str = "L4",
 ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
     """L4: P([B]) at the final [A] of ``[BOS] A B R1..Rk A`` and of ``A B R1..Rk A`` (A, B, R
     distinct random tokens, the same draws in both conditions), and the induction head's
     attention row at the last query.  Rows: ``condition, quantity (p_B | attention), key_label,
     key_position, value, sd, n_samples``; also the mean rows per condition."""
-    c = p["bos_induction"]
-    k = c["n_random"] + 2
-    draws = distinct_tokens(setup.vocab, c["n_samples"], k, p["seed"] + 2)
+    c = p.bos_induction
+    k = c.n_random + 2
+    draws = distinct_tokens(setup.vocab, c.n_samples, k, p.seed + 2)
     rows, mean_rows = [], {}
     for cond, bos in (("with_bos", setup.bos), ("without_bos", None)):
         x, labels = induction_sequences(draws, bos)
-        f = run_variant(bridge, x, "both", [induction], targets=draws[:, 1], batch_size=p["batch_size"],
+        f = run_variant(bridge, x, "both", [induction], targets=draws[:, 1], batch_size=p.batch_size,
                         progress=f"{progress} {cond}")
         pb = np.exp(f.target_logprob)
         rows.append({"condition": cond, "quantity": "p_B", "key_label": "", "key_position": -1,
@@ -553,7 +551,7 @@ def bos_induction(
 
 
 # --------------------------------------------------------------------------- scorecard rows per rule
-def random_token_scorecard(out: dict[str, Any], p: dict[str, Any], setup: Setup, model: str,
+def random_token_scorecard(out: dict[str, Any], p: AttnOnlySettings, setup: Setup, model: str,
                            artifact: str) -> list[dict[str, Any]]:
     """L1 rows (previous-token head's masses over queries first_query..T−1, its row 1) and the
     head roles (L1 previous, L5 look-back-two, L4 induction)."""
@@ -577,7 +575,7 @@ def random_token_scorecard(out: dict[str, Any], p: dict[str, Any], setup: Setup,
         return scorecard(rows + [("L1", q, None, src["previous"]) for q in names], model, artifact)
     M = out["mean"][setup.heads.index(parse_head(prev))]
     m = {(r["head_name"], r["mass"]): r["value"] for r in out["masses"]}
-    qs = f"queries {p['first_query']}..{M.shape[-1] - 1}, {p['n_sequences']} random-token sequences"
+    qs = f"queries {p.first_query}..{M.shape[-1] - 1}, {p.n_sequences} random-token sequences"
     values = {"prev_head_mass_previous": (m[(prev, "previous")], f"{prev}, key q-1; {qs}"),
               "prev_head_mass_self": (m[(prev, "self")], f"{prev}, key q; {qs}"),
               "prev_head_mass_offset2": (m[(prev, "offset_2")], f"{prev}, key q-2; {qs}")}
@@ -607,12 +605,12 @@ DECOMPOSITION_QUANTITIES = {
 DECOMPOSITION_BOS_QUANTITIES = [("L2", "tokonly_score_bos"), ("L2", "tokonly_pattern_bos"), ("L2", "both_pattern_bos")]
 
 
-def decomposition_scorecard(df: Any, roles: dict[str, str], p: dict[str, Any], bos: bool, model: str,
+def decomposition_scorecard(df: Any, roles: dict[str, str], p: AttnOnlySettings, bos: bool, model: str,
                             artifacts: dict[str, str], missing: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """L2, L3, L5 rows at query ``p['query']`` (and, for L5 'both', masses over queries
+    """L2, L3, L5 rows at query ``p.query`` (and, for L5 'both', masses over queries
     first_query..T−1 of the mean pattern).  A role whose head is :data:`NONE` gets its
     quantities (:data:`DECOMPOSITION_QUANTITIES`) without a value and ``missing[role]`` (why)."""
-    q, fq = p["query"], p["first_query"]
+    q, fq = p.query, p.first_query
     prev, lb2 = roles["previous"], roles["look_back_two"]
     art = {"L2": artifacts["L2"], "L3": artifacts["L3"], "L5": artifacts["L5"]}
     absent: list[dict[str, Any]] = []

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from posmech.errors import PosmechError
 from posmech.settings import Settings
 
 
@@ -57,3 +59,66 @@ class AttnOnlySettings(Settings):
     bos_induction: AttnOnlyBosInductionSettings
     role_min_score: AttnOnlyRoleMinScoreSettings
     pin: dict[str, Any]
+
+    def bos_for(self, entry: Mapping[str, Any]) -> bool:
+        """Whether the sequences of the model of config entry ``entry`` start with BOS:
+        ``bos: model`` follows its ``prepend_bos`` (default true)."""
+        return bool(entry.get("prepend_bos", True)) if self.bos == "model" else bool(self.bos)
+
+    def sequence_lengths(self, bos: bool) -> dict[str, int]:
+        """Length in tokens of every sequence the L rules build, by config key."""
+        b = 1 if bos else 0
+        return {
+            "attn_only.n_tokens": self.n_tokens + b,
+            "attn_only.induction_score.half_length": 2 * self.induction_score.half_length + b,
+            "attn_only.bos_induction.n_random": self.bos_induction.n_random + 4,
+        }
+
+    def longest_sequence(self, *keys: str) -> int:
+        """The longest sequence (tokens, BOS counted) an L rule builds from the settings
+        ``keys`` (``n_tokens``, ``induction_score.half_length``, ``bos_induction.n_random``):
+        its memory estimate's context."""
+        lengths = self.sequence_lengths(True)
+        return max(lengths[f"attn_only.{k}"] for k in keys)
+
+    def check(self) -> None:
+        """Checks the settings alone allow (run when the workflow is parsed and by every rule)."""
+        T = self.n_tokens + 1
+        if not 0 < self.query < T:
+            raise PosmechError(f"attn_only.query: {self.query} is not a query position of BOS + {self.n_tokens} tokens")
+        if not 3 <= self.first_query < T:
+            raise PosmechError(
+                f"attn_only.first_query: {self.first_query} must be >= 3 (offsets -1..-3 then skip BOS) and < {T}")
+        for key, v in (("attn_only.n_sequences", self.n_sequences), ("attn_only.batch_size", self.batch_size),
+                       ("attn_only.induction_score.n_sequences", self.induction_score.n_sequences),
+                       ("attn_only.bos_induction.n_samples", self.bos_induction.n_samples)):
+            if v < 1:
+                raise PosmechError(f"{key}: must be at least 1 (an average over nothing is undefined)")
+
+
+def models(settings: AttnOnlySettings, config: Mapping[str, Any], bos: bool | None = None) -> list[str]:
+    """Models of the ``attn_only`` section (empty: every model); ``bos=True``: only those
+    run with BOS (bos_induction, L4, compares with and without it), ``bos=False`` those
+    without. Replaces common.smk's ``attn_only_models``."""
+    everything = list(config["models"])
+    chosen = [m for m in everything if m in settings.models] if settings.models else everything
+    if bos is None:
+        return chosen
+    return [m for m in chosen if settings.bos_for(config["models"][m]) == bos]
+
+
+def check(settings: AttnOnlySettings, config: Mapping[str, Any]) -> None:
+    """What the config alone tells about the L rules, before any job: the settings
+    (:meth:`AttnOnlySettings.check`), and sequence lengths against the context of trained
+    models (``n_ctx`` in the config). Replaces common.smk's ``check_attn_only`` (same messages)."""
+    settings.check()
+    for m in models(settings, config):
+        entry = config["models"][m]
+        if "train" not in entry:
+            continue
+        for key, n in settings.sequence_lengths(settings.bos_for(entry)).items():
+            if n > entry["train"]["n_ctx"]:
+                raise PosmechError(
+                    f"{key}: sequences of {n} tokens are longer than model `{m}`'s context "
+                    f"(models.{m}.train.n_ctx = {entry['train']['n_ctx']}); lower it"
+                )
