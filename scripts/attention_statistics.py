@@ -11,31 +11,30 @@ from posmech.runner import run
 
 
 def main(smk, log):
-    model, entry, t, a = smk.wildcards.model, smk.params.entry, dict(smk.params.taxonomy), smk.params.anatomy
+    model, entry, t, a = smk.wildcards.model, smk.params.entry, smk.params.settings, smk.params.anatomy
     man = read_manifest(smk.input.manifest)
     tokens = read_tokens(smk.input.tokens)
-    docs_t, ctx_t = full_context_documents(tokens, t["n_documents"], t["context"])
-    if len(docs_t) < t["n_documents"]:
+    docs_t, ctx_t = full_context_documents(tokens, t.n_documents, t.context)
+    if len(docs_t) < t.n_documents:
         log.warning("taxonomy: only %d of %d documents of corpus %s have %d tokens; using them", len(docs_t),
-                    t["n_documents"], t["corpus"], ctx_t)
+                    t.n_documents, t.corpus, ctx_t)
     docs_a, opts, ctx_a = None, None, None
     if a is not None:
-        a = dict(a)
         if smk.input.anatomy_tokens != smk.input.tokens:  # the same corpus (the default): read once
             tokens = read_tokens(smk.input.anatomy_tokens)
-        docs_a, ctx_a, _ = long_documents(tokens, a["n_documents"], a["context"])
-        if len(docs_a) < a["n_documents"]:
-            log.warning("anatomy: only %d of %d documents have %d tokens; using them", len(docs_a), a["n_documents"],
+        docs_a, ctx_a, _ = long_documents(tokens, a.n_documents, a.context)
+        if len(docs_a) < a.n_documents:
+            log.warning("anatomy: only %d of %d documents have %d tokens; using them", len(docs_a), a.n_documents,
                         ctx_a)
-        opts = st.ProfileOptions(a["window"], a["rows_per_document"], a["first_query"], a["batch_size"])
+        opts = st.ProfileOptions.of(a)
     bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
-    stats, profiles, shared = st.attention_statistics(bridge, docs_t, t["batch_size"], t["exclude_first_query"],
+    stats, profiles, shared = st.attention_statistics(bridge, docs_t, t.batch_size, t.exclude_first_query,
                                                       docs_a, opts)
-    attrs = {"model": model, "taxonomy_corpus": t["corpus"], "taxonomy_context": ctx_t,
-             "exclude_first_query": t["exclude_first_query"], "n_shared_documents": shared,
-             "anatomy_corpus": None if a is None else a["corpus"], "anatomy_context": ctx_a,
-             "rows_per_document": None if a is None else a["rows_per_document"],
-             "first_query": None if a is None else a["first_query"],
+    attrs = {"model": model, "taxonomy_corpus": t.corpus, "taxonomy_context": ctx_t,
+             "exclude_first_query": t.exclude_first_query, "n_shared_documents": shared,
+             "anatomy_corpus": None if a is None else a.corpus, "anatomy_context": ctx_a,
+             "rows_per_document": None if a is None else a.rows_per_document,
+             "first_query": None if a is None else a.first_query,
              "resolved_revision": man["resolved_revision"], "processing": entry["processing"]}
     st.write_statistics(smk.output.h5, stats, profiles, attrs)
     log.info("%d taxonomy documents%s; %d run once for both", stats.n_documents,

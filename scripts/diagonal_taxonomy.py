@@ -10,23 +10,23 @@ from posmech.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
-    model, p = smk.wildcards.model, dict(smk.params.taxonomy)
+    model, p = smk.wildcards.model, smk.params.settings
     man = read_manifest(smk.input.manifest)
     stats, _, attrs = read_statistics(smk.input.statistics)
     context = attrs["taxonomy_context"]
     per_head, diagonals, chosen, meta = analyse_taxonomy(
-        stats, model, p["early_top_n"], (p["pin"] or {}).get(model), attrs["exclude_first_query"], p["tie_rtol"])
-    meta = {"claim": "P6,P7", "model": model, "corpus": p["corpus"], "context": context, **meta,
+        stats, model, p.early_top_n, p.pinned(model), attrs["exclude_first_query"], p.tie_rtol)
+    meta = {"claim": "P6,P7", "model": model, "corpus": p.corpus, "context": context, **meta,
             "resolved_revision": man["resolved_revision"], "processing": attrs["processing"]}
     write_table(per_head, smk.output.table, meta)
     write_table(diagonals, smk.output.diagonals, meta)
     write_table(chosen, smk.output.heads, {k: meta[k] for k in ("claim", "model", "corpus", "n_documents", "pin")})
     taxonomy_figure(per_head, chosen, meta, model, smk.output.figure)
-    card = taxonomy_scorecard(per_head, meta, model, p["corpus"], context, smk.output.figure, smk.output.table)
+    card = taxonomy_scorecard(per_head, meta, model, p.corpus, context, smk.output.figure, smk.output.table)
     write_table(scorecard_rows(card), smk.output.scorecard)
     if meta["n_heads_with_ties"]:
         log.info("%d heads have offsets tied for the largest mean diagonal (relative tolerance %g); "
-                 "ties go to the smallest offset", meta["n_heads_with_ties"], p["tie_rtol"])
+                 "ties go to the smallest offset", meta["n_heads_with_ties"], p.tie_rtol)
     log.info("%d of %d heads are previous-token heads; chosen %s", meta["n_previous_token_heads"], meta["n_heads"],
              ", ".join(f"{r.role} {r.head_name}" for r in chosen.itertuples()))
 

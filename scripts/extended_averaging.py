@@ -6,7 +6,6 @@ from posmech.analyses.attention import parse_head
 from posmech.analyses.geometry import read_extended_artifact
 from posmech.analyses.taxonomy import read_chosen_heads
 from posmech.analyses.posembed import group_average
-from posmech.config import scale_to_context
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import interventions as plots
@@ -15,8 +14,8 @@ from posmech.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
-    model, entry, cfg = smk.wildcards.model, smk.params.entry, smk.params.cfg
-    k = cfg["extended_averaging"]["group_size"]
+    model, entry, s = smk.wildcards.model, smk.params.entry, smk.params.settings
+    k = s.extended_averaging.group_size
     man = read_manifest(smk.input.manifest)
     bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     heads = read_chosen_heads(smk.input.heads)
@@ -25,14 +24,14 @@ def main(smk, log):
     layers = sorted({parse_head(h)[0] for h in roles})
     deltas = {l: iv.extended_shift(ext.extended[l], k, ext.first_token_position, group_average) for l in layers}
     toks = read_tokens(smk.input.tokens)
-    cfg = scale_to_context("interventions", cfg, int(toks.attrs["n_ctx"]))  # min_tokens, zoom null: scaled
-    docs = iv.select_documents(toks, cfg["n_documents"], cfg["min_tokens"], cfg["max_tokens"])
+    s = s.scaled(int(toks.attrs["n_ctx"]))  # min_tokens, zoom null: scaled
+    docs = iv.select_documents(toks, s.n_documents, s.min_tokens, s.max_tokens)
     measured = sorted(roles, key=parse_head)  # by layer: the figure reads top (early) to bottom
     with iv.unchanged(bridge):
-        rows, zooms = iv.extended_averaging(bridge, docs, measured, deltas, cfg["zoom"], cfg["zoom_start"])
+        rows, zooms = iv.extended_averaging(bridge, docs, measured, deltas, s.zoom, s.zoom_start)
     params = {"group_size": k, "first_averaged_position": ext.first_token_position, "corpus": smk.params.corpus}
     df = iv.tidy(rows, "P15", model, params).assign(role=lambda d: d["head_name"].map(roles))
-    write_table(df, smk.output.table, iv.table_meta(man, entry, cfg, heads, extended_tokens=int(len(ext.tokens))))
+    write_table(df, smk.output.table, iv.table_meta(man, entry, s, heads, extended_tokens=int(len(ext.tokens))))
     dmg = iv.damage(df)
     plots.extended_patterns(zooms, dmg, model, k, smk.output.figure)
     write_table(scorecard_rows(iv.extended_scorecard(df, model, smk.output.figure)), smk.output.scorecard)

@@ -13,7 +13,8 @@ from posmech.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
-    model, entry, cfg = smk.wildcards.model, smk.params.entry, smk.params.cfg["induction_intervention"]
+    model, entry, s = smk.wildcards.model, smk.params.entry, smk.params.settings
+    cfg = s.induction_intervention
     man = read_manifest(smk.input.manifest)
     bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     heads = read_chosen_heads(smk.input.heads)
@@ -23,16 +24,16 @@ def main(smk, log):
     bos = bridge.tokenizer.bos_token_id if entry["prepend_bos"] else None
     prompt = iv.build_induction_prompt(spec, bridge.tokenizer, bos, int(bridge.cfg.n_ctx), smk.input.prompt)
     with iv.unchanged(bridge):
-        rows, pats = iv.induction_intervention(bridge, prompt, sharp, cfg["output_scale"])
-    params = {**head_columns(sharp), "output_scale": cfg["output_scale"], "prompt_file": cfg["prompt"],
+        rows, pats = iv.induction_intervention(bridge, prompt, sharp, cfg.output_scale)
+    params = {**head_columns(sharp), "output_scale": cfg.output_scale, "prompt_file": cfg.prompt,
               "redirects": [f"{q}->{k}" for q, k in prompt.redirects.items()], "n_prompt_tokens": len(prompt.tokens)}
     df = iv.tidy(rows, "P16", model, params)
     meta = {"words": spec["words"], "positions": prompt.positions, "redirect": spec["redirect"],
             "targets_tokens": prompt.targets, "dropped_variants": prompt.dropped}
-    write_table(df, smk.output.table, iv.table_meta(man, entry, smk.params.cfg, heads, **meta))
+    write_table(df, smk.output.table, iv.table_meta(man, entry, s, heads, **meta))
     a, b = prompt.positions["before_a"][0], prompt.positions["c"][1] + 1
     labels = [bridge.tokenizer.decode([int(t)]).replace(" ", "␣") for t in prompt.tokens[a:b]]
-    plots.induction_bars(df, pats, (a, b), labels, model, sharp, cfg["output_scale"], smk.output.figure)
+    plots.induction_bars(df, pats, (a, b), labels, model, sharp, cfg.output_scale, smk.output.figure)
     redirected = str(spec["words"]["c"]).strip().lower()  # the word the redirect makes the model predict
     write_table(scorecard_rows(iv.induction_scorecard(df, model, smk.output.figure, redirected)), smk.output.scorecard)
     log.info("%s", df[["condition", "target", "probability"]].to_string(index=False))

@@ -4,7 +4,6 @@ in the early layers; the sharp head's previous-token mass and pattern before/aft
 from posmech.analyses import interventions as iv
 from posmech.analyses.attention import head_columns
 from posmech.analyses.taxonomy import read_chosen_heads
-from posmech.config import scale_to_context
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import interventions as plots
@@ -13,25 +12,25 @@ from posmech.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
-    model, entry, cfg = smk.wildcards.model, smk.params.entry, smk.params.cfg
-    ko = cfg["prev_knockout"]
+    model, entry, s = smk.wildcards.model, smk.params.entry, smk.params.settings
+    ko = s.prev_knockout
     man = read_manifest(smk.input.manifest)
     bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     heads = read_chosen_heads(smk.input.heads)
     sharp = heads["sharp"][0]
-    layers = iv.knockout_layers(ko["layers"], sharp)
+    layers = iv.knockout_layers(ko.layers, sharp)
     if not layers:
         log.warning("no layer to knock out (sharp head %s is in layer 0): every condition equals intact", sharp)
     toks = read_tokens(smk.input.tokens)
-    cfg = scale_to_context("interventions", cfg, int(toks.attrs["n_ctx"]))  # min_tokens, zoom null: scaled
-    docs = iv.select_documents(toks, cfg["n_documents"], cfg["min_tokens"], cfg["max_tokens"])
+    s = s.scaled(int(toks.attrs["n_ctx"]))  # min_tokens, zoom null: scaled
+    docs = iv.select_documents(toks, s.n_documents, s.min_tokens, s.max_tokens)
     with iv.unchanged(bridge):
-        rows, zoom = iv.prev_knockout(bridge, docs, sharp, layers, ko["period"], ko["phase"], cfg["zoom"], cfg["zoom_start"])
-    params = {**head_columns(sharp), "layers": layers, "period": ko["period"], "phase": ko["phase"], "corpus": smk.params.corpus}
+        rows, zoom = iv.prev_knockout(bridge, docs, sharp, layers, ko.period, ko.phase, s.zoom, s.zoom_start)
+    params = {**head_columns(sharp), "layers": layers, "period": ko.period, "phase": ko.phase, "corpus": smk.params.corpus}
     df = iv.tidy(rows, "P5", model, params)
-    write_table(df, smk.output.table, iv.table_meta(man, entry, cfg, heads, prev_mass="attention[q, q-1], queries q >= 1"))
+    write_table(df, smk.output.table, iv.table_meta(man, entry, s, heads, prev_mass="attention[q, q-1], queries q >= 1"))
     masses = iv.pooled(df[df["query_set"] == "all"], ["condition"]).to_dict()
-    plots.knockout_patterns(zoom, masses, model, layers, ko["period"], smk.output.figure)
+    plots.knockout_patterns(zoom, masses, model, layers, ko.period, smk.output.figure)
     write_table(scorecard_rows(iv.knockout_scorecard(df, model, smk.output.figure)), smk.output.scorecard)
     log.info("%s prev-token mass %s over %d documents", sharp, {k: round(v, 4) for k, v in masses.items()}, len(docs))
 

@@ -4,7 +4,6 @@ token equals the current one vs elsewhere, on web-text documents."""
 from posmech.analyses import interventions as iv
 from posmech.analyses.attention import head_columns
 from posmech.analyses.taxonomy import read_chosen_heads
-from posmech.config import scale_to_context
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import interventions as plots
@@ -13,18 +12,18 @@ from posmech.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
-    model, entry, cfg = smk.wildcards.model, smk.params.entry, smk.params.cfg
+    model, entry, s = smk.wildcards.model, smk.params.entry, smk.params.settings
     man = read_manifest(smk.input.manifest)
     bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     heads = read_chosen_heads(smk.input.heads)
     sharp = heads["sharp"][0]
     toks = read_tokens(smk.input.tokens)
-    cfg = scale_to_context("interventions", cfg, int(toks.attrs["n_ctx"]))  # min_tokens, zoom null: scaled
-    docs = iv.select_documents(toks, cfg["n_documents"], cfg["min_tokens"], cfg["max_tokens"])
+    s = s.scaled(int(toks.attrs["n_ctx"]))  # min_tokens, zoom null: scaled
+    docs = iv.select_documents(toks, s.n_documents, s.min_tokens, s.max_tokens)
     with iv.unchanged(bridge):
-        rows, zoom = iv.repeated_tokens(bridge, docs, sharp, cfg["zoom"], cfg["repeated_tokens"]["context"])
+        rows, zoom = iv.repeated_tokens(bridge, docs, sharp, s.zoom, s.repeated_tokens.context)
     df = iv.tidy(rows, "P14", model, {**head_columns(sharp), "corpus": smk.params.corpus})
-    write_table(df, smk.output.table, iv.table_meta(man, entry, cfg, heads))
+    write_table(df, smk.output.table, iv.table_meta(man, entry, s, heads))
     plots.repeated_tokens(df, zoom, model, smk.output.figure)
     card = iv.repeated_scorecard(df, model, smk.output.figure)
     write_table(scorecard_rows(card), smk.output.scorecard)

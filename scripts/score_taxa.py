@@ -1,8 +1,6 @@
 """Rule score_taxa: every head's score profile around the diagonal over many documents and
 query positions; features (dip, bump, trend), taxa and the P6 split (P13)."""
 
-from dataclasses import asdict
-
 from posmech.analyses import anatomy as sa
 from posmech.analyses.taxonomy.statistics import read_statistics
 from posmech.analyses.taxonomy import read_chosen_heads, strict_early_heads
@@ -12,15 +10,15 @@ from posmech.tables import claim_columns, read_table, scorecard_rows, write_tabl
 
 
 def main(smk, log):
-    model, p = smk.wildcards.model, dict(smk.params.anatomy)
-    th = sa.Thresholds.from_config(p["taxa"])
+    model, p = smk.wildcards.model, smk.params.settings
+    th = p.taxa
     _, prof, attrs = read_statistics(smk.input.statistics, need_profiles=True)
     context = attrs["anatomy_context"]
     taxa = sa.classify_taxa(prof.features, th)
     split = sa.split_of_previous_token_heads(taxa, read_table(smk.input.taxonomy))
-    meta = {"claim": "P13", "model": model, "corpus": p["corpus"], "context": context,
-            "n_documents": prof.n_documents, "n_rows_per_head": int(prof.features.shape[2]), "window": p["window"],
-            "rows_per_document": p["rows_per_document"], "thresholds": asdict(th), "flat_rtol": sa.FLAT_RTOL,
+    meta = {"claim": "P13", "model": model, "corpus": p.corpus, "context": context,
+            "n_documents": prof.n_documents, "n_rows_per_head": int(prof.features.shape[2]), "window": p.window,
+            "rows_per_document": p.rows_per_document, "thresholds": th.as_dict(), "flat_rtol": sa.FLAT_RTOL,
             "max_abs_diff_vs_hook_attn_scores": prof.max_check_error, "prev_token_heads_by_taxon": split,
             "processing": attrs["processing"]}
     claim_columns(taxa, "P13", model)
@@ -31,8 +29,8 @@ def main(smk, log):
     chosen = read_chosen_heads(smk.input.heads)
     roles = {h: r for r in ("early", "sharp") for h in chosen[r]}
     taxa_figure(taxa, profiles, th, roles, f"P13 {model}: score taxa of every head ({prof.n_documents} documents, "
-                f"{meta['n_rows_per_head']} rows per head, window ±{p['window']})", smk.output.figure)
-    detail = f"{prof.n_documents} {p['corpus']} documents of {context} tokens, {meta['n_rows_per_head']} rows per head"
+                f"{meta['n_rows_per_head']} rows per head, window ±{p.window})", smk.output.figure)
+    detail = f"{prof.n_documents} {p.corpus} documents of {context} tokens, {meta['n_rows_per_head']} rows per head"
     rows = sa.score_taxa_scorecard(taxa, split, strict_early_heads(chosen), model, detail, smk.output.table)
     write_table(scorecard_rows(rows), smk.output.scorecard)
     for t in sa.TAXA[:2]:

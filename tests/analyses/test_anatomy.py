@@ -11,6 +11,7 @@ from posmech.analyses import anatomy as sa
 from posmech.errors import PosmechError
 from posmech.models import handbuilt as hb
 from posmech.models.loading import load_bridge
+from posmech.settings import defaults
 
 N = 40
 W = 5
@@ -92,7 +93,7 @@ def test_features_are_stable_under_gaussian_noise(sigma):
     dip γ = 3, the bump β = 4): median features move by < 0.1 (sigma 0.1) / 0.25 (sigma
     0.3) row spreads, and the taxa do not change."""
     rng = np.random.default_rng(1)
-    th = sa.Thresholds()
+    th = defaults("anatomy").taxa
     n = 400
     clean = np.stack([_windows(dark(n)), _windows(bright(n)), _windows(np.zeros((n, n)))])
     noisy = np.stack([_windows(S + sigma * ALPHA * rng.normal(size=(n, n)))
@@ -115,10 +116,11 @@ def test_taxon_rules_follow_the_thresholds():
         f[0, 0, k:] = [-1.0, -1.0, -1.0]
         return f
 
-    th = sa.Thresholds(row_min=0.25, dip_min=0.5, bump_min=0.5, fraction_min=0.7, trend_min=0.0)
+    th = defaults("anatomy", taxa={"row_min": 0.25, "dip_min": 0.5, "bump_min": 0.5, "fraction_min": 0.7,
+                                   "trend_min": 0.0}).taxa
     assert sa.classify_taxa(feats(1.0, 0, 1), th)["taxon"][0] == "dark diagonal"
     assert sa.classify_taxa(feats(1.0, 0, -1), th)["taxon"][0] == "neither"  # later keys must not score lower
-    assert sa.classify_taxa(feats(1.0, 0, -1), sa.Thresholds(trend_min=None))["taxon"][0] == "dark diagonal"
+    assert sa.classify_taxa(feats(1.0, 0, -1), th.replace(trend_min=None))["taxon"][0] == "dark diagonal"
     assert sa.classify_taxa(feats(1.0, 0, 1, frac=0.6), th)["taxon"][0] == "neither"  # too few rows show it
     assert sa.classify_taxa(feats(0, 2.0, 0), th)["taxon"][0] == "bright sub-diagonal"
     assert sa.classify_taxa(feats(0.6, 2.0, 1), th)["taxon"][0] == "bright sub-diagonal"  # both: 4x > 1.2x
@@ -132,7 +134,7 @@ def test_hand_built_heads_get_their_taxa(bridge):
     prof = sa.score_profiles(bridge, _docs(3), W, None, batch_size=2)
     assert prof.windows.shape == (1, 4, 3 * (N - 2 * W - 1), 2 * W + 1)
     assert prof.max_check_error < 1e-3
-    taxa = sa.classify_taxa(prof.features, sa.Thresholds()).set_index("head_name")
+    taxa = sa.classify_taxa(prof.features, defaults("anatomy").taxa).set_index("head_name")
     assert taxa["taxon"].to_dict() == EXPECTED
     o = sa.offsets(W)
     spread = (ALPHA * o - GAMMA * (o == 0)).std()
@@ -232,3 +234,11 @@ def test_score_taxa_scorecard_is_every_p13_row():
     assert rows[0]["value"] == ["L0H0"] and rows[1]["value"] == ["L1H0"]
     assert rows[-1]["value"] == 0.5 and all(r["claim"] == "P13" and r["model"] == "m" for r in rows)
     assert sa.score_taxa_scorecard(taxa, {}, [], "m", "d", "t.csv")[-1]["value"] is None  # no early head
+
+
+def test_anatomy_settings_resolve_the_corpus_and_the_pass_models():
+    config = {"corpora": {"web": {}, "bible": {}}, "models": {"a": {}, "b": {}}, "anatomy": {"models": ["b"]}}
+    s = defaults("anatomy", config, models=["b"], heads={"b": ["L0H1"]})
+    assert s.corpus == "web" and s.pinned("b") == ["L0H1"] and s.pinned("a") is None
+    assert s.for_pass(config, "b") is s and s.for_pass(config, "a") is None
+    assert set(s.taxa.as_dict()) == {"row_min", "dip_min", "bump_min", "fraction_min", "trend_min"}

@@ -16,6 +16,7 @@ from posmech.analyses.posembed import group_average
 from posmech.errors import PosmechError
 from posmech.models import handbuilt as hb
 from posmech.models.loading import load_bridge, load_model
+from posmech.settings import defaults
 
 N = 12  # context of the hand-built models
 V = 8  # vocabulary of the copy model
@@ -536,3 +537,18 @@ def test_documents_of_equal_length_share_passes_with_the_same_results(two_prev_d
             assert a.matrices.keys() == b.matrices.keys()
             for key in a.matrices:
                 np.testing.assert_allclose(a.matrices[key], b.matrices[key], atol=1e-6)
+
+
+def test_table_meta_records_the_section_as_configured():
+    """The tables record the ``interventions`` section as the config gives it (corpus null
+    stays null; context-scaled keys as the job scaled them), and its hash."""
+    from posmech.config import config_hash, scale_to_context
+
+    s = defaults("interventions", corpus=None, prev_knockout={"layers": [0, 1]})
+    raw = s.as_dict()
+    assert raw["corpus"] is None and raw["prev_knockout"]["layers"] == [0, 1]
+    assert s.corpus_or_first({"corpora": {"web": {}, "bible": {}}}) == "web"
+    entry = {"processing": "compatibility"}
+    meta = iv.table_meta({"source": "x"}, entry, s.scaled(128), {"sharp": ["L1H0"]})
+    assert meta["interventions_config"] == scale_to_context("interventions", raw, 128)
+    assert meta["config_hash"] == config_hash({"model": entry, "interventions": scale_to_context("interventions", raw, 128)})

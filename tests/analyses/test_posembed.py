@@ -226,3 +226,11 @@ def test_p_tables_put_claim_model_and_role_in_front():
     attention_table(heads, {"sharp": ["L1H0"], "early": ["L0H1", "L0H0"]}, "m")
     assert list(heads.columns[:4]) == ["claim", "model", "role", "head_name"]
     assert heads["role"].tolist() == ["sharp", "early", "early"] and (heads["claim"] == "P4").all()
+
+
+def test_posembed_settings_resolve_the_corpus():
+    from posmech.settings import defaults
+
+    config = {"corpora": {"web": {}, "bible": {}}}
+    assert defaults("posembed_averaging", config).corpus == "web"
+    assert defaults("posembed_attention", config, corpus="bible").corpus == "bible"

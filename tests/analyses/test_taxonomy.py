@@ -279,3 +279,11 @@ def test_full_context_documents_selects_long_documents_and_names_the_key():
     assert ctx == 9 and [len(d) for d in docs] == [9, 9, 9, 9]
     with pytest.raises(PosmechError, match="taxonomy.context"):
         full_context_documents(ts, 2, 20)
+
+
+def test_taxonomy_settings_resolve_the_corpus_and_the_pins():
+    from posmech.settings import defaults
+
+    s = defaults("taxonomy", {"corpora": {"web": {}, "bible": {}}}, pin={"gpt2": {"sharp": "L4H11"}})
+    assert s.corpus == "web" and s.pinned("gpt2") == {"sharp": "L4H11"} and s.pinned("other") is None
+    assert defaults("taxonomy", corpus="bible").corpus == "bible"

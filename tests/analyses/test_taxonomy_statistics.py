@@ -14,6 +14,7 @@ from posmech.analyses import taxonomy as tx
 from posmech.errors import PosmechError
 from posmech.models import handbuilt as hb
 from posmech.models.loading import load_bridge
+from posmech.settings import defaults
 
 N, W = 40, 5
 HEADS = {(0, 0): 1.0 * (np.arange(N)[None, :] - np.arange(N)[:, None]) - 3.0 * np.eye(N),
@@ -50,7 +51,7 @@ def _same_profiles(a: sa.ScoreProfiles, b: sa.ScoreProfiles) -> None:
     assert (a.n_documents, a.n_tokens, a.window) == (b.n_documents, b.n_tokens, b.window)
 
 
-OPTS = st.ProfileOptions(window=W, rows_per_document=7, first_query=None, batch_size=1)
+OPTS = st.ProfileOptions.of(defaults("anatomy", window=W, rows_per_document=7, first_query=None, batch_size=1))
 
 
 def test_shared_documents_run_once_and_equal_the_separate_passes(bridge):
@@ -63,7 +64,7 @@ def test_shared_documents_run_once_and_equal_the_separate_passes(bridge):
     _same_profiles(prof, sa.score_profiles(bridge, docs_a, W, 7))
     assert prof.max_check_error < 1e-3  # the first batch still checks the windows against hook_attn_scores
     # the planted taxa come out of the shared pass as out of a separate one
-    taxa = sa.classify_taxa(prof.features, sa.Thresholds()).set_index("head_name")["taxon"]
+    taxa = sa.classify_taxa(prof.features, defaults("anatomy").taxa).set_index("head_name")["taxon"]
     assert (taxa["L0H0"], taxa["L0H1"]) == ("dark diagonal", "bright sub-diagonal")
 
 

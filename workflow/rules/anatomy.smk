@@ -15,7 +15,7 @@ rule anatomy:
     """
     input:
         manifest=rules.fetch_model.output.manifest,
-        tokens=section_tokens("anatomy"),
+        tokens=lambda wc: tokens_file(wc, SETTINGS.anatomy.corpus),
         heads=rules.taxonomy.output.diagonal_taxonomy__heads,
         statistics=rules.taxonomy.output.attention_statistics__h5,
         taxonomy=rules.taxonomy.output.diagonal_taxonomy__table,
@@ -70,7 +70,7 @@ rule anatomy:
         runtime=heavy_runtime_for(1, 1),
     params:
         entry=model_entry,
-        anatomy=section_params("anatomy"),
+        settings=SETTINGS.anatomy,
     script:
         "../../scripts/anatomy_family.py"
 

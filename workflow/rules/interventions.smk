@@ -11,9 +11,13 @@ rule interventions:
     """
     input:
         manifest=rules.fetch_model.output.manifest,
-        tokens=interventions_tokens,
+        tokens=lambda wc: tokens_file(
+            wc, SETTINGS.interventions.corpus_or_first(config)
+        ),
         heads=rules.taxonomy.output.diagonal_taxonomy__heads,
-        prompt=induction_prompt,
+        prompt=lambda wc: repo_file(
+            SETTINGS.interventions.induction_intervention.prompt
+        ),
     output:
         prev_knockout__table=report(
             "results/{model}/interventions/prev_knockout.csv",
@@ -71,8 +75,8 @@ rule interventions:
         runtime=heavy_runtime_for(6, config["interventions"]["n_documents"]),
     params:
         entry=model_entry,
-        cfg=interventions_params,
-        corpus=interventions_corpus,
+        settings=SETTINGS.interventions,
+        corpus=lambda wc: SETTINGS.interventions.corpus_or_first(config),
     script:
         "../../scripts/interventions_family.py"
 
@@ -81,7 +85,9 @@ rule extended_averaging:
     """Average the extended positional embeddings just before each chosen head's layer (P15)."""
     input:
         manifest=rules.fetch_model.output.manifest,
-        tokens=interventions_tokens,
+        tokens=lambda wc: tokens_file(
+            wc, SETTINGS.interventions.corpus_or_first(config)
+        ),
         heads=rules.taxonomy.output.diagonal_taxonomy__heads,
         extended=rules.geometry.output.extended_positional_embeddings__h5,
     output:
@@ -113,8 +119,8 @@ rule extended_averaging:
         runtime=heavy_runtime_for(3, config["interventions"]["n_documents"]),
     params:
         entry=model_entry,
-        cfg=interventions_params,
-        corpus=interventions_corpus,
+        settings=SETTINGS.interventions,
+        corpus=lambda wc: SETTINGS.interventions.corpus_or_first(config),
     script:
         "../../scripts/extended_averaging.py"
 

@@ -8,12 +8,12 @@ rule posembed_averaging:
     prompt probabilities (P3); the model is restored bitwise after each k."""
     input:
         manifest=rules.fetch_model.output.manifest,
-        tokens=section_tokens("posembed_averaging"),
+        tokens=lambda wc: tokens_file(wc, SETTINGS.posembed_averaging.corpus),
         corpus=lambda wc: output_of(
             rules.prepare_corpus.output.jsonl,
-            corpus=section_params("posembed_averaging")()["corpus"],
+            corpus=SETTINGS.posembed_averaging.corpus,
         ),
-        prompts=repo_file(config["posembed_averaging"]["prompts"]),
+        prompts=repo_file(SETTINGS.posembed_averaging.prompts),
     output:
         table=report(
             "results/{model}/posembed/averaging.csv",
@@ -43,7 +43,7 @@ rule posembed_averaging:
         runtime=heavy_runtime_for(4, config["posembed_averaging"]["n_documents"]),
     params:
         entry=model_entry,
-        averaging=section_params("posembed_averaging"),
+        settings=SETTINGS.posembed_averaging,
     script:
         "../../scripts/posembed_averaging.py"
 
@@ -52,7 +52,7 @@ rule posembed_attention:
     """The chosen heads' attention window on a document, intact vs W_pos averaged (P4)."""
     input:
         manifest=rules.fetch_model.output.manifest,
-        tokens=section_tokens("posembed_attention"),
+        tokens=lambda wc: tokens_file(wc, SETTINGS.posembed_attention.corpus),
         heads=rules.taxonomy.output.diagonal_taxonomy__heads,
     output:
         table=report(
@@ -84,7 +84,7 @@ rule posembed_attention:
         runtime=heavy_runtime_for(4, 1),
     params:
         entry=model_entry,
-        attention=section_params("posembed_attention"),
+        settings=SETTINGS.posembed_attention,
     script:
         "../../scripts/posembed_attention.py"
 

@@ -52,8 +52,8 @@ rule taxonomy:
         ),
     params:
         entry=model_entry,
-        taxonomy=section_params("taxonomy"),
-        anatomy=anatomy_pass_params,
+        settings=SETTINGS.taxonomy,
+        anatomy=lambda wc: SETTINGS.anatomy.for_pass(config, wc.model),
     script:
         "../../scripts/taxonomy_family.py"
 

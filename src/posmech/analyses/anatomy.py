@@ -31,7 +31,8 @@ A row whose spread is at most :data:`FLAT_RTOL` times its largest absolute score
 constant window, e.g. a uniform head) shows no feature: its features are 0.  A head's
 feature is the **median** over its rows (documents × sampled query positions), and
 ``frac_<feature>`` the fraction of rows whose feature exceeds ``row_min``.  Taxa
-(thresholds in config, :class:`Thresholds`):
+(thresholds: config ``anatomy.taxa``,
+:class:`posmech.settings.anatomy.AnatomyTaxaSettings`):
 
 * ``dark diagonal``: median dip ≥ ``dip_min``, ``frac_dip`` ≥ ``fraction_min`` and median
   trend ≥ ``trend_min`` (``None``: no trend condition);
@@ -57,6 +58,7 @@ import pandas as pd
 from posmech.analyses.attention import check_head, head_name, parse_head, run_collectors
 from posmech.errors import PosmechError
 from posmech.models.architecture import score_divisor
+from posmech.settings.anatomy import AnatomyTaxaSettings
 
 LOG = logging.getLogger(__name__)
 
@@ -409,21 +411,6 @@ def centre_rows(M: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- score taxa
-@dataclass(frozen=True)
-class Thresholds:
-    """Taxon thresholds (config ``anatomy.taxa``); see the module docstring."""
-
-    row_min: float = 0.25
-    dip_min: float = 0.5
-    bump_min: float = 0.5
-    fraction_min: float = 0.7
-    trend_min: float | None = 0.0
-
-    @classmethod
-    def from_config(cls, cfg: dict[str, Any]) -> Thresholds:
-        return cls(**{k: cfg[k] for k in ("row_min", "dip_min", "bump_min", "fraction_min", "trend_min") if k in cfg})
-
-
 def offsets(window: int) -> np.ndarray:
     """Key offsets ``-window..window`` of a row window."""
     return np.arange(-window, window + 1)
@@ -611,7 +598,7 @@ def score_profiles(
     return col.result()
 
 
-def classify_taxa(features: np.ndarray, thresholds: Thresholds) -> pd.DataFrame:
+def classify_taxa(features: np.ndarray, thresholds: AnatomyTaxaSettings) -> pd.DataFrame:
     """One row per head from row features ``[n_layers, n_heads, n_rows, 3]``: ``layer,
     head`` (ints), ``head_name``, the medians ``dip, bump, trend``, the fractions of rows above
     ``row_min`` ``frac_dip, frac_bump, frac_trend``, ``n_rows`` and ``taxon``."""

@@ -39,6 +39,7 @@ import numpy as np
 
 from posmech.analyses.attention import check_head, equal_length_batches, parse_head, prev_token_mass, window_block
 from posmech.errors import PosmechError
+from posmech.settings.interventions import InterventionsSettings
 
 LOG = logging.getLogger(__name__)
 
@@ -724,11 +725,13 @@ def induction_scorecard(df: Any, model: str, artifact: str, redirected: str | No
     return out
 
 
-def table_meta(man: dict[str, Any], entry: dict[str, Any], cfg: dict[str, Any], heads: dict[str, list[str]],
-               **extra: Any) -> dict[str, Any]:
-    """Metadata lines of an intervention table: model provenance, chosen heads, the config."""
+def table_meta(man: dict[str, Any], entry: dict[str, Any], settings: InterventionsSettings,
+               heads: dict[str, list[str]], **extra: Any) -> dict[str, Any]:
+    """Metadata lines of an intervention table: model provenance, chosen heads, the
+    ``interventions`` section as ``settings`` gives it (corpus as configured, null too)."""
     from posmech.config import config_hash
 
+    cfg = settings.as_dict()
     return {"model_source": man.get("source"), "resolved_revision": man.get("resolved_revision"),
             "processing": entry["processing"], "chosen_heads": heads, "interventions_config": cfg,
             "config_hash": config_hash({"model": entry, "interventions": cfg}), **extra}

@@ -14,8 +14,9 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FixedLocator
 
-from posmech.analyses.anatomy import TAXA, Thresholds, centre_rows, offsets, row_windows
+from posmech.analyses.anatomy import TAXA, centre_rows, offsets, row_windows
 from posmech.plots import MASKED, save
+from posmech.settings.anatomy import AnatomyTaxaSettings
 
 TAXON_COLOURS = {TAXA[0]: "tab:blue", TAXA[1]: "tab:red", TAXA[2]: "0.6"}
 COLUMNS = ("raw scores (future incl.)", "masked scores", "pattern (softmax)", "row window q−{W}…q+{W}")
@@ -194,14 +195,14 @@ def _colorbar(fig: Any, im: Any, cax: Any, label: str | None, **kw: Any) -> None
 SMALL = {"font.size": 7, "axes.titlesize": 8, "axes.labelsize": 7, "xtick.labelsize": 6, "ytick.labelsize": 6}
 
 
-def taxa_figure(taxa: pd.DataFrame, profiles: pd.DataFrame, thresholds: Thresholds, chosen: dict[str, str],
+def taxa_figure(taxa: pd.DataFrame, profiles: pd.DataFrame, thresholds: AnatomyTaxaSettings, chosen: dict[str, str],
                 title: str, path: str | os.PathLike[str]) -> None:
     """See :func:`_taxa_figure` (drawn 8 in wide, the report's column)."""
     with plt.rc_context(SMALL):
         _taxa_figure(taxa, profiles, thresholds, chosen, title, path)
 
 
-def _taxa_figure(taxa: pd.DataFrame, profiles: pd.DataFrame, thresholds: Thresholds, chosen: dict[str, str],
+def _taxa_figure(taxa: pd.DataFrame, profiles: pd.DataFrame, thresholds: AnatomyTaxaSettings, chosen: dict[str, str],
                  title: str, path: str | os.PathLike[str]) -> None:
     """Top left: every head's median dip vs median bump (colour: taxon; dashed: thresholds;
     classified and chosen heads labelled). Top right: the taxon of every head on the layer ×

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
-from posmech.settings import Settings
+from posmech.settings import Settings, first_corpus
 
 
 @dataclass(frozen=True)
 class AnatomyTaxaSettings(Settings):
-    """The ``anatomy.taxa`` config section (config/README.md; defaults: the schema)."""
+    """The ``anatomy.taxa`` config section (config/README.md; defaults: the schema): the
+    score taxa's thresholds (:func:`posmech.analyses.anatomy.classify_taxa`)."""
 
     section: ClassVar[str] = "anatomy.taxa"
 
@@ -41,3 +43,19 @@ class AnatomySettings(Settings):
     rows_per_document: int | None
     first_query: int | None
     taxa: AnatomyTaxaSettings
+
+    def resolved(self, config: Mapping[str, Any]) -> AnatomySettings:
+        """``corpus`` null: the first configured corpus (what the tables record)."""
+        return self.replace(corpus=first_corpus(config, self.corpus))
+
+    def pinned(self, model: str) -> tuple[str, ...] | None:
+        """The heads ``heads`` pins for ``model`` (None: the chosen sharp and early heads)."""
+        return (self.heads or {}).get(model)
+
+    def for_pass(self, config: Mapping[str, Any], model: str) -> AnatomySettings | None:
+        """These settings when ``model`` is one of the section's models (config ``config``,
+        twins and checkpoints added), else None: the shared pass (attention_statistics)
+        computes the P13 rows only for the anatomy models."""
+        from posmech.config import selected
+
+        return self if model in selected(dict(config), "anatomy", "models") else None

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
-from posmech.settings import Settings
+from posmech.settings import Settings, first_corpus
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,11 @@ class InterventionsInductionInterventionSettings(Settings):
 
 @dataclass(frozen=True)
 class InterventionsSettings(Settings):
-    """The ``interventions`` config section (config/README.md; defaults: the schema)."""
+    """The ``interventions`` config section (config/README.md; defaults: the schema).
+
+    ``corpus`` stays as configured (null too): the tables record the section as given
+    (``interventions_config``, ``config_hash``); :meth:`corpus_or_first` is the corpus
+    the rules read."""
 
     section: ClassVar[str] = "interventions"
 
@@ -64,3 +69,8 @@ class InterventionsSettings(Settings):
     extended_averaging: InterventionsExtendedAveragingSettings
     repeated_tokens: InterventionsRepeatedTokensSettings
     induction_intervention: InterventionsInductionInterventionSettings
+
+    def corpus_or_first(self, config: Mapping[str, Any]) -> str:
+        """The web-text corpus of P5, P14, P15: ``corpus``, or (null) the first corpus
+        under ``corpora``."""
+        return first_corpus(config, self.corpus)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
-from posmech.settings import Settings
+from posmech.settings import Settings, first_corpus
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,10 @@ class PosembedAveragingSettings(Settings):
     loss_tolerance: float
     probability_tolerance: float
 
+    def resolved(self, config: Mapping[str, Any]) -> PosembedAveragingSettings:
+        """``corpus`` null: the first configured corpus (what the tables record)."""
+        return self.replace(corpus=first_corpus(config, self.corpus))
+
 
 @dataclass(frozen=True)
 class PosembedAttentionSettings(Settings):
@@ -36,3 +41,7 @@ class PosembedAttentionSettings(Settings):
     start: int
     size: int
     k: int
+
+    def resolved(self, config: Mapping[str, Any]) -> PosembedAttentionSettings:
+        """``corpus`` null: the first configured corpus (what the tables record)."""
+        return self.replace(corpus=first_corpus(config, self.corpus))

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from posmech.settings import Settings
+from posmech.settings import Settings, first_corpus
 
 
 @dataclass(frozen=True)
@@ -23,3 +24,11 @@ class TaxonomySettings(Settings):
     tie_rtol: float
     early_top_n: int
     pin: dict[str, Any]
+
+    def resolved(self, config: Mapping[str, Any]) -> TaxonomySettings:
+        """``corpus`` null: the first configured corpus (what the tables record)."""
+        return self.replace(corpus=first_corpus(config, self.corpus))
+
+    def pinned(self, model: str) -> Any:
+        """The heads ``pin`` fixes for ``model`` (None: none, the ranking chooses)."""
+        return (self.pin or {}).get(model)

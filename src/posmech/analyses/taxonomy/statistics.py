@@ -47,6 +47,7 @@ from posmech.analyses.attention import Collector, run_collectors
 from posmech.analyses.anatomy import ProfileCollector, ScoreProfiles, row_features
 from posmech.analyses.taxonomy import DiagonalCollector, DiagonalStats
 from posmech.errors import PosmechError
+from posmech.settings.anatomy import AnatomySettings
 
 KIND = "attention_statistics"
 
@@ -59,6 +60,11 @@ class ProfileOptions:
     rows_per_document: int | None = None
     first_query: int | None = None
     batch_size: int = 1
+
+    @classmethod
+    def of(cls, settings: AnatomySettings) -> ProfileOptions:
+        """The options of the ``anatomy`` section's settings."""
+        return cls(settings.window, settings.rows_per_document, settings.first_query, settings.batch_size)
 
 
 def shared_prefix(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> int:
