@@ -194,3 +194,29 @@ def check_table(rules: Mapping[str, Needs] = RULES, requirements: Mapping[str, R
         out += [f"{rule}: unknown requirement {r!r}" for r in needs.requires if r not in requirements]
         out += [f"{rule}: reads rule {u!r}, which is not in the table" for u in needs.after if u not in rules]
     return out
+
+
+class Schedule:
+    """Which analysis runs on which model of one config: ``not_applicable`` (``{model:
+    {rule: reason}}``, :func:`not_applicable` of each model's architecture), and on a
+    checkpoint (``checkpoint_of``) only the rules the dynamics sweep follows
+    (``sweep_rules``, :func:`posmech.dynamics.sweep_rules`)."""
+
+    def __init__(self, not_applicable: Mapping[str, Mapping[str, str]], checkpoint_of: Mapping[str, str],
+                 sweep_rules: set[str]) -> None:
+        self.not_applicable, self.checkpoint_of, self.sweep_rules = not_applicable, checkpoint_of, sweep_rules
+
+    def runs_on(self, rule: str, models: list[str]) -> list[str]:
+        """The models of ``models`` that analysis ``rule`` can run on."""
+        return [m for m in models if rule not in self.not_applicable.get(m, {})
+                and (m not in self.checkpoint_of or rule in self.sweep_rules)]
+
+    def notes(self, architectures: Mapping[str, Architecture | None]) -> list[str]:
+        """One line per model (not a checkpoint) that some analysis rules skip, for the terminal."""
+        return [
+            f"posmech: model {m} ({architectures[m].scheme_words}, "  # type: ignore[union-attr]
+            f"{architectures[m].model_type}): {len(skipped)} analysis rules do not apply and "  # type: ignore[union-attr]
+            "are not scheduled; their claims are `not measurable` with the reason "
+            "(results/report/findings.csv, docs/workflow.md)"
+            for m, skipped in self.not_applicable.items() if skipped and m not in self.checkpoint_of
+        ]

@@ -239,3 +239,93 @@ def gpu_plan_warning(models: dict[str, dict[str, Any]], policy: str = "auto", ho
             "has no GPU (no nvidia-smi), so `cluster.gpu: auto` plans CPU jobs (gpu=0) for them. To submit GPU "
             "jobs from a login node without a GPU, set `cluster.gpu: always` (or `device: cuda`); running on this "
             "machine's CPU is what you get otherwise (docs/cluster.md, 'Which jobs get a GPU').")
+
+
+class Resources:
+    """The resource functions of the workflow's rules for one config (``workflow/rules/common.smk``
+    binds them: ``mem_mb=heavy_mem_mb_for(...)``, ``runtime=heavy_runtime_for(...)``, …).
+
+    ``shape_of(model)``: the model's estimated :class:`ModelShape` (:func:`model_shape`, its
+    directory found by the workflow); ``host_has_gpu``: whether the submitting host has
+    ``nvidia-smi`` (``cluster.gpu: auto``); ``warn_gpu_plan()``: true in a dry run or a
+    cluster submission, where the first GPU request warns when no heavy job gets a GPU
+    although models could (:func:`gpu_plan_warning`)."""
+
+    def __init__(self, config: dict[str, Any], shape_of: Any, host_has_gpu: bool, warn_gpu_plan: Any) -> None:
+        self.config, self.shape_of, self.host_has_gpu = config, shape_of, host_has_gpu
+        self.cluster = config.get("cluster", {})
+        self._warn_gpu_plan, self._warned = warn_gpu_plan, False
+
+    def on_gpu(self, model: str) -> bool:
+        """True when ``model``'s heavy jobs request a GPU: ``cluster.gpu: auto`` follows the
+        model's device (``cuda``; ``auto`` when the host has ``nvidia-smi``),
+        ``always``/``never`` override it (docs/cluster.md)."""
+        return requests_gpu(self.config["models"][model], self.cluster.get("gpu", "auto"), self.host_has_gpu)
+
+    def gpus(self, wildcards: Any) -> int:
+        """GPUs of a model-heavy job for ``wildcards.model`` (0 or 1)."""
+        if not self._warned:  # the first request only
+            self._warned = True
+            policy = self.cluster.get("gpu", "auto")
+            note = gpu_plan_warning(self.config["models"], policy, self.host_has_gpu) if self._warn_gpu_plan() else None
+            if note:
+                import sys
+
+                print(f"WARNING (posmech): {note}", file=sys.stderr)
+        return 1 if self.on_gpu(wildcards.model) else 0
+
+    def mem_mb_for(self, batch: int, keeps: tuple[str, ...] | None = None, n_tokens: int | None = None) -> Any:
+        """``mem_mb`` of a model-heavy job running ``batch`` contexts per forward pass;
+        ``keeps``: what it holds per context (:func:`mem_mb`; default: the largest of all);
+        ``n_tokens``: its sequences' length when shorter than the model's context."""
+
+        def mem(wildcards: Any, attempt: int) -> int:
+            entry = self.config["models"][wildcards.model]
+            return mem_mb(self.shape_of(wildcards.model), entry["dtype"], batch, self.cluster.get("mem_scale", 1.0),
+                          attempt, KEEPS if keeps is None else keeps, n_tokens)
+
+        return mem
+
+    def runtime_for(self, passes: float, documents: int | None = None) -> Any:
+        """``runtime`` (minutes) of a job doing ``passes`` forward passes over the tokens of
+        its corpus (``wildcards.corpus``, else all corpora), or of at most ``documents``."""
+
+        def runtime(wildcards: Any, attempt: int) -> int:
+            shape = self.shape_of(wildcards.model)
+            corpora = [wildcards.corpus] if "corpus" in wildcards.keys() else list(self.config["corpora"])
+            docs = sum(corpus_documents(self.config["corpora"][c]) for c in corpora)
+            if documents is not None:
+                docs = min(docs, documents)
+            return runtime_min(shape, docs * shape.n_ctx, passes, self.on_gpu(wildcards.model),
+                               self.cluster.get("runtime_scale", 1.0), attempt)
+
+        return runtime
+
+    def short_runtime(self, n_sequences: int, tokens_each: int = 32) -> Any:
+        """``runtime`` of a job doing forward passes of ``n_sequences`` short sequences of at
+        most ``tokens_each`` tokens (the L rules)."""
+
+        def runtime(wildcards: Any, attempt: int) -> int:
+            return runtime_min(self.shape_of(wildcards.model), n_sequences * tokens_each, 1,
+                               self.on_gpu(wildcards.model), self.cluster.get("runtime_scale", 1.0), attempt)
+
+        return runtime
+
+    def train_runtime(self, wildcards: Any, attempt: int) -> int:
+        """``runtime`` (minutes) of ``train_demo_model``: steps × batch × context tokens,
+        forward and backward (3 passes), on the CPU."""
+        t = self.config["models"][wildcards.model]["train"]
+        return runtime_min(self.shape_of(wildcards.model), t["steps"] * t["batch_size"] * t["n_ctx"], 3, False,
+                           self.cluster.get("runtime_scale", 1.0), attempt)
+
+    def train_priority(self, wildcards: Any) -> float:
+        """A training job's priority: 10, above every analysis job (each waits for a model),
+        plus its share of the largest training's work (posmech.models.training.train_work:
+        tokens × block parameters), so that the longest training starts first: on 2 cores
+        the demo trains two models at a time, and the longest one, with its checkpoints and
+        twin after it, is the run's critical path."""
+        from posmech.config import model_names_by_kind
+        from posmech.models.training import train_work
+
+        works = {m: train_work(self.config["models"][m]["train"]) for m in model_names_by_kind(self.config, "train")}
+        return 10 + works[wildcards.model] / max(works.values())

@@ -371,3 +371,41 @@ def recorded_scaled(section: str, params: dict[str, Any], recorded: dict[str, An
         if key in recorded:
             out[key] = recorded[key]
     return out
+
+
+# --------------------------------------------------------------------------- what a job depends on
+def tokens_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """What tokenization depends on in a model entry, and only that (changing the device,
+    the dtype or the engine never re-tokenizes, nor reruns what reads the tokens)."""
+    return {k: entry[k] for k in ("n_ctx", "prepend_bos")}
+
+
+def cache_model_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """A model entry without ``engine`` (the activation cache has its own, ``cache.engine``)."""
+    return {k: v for k, v in entry.items() if k != "engine"}
+
+
+def weights_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """What determines a model's weights, and only that: the params of fetch_model and
+    train_demo_model (analysis keys such as n_ctx, device, dtype never refetch/retrain)."""
+    if "twin_of" in entry:
+        return {"twin_of": entry["twin_of"], "seed": entry["seed"]}
+    if model_kind(entry) == "checkpoint":  # saved by its model's training
+        return {k: entry[k] for k in ("checkpoint_of", "step", "train")}
+    if "train" in entry:
+        return {"train": entry["train"]}
+    return {"source": entry["source"], "revision": entry["revision"]}
+
+
+def tokens_model(config: dict[str, Any], model: str) -> str:
+    """The model whose tokens ``model``'s jobs read: a random-init twin's tokenizer is copied
+    from its model (posmech.models.twin) and a trained checkpoint's is the one its model's
+    training saves with every checkpoint, and they share their model's ``n_ctx`` and
+    ``prepend_bos``, so they read their model's tokens (one tokenize job less each). A Hub
+    checkpoint has its own (a revision may change the tokenizer)."""
+    entry = config["models"][model]
+    if "twin_of" in entry:
+        return str(entry["twin_of"])
+    if model_kind(entry) == "checkpoint":
+        return str(entry["checkpoint_of"])
+    return model

@@ -174,3 +174,15 @@ def read_heads(paths: list[str | os.PathLike[str]]) -> dict[str, pd.DataFrame]:
     from posmech.tables import read_table
 
     return {Path(p).parent.name: read_table(p) for p in paths}
+
+
+def sweep_rules(dynamics: Mapping[str, Any], findings_path: str, has_checkpoints: bool) -> set[str]:
+    """What runs on a checkpoint: the followed analyses (:func:`sweep_analyses` of the
+    ``dynamics`` section), its weights and its head table; nothing without checkpoints."""
+    if not has_checkpoints:
+        return set()
+    from posmech.findings import load_findings
+
+    found = load_findings(findings_path)
+    return set(sweep_analyses(dynamics["claims"], dynamics["heads"], found)) | {
+        "fetch_model", "checkpoint_model", "head_table"}

@@ -926,3 +926,16 @@ def check_config(configfiles: list[str | os.PathLike[str]], repo: str | os.PathL
     schema = load_schema(Path(repo) / "workflow" / "schemas" / "config.schema.yaml")
     validate_config(config, schema, str(base), semantic=False)  # reported by preflight, with the rest
     preflight(config, schema, repo=repo, configfiles=files, base=base)
+
+
+def architectures(config: dict[str, Any], twin_of: dict[str, str], checkpoint_of: dict[str, str],
+                  base: str | os.PathLike[str] = ".") -> dict[str, Architecture | None]:
+    """Every configured model's :class:`~posmech.models.architecture.Architecture`, read once
+    before any job (:func:`known_architecture`; None: a Hub model neither fetched nor in the
+    local cache); a twin and a checkpoint have their model's."""
+    out: dict[str, Architecture | None] = {}
+    for m in config["models"]:
+        source = checkpoint_of.get(twin_of.get(m, m), twin_of.get(m, m))
+        found = known_architecture(source, config["models"][source], base)
+        out[m] = found[0] if found else None
+    return out

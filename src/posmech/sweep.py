@@ -151,3 +151,65 @@ def point_parts(parts: list[tuple[Any, dict[str, str]]]) -> list[dict[str, Any]]
             "params": dict(params.items()),
         })
     return out
+
+
+#: the rules that make a model's weights, tokens and head table (a sweep point runs none)
+NOT_IN_SWEEP_POINTS = frozenset({"fetch_model", "train_demo_model", "build_twin", "checkpoint_model", "tokenize",
+                                 "head_table"})
+
+
+def parts_by_checkpoint(rules: list[Any], collected: list[tuple[Any, list[dict[str, str]], bool]],
+                        checkpoint_of: dict[str, str], corpora: list[str]) -> dict[str, list[tuple[Any, dict[str, str]]]]:
+    """``{checkpoint: its parts}`` (:func:`find_parts`): the analysis rules collected on the
+    checkpoint (``collected``: :attr:`posmech.collect.Collector.entries`, which apply
+    applicability and the config sections' models) and what they read, among ``rules``
+    (the workflow's; those of :data:`NOT_IN_SWEEP_POINTS` never run in a sweep point).
+    Every checkpoint of a model must run the same rules."""
+    producers = [r for r in rules if "model" in (r.wildcard_names or ()) and r.name not in NOT_IN_SWEEP_POINTS]
+    followed: dict[str, list[Any]] = {}
+    for step, jobs, _ in collected:
+        for wc in jobs:
+            c = wc.get("model")
+            if c in checkpoint_of and step.name not in NOT_IN_SWEEP_POINTS and step not in followed.setdefault(c, []):
+                followed[c].append(step)
+    out: dict[str, list[tuple[Any, dict[str, str]]]] = {}
+    first: dict[str, str] = {}
+    for c, m in checkpoint_of.items():
+        out[c] = find_parts(c, followed.get(c, []), producers, {"corpus": list(corpora)})
+        first.setdefault(m, c)
+        if signature(out[c]) != signature(out[first[m]]):
+            raise PosmechError(f"checkpoints {first[m]} and {c} of model {m} would run different rules in the "
+                               "dynamics sweep (posmech.sweep); give them the same analyses")
+    return out
+
+
+def swept_models(parts: dict[str, list[Any]], checkpoint_of: dict[str, str]) -> dict[str, str]:
+    """``{swept model: its first checkpoint}`` (the rule of its sweep points is declared
+    from that checkpoint's parts; the others' are the same); a model whose checkpoints
+    follow no analysis rule (only head quantities, say) has no sweep point."""
+    out: dict[str, str] = {}
+    for c, m in checkpoint_of.items():
+        if parts[c]:
+            out.setdefault(m, c)
+    return out
+
+
+def rule_name(model: str) -> str:
+    """The name of the rule of ``model``'s sweep points, ``sweep_<model>`` (``-``, ``.`` as ``_``)."""
+    import re
+
+    return "sweep_" + re.sub(r"\W", "_", model)
+
+
+def part_resource(parts: list[tuple[Any, dict[str, str]]], name: str, combine: Any, attempt: int) -> Any:
+    """Resource ``name`` of a sweep point's job: ``combine`` (max, sum) of its parts'
+    (each part rule's own value for its wildcards and the attempt); 0 when none asks."""
+    found = []
+    for rule, wc in parts:
+        res = rule.resources.get(name)
+        if res is None:
+            continue
+        v = res.evaluate(_wildcards(wc), attempt=attempt).value
+        if isinstance(v, int | float):
+            found.append(v)
+    return combine(found) if found else 0

@@ -14,6 +14,7 @@ from posmech.config import (
     selected,
     validate_config,
 )
+import posmech.config as posmech_config
 from posmech.errors import PosmechError
 from posmech.preflight import jobs_run_locally, preflight
 
@@ -62,10 +63,11 @@ TWIN_OF = twins_of(config)
 
 # Checkpoints (`train.checkpoints`, `revisions`; posmech.models.checkpoints): the model
 # `<m>@<revision>` of each, with its own manifest, outputs and jobs; it runs only the
-# analysis families the `dynamics` section follows (SWEEP_RULES, posmech.dynamics) and
+# analysis families the `dynamics` section follows (SCHEDULE, posmech.dynamics) and
 # its findings go to results/report/dynamics.csv, not to the findings grid.
 from posmech.models.checkpoints import add_checkpoints, checkpoints_of, sweep_points
-from posmech.sweep import FIGURE_SUFFIXES, point_outputs
+from posmech.sweep import point_outputs, swept_models
+from posmech.sweep import rule_name as sweep_rule_name
 
 try:
     CHECKPOINTS = add_checkpoints(config)
@@ -94,76 +96,30 @@ CORPORA = list(config["corpora"])
 # and the analysis rules that cannot run on it with the reason in words
 # (posmech.applicability.RULES, the table): `collect` does not schedule them for it, and
 # the findings of their claims are `not measurable` with that reason.
-def _known_architecture(m):
-    from posmech.preflight import known_architecture
+from posmech.applicability import Schedule, not_applicable
+from posmech.dynamics import sweep_rules
+from posmech.families import FAMILIES
+from posmech.preflight import architectures
 
-    m = TWIN_OF.get(m, m)  # a twin has its model's architecture
-    m = CHECKPOINT_OF.get(m, m)  # and a checkpoint its model's
-    found = known_architecture(m, config["models"][m])
-    return found[0] if found else None
-
-
-ARCHITECTURES = {m: _known_architecture(m) for m in MODELS}
-
-
-def _not_applicable():
-    from posmech.applicability import not_applicable
-
-    return {m: not_applicable(ARCHITECTURES[m]) for m in MODELS}
-
-
-NOT_APPLICABLE = _not_applicable()
-
-
-def _families():
-    from posmech.families import FAMILIES
-
-    return FAMILIES
-
-
-FAMILIES = _families()
-
-
-def _sweep_analyses():
-    from posmech.dynamics import sweep_analyses
-    from posmech.findings import load_findings
-
-    d = config["dynamics"]
-    try:
-        found = load_findings(workflow.source_path("../../resources/findings.yaml"))
-        return sweep_analyses(d["claims"], d["heads"], found)
-    except PosmechError as err:
-        raise WorkflowError(str(err)) from None
-
-
-# what runs on a checkpoint: the followed analyses' families, its weights and its head table
-SWEEP_RULES = (
-    set(_sweep_analyses()) | {"fetch_model", "checkpoint_model", "head_table"}
-    if CHECKPOINTS
-    else set()
-)
-
-
-def runs_on(rule, models):
-    """The models of ``models`` that analysis ``rule`` can run on (posmech.applicability),
-    and on a checkpoint only if the dynamics sweep follows it (SWEEP_RULES)."""
-    return [
-        m
-        for m in models
-        if rule not in NOT_APPLICABLE.get(m, {})
-        and (m not in CHECKPOINT_OF or rule in SWEEP_RULES)
-    ]
-
-
+ARCHITECTURES = architectures(config, TWIN_OF, CHECKPOINT_OF)
+NOT_APPLICABLE = {m: not_applicable(ARCHITECTURES[m]) for m in MODELS}
+try:
+    # what runs on a checkpoint: the followed analyses' families, its weights, its head table
+    SCHEDULE = Schedule(
+        NOT_APPLICABLE,
+        CHECKPOINT_OF,
+        sweep_rules(
+            config["dynamics"],
+            workflow.source_path("../../resources/findings.yaml"),
+            bool(CHECKPOINTS),
+        ),
+    )
+except PosmechError as err:
+    raise WorkflowError(str(err)) from None
+runs_on = SCHEDULE.runs_on
 if workflow.is_main_process:
-    for _m, _skipped in NOT_APPLICABLE.items():
-        if _skipped and _m not in CHECKPOINT_OF:
-            print(
-                f"posmech: model {_m} ({ARCHITECTURES[_m].scheme_words}, {ARCHITECTURES[_m].model_type}): "
-                f"{len(_skipped)} analysis rules do not apply and are not scheduled; their claims are "
-                "`not measurable` with the reason (results/report/findings.csv, docs/workflow.md)",
-                file=sys.stderr,
-            )
+    for _line in SCHEDULE.notes(ARCHITECTURES):
+        print(_line, file=sys.stderr)
 
 
 def regex(names):
@@ -182,44 +138,7 @@ def static(path):
     return os.path.relpath(REPO / path)
 
 
-def on_gpu(model):
-    """True when ``model``'s heavy jobs request a GPU: ``cluster.gpu: auto`` follows the
-    model's device (``cuda``; ``auto`` when the submitting host has ``nvidia-smi``),
-    ``always``/``never`` override it (see docs/cluster.md)."""
-    import shutil
-
-    from posmech.cluster import requests_gpu
-
-    policy = config.get("cluster", {}).get("gpu", "auto")
-    return requests_gpu(
-        config["models"][model], policy, shutil.which("nvidia-smi") is not None
-    )
-
-
-_GPU_PLAN_CHECKED = []
-
-
-def heavy_resources(wildcards):
-    """GPUs of a model-heavy job for ``wildcards.model`` (0 or 1): ``gpu=heavy_resources``.
-    The first call of a dry run or a cluster submission warns when no heavy job gets a GPU
-    although models could (posmech.cluster.gpu_plan_warning)."""
-    if not _GPU_PLAN_CHECKED and workflow.is_main_process:
-        _GPU_PLAN_CHECKED.append(True)
-        if workflow.dryrun or workflow.non_local_exec:
-            import shutil
-
-            from posmech.cluster import gpu_plan_warning
-
-            note = gpu_plan_warning(
-                config["models"],
-                config.get("cluster", {}).get("gpu", "auto"),
-                shutil.which("nvidia-smi") is not None,
-            )
-            if note:
-                print(f"WARNING (posmech): {note}", file=sys.stderr)
-    return 1 if on_gpu(wildcards.model) else 0
-
-
+# Resources of the rules (posmech.cluster.Resources; docs/cluster.md)
 def model_shape(model):
     """Estimated size of a configured model (config.json when on disk, else from config)."""
     from posmech.cluster import model_shape as estimate
@@ -230,85 +149,33 @@ def model_shape(model):
     return estimate(model, config["models"][model], str(Path(manifest).parent))
 
 
-def heavy_corpora(wildcards):
-    """The corpus of a job (``wildcards.corpus``), else every configured corpus."""
-    return [wildcards.corpus] if "corpus" in wildcards.keys() else CORPORA
+def _resources():
+    import shutil
+
+    from posmech.cluster import Resources
+
+    return Resources(
+        config,
+        model_shape,
+        host_has_gpu=shutil.which("nvidia-smi") is not None,
+        # asked at the first GPU request (a dry run or a cluster submission warns)
+        warn_gpu_plan=lambda: workflow.is_main_process
+        and (workflow.dryrun or workflow.non_local_exec),
+    )
 
 
-def heavy_mem_mb_for(batch, keeps=None, n_tokens=None):
-    """``mem_mb`` of a model-heavy job running ``batch`` contexts per forward pass:
-    ``mem_mb=heavy_mem_mb_for(config["geometry"]["batch_size"], keeps=())``; ``keeps``:
-    what it holds per context (posmech.cluster.mem_mb; default: the largest of all);
-    ``n_tokens``: its sequences' length when shorter than the model's context."""
-
-    def mem(wildcards, attempt):
-        from posmech.cluster import KEEPS, mem_mb
-
-        entry = config["models"][wildcards.model]
-        scale = config.get("cluster", {}).get("mem_scale", 1.0)
-        return mem_mb(
-            model_shape(wildcards.model),
-            entry["dtype"],
-            batch,
-            scale,
-            attempt,
-            KEEPS if keeps is None else keeps,
-            n_tokens,
-        )
-
-    return mem
-
-
+RESOURCES = _resources()
+on_gpu = RESOURCES.on_gpu
+heavy_resources = RESOURCES.gpus
+heavy_mem_mb_for = RESOURCES.mem_mb_for
 heavy_mem_mb = heavy_mem_mb_for(1)
-
-
-def heavy_runtime_for(passes, documents=None):
-    """``runtime`` (minutes) of a job doing ``passes`` forward passes over the tokens of
-    its corpus (``wildcards.corpus``, else all corpora), or of at most ``documents``
-    documents, e.g. ``heavy_runtime_for(4, config["interventions"]["n_documents"])``."""
-
-    def runtime(wildcards, attempt):
-        from posmech.cluster import corpus_documents, runtime_min
-
-        shape = model_shape(wildcards.model)
-        docs = sum(
-            corpus_documents(config["corpora"][c]) for c in heavy_corpora(wildcards)
-        )
-        if documents is not None:
-            docs = min(docs, documents)
-        scale = config.get("cluster", {}).get("runtime_scale", 1.0)
-        gpu = on_gpu(wildcards.model)
-        return runtime_min(shape, docs * shape.n_ctx, passes, gpu, scale, attempt)
-
-    return runtime
-
-
+heavy_runtime_for = RESOURCES.runtime_for
 heavy_runtime = heavy_runtime_for(1)
+train_runtime = RESOURCES.train_runtime
+train_priority = RESOURCES.train_priority
 
 
-def train_runtime(wildcards, attempt):
-    """``runtime`` (minutes) of ``train_demo_model``: steps × batch × context tokens,
-    forward and backward (3 passes), on the CPU."""
-    from posmech.cluster import runtime_min
-
-    t = config["models"][wildcards.model]["train"]
-    tokens = t["steps"] * t["batch_size"] * t["n_ctx"]
-    scale = config.get("cluster", {}).get("runtime_scale", 1.0)
-    return runtime_min(model_shape(wildcards.model), tokens, 3, False, scale, attempt)
-
-
-def train_priority(wildcards):
-    """A training job's priority: 10, above every analysis job (each waits for a model),
-    plus its share of the largest training's work (posmech.models.training.train_work:
-    tokens × block parameters), so that the longest training starts first: on 2 cores the
-    demo trains two models at a time, and the longest one, with its checkpoints and twin
-    after it, is the run's critical path."""
-    from posmech.models.training import train_work
-
-    works = {m: train_work(config["models"][m]["train"]) for m in trained_models()}
-    return 10 + works[wildcards.model] / max(works.values())
-
-
+# What a job depends on (posmech.config), as params of the rules
 def model_entry(wildcards):
     return config["models"][wildcards.model]
 
@@ -320,43 +187,19 @@ def model_threads(wildcards):
 
 
 def tokens_entry(wildcards):
-    """What tokenization depends on, and only that (changing the device, the dtype or the
-    engine never re-tokenizes, nor reruns what reads the tokens)."""
-    entry = config["models"][wildcards.model]
-    return {k: entry[k] for k in ("n_ctx", "prepend_bos")}
+    return posmech_config.tokens_entry(model_entry(wildcards))
 
 
 def cache_model_entry(wildcards):
-    """The model entry without `engine` (the cache has its own, `cache.engine`)."""
-    return {k: v for k, v in config["models"][wildcards.model].items() if k != "engine"}
+    return posmech_config.cache_model_entry(model_entry(wildcards))
 
 
 def weights_entry(wildcards):
-    """What determines a model's weights, and only that: the params of fetch_model and
-    train_demo_model (analysis keys such as n_ctx, device, dtype never refetch/retrain).
-    """
-    entry = config["models"][wildcards.model]
-    if "twin_of" in entry:
-        return {"twin_of": entry["twin_of"], "seed": entry["seed"]}
-    if model_kind(entry) == "checkpoint":  # saved by its model's training
-        return {k: entry[k] for k in ("checkpoint_of", "step", "train")}
-    if "train" in entry:
-        return {"train": entry["train"]}
-    return {"source": entry["source"], "revision": entry["revision"]}
+    return posmech_config.weights_entry(model_entry(wildcards))
 
 
 def tokens_of(model):
-    """The model whose tokens `model`'s jobs read: a random-init twin's tokenizer is copied
-    from its model (posmech.models.twin) and a trained checkpoint's is the one its model's
-    training saves with every checkpoint, and they share their model's `n_ctx` and
-    `prepend_bos`, so they read their model's tokens (one tokenize job less each). A Hub
-    checkpoint has its own (a revision may change the tokenizer)."""
-    entry = config["models"][model]
-    if "twin_of" in entry:
-        return entry["twin_of"]
-    if model_kind(entry) == "checkpoint":
-        return entry["checkpoint_of"]
-    return model
+    return posmech_config.tokens_model(config, model)
 
 
 def tokens_file(wildcards, corpus):
@@ -379,143 +222,21 @@ def corpus_entry(wildcards):
 # A path is named once: in its rule's `output:`. Every stage file ends with one
 # `collect(rules.<rule>, <wildcard>=[values], ...)` line per rule whose outputs the run
 # wants; `rule all`, the report's inputs and the scorecard collection all derive from
-# those rules' outputs (see the Snakefile's header and docs/workflow.md):
-#   every output                      -> a target of `rule all` (and runs before the report)
-#   the output named `scorecard`      -> a scorecard the report reads
-#                                        (must be results/{model}/scorecard/<rule>.csv)
-#   report(...) outputs, .png         -> figures of the HTML report (caption, category reused)
-#   report(...) outputs, .csv / .tsv  -> tables of the HTML report (unless report_tables=False)
-COLLECTED = []
+# those rules' outputs (posmech.collect says which output goes where).
+from posmech.collect import Collector
 
-TABLE_SUFFIXES = (".csv", ".tsv")
+COLLECTOR = Collector(FAMILIES, runs_on, CHECKPOINT_OF)
 
 
 def collect(proxy, when=True, report_tables=True, **values):
-    """Register ``proxy`` (``rules.<name>``) for the run, once for every combination
-    of the wildcard values given (``model=[...]``, ``corpus=[...]``; one list per wildcard
-    of its outputs), or once for a rule without wildcards; nothing when ``when`` is false.
-    Models the rule cannot run on (``runs_on``, posmech.applicability) are left out.
-    """
-    import itertools
-
-    step = getattr(proxy, "rule", proxy)
-    wildcards = set(step.wildcard_names or ())
-    if set(values) != wildcards:
-        raise WorkflowError(
-            f"collect(rules.{step.name}): give one list of values per wildcard of its "
-            f"outputs ({', '.join(sorted(wildcards)) or 'none'}), got {', '.join(sorted(values)) or 'none'}"
-        )
-    named = sum(len(v) if isinstance(v, list) else 1 for _, v in step.output.items())
-    if named != len(step.output):
-        raise WorkflowError(
-            f"name every output of rule {step.name} (key=path) so that it can be collected"
-        )
-    family = list(analyses_of(step)) != [step.name]
-    if family and tuple(analyses_of(step)) != FAMILIES.get(step.name):
-        raise WorkflowError(
-            f"the outputs of rule {step.name} name the analyses {', '.join(analyses_of(step))}; "
-            "posmech.families.FAMILIES must list the same, in the same order "
-            f"(it lists {', '.join(FAMILIES.get(step.name, ())) or 'none'})"
-        )
-    for analysis, key in analyses_of(step).items():
-        scorecard = step.output.get(f"{key}scorecard")
-        expected = f"results/{{model}}/scorecard/{analysis}.csv"
-        if (
-            scorecard is not None
-            and strip_wildcard_constraints(str(scorecard)) != expected
-        ):
-            raise WorkflowError(
-                f"the scorecard output of analysis {analysis} (rule {step.name}) must be "
-                f"{expected!r} (the report finds the analysis of a scorecard row by the file name)"
-            )
-    if "model" in values:  # a rule that cannot run on a model is not scheduled for it
-        values = {**values, "model": family_runs_on(step, list(values["model"]))}
-    jobs = [dict(zip(values, combo)) for combo in itertools.product(*values.values())]
-    COLLECTED.append((step, jobs if when else [], report_tables))
+    """Register ``proxy`` (``rules.<name>``) for the run (posmech.collect.Collector.add)."""
+    try:
+        COLLECTOR.add(proxy, when, report_tables, **values)
+    except PosmechError as err:
+        raise WorkflowError(str(err)) from None
 
 
-def analyses_of(step):
-    """``{analysis: output key prefix}`` of a rule: a family rule (docs/workflow.md,
-    "Families") names each output ``<analysis>__<key>``; any other rule is one analysis,
-    its own name, with unprefixed keys."""
-    found = {
-        analysis_of(step, key): f"{analysis_of(step, key)}__"
-        for key in step.output.keys()
-        if "__" in key
-    }
-    return found or {step.name: ""}
-
-
-def analysis_of(step, key):
-    """The analysis an output key of rule ``step`` belongs to."""
-    return key.split("__", 1)[0] if "__" in key else step.name
-
-
-def family_runs_on(step, models):
-    """The models of ``models`` that every analysis of rule ``step`` can run on; a family
-    runs on a model all or not at all (posmech.applicability.family_problems: its
-    analyses' requirements must agree; tested on every architecture)."""
-    names = list(analyses_of(step))
-    out = []
-    for m in models:
-        runs = [
-            a for a in names if runs_on(a, [m])
-        ]  # an analysis not in the table runs
-        if len(runs) == len(names):
-            out.append(m)
-        elif runs:
-            raise WorkflowError(
-                f"on model {m}, of the analyses of rule {step.name}, {', '.join(runs)} can run and "
-                f"{', '.join(a for a in names if a not in runs)} cannot: a family runs all its "
-                "analyses or none (posmech.applicability: give them the same requirements)"
-            )
-    return out
-
-
-def collected_outputs():
-    """``(path, rule object, wildcards, key, iofile, report_tables)`` of every collected output, in
-    the order of the `collect` lines (stage files in include order); a checkpoint's figures
-    are not made (its sweep point draws none, posmech.sweep)."""
-    from posmech.sweep import is_figure
-
-    for step, jobs, report_tables in COLLECTED:
-        for wc in jobs:
-            for key, files in step.output.items():
-                for f in files if isinstance(files, list) else [files]:
-                    path = apply_wildcards(str(f), wc)
-                    if wc.get("model") in CHECKPOINT_OF and is_figure(path):
-                        continue
-                    yield path, step, wc, key, f, report_tables
-
-
-def report_kind(path, key, f, report_tables):
-    """``scorecard``, ``figure``, ``table`` or None for one collected output."""
-    if key == "scorecard" or key.endswith("__scorecard"):
-        return "scorecard"
-    if f.flags.get("report") is None:
-        return None
-    if path.endswith(FIGURE_SUFFIXES):
-        return "figure"
-    if path.endswith(TABLE_SUFFIXES) and report_tables:
-        return "table"
-    return None
-
-
-def collected(kind=None, of=None, checkpoints=True, models=None):
-    """Collected paths (no duplicates, in order): every one, or those of ``kind``
-    (``scorecard``, ``figure``, ``table``), or those of the rule named ``of``;
-    ``checkpoints=False``: not those of checkpoints (the findings grid and the report show
-    the models; the dynamics sweep's points are shown by the dynamics rule); and with
-    ``models``, only those of jobs of these models."""
-    out = [
-        path
-        for path, r, wc, key, f, tables in collected_outputs()
-        if (kind is None or report_kind(path, key, f, tables) == kind)
-        and (of is None or r.name == of)
-        and (checkpoints or wc.get("model") not in CHECKPOINT_OF)
-        and (models is None or wc.get("model") in models)
-    ]
-    return list(dict.fromkeys(out))
+collected = COLLECTOR.collected
 
 
 def output_of(pattern, wildcards=None, **values):
@@ -526,28 +247,8 @@ def output_of(pattern, wildcards=None, **values):
 
 
 def report_flags(wildcards):
-    """Per figure/table of the report: the producing rule, its wildcards and its
-    report() caption and category (so the HTML report reuses the captions of Snakemake's
-    native report)."""
-    out = {}
-    for path, step, wc, key, f, tables in collected_outputs():
-        if report_kind(path, key, f, tables) not in ("figure", "table") or path in out:
-            continue
-        flag = f.flags["report"]
-        caption = flag.caption
-        analysis = analysis_of(step, key)
-        out[path] = {
-            # what the report prints after "rule": a family's analysis says both names
-            "rule": (
-                step.name
-                if analysis == step.name
-                else f"{step.name} (analysis {analysis})"
-            ),
-            "wildcards": dict(wc),
-            "caption": caption.get_path_or_uri(secret_free=True) if caption else None,
-            "category": flag.category,
-        }
-    return out
+    """The report's figures and tables with their rule, wildcards, caption and category."""
+    return COLLECTOR.report_flags()
 
 
 def sweep_models():
@@ -563,68 +264,17 @@ def sweep_scorecards(wildcards):
 # ---------------------------------------------------------------- sweep points
 # A checkpoint's followed rules run as one job, rule sweep_<model> (dynamics.smk,
 # posmech.sweep): the analysis rules' `model` wildcard is constrained to FINAL_MODELS.
-#: the rules that make a model's weights, tokens and head table (a sweep point runs none)
-_NOT_IN_SWEEP_POINTS = {
-    "fetch_model",
-    "train_demo_model",
-    "build_twin",
-    "checkpoint_model",
-    "tokenize",
-    "head_table",
-}
-
-
 def sweep_point_parts():
-    """``{checkpoint: [(rule, wildcards), ...]}``, the parts of each sweep point
-    (posmech.sweep.find_parts): the analysis rules collected on the checkpoint (the followed
-    families its model's config sections run, `collect`) and what they read; every
-    checkpoint of a model runs the same rules. Called after every analysis rule's `collect`.
-    """
-    from posmech.sweep import find_parts, signature
+    """``{checkpoint: [(rule, wildcards), ...]}`` (posmech.sweep.parts_by_checkpoint);
+    called after every analysis rule's `collect`."""
+    from posmech.sweep import parts_by_checkpoint
 
-    producers = [
-        r
-        for r in workflow.rules
-        if "model" in (r.wildcard_names or ()) and r.name not in _NOT_IN_SWEEP_POINTS
-    ]
-    # the analysis rules collected on each checkpoint (runs_on, the sections' models)
-    followed = {}
-    for step, jobs, _ in COLLECTED:
-        for wc in jobs:
-            c = wc.get("model")
-            if c in CHECKPOINT_OF and step.name not in _NOT_IN_SWEEP_POINTS:
-                followed.setdefault(c, [])
-                if step not in followed[c]:
-                    followed[c].append(step)
-    out, first = {}, {}
-    for c, m in CHECKPOINT_OF.items():
-        out[c] = find_parts(c, followed.get(c, []), producers, {"corpus": CORPORA})
-        first.setdefault(m, c)
-        if signature(out[c]) != signature(out[first[m]]):
-            raise WorkflowError(
-                f"checkpoints {first[m]} and {c} of model {m} would run different rules in the "
-                "dynamics sweep (posmech.sweep); give them the same analyses"
-            )
-    return out
-
-
-def sweep_point_models():
-    """``{swept model: its first checkpoint}`` (the rule of its sweep points is declared
-    from that checkpoint's parts; the others' are the same); a model whose checkpoints
-    follow no analysis rule (only head quantities, say) has no sweep point."""
-    out = {}
-    for c, m in CHECKPOINT_OF.items():
-        if SWEEP_POINT_PARTS[c]:
-            out.setdefault(m, c)
-    return out
-
-
-def sweep_point_rule_name(model):
-    """The name of the rule of ``model``'s sweep points, ``sweep_<model>`` (``-``, ``.`` as ``_``)."""
-    import re
-
-    safe = re.sub(r"\W", "_", model)
-    return f"sweep_{safe}"
+    try:
+        return parts_by_checkpoint(
+            list(workflow.rules), COLLECTOR.entries, CHECKPOINT_OF, CORPORA
+        )
+    except PosmechError as err:
+        raise WorkflowError(str(err)) from None
 
 
 def sweep_point_inputs(wildcards):
@@ -640,22 +290,12 @@ def sweep_point_params(wildcards):
 
 
 def sweep_point_resource(name, combine):
-    """Resource ``name`` of a sweep point's job: ``combine`` (max, sum) of its parts'
-    (each part rule's own value for its wildcards and the attempt)."""
-    from snakemake.iocontainers import Wildcards
+    """Resource ``name`` of a sweep point's job: ``combine`` (max, sum) of its parts'."""
+    from posmech.sweep import part_resource
 
-    def value(wildcards, attempt):
-        found = []
-        for rule, wc in SWEEP_POINT_PARTS[wildcards.model]:
-            res = rule.resources.get(name)
-            if res is None:
-                continue
-            v = res.evaluate(Wildcards(fromdict=wc), attempt=attempt).value
-            if isinstance(v, (int, float)):
-                found.append(v)
-        return combine(found) if found else 0
-
-    return value
+    return lambda wildcards, attempt: part_resource(
+        SWEEP_POINT_PARTS[wildcards.model], name, combine, attempt
+    )
 
 
 # ---------------------------------------------------------------- stage helpers
@@ -845,16 +485,7 @@ def attn_only_tokens(*keys):
 def attn_only_runtime(*counts):
     """``runtime`` of an L rule doing forward passes of ``sum(counts)`` short sequences
     (32 tokens each: an upper bound)."""
-
-    def runtime(wildcards, attempt):
-        from posmech.cluster import runtime_min
-
-        shape = model_shape(wildcards.model)
-        scale = config.get("cluster", {}).get("runtime_scale", 1.0)
-        tokens = sum(counts) * 32
-        return runtime_min(shape, tokens, 1, on_gpu(wildcards.model), scale, attempt)
-
-    return runtime
+    return RESOURCES.short_runtime(sum(counts))
 
 
 def model_has_mlp(m):

@@ -13,11 +13,11 @@ localrules:
 # per swept model: which followed rules apply, and so the outputs, can differ between models.
 SWEEP_POINT_PARTS = sweep_point_parts()
 
-for _model, _first in sweep_point_models().items():
+for _model, _first in swept_models(SWEEP_POINT_PARTS, CHECKPOINT_OF).items():
 
     rule:
         name:
-            sweep_point_rule_name(_model)
+            sweep_rule_name(_model)
         input:
             unpack(sweep_point_inputs),
         output:
