@@ -1,6 +1,6 @@
 """Rule cache_activations: one forward pass over a tokenized corpus, streamed to HDF5."""
 
-from posmech.analyses.cache import CacheSettings, cache_activations, load_capture
+from posmech.analyses.cache import cache_activations, load_capture
 from posmech.config import config_hash
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import read_manifest, weights_identity
@@ -9,9 +9,8 @@ from posmech.runner import Progress, run
 
 def main(smk, log):
     man = read_manifest(smk.input.manifest)
-    model, corpus, cfg = smk.params.model, smk.params.corpus, dict(smk.params.cache)
+    model, corpus, settings = smk.params.model, smk.params.corpus, smk.params.settings
     tokens = read_tokens(smk.input.tokens)
-    settings = CacheSettings.from_config(cfg)
     capture = load_capture(man, model["device"], model["dtype"], model["processing"], settings.engine)
     attrs = {
         "model": smk.wildcards.model,
@@ -25,8 +24,8 @@ def main(smk, log):
         "device": str(capture.device),
         "corpus": smk.wildcards.corpus,
         "corpus_config": corpus,
-        "cache_config": cfg,
-        "config_hash": config_hash({"model": model, "corpus": corpus, "cache": cfg}),
+        "cache_config": settings.as_dict(),
+        "config_hash": config_hash({"model": model, "corpus": corpus, "cache": settings.as_dict()}),
         "tokens_config_hash": tokens.attrs.get("config_hash", "unknown"),
         "prepend_bos": bool(tokens.attrs.get("prepend_bos", True)),
     }

@@ -13,10 +13,11 @@ import h5py
 import numpy as np
 import pytest
 
-from posmech.analyses.cache import PARTIAL, CacheSettings, cache_activations
+from posmech.analyses.cache import PARTIAL, cache_activations
 from posmech.cli import describe, main
 from posmech.data.tokens import read_tokens, write_tokens
 from posmech.models.loading import load_bridge
+from posmech.settings import defaults
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,7 +45,7 @@ def files(tmp_path_factory, prev_token_model_dir):
     ids = [np.concatenate([[0], np.arange(1, 3 + i)]).astype(np.int32) for i in range(5)]
     write_tokens(d / "tokens.h5", ids, docs, {"model": "prevtok", "corpus": "bible", "config_hash": "t"})
     bridge = load_bridge({"hf_dir": str(prev_token_model_dir), "name": "prevtok"}, device="cpu")
-    cache_activations(bridge, read_tokens(d / "tokens.h5"), d / "acts.h5", CacheSettings(batch_size=2),
+    cache_activations(bridge, read_tokens(d / "tokens.h5"), d / "acts.h5", defaults("cache", batch_size=2),
                       {"model": "prevtok", "processing": "compatibility", "corpus": "bible"})
     return d
 

@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from posmech.analyses.cache import CacheSettings, cache_activations, read_position_means, tokens_digest
+from posmech.analyses.cache import cache_activations, read_position_means, tokens_digest
 from posmech.errors import PosmechError
+from posmech.settings import defaults
 from posmech.models.loading import check_hf_dir, load_bridge, prepare_local_model
 from posmech.data.tokens import TokenSet
 from tests.conftest import flip_bytes
@@ -31,7 +32,7 @@ def cached(prev_token_model_dir, tmp_path_factory):
     """A small activation cache of the hand-built previous-token model."""
     bridge = load_bridge({"hf_dir": str(prev_token_model_dir), "name": "pt"}, device="cpu")
     out = tmp_path_factory.mktemp("cache") / "acts.h5"
-    cache_activations(bridge, token_set(), out, CacheSettings(batch_size=3, storage_dtype="float32"), {"model": "pt"})
+    cache_activations(bridge, token_set(), out, defaults("cache", batch_size=3, storage_dtype="float32"), {"model": "pt"})
     return out
 
 
@@ -74,7 +75,7 @@ def test_cache_fingerprint_hashes_content_not_creation_time(prev_token_model_dir
     bridge = load_bridge({"hf_dir": str(prev_token_model_dir), "name": "pt"}, device="cpu")
     fps = []
     for name, ts in (("a.h5", a), ("b.h5", b)):
-        cache_activations(bridge, ts, tmp_path / name, CacheSettings(batch_size=3), {"model": "pt"})
+        cache_activations(bridge, ts, tmp_path / name, defaults("cache", batch_size=3), {"model": "pt"})
         with h5py.File(tmp_path / name) as f:
             fps.append(f.attrs["fingerprint"])
     assert fps[0] == fps[1]
@@ -274,7 +275,7 @@ def test_failed_cache_write_removes_partial_only_for_write_errors(prev_token_mod
     out = tmp_path / "acts.h5"
     with pytest.raises(type(error)):
         cache_activations(bridge, token_set(n=9), out,
-                          CacheSettings(batch_size=3, checkpoint_seconds=0), {"model": "pt"})
+                          defaults("cache", batch_size=3, checkpoint_seconds=0), {"model": "pt"})
     partial, ckpt = out.with_name(out.name + PARTIAL), out.with_name(out.name + CHECKPOINT)
     left = partial.exists(), ckpt.exists()
     assert left == ((False, False) if isinstance(error, OSError) else (True, True))
@@ -290,7 +291,7 @@ def test_kept_cache_survives_output_deletion_and_is_relinked(prev_token_model_di
 
     bridge = load_bridge({"hf_dir": str(prev_token_model_dir), "name": "pt"}, device="cpu")
     out = tmp_path / "acts.h5"
-    s = cache_activations(bridge, token_set(), out, CacheSettings(batch_size=3), {"model": "pt"}, keep=True)
+    s = cache_activations(bridge, token_set(), out, defaults("cache", batch_size=3), {"model": "pt"}, keep=True)
     assert not s.get("reused")
     with h5py.File(out) as f:
         fp = f.attrs["fingerprint"]
@@ -299,11 +300,11 @@ def test_kept_cache_survives_output_deletion_and_is_relinked(prev_token_model_di
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
     out.unlink()  # what Snakemake does to a job's outputs before running it again
     time.sleep(0.01)
-    s = cache_activations(bridge, token_set(), out, CacheSettings(batch_size=3), {"model": "pt"}, keep=True)
+    s = cache_activations(bridge, token_set(), out, defaults("cache", batch_size=3), {"model": "pt"}, keep=True)
     assert s["reused"] and hashlib.sha256(out.read_bytes()).hexdigest() == digest
     assert out.stat().st_mtime >= time.time() - 60
     # other content: computed afresh, and the kept copy of the old content is replaced
-    s = cache_activations(bridge, token_set(seed=5), out, CacheSettings(batch_size=3), {"model": "pt"}, keep=True)
+    s = cache_activations(bridge, token_set(seed=5), out, defaults("cache", batch_size=3), {"model": "pt"}, keep=True)
     assert not s.get("reused") and not kept.exists()
     with h5py.File(out) as f:
         kept2 = kept_path(out, f.attrs["fingerprint"])
@@ -318,7 +319,7 @@ def test_kept_cache_damaged_in_place_is_not_reused(prev_token_model_dir, tmp_pat
 
     bridge = load_bridge({"hf_dir": str(prev_token_model_dir), "name": "pt"}, device="cpu")
     out = tmp_path / "acts.h5"
-    cache_activations(bridge, token_set(), out, CacheSettings(batch_size=3), {"model": "pt"}, keep=True)
+    cache_activations(bridge, token_set(), out, defaults("cache", batch_size=3), {"model": "pt"}, keep=True)
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
     with h5py.File(out) as f:
         kept = kept_path(out, f.attrs["fingerprint"])
@@ -327,7 +328,7 @@ def test_kept_cache_damaged_in_place_is_not_reused(prev_token_model_dir, tmp_pat
     assert hashlib.sha256(kept.read_bytes()).hexdigest() != digest
     out.unlink()
     with caplog.at_level("WARNING"):
-        s = cache_activations(bridge, token_set(), out, CacheSettings(batch_size=3), {"model": "pt"}, keep=True)
+        s = cache_activations(bridge, token_set(), out, defaults("cache", batch_size=3), {"model": "pt"}, keep=True)
     assert not s.get("reused")
     assert "its bytes changed" in caplog.text and str(kept) in caplog.text
     with h5py.File(out) as f:
@@ -342,7 +343,8 @@ import resource, sys
 from pathlib import Path
 from types import SimpleNamespace
 import numpy as np
-from posmech.analyses.cache import CacheSettings, cache_activations
+from posmech.analyses.cache import cache_activations
+from posmech.settings import defaults
 from posmech.data.tokens import TokenSet
 from posmech.models.loading import load_bridge
 from posmech.runner import run
@@ -357,7 +359,7 @@ def main(smk, log):
     bridge = load_bridge({"hf_dir": model, "name": "pt"}, device="cpu")
     if limit:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    cache_activations(bridge, tokens, out, CacheSettings(batch_size=16, storage_dtype="float32"), {"model": "pt"},
+    cache_activations(bridge, tokens, out, defaults("cache", batch_size=16, storage_dtype="float32"), {"model": "pt"},
                       keep=True)
 
 smk = SimpleNamespace(input=[], output=[str(out)], log=[str(out.parent / "job.log")], rule="cache_activations",

@@ -19,7 +19,6 @@ import torch
 from posmech.analyses.cache import (
     CHECKPOINT,
     PARTIAL,
-    CacheSettings,
     cache_activations,
     load_capture,
     read_document,
@@ -28,6 +27,7 @@ from posmech.analyses.cache import (
 )
 from posmech.data.tokens import TokenSet
 from posmech.errors import PosmechError
+from posmech.settings import defaults
 from posmech.models import handbuilt as hb
 from posmech.models.loading import load_bridge
 
@@ -76,7 +76,7 @@ def test_cache_equals_analytic_residual_stream(token_model, tmp_path, processing
     bridge = load_capture({"hf_dir": str(path), "name": "tok"}, "cpu", "float32", processing, engine)
     docs = random_docs(9)
     out = tmp_path / "acts.h5"
-    summary = cache_activations(bridge, token_set(docs), out, CacheSettings(batch_size=4, storage_dtype="float32"),
+    summary = cache_activations(bridge, token_set(docs), out, defaults("cache", batch_size=4, storage_dtype="float32"),
                                 {"model": "tok", "processing": processing})
     assert summary["n_documents"] == 9 and summary["resumed_from"] == 0
     for j, doc in enumerate(docs):
@@ -111,7 +111,7 @@ def test_means_are_exact_whatever_the_storage_dtype(token_model, tmp_path):
     means = {}
     for dtype in ("float16", "float32"):
         out = tmp_path / f"{dtype}.h5"
-        cache_activations(bridge, tokens, out, CacheSettings(batch_size=3, storage_dtype=dtype), {"model": "tok"})
+        cache_activations(bridge, tokens, out, defaults("cache", batch_size=3, storage_dtype=dtype), {"model": "tok"})
         means[dtype] = read_position_means(out, "resid_pre")[0]
         with h5py.File(out) as f:
             assert f["activations/resid_pre"].dtype == np.dtype(dtype)
@@ -183,7 +183,7 @@ def test_cache_matches_huggingface_hidden_states(tmp_path, processing, engine):
     docs = random_docs(6, seed=5)
     model = load_capture({"hf_dir": str(path), "name": "g"}, "cpu", "float32", processing, engine)
     out = tmp_path / "acts.h5"
-    cache_activations(model, token_set(docs), out, CacheSettings(batch_size=4), {"model": "g"})
+    cache_activations(model, token_set(docs), out, defaults("cache", batch_size=4), {"model": "g"})
     with h5py.File(out) as f:
         assert f.attrs["engine"] == engine
     ref = hf_reference(path, docs)
@@ -213,7 +213,8 @@ CHILD = """
 import sys, time, numpy as np
 sys.path.insert(0, {tests!r})
 from test_cache import token_set, random_docs
-from posmech.analyses.cache import cache_activations, CacheSettings
+from posmech.analyses.cache import cache_activations
+from posmech.settings import defaults
 import posmech.analyses.cache as C
 from posmech.models.loading import load_bridge
 bridge = load_bridge({{"hf_dir": {model!r}, "name": "tok"}}, device="cpu")
@@ -222,7 +223,7 @@ def slow(*a, **k):
     time.sleep(0.15)
     return orig(*a, **k)
 C.forward_batch = slow
-cache_activations(bridge, token_set(random_docs(40, seed=7)), {out!r}, CacheSettings(batch_size=2, checkpoint_seconds=0),
+cache_activations(bridge, token_set(random_docs(40, seed=7)), {out!r}, defaults("cache", batch_size=2, checkpoint_seconds=0),
                   {{"model": "tok"}})
 """
 
@@ -271,11 +272,11 @@ def test_kill_9_mid_run_then_rerun_equals_uninterrupted_run(token_model, tmp_pat
 
     bridge = load_bridge({"hf_dir": str(model), "name": "tok"}, device="cpu")
     tokens = token_set(random_docs(40, seed=7))
-    summary = cache_activations(bridge, tokens, out, CacheSettings(batch_size=2), {"model": "tok"})
+    summary = cache_activations(bridge, tokens, out, defaults("cache", batch_size=2), {"model": "tok"})
     assert 8 <= summary["resumed_from"] < 40
     assert not out.with_name(out.name + PARTIAL).exists() and not ckpt.exists()
     ref = tmp_path / "uninterrupted" / "acts.h5"
-    assert cache_activations(bridge, tokens, ref, CacheSettings(batch_size=2), {"model": "tok"})["resumed_from"] == 0
+    assert cache_activations(bridge, tokens, ref, defaults("cache", batch_size=2), {"model": "tok"})["resumed_from"] == 0
     assert_same_file(out, ref)
 
 
@@ -296,18 +297,18 @@ def test_damaged_or_mismatched_partial_file_restarts_cleanly(token_model, tmp_pa
     bridge = load_bridge({"hf_dir": str(model), "name": "tok"}, device="cpu")
     tokens = token_set(random_docs(12, seed=2))
     ref = tmp_path / "ref.h5"
-    cache_activations(bridge, tokens, ref, CacheSettings(batch_size=3), {"model": "tok"})
+    cache_activations(bridge, tokens, ref, defaults("cache", batch_size=3), {"model": "tok"})
     out = tmp_path / "acts.h5"
     partial = out.with_name(out.name + PARTIAL)
 
     def interrupted(batch_size: int) -> None:
         """A run stopped after 6 documents, leaving its partial file and checkpoint."""
         with pytest.raises(Interrupt):
-            cache_activations(bridge, tokens, out, CacheSettings(batch_size=batch_size, checkpoint_seconds=0),
+            cache_activations(bridge, tokens, out, defaults("cache", batch_size=batch_size, checkpoint_seconds=0),
                               {"model": "tok"}, _interrupt_after(6))
 
     def rerun() -> int:
-        return cache_activations(bridge, tokens, out, CacheSettings(batch_size=3), {"model": "tok"})["resumed_from"]
+        return cache_activations(bridge, tokens, out, defaults("cache", batch_size=3), {"model": "tok"})["resumed_from"]
 
     # interrupted, then the partial file truncated: restart from scratch
     interrupted(3)
@@ -331,7 +332,7 @@ def test_truncated_or_incomplete_file_is_rejected_naming_file_and_rule(token_mod
     _, model = token_model
     bridge = load_bridge({"hf_dir": str(model), "name": "tok"}, device="cpu")
     out = tmp_path / "acts.h5"
-    cache_activations(bridge, token_set(random_docs(5)), out, CacheSettings(batch_size=2), {"model": "tok"})
+    cache_activations(bridge, token_set(random_docs(5)), out, defaults("cache", batch_size=2), {"model": "tok"})
     with h5py.File(out, "r+") as f:  # an incomplete file, e.g. copied mid-write
         f.attrs["complete"] = False
     with pytest.raises(PosmechError, match=r"acts\.h5.*completion marker.*cache_activations"):
@@ -349,22 +350,22 @@ def test_unknown_hook_and_out_of_range_requests_fail_clearly(token_model, tmp_pa
     _, model = token_model
     bridge = load_bridge({"hf_dir": str(model), "name": "tok"}, device="cpu")
     out = tmp_path / "acts.h5"
-    cache_activations(bridge, token_set(random_docs(3)), out, CacheSettings(hooks=("resid_pre",)), {"model": "tok"})
+    cache_activations(bridge, token_set(random_docs(3)), out, defaults("cache", hooks=["resid_pre"]), {"model": "tok"})
     with pytest.raises(PosmechError, match="ln1_out.*cache.hooks"):
         read_position_means(out, "ln1_out")
     with pytest.raises(PosmechError, match="out of range"):
         read_document(out, "resid_pre", 0, 3)
     with pytest.raises(PosmechError, match="cache.hooks"):
         cache_activations(bridge, token_set(random_docs(3)), tmp_path / "x.h5",
-                          CacheSettings(hooks=("resid_post",)), {"model": "tok"})
+                          defaults("cache").replace(hooks=["resid_post"]), {"model": "tok"})
 
 
 def test_compressed_cache_equals_uncompressed(token_model, tmp_path):
     _, model = token_model
     bridge = load_bridge({"hf_dir": str(model), "name": "tok"}, device="cpu")
     tokens = token_set(random_docs(6, seed=4))
-    cache_activations(bridge, tokens, tmp_path / "a.h5", CacheSettings(batch_size=4), {"model": "tok"})
-    cache_activations(bridge, tokens, tmp_path / "b.h5", CacheSettings(batch_size=4, compression="gzip"),
+    cache_activations(bridge, tokens, tmp_path / "a.h5", defaults("cache", batch_size=4), {"model": "tok"})
+    cache_activations(bridge, tokens, tmp_path / "b.h5", defaults("cache", batch_size=4, compression="gzip"),
                       {"model": "tok"})
     (da, aa), (db, ab) = _datasets(tmp_path / "a.h5"), _datasets(tmp_path / "b.h5")
     for k in da:
@@ -414,3 +415,12 @@ def test_wrapping_a_huggingface_model_leaves_it_alone(tmp_path):
     assert model.transformer.wpe.weight.mean(-1).abs().max() > 1e-4
     with pytest.raises(PosmechError, match="cache.engine"):
         load_capture({"hf_dir": str(path), "name": "g"}, "cpu", "float32", "compatibility", "fast")
+
+
+def test_the_resume_fingerprint_reads_the_settings_that_shape_the_file():
+    s = defaults("cache")
+    assert s.fingerprint_fields() == {"hooks": ["resid_pre", "ln1_out"], "n_documents": None, "batch_size": 8,
+                                      "storage_dtype": "float16", "chunk_tokens": 128}
+    same = s.replace(compression="gzip", checkpoint_every=3, checkpoint_seconds=0, engine="bridge", models=["m"])
+    assert same.fingerprint_fields() == s.fingerprint_fields()
+    assert s.replace(batch_size=4).fingerprint_fields() != s.fingerprint_fields()

@@ -24,7 +24,7 @@ rule cache_activations:
     params:
         model=cache_model_entry,
         corpus=corpus_entry,
-        cache=config["cache"],
+        settings=SETTINGS.cache,
     script:
         "../../scripts/cache_activations.py"
 

@@ -48,7 +48,6 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +70,7 @@ from posmech.hdf5 import (
     set_attrs,
 )
 from posmech.io import atomic_path
+from posmech.settings.cache import CacheSettings
 
 LOG = logging.getLogger(__name__)
 
@@ -88,34 +88,6 @@ def hook_points(hook: str, n_layers: int) -> list[str]:
     if hook == "ln1_out":
         return [f"blocks.{layer}.ln1.hook_out" for layer in range(n_layers)]
     raise PosmechError(f"config key `cache.hooks`: unknown hook {hook!r}; expected one of {', '.join(HOOKS)}")
-
-
-@dataclass
-class CacheSettings:
-    """The ``cache:`` config section (see config/README.md)."""
-
-    hooks: tuple[str, ...] = HOOKS
-    n_documents: int | None = None
-    batch_size: int = 8
-    storage_dtype: str = "float16"
-    compression: str | None = None
-    compression_level: int = 4
-    chunk_tokens: int = 128
-    checkpoint_every: int = 1
-    checkpoint_seconds: float = 10.0
-    engine: str = "auto"
-
-    @classmethod
-    def from_config(cls, cfg: dict[str, Any]) -> CacheSettings:
-        keys = cls.__dataclass_fields__
-        kw = {k: v for k, v in cfg.items() if k in keys}
-        if "hooks" in kw:
-            kw["hooks"] = tuple(kw["hooks"])
-        return cls(**kw)
-
-    def fingerprint_fields(self) -> dict[str, Any]:
-        return {"hooks": list(self.hooks), "n_documents": self.n_documents, "batch_size": self.batch_size,
-                "storage_dtype": self.storage_dtype, "chunk_tokens": self.chunk_tokens}
 
 
 # --------------------------------------------------------------------------- forward pass

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from posmech.settings import Settings
 
@@ -26,3 +26,10 @@ class CacheSettings(Settings):
     checkpoint_every: int
     checkpoint_seconds: float
     engine: str
+
+    def fingerprint_fields(self) -> dict[str, Any]:
+        """The settings that shape a cache file's contents (part of the resume fingerprint of
+        :func:`posmech.analyses.cache.cache_activations`: a checkpoint written with other
+        values is not resumed). Compression, checkpointing and the engine are not among them."""
+        return {"hooks": list(self.hooks), "n_documents": self.n_documents, "batch_size": self.batch_size,
+                "storage_dtype": self.storage_dtype, "chunk_tokens": self.chunk_tokens}
