@@ -6,7 +6,7 @@ from pathlib import Path
 
 from posmech.analyses import kernels as kn
 from posmech.analyses.cache import read_position_means
-from posmech.config import config_hash, scale_to_context
+from posmech.config import config_hash
 from posmech.data.tokens import read_tokens
 from posmech.hdf5 import attr_json, open_artifact
 from posmech.models.loading import analysis_context, load_model, read_manifest
@@ -17,12 +17,11 @@ def main(smk, log):
     man, entry = read_manifest(smk.input.manifest), smk.params.entry
     # positions left null scale with the model's context (posmech.config.CONTEXT_SCALED); the
     # values used are recorded in kernels.h5 (kernels_config), which the K rules read back
-    params = scale_to_context("kernels", dict(smk.params.kernels),
-                              analysis_context(smk.wildcards.model, entry, man["hf_dir"]))
+    settings = smk.params.settings.scaled(analysis_context(smk.wildcards.model, entry, man["hf_dir"]))
     means, count = read_position_means(smk.input.means, "ln1_out")
     with open_artifact(smk.input.means) as f:
         cache_attrs = {k: attr_json(f, k) for k in ("processing", "weights_sha256_16", "corpus") if k in f.attrs}
-    n_keys = max(params["etc_positions"] + [params["heatmap_max_position"]]) + 1
+    n_keys = max(*settings.etc_positions, settings.heatmap_max_position) + 1
     kn.check_means(count, n_keys, cache_attrs, entry["processing"], man.get("weights_sha256_16", "unknown"),
                    smk.input.means)
     tokens = read_tokens(smk.input.tokens)
@@ -30,11 +29,11 @@ def main(smk, log):
     hf_config = json.loads((Path(man["hf_dir"]) / "config.json").read_text())
     attrs = {
         "model": smk.wildcards.model, "model_source": man["source"], "resolved_revision": man["resolved_revision"],
-        "processing": entry["processing"], "means_corpus": params["means_corpus"], "means_file": smk.input.means,
-        "query_corpus": params["query_corpus"], "kernels_config": params,
-        "config_hash": config_hash({"model": entry, "kernels": params}),
+        "processing": entry["processing"], "means_corpus": settings.means_corpus, "means_file": smk.input.means,
+        "query_corpus": settings.query_corpus, "kernels_config": settings.as_dict(),
+        "config_hash": config_hash({"model": entry, "kernels": settings.as_dict()}),
     }
-    s = kn.build_kernels(bridge, hf_config, means, count, tokens, params, smk.output.h5, attrs)
+    s = kn.build_kernels(bridge, hf_config, means, count, tokens, settings, smk.output.h5, attrs)
     log.info("%d layers x %d heads, %d query positions, texts: %s", s["n_layers"], s["n_heads"], s["n_queries"],
              ", ".join(s["texts"]))
 

@@ -310,19 +310,39 @@ def test_config_section_is_validated():
 
 def test_build_kernels_refuses_positions_beyond_context(prevtok, tmp_path):
     from posmech.data.tokens import TokenSet
+    from posmech.settings import defaults
 
     bridge = prevtok[0]
     toks = TokenSet(np.full(3 * N, 5), np.array([0, N, 2 * N, 3 * N]), {}, ["a", "b", "c"])
     means = np.zeros((2, N, bridge.cfg.d_model))
-    params = {"k0": 2, "heatmap_max_position": 8, "etc_positions": [N], "etc_heatmap_position": N,
-              "n_chapters": 2, "seed": 0}
+    settings = defaults("kernels", k0=2, heatmap_max_position=8, etc_positions=[N], etc_heatmap_position=N,
+                        n_chapters=2, seed=0)
     with pytest.raises(PosmechError, match="beyond the model's context"):
-        kn.build_kernels(bridge, {}, means, np.ones(N), toks, params, tmp_path / "k.h5", {})
-    params.update(etc_positions=[10], etc_heatmap_position=9)
+        kn.build_kernels(bridge, {}, means, np.ones(N), toks, settings, tmp_path / "k.h5", {})
+    settings = settings.replace(etc_positions=[10], etc_heatmap_position=9)
     with pytest.raises(PosmechError, match="etc_heatmap_position"):
-        kn.build_kernels(bridge, {}, means, np.ones(N), toks, params, tmp_path / "k.h5", {})
-    params.update(etc_heatmap_position=10)
-    s = kn.build_kernels(bridge, {}, means, np.ones(N), toks, params, tmp_path / "k.h5", {"model": "t"})
+        kn.build_kernels(bridge, {}, means, np.ones(N), toks, settings, tmp_path / "k.h5", {})
+    settings = settings.replace(etc_heatmap_position=10)
+    s = kn.build_kernels(bridge, {}, means, np.ones(N), toks, settings, tmp_path / "k.h5", {"model": "t"})
     assert len(s["texts"]) == 2 and s["n_queries"] == 8
     ks = kn.read_kernels(tmp_path / "k.h5")
     np.testing.assert_allclose(ks.etc_of_mean[0, 0], ks.n_keys[0])  # zero means: every kernel uniform
+
+
+def test_settings_resolve_the_corpora_and_keep_the_recorded_positions():
+    """The rule's settings: the corpora left null are the first corpus (kernels.h5 records
+    them so), the positions left null scale with the context, and the rules reading
+    kernels.h5 take its recorded positions (`kernels_config`)."""
+    from posmech.config import scale_to_context
+    from posmech.settings import defaults
+
+    config = {"corpora": {"bible": {}, "web": {}}}
+    s = defaults("kernels", config, query_corpus="web")
+    assert (s.means_corpus, s.query_corpus) == ("bible", "web")
+    raw = defaults("kernels").as_dict()
+    assert s.as_dict() == {**raw, "means_corpus": "bible", "query_corpus": "web"}
+    scaled = s.scaled(64)
+    assert scaled.as_dict() == scale_to_context("kernels", s.as_dict(), 64)
+    assert scaled.etc_positions == (6, 12, 25, 38, 50, 62) and scaled.etc_heatmap_position == 62
+    assert s.recorded(scaled.as_dict()) == scaled
+    assert s.recorded({"k0": 9}) == s  # only the context-scaled keys are taken

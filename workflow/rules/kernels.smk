@@ -14,9 +14,9 @@ rule kernels:
         means=lambda wc: output_of(
             rules.cache_activations.output.h5,
             wc,
-            corpus=kernels_params()["means_corpus"],
+            corpus=SETTINGS.kernels.means_corpus,
         ),
-        tokens=lambda wc: tokens_file(wc, kernels_params()["query_corpus"]),
+        tokens=lambda wc: tokens_file(wc, SETTINGS.kernels.query_corpus),
     output:
         positional_kernels__h5="results/{model}/kernels/kernels.h5",
         etc_table__table=report(
@@ -59,7 +59,7 @@ rule kernels:
         runtime=heavy_runtime_for(1, config["kernels"]["n_chapters"]),
     params:
         entry=model_entry,
-        kernels=kernels_params,
+        settings=SETTINGS.kernels,
         # the figures etc_table's scorecard rows point to
         kernels_figure=lambda wc: output_of(
             rules.kernels.output.kernel_heatmaps__selected, wc
@@ -88,7 +88,7 @@ rule etc_heatmap:
     conda:
         "../envs/posmech.yaml"
     params:
-        kernels=kernels_params,
+        settings=SETTINGS.kernels,
         models=etc_models(),
     script:
         "../../scripts/etc_heatmap.py"

@@ -45,6 +45,7 @@ from posmech.analyses.attention import head_name
 from posmech.errors import PosmechError
 from posmech.models.architecture import score_divisor
 from posmech.runner import logged
+from posmech.settings.kernels import KernelsSettings
 
 KIND = "kernels"
 DESCRIPTIONS = {
@@ -707,15 +708,17 @@ def check_means(count: np.ndarray, n_positions: int, attrs: dict[str, Any], proc
 
 def build_kernels(
     bridge: Any, hf_config: dict[str, Any], means: np.ndarray, count: np.ndarray, tokens: Any,
-    params: dict[str, Any], path: str | os.PathLike[str], attrs: dict[str, Any],
+    settings: KernelsSettings, path: str | os.PathLike[str], attrs: dict[str, Any],
 ) -> dict[str, Any]:
     """Rule ``positional_kernels``: choose the query texts, run them through ``bridge`` for
     ``x_n``, compute every head's kernels from ``means [L, P, d_model]`` and stream them to
     ``path``.  ``tokens``: the query corpus (:class:`posmech.data.tokens.TokenSet`);
-    ``params``: the ``kernels`` config section.  Returns a small summary for the log."""
-    k0 = int(params["k0"])
-    pos = query_positions(k0, int(params["heatmap_max_position"]), params["etc_positions"])
-    if int(params["etc_heatmap_position"]) not in set(pos.tolist()):
+    ``settings``: the ``kernels`` section scaled to the model's context
+    (:meth:`~posmech.settings.Settings.scaled`: no position left null).  Returns a small
+    summary for the log."""
+    k0 = int(settings.k0)
+    pos = query_positions(k0, int(settings.heatmap_max_position), settings.etc_positions)
+    if int(settings.etc_heatmap_position) not in set(pos.tolist()):
         raise PosmechError("config key `kernels.etc_heatmap_position` must be one of `kernels.etc_positions`")
     n_ctx = int(bridge.cfg.n_ctx)
     if pos.max() >= n_ctx:
@@ -724,7 +727,7 @@ def build_kernels(
             f"beyond the model's context ({n_ctx} positions, 0..{n_ctx - 1})"
         )
     w = bridge_head_weights(bridge, hf_config, int(pos.max()) + 1)
-    docs = select_documents(tokens.lengths(), int(pos.max()) + 1, int(params["n_chapters"]), int(params["seed"]))
+    docs = select_documents(tokens.lengths(), int(pos.max()) + 1, int(settings.n_chapters), int(settings.seed))
     x = query_embeddings(bridge, [tokens.doc(int(j)) for j in docs], pos)
     chapters = {
         "doc_index": docs,
@@ -733,7 +736,7 @@ def build_kernels(
     }
     meta = {
         **attrs, "k0": k0, "attn_scale": w.scale.tolist(), "attn_window": w.window.tolist(),
-        "etc_heatmap_position": int(params["etc_heatmap_position"]), "n_texts": len(docs),
+        "etc_heatmap_position": int(settings.etc_heatmap_position), "n_texts": len(docs),
         "key_bias_note": "key biases are included; they add q.b_K to every score of a query and cancel in the softmax"
                          if w.rotary is None else "key biases are included; rotated to each key position, they do "
                          "not cancel in the softmax",

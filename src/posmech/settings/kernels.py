@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from posmech.settings import Settings
+from posmech.settings import Settings, first_corpus
 
 
 @dataclass(frozen=True)
 class KernelsSettings(Settings):
-    """The ``kernels`` config section (config/README.md; defaults: the schema)."""
+    """The ``kernels`` config section (config/README.md; defaults: the schema).
+
+    Resolved (:meth:`resolved`): ``means_corpus`` and ``query_corpus`` left null are the
+    first configured corpus. The query positions left null scale with a model's context
+    (:meth:`scaled`); kernels.h5 records them (``kernels_config``) and the rules reading
+    it use those (:meth:`recorded`)."""
 
     section: ClassVar[str] = "kernels"
 
@@ -27,3 +33,16 @@ class KernelsSettings(Settings):
     uniform_min_fraction: float
     equivariance_max_offset: int
     selected_heads: tuple[str, ...]
+
+    def resolved(self, config: Mapping[str, Any]) -> KernelsSettings:
+        """The corpora left null (``means_corpus``, ``query_corpus``): the first corpus."""
+        return self.replace(means_corpus=first_corpus(config, self.means_corpus),
+                            query_corpus=first_corpus(config, self.query_corpus))
+
+    def recorded(self, recorded: Mapping[str, Any]) -> KernelsSettings:
+        """A copy with the context-scaled keys taken from ``recorded``, the section as the
+        job that wrote an artifact resolved it for the model (kernels.h5's
+        ``kernels_config``; :func:`posmech.config.recorded_scaled`)."""
+        from posmech.config import recorded_scaled
+
+        return type(self).from_section(recorded_scaled(self.section, self.as_dict(), recorded))
