@@ -10,21 +10,21 @@ from posmech.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
-    model, p, out = smk.wildcards.model, dict(smk.params.contextual), smk.output
+    model, p, out = smk.wildcards.model, smk.params.settings, smk.output
     dec = cx.read_decomposition(smk.input.h5)
     w, tokenizer = cx.load_weights(read_manifest(smk.input.manifest), model)
     pos = cx.resolved_positions(p, w.n_ctx, model)
-    p = {**p, "grid": pos["grid"]}  # null: scaled with the context
+    grid = pos["grid"]  # null: scaled with the context
     s, ids, title = float(dec.attrs["ln_scale_used"]), dec.token_ids[0], dec.texts["title"][0]
     grids, df = cx.positional_patterns(w, s, ids, pos["positions"], int(dec.attrs["destination_id"]),
-                                       p["grid"] ** 2, p["k0"])
+                                       grid ** 2, p.k0)
     cx.positional_pattern_table(df, model, tokenizer)
-    write_table(df, out.table, {"text": title, "corpus": dec.texts["corpus"][0], "k0": p["k0"],
-                                "destination_token": p["destination_token"], "ln_scale_used": s})
-    pattern_grids(grids, p["grid"], p["destination_token"], {n: tokenizer.decode([int(ids[n])]) for n in grids},
-                  f"K6 {model}: layer-0 positional patterns (last {p['grid'] ** 2} keys as {p['grid']}x{p['grid']} "
+    write_table(df, out.table, {"text": title, "corpus": dec.texts["corpus"][0], "k0": p.k0,
+                                "destination_token": p.destination_token, "ln_scale_used": s})
+    pattern_grids(grids, grid, p.destination_token, {n: tokenizer.decode([int(ids[n])]) for n in grids},
+                  f"K6 {model}: layer-0 positional patterns (last {grid ** 2} keys as {grid}x{grid} "
                   f"grids) and the real attention row on {title}", out.figure)
-    card = cx.positional_pattern_scorecard(df, list(grids), title, p["destination_token"], model, out.figure, out.table)
+    card = cx.positional_pattern_scorecard(df, list(grids), title, p.destination_token, model, out.figure, out.table)
     write_table(scorecard_rows(card), out.scorecard)
     log.info("n = %s: median TV(fixed, real) %.3f", sorted(grids), float(df["tv_fixed_vs_real"].median()))
 

@@ -17,15 +17,15 @@ from posmech.tables import not_measurable_rows, scorecard_rows, write_table
 
 
 def main(smk, log):
-    model, p, entry, out = smk.wildcards.model, dict(smk.params.contextual), smk.params.entry, smk.output
+    model, p, entry, out = smk.wildcards.model, smk.params.settings, smk.params.entry, smk.output
     dec = cx.read_decomposition(smk.input.h5)
-    n, k0 = int(dec.attrs["max_position"]), int(smk.params.kernels["k0"])
+    n, k0 = int(dec.attrs["max_position"]), int(smk.params.kernels.k0)
     man = read_manifest(smk.input.manifest)
     means, count = read_position_means(smk.input.means, "ln1_out")
     if means.shape[0] < 2:  # nothing a one-layer model lacks fails the run: empty table, K10 not measurable
         why = f"model {model!r} has one layer: K10 needs layer 1"
         log.warning("%s; writing an empty table", why)
-        write_table(cx.layer1_table(np.zeros((0, n + 1)), np.zeros((0, n + 1)), n, k0, p["mostly_positional_max_tv"],
+        write_table(cx.layer1_table(np.zeros((0, n + 1)), np.zeros((0, n + 1)), n, k0, p.mostly_positional_max_tv,
                                     model), out.table, {"not_measurable": why})
         words_figure(f"K10 {model}", why, out.figure)
         write_table(not_measurable_rows("K10", model, why, cx.LAYER1_QUANTITIES, out.table), out.scorecard)
@@ -35,13 +35,13 @@ def main(smk, log):
     rows, x = cx.layer_rows(bridge, dec.token_ids[0], n, 1)
     w = kn.bridge_head_weights(bridge, json.loads((Path(man["hf_dir"]) / "config.json").read_text()))
     kernel = kn.layer_kernels(means[1], x[None, None], [n], w, 1, k0).mean[:, 0]
-    df = cx.layer1_table(rows, kernel, n, k0, p["mostly_positional_max_tv"], model)
+    df = cx.layer1_table(rows, kernel, n, k0, p.mostly_positional_max_tv, model)
     title = dec.texts["title"][0]
-    write_table(df, out.table, {"text": title, "k0": k0, "means_corpus": smk.params.kernels["means_corpus"],
-                                "mostly_positional_max_tv": p["mostly_positional_max_tv"]})
+    write_table(df, out.table, {"text": title, "k0": k0, "means_corpus": smk.params.kernels.means_corpus,
+                                "mostly_positional_max_tv": p.mostly_positional_max_tv})
     layer1_figure(rows, kernel, df, n, k0, f"K10 {model}: layer-1 attention rows on {title} at n = {n} "
                   "(grey: positional kernel)", out.figure)
-    card = cx.layer1_scorecard(df, title, n, p["mostly_positional_max_tv"], model, out.figure, out.table)
+    card = cx.layer1_scorecard(df, title, n, p.mostly_positional_max_tv, model, out.figure, out.table)
     write_table(scorecard_rows(card), out.scorecard)
     heads = card[1]["value"]
     log.info("mostly positional: %s", heads)

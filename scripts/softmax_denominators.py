@@ -8,20 +8,20 @@ from posmech.tables import read_table, scorecard_rows, write_table
 
 
 def main(smk, log):
-    model, p, out = smk.wildcards.model, dict(smk.params.contextual), smk.output
+    model, p, out = smk.wildcards.model, smk.params.settings, smk.output
     dec = cx.read_decomposition(smk.input.h5)
     classes = read_table(smk.input.classes)["head_class"].tolist()
     # denominator_from null: scaled with the model's context (posmech.config.CONTEXT_SCALED)
     pos, frm = dec.positions, cx.resolved_positions(p, int(dec.attrs["n_ctx"]), model)["denominator_from"]
     spread = {k: cx.denominator_spread(getattr(dec, f"log_z_{k}"), pos, frm) for k in ("linear", "exact")}
     df = cx.denominator_table(dec, classes, spread, frm, model)
-    write_table(df, out.table, {"destination_token": p["destination_token"], "denominator_from": frm,
+    write_table(df, out.table, {"destination_token": p.destination_token, "denominator_from": frm,
                                 "positions": [int(pos[0]), int(pos[-1])],
                                 "spread": "mean over n >= denominator_from of the std over texts of log Z_h(n)"})
     denominator_figure(pos, dec.log_z_linear, dec.log_z_exact, list(dec.texts["title"]), classes,
-                       f"K8 {model}: softmax denominator Z_h(n), destination {p['destination_token']!r} "
+                       f"K8 {model}: softmax denominator Z_h(n), destination {p.destination_token!r} "
                        "(solid: linear LN, dotted: exact)", out.figure)
-    card = cx.denominator_scorecard(spread, classes, p["n_most_varying"], len(dec.texts), frm, model, out.figure,
+    card = cx.denominator_scorecard(spread, classes, p.n_most_varying, len(dec.texts), frm, model, out.figure,
                                     out.table)
     write_table(scorecard_rows(card), out.scorecard)
     top = {"linear": card[0]["value"], "exact": card[1]["value"]}

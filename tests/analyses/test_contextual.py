@@ -318,20 +318,19 @@ def test_positional_layer1_head_is_mostly_positional(prev_token_model_dir):
 
 
 # --------------------------------------------------------------------------- bad input
-PARAMS = {"max_position": None, "positions": [20, 40], "variance_positions": [10, 30], "classify_position": None,
-          "k0": 1, "local_window": 3}
-
-
 def test_positions_beyond_the_context_name_the_key():
-    ok = cx.resolved_positions(PARAMS, N_CTX, "m")
+    from posmech.settings import defaults
+
+    settings = defaults("contextual", positions=[20, 40], variance_positions=[10, 30], k0=1, local_window=3)
+    ok = cx.resolved_positions(settings, N_CTX, "m")
     assert ok["max_position"] == N_CTX - 2 and ok["classify_position"] == 40
     with pytest.raises(PosmechError,
                        match=r"`contextual.positions` \(model m\): position\(s\) \[399\] are outside 1..47"):
-        cx.resolved_positions({**PARAMS, "positions": [20, 399]}, N_CTX, "m")
+        cx.resolved_positions(settings.replace(positions=[20, 399]), N_CTX, "m")
     with pytest.raises(PosmechError, match="contextual.max_position"):
-        cx.resolved_positions({**PARAMS, "max_position": 48}, N_CTX, "m")
+        cx.resolved_positions(settings.replace(max_position=48), N_CTX, "m")
     with pytest.raises(PosmechError, match="contextual.variance_positions.*beyond"):
-        cx.resolved_positions({**PARAMS, "max_position": 25, "positions": [20], "variance_positions": [10, 30]},
+        cx.resolved_positions(settings.replace(max_position=25, positions=[20], variance_positions=[10, 30]),
                               N_CTX, "m")
 
 
@@ -503,3 +502,24 @@ def test_k6_table_names_heads_and_decodes_tokens():
     assert list(df.columns) == ["claim", "model", "layer", "head", "head_name", "n", "own_token_id", "own_token"]
     assert df["head_name"].tolist() == ["L0H0", "L0H1"] and df["own_token"].tolist() == ["c", "d"]
     assert (df["claim"] == "K6").all() and (df["layer"] == 0).all()
+
+
+def test_settings_resolve_the_corpora_pattern_first():
+    """`contextual.corpora` (empty: all) in the config's order with the pattern corpus
+    first, the LN-scale corpus (null: the first corpus) read too; resolving twice changes
+    nothing (layer0.h5 records the resolved section)."""
+    from posmech.settings import defaults
+    from posmech.settings.contextual import check_positions
+
+    config = {"corpora": {"a": {}, "b": {}, "c": {}}}
+    s = defaults("contextual", config)
+    assert (s.corpora, s.pattern_corpus, s.scale_corpus, s.token_corpora) == (("a", "b", "c"), "a", "a", ("a", "b", "c"))
+    s = defaults("contextual", config, corpora=["c", "b"], scale_corpus="a")
+    assert (s.corpora, s.pattern_corpus, s.token_corpora) == (("b", "c"), "b", ("b", "c", "a"))
+    s = defaults("contextual", config, corpora=["c", "b"], pattern_corpus="c")
+    assert s.corpora == ("c", "b") and s.resolved(config) == s
+    assert s.as_dict()["corpora"] == ["c", "b"]
+    s = s.replace(positions=[20, 40], variance_positions=[10, 30])
+    check_positions(s, ["m"], lambda m: N_CTX)
+    with pytest.raises(PosmechError, match=r"`contextual.positions` \(model small\)"):
+        check_positions(s, ["m", "small"], {"m": N_CTX, "small": 32}.get)

@@ -26,7 +26,7 @@ rule contextual:
         means=lambda wc: output_of(
             rules.cache_activations.output.h5,
             wc,
-            corpus=kernels_params()["means_corpus"],
+            corpus=SETTINGS.kernels.means_corpus,
         ),
     output:
         layer0_decomposition__h5="results/{model}/contextual/layer0.h5",
@@ -119,8 +119,8 @@ rule contextual:
         runtime=heavy_runtime_for(2),
     params:
         entry=model_entry,
-        contextual=contextual_params,
-        kernels=kernels_params,
+        settings=SETTINGS.contextual,
+        kernels=SETTINGS.kernels,
     script:
         "../../scripts/contextual_family.py"
 

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from posmech.settings import Settings
+from posmech.settings import Settings, first_corpus
 
 
 @dataclass(frozen=True)
 class ContextualSettings(Settings):
-    """The ``contextual`` config section (config/README.md; defaults: the schema)."""
+    """The ``contextual`` config section (config/README.md; defaults: the schema).
+
+    Resolved (:meth:`resolved`): ``corpora`` (empty: every corpus) in the config's order
+    with the pattern corpus first, ``pattern_corpus`` (null: the first of them),
+    ``scale_corpus`` (null: the first configured corpus). The positions left null scale
+    with a model's context (:meth:`scaled`,
+    :func:`posmech.analyses.contextual.resolved_positions`)."""
 
     section: ClassVar[str] = "contextual"
 
@@ -36,3 +43,30 @@ class ContextualSettings(Settings):
     variance_positions: tuple[int, ...] | None
     n_resamples: int
     mostly_positional_max_tv: float
+
+    def resolved(self, config: Mapping[str, Any]) -> ContextualSettings:
+        """The corpora resolved against ``config["corpora"]``: ``corpora`` the chosen ones
+        (empty: all) in the config's order, the pattern corpus (null: the first of them)
+        moved first; ``scale_corpus`` null: the first corpus."""
+        everything = list(config["corpora"])
+        chosen = [c for c in everything if c in self.corpora] if self.corpora else everything
+        pattern = self.pattern_corpus or chosen[0]
+        return self.replace(pattern_corpus=pattern, corpora=[pattern] + [c for c in chosen if c != pattern],
+                            scale_corpus=first_corpus(config, self.scale_corpus))
+
+    @property
+    def token_corpora(self) -> tuple[str, ...]:
+        """The corpora whose tokens the family reads (resolved settings): the texts'
+        corpora, then the LN-scale corpus, each once."""
+        return tuple(dict.fromkeys((*self.corpora, self.scale_corpus)))
+
+
+def check_positions(settings: ContextualSettings, models: Iterable[str], n_ctx: Callable[[str], int]) -> None:
+    """The section's positions against the context ``n_ctx(model)`` of each of ``models``
+    (those the family runs on), before any job: a :class:`posmech.errors.PosmechError`
+    naming the key and the model for the first that does not fit (the rules check again
+    with the model's own context)."""
+    from posmech.analyses.contextual import resolved_positions
+
+    for m in models:
+        resolved_positions(settings, n_ctx(m), m)

@@ -60,6 +60,7 @@ import pandas as pd
 
 from posmech.analyses.contextual.weights import Layer0Weights
 from posmech.errors import PosmechError
+from posmech.settings.contextual import ContextualSettings
 
 KIND = "layer0_decomposition"
 DESCRIPTIONS = {
@@ -417,36 +418,36 @@ def read_decomposition(path: str | os.PathLike[str]) -> Layer0File:
 
 
 # --------------------------------------------------------------------------- config
-def resolved_positions(params: dict[str, Any], n_ctx: int, model: str) -> dict[str, Any]:
+def resolved_positions(settings: ContextualSettings, n_ctx: int, model: str) -> dict[str, Any]:
     """The ``contextual`` section's positions for a model of context ``n_ctx``, checked:
     ``max_position`` (null: ``n_ctx − 2``), ``positions``, ``classify_position``,
     ``variance_positions``, ``denominator_from``, ``grid`` (those left null scale with
-    ``n_ctx``: :func:`posmech.config.scale_to_context`).  Any position beyond the context
+    ``n_ctx``: :meth:`~posmech.settings.Settings.scaled`).  Any position beyond the context
     or beyond ``max_position`` is an error naming its key (raised before any job or
-    forward pass)."""
-    from posmech.config import scale_to_context
-
-    params = scale_to_context("contextual", params, n_ctx)
-    mp = params.get("max_position")
-    mp = n_ctx - 2 if mp is None else int(mp)
+    forward pass).  A raw section (a mapping of every key, as :mod:`posmech.preflight`
+    reads the config) is taken as its settings."""
+    if not isinstance(settings, ContextualSettings):
+        settings = ContextualSettings.from_section(settings)
+    s = settings.scaled(n_ctx)
+    mp = n_ctx - 2 if s.max_position is None else int(s.max_position)
     check_positions([mp], n_ctx, "contextual.max_position", model)
     for key in ("positions", "variance_positions"):
-        check_positions(params[key], n_ctx, f"contextual.{key}", model)
-        beyond = [int(n) for n in params[key] if int(n) > mp]
+        values = getattr(s, key)
+        check_positions(values, n_ctx, f"contextual.{key}", model)
+        beyond = [int(n) for n in values if int(n) > mp]
         if beyond:
             raise PosmechError(f"config key `contextual.{key}` (model {model}): {beyond} beyond "
                                f"`contextual.max_position` = {mp}; lower them or raise max_position")
-    cp = params.get("classify_position")
-    cp = max(params["positions"]) if cp is None else int(cp)
-    if not params["k0"] + 1 <= cp <= mp:
+    cp = max(s.positions) if s.classify_position is None else int(s.classify_position)
+    if not s.k0 + 1 <= cp <= mp:
         raise PosmechError(f"config key `contextual.classify_position` (model {model}): {cp} must be in "
-                           f"{params['k0'] + 1}..{mp} (k0 + 1 .. max_position)")
-    if params["local_window"] > cp - params["k0"] + 1:
-        raise PosmechError(f"config key `contextual.local_window`: {params['local_window']} is more keys than "
+                           f"{s.k0 + 1}..{mp} (k0 + 1 .. max_position)")
+    if s.local_window > cp - s.k0 + 1:
+        raise PosmechError(f"config key `contextual.local_window`: {s.local_window} is more keys than "
                            f"position {cp} has after k0")
-    return {"max_position": mp, "positions": sorted(int(n) for n in params["positions"]), "classify_position": cp,
-            "variance_positions": sorted(int(n) for n in params["variance_positions"]),
-            "denominator_from": int(params["denominator_from"]), "grid": int(params["grid"])}
+    return {"max_position": mp, "positions": sorted(int(n) for n in s.positions), "classify_position": cp,
+            "variance_positions": sorted(int(n) for n in s.variance_positions),
+            "denominator_from": int(s.denominator_from), "grid": int(s.grid)}
 
 
 # --------------------------------------------------------------------------- scorecard rows (K6, K8)
