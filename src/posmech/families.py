@@ -47,3 +47,17 @@ LINKS: dict[str, dict[str, str]] = {
 def rule_of(analysis: str) -> str:
     """The Snakemake rule that runs ``analysis``: its family's, else its own name."""
     return next((family for family, names in FAMILIES.items() if analysis in names), analysis)
+
+
+#: the per-head tables the head-roles table gathers (rule head_table, :mod:`posmech.heads`):
+#: ``{its input name: "<analysis>__<output key>"}``, an output of the analysis's family rule,
+#: read for the models the family runs on
+HEAD_TABLE_SOURCES: dict[str, str] = {
+    "taxonomy": "diagonal_taxonomy__table",
+    "chosen": "diagonal_taxonomy__heads",
+    "taxa": "score_taxa__table",
+    "etc": "etc_table__table",
+    "classes": "layer0_head_classes__table",
+    "roles": "random_token_patterns__heads",
+    "masses": "random_token_patterns__masses",
+}

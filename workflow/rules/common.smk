@@ -518,42 +518,17 @@ def neurons_params(wildcards=None):
 
 def head_table_sources():
     """``{key: (rule output, models)}`` of the per-head tables the head-roles table (rule
-    head_table) gathers (posmech.heads), each for the models of its config section."""
-    anatomy = selected(config, "anatomy", "models")
-    # key: (the output, its analysis, the models of its config section)
-    sources = {
-        "taxonomy": (
-            rules.taxonomy.output.diagonal_taxonomy__table,
-            "diagonal_taxonomy",
-            taxonomy_models(),
-        ),
-        "chosen": (
-            rules.taxonomy.output.diagonal_taxonomy__heads,
-            "diagonal_taxonomy",
-            taxonomy_models(),
-        ),
-        "taxa": (rules.anatomy.output.score_taxa__table, "score_taxa", anatomy),
-        "etc": (rules.kernels.output.etc_table__table, "etc_table", kernels_models()),
-        "classes": (
-            rules.contextual.output.layer0_head_classes__table,
-            "layer0_head_classes",
-            contextual_models(),
-        ),
-        "roles": (
-            rules.attn_only.output.random_token_patterns__heads,
-            "random_token_patterns",
-            attn_only_models(),
-        ),
-        "masses": (
-            rules.attn_only.output.random_token_patterns__masses,
-            "random_token_patterns",
-            attn_only_models(),
-        ),
-    }
-    return {
-        k: (out, runs_on(analysis, models))
-        for k, (out, analysis, models) in sources.items()
-    }
+    head_table) gathers (posmech.families.HEAD_TABLE_SOURCES), each for the models its
+    family runs on."""
+    from posmech.families import HEAD_TABLE_SOURCES, rule_of
+
+    out = {}
+    for key, output in HEAD_TABLE_SOURCES.items():
+        analysis = output.split("__", 1)[0]
+        family = rule_of(analysis)
+        models = runs_on(analysis, selected(config, family, "models"))
+        out[key] = (getattr(rules, family).output[output], models)
+    return out
 
 
 def head_table_models():
