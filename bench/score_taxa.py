@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from geometry import gpt2_small_documents, interleaved_rounds  # noqa: E402  (bench/geometry.py)
 
 from posmech.analyses import anatomy as sa  # noqa: E402
+from posmech.settings import defaults  # noqa: E402
 
 
 def main() -> None:
@@ -59,7 +60,7 @@ def main() -> None:
     for rows in ("64", "None"):
         p = out[rows]
         c0 = time.process_time()
-        sa.classify_taxa(sa.row_features(p.windows), sa.Thresholds())
+        sa.classify_taxa(sa.row_features(p.windows), defaults("anatomy").taxa)
         c = time.process_time() - c0
         print(f"features + taxa of {p.windows.shape[2]} rows x {p.windows.shape[0] * p.windows.shape[1]} heads "
               f"(rows_per_document {rows}): CPU {c:.2f} s = {100 * c / cpu['bare']:.1f} % of the bare passes")
