@@ -332,40 +332,15 @@ def taxonomy_models():
     return selected(config, "taxonomy", "models")
 
 
-def section_params(section):
-    """A config section with its corpus resolved (null: the first corpus)."""
-
-    def params(wildcards=None):
-        p = dict(config[section])
-        p["corpus"] = p.get("corpus") or list(config["corpora"])[0]
-        return p
-
-    return params
-
-
-def anatomy_pass_params(wildcards):
-    """The `anatomy` section for `attention_statistics` when the job's model is one of the
-    anatomy models, else None (its P13 rows are not computed, and changing `anatomy` does
-    not rerun the pass for it)."""
-    if wildcards.model in selected(config, "anatomy", "models"):
-        return section_params("anatomy")()
-    return None
-
-
 def attention_statistics_inputs(wildcards):
     """The manifest and the tokens of `taxonomy` (and of `anatomy` for its models)."""
     out = {
         "manifest": output_of(rules.fetch_model.output.manifest, wildcards),
-        "tokens": section_tokens("taxonomy")(wildcards),
+        "tokens": tokens_file(wildcards, SETTINGS.taxonomy.corpus),
     }
-    if anatomy_pass_params(wildcards) is not None:
-        out["anatomy_tokens"] = section_tokens("anatomy")(wildcards)
+    if SETTINGS.anatomy.for_pass(config, wildcards.model) is not None:
+        out["anatomy_tokens"] = tokens_file(wildcards, SETTINGS.anatomy.corpus)
     return out
-
-
-def section_tokens(section):
-    """The tokens file of ``section``'s corpus for the job's model."""
-    return lambda wc: tokens_file(wc, section_params(section)()["corpus"])
 
 
 def repo_file(path):
@@ -378,23 +353,6 @@ def repo_file(path):
 
 def interventions_models():
     return selected(config, "interventions", "models")
-
-
-def interventions_params(wildcards):
-    return config["interventions"]
-
-
-def interventions_corpus(wildcards=None):
-    """The web-text corpus of P5, P14, P15 (null: the first corpus under `corpora`)."""
-    return config["interventions"]["corpus"] or CORPORA[0]
-
-
-def interventions_tokens(wildcards):
-    return tokens_file(wildcards, interventions_corpus())
-
-
-def induction_prompt(wildcards):
-    return repo_file(config["interventions"]["induction_intervention"]["prompt"])
 
 
 def contextual_models():
