@@ -239,6 +239,6 @@ def test_score_taxa_scorecard_is_every_p13_row():
 def test_anatomy_settings_resolve_the_corpus_and_the_pass_models():
     config = {"corpora": {"web": {}, "bible": {}}, "models": {"a": {}, "b": {}}, "anatomy": {"models": ["b"]}}
     s = defaults("anatomy", config, models=["b"], heads={"b": ["L0H1"]})
-    assert s.corpus == "web" and s.pinned("b") == ["L0H1"] and s.pinned("a") is None
+    assert s.corpus == "web" and s.pinned("b") == ("L0H1",) and s.pinned("a") is None
     assert s.for_pass(config, "b") is s and s.for_pass(config, "a") is None
     assert set(s.taxa.as_dict()) == {"row_min", "dip_min", "bump_min", "fraction_min", "trend_min"}

@@ -13,9 +13,9 @@ allows before any job. The workflow builds :class:`StudySettings` once
 (``workflow/rules/common.smk``, ``SETTINGS``) and hands each family's object to its rule
 (``params: settings=SETTINGS.<family>``); a script passes it on to the library.
 
-Values are immutable: a YAML list becomes a tuple, a nested object (``anatomy.taxa``,
+A YAML list becomes a tuple, a nested object (``anatomy.taxa``,
 ``interventions.prev_knockout``, …) its own settings class; mappings keyed by model or
-head name (``anatomy.heads``, ``*.pin``) stay dicts. :meth:`Settings.as_dict` gives the
+head name (``anatomy.heads``, ``*.pin``) stay dicts, their lists tuples. :meth:`Settings.as_dict` gives the
 section back as plain JSON-able data, as artifacts record it (``config_hash``, HDF5
 attributes): the same values the config holds.
 """
@@ -37,9 +37,11 @@ S = TypeVar("S", bound="Settings")
 
 
 def _freeze(value: Any) -> Any:
-    """A YAML value made immutable where it is a list (recursively: a tuple of tuples)."""
+    """A YAML value with its lists made tuples, recursively (a mapping's values too)."""
     if isinstance(value, list | tuple):
         return tuple(_freeze(v) for v in value)
+    if isinstance(value, Mapping):
+        return {k: _freeze(v) for k, v in value.items()}
     return value
 
 
