@@ -13,7 +13,7 @@ from posmech.tables import scorecard_rows, write_not_measurable, write_table
 
 def main(smk, log):
     model, s, out = smk.wildcards.model, smk.params.settings, smk.output
-    corpora = smk.params.contextual["corpora"]
+    corpora = list(smk.params.contextual.corpora)  # resolved: the pattern corpus first
     why = nr.not_measurable(smk.input.extended)
     if why:  # no head for the bag of tokens (rule extended_token_embeddings): C2 is not measurable
         log.warning("%s", why)

@@ -67,7 +67,7 @@ rule neurons:
         runtime=heavy_runtime_for(3),  # each analysis had one pass's budget
     params:
         settings=SETTINGS.neurons,
-        contextual=contextual_params,
+        contextual=SETTINGS.contextual,
         entry=model_entry,
     script:
         "../../scripts/neurons_family.py"
