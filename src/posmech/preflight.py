@@ -459,16 +459,17 @@ def position_problems(config: dict[str, Any], base: str | os.PathLike[str] = "."
                            f"{n_ctx - 4}, or null (the first repeated-token position)")
     ao = config.get("attn_only")
     if ao:
-        from posmech.analyses.attn_only import check_settings, resolve_bos, sequence_lengths
+        from posmech.settings.attn_only import AttnOnlySettings
 
+        settings = AttnOnlySettings.from_section(ao)
         try:
-            check_settings(ao)
+            settings.check()
         except PosmechError as err:  # "attn_only.<key>: why"
             key, _, why = str(err).partition(": ")
             out.append(f"config key `{key}`: {why}")
 
         for name, ctx, where in _runs(config, "attn_only", "random_token_patterns", base):
-            lengths = sequence_lengths(ao, resolve_bos(ao["bos"], config["models"][name]))
+            lengths = settings.sequence_lengths(settings.bos_for(config["models"][name]))
             for key, n in lengths.items():
                 if n > ctx:
                     out.append(f"config key `{key}`: model {name!r} has a context of {ctx} tokens (from {where}) "

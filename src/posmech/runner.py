@@ -264,6 +264,43 @@ def set_threads(threads: int) -> None:
             os.environ[var] = str(threads)
 
 
+def typed_params(params: Any) -> Names:
+    """A job's params, each settings param (:meth:`posmech.settings.Settings.as_param`: a
+    plain dict, which Snakemake records) as its typed settings object. A settings object
+    in the params is a workflow bug: Snakemake does not record it, so a changed section
+    would not rerun the job."""
+    from posmech.settings import Settings, from_param, is_param
+
+    named = _named(params)
+    for key, value in named.items():
+        if isinstance(value, Settings) and os.environ.get("POSMECH_TRANSITION") == "strict":
+            raise PosmechError(f"param {key!r} is a {type(value).__name__} object, which Snakemake does not record "
+                               "(a changed config section would not rerun the job): pass `.as_param()` (workflow bug)")
+    return Names({k: from_param(v) if is_param(v) else v for k, v in named.items()})
+
+
+class _TypedView:
+    """A Snakemake job object with its params typed (:func:`typed_params`); every other
+    attribute is the job's own."""
+
+    def __init__(self, smk: Any, params: Names) -> None:
+        self._smk, self.params = smk, params
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["_smk"], name)
+
+
+def typed_view(smk: Any) -> Any:
+    """``smk`` with its settings params typed (:func:`typed_params`); ``smk`` itself when it
+    has none."""
+    from posmech.settings import Settings, is_param
+
+    values = list(_named(getattr(smk, "params", None)).values())
+    if not any(is_param(v) or isinstance(v, Settings) for v in values):
+        return smk
+    return _TypedView(smk, typed_params(smk.params))
+
+
 def run(smk: Any, main: Callable[[Any, logging.Logger], None]) -> None:
     """Run ``main(snakemake, logger)``.  A :class:`PosmechError` ends the job with its
     message only (written to the log and stderr), exit status 1.  Any other exception
@@ -287,7 +324,7 @@ def run(smk: Any, main: Callable[[Any, logging.Logger], None]) -> None:
     analyses: list[dict[str, Any]] | None = getattr(main, "analyses", None)
     try:
         try:
-            main(smk, log)
+            main(typed_view(smk), log)
             finished = True
         finally:
             _account(rule, log_path, time.perf_counter() - t0, probe=finished, analyses=analyses)
@@ -492,7 +529,7 @@ def run_sweep_point(smk: Any) -> None:
         for part in smk.params.parts:
             rule = part["rule"]
             view = SimpleNamespace(
-                input=Names(part["input"]), output=Names(part["output"]), params=Names(part["params"]),
+                input=Names(part["input"]), output=Names(part["output"]), params=typed_params(part["params"]),
                 wildcards=Names(part["wildcards"]), log=smk.log, threads=getattr(smk, "threads", 1),
                 resources=getattr(smk, "resources", None), config=getattr(smk, "config", {}), rule=rule,
             )

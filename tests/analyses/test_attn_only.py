@@ -292,8 +292,9 @@ def test_settings_select_models_and_check_lengths_before_any_job():
     assert aos.models(s, config) == ["a", "b"]
     assert aos.models(s, config, bos=True) == ["b"] and aos.models(s, config, bos=False) == ["a"]
     assert aos.models(s.replace(models=["b"]), config) == ["b"]
-    assert ao.resolve_bos(s, config["models"]["a"]) is False and ao.resolve_bos(True, {}) is True
-    assert ao.sequence_lengths(s, True) == {"attn_only.n_tokens": 13, "attn_only.induction_score.half_length": 15,
+    assert s.bos_for(config["models"]["a"]) is False and s.replace(bos=True).bos_for({}) is True
+    assert s.bos_for(config["models"]["b"]) is True
+    assert s.sequence_lengths(True) == {"attn_only.n_tokens": 13, "attn_only.induction_score.half_length": 15,
                                            "attn_only.bos_induction.n_random": 11}
     assert s.longest_sequence("n_tokens", "induction_score.half_length") == 15
     aos.check(s, config)  # 14 tokens without BOS fit model a's 16
@@ -303,4 +304,4 @@ def test_settings_select_models_and_check_lengths_before_any_job():
     with pytest.raises(PosmechError, match=r"attn_only\.query: 13 is not a query position"):
         aos.check(s.replace(query=13), config)
     with pytest.raises(PosmechError, match=r"attn_only\.first_query"):
-        ao.check_settings(s.replace(first_query=2))
+        s.replace(first_query=2).check()

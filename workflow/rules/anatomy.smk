@@ -70,7 +70,7 @@ rule anatomy:
         runtime=heavy_runtime_for(1, 1),
     params:
         entry=model_entry,
-        settings=SETTINGS.anatomy,
+        settings=SETTINGS.anatomy.as_param(),
     script:
         "../../scripts/anatomy_family.py"
 

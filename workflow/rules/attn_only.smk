@@ -1,8 +1,8 @@
 # The attention-only family (L1-L5, seed 001): random-token inputs, position-only /
 # token-only forward variants, BOS and induction. Library: posmech.analyses.attn_only;
-# helpers (attn_only_*) in common.smk.
+# settings and checks: posmech.settings.attn_only; helpers (attn_only_*) in common.smk.
 try:
-    check_attn_only()
+    attn_only_check(SETTINGS.attn_only, config)
 except PosmechError as err:
     raise WorkflowError(str(err)) from None
 
@@ -81,7 +81,7 @@ rule attn_only:
         ),
     params:
         entry=model_entry,
-        settings=SETTINGS.attn_only,
+        settings=SETTINGS.attn_only.as_param(),
     script:
         "../../scripts/attn_only_family.py"
 
@@ -125,7 +125,7 @@ rule bos_induction:
         runtime=attn_only_runtime(2 * config["attn_only"]["bos_induction"]["n_samples"]),
     params:
         entry=model_entry,
-        settings=SETTINGS.attn_only,
+        settings=SETTINGS.attn_only.as_param(),
     script:
         "../../scripts/bos_induction.py"
 

@@ -332,13 +332,21 @@ def taxonomy_models():
     return selected(config, "taxonomy", "models")
 
 
+def anatomy_pass_params(wildcards):
+    """The `anatomy` settings for `attention_statistics` when the job's model is one of the
+    anatomy models, else None (its P13 rows are not computed, and changing `anatomy` does
+    not rerun the pass for it)."""
+    found = SETTINGS.anatomy.for_pass(config, wildcards.model)
+    return found.as_param() if found is not None else None
+
+
 def attention_statistics_inputs(wildcards):
     """The manifest and the tokens of `taxonomy` (and of `anatomy` for its models)."""
     out = {
         "manifest": output_of(rules.fetch_model.output.manifest, wildcards),
         "tokens": tokens_file(wildcards, SETTINGS.taxonomy.corpus),
     }
-    if SETTINGS.anatomy.for_pass(config, wildcards.model) is not None:
+    if anatomy_pass_params(wildcards) is not None:
         out["anatomy_tokens"] = tokens_file(wildcards, SETTINGS.anatomy.corpus)
     return out
 
@@ -391,53 +399,18 @@ def contextual_tokens(wildcards):
     return {c: tokens_file(wildcards, c) for c in names}
 
 
+from posmech.settings.attn_only import check as attn_only_check
+
+
 def attn_only_models(bos=None):
-    """Models of the `attn_only` section; ``bos=True``: only those run with BOS
-    (bos_induction, L4, compares with and without it)."""
-    from posmech.analyses.attn_only import resolve_bos
+    """Models of the `attn_only` section; ``bos=True``: only those run with BOS."""
+    from posmech.settings.attn_only import models
 
-    p = config["attn_only"]
-    models = selected(config, "attn_only", "models")
-    if bos is None:
-        return models
-    return [m for m in models if resolve_bos(p["bos"], config["models"][m]) == bos]
-
-
-def attn_only_params(wildcards=None):
-    return config["attn_only"]
-
-
-def check_attn_only():
-    """What the config alone tells about the L rules, before any job: the settings, and
-    sequence lengths against the context of trained models (n_ctx in the config)."""
-    from posmech.analyses.attn_only import (
-        check_settings,
-        resolve_bos,
-        sequence_lengths,
-    )
-
-    p = config["attn_only"]
-    check_settings(p)
-    for m in attn_only_models():
-        entry = config["models"][m]
-        if "train" not in entry:
-            continue
-        for key, n in sequence_lengths(p, resolve_bos(p["bos"], entry)).items():
-            if n > entry["train"]["n_ctx"]:
-                raise PosmechError(
-                    f"{key}: sequences of {n} tokens are longer than model `{m}`'s context "
-                    f"(models.{m}.train.n_ctx = {entry['train']['n_ctx']}); lower it"
-                )
+    return models(SETTINGS.attn_only, config, bos)
 
 
 def attn_only_tokens(*keys):
-    """The longest sequence (tokens, BOS counted) an L rule builds from the ``attn_only``
-    settings ``keys`` (posmech.analyses.attn_only.sequence_lengths): its memory estimate's
-    context, 13–41 tokens with the study's settings instead of the model's 1024."""
-    from posmech.analyses.attn_only import sequence_lengths
-
-    lengths = sequence_lengths(config["attn_only"], True)
-    return max(lengths[f"attn_only.{k}"] for k in keys)
+    return SETTINGS.attn_only.longest_sequence(*keys)
 
 
 def attn_only_runtime(*counts):
@@ -468,10 +441,6 @@ def neurons_models():
             )
         return chosen
     return [m for m in chosen if model_has_mlp(m)]
-
-
-def neurons_params(wildcards=None):
-    return dict(config["neurons"])
 
 
 def head_table_sources():

@@ -98,7 +98,7 @@ rule geometry:
         runtime=heavy_runtime_for(1, config["geometry"]["n_tokens"]),
     params:
         entry=model_entry,
-        settings=SETTINGS.geometry,
+        settings=SETTINGS.geometry.as_param(),
     script:
         "../../scripts/geometry_family.py"
 

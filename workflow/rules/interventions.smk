@@ -75,7 +75,7 @@ rule interventions:
         runtime=heavy_runtime_for(6, config["interventions"]["n_documents"]),
     params:
         entry=model_entry,
-        settings=SETTINGS.interventions,
+        settings=SETTINGS.interventions.as_param(),
         corpus=lambda wc: SETTINGS.interventions.corpus_or_first(config),
     script:
         "../../scripts/interventions_family.py"
@@ -119,7 +119,7 @@ rule extended_averaging:
         runtime=heavy_runtime_for(3, config["interventions"]["n_documents"]),
     params:
         entry=model_entry,
-        settings=SETTINGS.interventions,
+        settings=SETTINGS.interventions.as_param(),
         corpus=lambda wc: SETTINGS.interventions.corpus_or_first(config),
     script:
         "../../scripts/extended_averaging.py"

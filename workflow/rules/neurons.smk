@@ -66,8 +66,8 @@ rule neurons:
         mem_mb=heavy_mem_mb,
         runtime=heavy_runtime_for(3),  # each analysis had one pass's budget
     params:
-        settings=SETTINGS.neurons,
-        contextual=SETTINGS.contextual,
+        settings=SETTINGS.neurons.as_param(),
+        contextual=SETTINGS.contextual.as_param(),
         entry=model_entry,
     script:
         "../../scripts/neurons_family.py"

@@ -43,7 +43,7 @@ rule posembed_averaging:
         runtime=heavy_runtime_for(4, config["posembed_averaging"]["n_documents"]),
     params:
         entry=model_entry,
-        settings=SETTINGS.posembed_averaging,
+        settings=SETTINGS.posembed_averaging.as_param(),
     script:
         "../../scripts/posembed_averaging.py"
 
@@ -84,7 +84,7 @@ rule posembed_attention:
         runtime=heavy_runtime_for(4, 1),
     params:
         entry=model_entry,
-        settings=SETTINGS.posembed_attention,
+        settings=SETTINGS.posembed_attention.as_param(),
     script:
         "../../scripts/posembed_attention.py"
 

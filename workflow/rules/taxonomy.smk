@@ -52,8 +52,8 @@ rule taxonomy:
         ),
     params:
         entry=model_entry,
-        settings=SETTINGS.taxonomy,
-        anatomy=lambda wc: SETTINGS.anatomy.for_pass(config, wc.model),
+        settings=SETTINGS.taxonomy.as_param(),
+        anatomy=anatomy_pass_params,
     script:
         "../../scripts/taxonomy_family.py"
 

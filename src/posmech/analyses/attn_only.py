@@ -33,7 +33,7 @@ query, key]``; position 0 is BOS when the sequences have one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,14 +104,6 @@ def bos_id(tokenizer: Any, bos: bool, key: str) -> int | None:
             "or give the tokenizer a bos_token"
         )
     return int(tid)
-
-
-def resolve_bos(s: AttnOnlySettings | bool | str, entry: dict[str, Any]) -> bool:
-    """``attn_only.bos`` of settings ``s`` (or the key's value itself) for the model of config
-    entry ``entry``: ``model`` follows its ``prepend_bos`` (:meth:`AttnOnlySettings.bos_for`)."""
-    if isinstance(s, AttnOnlySettings):
-        return s.bos_for(entry)
-    return bool(entry.get("prepend_bos", True)) if s == "model" else bool(s)
 
 
 def sampling_vocab(tokenizer: Any, d_vocab: int) -> np.ndarray:
@@ -428,25 +420,6 @@ def scorecard(rows: list[tuple[str, str, float | list[str], str]], model: str, a
 
 
 # --------------------------------------------------------------------------- settings
-def _settings(s: AttnOnlySettings | Mapping[str, Any]) -> AttnOnlySettings:
-    """``s``, or the settings of a raw ``attn_only`` section (validated, defaults filled):
-    the callers still handing the config's dict (posmech.preflight, common.smk) until they
-    pass :class:`AttnOnlySettings`."""
-    return s if isinstance(s, AttnOnlySettings) else AttnOnlySettings.from_section(s)
-
-
-def sequence_lengths(s: AttnOnlySettings, bos: bool) -> dict[str, int]:
-    """Length in tokens of every sequence the L rules build, by config key
-    (:meth:`AttnOnlySettings.sequence_lengths`)."""
-    return _settings(s).sequence_lengths(bos)
-
-
-def check_settings(s: AttnOnlySettings) -> None:
-    """Checks the config alone can make (run when the workflow is parsed and by every rule;
-    :meth:`AttnOnlySettings.check`)."""
-    _settings(s).check()
-
-
 @dataclass
 class Setup:
     """What every L rule needs before its first forward pass (all checks done)."""

@@ -10,8 +10,10 @@ What a family's section means beyond its raw keys lives next to it, in
 ``posmech.settings.<family>``: a corpus left null resolved to the first configured corpus
 (:meth:`Settings.resolved`), the models the section selects, the checks the config alone
 allows before any job. The workflow builds :class:`StudySettings` once
-(``workflow/rules/common.smk``, ``SETTINGS``) and hands each family's object to its rule
-(``params: settings=SETTINGS.<family>``); a script passes it on to the library.
+(``workflow/rules/common.smk``, ``SETTINGS``) and hands each family's settings to its rule
+as a param, ``settings=SETTINGS.<family>.as_param()``: a plain dict, which Snakemake
+records (a changed section reruns the job); :func:`posmech.runner.run` gives the job's
+script the typed object (``smk.params.settings``), which it passes on to the library.
 
 A YAML list becomes a tuple, a nested object (``anatomy.taxa``,
 ``interventions.prev_knockout``, …) its own settings class; mappings keyed by model or
@@ -103,6 +105,14 @@ class Settings:
         """The section as plain JSON-able data (lists, dicts), as artifacts record it."""
         return {f.name: _thaw(getattr(self, f.name)) for f in fields(self)}
 
+    def as_param(self) -> dict[str, Any]:
+        """These settings as a rule's param: a plain dict (:meth:`as_dict` and the section's
+        name under :data:`PARAM_KEY`), which Snakemake records, so that a changed section
+        reruns the job (it records only built-in values: a settings object itself would be
+        dropped, and the job never rerun). :func:`posmech.runner.run` hands the job's script
+        the typed object again (:func:`from_param`)."""
+        return {PARAM_KEY: self.section, **self.as_dict()}
+
     def scaled(self: S, n_ctx: int) -> S:
         """A copy for a model whose documents have ``n_ctx`` tokens: every position-valued
         key left null gets the value its rule gives (:func:`posmech.config.scale_to_context`);
@@ -110,6 +120,22 @@ class Settings:
         from posmech.config import scale_to_context
 
         return type(self).from_section(scale_to_context(self.section, self.as_dict(), n_ctx))
+
+
+#: the key of a settings param (:meth:`Settings.as_param`) that names its section
+PARAM_KEY = "__settings__"
+
+
+def is_param(value: Any) -> bool:
+    """Whether ``value`` is a settings param (:meth:`Settings.as_param`)."""
+    return isinstance(value, Mapping) and PARAM_KEY in value
+
+
+def from_param(value: Mapping[str, Any]) -> Settings:
+    """The typed settings of a settings param (:meth:`Settings.as_param`): the values as
+    the workflow resolved them, nothing resolved again."""
+    values = {k: v for k, v in value.items() if k != PARAM_KEY}
+    return settings_class(str(value[PARAM_KEY])).from_section(values)
 
 
 def _settings_class(hint: Any) -> type[Settings] | None:
