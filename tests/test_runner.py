@@ -200,3 +200,26 @@ def test_a_finished_snakemake_job_leaves_at_once_with_its_logs_and_outputs(tmp_p
     leaves = module.startswith("snakemake.") and not clean
     assert (tmp_path / "out.txt.atexit").exists() is not leaves
     assert ("after run" in done.stdout) is not leaves
+
+
+def test_a_jobs_settings_param_reaches_its_script_typed(monkeypatch):
+    """A rule passes ``SETTINGS.<section>.as_param()`` (a plain dict, recorded by Snakemake);
+    the script sees the typed settings; a settings object itself is refused (unrecorded)."""
+    from types import SimpleNamespace
+
+    from posmech.runner import Names, typed_params, typed_view
+    from posmech.settings import defaults
+    from posmech.settings.kernels import KernelsSettings
+
+    k = defaults("kernels", k0=3, etc_positions=[5, 9])
+    param = k.as_param()
+    assert type(param) is dict and param["k0"] == 3 and param["etc_positions"] == [5, 9]
+    smk = SimpleNamespace(params=Names({"settings": param, "entry": {"device": "cpu"}}), rule="kernels")
+    view = typed_view(smk)
+    assert isinstance(view.params.settings, KernelsSettings) and view.params.settings == k
+    assert view.params["entry"] == {"device": "cpu"} and view.rule == "kernels"
+    plain = SimpleNamespace(params=Names({"n": 3}))
+    assert typed_view(plain) is plain  # a job without settings is left as it is
+    monkeypatch.setenv("POSMECH_TRANSITION", "strict")
+    with pytest.raises(PosmechError, match="'settings' is a KernelsSettings object, which Snakemake does not record"):
+        typed_params(Names({"settings": k}))
