@@ -24,7 +24,7 @@ rule cache_activations:
     params:
         model=cache_model_entry,
         corpus=corpus_entry,
-        settings=SETTINGS.cache,
+        settings=SETTINGS.cache.as_param(),
     script:
         "../../scripts/cache_activations.py"
 

@@ -119,8 +119,8 @@ rule contextual:
         runtime=heavy_runtime_for(2),
     params:
         entry=model_entry,
-        settings=SETTINGS.contextual,
-        kernels=SETTINGS.kernels,
+        settings=SETTINGS.contextual.as_param(),
+        kernels=SETTINGS.kernels.as_param(),
     script:
         "../../scripts/contextual_family.py"
 

@@ -59,7 +59,7 @@ rule kernels:
         runtime=heavy_runtime_for(1, config["kernels"]["n_chapters"]),
     params:
         entry=model_entry,
-        settings=SETTINGS.kernels,
+        settings=SETTINGS.kernels.as_param(),
         # the figures etc_table's scorecard rows point to
         kernels_figure=lambda wc: output_of(
             rules.kernels.output.kernel_heatmaps__selected, wc
@@ -88,7 +88,7 @@ rule etc_heatmap:
     conda:
         "../envs/posmech.yaml"
     params:
-        settings=SETTINGS.kernels,
+        settings=SETTINGS.kernels.as_param(),
         models=etc_models(),
     script:
         "../../scripts/etc_heatmap.py"
