@@ -189,12 +189,13 @@ def test_a_short_context_gets_positions_inside_it_and_given_values_are_kept():
 def test_every_resolved_position_fits_the_context(n_ctx):
     from posmech.analyses.contextual import resolved_positions
     from posmech.config import scale_to_context
+    from posmech.settings.contextual import ContextualSettings
 
     cfg = _filled()
     k = scale_to_context("kernels", cfg["kernels"], n_ctx)
     assert max(k["etc_positions"]) < n_ctx and k["heatmap_max_position"] < n_ctx
     assert min(k["etc_positions"]) > k["k0"] and k["etc_heatmap_position"] in k["etc_positions"]
-    c = resolved_positions(cfg["contextual"], n_ctx, "m")  # raises on a position it refuses
+    c = resolved_positions(ContextualSettings.from_section(cfg["contextual"]), n_ctx, "m")  # raises on a refused one
     assert max(c["positions"]) <= c["max_position"] and c["grid"] ** 2 <= c["max_position"] + 1
     assert 1 <= c["denominator_from"] < c["max_position"]
     assert scale_to_context("neurons", cfg["neurons"], n_ctx)["from_position"] <= c["max_position"] - 1

@@ -202,7 +202,7 @@ def test_a_finished_snakemake_job_leaves_at_once_with_its_logs_and_outputs(tmp_p
     assert ("after run" in done.stdout) is not leaves
 
 
-def test_a_jobs_settings_param_reaches_its_script_typed(monkeypatch):
+def test_a_jobs_settings_param_reaches_its_script_typed():
     """A rule passes ``SETTINGS.<section>.as_param()`` (a plain dict, recorded by Snakemake);
     the script sees the typed settings; a settings object itself is refused (unrecorded)."""
     from types import SimpleNamespace
@@ -220,6 +220,5 @@ def test_a_jobs_settings_param_reaches_its_script_typed(monkeypatch):
     assert view.params["entry"] == {"device": "cpu"} and view.rule == "kernels"
     plain = SimpleNamespace(params=Names({"n": 3}))
     assert typed_view(plain) is plain  # a job without settings is left as it is
-    monkeypatch.setenv("POSMECH_TRANSITION", "strict")
     with pytest.raises(PosmechError, match="'settings' is a KernelsSettings object, which Snakemake does not record"):
         typed_params(Names({"settings": k}))

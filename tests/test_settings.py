@@ -100,3 +100,39 @@ def test_defaults_are_the_schema_defaults():
     assert a.taxa.row_min == 0.5 and a.taxa.dip_min == 0.5
     with pytest.raises(PosmechError, match="k0: -1 is less than the minimum of 0"):
         defaults("kernels", k0=-1)
+
+
+def test_prepare_builds_the_study_of_the_demo_config(tmp_path, monkeypatch):
+    """posmech.study.prepare on config/demo.yaml: validated, twins and checkpoints added,
+    settings built from the final config, and the schedule keeps the rotary model off the
+    rules that need learned positions."""
+    from posmech.study import prepare
+
+    monkeypatch.chdir(tmp_path)  # no lock, no fetched models here
+    config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
+    study = prepare(config, SCHEMA, REPO, str(REPO / "resources/findings.yaml"), [], main_process=False,
+                    runs_jobs_here=True, dry_run=True)
+    assert study.twins == ["demo-twin", "demo-attn-twin", "demo-rope-twin"]
+    assert study.twin_of["demo-rope-twin"] == "demo-rope"
+    assert set(study.checkpoint_of.values()) == {"demo", "demo-attn"}
+    assert study.models == list(config["models"]) and not set(study.final_models) & set(study.checkpoint_of)
+    assert study.settings.kernels.means_corpus == next(iter(config["corpora"]))
+    assert study.architectures["demo-rope"].positions == "rotary"
+    assert "extended_positional_embeddings" in study.not_applicable["demo-rope"]
+    assert study.schedule.runs_on("extended_positional_embeddings", ["demo", "demo-rope"]) == ["demo"]
+    ckpt = next(iter(study.checkpoint_of))
+    assert study.schedule.runs_on("diagonal_taxonomy", [ckpt]) == [ckpt]  # the sweep follows P6/P7
+    assert study.schedule.runs_on("etc_heatmap", [ckpt]) == []
+
+
+def test_neurons_models_are_those_with_an_mlp():
+    from types import SimpleNamespace
+
+    from posmech.settings.neurons import models
+
+    config = {"models": {"a": {}, "attn": {"source": "NeelNanda/attn_only_2l"}, "b": {}}}
+    archs = {"a": SimpleNamespace(has_mlp=True), "attn": None, "b": SimpleNamespace(has_mlp=False)}
+    assert models(defaults("neurons"), config, archs) == ["a"]
+    assert models(defaults("neurons", models=["a"]), config, archs) == ["a"]
+    with pytest.raises(PosmechError, match=r"`neurons.models`: \['attn', 'b'\] have no MLP"):
+        models(defaults("neurons", models=["b", "attn"]), config, archs)

@@ -397,16 +397,18 @@ def position_problems(config: dict[str, Any], base: str | os.PathLike[str] = "."
     cx = config.get("contextual")
     if cx:
         from posmech.analyses.contextual import resolved_positions
+        from posmech.settings.contextual import ContextualSettings
 
+        settings = ContextualSettings.from_section(cx)
         for name, ctx, where in _runs(config, "contextual", "layer0_decomposition", base):
             s = known_shape(name, config["models"][name], base)
             n_ctx = s.n_ctx if s is not None else ctx  # the contextual rules use the model's context
             try:
-                resolved_positions(cx, n_ctx, name)
+                resolved_positions(settings, n_ctx, name)
             except PosmechError as err:
                 try:
-                    fit = resolved_positions({**cx, "positions": None, "variance_positions": None, "max_position": None,
-                                              "classify_position": None, "denominator_from": None}, n_ctx, name)
+                    fit = resolved_positions(settings.replace(positions=None, variance_positions=None, max_position=None,
+                                                              classify_position=None, denominator_from=None), n_ctx, name)
                     hint = (f"; values that fit it: positions {_example(fit['positions'])}, variance_positions "
                             f"{_example(fit['variance_positions'])}, denominator_from {fit['denominator_from']}, "
                             f"max_position {fit['max_position']} (null: scaled with each model's context)")

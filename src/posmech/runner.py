@@ -273,7 +273,7 @@ def typed_params(params: Any) -> Names:
 
     named = _named(params)
     for key, value in named.items():
-        if isinstance(value, Settings) and os.environ.get("POSMECH_TRANSITION") == "strict":
+        if isinstance(value, Settings):
             raise PosmechError(f"param {key!r} is a {type(value).__name__} object, which Snakemake does not record "
                                "(a changed config section would not rerun the job): pass `.as_param()` (workflow bug)")
     return Names({k: from_param(v) if is_param(v) else v for k, v in named.items()})

@@ -213,3 +213,22 @@ def part_resource(parts: list[tuple[Any, dict[str, str]]], name: str, combine: A
         if isinstance(v, int | float):
             found.append(v)
     return combine(found) if found else 0
+
+
+class SweepPoints:
+    """The sweep points of one run, ``parts``: ``{checkpoint: its parts}``
+    (:func:`parts_by_checkpoint`); its methods are the ``sweep_<model>`` rules' input,
+    params and resource functions of a job (``wildcards.model``: the checkpoint)."""
+
+    def __init__(self, parts: dict[str, list[tuple[Any, dict[str, str]]]]) -> None:
+        self.parts = parts
+
+    def inputs(self, wildcards: Any) -> dict[str, Any]:
+        return point_inputs(self.parts[wildcards.model])
+
+    def params(self, wildcards: Any) -> list[dict[str, Any]]:
+        return point_parts(self.parts[wildcards.model])
+
+    def resource(self, name: str, combine: Any) -> Any:
+        """Resource ``name`` of a sweep point's job: ``combine`` (max, sum) of its parts'."""
+        return lambda wildcards, attempt: part_resource(self.parts[wildcards.model], name, combine, attempt)

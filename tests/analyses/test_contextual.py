@@ -509,7 +509,7 @@ def test_settings_resolve_the_corpora_pattern_first():
     first, the LN-scale corpus (null: the first corpus) read too; resolving twice changes
     nothing (layer0.h5 records the resolved section)."""
     from posmech.settings import defaults
-    from posmech.settings.contextual import check_positions
+    from posmech.analyses.contextual import check_contexts
 
     config = {"corpora": {"a": {}, "b": {}, "c": {}}}
     s = defaults("contextual", config)
@@ -520,6 +520,6 @@ def test_settings_resolve_the_corpora_pattern_first():
     assert s.corpora == ("c", "b") and s.resolved(config) == s
     assert s.as_dict()["corpora"] == ["c", "b"]
     s = s.replace(positions=[20, 40], variance_positions=[10, 30])
-    check_positions(s, ["m"], lambda m: N_CTX)
+    check_contexts(s, ["m"], lambda m: N_CTX)
     with pytest.raises(PosmechError, match=r"`contextual.positions` \(model small\)"):
-        check_positions(s, ["m", "small"], {"m": N_CTX, "small": 32}.get)
+        check_contexts(s, ["m", "small"], {"m": N_CTX, "small": 32}.get)

@@ -73,11 +73,14 @@ rule attn_only:
         mem_mb=heavy_mem_mb_for(
             config["attn_only"]["batch_size"],
             keeps=("patterns", "residuals"),
-            n_tokens=attn_only_tokens("n_tokens", "induction_score.half_length"),
+            n_tokens=SETTINGS.attn_only.longest_sequence(
+                "n_tokens", "induction_score.half_length"
+            ),
         ),
-        runtime=attn_only_runtime(
-            config["attn_only"]["n_sequences"],
-            config["attn_only"]["induction_score"]["n_sequences"],
+        # short sequences, 32 tokens each at most
+        runtime=RESOURCES.short_runtime(
+            SETTINGS.attn_only.n_sequences
+            + SETTINGS.attn_only.induction_score.n_sequences
         ),
     params:
         entry=model_entry,
@@ -120,9 +123,9 @@ rule bos_induction:
         mem_mb=heavy_mem_mb_for(
             config["attn_only"]["batch_size"],
             keeps=("patterns", "residuals", "last_logits"),
-            n_tokens=attn_only_tokens("bos_induction.n_random"),
+            n_tokens=SETTINGS.attn_only.longest_sequence("bos_induction.n_random"),
         ),
-        runtime=attn_only_runtime(2 * config["attn_only"]["bos_induction"]["n_samples"]),
+        runtime=RESOURCES.short_runtime(2 * SETTINGS.attn_only.bos_induction.n_samples),
     params:
         entry=model_entry,
         settings=SETTINGS.attn_only.as_param(),

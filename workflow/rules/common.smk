@@ -1,125 +1,61 @@
 # Helpers shared by every stage: config validation (before any job runs) and paths.
+import shutil
 import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
-from snakemake.io import apply_wildcards, strip_wildcard_constraints
+from snakemake.io import apply_wildcards
 
 sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 
-from posmech.config import (
-    load_schema,
-    model_kind,
-    model_names_by_kind,
-    selected,
-    validate_config,
-)
 import posmech.config as posmech_config
+from posmech.cluster import Resources as ResourceEstimates
+from posmech.config import load_schema, model_names_by_kind, selected
 from posmech.errors import PosmechError
-from posmech.preflight import jobs_run_locally, preflight
-
-# workflow/rules/ -> the repository (also when another Snakefile includes this file)
-_REPO_OF_THIS_FILE = Path(
-    workflow.current_basedir.get_path_or_uri(secret_free=True)
-).parents[1]
-try:
-    _schema = load_schema(workflow.source_path("../schemas/config.schema.yaml"))
-    # semantic problems (missing paths, unknown names): preflight reports them with the rest
-    validate_config(config, _schema, semantic=False)
-    # Duplicate YAML keys, every named file, the model's shape, the device: see
-    # src/posmech/preflight.py (one call, before any job is scheduled).
-    preflight(
-        config,
-        _schema,
-        repo=_REPO_OF_THIS_FILE,
-        configfiles=workflow.configfiles,
-        jobs_run_here=workflow.is_main_process and jobs_run_locally(sys.argv),
-        check_weights=workflow.is_main_process,
-        # a dry run fetches nothing: a Hub model's reachability is checked for real runs only
-        fetches_here=workflow.is_main_process and not workflow.output_settings.dryrun,
-    )
-except PosmechError as err:
-    raise WorkflowError(str(err)) from None
-
-# A live run in this working directory (posmech.runs): `--unlock` is refused while one
-# is, and a left-over lock is explained (before Snakemake's LockException).
-if workflow.is_main_process:
-    from posmech.runs import lock_report
-
-    _lock_msg, _refuse = lock_report(unlocking="--unlock" in sys.argv)
-    if _refuse:
-        raise WorkflowError(_lock_msg)
-    if _lock_msg:
-        print(_lock_msg, file=sys.stderr)
-
-
-# Random-init twins (config section `twins`; posmech.models.twin): a model `<m>-twin` of
-# the same architecture with seeded random weights, added after the checks above (it is
-# built from its model's config.json by rule build_twin, and listed wherever its model is).
-from posmech.models.twin import add_twins, twins_of
-
-TWINS = add_twins(config)
-TWIN_OF = twins_of(config)
-
-# Checkpoints (`train.checkpoints`, `revisions`; posmech.models.checkpoints): the model
-# `<m>@<revision>` of each, with its own manifest, outputs and jobs; it runs only the
-# analysis families the `dynamics` section follows (SCHEDULE, posmech.dynamics) and
-# its findings go to results/report/dynamics.csv, not to the findings grid.
-from posmech.models.checkpoints import add_checkpoints, checkpoints_of, sweep_points
+from posmech.families import FAMILIES
+from posmech.preflight import jobs_run_locally
 from posmech.sweep import point_outputs, swept_models
 from posmech.sweep import rule_name as sweep_rule_name
 
+# The study the config describes, prepared first of all (posmech.study):
+# the config validated (defaults filled) and checked in one round (posmech.preflight), a
+# lock of this directory explained, the random-init twins (`<m>-twin`, config section
+# `twins`) and the checkpoints (`<m>@<revision>`, `train.checkpoints`, `revisions`) added
+# as models, each family's settings built (posmech.settings: a rule hands its script
+# `settings=SETTINGS.<section>.as_param()`), each model's architecture read and the
+# analysis rules that cannot run on it decided (posmech.applicability: not scheduled, their
+# claims `not measurable` with the reason). A checkpoint runs only what the `dynamics`
+# section follows; its findings go to results/report/dynamics.csv.
+from posmech.study import prepare
+
 try:
-    CHECKPOINTS = add_checkpoints(config)
-except PosmechError as err:
-    raise WorkflowError(str(err)) from None
-CHECKPOINT_OF = checkpoints_of(config)
-SWEEP_POINTS = sweep_points(config)
-
-# Each family's settings (posmech.settings): a typed, frozen object built once from its
-# validated section (twins and checkpoints added); a rule hands it to its script as
-# `params: settings=SETTINGS.<section>`.
-from posmech.settings import build as build_settings
-
-SETTINGS = build_settings(config)
-
-REPO = Path(workflow.basedir).parent
-MODELS = list(config["models"])
-# the models of the findings grid and the report: every model but the checkpoints
-FINAL_MODELS = [m for m in MODELS if m not in CHECKPOINT_OF]
-CORPORA = list(config["corpora"])
-
-
-# ---------------------------------------------------------------- applicability
-# Each model's position scheme and layout, read once from its config before any job
-# (posmech.models.architecture; None: a Hub model neither fetched nor in the local cache),
-# and the analysis rules that cannot run on it with the reason in words
-# (posmech.applicability.RULES, the table): `collect` does not schedule them for it, and
-# the findings of their claims are `not measurable` with that reason.
-from posmech.applicability import Schedule, not_applicable
-from posmech.dynamics import sweep_rules
-from posmech.families import FAMILIES
-from posmech.preflight import architectures
-
-ARCHITECTURES = architectures(config, TWIN_OF, CHECKPOINT_OF)
-NOT_APPLICABLE = {m: not_applicable(ARCHITECTURES[m]) for m in MODELS}
-try:
-    # what runs on a checkpoint: the followed analyses' families, its weights, its head table
-    SCHEDULE = Schedule(
-        NOT_APPLICABLE,
-        CHECKPOINT_OF,
-        sweep_rules(
-            config["dynamics"],
-            workflow.source_path("../../resources/findings.yaml"),
-            bool(CHECKPOINTS),
-        ),
+    STUDY = prepare(
+        config,
+        load_schema(workflow.source_path("../schemas/config.schema.yaml")),
+        # workflow/rules/ -> the repository (also when another Snakefile includes this file)
+        repo=Path(workflow.current_basedir.get_path_or_uri(secret_free=True)).parents[
+            1
+        ],
+        findings_path=workflow.source_path("../../resources/findings.yaml"),
+        configfiles=workflow.configfiles,
+        main_process=workflow.is_main_process,
+        runs_jobs_here=jobs_run_locally(sys.argv),
+        dry_run=workflow.output_settings.dryrun,
+        unlocking="--unlock" in sys.argv,
     )
 except PosmechError as err:
     raise WorkflowError(str(err)) from None
-runs_on = SCHEDULE.runs_on
-if workflow.is_main_process:
-    for _line in SCHEDULE.notes(ARCHITECTURES):
-        print(_line, file=sys.stderr)
+for _note in STUDY.notes:
+    print(_note, file=sys.stderr)
+TWINS, TWIN_OF = STUDY.twins, STUDY.twin_of
+CHECKPOINT_OF = STUDY.checkpoint_of
+SWEEP_POINTS = STUDY.sweep_points
+SETTINGS = STUDY.settings
+ARCHITECTURES, NOT_APPLICABLE = STUDY.architectures, STUDY.not_applicable
+runs_on = STUDY.schedule.runs_on
+REPO = Path(workflow.basedir).parent
+MODELS, FINAL_MODELS = STUDY.models, STUDY.final_models
+CORPORA = list(config["corpora"])
 
 
 def regex(names):
@@ -130,12 +66,14 @@ def regex(names):
 
 
 def static(path):
-    """A static input shipped in the repository (e.g. ``resources/prompts/...``), relative
-    to the working directory: the workflow runs with ``--directory`` elsewhere, and a
-    copied or moved project records the same input paths (no rerun)."""
+    """A file of the repository (``resources/prompts/...``; a config may name one), relative
+    to the working directory: the workflow runs with ``--directory`` elsewhere, and a copied
+    or moved project records the same input paths (no rerun). Absolute paths (and ``~``)
+    are kept."""
     import os
 
-    return os.path.relpath(REPO / path)
+    p = os.path.expanduser(path)
+    return p if os.path.isabs(p) else os.path.relpath(REPO / path)
 
 
 # Resources of the rules (posmech.cluster.Resources; docs/cluster.md)
@@ -149,28 +87,18 @@ def model_shape(model):
     return estimate(model, config["models"][model], str(Path(manifest).parent))
 
 
-def _resources():
-    import shutil
-
-    from posmech.cluster import Resources
-
-    return Resources(
-        config,
-        model_shape,
-        host_has_gpu=shutil.which("nvidia-smi") is not None,
-        # asked at the first GPU request (a dry run or a cluster submission warns)
-        warn_gpu_plan=lambda: workflow.is_main_process
-        and (workflow.dryrun or workflow.non_local_exec),
-    )
-
-
-RESOURCES = _resources()
-on_gpu = RESOURCES.on_gpu
+RESOURCES = ResourceEstimates(
+    config,
+    model_shape,
+    host_has_gpu=shutil.which("nvidia-smi") is not None,
+    # asked at the first GPU request (a dry run or a cluster submission warns)
+    warn_gpu_plan=lambda: workflow.is_main_process
+    and (workflow.dryrun or workflow.non_local_exec),
+)
 heavy_resources = RESOURCES.gpus
 heavy_mem_mb_for = RESOURCES.mem_mb_for
 heavy_mem_mb = heavy_mem_mb_for(1)
 heavy_runtime_for = RESOURCES.runtime_for
-heavy_runtime = heavy_runtime_for(1)
 train_runtime = RESOURCES.train_runtime
 train_priority = RESOURCES.train_priority
 
@@ -264,72 +192,32 @@ def sweep_scorecards(wildcards):
 # ---------------------------------------------------------------- sweep points
 # A checkpoint's followed rules run as one job, rule sweep_<model> (dynamics.smk,
 # posmech.sweep): the analysis rules' `model` wildcard is constrained to FINAL_MODELS.
-def sweep_point_parts():
-    """``{checkpoint: [(rule, wildcards), ...]}`` (posmech.sweep.parts_by_checkpoint);
-    called after every analysis rule's `collect`."""
-    from posmech.sweep import parts_by_checkpoint
+def sweep_points_of_run():
+    """The run's sweep points (posmech.sweep.SweepPoints); called after every analysis
+    rule's `collect`."""
+    from posmech.sweep import SweepPoints, parts_by_checkpoint
 
     try:
-        return parts_by_checkpoint(
+        parts = parts_by_checkpoint(
             list(workflow.rules), COLLECTOR.entries, CHECKPOINT_OF, CORPORA
         )
     except PosmechError as err:
         raise WorkflowError(str(err)) from None
-
-
-def sweep_point_inputs(wildcards):
-    from posmech.sweep import point_inputs
-
-    return point_inputs(SWEEP_POINT_PARTS[wildcards.model])
-
-
-def sweep_point_params(wildcards):
-    from posmech.sweep import point_parts
-
-    return point_parts(SWEEP_POINT_PARTS[wildcards.model])
-
-
-def sweep_point_resource(name, combine):
-    """Resource ``name`` of a sweep point's job: ``combine`` (max, sum) of its parts'."""
-    from posmech.sweep import part_resource
-
-    return lambda wildcards, attempt: part_resource(
-        SWEEP_POINT_PARTS[wildcards.model], name, combine, attempt
-    )
+    return SweepPoints(parts)
 
 
 # ---------------------------------------------------------------- stage helpers
-# (parameters and inputs of the rules; Snakemake's linter wants functions out of the
-# rule files)
-def trained_models():
-    return model_names_by_kind(config, "train")
-
-
-def geometry_models():
-    return selected(config, "geometry", "models")
-
-
-def kernels_models():
-    return selected(config, "kernels", "models")
+# (inputs and params of the rules that need a `def`: Snakemake's linter wants functions out
+# of the rule files; what a section means lives in posmech.settings.<family>)
+def models_of(section):
+    """The models config section ``section`` selects (its `models`; empty: every model)."""
+    return selected(config, section, "models")
 
 
 def etc_models():
     """The kernels models whose ETC table is computed (etc_heatmap sets them side by side;
     not the checkpoints: the dynamics sweep follows them)."""
-    return [m for m in runs_on("etc_table", kernels_models()) if m not in CHECKPOINT_OF]
-
-
-def kernels_params(wildcards=None):
-    """The `kernels` config section with the corpora resolved (null: the first corpus)."""
-    p = dict(config["kernels"])
-    first = list(config["corpora"])[0]
-    p["means_corpus"] = p.get("means_corpus") or first
-    p["query_corpus"] = p.get("query_corpus") or first
-    return p
-
-
-def taxonomy_models():
-    return selected(config, "taxonomy", "models")
+    return [m for m in runs_on("etc_table", models_of("kernels")) if m in FINAL_MODELS]
 
 
 def anatomy_pass_params(wildcards):
@@ -351,52 +239,9 @@ def attention_statistics_inputs(wildcards):
     return out
 
 
-def repo_file(path):
-    """A repository file named in the config (absolute paths, and ``~``, are kept)."""
-    import os
-
-    p = os.path.expanduser(path)
-    return p if os.path.isabs(p) else static(path)
-
-
-def interventions_models():
-    return selected(config, "interventions", "models")
-
-
-def contextual_models():
-    return selected(config, "contextual", "models")
-
-
-def contextual_params(wildcards=None):
-    """The `contextual` section with its corpora resolved: `corpora` (empty: all), the
-    pattern corpus first; `scale_corpus` (null: the first corpus)."""
-    p = dict(config["contextual"])
-    chosen = selected(config, "contextual", "corpora")
-    p["pattern_corpus"] = p.get("pattern_corpus") or chosen[0]
-    p["corpora"] = [p["pattern_corpus"]] + [
-        c for c in chosen if c != p["pattern_corpus"]
-    ]
-    p["scale_corpus"] = p.get("scale_corpus") or CORPORA[0]
-    return p
-
-
-def contextual_check():
-    """The `contextual` positions against each model's context, before any job (the
-    rule checks again with the model's own config)."""
-    from posmech.analyses.contextual import resolved_positions
-
-    for m in runs_on("layer0_decomposition", contextual_models()):
-        try:
-            resolved_positions(contextual_params(), model_shape(m).n_ctx, m)
-        except PosmechError as err:
-            raise WorkflowError(str(err)) from None
-
-
 def contextual_tokens(wildcards):
     """Tokens files of the contextual texts' corpora and of the LN-scale corpus."""
-    p = contextual_params()
-    names = list(dict.fromkeys(p["corpora"] + [p["scale_corpus"]]))
-    return {c: tokens_file(wildcards, c) for c in names}
+    return {c: tokens_file(wildcards, c) for c in SETTINGS.contextual.token_corpora}
 
 
 from posmech.settings.attn_only import check as attn_only_check
@@ -409,38 +254,14 @@ def attn_only_models(bos=None):
     return models(SETTINGS.attn_only, config, bos)
 
 
-def attn_only_tokens(*keys):
-    return SETTINGS.attn_only.longest_sequence(*keys)
-
-
-def attn_only_runtime(*counts):
-    """``runtime`` of an L rule doing forward passes of ``sum(counts)`` short sequences
-    (32 tokens each: an upper bound)."""
-    return RESOURCES.short_runtime(sum(counts))
-
-
-def model_has_mlp(m):
-    """False for an attention-only model, known from its config before any job (its
-    architecture: a trained `attn_only` model, a config.json with `attn_only`), or an
-    attention-only Hub id not fetched yet."""
-    if ARCHITECTURES[m] is not None:
-        return ARCHITECTURES[m].has_mlp
-    return "attn_only" not in str(config["models"][m].get("source", "")).lower()
-
-
 def neurons_models():
-    """`neurons.models` (empty: every model with an MLP in layer 0); an attention-only
-    model named there is an error before any job."""
-    chosen = selected(config, "neurons", "models")
-    if config["neurons"].get("models"):
-        bad = [m for m in chosen if not model_has_mlp(m)]
-        if bad:
-            raise WorkflowError(
-                f"config key `neurons.models`: {bad} have no MLP in layer 0 (attention-only): "
-                "contextual neurons need one; remove them"
-            )
-        return chosen
-    return [m for m in chosen if model_has_mlp(m)]
+    """`neurons.models` (empty: every model with an MLP in layer 0; posmech.settings.neurons)."""
+    from posmech.settings.neurons import models
+
+    try:
+        return models(SETTINGS.neurons, config, ARCHITECTURES)
+    except PosmechError as err:
+        raise WorkflowError(str(err)) from None
 
 
 def head_table_sources():

@@ -1,8 +1,18 @@
 # Contextual attention heads in layer 0 (claims K6-K10, seed post 004).
 # layer0_decomposition writes the layer-0 decomposition once (positional and content
 # factors, measured LayerNorm scale, every text's softmax denominators); the K rules and
-# the contextual-neuron rules read it (docs/artifacts.md). Helpers: common.smk.
-contextual_check()
+# the contextual-neuron rules read it (docs/artifacts.md). Settings and checks:
+# posmech.settings.contextual, posmech.analyses.contextual; helpers: common.smk.
+from posmech.analyses.contextual import check_contexts
+
+try:  # the positions against each model's context, before any job (the rule checks again)
+    check_contexts(
+        SETTINGS.contextual,
+        runs_on("layer0_decomposition", models_of("contextual")),
+        lambda m: model_shape(m).n_ctx,
+    )
+except PosmechError as err:
+    raise WorkflowError(str(err)) from None
 
 
 rule contextual:
@@ -125,4 +135,4 @@ rule contextual:
         "../../scripts/contextual_family.py"
 
 
-collect(rules.contextual, model=contextual_models())
+collect(rules.contextual, model=models_of("contextual"))

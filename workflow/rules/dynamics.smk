@@ -11,17 +11,17 @@ localrules:
 # One job per checkpoint (a sweep point): the followed rules, and the rules they read, as
 # their own jobs would run them, in one process, without figures (posmech.sweep). One rule
 # per swept model: which followed rules apply, and so the outputs, can differ between models.
-SWEEP_POINT_PARTS = sweep_point_parts()
+SWEEP = sweep_points_of_run()
 
-for _model, _first in swept_models(SWEEP_POINT_PARTS, CHECKPOINT_OF).items():
+for _model, _first in swept_models(SWEEP.parts, CHECKPOINT_OF).items():
 
     rule:
         name:
             sweep_rule_name(_model)
         input:
-            unpack(sweep_point_inputs),
+            unpack(SWEEP.inputs),
         output:
-            **point_outputs(SWEEP_POINT_PARTS[_first]),
+            **point_outputs(SWEEP.parts[_first]),
         log:
             "logs/sweep/{model}.log",
         benchmark:
@@ -33,10 +33,10 @@ for _model, _first in swept_models(SWEEP_POINT_PARTS, CHECKPOINT_OF).items():
         threads: model_threads
         resources:
             gpu=heavy_resources,
-            mem_mb=sweep_point_resource("mem_mb", max),
-            runtime=sweep_point_resource("runtime", sum),
+            mem_mb=SWEEP.resource("mem_mb", max),
+            runtime=SWEEP.resource("runtime", sum),
         params:
-            parts=sweep_point_params,
+            parts=SWEEP.params,
         script:
             "../../scripts/sweep_point.py"
 

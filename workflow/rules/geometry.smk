@@ -103,4 +103,4 @@ rule geometry:
         "../../scripts/geometry_family.py"
 
 
-collect(rules.geometry, model=geometry_models())
+collect(rules.geometry, model=models_of("geometry"))

@@ -15,9 +15,7 @@ rule interventions:
             wc, SETTINGS.interventions.corpus_or_first(config)
         ),
         heads=rules.taxonomy.output.diagonal_taxonomy__heads,
-        prompt=lambda wc: repo_file(
-            SETTINGS.interventions.induction_intervention.prompt
-        ),
+        prompt=lambda wc: static(SETTINGS.interventions.induction_intervention.prompt),
     output:
         prev_knockout__table=report(
             "results/{model}/interventions/prev_knockout.csv",
@@ -125,5 +123,5 @@ rule extended_averaging:
         "../../scripts/extended_averaging.py"
 
 
-collect(rules.interventions, model=interventions_models())
-collect(rules.extended_averaging, model=interventions_models())
+collect(rules.interventions, model=models_of("interventions"))
+collect(rules.extended_averaging, model=models_of("interventions"))

@@ -95,4 +95,4 @@ rule etc_heatmap:
 
 
 collect(rules.etc_heatmap, when=bool(etc_models()))
-collect(rules.kernels, model=kernels_models())
+collect(rules.kernels, model=models_of("kernels"))

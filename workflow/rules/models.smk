@@ -122,6 +122,10 @@ collect(
 )
 # The training curve table is in Snakemake's native report; the HTML report shows the
 # curve figure in its demo-model section.
-collect(rules.train_demo_model, model=trained_models(), report_tables=False)
+collect(
+    rules.train_demo_model,
+    model=model_names_by_kind(config, "train"),
+    report_tables=False,
+)
 collect(rules.build_twin, model=TWINS)
 collect(rules.checkpoint_model, model=model_names_by_kind(config, "checkpoint"))

@@ -13,7 +13,7 @@ rule posembed_averaging:
             rules.prepare_corpus.output.jsonl,
             corpus=SETTINGS.posembed_averaging.corpus,
         ),
-        prompts=repo_file(SETTINGS.posembed_averaging.prompts),
+        prompts=static(SETTINGS.posembed_averaging.prompts),
     output:
         table=report(
             "results/{model}/posembed/averaging.csv",

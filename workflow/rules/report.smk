@@ -71,7 +71,10 @@ rule report:
         scorecards=lambda wc: collected("scorecard", checkpoints=False),
         figures=lambda wc: collected("figure", checkpoints=False),
         tables=lambda wc: collected("table", checkpoints=False),
-        summaries=expand(rules.train_demo_model.output.summary, model=trained_models()),
+        summaries=expand(
+            rules.train_demo_model.output.summary,
+            model=model_names_by_kind(config, "train"),
+        ),
         manifests=expand(rules.fetch_model.output.manifest, model=FINAL_MODELS),
         tokens=lambda wc: collected(of="tokenize", checkpoints=False),
         # the training-dynamics section (rule dynamics), when the run has checkpoints

@@ -58,4 +58,4 @@ rule taxonomy:
         "../../scripts/taxonomy_family.py"
 
 
-collect(rules.taxonomy, model=taxonomy_models())
+collect(rules.taxonomy, model=models_of("taxonomy"))

@@ -99,7 +99,7 @@ class AttnOnlySettings(Settings):
 def models(settings: AttnOnlySettings, config: Mapping[str, Any], bos: bool | None = None) -> list[str]:
     """Models of the ``attn_only`` section (empty: every model); ``bos=True``: only those
     run with BOS (bos_induction, L4, compares with and without it), ``bos=False`` those
-    without. Replaces common.smk's ``attn_only_models``."""
+    without."""
     everything = list(config["models"])
     chosen = [m for m in everything if m in settings.models] if settings.models else everything
     if bos is None:
@@ -110,7 +110,7 @@ def models(settings: AttnOnlySettings, config: Mapping[str, Any], bos: bool | No
 def check(settings: AttnOnlySettings, config: Mapping[str, Any]) -> None:
     """What the config alone tells about the L rules, before any job: the settings
     (:meth:`AttnOnlySettings.check`), and sequence lengths against the context of trained
-    models (``n_ctx`` in the config). Replaces common.smk's ``check_attn_only`` (same messages)."""
+    models (``n_ctx`` in the config), when the workflow is parsed."""
     settings.check()
     for m in models(settings, config):
         entry = config["models"][m]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -59,14 +59,3 @@ class ContextualSettings(Settings):
         """The corpora whose tokens the family reads (resolved settings): the texts'
         corpora, then the LN-scale corpus, each once."""
         return tuple(dict.fromkeys((*self.corpora, self.scale_corpus)))
-
-
-def check_positions(settings: ContextualSettings, models: Iterable[str], n_ctx: Callable[[str], int]) -> None:
-    """The section's positions against the context ``n_ctx(model)`` of each of ``models``
-    (those the family runs on), before any job: a :class:`posmech.errors.PosmechError`
-    naming the key and the model for the first that does not fit (the rules check again
-    with the model's own context)."""
-    from posmech.analyses.contextual import resolved_positions
-
-    for m in models:
-        resolved_positions(settings, n_ctx(m), m)

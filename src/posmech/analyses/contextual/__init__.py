@@ -25,6 +25,7 @@ from posmech.analyses.contextual.decomposition import (
     Layer0File,
     TextKeys,
     build_decomposition,
+    check_contexts,
     check_positions,
     choose_texts,
     decompose,
@@ -84,7 +85,7 @@ from posmech.analyses.contextual.weights import (
 __all__ = [
     "BROAD_CLASSES", "CLASSES", "DESCRIPTIONS", "HEAD_CLASS_QUANTITIES", "KIND", "LAYER1_QUANTITIES", "ROTARY", "RULE",
     "STATE_TYPES", "Decomposition", "Layer0File", "Layer0Weights", "TextKeys", "as_float64", "broad_spread_row",
-    "build_decomposition", "check_positions", "choose_texts", "classify", "decompose", "decomposition_scorecard",
+    "build_decomposition", "check_contexts", "check_positions", "choose_texts", "classify", "decompose", "decomposition_scorecard",
     "denominator_scorecard", "denominator_spread", "denominator_table", "denominators", "duplicate_scores", "etc",
     "head_class_scorecard", "head_classes", "hf_param", "layer0_state", "layer1_scorecard", "layer1_table",
     "layer_rows", "ln_scale_summary", "load_weights", "loglog_fit", "loglog_fit_or_reason", "most_varying",

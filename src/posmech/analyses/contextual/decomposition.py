@@ -51,7 +51,7 @@ and the contextual-neuron rules (C1–C3) read instead of recomputing.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -424,10 +424,7 @@ def resolved_positions(settings: ContextualSettings, n_ctx: int, model: str) -> 
     ``variance_positions``, ``denominator_from``, ``grid`` (those left null scale with
     ``n_ctx``: :meth:`~posmech.settings.Settings.scaled`).  Any position beyond the context
     or beyond ``max_position`` is an error naming its key (raised before any job or
-    forward pass).  A raw section (a mapping of every key, as :mod:`posmech.preflight`
-    reads the config) is taken as its settings."""
-    if not isinstance(settings, ContextualSettings):
-        settings = ContextualSettings.from_section(settings)
+    forward pass)."""
     s = settings.scaled(n_ctx)
     mp = n_ctx - 2 if s.max_position is None else int(s.max_position)
     check_positions([mp], n_ctx, "contextual.max_position", model)
@@ -471,3 +468,12 @@ def decomposition_scorecard(summary: dict[str, Any], n_tokens: int, scale_corpus
              "detail": "median over texts, heads and destination positions of TV(linear-LN attention, exact "
              f"attention), destination {destination_token!r}", "artifact": h5}]
     return [{**r, "model": model} for r in rows]
+
+
+def check_contexts(settings: ContextualSettings, models: Iterable[str], n_ctx: Callable[[str], int]) -> None:
+    """The section's positions against the context ``n_ctx(model)`` of each of ``models``
+    (those the family runs on), before any job (:func:`resolved_positions`): a
+    :class:`~posmech.errors.PosmechError` naming the key and the model for the first that
+    does not fit (the rules check again with the model's own context)."""
+    for m in models:
+        resolved_positions(settings, n_ctx(m), m)

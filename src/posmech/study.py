@@ -1,0 +1,94 @@
+"""The study a config describes, prepared once when the workflow is parsed, before any job.
+
+:func:`prepare` does, in order, what ``workflow/rules/common.smk`` needs before it declares
+a rule: validate the config against the schema (defaults filled in) and run every preflight
+check (:func:`posmech.preflight.preflight`: all problems in one round); explain a lock of
+this working directory (:func:`posmech.runs.lock_report`); add the random-init twins
+(:mod:`posmech.models.twin`) and the checkpoints (:mod:`posmech.models.checkpoints`) as
+models of the run; build each family's settings (:mod:`posmech.settings`); read each
+model's architecture (:func:`posmech.preflight.architectures`) and decide which analysis
+runs on which model (:class:`posmech.applicability.Schedule`). A problem is a
+:class:`~posmech.errors.PosmechError` naming the key; the workflow turns it into a
+``WorkflowError``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from posmech.applicability import Schedule
+from posmech.models.architecture import Architecture
+from posmech.settings import StudySettings
+
+
+@dataclass
+class Study:
+    """A prepared config: its models (twins and checkpoints added), settings and schedule."""
+
+    #: every model of the run, twins and checkpoints included, in config order
+    models: list[str]
+    #: the random-init twins, and ``{twin: its model}``
+    twins: list[str]
+    twin_of: dict[str, str]
+    #: the checkpoints, ``{checkpoint: its model}``, and the dynamics sweep's points
+    checkpoints: list[str]
+    checkpoint_of: dict[str, str]
+    sweep_points: list[dict[str, Any]]
+    settings: StudySettings
+    architectures: dict[str, Architecture | None]
+    #: ``{model: {rule: why it cannot run}}``
+    not_applicable: dict[str, dict[str, str]]
+    schedule: Schedule
+    #: lines for the terminal (a lock explained, models some rules skip)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def final_models(self) -> list[str]:
+        """The models of the findings grid and the report: every model but the checkpoints."""
+        return [m for m in self.models if m not in self.checkpoint_of]
+
+
+def prepare(config: dict[str, Any], schema: dict[str, Any], repo: str | os.PathLike[str], findings_path: str,
+            configfiles: list[str], main_process: bool, runs_jobs_here: bool, dry_run: bool,
+            unlocking: bool = False) -> Study:
+    """Prepare ``config`` (changed in place: defaults, twins, checkpoints) for the workflow.
+
+    ``main_process``: the Snakemake process that plans the run (not a job's own); it checks
+    the weights and the lock. ``runs_jobs_here``: jobs run on this machine (not a cluster
+    submission); ``dry_run``: nothing is fetched, so a Hub model's reachability is not
+    checked; ``unlocking``: the run was started with ``--unlock``."""
+    from posmech.applicability import not_applicable
+    from posmech.config import validate_config
+    from posmech.dynamics import sweep_rules
+    from posmech.errors import PosmechError
+    from posmech.models.checkpoints import add_checkpoints, checkpoints_of, sweep_points
+    from posmech.models.twin import add_twins, twins_of
+    from posmech.preflight import architectures, preflight
+    from posmech.settings import build
+
+    # semantic problems (missing paths, unknown names): preflight reports them with the rest
+    validate_config(config, schema, semantic=False)
+    # duplicate YAML keys, every named file, the model's shape, the device (one round)
+    preflight(config, schema, repo=repo, configfiles=configfiles, jobs_run_here=main_process and runs_jobs_here,
+              check_weights=main_process, fetches_here=main_process and not dry_run)
+    notes = []
+    if main_process:  # a live run here: `--unlock` is refused, a left-over lock explained
+        from posmech.runs import lock_report
+
+        message, refuse = lock_report(unlocking=unlocking)
+        if refuse:
+            raise PosmechError(str(message))
+        if message:
+            notes.append(message)
+    twins = add_twins(config)
+    checkpoints = add_checkpoints(config)
+    twin_of, checkpoint_of = twins_of(config), checkpoints_of(config)
+    archs = architectures(config, twin_of, checkpoint_of)
+    skipped = {m: not_applicable(archs[m]) for m in config["models"]}
+    schedule = Schedule(skipped, checkpoint_of, sweep_rules(config["dynamics"], findings_path, bool(checkpoints)))
+    if main_process:
+        notes += schedule.notes(archs)
+    return Study(list(config["models"]), twins, twin_of, checkpoints, checkpoint_of, sweep_points(config), build(config), archs, skipped,
+                 schedule, notes)
