@@ -3,7 +3,8 @@
 For every family ``F`` of :data:`posmech.families.FAMILIES`: ``rule F`` in
 ``workflow/rules/F.smk`` (included by the Snakefile, its outputs under ``results/{model}/F/``
 or the scorecards), the library ``posmech.analyses.F`` (module or package), the figures
-``posmech.plots.F``, ``tests/analyses/test_F.py``, the config section ``F`` of the schema,
+``posmech.plots.F``, ``tests/analyses/test_F.py``, the settings ``posmech.settings.F`` (class
+``FSettings``), the config section ``F`` of the schema,
 its heading in ``config/README.md`` and a heading naming it in ``docs/artifacts.md``. The
 posembed rules, rules of their own, share the name ``posembed`` in the same rooms; their
 config sections keep the rules' names (``posembed_averaging``, ``posembed_attention``).
@@ -82,6 +83,14 @@ def room_problems(repo: Path, name: str, rules: tuple[str, ...], sections: tuple
             problems.append(f"no config section `{section}` in workflow/schemas/config.schema.yaml")
         if not any(re.match(rf"#+ `{section}`", h) for h in readme):
             problems.append(f"no heading `{section}` in config/README.md")
+    settings = repo / "src" / "posmech" / "settings" / f"{name}.py"
+    text = settings.read_text(encoding="utf-8") if settings.exists() else ""
+    if not settings.exists():
+        problems.append(f"no settings src/posmech/settings/{name}.py")
+    for section in sections:
+        cls = "".join(part.capitalize() for part in section.split("_")) + "Settings"
+        if settings.exists() and not re.search(rf"^class {cls}\(Settings\):", text, re.M):
+            problems.append(f"src/posmech/settings/{name}.py does not define `class {cls}(Settings):`")
     if not any(f"`{name}`" in h for h in _headings(repo / "docs" / "artifacts.md")):
         problems.append(f"no heading naming `{name}` in docs/artifacts.md")
     return problems
@@ -94,6 +103,9 @@ def test_every_room_of_a_family_goes_by_its_name(name):
     assert not problems, f"rooms of `{name}`: " + "; ".join(problems)
     importlib.import_module(f"posmech.analyses.{name}")
     importlib.import_module(f"posmech.plots.{name}")
+    from posmech.settings import settings_class
+
+    assert all(settings_class(s).section == s for s in sections)
 
 
 def test_library_and_figure_modules_are_a_family_or_a_shared_helper():
@@ -110,6 +122,8 @@ def test_library_and_figure_modules_are_a_family_or_a_shared_helper():
     stray = modules(src / "plots") - set(GROUPS) - OTHER_PLOTS
     assert not stray, f"src/posmech/plots: {sorted(stray)} name no family (docs/workflow.md, 'Families')"
     assert set(GROUPS) <= modules(src / "analyses") and set(GROUPS) <= modules(src / "plots")
+    stray = modules(src / "settings") - set(GROUPS) - {"cache"}  # the cache's section has settings too
+    assert not stray, f"src/posmech/settings: {sorted(stray)} name no family (docs/workflow.md, 'Settings')"
 
 
 def test_every_analysis_test_file_starts_with_a_family_or_helper_name():
@@ -130,6 +144,7 @@ def _made_up_tree(root: Path) -> Path:
         "src/posmech/analyses/fam.py": "",
         "src/posmech/plots/fam.py": "",
         "tests/analyses/test_fam.py": "",
+        "src/posmech/settings/fam.py": "class FamSettings(Settings):\n    section = 'fam'\n",
         "workflow/schemas/config.schema.yaml": "properties:\n  fam:\n    type: object\n",
         "config/README.md": "# Configuration\n\n## `fam` — the family fam\n",
         "docs/artifacts.md": "# Artifacts\n\n## Fam — `results/{model}/fam/` (family `fam`)\n",
@@ -153,6 +168,9 @@ BREAKS = {  # a room broken -> the words of the problem found
                 "no library src/posmech/analyses/fam.py"),
     "figures": (lambda r: (r / "src/posmech/plots/fam.py").unlink(), "no figures src/posmech/plots/fam.py"),
     "tests": (lambda r: (r / "tests/analyses/test_fam.py").unlink(), "no tests tests/analyses/test_fam.py"),
+    "settings": (lambda r: (r / "src/posmech/settings/fam.py").unlink(), "no settings src/posmech/settings/fam.py"),
+    "settings class": (lambda r: _replace(r / "src/posmech/settings/fam.py", "class FamSettings", "class Fam"),
+                       "does not define `class FamSettings(Settings):`"),
     "schema": (lambda r: _replace(r / "workflow/schemas/config.schema.yaml", "fam:", "fam_section:"),
                "no config section `fam`"),
     "config README": (lambda r: _replace(r / "config/README.md", "## `fam`", "## fam"),
