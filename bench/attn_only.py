@@ -29,6 +29,7 @@ import json
 import os
 import tempfile
 import time
+from typing import Any
 from collections.abc import Callable
 from pathlib import Path
 
@@ -84,22 +85,23 @@ def peaks(sequences: int) -> None:
 
     shape = KNOWN_HUB_MODELS["neelnanda/attn_only_2l512w_c4_code"]
     p = params(sequences)
-    lengths = ao.sequence_lengths(p, True)
+    lengths = p.sequence_lengths(True)
     for rule, (keeps, keys) in REQUESTS.items():
         out = subprocess.run([sys.executable, __file__, "--only", rule, "--sequences", str(sequences)],
                              capture_output=True, text=True, check=True).stdout
         peak = float(out.split("peak_mb")[-1].split()[0])
         n = max(lengths[f"attn_only.{k}"] for k in keys)
-        req = mem_mb(shape, "float32", p["batch_size"], keeps=keeps, n_tokens=n)
-        print(f"{rule:22s} peak RSS {peak:7.0f} MB   request {req:6d} MB ({n} tokens, batch {p['batch_size']})  "
+        req = mem_mb(shape, "float32", p.batch_size, keeps=keeps, n_tokens=n)
+        print(f"{rule:22s} peak RSS {peak:7.0f} MB   request {req:6d} MB ({n} tokens, batch {p.batch_size})  "
               f"request / peak {req / peak:4.2f}")
 
 
-def params(sequences: int) -> dict:
-    """config/config.yaml's attn_only settings (the study's)."""
-    return {"seed": 0, "n_sequences": sequences, "n_tokens": 12, "query": 8, "first_query": 3, "bos": True,
-            "batch_size": 100, "induction_score": {"n_sequences": 100, "half_length": 20},
-            "bos_induction": {"n_samples": sequences, "n_random": 7}, "pin": {}}
+def params(sequences: int) -> Any:
+    """config/config.yaml's attn_only settings (the study's), with ``sequences`` sequences."""
+    from posmech.settings import defaults
+
+    return defaults("attn_only", n_sequences=sequences, bos=True, induction_score={"half_length": 20},
+                    bos_induction={"n_samples": sequences, "n_random": 7})
 
 
 def main() -> None:
@@ -118,17 +120,17 @@ def main() -> None:
         bridge = load_bridge({"name": "bench", "hf_dir": str(build(Path(tmp)))}, "cpu")
     setup = ao.prepare(bridge, p, "bench", {"prepend_bos": True}, need_bos=True)
     roles = {"previous": (0, 0), "look_back_two": (0, 1)}
-    x = ao.random_tokens(setup.vocab, p["n_sequences"], p["n_tokens"], setup.bos, p["seed"])
-    xr = ao.repeated_tokens(setup.vocab, 100, 20, setup.bos, p["seed"] + 1)
-    draws = ao.distinct_tokens(setup.vocab, p["bos_induction"]["n_samples"], 9, p["seed"] + 2)
+    x = ao.random_tokens(setup.vocab, p.n_sequences, p.n_tokens, setup.bos, p.seed)
+    xr = ao.repeated_tokens(setup.vocab, 100, 20, setup.bos, p.seed + 1)
+    draws = ao.distinct_tokens(setup.vocab, p.bos_induction.n_samples, 9, p.seed + 2)
     x4 = [ao.induction_sequences(draws, b)[0] for b in (setup.bos, None)]
 
     def bare(*arrays: np.ndarray) -> Callable[[], None]:
         def fn() -> None:
             with torch.inference_mode():
                 for a in arrays:
-                    for s in range(0, len(a), p["batch_size"]):
-                        bridge(torch.as_tensor(a[s : s + p["batch_size"]]), return_type=None)
+                    for s in range(0, len(a), p.batch_size):
+                        bridge(torch.as_tensor(a[s : s + p.batch_size]), return_type=None)
         return fn
 
     rules = {

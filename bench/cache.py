@@ -78,15 +78,12 @@ def cache_settings(shape: str, batch_size: int | None):
     checkpoints), with ``batch_size`` overridden when given."""
     import yaml
 
-    from posmech.analyses.cache import CacheSettings
+    from posmech.settings import defaults
 
     root = Path(__file__).resolve().parent.parent
-    cfg = yaml.safe_load((root / CONFIGS[shape]).read_text())["cache"]
-    settings = CacheSettings.from_config(cfg)
-    settings.n_documents = None
-    if batch_size is not None:
-        settings.batch_size = batch_size
-    return settings
+    cfg = yaml.safe_load((root / CONFIGS[shape]).read_text()).get("cache") or {}
+    settings = defaults("cache", **cfg).replace(n_documents=None)
+    return settings if batch_size is None else settings.replace(batch_size=batch_size)
 
 
 def worker(args: argparse.Namespace) -> dict:
