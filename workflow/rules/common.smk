@@ -1,4 +1,6 @@
-# Helpers shared by every stage: config validation (before any job runs) and paths.
+# The framework every stage file uses (docs/workflow.md): the prepared study, resources,
+# what a job depends on, collecting outputs, sweep points, and the few stage helpers that
+# need a `def`.
 import shutil
 import sys
 from pathlib import Path
@@ -28,14 +30,13 @@ from posmech.sweep import rule_name as sweep_rule_name
 # section follows; its findings go to results/report/dynamics.csv.
 from posmech.study import prepare
 
+# workflow/rules/ (also when another Snakefile includes this file)
+_RULES_DIR = Path(workflow.current_basedir.get_path_or_uri(secret_free=True))
 try:
     STUDY = prepare(
         config,
         load_schema(workflow.source_path("../schemas/config.schema.yaml")),
-        # workflow/rules/ -> the repository (also when another Snakefile includes this file)
-        repo=Path(workflow.current_basedir.get_path_or_uri(secret_free=True)).parents[
-            1
-        ],
+        repo=_RULES_DIR.parents[1],
         findings_path=workflow.source_path("../../resources/findings.yaml"),
         configfiles=workflow.configfiles,
         main_process=workflow.is_main_process,
