@@ -90,5 +90,5 @@ def prepare(config: dict[str, Any], schema: dict[str, Any], repo: str | os.PathL
     schedule = Schedule(skipped, checkpoint_of, sweep_rules(config["dynamics"], findings_path, bool(checkpoints)))
     if main_process:
         notes += schedule.notes(archs)
-    return Study(list(config["models"]), twins, twin_of, checkpoints, checkpoint_of, sweep_points(config), build(config), archs, skipped,
-                 schedule, notes)
+    return Study(list(config["models"]), twins, twin_of, checkpoints, checkpoint_of, sweep_points(config),
+                 build(config), archs, skipped, schedule, notes)
