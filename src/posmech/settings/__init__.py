@@ -97,6 +97,12 @@ class Settings:
         corpus: the first configured one); this base class changes nothing."""
         return self
 
+    def chosen(self, names: Any, key: str = "models") -> list[str]:
+        """The names of ``names`` (in their order) that the section's list ``key`` names, or
+        all of them when that list is empty (what an empty `models`/`corpora` means)."""
+        listed = getattr(self, key)
+        return [n for n in names if n in listed] if listed else list(names)
+
     def replace(self: S, **changes: Any) -> S:
         """A copy with ``changes`` (lists become tuples)."""
         return dataclasses.replace(self, **{k: _freeze(v) for k, v in changes.items()})

@@ -56,6 +56,4 @@ class AnatomySettings(Settings):
         """These settings when ``model`` is one of the section's models (config ``config``,
         twins and checkpoints added), else None: the shared pass (attention_statistics)
         computes the P13 rows only for the anatomy models."""
-        from posmech.config import selected
-
-        return self if model in selected(dict(config), "anatomy", "models") else None
+        return self if model in self.chosen(config["models"]) else None

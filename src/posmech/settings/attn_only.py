@@ -100,8 +100,7 @@ def models(settings: AttnOnlySettings, config: Mapping[str, Any], bos: bool | No
     """Models of the ``attn_only`` section (empty: every model); ``bos=True``: only those
     run with BOS (bos_induction, L4, compares with and without it), ``bos=False`` those
     without."""
-    everything = list(config["models"])
-    chosen = [m for m in everything if m in settings.models] if settings.models else everything
+    chosen = settings.chosen(config["models"])
     if bos is None:
         return chosen
     return [m for m in chosen if settings.bos_for(config["models"][m]) == bos]

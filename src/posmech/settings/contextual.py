@@ -48,8 +48,7 @@ class ContextualSettings(Settings):
         """The corpora resolved against ``config["corpora"]``: ``corpora`` the chosen ones
         (empty: all) in the config's order, the pattern corpus (null: the first of them)
         moved first; ``scale_corpus`` null: the first corpus."""
-        everything = list(config["corpora"])
-        chosen = [c for c in everything if c in self.corpora] if self.corpora else everything
+        chosen = self.chosen(config["corpora"], "corpora")
         pattern = self.pattern_corpus or chosen[0]
         return self.replace(pattern_corpus=pattern, corpora=[pattern] + [c for c in chosen if c != pattern],
                             scale_corpus=first_corpus(config, self.scale_corpus))

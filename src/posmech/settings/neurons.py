@@ -47,7 +47,7 @@ def models(settings: NeuronsSettings, config: Mapping[str, Any], architectures: 
     mlp = [m for m in everything if has_mlp(m, config["models"][m], architectures.get(m))]
     if not settings.models:
         return mlp
-    chosen = [m for m in everything if m in settings.models]
+    chosen = settings.chosen(everything)
     bad = [m for m in chosen if m not in mlp]
     if bad:
         raise PosmechError(f"config key `neurons.models`: {bad} have no MLP in layer 0 (attention-only): "
