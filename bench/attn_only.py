@@ -18,7 +18,7 @@ Numbers go to docs/performance.md.
 
 measures instead each rule's peak memory (``ru_maxrss`` of a fresh interpreter that imports,
 loads the stand-in and runs the one call, as a job does) against the rule's cluster request
-(``posmech.cluster.mem_mb`` with the keeps and sequence length of workflow/rules/attn_only.smk),
+(``posmech.pipeline.cluster.mem_mb`` with the keeps and sequence length of workflow/rules/attn_only.smk),
 for docs/cluster.md; the request must lie between the peak and twice it.
 """
 
@@ -81,7 +81,7 @@ def peaks(sequences: int) -> None:
     import subprocess
     import sys
 
-    from posmech.cluster import KNOWN_HUB_MODELS, mem_mb
+    from posmech.pipeline.cluster import KNOWN_HUB_MODELS, mem_mb
 
     shape = KNOWN_HUB_MODELS["neelnanda/attn_only_2l512w_c4_code"]
     p = params(sequences)

@@ -30,7 +30,7 @@ from posmech.analyses import geometry as geo
 from posmech.models import handbuilt as hb
 from posmech.models.loading import load_bridge, read_manifest
 from posmech.plots import geometry as plots
-from posmech.tables import scorecard_rows, write_table
+from posmech.store.tables import scorecard_rows, write_table
 
 REPO = Path(__file__).resolve().parents[1]
 

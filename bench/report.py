@@ -25,8 +25,8 @@ import pandas as pd
 
 from posmech.plots import save
 from posmech.report import html as rp
-from posmech.report.scorecard import load_published
-from posmech.tables import scorecard_rows, write_table
+from posmech.verdicts.scorecard import load_published
+from posmech.store.tables import scorecard_rows, write_table
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -23,7 +23,7 @@ Per rule it prints: forward passes by shape; the floor (CPU seconds of the same 
 threads, measured here on the same stand-in before and after the run, median per shape); the
 measured CPU seconds (process + children, from the OS); their ratio; the CPU before the first
 forward pass (imports, model load: the fixed cost); peak RSS against the rule's cluster
-``mem_mb`` request (`posmech.cluster.mem_mb` as `workflow/rules/common.smk` calls it).
+``mem_mb`` request (`posmech.pipeline.cluster.mem_mb` as `workflow/rules/common.smk` calls it).
 
 Extrapolation to the real sizes: a rule's passes over whole documents (its longest pass shape)
 scale with its size key (REAL / REDUCED, the key in SCALE); its CPU is fixed cost + (measured −
@@ -37,7 +37,7 @@ before and after the run misses a slowdown in the middle of it): the Snakemake r
 ``POSMECH_PERF_PROBE`` = the stand-in's directory and ``POSMECH_PERF_PROBE_ROUNDS`` =
 ``--probe-rounds``, so every job that made forward passes times, in its own process right after
 its work and with its own threads, that many bare 1x1024 passes (the same call as the floor
-above) and records the median as ``probe`` in its accounting (`posmech.perf`; its ``cpu_s``
+above) and records the median as ``probe`` in its accounting (`posmech.core.perf`; its ``cpu_s``
 excludes the probe).  Per rule the table then adds: the probe's CPU s per 1x1024 pass; the
 "probe floor": the rule's floor with the probe's 1x1024 pass in place of the before/after one, the
 other shapes scaled by their before/after ratio to 1x1024 (ratios that hold while absolute
@@ -199,13 +199,13 @@ def write_config(d: Path, model_dir: Path, corpus: Path, engine: str = "auto") -
 
 
 def floor_per_pass(model_dir: Path, shapes: list[tuple[int, int]], rounds: int) -> dict[tuple[int, int], list[float]]:
-    """CPU seconds of one bare forward per shape (:func:`posmech.perf.bare_forward_cpu_s`:
+    """CPU seconds of one bare forward per shape (:func:`posmech.core.perf.bare_forward_cpu_s`:
     ``model.transformer``, inference mode; THREADS threads), ``rounds`` times each, shapes
     interleaved within a round; and under :data:`LM_HEAD` a 1x1024 forward with logits in
     each round (issue 15's floor)."""
     import torch
 
-    from posmech.perf import bare_forward_cpu_s, load_floor_model
+    from posmech.core.perf import bare_forward_cpu_s, load_floor_model
 
     torch.set_num_threads(THREADS)
     model = load_floor_model(model_dir)
@@ -235,7 +235,7 @@ MEM_KEEPS = {"extended_positional_embeddings": ()}
 
 def mem_request(rule: str, cfg: dict) -> int:
     """The rule's cluster ``mem_mb`` as its declaration computes it (attempt 1)."""
-    from posmech.cluster import KNOWN_HUB_MODELS, mem_mb
+    from posmech.pipeline.cluster import KNOWN_HUB_MODELS, mem_mb
 
     sec = BATCH_SECTION.get(rule)
     keeps = MEM_KEEPS.get(rule)
@@ -292,7 +292,7 @@ def main() -> None:
                "--omit-from", "attn_only", "bos_induction"]
         if args.rules:
             cmd += ["--until", *args.rules]
-        from posmech.perf import PROBE_ENV, PROBE_ROUNDS_ENV
+        from posmech.core.perf import PROBE_ENV, PROBE_ROUNDS_ENV
 
         env = dict(os.environ, PYTHONPATH=str(REPO / "src"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                    **{PROBE_ENV: str(model_dir), PROBE_ROUNDS_ENV: str(args.probe_rounds)})

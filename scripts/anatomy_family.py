@@ -1,7 +1,9 @@
 """Rule anatomy: the anatomy family's job for one model (docs/workflow.md, "Families"):
-score_anatomy, score_taxa, in one process (posmech.runner.run_family; the analyses
-and their links: posmech.families)."""
+score_anatomy, score_taxa, in one process (posmech.pipeline.runner.run_family; the analyses
+and their links: posmech.core.families)."""
 
-from posmech.runner import run_family
+from importlib import import_module
 
-run_family(snakemake, "anatomy")  # noqa: F821
+from posmech.pipeline.runner import run_family
+
+run_family(snakemake, "anatomy", import_module)  # noqa: F821

@@ -7,7 +7,7 @@ from posmech.analyses.anatomy import long_documents
 from posmech.analyses.taxonomy import full_context_documents
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import load_model, read_manifest
-from posmech.runner import run
+from posmech.pipeline.runner import run
 
 
 def main(smk, log):
@@ -41,5 +41,5 @@ def main(smk, log):
              "" if profiles is None else f", {profiles.n_documents} anatomy documents", shared)
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

@@ -1,7 +1,9 @@
 """Rule attn_only: the attn_only family's job for one model (docs/workflow.md, "Families"):
-random_token_patterns, input_decomposition, in one process (posmech.runner.run_family; the analyses
-and their links: posmech.families)."""
+random_token_patterns, input_decomposition, in one process (posmech.pipeline.runner.run_family; the analyses
+and their links: posmech.core.families)."""
 
-from posmech.runner import run_family
+from importlib import import_module
 
-run_family(snakemake, "attn_only")  # noqa: F821
+from posmech.pipeline.runner import run_family
+
+run_family(snakemake, "attn_only", import_module)  # noqa: F821

@@ -6,8 +6,9 @@ from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots.neurons import fit_figure
-from posmech.runner import run
-from posmech.tables import read_table, scorecard_rows, write_not_measurable, write_table
+from posmech.pipeline.runner import run
+from posmech.plots import write_not_measurable
+from posmech.store.tables import read_table, scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -40,5 +41,5 @@ def main(smk, log):
     log.info("median r per neuron %s", med.to_dict())
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

@@ -4,8 +4,9 @@ the induction head's attention row at that query."""
 from posmech.analyses import attn_only as ao
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import attn_only as plots
-from posmech.runner import run
-from posmech.tables import scorecard_rows, write_not_measurable, write_table
+from posmech.pipeline.runner import run
+from posmech.plots import write_not_measurable
+from posmech.store.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -36,5 +37,5 @@ def main(smk, log):
     log.info("%s", "; ".join(f"{r['quantity']} {r['value']:.4g}" for r in card))
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

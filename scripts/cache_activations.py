@@ -1,10 +1,11 @@
 """Rule cache_activations: one forward pass over a tokenized corpus, streamed to HDF5."""
 
 from posmech.analyses.cache import cache_activations, load_capture
-from posmech.config import config_hash
+from posmech.core.config import config_hash
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import read_manifest, weights_identity
-from posmech.runner import Progress, run
+from posmech.core.progress import Progress
+from posmech.pipeline.runner import run
 
 
 def main(smk, log):
@@ -40,5 +41,5 @@ def main(smk, log):
              s["n_documents"], s["n_tokens"], s["resumed_from"], s["tokens_per_second"])
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

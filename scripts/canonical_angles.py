@@ -3,8 +3,8 @@ W_pos and of each layer's extended embeddings (P11)."""
 
 from posmech.analyses import geometry as geo
 from posmech.plots import geometry as plots
-from posmech.runner import run
-from posmech.tables import scorecard_rows, write_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -26,5 +26,5 @@ def main(smk, log):
         log.info("layer %d canonical angles (deg): %s", layer, rows[0]["value"])
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from posmech.models.training import install_checkpoint
-from posmech.runner import run
+from posmech.pipeline.runner import run
 
 
 def main(smk, log):
@@ -13,5 +13,5 @@ def main(smk, log):
              entry["step"], m["hf_dir"], m["weights_sha256_16"])
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

@@ -7,8 +7,9 @@ from posmech.analyses import neurons as nr
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import read_manifest
 from posmech.plots.neurons import contributions_figure
-from posmech.runner import run
-from posmech.tables import scorecard_rows, write_not_measurable, write_table
+from posmech.pipeline.runner import run
+from posmech.plots import write_not_measurable
+from posmech.store.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -52,5 +53,5 @@ def main(smk, log):
     log.info("neurons %s rank percent %s", neurons, pct)
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

@@ -3,8 +3,8 @@ the variance observed over i.i.d. redraws of each text's tokens (positions fixed
 
 from posmech.analyses import contextual as cx
 from posmech.plots.contextual import variance_figure
-from posmech.runner import run
-from posmech.tables import read_table, scorecard_rows, write_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import read_table, scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -32,5 +32,5 @@ def main(smk, log):
              len(res), r_within, slope_within)
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

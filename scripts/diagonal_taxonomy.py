@@ -5,8 +5,8 @@ from posmech.analyses.taxonomy.statistics import read_statistics
 from posmech.analyses.taxonomy import analyse_taxonomy, taxonomy_scorecard
 from posmech.models.loading import read_manifest
 from posmech.plots.taxonomy import taxonomy_figure
-from posmech.runner import run
-from posmech.tables import scorecard_rows, write_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -31,5 +31,5 @@ def main(smk, log):
              ", ".join(f"{r.role} {r.head_name}" for r in chosen.itertuples()))
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

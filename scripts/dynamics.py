@@ -1,11 +1,11 @@
-"""Rule dynamics: the followed quantities of every sweep point (posmech.dynamics),
+"""Rule dynamics: the followed quantities of every sweep point (posmech.verdicts.dynamics),
 results/report/dynamics.csv and its figure."""
 
-from posmech.dynamics import dynamics_table, read_heads
-from posmech.findings import findings_table, load_findings
+from posmech.verdicts.dynamics import dynamics_table, read_heads
+from posmech.verdicts.findings import findings_table, load_findings
 from posmech.plots.dynamics import dynamics_figure
-from posmech.runner import run
-from posmech.tables import write_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import write_table
 
 
 def main(smk, log):
@@ -15,7 +15,7 @@ def main(smk, log):
                               dict(smk.params.not_applicable))
     heads = read_heads(list(smk.input.heads))
     table = dynamics_table(points, findings, list(smk.params.claims), list(smk.params.heads), heads)
-    write_table(table, smk.output.table, {"definitions": "posmech.dynamics (module docstring)",
+    write_table(table, smk.output.table, {"definitions": "posmech.verdicts.dynamics (module docstring)",
                                           "claims": list(smk.params.claims), "heads": list(smk.params.heads),
                                           "thresholds": dict(smk.params.thresholds)})
     dynamics_figure(table, smk.output.figure)
@@ -23,5 +23,5 @@ def main(smk, log):
         log.info("%s: %d checkpoints, %d rows", model, g["checkpoint"].nunique(), len(g))
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

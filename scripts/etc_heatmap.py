@@ -2,8 +2,8 @@
 
 from posmech.analyses import kernels as kn
 from posmech.plots import kernels as plots
-from posmech.runner import run
-from posmech.tables import read_meta, read_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import read_meta, read_table
 
 
 def main(smk, log):
@@ -15,5 +15,5 @@ def main(smk, log):
     log.info("models: %s", ", ".join(tables))
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

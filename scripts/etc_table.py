@@ -2,8 +2,8 @@
 query texts and the kernel type (K3, K4, K5); scorecard rows K1–K5."""
 
 from posmech.analyses import kernels as kn
-from posmech.runner import run
-from posmech.tables import write_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import write_table
 
 
 def main(smk, log):
@@ -26,5 +26,5 @@ def main(smk, log):
     log.info("n=%d: %s", n, at["kernel_type"].value_counts().to_dict())
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

@@ -9,8 +9,8 @@ from posmech.analyses.posembed import group_average
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import interventions as plots
-from posmech.runner import run
-from posmech.tables import scorecard_rows, write_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -38,5 +38,5 @@ def main(smk, log):
     log.info("damage (relative loss of prev-token mass) %s", {h: round(v, 4) for h, v in dmg.items()})
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

@@ -2,11 +2,11 @@
 token-averaged, position-centred residual stream at every layer (P8) and its agreement."""
 
 from posmech.analyses import geometry as geo
-from posmech.config import config_hash
+from posmech.core.config import config_hash
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import geometry as plots
-from posmech.runner import run
-from posmech.tables import scorecard_rows, write_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -32,5 +32,5 @@ def main(smk, log):
              info["tokens_per_second"])
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

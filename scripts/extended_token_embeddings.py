@@ -5,8 +5,8 @@ layer-0 MLP neuron's token-contribution vector, stored in extended_tokens.h5 (do
 from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
 from posmech.models.loading import read_manifest
-from posmech.runner import run
-from posmech.tables import not_measurable_rows, read_table, scorecard_rows, write_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import not_measurable_rows, read_table, scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -44,5 +44,5 @@ def main(smk, log):
     write_table(scorecard_rows(card), out.scorecard)
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
-from posmech.config import model_kind
+from posmech.core.config import model_kind
 from posmech.models.loading import fetch_hub_model, prepare_local_model
-from posmech.runner import run
+from posmech.pipeline.runner import run
 
 
 def main(smk, log):
@@ -18,5 +18,5 @@ def main(smk, log):
     log.info("model %s: %s at %s (revision %s)", name, m["kind"], m["hf_dir"], m["resolved_revision"])
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

@@ -1,9 +1,9 @@
 """Rule findings: the verdict (holds / fails / not measurable) of every model-independent
 finding of resources/findings.yaml on every model of the run (results/report/findings.csv)."""
 
-from posmech.findings import counts, findings_table, load_findings
-from posmech.runner import run
-from posmech.tables import write_table
+from posmech.verdicts.findings import counts, findings_table, load_findings
+from posmech.pipeline.runner import run
+from posmech.store.tables import write_table
 
 
 def main(smk, log):
@@ -20,5 +20,5 @@ def main(smk, log):
         log.info("%s against its twin: %d structural, %d learned", model, (o == "structural").sum(), (o == "learned").sum())
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

@@ -1,7 +1,9 @@
 """Rule geometry: the geometry family's job for one model (docs/workflow.md, "Families"):
 extended_positional_embeddings, positional_pca, canonical_angles, positional_sparsity, in one
-process (posmech.runner.run_family)."""
+process (posmech.pipeline.runner.run_family)."""
 
-from posmech.runner import run_family
+from importlib import import_module
 
-run_family(snakemake, "geometry")  # noqa: F821
+from posmech.pipeline.runner import run_family
+
+run_family(snakemake, "geometry", import_module)  # noqa: F821

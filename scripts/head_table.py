@@ -1,9 +1,9 @@
 """Rule head_table: results/{model}/heads.csv, every head's roles from the per-head tables
-of the analyses the model is in (posmech.heads)."""
+of the analyses the model is in (posmech.verdicts.heads)."""
 
-from posmech.heads import head_table
-from posmech.runner import run
-from posmech.tables import read_meta, read_table, write_table
+from posmech.verdicts.heads import head_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import read_meta, read_table, write_table
 
 
 def main(smk, log):
@@ -18,5 +18,5 @@ def main(smk, log):
     log.info("%d heads from %s", len(df), ", ".join(sorted(tables)))
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

@@ -8,8 +8,8 @@ from posmech.analyses.attention import head_columns
 from posmech.analyses.taxonomy import read_chosen_heads
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import interventions as plots
-from posmech.runner import run
-from posmech.tables import scorecard_rows, write_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -39,5 +39,5 @@ def main(smk, log):
     log.info("%s", df[["condition", "target", "probability"]].to_string(index=False))
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

@@ -5,8 +5,8 @@ from posmech.analyses import attn_only as ao
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import attn_only as plots
 from posmech.plots import words_figure
-from posmech.runner import run
-from posmech.tables import scorecard_rows, write_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -46,5 +46,5 @@ def main(smk, log):
         log.warning("%s: %s", role, why)
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

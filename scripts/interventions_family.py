@@ -1,7 +1,9 @@
 """Rule interventions: the interventions family's job for one model (docs/workflow.md, "Families"):
 prev_knockout, repeated_tokens, induction_intervention, in one process
-(posmech.runner.run_family)."""
+(posmech.pipeline.runner.run_family)."""
 
-from posmech.runner import run_family
+from importlib import import_module
 
-run_family(snakemake, "interventions")  # noqa: F821
+from posmech.pipeline.runner import run_family
+
+run_family(snakemake, "interventions", import_module)  # noqa: F821

@@ -4,8 +4,8 @@ and the kernel at n with its spread over query texts (K5)."""
 from posmech.analyses import kernels as kn
 from posmech.analyses.attention import head_name
 from posmech.plots import kernels as plots
-from posmech.runner import run
-from posmech.tables import read_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import read_table
 
 
 def main(smk, log):
@@ -29,5 +29,5 @@ def main(smk, log):
     log.info("selected later heads: %s", ", ".join(later))
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

@@ -1,7 +1,9 @@
 """Rule kernels: the kernels family's job for one model (docs/workflow.md, "Families"):
-positional_kernels, etc_table, kernel_heatmaps, in one process (posmech.runner.run_family; the analyses
-and their links: posmech.families)."""
+positional_kernels, etc_table, kernel_heatmaps, in one process (posmech.pipeline.runner.run_family; the analyses
+and their links: posmech.core.families)."""
 
-from posmech.runner import run_family
+from importlib import import_module
 
-run_family(snakemake, "kernels")  # noqa: F821
+from posmech.pipeline.runner import run_family
+
+run_family(snakemake, "kernels", import_module)  # noqa: F821

@@ -3,12 +3,12 @@ into positional + content parts and store the factors and every text's softmax
 denominators (linear and exact LayerNorm) in layer0.h5 (K6-K9, read by C1-C3)."""
 
 from posmech.analyses import contextual as cx
-from posmech.config import config_hash
+from posmech.core.config import config_hash
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import read_manifest
 from posmech.plots.contextual import ln_scale_figure
-from posmech.runner import run
-from posmech.tables import scorecard_rows, write_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -34,5 +34,5 @@ def main(smk, log):
     log.info("LN scale used %.4f; median TV(linear, exact) %.4g", s["ln_scale_used"], s["tv_median"])
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

@@ -4,8 +4,8 @@ the positional pattern, and the class of every layer-0 head by the configured th
 from posmech.analyses import contextual as cx
 from posmech.models.loading import read_manifest
 from posmech.plots.contextual import class_figure
-from posmech.runner import run
-from posmech.tables import scorecard_rows, write_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import scorecard_rows, write_table
 
 def main(smk, log):
     model, p, out = smk.wildcards.model, smk.params.settings, smk.output
@@ -26,5 +26,5 @@ def main(smk, log):
     log.info("classes: %s", dict(zip(df["head_name"], df["head_class"])))
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

@@ -5,8 +5,8 @@ row, at the configured positions; ETC and TV distances per head and n."""
 from posmech.analyses import contextual as cx
 from posmech.models.loading import read_manifest
 from posmech.plots.contextual import pattern_grids
-from posmech.runner import run
-from posmech.tables import scorecard_rows, write_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -29,5 +29,5 @@ def main(smk, log):
     log.info("n = %s: median TV(fixed, real) %.3f", sorted(grids), float(df["tv_fixed_vs_real"].median()))
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

@@ -12,8 +12,8 @@ from posmech.analyses.cache import read_position_means
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import words_figure
 from posmech.plots.contextual import layer1_figure
-from posmech.runner import run
-from posmech.tables import not_measurable_rows, scorecard_rows, write_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import not_measurable_rows, scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -47,5 +47,5 @@ def main(smk, log):
     log.info("mostly positional: %s", heads)
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

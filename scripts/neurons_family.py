@@ -1,7 +1,9 @@
 """Rule neurons: the neurons family's job for one model (docs/workflow.md, "Families"):
 extended_token_embeddings, contextual_neurons, bag_of_tokens_fit, in one process
-(posmech.runner.run_family)."""
+(posmech.pipeline.runner.run_family)."""
 
-from posmech.runner import run_family
+from importlib import import_module
 
-run_family(snakemake, "neurons")  # noqa: F821
+from posmech.pipeline.runner import run_family
+
+run_family(snakemake, "neurons", import_module)  # noqa: F821

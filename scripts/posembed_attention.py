@@ -6,11 +6,11 @@ import numpy as np
 from posmech.analyses.taxonomy import read_chosen_heads
 from posmech.analyses.posembed import attention_scorecard, attention_table, posembed_attention
 from posmech.data.tokens import read_tokens
-from posmech.hdf5 import artifact_writer, describe
+from posmech.store.hdf5 import artifact_writer, describe
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots.posembed import attention_figure
-from posmech.runner import run
-from posmech.tables import scorecard_rows, write_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -40,5 +40,5 @@ def main(smk, log):
              "; ".join(f"{r.head_name} cos {r.cosine_similarity:.3f}" for r in df.itertuples()))
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

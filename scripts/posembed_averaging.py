@@ -5,11 +5,11 @@ from posmech.analyses.posembed import (averaging_scorecard, averaging_table, hel
                                   posembed_averaging, read_doc_index)
 from posmech.data.prompts import load_prompts
 from posmech.data.tokens import read_tokens
-from posmech.io import file_sha256, read_jsonl
+from posmech.core.io import file_sha256, read_jsonl
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots.posembed import averaging_figure
-from posmech.runner import run
-from posmech.tables import scorecard_rows, write_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -36,5 +36,5 @@ def main(smk, log):
     log.info("k grid %s on %d documents; largest unchanged k: %d", ks, len(docs), best)
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

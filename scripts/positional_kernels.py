@@ -6,16 +6,16 @@ from pathlib import Path
 
 from posmech.analyses import kernels as kn
 from posmech.analyses.cache import read_position_means
-from posmech.config import config_hash
+from posmech.core.config import config_hash
 from posmech.data.tokens import read_tokens
-from posmech.hdf5 import attr_json, open_artifact
+from posmech.store.hdf5 import attr_json, open_artifact
 from posmech.models.loading import analysis_context, load_model, read_manifest
-from posmech.runner import run
+from posmech.pipeline.runner import run
 
 
 def main(smk, log):
     man, entry = read_manifest(smk.input.manifest), smk.params.entry
-    # positions left null scale with the model's context (posmech.config.CONTEXT_SCALED); the
+    # positions left null scale with the model's context (posmech.core.config.CONTEXT_SCALED); the
     # values used are recorded in kernels.h5 (kernels_config), which the K rules read back
     settings = smk.params.settings.scaled(analysis_context(smk.wildcards.model, entry, man["hf_dir"]))
     means, count = read_position_means(smk.input.means, "ln1_out")
@@ -38,5 +38,5 @@ def main(smk, log):
              ", ".join(s["texts"]))
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

@@ -3,8 +3,8 @@ figures (P1, P10) and the three-panel comparison."""
 
 from posmech.analyses import geometry as geo
 from posmech.plots import geometry as plots
-from posmech.runner import run
-from posmech.tables import scorecard_rows, write_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -26,5 +26,5 @@ def main(smk, log):
     log.info("top-3 explained variance: W_pos %.3f, layer %d %.3f", rows[0]["value"], layer, rows[1]["value"])
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

@@ -3,8 +3,8 @@ extended embeddings relative to W_pos's scale, and the ratio to W_pos (P9)."""
 
 from posmech.analyses import geometry as geo
 from posmech.plots import geometry as plots
-from posmech.runner import run
-from posmech.tables import scorecard_rows, write_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -20,5 +20,5 @@ def main(smk, log):
     log.info("W_pos / extended far-from-zero ratio (median, layers > 0): %.2f", rows[0]["value"])
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

@@ -1,8 +1,8 @@
 """Rule prepare_corpus: load and select a corpus, write it as JSON lines."""
 
 from posmech.data.corpora import load_corpus
-from posmech.io import write_jsonl
-from posmech.runner import run
+from posmech.core.io import write_jsonl
+from posmech.pipeline.runner import run
 
 
 def main(smk, log):
@@ -11,5 +11,5 @@ def main(smk, log):
     log.info("wrote %d documents to %s", n, smk.output[0])
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

@@ -4,8 +4,8 @@ offset masses, and the head roles (previous-token, look-back-two, induction) the
 from posmech.analyses import attn_only as ao
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import attn_only as plots
-from posmech.runner import run
-from posmech.tables import scorecard_rows, write_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -33,5 +33,5 @@ def main(smk, log):
     log.info("roles: %s", "; ".join(f"{r['role']} {r['head_name']} ({r['source']}, {r['score']:.3f})" for r in out["roles"]))
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

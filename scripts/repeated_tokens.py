@@ -7,8 +7,8 @@ from posmech.analyses.taxonomy import read_chosen_heads
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import interventions as plots
-from posmech.runner import run
-from posmech.tables import scorecard_rows, write_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -30,5 +30,5 @@ def main(smk, log):
     log.info("%s: %s", sharp, "; ".join(f"{r['quantity']} {r['value']:.4f}" for r in card))
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

@@ -1,7 +1,7 @@
 """Rule report: scorecard (published vs reproduced) and the offline HTML report."""
 
 from posmech.report.html import build
-from posmech.runner import run
+from posmech.pipeline.runner import run
 
 
 def main(smk, log):
@@ -30,5 +30,5 @@ def main(smk, log):
     log.info("report written to %s", smk.output.html)
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

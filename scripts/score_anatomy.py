@@ -5,11 +5,11 @@ from posmech.analyses import anatomy as sa
 from posmech.analyses.attention import window
 from posmech.analyses.taxonomy import read_chosen_heads
 from posmech.data.tokens import read_tokens
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots.anatomy import score_triptychs
-from posmech.runner import run
-from posmech.tables import claim_columns, scorecard_rows, write_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import claim_columns, scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -49,5 +49,5 @@ def main(smk, log):
         table["max_abs_diff_masked_vs_hook"].max())
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

@@ -5,8 +5,8 @@ from posmech.analyses import anatomy as sa
 from posmech.analyses.taxonomy.statistics import read_statistics
 from posmech.analyses.taxonomy import read_chosen_heads, strict_early_heads
 from posmech.plots.anatomy import taxa_figure
-from posmech.runner import run
-from posmech.tables import claim_columns, read_table, scorecard_rows, write_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import claim_columns, read_table, scorecard_rows, write_table
 
 
 def main(smk, log):
@@ -38,5 +38,5 @@ def main(smk, log):
     log.info("P6 previous-token heads by taxon: %s", split)
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

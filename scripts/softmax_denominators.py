@@ -3,15 +3,15 @@ text, linear and exact LayerNorm; which contextual heads vary most across texts.
 
 from posmech.analyses import contextual as cx
 from posmech.plots.contextual import denominator_figure
-from posmech.runner import run
-from posmech.tables import read_table, scorecard_rows, write_table
+from posmech.pipeline.runner import run
+from posmech.store.tables import read_table, scorecard_rows, write_table
 
 
 def main(smk, log):
     model, p, out = smk.wildcards.model, smk.params.settings, smk.output
     dec = cx.read_decomposition(smk.input.h5)
     classes = read_table(smk.input.classes)["head_class"].tolist()
-    # denominator_from null: scaled with the model's context (posmech.config.CONTEXT_SCALED)
+    # denominator_from null: scaled with the model's context (posmech.core.config.CONTEXT_SCALED)
     pos, frm = dec.positions, cx.resolved_positions(p, int(dec.attrs["n_ctx"]), model)["denominator_from"]
     spread = {k: cx.denominator_spread(getattr(dec, f"log_z_{k}"), pos, frm) for k in ("linear", "exact")}
     df = cx.denominator_table(dec, classes, spread, frm, model)
@@ -28,5 +28,5 @@ def main(smk, log):
     log.info("most varying (linear): %s; (exact): %s", top["linear"], top["exact"])
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

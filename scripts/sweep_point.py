@@ -1,6 +1,8 @@
 """Rule sweep_<model>: one checkpoint's point of the dynamics sweep, the followed rules in
-one process without figures (posmech.sweep, posmech.runner.run_sweep_point)."""
+one process without figures (posmech.pipeline.sweep, posmech.pipeline.runner.run_sweep_point)."""
 
-from posmech.runner import run_sweep_point
+from importlib import import_module
 
-run_sweep_point(snakemake)  # noqa: F821
+from posmech.pipeline.runner import run_sweep_point
+
+run_sweep_point(snakemake, import_module)  # noqa: F821

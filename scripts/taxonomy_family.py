@@ -1,7 +1,9 @@
 """Rule taxonomy: the taxonomy family's job for one model (docs/workflow.md, "Families"):
-attention_statistics, diagonal_taxonomy, in one process (posmech.runner.run_family; the analyses
-and their links: posmech.families)."""
+attention_statistics, diagonal_taxonomy, in one process (posmech.pipeline.runner.run_family; the analyses
+and their links: posmech.core.families)."""
 
-from posmech.runner import run_family
+from importlib import import_module
 
-run_family(snakemake, "taxonomy")  # noqa: F821
+from posmech.pipeline.runner import run_family
+
+run_family(snakemake, "taxonomy", import_module)  # noqa: F821

@@ -1,10 +1,10 @@
 """Rule tokenize: tokenize a corpus with a model's tokenizer, cut to its context, write HDF5."""
 
-from posmech.config import config_hash
+from posmech.core.config import config_hash
 from posmech.data.tokens import tokenize_documents, unknown_tokens, write_tokens
-from posmech.io import read_jsonl
+from posmech.core.io import read_jsonl
 from posmech.models.loading import analysis_context, load_tokenizer, read_manifest
-from posmech.runner import run
+from posmech.pipeline.runner import run
 
 
 def main(smk, log):
@@ -36,5 +36,5 @@ def main(smk, log):
              n_ctx, n_unk)
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from posmech.io import atomic_path, read_jsonl, write_json
+from posmech.core.io import atomic_path, read_jsonl, write_json
 from posmech.models.training import train_demo_model
 from posmech.plots import training_curve
-from posmech.runner import run
+from posmech.pipeline.runner import run
 
 
 def main(smk, log):
@@ -32,5 +32,5 @@ def main(smk, log):
     )
 
 
-if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.runner)
+if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)
     run(snakemake, main)  # noqa: F821

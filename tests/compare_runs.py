@@ -111,7 +111,7 @@ def compare_h5(a: Path, b: Path, rel: str, rep: Report, roots: tuple[str, str], 
 
 
 def compare_csv(a: Path, b: Path, rel: str, rep: Report, roots: tuple[str, str]) -> None:
-    from posmech.tables import read_table
+    from posmech.store.tables import read_table
 
     da, db = read_table(a), read_table(b)
     if not _equal(dict(da.attrs), dict(db.attrs), roots):

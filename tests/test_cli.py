@@ -108,8 +108,8 @@ def _head_table(d):
     """A results/<model> folder with the head-roles table heads.csv as the rule head_table writes it."""
     import pandas as pd
 
-    from posmech.heads import head_table
-    from posmech.tables import write_table
+    from posmech.verdicts.heads import head_table
+    from posmech.store.tables import write_table
 
     d.mkdir(parents=True)
     etc = pd.DataFrame({"head_name": ["L0H0", "L0H0", "L0H1", "L0H1", "L1H0", "L1H0", "L1H1", "L1H1"],
@@ -134,7 +134,7 @@ def test_heads_prints_the_head_table(tmp_path, capsys):
 
     import pandas as pd
 
-    from posmech.heads import HEAD_COLUMNS
+    from posmech.verdicts.heads import HEAD_COLUMNS
 
     table = pd.read_csv(io.StringIO(capsys.readouterr().out))
     assert list(table.columns) == HEAD_COLUMNS
@@ -153,8 +153,8 @@ def test_heads_names_what_it_looked_for(tmp_path, capsys):
 def _findings_csv(d):
     import pandas as pd
 
-    from posmech.findings import FINDINGS_COLUMNS
-    from posmech.tables import write_table
+    from posmech.verdicts.findings import FINDINGS_COLUMNS
+    from posmech.store.tables import write_table
 
     rows = [("P5", "a", "holds", 0.2, "0.2 <= 0.5"), ("P5", "b", "not measurable", None, "no earlier layer"),
             ("K1", "a", "fails", 0.31, "0.31 < 0.9"), ("K1", "b", "holds", 0.95, "0.95 >= 0.9")]

@@ -1,11 +1,11 @@
-"""Resource estimates for cluster submission (posmech.cluster)."""
+"""Resource estimates for cluster submission (posmech.pipeline.cluster)."""
 
 import dataclasses
 import json
 
 import pytest
 
-from posmech import cluster as cl
+from posmech.pipeline import cluster as cl
 
 
 def test_shape_from_hf_config_counts_gpt2_small_parameters():

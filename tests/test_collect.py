@@ -1,5 +1,5 @@
-"""posmech.collect: what the `collect` lines of the stage files register, and where each
-output goes (rule all, scorecards, report figures and tables); posmech.applicability.Schedule."""
+"""posmech.pipeline.collect: what the `collect` lines of the stage files register, and where each
+output goes (rule all, scorecards, report figures and tables); posmech.pipeline.applicability.Schedule."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from posmech.applicability import Schedule
-from posmech.collect import Collector, analyses_of, report_kind
-from posmech.errors import PosmechError
+from posmech.pipeline.applicability import Schedule
+from posmech.pipeline.collect import Collector, analyses_of, report_kind
+from posmech.core.errors import PosmechError
 
 
 class _File(str):

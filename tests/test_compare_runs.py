@@ -13,7 +13,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).parent))
 from compare_runs import compare_runs  # noqa: E402
 
-from posmech.tables import write_table  # noqa: E402
+from posmech.store.tables import write_table  # noqa: E402
 
 
 def _run(root: Path, value: float = 0.5, created: str = "2026-01-01", seconds: float = 1.0) -> Path:
@@ -49,7 +49,7 @@ def test_nullable_integer_columns_compare(tmp_path):
     equal, a changed rank is a difference."""
     import pandas as pd
 
-    from posmech.tables import write_table
+    from posmech.store.tables import write_table
     from tests.compare_runs import Report, compare_csv
 
     runs = []

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from posmech.config import load_schema, selected, validate_config
-from posmech.errors import PosmechError
+from posmech.core.config import load_schema, selected, validate_config
+from posmech.core.errors import PosmechError
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = load_schema(REPO / "workflow/schemas/config.schema.yaml")
@@ -147,7 +147,7 @@ def _filled():
 
 
 def test_every_context_scaled_key_defaults_to_null_and_states_its_rule():
-    from posmech.config import CONTEXT_SCALED, schema_keys
+    from posmech.core.config import CONTEXT_SCALED, schema_keys
 
     keys = schema_keys(SCHEMA)
     assert set(CONTEXT_SCALED) == set(POSTS) and all(set(CONTEXT_SCALED[s]) == set(POSTS[s]) for s in POSTS)
@@ -159,7 +159,7 @@ def test_every_context_scaled_key_defaults_to_null_and_states_its_rule():
 
 
 def test_at_1024_tokens_the_rules_give_the_posts_values():
-    from posmech.config import scale_to_context
+    from posmech.core.config import scale_to_context
 
     cfg = _filled()
     for section, want in POSTS.items():
@@ -169,7 +169,7 @@ def test_at_1024_tokens_the_rules_give_the_posts_values():
 
 
 def test_a_short_context_gets_positions_inside_it_and_given_values_are_kept():
-    from posmech.config import scale_to_context
+    from posmech.core.config import scale_to_context
 
     cfg = _filled()
     k = scale_to_context("kernels", cfg["kernels"], 32)
@@ -188,7 +188,7 @@ def test_a_short_context_gets_positions_inside_it_and_given_values_are_kept():
 @pytest.mark.parametrize("n_ctx", [6, 8, 13, 32, 100, 257, 1024, 2048, 4096])
 def test_every_resolved_position_fits_the_context(n_ctx):
     from posmech.analyses.contextual import resolved_positions
-    from posmech.config import scale_to_context
+    from posmech.core.config import scale_to_context
     from posmech.settings.contextual import ContextualSettings
 
     cfg = _filled()

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from posmech.config import load_schema, redundant_keys, validate_config
-from posmech.errors import PosmechError
-from posmech.preflight import check_config, known_shape, preflight
+from posmech.core.config import load_schema, redundant_keys, validate_config
+from posmech.core.errors import PosmechError
+from posmech.pipeline.preflight import check_config, known_shape, preflight
 from tests import tiny_archs
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from posmech.config import apply_defaults, load_schema, redundant_keys, schema_keys
+from posmech.core.config import apply_defaults, load_schema, redundant_keys, schema_keys
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml")

@@ -1,4 +1,4 @@
-"""The dynamics table (posmech.dynamics): which analyses a checkpoint runs, and one row per
+"""The dynamics table (posmech.verdicts.dynamics): which analyses a checkpoint runs, and one row per
 (sweep point, followed quantity) with its claim's verdict there, on hand-made tables whose
 answer is known."""
 
@@ -7,9 +7,9 @@ import math
 import pandas as pd
 import pytest
 
-from posmech.dynamics import DYNAMICS_COLUMNS, dynamics_table, sweep_analyses
-from posmech.errors import PosmechError
-from posmech.findings import load_findings
+from posmech.verdicts.dynamics import DYNAMICS_COLUMNS, dynamics_table, sweep_analyses
+from posmech.core.errors import PosmechError
+from posmech.verdicts.findings import load_findings
 from tests.workflow.conftest import REPO
 
 FINDINGS = load_findings(REPO / "resources" / "findings.yaml")

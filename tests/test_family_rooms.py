@@ -1,6 +1,6 @@
 """One name per analysis family across every room (issue 26, docs/workflow.md "Families").
 
-For every family ``F`` of :data:`posmech.families.FAMILIES`: ``rule F`` in
+For every family ``F`` of :data:`posmech.core.families.FAMILIES`: ``rule F`` in
 ``workflow/rules/F.smk`` (included by the Snakefile, its outputs under ``results/{model}/F/``
 or the scorecards), the library ``posmech.analyses.F`` (module or package), the figures
 ``posmech.plots.F``, ``tests/analyses/test_F.py``, the settings ``posmech.settings.F`` (class
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from posmech.families import FAMILIES
+from posmech.core.families import FAMILIES
 
 REPO = Path(__file__).resolve().parents[1]
 

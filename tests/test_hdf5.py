@@ -2,8 +2,8 @@ import h5py
 import numpy as np
 import pytest
 
-from posmech.errors import PosmechError
-from posmech.hdf5 import SCHEMA_VERSION, artifact_writer, attr_json, open_artifact
+from posmech.core.errors import PosmechError
+from posmech.store.hdf5 import SCHEMA_VERSION, artifact_writer, attr_json, open_artifact
 
 
 def _write(path, **attrs):
@@ -59,7 +59,7 @@ def test_writer_error_leaves_no_file(tmp_path):
 
 
 def test_describe_sets_descriptions_and_undescribed_lists_the_rest(tmp_path):
-    from posmech.hdf5 import describe, undescribed
+    from posmech.store.hdf5 import describe, undescribed
 
     path = tmp_path / "a.h5"
     with artifact_writer(path, "demo_kind", "some_rule") as f:
@@ -92,7 +92,7 @@ def test_every_writer_agrees_with_the_kind_table(tmp_path):
     from posmech.analyses import cache, contextual, geometry, kernels, neurons
     from posmech.analyses.taxonomy import statistics
     from posmech.data import tokens
-    from posmech.hdf5 import KIND_RULES
+    from posmech.store.hdf5 import KIND_RULES
 
     assert KIND_RULES[tokens.KIND] == "tokenize" and KIND_RULES[cache.KIND] == cache.RULE
     for m in (kernels, geometry, neurons, contextual):

@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from posmech.heads import NO_HEAD, head_column_problems
-from posmech.tables import read_table, write_table
+from posmech.verdicts.heads import NO_HEAD, head_column_problems
+from posmech.store.tables import read_table, write_table
 
 
 def test_a_conforming_table_and_a_table_without_heads_pass():

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from posmech.analyses.cache import cache_activations, read_position_means, tokens_digest
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.settings import defaults
 from posmech.models.loading import check_hf_dir, load_bridge, prepare_local_model
 from posmech.data.tokens import TokenSet
@@ -125,7 +125,7 @@ def test_inspect_json_into_a_closed_pipe(tmp_path):
     import subprocess
     import sys
 
-    from posmech.hdf5 import artifact_writer
+    from posmech.store.hdf5 import artifact_writer
 
     big = tmp_path / "many.h5"  # output far beyond a pipe's buffer
     with artifact_writer(big, "test", "test") as f:
@@ -138,7 +138,7 @@ def test_inspect_json_into_a_closed_pipe(tmp_path):
 
 
 def test_schema_version_message_is_plain(cached, tmp_path):
-    from posmech.hdf5 import open_artifact
+    from posmech.store.hdf5 import open_artifact
 
     p = tmp_path / "v.h5"
     shutil.copy(cached, p)
@@ -149,7 +149,7 @@ def test_schema_version_message_is_plain(cached, tmp_path):
 
 
 def test_defined_corpora_spelt_right():
-    from posmech.config import _names_problems
+    from posmech.core.config import _names_problems
 
     [msg] = _names_problems({"cache": {"corpora": ["x"]}}, "cache", "corpora", {"bible"}, "corpus")
     assert "defined corpora are bible" in msg
@@ -168,7 +168,7 @@ def test_loss_over_empty_documents_is_an_error(prev_token_model_dir):
 
 
 def test_mean_over_nothing():
-    from posmech.errors import mean_over
+    from posmech.core.errors import mean_over
 
     assert mean_over(6.0, 3, "x") == 2.0
     with pytest.raises(PosmechError, match="nothing to average for the thing"):
@@ -243,7 +243,7 @@ def test_every_written_dataset_is_checksummed(cached, tmp_path):
 def test_checksum_failure_is_named_by_the_runner(cached, tmp_path):
     from types import SimpleNamespace
 
-    from posmech.runner import run
+    from posmech.pipeline.runner import run
 
     p = tmp_path / "acts.h5"
     shutil.copy(cached, p)
@@ -347,7 +347,7 @@ from posmech.analyses.cache import cache_activations
 from posmech.settings import defaults
 from posmech.data.tokens import TokenSet
 from posmech.models.loading import load_bridge
-from posmech.runner import run
+from posmech.pipeline.runner import run
 
 model, out, limit = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
 rng = np.random.default_rng(0)

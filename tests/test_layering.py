@@ -5,9 +5,20 @@ dependency; it only moves the failure to run time).
 * ``posmech.data`` holds data (corpora, token sets, prompt files): it imports nothing from
   ``posmech.analyses`` or ``posmech.models`` (forward passes live in the forward engine or
   the family's library, e.g. ``posmech.analyses.readout.target_probabilities``).
-* No import cycle among the package's modules (``posmech.config`` <-> ``posmech.models.loading``
-  was one: ``model_kind`` reads a config entry, so it lives in ``posmech.config``).
+* No import cycle among the package's modules (``posmech.core.config`` <-> ``posmech.models.loading``
+  was one: ``model_kind`` reads a config entry, so it lives in ``posmech.core.config``).
 * The activation cache is an analysis stage: ``posmech.analyses.cache``, not the top level.
+
+* **Floors** (issue 48), bottom to top, :data:`FLOORS`: ``core`` (errors, the config file,
+  small I/O, progress, job accounting, the analysis registry), ``store`` (HDF5 artifacts,
+  tables), ``settings``, ``data``, ``models`` (the forward engine and the score functions of
+  every position scheme), ``analyses``, ``verdicts`` (findings, the published-value
+  scorecard, self-check, dynamics, head roles), ``plots``, ``report``, ``pipeline``
+  (study, scheduling, runner, cluster, preflight), ``cli``. A module imports only from its
+  own floor or those below: zero upward imports, deferred ones included. Every module of
+  the package lives on a floor (the top level holds ``__init__``, ``__main__`` and ``cli``).
+* No module of the package imports a script of ``scripts/`` (a job's script hands the runner
+  its loader, :func:`importlib.import_module`).
 
 The checks run on a hand-built package too, so each is seen to fail on what it forbids.
 """
@@ -20,6 +31,11 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+#: the package's floors, bottom to top: a module may import its own floor and those below
+FLOORS = ("core", "store", "settings", "data", "models", "analyses", "verdicts", "plots", "report", "pipeline",
+          "cli")
 
 
 def module_files(root: Path, package: str) -> dict[str, Path]:
@@ -119,7 +135,7 @@ def graph():
 def test_the_graph_sees_top_level_and_lazy_imports(graph):
     """The reader is not blind: known edges of the real package, a top-level one and one
     written inside a function, are in the graph."""
-    assert "posmech.config" in graph["posmech.models.loading"]  # top level: local_path
+    assert "posmech.core.config" in graph["posmech.models.loading"]  # top level: local_path
     assert "posmech.models.lens" in graph["posmech.models.loading"]  # inside load_model
     assert "posmech.analyses.readout" in graph["posmech.analyses.posembed"]  # inside posembed_averaging
 
@@ -130,7 +146,7 @@ def test_data_imports_no_analysis_or_model_code(graph):
 
 def test_the_package_has_no_import_cycle(graph):
     assert cycles(graph) == []
-    assert "posmech.models.loading" not in graph["posmech.config"]
+    assert "posmech.models.loading" not in graph["posmech.core.config"]
 
 
 def test_the_cache_is_an_analysis_stage():
@@ -166,3 +182,80 @@ def test_the_checks_fail_on_an_upward_import_and_a_lazy_cycle(tmp_path):
     assert upward_imports(g, "pkg.data", ("pkg.analyses", "pkg.models")) == [
         ("pkg.data.prompts", "pkg.analyses.readout")]
     assert cycles(g) == [["pkg.config", "pkg.models.loading"]]
+
+
+def floor_of(module: str, package: str = "posmech", floors: tuple[str, ...] = FLOORS) -> int | None:
+    """The index in ``floors`` of the floor ``module`` lives on (``None``: on none)."""
+    rest = module.split(".")[1:]
+    return floors.index(rest[0]) if rest and rest[0] in floors else None
+
+
+def floor_violations(graph: dict[str, set[str]], package: str = "posmech",
+                     floors: tuple[str, ...] = FLOORS) -> list[str]:
+    """``importer -> imported`` for every import that runs up the floors, and every module
+    on no floor (but the package itself and ``__main__``)."""
+    out = []
+    for a, deps in sorted(graph.items()):
+        fa = floor_of(a, package, floors)
+        if fa is None:
+            if a not in (package, f"{package}.__main__"):
+                out.append(f"{a}: on no floor")
+            continue
+        out += [f"{a} -> {b}" for b in sorted(deps)
+                if (fb := floor_of(b, package, floors)) is not None and fb > fa]
+    return out
+
+
+def test_no_import_runs_up_the_floors(graph):
+    assert floor_violations(graph) == []
+
+
+def test_the_top_level_holds_only_the_floors_and_the_entry_points():
+    top = sorted(p.name for p in (SRC / "posmech").iterdir() if not p.name.startswith((".", "_")) or p.name == "__init__.py")
+    allowed = {f for f in FLOORS if f != "cli"} | {"cli.py", "__init__.py", "py.typed"}
+    assert [t for t in top if t not in allowed] == []
+
+
+def script_loads(root: Path, package: str, scripts: Path) -> list[str]:
+    """Modules of ``root/package`` that import a script of ``scripts`` by name: an ``import``
+    of a script's module name, or a call ``import_module(...)`` whose argument is not a
+    string that starts with the package's name."""
+    names = {p.stem for p in scripts.glob("*.py")}
+    out = []
+    for name, path in module_files(root, package).items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import) and any(a.name.split(".")[0] in names for a in node.names):
+                out.append(name)
+            elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] in names:
+                out.append(name)
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module":
+                arg = node.args[0] if node.args else None
+                text = arg.value if isinstance(arg, ast.Constant) else (
+                    arg.values[0].value if isinstance(arg, ast.JoinedStr) and arg.values
+                    and isinstance(arg.values[0], ast.Constant) else "")
+                if not str(text).startswith(package + "."):
+                    out.append(name)
+    return sorted(set(out))
+
+
+def test_no_module_imports_a_script():
+    assert script_loads(SRC, "posmech", SCRIPTS) == []
+
+
+def test_the_floor_checks_fail_on_an_upward_import_and_a_script_load(tmp_path):
+    g = _package(tmp_path, {
+        "__init__.py": "",
+        "core/__init__.py": "",
+        "core/io.py": "def f():\n    from pkg.analyses import readout\n",
+        "analyses/__init__.py": "",
+        "analyses/readout.py": "from pkg.core import io\n",
+        "stray.py": "",
+        "pipeline/__init__.py": "",
+        "pipeline/runner.py": "import importlib\ndef load(n):\n    return importlib.import_module(n).main\n",
+    })
+    floors = ("core", "analyses", "pipeline")
+    assert floor_violations(g, "pkg", floors) == ["pkg.core.io -> pkg.analyses.readout", "pkg.stray: on no floor"]
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / "readout_rule.py").write_text("")
+    assert script_loads(tmp_path, "pkg", scripts) == ["pkg.pipeline.runner"]

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from posmech import perf
+from posmech.core import perf
 from posmech.models import handbuilt as hb
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,7 +25,7 @@ JOB = textwrap.dedent('''
     from types import SimpleNamespace
     import numpy as np, torch
     from posmech.models.loading import load_bridge, prepare_local_model
-    from posmech.runner import run
+    from posmech.pipeline.runner import run
 
     model_dir, work = sys.argv[1], sys.argv[2]
 
@@ -87,7 +87,7 @@ def test_runner_logs_cpu_rss_and_forwards_of_a_job(tiny_model_dir, tmp_path):
 def test_failed_job_still_logs_its_accounting(tmp_path):
     from types import SimpleNamespace
 
-    from posmech.runner import run
+    from posmech.pipeline.runner import run
 
     perf.reset()
 
@@ -145,10 +145,10 @@ def test_the_record_names_the_heavy_libraries_the_job_imported(monkeypatch):
 
 
 def _job(tmp_path: Path, rule: str = "probed", n_forwards: int = 1, fail: bool = False):
-    """Run a job through :func:`posmech.runner.run` in this process; its PERF record and log text."""
+    """Run a job through :func:`posmech.pipeline.runner.run` in this process; its PERF record and log text."""
     from types import SimpleNamespace
 
-    from posmech.runner import run
+    from posmech.pipeline.runner import run
 
     perf.reset()
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from posmech.config import load_schema, validate_config
-from posmech.errors import PosmechError
-from posmech.preflight import (
+from posmech.core.config import load_schema, validate_config
+from posmech.core.errors import PosmechError
+from posmech.pipeline.preflight import (
     device_problems,
     jobs_run_locally,
     known_shape,
@@ -250,7 +250,7 @@ def test_local_config_json_that_is_not_json_names_file_and_line(tmp_path, prev_t
 
 
 def test_yaml_syntax_error_names_file_and_line(tmp_path):
-    from posmech.preflight import check_config
+    from posmech.pipeline.preflight import check_config
 
     p = tmp_path / "bad.yaml"
     p.write_text("models:\n  demo:\n    train: {corpus: bible\n    device: cpu\n")
@@ -405,7 +405,7 @@ def test_several_position_errors_come_in_one_round(wide_dir):
 def test_semantic_schema_and_preflight_problems_come_in_one_round(tmp_path):
     """A missing local model directory (config.semantic_problems), a position beyond the
     trained model's context and an attn_only query outside its sequences: one message."""
-    from posmech.preflight import check_config
+    from posmech.pipeline.preflight import check_config
 
     cfg = yaml.safe_load((REPO / "config/ci.yaml").read_text())
     cfg["models"]["gone"] = {"source": str(tmp_path / "no-such-model")}
@@ -458,7 +458,7 @@ def test_json_tokenizer_gives_what_autotokenizer_gives(tmp_path, kind):
     """The checks read tokenizer.json without transformers (JsonTokenizer); what they use of
     it equals AutoTokenizer's for the same directory: ids, offsets, BOS, special ids, decode."""
     from posmech.models.loading import load_tokenizer
-    from posmech.preflight import JsonTokenizer
+    from posmech.pipeline.preflight import JsonTokenizer
     from tests import tiny_archs
 
     if kind == "bpe":

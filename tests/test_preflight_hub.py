@@ -11,10 +11,10 @@ import shutil
 import pytest
 import yaml
 
-from posmech.config import load_schema, validate_config
-from posmech.errors import PosmechError
+from posmech.core.config import load_schema, validate_config
+from posmech.core.errors import PosmechError
 from posmech.models.loading import cached_hub_snapshot, fetch_hub_model
-from posmech.preflight import hub_problems, preflight
+from posmech.pipeline.preflight import hub_problems, preflight
 from tests import tiny_archs
 from tests.workflow.conftest import REPO
 

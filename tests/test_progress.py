@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from posmech.runner import Progress, logged
+from posmech.core.progress import Progress, logged
 
 
 def test_progress_logs_first_every_interval_and_last(caplog):
@@ -33,7 +33,7 @@ def test_logged_passes_items_through_and_knows_the_total(caplog):
 
 
 def test_progress_goes_to_the_log_file_not_the_terminal(tmp_path, capsys):
-    from posmech.runner import LOG, setup_logging
+    from posmech.pipeline.runner import LOG, setup_logging
 
     log_file = tmp_path / "rule.log"
     root = logging.getLogger()

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import yaml
 
-from posmech.errors import PosmechError
-from posmech.runner import run
+from posmech.core.errors import PosmechError
+from posmech.pipeline.runner import run
 
 
 class Files(list):
@@ -107,7 +107,7 @@ def test_posmech_error_has_no_traceback(tmp_path):
 
 
 def test_stop_explanation_only_for_a_stop_by_signal_without_failed_jobs(tmp_path):
-    from posmech.errors import stop_explanation
+    from posmech.core.errors import stop_explanation
 
     stopped = tmp_path / "a.log"
     stopped.write_text("rule x:\nWill exit after finishing currently running jobs (scheduler).\nFinished jobid: 1\n")
@@ -124,7 +124,7 @@ def test_stop_explanation_only_for_a_stop_by_signal_without_failed_jobs(tmp_path
 LIGHT_JOB = """
 import sys
 from types import SimpleNamespace
-from posmech.runner import run
+from posmech.pipeline.runner import run
 
 def main(smk, log):
     print("torch loaded by the runner:", "torch" in sys.modules)
@@ -157,7 +157,7 @@ def test_a_job_does_not_import_torch_and_a_model_job_gets_the_rules_threads(tmp_
 
 FINISHED_JOB = """
 import atexit, sys
-from posmech.runner import run
+from posmech.pipeline.runner import run
 
 class Snakemake:  # the shape and the name of the object Snakemake hands a rule's script
     def __init__(self, log, out):
@@ -207,7 +207,7 @@ def test_a_jobs_settings_param_reaches_its_script_typed():
     the script sees the typed settings; a settings object itself is refused (unrecorded)."""
     from types import SimpleNamespace
 
-    from posmech.runner import Names, typed_params, typed_view
+    from posmech.pipeline.runner import Names, typed_params, typed_view
     from posmech.settings import defaults
     from posmech.settings.kernels import KernelsSettings
 

@@ -3,6 +3,7 @@ runs in order in one process, and a failure names the analysis."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import types
@@ -11,8 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from posmech.errors import PosmechError
-from posmech.runner import Names, analysis_view, run_family
+from posmech.core.errors import PosmechError
+from posmech.pipeline.runner import Names, analysis_view, run_family
 
 
 def _analysis(name: str, fn) -> object:
@@ -91,7 +92,7 @@ def test_a_failing_analysis_is_named_and_the_next_does_not_run(tmp_path):
     assert not ran
     assert "rule fam (analysis first) failed: config key `x`: bad" in Path(smk.log[0]).read_text()
     # the next job (a plain rule) is named by its own rule again
-    from posmech.runner import run
+    from posmech.pipeline.runner import run
 
     plain = SimpleNamespace(input=Names({}), output=Names({}), log=[str(tmp_path / "plain.log")], rule="plain",
                             threads=1)
@@ -101,16 +102,16 @@ def test_a_failing_analysis_is_named_and_the_next_does_not_run(tmp_path):
 
 
 def test_a_family_by_name_runs_the_analyses_and_links_of_posmech_families():
-    """``run_family(snakemake, "<family>")``: the analyses of posmech.families.FAMILIES, each the
-    ``main`` of its script, with the links of posmech.families.LINKS."""
-    from posmech.families import FAMILIES, LINKS
-    from posmech.runner import family_analyses
+    """``run_family(snakemake, "<family>")``: the analyses of posmech.core.families.FAMILIES, each the
+    ``main`` of its script, with the links of posmech.core.families.LINKS."""
+    from posmech.core.families import FAMILIES, LINKS
+    from posmech.pipeline.runner import family_analyses
 
     scripts = str(Path(__file__).resolve().parents[1] / "scripts")
     sys.path.insert(0, scripts)
     try:
         for family, names in FAMILIES.items():
-            found = family_analyses(family)
+            found = family_analyses(family, importlib.import_module)
             assert [fn.__module__ for fn, _ in found] == list(names), family
             assert [links for _, links in found] == [LINKS.get(n, {}) for n in names], family
         # every link names an earlier analysis of the same family
@@ -118,17 +119,17 @@ def test_a_family_by_name_runs_the_analyses_and_links_of_posmech_families():
             for i, name in enumerate(names):
                 for key in LINKS.get(name, {}).values():
                     assert key.split("__")[0] in names[:i], (family, name, key)
-        assert [fn.__module__ for fn, _ in family_analyses("cache_activations")] == ["cache_activations"]
+        assert [fn.__module__ for fn, _ in family_analyses("cache_activations", importlib.import_module)] == ["cache_activations"]
     finally:
         sys.path.remove(scripts)
 
 
 def test_a_sweep_point_runs_its_parts_in_order_without_figures(tmp_path, monkeypatch):
-    """posmech.runner.run_sweep_point: each part (a rule's job on the checkpoint) gets a view
+    """posmech.pipeline.runner.run_sweep_point: each part (a rule's job on the checkpoint) gets a view
     shaped like its own job; a family's analyses run on their slices of it, an analysis whose
     outputs are all figures (None) is skipped, and the others see their figures as None."""
-    from posmech import families
-    from posmech.runner import run_sweep_point
+    from posmech.core import families
+    from posmech.pipeline.runner import run_sweep_point
 
     seen = []
 
@@ -157,7 +158,7 @@ def test_a_sweep_point_runs_its_parts_in_order_without_figures(tmp_path, monkeyp
     smk = SimpleNamespace(input=Names({}), output=Names({}), params=Names({"parts": parts}),
                           wildcards=Names({"model": "m@step1"}), log=[str(tmp_path / "sweep.log")],
                           rule="sweep_m", threads=1)
-    run_sweep_point(smk)
+    run_sweep_point(smk, importlib.import_module)
     assert seen == [("single", "sw_single", "web", 3), ("first", "cache", None)]
     log = Path(smk.log[0]).read_text()
     assert "analysis sw_drawing (rule fam, 2/2): skipped, it makes figures only" in log

@@ -1,11 +1,11 @@
-"""posmech.runs (issue 32, item 4): `--unlock` is only advised, and only accepted, when no
+"""posmech.pipeline.runs (issue 32, item 4): `--unlock` is only advised, and only accepted, when no
 other run is live in the working directory."""
 
 import json
 import subprocess
 import sys
 
-from posmech import runs
+from posmech.pipeline import runs
 
 
 def _lock(tmp_path):

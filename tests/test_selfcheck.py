@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from posmech import findings as fd
-from posmech import selfcheck as sc
+from posmech.verdicts import findings as fd
+from posmech.verdicts import selfcheck as sc
 from posmech.cli import main
-from posmech.tables import write_table
+from posmech.store.tables import write_table
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "config" / "selfcheck.yaml"
@@ -48,7 +48,7 @@ def run(tmp_path, frame: pd.DataFrame, capsys) -> tuple[int, str]:
 
 
 def test_config_states_exactly_the_cases_expected_verdicts_and_names_its_models():
-    """config/selfcheck.yaml and posmech.selfcheck.CASES (where each verdict's reason is) agree,
+    """config/selfcheck.yaml and posmech.verdicts.selfcheck.CASES (where each verdict's reason is) agree,
     and every expected model is a model of the run, built from its case's directory."""
     assert EXPECTED == sc.expected_verdicts()
     cfg = yaml.safe_load(CONFIG.read_text())

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from posmech.config import load_schema, validate_config
-from posmech.errors import PosmechError
+from posmech.core.config import load_schema, validate_config
+from posmech.core.errors import PosmechError
 from posmech.settings import MODULES, Settings, _settings_class, build, defaults, settings_class
 
 REPO = Path(__file__).resolve().parents[1]
@@ -103,10 +103,10 @@ def test_defaults_are_the_schema_defaults():
 
 
 def test_prepare_builds_the_study_of_the_demo_config(tmp_path, monkeypatch):
-    """posmech.study.prepare on config/demo.yaml: validated, twins and checkpoints added,
+    """posmech.pipeline.study.prepare on config/demo.yaml: validated, twins and checkpoints added,
     settings built from the final config, and the schedule keeps the rotary model off the
     rules that need learned positions."""
-    from posmech.study import prepare
+    from posmech.pipeline.study import prepare
 
     monkeypatch.chdir(tmp_path)  # no lock, no fetched models here
     config = yaml.safe_load((REPO / "config/demo.yaml").read_text())

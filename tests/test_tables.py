@@ -7,8 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from posmech.errors import PosmechError
-from posmech.tables import meta_path, read_meta, read_table, write_table
+from posmech.core.errors import PosmechError
+from posmech.store.tables import meta_path, read_meta, read_table, write_table
 
 
 def test_table_is_plain_csv_and_metadata_is_a_sidecar(tmp_path):
@@ -58,7 +58,8 @@ def test_numeric_looking_text_and_integers_with_gaps_keep_their_types(tmp_path):
 
 
 def test_write_not_measurable_writes_empty_tables_a_figure_and_valueless_rows(tmp_path):
-    from posmech.tables import read_table, write_not_measurable
+    from posmech.plots import write_not_measurable
+    from posmech.store.tables import read_table
 
     why = "no broad layer-0 head"
     t, fig, sc = tmp_path / "t.csv", tmp_path / "f.png", tmp_path / "scorecard" / "r.csv"
@@ -75,7 +76,7 @@ def test_write_not_measurable_writes_empty_tables_a_figure_and_valueless_rows(tm
 
 
 def test_claim_columns_go_in_front_in_place():
-    from posmech.tables import claim_columns
+    from posmech.store.tables import claim_columns
 
     df = pd.DataFrame({"head": [0, 1], "value": [0.5, 0.25]})
     assert claim_columns(df, "X1", "m") is df

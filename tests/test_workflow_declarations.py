@@ -210,7 +210,7 @@ def test_collect_derives_targets_scorecards_figures_and_tables_from_the_rule(tmp
 
 @pytest.mark.skipif(not SNAKEMAKE.exists(), reason="snakemake not installed next to this Python")
 def test_a_family_rule_is_collected_per_analysis_and_must_match_the_families_table(tmp_path):
-    """A family rule (docs/workflow.md, "Families") named in posmech.families.FAMILIES: each
+    """A family rule (docs/workflow.md, "Families") named in posmech.core.families.FAMILIES: each
     analysis's scorecard is found under the analysis's name; a family rule whose outputs
     name other analyses than the table lists is refused before any job."""
     family = """
@@ -233,7 +233,7 @@ def test_a_family_rule_is_collected_per_analysis_and_must_match_the_families_tab
     proc = _dry_run(tmp_path, family.replace("kernel_heatmaps__", "other__"))
     assert proc.returncode != 0
     assert ("the outputs of rule kernels name the analyses positional_kernels, etc_table, other; "
-            "posmech.families.FAMILIES must list the same") in proc.stdout + proc.stderr
+            "posmech.core.families.FAMILIES must list the same") in proc.stdout + proc.stderr
 
 
 @pytest.mark.skipif(not SNAKEMAKE.exists(), reason="snakemake not installed next to this Python")

@@ -14,7 +14,7 @@ Infrastructure stays at the top: ``config`` (schema helpers), ``errors``, ``io``
 ``cluster`` (resource estimates), ``cli`` (``python -m posmech``).
 """
 
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 
 __all__ = ["PosmechError", "__version__"]
 __version__ = "0.1.0"

@@ -3,7 +3,7 @@
 ``… selfcheck [RESULTS/REPORT] [--config CONFIG]`` (also the ``posmech`` script).
 
 ``selfcheck`` compares ``results/report/findings.csv`` with the expected verdicts of the config's
-section ``selfcheck`` (default config/selfcheck.yaml; :mod:`posmech.selfcheck`): it prints expected
+section ``selfcheck`` (default config/selfcheck.yaml; :mod:`posmech.verdicts.selfcheck`): it prints expected
 vs obtained per (claim, model) and exits 1 when a verdict disagrees or an expected (claim, model)
 is missing from the table.
 
@@ -11,7 +11,7 @@ is missing from the table.
 value per cell); ``--claim P5`` gives one claim's verdicts with the finding and the reasons.
 
 ``heads`` prints the head-roles table of one model (``results/MODEL/heads.csv``, rule
-``head_table``, :mod:`posmech.heads`): every head with the roles the analyses assign it
+``head_table``, :mod:`posmech.verdicts.heads`): every head with the roles the analyses assign it
 (P6/P7 previous-token, P13 taxon, K3/K4 kernel type and ETC, K7 class, the L roles), the
 columns no analysis filled left out; ``--csv`` writes the whole table as CSV instead.
 
@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from posmech.errors import PosmechError
+from posmech.core.io import REPO
+from posmech.core.errors import PosmechError
 
 
 def _attr(v: Any) -> Any:
@@ -86,7 +87,7 @@ def describe(path: str | Path, check: bool = False) -> dict[str, Any]:
     "attrs"}}}``; names are full paths inside the file (no leading ``/``)."""
     import h5py
 
-    from posmech.hdf5 import open_hdf5
+    from posmech.store.hdf5 import open_hdf5
 
     p = Path(path)
     what = not_pipeline_hdf5(p)
@@ -206,8 +207,8 @@ def format_tree(info: dict[str, Any]) -> str:
 
 def heads(model_dir: str, as_csv: bool = False) -> int:
     """``python -m posmech heads``: the head-roles table the rule ``head_table`` wrote
-    (``results/MODEL/heads.csv``, :mod:`posmech.heads`), the columns some analysis filled."""
-    from posmech.tables import read_table
+    (``results/MODEL/heads.csv``, :mod:`posmech.verdicts.heads`), the columns some analysis filled."""
+    from posmech.store.tables import read_table
 
     d = Path(model_dir)
     path = d / "heads.csv"
@@ -246,8 +247,8 @@ def findings(path: str, claim: str | None = None) -> int:
     the quantity, value, threshold and the reason in words)."""
     import pandas as pd
 
-    from posmech.findings import FINDINGS_COLUMNS, VERDICTS
-    from posmech.tables import read_table
+    from posmech.verdicts.findings import FINDINGS_COLUMNS, VERDICTS
+    from posmech.store.tables import read_table
 
     p = _findings_file(path, "give results/report (or its findings.csv) after a run that built it (rule findings)")
     if p is None:
@@ -287,8 +288,8 @@ def selfcheck(path: str, config: str) -> int:
     """``python -m posmech selfcheck``: expected vs obtained verdicts (see the module doc)."""
     import yaml
 
-    from posmech import selfcheck as sc
-    from posmech.tables import read_table
+    from posmech.verdicts import selfcheck as sc
+    from posmech.store.tables import read_table
 
     p = _findings_file(path, "run the self-check's DAG first (make selfcheck, config/selfcheck.yaml), then give "
                        "its results/report")
@@ -347,10 +348,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "heads":
         return heads(args.model_dir, args.csv)
     if args.command == "check-config":
-        from posmech.preflight import check_config
+        from posmech.pipeline.preflight import check_config
 
         try:
-            check_config(args.configfiles, Path(__file__).resolve().parents[2], args.directory)
+            check_config(args.configfiles, REPO, args.directory)
         except PosmechError as err:
             print(f"error: {err}", file=sys.stderr)
             return 1

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from posmech.analyses import anatomy as sa
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.models import handbuilt as hb
+from posmech.models import scores
 from posmech.models.loading import load_bridge
 from posmech.settings import defaults
 
@@ -182,7 +183,7 @@ def test_raw_scores_equal_an_independent_q_k_product_and_masked_equal_hook_attn_
 
 
 def test_a_wrong_attention_scale_is_caught(bridge, monkeypatch):
-    monkeypatch.setattr(sa, "attn_scale", lambda cfg: 1.0)
+    monkeypatch.setattr(scores, "attn_scale", lambda cfg: 1.0)
     with pytest.raises(PosmechError, match="hook_attn_scores"):
         sa.head_scores(bridge, _docs(1)[0], ["L0H0"])
     with pytest.raises(PosmechError, match="hook_attn_scores"):

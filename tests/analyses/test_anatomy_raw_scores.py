@@ -31,7 +31,8 @@ import pytest
 import torch
 
 from posmech.analyses import anatomy as sa
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
+from posmech.models import scores
 from posmech.models.handbuilt import char_tokenizer
 from posmech.models.loading import load_bridge
 
@@ -149,7 +150,7 @@ def test_raw_scores_equal_hugging_faces_pre_softmax_scores(which, processing, mo
         assert isinstance(bridge, Lens)
     else:
         bridge = load_bridge({"hf_dir": str(d), "name": which}, device="cpu", processing=processing)
-    fn = sa.score_function(bridge.cfg)
+    fn = scores.score_function(bridge.cfg)
     assert fn.scheme == {"llama": "rotary", "neox": "rotary", "bloom": "alibi", "opt": "learned"}[which]
     assert fn.scale == pytest.approx(math.sqrt(bridge.cfg.d_head))
     H = int(bridge.cfg.n_heads)
@@ -158,7 +159,7 @@ def test_raw_scores_equal_hugging_faces_pre_softmax_scores(which, processing, mo
     raw = torch.as_tensor(np.stack([p.raw for p in panels])).double()  # [H, n, n]
     ref = hf_scores.double()
     if which == "bloom":  # posmech's bias is m·(key − query), Hugging Face's m·key: differ by m·query per row
-        m = torch.as_tensor(sa.alibi_slopes(H))
+        m = torch.as_tensor(scores.alibi_slopes(H))
         ref = ref - m[:, None, None] * torch.arange(N, dtype=torch.float64)[None, :, None]
     big = float(ref.abs().max())
     assert big > 1.0  # the scores are not all near 0: a wrong rotation or bias would show
@@ -181,7 +182,7 @@ def test_the_check_catches_scores_without_the_position_scheme(model_dirs, monkey
     """Raw scores without the rotation (the old q·k/scale) differ from the model's own: an error."""
     bridge = load_bridge({"hf_dir": str(model_dirs["llama"]), "name": "llama"}, device="cpu")
     tokens = np.random.default_rng(1).integers(1, V, N)
-    monkeypatch.setattr(sa, "position_scheme", lambda cfg: "learned")
+    monkeypatch.setattr(scores, "position_scheme", lambda cfg: "learned")
     with pytest.raises(PosmechError, match="differ from hook_attn_scores"):
         sa.head_scores(bridge, tokens, ["L0H0"])
 
@@ -189,7 +190,7 @@ def test_the_check_catches_scores_without_the_position_scheme(model_dirs, monkey
 def test_the_check_catches_alibi_scores_without_the_bias(model_dirs, monkeypatch):
     bridge = load_bridge({"hf_dir": str(model_dirs["bloom"]), "name": "bloom"}, device="cpu")
     tokens = np.random.default_rng(1).integers(1, V, N)
-    monkeypatch.setattr(sa, "alibi_slopes", lambda n: np.zeros(n))
+    monkeypatch.setattr(scores, "alibi_slopes", lambda n: np.zeros(n))
     with pytest.raises(PosmechError, match="differ from hook_attn_scores"):
         sa.head_scores(bridge, tokens, ["L0H0"])
 
@@ -199,7 +200,7 @@ def test_alibi_slopes_are_blooms(n_heads):
     from transformers.models.bloom.modeling_bloom import build_alibi_tensor
 
     theirs = build_alibi_tensor(torch.ones(1, 2), n_heads, torch.float64).view(n_heads, 2)[:, 1]  # m·key at key 1
-    assert np.allclose(sa.alibi_slopes(n_heads), theirs.numpy(), rtol=1e-6, atol=0)  # theirs: float32 powers
+    assert np.allclose(scores.alibi_slopes(n_heads), theirs.numpy(), rtol=1e-6, atol=0)  # theirs: float32 powers
 
 
 def test_learned_position_scores_are_the_plain_product_bit_for_bit():
@@ -207,7 +208,7 @@ def test_learned_position_scores_are_the_plain_product_bit_for_bit():
     g = torch.Generator().manual_seed(0)
     q, k = torch.randn(2, 11, 4, 8, generator=g), torch.randn(2, 11, 4, 8, generator=g)
     for scale in (1.0, math.sqrt(8)):
-        assert torch.equal(sa.qk_scores(q, k, scale), torch.einsum("bqhd,bkhd->bhqk", q, k) / scale)
+        assert torch.equal(scores.qk_scores(q, k, scale), torch.einsum("bqhd,bkhd->bhqk", q, k) / scale)
         rows = np.array([4, 6])
         keys = torch.as_tensor(rows[:, None] + sa.offsets(3)[None, :])
         want = torch.einsum("brhd,brohd->bhro", q[:, torch.as_tensor(rows)], k[:, keys]) / scale
@@ -223,13 +224,13 @@ def test_rotation_is_relative_a_rotary_score_depends_on_the_offset_only():
     emb = torch.cat((ang, ang), -1)[None]  # [1, n, r]
     q = torch.randn(1, 1, 1, dh).expand(1, n, 1, dh)
     k = torch.randn(1, 1, 1, dh).expand(1, n, 1, dh)
-    fn = sa.ScoreFunction("rotary", 1.0)
+    fn = scores.ScoreFunction("rotary", 1.0)
     s = fn.full(q, k, {"hook_cos": emb.cos(), "hook_sin": emb.sin()})[0, 0]
     for o in range(-3, 4):
         d = torch.diagonal(s, o)
         assert float((d - d[0]).abs().max()) < 1e-5
     assert not torch.allclose(torch.diagonal(s, 0)[0], torch.diagonal(s, 2)[0])
-    rot = sa.rotate(q, emb.cos(), emb.sin())
+    rot = scores.rotate(q, emb.cos(), emb.sin())
     assert torch.equal(rot[..., r:], q[..., r:])
 
 
@@ -266,7 +267,7 @@ def test_gpt_neo_scores_are_unscaled_on_both_engines(tmp_path):
     tokens = np.random.default_rng(4).integers(1, V, (2, N))
     for engine in ("bridge", "posmech"):
         model = load_model({"hf_dir": str(tmp_path), "name": "neo"}, "cpu", engine=engine)
-        assert sa.attn_scale(model.cfg) == 1.0 and ao.attn_scale(model) == 1.0
+        assert scores.attn_scale(model.cfg) == 1.0 and ao.attn_scale(model) == 1.0
         fwd = ao.run_variant(model, tokens, "both", heads=[(0, 1), (1, 2)])
         s = fwd.scores
         e = np.exp(np.where(np.isnan(s), -np.inf, s) - np.nanmax(s, axis=-1, keepdims=True))

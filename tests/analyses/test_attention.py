@@ -14,7 +14,7 @@ from posmech.analyses.attention import (
     window,
     window_block,
 )
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 
 
 def test_head_names_round_trip_and_errors_name_the_key():

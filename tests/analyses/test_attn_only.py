@@ -12,10 +12,10 @@ from scipy.special import softmax
 
 from posmech.models import handbuilt as hb
 from posmech.analyses import attn_only as ao
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.models.loading import is_tl_legacy_dir, load_bridge, prepare_local_model
 from posmech.settings import Settings, defaults
-from posmech.selfcheck import LB2_OFFSETS
+from posmech.verdicts.selfcheck import LB2_OFFSETS
 
 N, V = 16, 24
 PREV, LB2, IND = (0, 0), (0, 1), (1, 0)
@@ -24,8 +24,8 @@ PREV, LB2, IND = (0, 0), (0, 1), (1, 0)
 def _spec() -> hb.AttnOnlySpec:
     """L0H0: exact previous-token head that copies the previous token (query 1 attends to itself:
     the L3 exception); L0H1: look-back-two head with planted position scores and random token
-    scores; L1H0: induction head with a BOS sink (posmech.selfcheck.planted_attn_only_spec)."""
-    from posmech.selfcheck import planted_attn_only_spec
+    scores; L1H0: induction head with a BOS sink (posmech.verdicts.selfcheck.planted_attn_only_spec)."""
+    from posmech.verdicts.selfcheck import planted_attn_only_spec
 
     return planted_attn_only_spec(N, V)
 

@@ -26,7 +26,7 @@ from posmech.analyses.cache import (
     read_positions,
 )
 from posmech.data.tokens import TokenSet
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.settings import defaults
 from posmech.models import handbuilt as hb
 from posmech.models.loading import load_bridge

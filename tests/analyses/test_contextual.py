@@ -21,7 +21,7 @@ import torch
 from posmech.analyses import kernels as kn
 from posmech.analyses import contextual as cx
 from posmech.data.tokens import TokenSet
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.models import handbuilt as hb
 from posmech.models.loading import load_bridge
 

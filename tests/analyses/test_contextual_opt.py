@@ -23,8 +23,8 @@ import torch
 
 from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
-from posmech.applicability import not_applicable
-from posmech.errors import PosmechError
+from posmech.pipeline.applicability import not_applicable
+from posmech.core.errors import PosmechError
 from posmech.models.architecture import architecture
 from tests import tiny_archs
 

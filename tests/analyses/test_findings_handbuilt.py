@@ -11,16 +11,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from posmech import findings as fd
+from posmech.verdicts import findings as fd
 from posmech.analyses import attn_only as ao
 from posmech.analyses import contextual as cx
 from posmech.analyses import interventions as iv
 from posmech.analyses import neurons as nr
 from posmech.analyses.attention import head_columns
-from posmech.config import load_schema
+from posmech.core.config import load_schema
 from posmech.models import handbuilt as hb
 from posmech.models.loading import load_bridge, load_model
-from posmech.tables import read_table, write_table
+from posmech.store.tables import read_table, write_table
 
 from .test_attn_only import ENTRY, LB2, _params
 from .test_attn_only import _spec as attn_only_spec

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from posmech.analyses import geometry as geo
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.models import handbuilt as hb
 from posmech.models.loading import load_bridge
 
@@ -183,7 +183,7 @@ def test_tokens_exclude_specials_and_are_seeded():
 
 
 def test_reader_refuses_other_kinds(tmp_path):
-    from posmech.hdf5 import artifact_writer
+    from posmech.store.hdf5 import artifact_writer
 
     p = tmp_path / "x.h5"
     with artifact_writer(p, "tokens", "tokenize") as f:

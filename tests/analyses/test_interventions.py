@@ -13,7 +13,7 @@ from posmech.analyses import interventions as iv
 from posmech.analyses.attention import head_columns
 from posmech.analyses.readout import continuation_probability
 from posmech.analyses.posembed import group_average
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.models import handbuilt as hb
 from posmech.models.loading import load_bridge, load_model
 from posmech.settings import defaults
@@ -228,9 +228,9 @@ def test_prev_knockout_experiment(copy_bridge):
 
 
 def relay_spec() -> hb.Spec:
-    """P5's mechanism, planted (posmech.selfcheck.relay_spec): L1H0 finds the previous position
+    """P5's mechanism, planted (posmech.verdicts.selfcheck.relay_spec): L1H0 finds the previous position
     only through layer 0's copy; at a knocked-out query it attends uniformly, mass 1 / (q + 1)."""
-    from posmech.selfcheck import relay_spec as planted
+    from posmech.verdicts.selfcheck import relay_spec as planted
 
     return planted(N)
 
@@ -542,7 +542,7 @@ def test_documents_of_equal_length_share_passes_with_the_same_results(two_prev_d
 def test_table_meta_records_the_section_as_configured():
     """The tables record the ``interventions`` section as the config gives it (corpus null
     stays null; context-scaled keys as the job scaled them), and its hash."""
-    from posmech.config import config_hash, scale_to_context
+    from posmech.core.config import config_hash, scale_to_context
 
     s = defaults("interventions", corpus=None, prev_knockout={"layers": [0, 1]})
     raw = s.as_dict()

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from posmech.analyses import kernels as kn
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.models import handbuilt as hb
 from posmech.models.loading import load_bridge
 
@@ -291,7 +291,7 @@ def test_means_and_config_errors_name_the_key():
 def test_config_section_is_validated():
     import yaml
 
-    from posmech.config import load_schema, validate_config
+    from posmech.core.config import load_schema, validate_config
     from tests.conftest import REPO
 
     schema = load_schema(REPO / "workflow/schemas/config.schema.yaml")
@@ -333,7 +333,7 @@ def test_settings_resolve_the_corpora_and_keep_the_recorded_positions():
     """The rule's settings: the corpora left null are the first corpus (kernels.h5 records
     them so), the positions left null scale with the context, and the rules reading
     kernels.h5 take its recorded positions (`kernels_config`)."""
-    from posmech.config import scale_to_context
+    from posmech.core.config import scale_to_context
     from posmech.settings import defaults
 
     config = {"corpora": {"bible": {}, "web": {}}}

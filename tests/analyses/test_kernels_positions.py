@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from posmech.analyses import kernels as kn
-from posmech.analyses.anatomy import alibi_slopes
+from posmech.models.scores import alibi_slopes
 from posmech.models.handbuilt import char_tokenizer
 from posmech.models.loading import load_bridge
 from tests.analyses.test_kernels import hf_config, pattern, same_text_kernels

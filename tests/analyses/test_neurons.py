@@ -21,7 +21,7 @@ import torch
 
 from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.models import handbuilt as hb
 
 from .test_contextual import B, N_CTX, V, offsets, plant, tokenset

@@ -21,7 +21,7 @@ from posmech.analyses.posembed import (
 )
 from posmech.analyses.readout import continuation_probability, target_probabilities
 from posmech.data.prompts import Prompt, load_prompts, prompt_token_ids, variant_token_ids
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.models import handbuilt as hb
 from posmech.models.loading import load_bridge
 

@@ -20,10 +20,10 @@ from posmech.analyses.taxonomy import (
     read_chosen_heads,
     taxonomy_scorecard,
 )
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.models import handbuilt as hb
 from posmech.models.loading import load_bridge
-from posmech.tables import write_table
+from posmech.store.tables import write_table
 
 N = 12
 

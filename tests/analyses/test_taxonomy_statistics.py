@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from posmech import perf
+from posmech.core import perf
 from posmech.analyses.taxonomy import statistics as st
 from posmech.analyses import anatomy as sa
 from posmech.analyses import taxonomy as tx
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.models import handbuilt as hb
 from posmech.models.loading import load_bridge
 from posmech.settings import defaults

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from posmech.data.corpora import bible_chapters, clean_kjv, load_corpus, select_indices
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 
 
 def test_clean_kjv_removes_verse_numbers_and_italics_markers():

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from posmech.data.tokens import read_tokens, tokenize_documents, write_tokens
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.models.handbuilt import char_tokenizer
 
 

@@ -1,5 +1,5 @@
 """Position scheme and layout read from a model's config (posmech.models.architecture), the
-applicability table built on it (posmech.applicability), and the preflight error for a
+applicability table built on it (posmech.pipeline.applicability), and the preflight error for a
 missing context length.
 
 The models are random-init tiny GPT-NeoX (Pythia: partial rotary), Llama (rotary,
@@ -18,13 +18,13 @@ import pytest
 import yaml
 from safetensors import safe_open
 
-from posmech.applicability import FAMILIES, RULES, Needs, Requirement, check_table, family_problems, not_applicable, why_not
-from posmech.config import load_schema, validate_config
-from posmech.errors import PosmechError
-from posmech.findings import Finding, judge
+from posmech.pipeline.applicability import FAMILIES, RULES, Needs, Requirement, check_table, family_problems, not_applicable, why_not
+from posmech.core.config import load_schema, validate_config
+from posmech.core.errors import PosmechError
+from posmech.verdicts.findings import Finding, judge
 from posmech.models.architecture import architecture, context_length, read_architecture, train_architecture
 from posmech.models.loading import prepare_local_model
-from posmech.preflight import preflight
+from posmech.pipeline.preflight import preflight
 from tests import tiny_archs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -187,7 +187,7 @@ def test_finding_of_an_inapplicable_rule():
 
 def test_every_findings_rule_is_in_the_table():
     """Every rule a finding reads has an applicability entry (adding an analysis adds one)."""
-    from posmech.findings import load_findings
+    from posmech.verdicts.findings import load_findings
 
     rules = {f.rule for f in load_findings(REPO / "resources" / "findings.yaml")}
     assert rules - set(RULES) == set()

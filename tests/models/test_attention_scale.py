@@ -13,7 +13,7 @@ import pytest
 
 from posmech.analyses import contextual as cx
 from posmech.analyses import kernels as kn
-from posmech.analyses.anatomy import attn_scale as anatomy_scale
+from posmech.models.scores import attn_scale as anatomy_scale
 from posmech.models.architecture import architecture, score_divisor
 from posmech.models.lens import from_hf, hf_dir_reader, hf_state, tl_legacy_config
 from tests import tiny_archs

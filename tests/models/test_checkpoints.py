@@ -3,7 +3,7 @@ sections that list them, the sweep's points, and the errors the config alone can
 
 import pytest
 
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.models.checkpoints import add_checkpoints, checkpoints_of, step_of, sweep_points
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from posmech.config import load_schema, validate_config
+from posmech.core.config import load_schema, validate_config
 from posmech.data.corpora import load_corpus
 from posmech.models.training import train_demo_model
 
@@ -168,7 +168,7 @@ def test_posmech_engine_equals_the_bridge_on_the_trained_demo_models(summaries, 
 def test_gpt2_demo_checkpoints_show_the_previous_token_head_forming(summaries, demo_config):
     """The dynamics sweep of `make demo` (config/demo.yaml's `train.checkpoints`, issue 30):
     at least four checkpoints of `demo` (five points with the final model), and the followed previous-token score — the
-    taxonomy's sharpest `prev_token_mass` (posmech.dynamics), computed here with the
+    taxonomy's sharpest `prev_token_mass` (posmech.verdicts.dynamics), computed here with the
     taxonomy's own pass on held-out Bible text — rises across them: from a random
     initialisation's to the trained head's, never falling back by more than a margin, with
     the head that ends sharpest above layer 0 (the silent layer 0 of the first 300 steps)."""

@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 import torch
 
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.models import lens as lens_mod
 from posmech.models.handbuilt import char_tokenizer
 from posmech.models.loading import load_bridge, load_model
-from posmech.perf import forward_passes
+from posmech.core.perf import forward_passes
 
 V, N = 40, 24
 RTOL = 5e-5

@@ -31,7 +31,8 @@ import pytest
 import torch
 
 from posmech.analyses import anatomy as sa
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
+from posmech.models import scores
 from posmech.models import lens as lens_mod
 from posmech.models.handbuilt import char_tokenizer
 from posmech.models.loading import load_bridge, load_model
@@ -191,7 +192,7 @@ def test_every_hook_and_weight_equals_the_bridge(which, processing, dirs):
             compared += 1
     assert compared >= len(names) - 2 * lens.cfg.n_layers
     # the scores are the model's pre-softmax scores: score_anatomy's raw scores, masked
-    fn = sa.score_function(lens.cfg)
+    fn = scores.score_function(lens.cfg)
     assert fn.scheme == {"bloom": "alibi", "opt": "learned", "opt_post_ln": "learned"}.get(which, "rotary")
     for i in range(lens.cfg.n_layers):
         a = f"blocks.{i}.attn."

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.models import handbuilt as hb
 from posmech.models.loading import (
     check_hf_dir,
@@ -276,7 +276,7 @@ def test_added_weights_file_is_refused(tmp_path, prev_token_model_dir):
 
 
 def test_preflight_reports_damaged_weights_of_a_model_on_disk(tmp_path, prev_token_model_dir):
-    from posmech.preflight import weights_problems
+    from posmech.pipeline.preflight import weights_problems
 
     d, _ = _local_copy(prev_token_model_dir, tmp_path)
     prepare_local_model("mine", {"source": str(d)}, tmp_path / "resources/models/mine")

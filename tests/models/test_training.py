@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from posmech.models import handbuilt as hb
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.models.architecture import read_architecture, train_architecture
 from posmech.models.loading import load_bridge, prepare_local_model
 from posmech.models.training import (

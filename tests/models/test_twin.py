@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from posmech.errors import PosmechError
-from posmech.findings import FINDINGS_COLUMNS, TWIN_COLUMNS, with_twins
+from posmech.core.errors import PosmechError
+from posmech.verdicts.findings import FINDINGS_COLUMNS, TWIN_COLUMNS, with_twins
 from posmech.models.handbuilt import AttnOnlySpec, save_attn_only_dir
 from posmech.models.twin import add_twins, build_twin_dir, tl_initialisation, twins_of
 from tests import tiny_archs

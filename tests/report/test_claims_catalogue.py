@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from posmech.families import FAMILIES
+from posmech.core.families import FAMILIES
 
 from posmech.report.html import claims_catalogue_html
 

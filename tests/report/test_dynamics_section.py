@@ -10,12 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.plots.check import read_check
 from posmech.plots.dynamics import draw_dynamics, dynamics_figure, step_ticks
 from posmech.report import html as rp
-from posmech.report.dynamics_section import dynamics_html, pivot, check_table
-from posmech.tables import write_table
+from posmech.report.dynamics_section import dynamics_html, pivot
+from posmech.verdicts.dynamics import check_table
+from posmech.store.tables import write_table
 from tests.report.dynamics_data import synthetic_dynamics
 from tests.report.test_html import fabricated_run  # noqa: F401 (the fixture)
 
@@ -147,7 +148,7 @@ def test_the_sweeps_checkpoints_are_not_named_among_the_runs_models(fabricated_r
 
 
 def test_counts_per_role_are_said_in_words():
-    from posmech.report.dynamics_section import quantity
+    from posmech.verdicts.dynamics import quantity
 
     assert quantity("n_kernel_slow_decay").words == "the number of heads whose positional kernel is of type slow decay " \
         "(the head-roles table's column)"

@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from posmech import findings as fd
-from posmech.config import load_schema
-from posmech.errors import PosmechError
+from posmech.verdicts import findings as fd
+from posmech.core.config import load_schema
+from posmech.core.errors import PosmechError
 from posmech.report.findings_grid import grid_html
-from posmech.tables import scorecard_rows, write_table
+from posmech.store.tables import scorecard_rows, write_table
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml")
@@ -155,7 +155,7 @@ def _role_tables():
 
 
 def test_head_table_joins_the_roles_of_every_analysis():
-    from posmech.heads import HEAD_COLUMNS, head_table
+    from posmech.verdicts.heads import HEAD_COLUMNS, head_table
 
     df = head_table("m", **_role_tables())
     assert list(df.columns) == HEAD_COLUMNS
@@ -175,7 +175,7 @@ def test_head_table_joins_the_roles_of_every_analysis():
 
 
 def test_head_table_leaves_an_analysis_the_model_is_not_in_empty_and_names_a_missing_column():
-    from posmech.heads import head_table
+    from posmech.verdicts.heads import head_table
 
     tables = _role_tables()
     df = head_table("m", etc=tables["etc"], n=20)

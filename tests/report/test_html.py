@@ -13,9 +13,9 @@ from markupsafe import escape
 
 from posmech.plots import save
 from posmech.report import html as rp
-from posmech.report import scorecard as sc
+from posmech.verdicts import scorecard as sc
 from posmech.report.browser import check_page
-from posmech.tables import read_table, scorecard_rows, write_table
+from posmech.store.tables import read_table, scorecard_rows, write_table
 from tests.conftest import require_system
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,7 +41,7 @@ def _head_roles() -> list[str]:
     known roles: gpt2 (2 x 2 heads here) has two previous-token heads, L1H1 the sharp one, and a
     local and a uniform kernel in layer 0; demo's taxonomy finds no previous-token head and its
     kernels did not run."""
-    from posmech.heads import head_table
+    from posmech.verdicts.heads import head_table
 
     names = ["L0H0", "L0H1", "L1H0", "L1H1"]
     taxonomy = {
@@ -298,8 +298,8 @@ def test_findings_grid_leads_the_report(fabricated_run):
     per claim and model coloured by verdict, the reason in its title."""
     import yaml
 
-    from posmech import findings as fd
-    from posmech.tables import write_table
+    from posmech.verdicts import findings as fd
+    from posmech.store.tables import write_table
 
     kwargs = {k: v for k, v in fabricated_run.items() if k not in ("dir", "counts")}
     found = fd.load_findings(REPO / "resources" / "findings.yaml")

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from posmech.errors import PosmechError
-from posmech.report import scorecard as sc
-from posmech.tables import scorecard_rows, write_table
+from posmech.core.errors import PosmechError
+from posmech.verdicts import scorecard as sc
+from posmech.store.tables import scorecard_rows, write_table
 
 REPO = Path(__file__).resolve().parents[2]
 

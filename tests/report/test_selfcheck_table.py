@@ -7,7 +7,7 @@ import re
 
 import pandas as pd
 
-from posmech import findings as fd
+from posmech.verdicts import findings as fd
 from posmech.report import html as rp
 from posmech.report.selfcheck_table import CAPTION, selfcheck_html
 

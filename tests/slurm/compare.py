@@ -88,7 +88,7 @@ def compare_h5(a: Path, b: Path) -> list[str]:
 
 
 def compare_csv(a: Path, b: Path) -> list[str]:
-    from posmech.tables import read_table
+    from posmech.store.tables import read_table
 
     da, db = read_table(a), read_table(b)
     if list(da.columns) != list(db.columns) or len(da) != len(db):

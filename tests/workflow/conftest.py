@@ -46,7 +46,7 @@ def ci_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def analyses_run(workdir: Path, model: str) -> dict[str, dict]:
     """``{analysis: its record}`` of every analysis that ran on ``model``: a family job's
-    ``PERF`` record lists its analyses (``logs/<family>/<model>.log.perf.json``, posmech.runner
+    ``PERF`` record lists its analyses (``logs/<family>/<model>.log.perf.json``, posmech.pipeline.runner
     .run_family); a rule of its own is one analysis, its own name, with the job's record."""
     import json
 

@@ -9,8 +9,8 @@ import yaml
 
 from posmech.analyses.anatomy import TAXA, masked_scores, row_features, softmax_rows
 from posmech.analyses.taxonomy import read_chosen_heads
-from posmech.hdf5 import open_artifact
-from posmech.tables import read_table
+from posmech.store.hdf5 import open_artifact
+from posmech.store.tables import read_table
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
 

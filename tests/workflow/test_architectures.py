@@ -4,7 +4,7 @@ context length in its config: the config sets `n_ctx`), OPT (learned positions f
 and a one-layer GPT-2 (no layer >= 1: what several findings study is absent), in one run,
 with a random-init twin of the Llama model (config section `twins`).
 
-Applicability is decided before any job (posmech.applicability): no job fails for a
+Applicability is decided before any job (posmech.pipeline.applicability): no job fails for a
 missing object, every claim gets a verdict or a reasoned `not measurable` on every model in
 results/report/findings.csv, and the report is built.
 """
@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from posmech.findings import VERDICTS, load_findings
+from posmech.verdicts.findings import VERDICTS, load_findings
 from tests import tiny_archs
 from tests.workflow.conftest import REPO, analyses_run, snakemake
 
@@ -100,7 +100,7 @@ def test_no_rule_ran_where_it_cannot(arch_run):
     """Each model gets a job of exactly the table's rules that apply to it (rotary and ALiBi
     models: none that needs W_pos; the raw-score, taxonomy, intervention and kernel rules do
     run); no job failed (the run's return code), and no log holds an error."""
-    from posmech.applicability import RULES, not_applicable
+    from posmech.pipeline.applicability import RULES, not_applicable
     from posmech.models.architecture import Architecture
 
     work, _ = arch_run

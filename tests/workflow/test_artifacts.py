@@ -7,7 +7,7 @@ import h5py
 import pandas as pd
 import pytest
 
-from posmech.hdf5 import undescribed
+from posmech.store.hdf5 import undescribed
 
 pytestmark = pytest.mark.workflow
 

@@ -13,7 +13,7 @@ from scipy.special import softmax
 
 from posmech.models import handbuilt as hb
 from posmech.models.loading import read_manifest
-from posmech.tables import SCORECARD_COLUMNS, read_table
+from posmech.store.tables import SCORECARD_COLUMNS, read_table
 from tests.workflow.conftest import REPO, snakemake
 
 RULES = {"random_token_patterns": {"L1", "L4", "L5"}, "input_decomposition": {"L2", "L3", "L5"},

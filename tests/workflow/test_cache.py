@@ -12,7 +12,7 @@ import numpy as np
 
 from posmech.analyses.cache import read_document, read_position_means
 from posmech.data.tokens import read_tokens
-from posmech.hdf5 import open_artifact
+from posmech.store.hdf5 import open_artifact
 from posmech.models.loading import read_manifest
 from tests.analyses.test_cache import hf_reference
 

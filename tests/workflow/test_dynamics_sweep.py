@@ -1,6 +1,6 @@
 """Checkpoints in the DAG (posmech.models.checkpoints, the `dynamics` section): a trained
 model's `train.checkpoints` and a Hub model's `revisions` each expand into one job per
-checkpoint, its sweep point (rule `sweep_<model>`, posmech.sweep), running the followed
+checkpoint, its sweep point (rule `sweep_<model>`, posmech.pipeline.sweep), running the followed
 families and what they read, and into none for the other rules; the activation cache is not
 built for a checkpoint whose followed rules do not read it. A dry run of config/ci.yaml
 (three checkpoints of `demo`, the taxonomy family followed) plus a Hub model with two

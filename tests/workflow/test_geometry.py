@@ -7,7 +7,7 @@ import yaml
 
 from posmech.analyses import geometry as geo
 from posmech.models.loading import load_bridge, read_manifest
-from posmech.tables import read_table
+from posmech.store.tables import read_table
 
 from .conftest import REPO
 

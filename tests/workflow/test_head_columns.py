@@ -1,8 +1,8 @@
 """Every per-head table the CI-sized run writes follows the per-head column contract (issue 27):
 ``layer``, ``head`` (int) and ``head_name`` (``L{layer}H{head}``); no string ``head``."""
 
-from posmech.heads import head_column_problems
-from posmech.tables import read_table
+from posmech.verdicts.heads import head_column_problems
+from posmech.store.tables import read_table
 
 
 def test_every_per_head_table_of_the_ci_run_has_layer_head_and_head_name(ci_run):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from posmech.analyses.taxonomy import read_chosen_heads
-from posmech.tables import SCORECARD_COLUMNS, read_table
+from posmech.store.tables import SCORECARD_COLUMNS, read_table
 
 RULES = ["prev_knockout", "extended_averaging", "repeated_tokens", "induction_intervention"]
 CLAIMS = {"prev_knockout": "P5", "extended_averaging": "P15", "repeated_tokens": "P14", "induction_intervention": "P16"}

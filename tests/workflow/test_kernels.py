@@ -13,8 +13,8 @@ from posmech.analyses import kernels as kn
 from posmech.analyses.cache import read_position_means
 from posmech.data.tokens import read_tokens
 from posmech.models.loading import load_bridge, read_manifest
-from posmech.report.scorecard import load_published
-from posmech.tables import read_table
+from posmech.verdicts.scorecard import load_published
+from posmech.store.tables import read_table
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,8 +12,8 @@ import yaml
 from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
 from posmech.models.loading import read_manifest
-from posmech.report.scorecard import load_published
-from posmech.tables import read_table
+from posmech.verdicts.scorecard import load_published
+from posmech.store.tables import read_table
 
 from .conftest import REPO, snakemake
 

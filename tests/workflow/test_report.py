@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from posmech.report.browser import check_page
-from posmech.report.scorecard import STATUSES, is_judged, load_published
-from posmech.tables import read_table
+from posmech.verdicts.scorecard import STATUSES, is_judged, load_published
+from posmech.store.tables import read_table
 from tests.conftest import require_system
 from tests.workflow.conftest import REPO, snakemake
 
@@ -105,7 +105,7 @@ def test_findings_verdict_every_claim_and_lead_the_report(ci_run):
     """One verdict per claim of resources/findings.yaml on the CI model, never "not applicable",
     each "not measurable" with its reason; the grid opens the report; the head-roles table has
     one row per head."""
-    from posmech.findings import VERDICTS, load_findings
+    from posmech.verdicts.findings import VERDICTS, load_findings
 
     table = pd.read_csv(ci_run / "results/report/findings.csv")
     claims = [f.claim for f in load_findings(REPO / "resources/findings.yaml")]
@@ -140,8 +140,8 @@ def test_the_ci_sweep_runs_only_the_followed_family_and_its_table_agrees_with_th
     family (its `dynamics` follows P6, P7), results/report/dynamics.csv has one row per point
     and followed quantity with the model itself last, its final point's findings are the
     grid's, and the report shows the section."""
-    from posmech.dynamics import DYNAMICS_COLUMNS
-    from posmech.findings import VERDICTS
+    from posmech.verdicts.dynamics import DYNAMICS_COLUMNS
+    from posmech.verdicts.findings import VERDICTS
     from tests.workflow.conftest import analyses_run
 
     import yaml

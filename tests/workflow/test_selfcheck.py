@@ -31,7 +31,7 @@ def compare(work, config) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def selfcheck_run(tmp_path_factory):
     work = tmp_path_factory.mktemp("selfcheck")
-    built = subprocess.run([sys.executable, "-m", "posmech.selfcheck", "build", str(work / "resources/selfcheck")],
+    built = subprocess.run([sys.executable, "-m", "posmech.verdicts.selfcheck", "build", str(work / "resources/selfcheck")],
                            capture_output=True, text=True, cwd=REPO)
     assert built.returncode == 0, built.stderr[-3000:]
     proc = snakemake(work, "results/report/findings.csv", configfile=CONFIG)

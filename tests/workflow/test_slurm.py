@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from posmech.cluster import mem_mb, model_shape
+from posmech.pipeline.cluster import mem_mb, model_shape
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "slurm"))

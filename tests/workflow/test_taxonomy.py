@@ -6,8 +6,8 @@ import numpy as np
 import yaml
 
 from posmech.analyses.taxonomy import HEADS_COLUMNS, read_chosen_heads
-from posmech.hdf5 import open_artifact
-from posmech.tables import read_table
+from posmech.store.hdf5 import open_artifact
+from posmech.store.tables import read_table
 from tests.workflow.conftest import analyses_run
 
 REPO_PUBLISHED = __import__("pathlib").Path(__file__).resolve().parents[2] / "resources" / "published.yaml"

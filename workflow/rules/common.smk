@@ -10,25 +10,25 @@ from snakemake.io import apply_wildcards
 
 sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 
-import posmech.config as posmech_config
-from posmech.cluster import Resources as ResourceEstimates
-from posmech.config import load_schema, model_names_by_kind, selected
-from posmech.errors import PosmechError
-from posmech.families import FAMILIES
-from posmech.preflight import jobs_run_locally
-from posmech.sweep import point_outputs, swept_models
-from posmech.sweep import rule_name as sweep_rule_name
+import posmech.core.config as posmech_config
+from posmech.pipeline.cluster import Resources as ResourceEstimates
+from posmech.core.config import load_schema, model_names_by_kind, selected
+from posmech.core.errors import PosmechError
+from posmech.core.families import FAMILIES
+from posmech.pipeline.preflight import jobs_run_locally
+from posmech.pipeline.sweep import point_outputs, swept_models
+from posmech.pipeline.sweep import rule_name as sweep_rule_name
 
-# The study the config describes, prepared first of all (posmech.study):
-# the config validated (defaults filled) and checked in one round (posmech.preflight), a
+# The study the config describes, prepared first of all (posmech.pipeline.study):
+# the config validated (defaults filled) and checked in one round (posmech.pipeline.preflight), a
 # lock of this directory explained, the random-init twins (`<m>-twin`, config section
 # `twins`) and the checkpoints (`<m>@<revision>`, `train.checkpoints`, `revisions`) added
 # as models, each family's settings built (posmech.settings: a rule hands its script
 # `settings=SETTINGS.<section>.as_param()`), each model's architecture read and the
-# analysis rules that cannot run on it decided (posmech.applicability: not scheduled, their
+# analysis rules that cannot run on it decided (posmech.pipeline.applicability: not scheduled, their
 # claims `not measurable` with the reason). A checkpoint runs only what the `dynamics`
 # section follows; its findings go to results/report/dynamics.csv.
-from posmech.study import prepare
+from posmech.pipeline.study import prepare
 
 # workflow/rules/ (also when another Snakefile includes this file)
 _RULES_DIR = Path(workflow.current_basedir.get_path_or_uri(secret_free=True))
@@ -77,10 +77,10 @@ def static(path):
     return p if os.path.isabs(p) else os.path.relpath(REPO / path)
 
 
-# Resources of the rules (posmech.cluster.Resources; docs/cluster.md)
+# Resources of the rules (posmech.pipeline.cluster.Resources; docs/cluster.md)
 def model_shape(model):
     """Estimated size of a configured model (config.json when on disk, else from config)."""
-    from posmech.cluster import model_shape as estimate
+    from posmech.pipeline.cluster import model_shape as estimate
 
     model = TWIN_OF.get(model, model)  # a twin has its model's shape
     model = CHECKPOINT_OF.get(model, model)  # and a checkpoint its model's
@@ -104,7 +104,7 @@ train_runtime = RESOURCES.train_runtime
 train_priority = RESOURCES.train_priority
 
 
-# What a job depends on (posmech.config), as params of the rules
+# What a job depends on (posmech.core.config), as params of the rules
 def model_entry(wildcards):
     return config["models"][wildcards.model]
 
@@ -151,14 +151,14 @@ def corpus_entry(wildcards):
 # A path is named once: in its rule's `output:`. Every stage file ends with one
 # `collect(rules.<rule>, <wildcard>=[values], ...)` line per rule whose outputs the run
 # wants; `rule all`, the report's inputs and the scorecard collection all derive from
-# those rules' outputs (posmech.collect says which output goes where).
-from posmech.collect import Collector
+# those rules' outputs (posmech.pipeline.collect says which output goes where).
+from posmech.pipeline.collect import Collector
 
 COLLECTOR = Collector(FAMILIES, runs_on, CHECKPOINT_OF)
 
 
 def collect(proxy, when=True, report_tables=True, **values):
-    """Register ``proxy`` (``rules.<name>``) for the run (posmech.collect.Collector.add)."""
+    """Register ``proxy`` (``rules.<name>``) for the run (posmech.pipeline.collect.Collector.add)."""
     try:
         COLLECTOR.add(proxy, when, report_tables, **values)
     except PosmechError as err:
@@ -192,11 +192,11 @@ def sweep_scorecards(wildcards):
 
 # ---------------------------------------------------------------- sweep points
 # A checkpoint's followed rules run as one job, rule sweep_<model> (dynamics.smk,
-# posmech.sweep): the analysis rules' `model` wildcard is constrained to FINAL_MODELS.
+# posmech.pipeline.sweep): the analysis rules' `model` wildcard is constrained to FINAL_MODELS.
 def sweep_points_of_run():
-    """The run's sweep points (posmech.sweep.SweepPoints); called after every analysis
+    """The run's sweep points (posmech.pipeline.sweep.SweepPoints); called after every analysis
     rule's `collect`."""
-    from posmech.sweep import SweepPoints, parts_by_checkpoint
+    from posmech.pipeline.sweep import SweepPoints, parts_by_checkpoint
 
     try:
         parts = parts_by_checkpoint(
@@ -267,9 +267,9 @@ def neurons_models():
 
 def head_table_sources():
     """``{key: (rule output, models)}`` of the per-head tables the head-roles table (rule
-    head_table) gathers (posmech.families.HEAD_TABLE_SOURCES), each for the models its
+    head_table) gathers (posmech.core.families.HEAD_TABLE_SOURCES), each for the models its
     family runs on."""
-    from posmech.families import HEAD_TABLE_SOURCES, rule_of
+    from posmech.core.families import HEAD_TABLE_SOURCES, rule_of
 
     out = {}
     for key, output in HEAD_TABLE_SOURCES.items():

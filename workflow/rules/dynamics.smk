@@ -1,5 +1,5 @@
 # The training-dynamics sweep (config sections `dynamics`, `train.checkpoints`,
-# `revisions`; posmech.dynamics): the followed quantities of every checkpoint, one table and
+# `revisions`; posmech.verdicts.dynamics): the followed quantities of every checkpoint, one table and
 # one figure for the report.
 
 
@@ -9,7 +9,7 @@ localrules:
 
 
 # One job per checkpoint (a sweep point): the followed rules, and the rules they read, as
-# their own jobs would run them, in one process, without figures (posmech.sweep). One rule
+# their own jobs would run them, in one process, without figures (posmech.pipeline.sweep). One rule
 # per swept model: which followed rules apply, and so the outputs, can differ between models.
 SWEEP = sweep_points_of_run()
 

@@ -47,7 +47,6 @@ bright sub-diagonal, uniform and first-position heads neither (tests).
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,8 +55,8 @@ import numpy as np
 import pandas as pd
 
 from posmech.analyses.attention import check_head, head_name, parse_head, run_collectors
-from posmech.errors import PosmechError
-from posmech.models.architecture import score_divisor
+from posmech.core.errors import PosmechError
+from posmech.models.scores import ScoreFunction, offsets, score_function
 from posmech.settings.anatomy import AnatomyTaxaSettings
 
 LOG = logging.getLogger(__name__)
@@ -66,164 +65,6 @@ TAXA = ("dark diagonal", "bright sub-diagonal", "neither")
 FEATURES = ("dip", "bump", "trend")
 FLAT_RTOL = 1e-5
 SCORE_CHECK_RTOL = 1e-4
-
-
-# --------------------------------------------------------------------------- raw scores
-#: Hugging Face architectures whose attention does not scale ``q·k`` (TransformerLens 4.3's
-#: bridge config still says ``use_attn_scale``)
-UNSCALED = ("GPTNeoForCausalLM",)
-
-
-def attn_scale(cfg: Any) -> float:
-    """The divisor of ``q·k`` in the model's attention, from a loaded model's ``cfg`` (the
-    engine's or the bridge's, TransformerLens's names) by
-    :func:`posmech.models.architecture.score_divisor`: ``cfg.attn_scale`` when positive,
-    else ``sqrt(d_head)``; 1 when ``cfg.use_attn_scale`` is false or the architecture is
-    GPT-Neo (:data:`UNSCALED`: the bridge's config says ``use_attn_scale`` there)."""
-    arch = getattr(cfg, "architecture", None) or getattr(cfg, "original_architecture", None)
-    use = bool(getattr(cfg, "use_attn_scale", True)) and arch not in UNSCALED
-    tl = {"d_model": getattr(cfg, "d_model", None), "n_layers": getattr(cfg, "n_layers", None),  # a TL config
-          "use_attn_scale": use, "attn_scale": getattr(cfg, "attn_scale", None)}
-    return score_divisor(tl, int(cfg.d_head))
-
-
-def position_scheme(cfg: Any) -> str:
-    """How positions enter the scores, from TransformerLens's ``cfg.positional_embedding_type``:
-    ``learned`` (``standard``/``shortformer``: learned absolute positions, already in ``q``
-    and ``k``), ``rotary`` (``q`` and ``k`` rotated by their positions) or ``alibi`` (a
-    per-head linear bias added to the scores)."""
-    kind = str(getattr(cfg, "positional_embedding_type", "standard") or "standard")
-    if kind in ("standard", "shortformer"):
-        return "learned"
-    if kind in ("rotary", "alibi"):
-        return kind
-    raise PosmechError(f"positional_embedding_type {kind!r}: raw attention scores are defined for learned "
-                       "absolute, rotary and ALiBi positions only")
-
-
-def alibi_slopes(n_heads: int) -> np.ndarray:
-    """ALiBi's per-head slopes ``m_h`` (Press et al. 2022; BLOOM's ``build_alibi_tensor``):
-    with ``c`` the largest power of two ``<= n_heads``, ``m_h = 2^(-8(h+1)/c)`` for ``h < c``;
-    the other heads take every other slope of the ``2c`` sequence, ``2^(-4(2j+1)/c)``."""
-    n = int(n_heads)
-    c = 2 ** int(math.floor(math.log2(n)))
-    slopes = [2.0 ** (-8.0 * (h + 1) / c) for h in range(c)]
-    slopes += [2.0 ** (-4.0 * (2 * j + 1) / c) for j in range(min(c, n - c))]
-    return np.asarray(slopes, dtype=np.float64)
-
-
-def rotate(x: Any, cos: Any, sin: Any) -> Any:
-    """Rotary position embedding of ``x [b, n, H, d_head]`` with the model's own ``cos, sin
-    [b, n, r]`` (``r <= d_head``, the rotary dimensions: GPT-NeoX/Pythia rotate the first
-    ``partial_rotary_factor·d_head`` of them): the ``rotate_half`` convention of GPT-NeoX
-    and Llama, ``x_r·cos + rotate_half(x_r)·sin`` on the first ``r`` dimensions, the rest
-    unchanged."""
-    import torch
-
-    r = int(cos.shape[-1])
-    xr, rest = x[..., :r], x[..., r:]
-    a, b = xr[..., : r // 2], xr[..., r // 2:]
-    c, s = cos[:, :, None].to(x.dtype), sin[:, :, None].to(x.dtype)
-    return torch.cat((xr * c + torch.cat((-b, a), -1) * s, rest), -1)
-
-
-@dataclass(frozen=True)
-class ScoreFunction:
-    """How a model turns ``hook_q`` and ``hook_k`` into its pre-softmax scores, for every
-    query–key pair (the future included): the *raw scores*
-
-    * ``learned``: ``q_n·k_i / scale`` (GPT-2, GPT-Neo with ``scale`` 1, OPT);
-    * ``rotary``: ``R(n) q_n · R(i) k_i / scale``, ``R`` the model's rotation of the rotary
-      dimensions (:func:`rotate`, with the ``cos``/``sin`` the model's rotary embedding hands
-      its attention: ``blocks.L.attn.hook_cos``/``hook_sin``);
-    * ``alibi``: ``q_n·k_i / scale + m_h·(i - n)`` (:func:`alibi_slopes`): ALiBi's bias
-      relative to the query, 0 on the diagonal, positive for future keys.  BLOOM adds
-      ``m_h·i``, which differs by ``m_h·n``, a constant per query row that the softmax
-      ignores; its scores are compared up to that constant.
-
-    Grouped key heads (``k [b, n, H_kv, d_head]``, Llama-style grouped-query attention) are
-    repeated, key head ``j`` serving query heads ``j·H/H_kv .. (j+1)·H/H_kv - 1``."""
-
-    scheme: str
-    scale: float
-    slopes: tuple[float, ...] = ()
-
-    @property
-    def extra_hooks(self) -> tuple[str, ...]:
-        """Attention hooks besides ``hook_q``/``hook_k`` the scores need."""
-        return ("hook_cos", "hook_sin") if self.scheme == "rotary" else ()
-
-    @property
-    def row_constant(self) -> bool:
-        """Whether the model's own scores may differ from the raw ones by a per-row constant."""
-        return self.scheme == "alibi"
-
-    def prepare(self, q: Any, k: Any, extra: dict[str, Any] | None = None) -> tuple[Any, Any]:
-        """``(q, k)`` float32 (float64 when ``q`` is), rotated when rotary, key heads repeated
-        per query group."""
-        import torch
-
-        dt = torch.float64 if q.dtype == torch.float64 else torch.float32
-        q, k = q.to(dt), k.to(dt)
-        if self.scheme == "rotary":
-            if not extra or "hook_cos" not in extra or "hook_sin" not in extra:
-                raise PosmechError("rotary scores need the model's hook_cos/hook_sin; this engine did not record them")
-            q, k = rotate(q, extra["hook_cos"], extra["hook_sin"]), rotate(k, extra["hook_cos"], extra["hook_sin"])
-        if k.shape[2] != q.shape[2]:
-            k = k.repeat_interleave(q.shape[2] // k.shape[2], dim=2)
-        return q, k
-
-    def bias(self, query_pos: Any, key_pos: Any, dtype: Any = None) -> Any:
-        """ALiBi's ``m_h·(key - query)`` ``[H, *query_pos.shape]`` for integer position
-        tensors ``query_pos``, ``key_pos`` of one shape (torch; ``dtype`` default float32)."""
-        import torch
-
-        dtype = dtype or torch.float32
-        m = torch.as_tensor(self.slopes, dtype=dtype, device=query_pos.device)
-        return m.view(-1, *([1] * query_pos.ndim)) * (key_pos - query_pos).to(dtype)[None]
-
-    def full(self, q: Any, k: Any, extra: dict[str, Any] | None = None) -> Any:
-        """Raw scores ``[b, H, n_q, n_k]`` float32 (float64 for float64 ``q``) of every pair
-        (positions ``0..n-1``)."""
-        import torch
-
-        q, k = self.prepare(q, k, extra)
-        s = torch.einsum("bqhd,bkhd->bhqk", q, k) / self.scale
-        if self.scheme == "alibi":
-            pq = torch.arange(q.shape[1], device=q.device)[:, None].expand(-1, k.shape[1])
-            pk = torch.arange(k.shape[1], device=q.device)[None, :].expand(q.shape[1], -1)
-            s = s + self.bias(pq, pk, s.dtype)[None]
-        return s
-
-    def window(self, q: Any, k: Any, rows: np.ndarray, window: int, extra: dict[str, Any] | None = None) -> Any:
-        """Raw scores of queries ``rows`` at keys ``rows + o``, ``o = -W..W``:
-        ``[b, H, len(rows), 2W+1]`` float32 (only these dot products are computed)."""
-        import torch
-
-        q, k = self.prepare(q, k, extra)
-        r = torch.as_tensor(rows, device=q.device)
-        keys = r[:, None] + torch.as_tensor(offsets(window), device=q.device)[None, :]  # [R, 2W+1]
-        s = torch.einsum("brhd,brohd->bhro", q[:, r], k[:, keys]) / self.scale
-        if self.scheme == "alibi":
-            s = s + self.bias(r[:, None].expand_as(keys), keys, s.dtype)[None]
-        return s
-
-
-def score_function(cfg: Any) -> ScoreFunction:
-    """The :class:`ScoreFunction` of a model from its (TransformerLens) ``cfg``: the scheme
-    (:func:`position_scheme`), the scale (:func:`attn_scale`: ``sqrt(d_head)`` for GPT-2,
-    GPT-NeoX, Llama, BLOOM and OPT, 1 for GPT-Neo) and, for ALiBi, the slopes of its
-    ``n_heads`` heads."""
-    scheme = position_scheme(cfg)
-    slopes = tuple(float(m) for m in alibi_slopes(int(cfg.n_heads))) if scheme == "alibi" else ()
-    return ScoreFunction(scheme, attn_scale(cfg), slopes)
-
-
-def qk_scores(q: Any, k: Any, scale: float) -> Any:
-    """Raw scores from ``q [b, n_q, H, d_head]`` and ``k [b, n_k, H_kv, d_head]`` (torch):
-    ``[b, H, n_q, n_k]`` float32, ``q·k / scale`` for every pair (grouped key heads are
-    repeated): :class:`ScoreFunction` of a model with learned positions."""
-    return ScoreFunction("learned", scale).full(q, k)
 
 
 def masked_scores(raw: np.ndarray) -> np.ndarray:
@@ -411,11 +252,6 @@ def centre_rows(M: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- score taxa
-def offsets(window: int) -> np.ndarray:
-    """Key offsets ``-window..window`` of a row window."""
-    return np.arange(-window, window + 1)
-
-
 def _fit_matrix(window: int) -> tuple[np.ndarray, np.ndarray]:
     """``(fit_idx, P [3, m])``: window indices of the offsets other than -1 and 0, and the
     least-squares map from the scores there to the coefficients ``(c0, c1, c2)`` of
@@ -774,7 +610,7 @@ def anatomy_scorecard(table: pd.DataFrame, model: str, detail: str, artifact: st
 def write_scores(path: Any, panels: list[HeadScores], tokens: np.ndarray, attrs: dict[str, Any]) -> None:
     """``results/{model}/anatomy/scores.h5``: per head ``{head}/raw``, ``{head}/masked``
     (``-inf`` above the diagonal), ``{head}/pattern`` ``[n, n]`` float32, and ``tokens [n]``."""
-    from posmech.hdf5 import artifact_writer, describe
+    from posmech.store.hdf5 import artifact_writer, describe
 
     what = {"raw": "raw scores q·k/scale for every query-key pair, the future (upper) triangle included",
             "masked": "the raw scores with -inf above the diagonal (equal to hook_attn_scores)",
@@ -794,7 +630,7 @@ def write_profiles(path: Any, profiles: ScoreProfiles, attrs: dict[str, Any]) ->
     """``results/{model}/anatomy/profiles.h5``: ``windows [L, H, R, 2W+1]`` raw row windows,
     ``features [L, H, R, 3]`` (dip, bump, trend), ``offsets [2W+1]``, ``document [R]``,
     ``query [R]`` (where each row comes from)."""
-    from posmech.hdf5 import artifact_writer, describe
+    from posmech.store.hdf5 import artifact_writer, describe
 
     with artifact_writer(path, "score_profiles", "score_taxa", attrs) as f:
         f.create_dataset("windows", data=profiles.windows, compression="gzip", compression_opts=4, shuffle=True)

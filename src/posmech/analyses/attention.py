@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 
 HEAD_RE = re.compile(r"^L(\d+)H(\d+)$")
 
@@ -127,10 +127,10 @@ def run_collectors(
     — with the hooks of every collector of that batch.  Consecutive documents of equal
     length and the same collectors form a batch of at most ``batch_size``; a batch whose
     collectors ask for no hook is not run; a document longer than the model context is an
-    error.  ``progress``: :class:`posmech.runner.Progress` lines in the rule's log."""
+    error.  ``progress``: :class:`posmech.core.progress.Progress` lines in the rule's log."""
     import torch
 
-    from posmech.runner import Progress
+    from posmech.core.progress import Progress
 
     n_ctx = int(bridge.cfg.n_ctx)
     device = next(bridge.parameters()).device

@@ -12,7 +12,7 @@ embeddings added to the residual stream (``attn-only-2l``, GPT-2, the demo model
   ``hook_q`` / ``hook_k`` (TransformerLens 4.3 records ``hook_attn_scores`` after the causal
   mask), for keys ``<=`` query; entries above the diagonal are NaN.  On rotary and ALiBi
   models they are the raw scores of
-  :class:`~posmech.analyses.anatomy.ScoreFunction` (``q`` and ``k`` rotated, ALiBi's
+  :class:`~posmech.models.scores.ScoreFunction` (``q`` and ``k`` rotated, ALiBi's
   ``m·(key − query)`` added, grouped key heads repeated).  **Patterns** are the
   model's softmaxes (``hook_pattern``).  Averages over sequences are means of per-sample
   softmaxes (never softmaxes of mean scores).
@@ -40,10 +40,10 @@ from typing import Any
 import numpy as np
 
 from posmech.analyses.attention import head_name, parse_head
-from posmech.analyses.anatomy import attn_scale as sa_attn_scale
-from posmech.analyses.anatomy import score_function
-from posmech.errors import PosmechError
-from posmech.runner import Progress
+from posmech.models.scores import attn_scale as sa_attn_scale
+from posmech.models.scores import score_function
+from posmech.core.errors import PosmechError
+from posmech.core.progress import Progress
 from posmech.settings.attn_only import AttnOnlySettings
 
 LOG = logging.getLogger(__name__)
@@ -181,7 +181,7 @@ class Forward:
 
 
 def attn_scale(bridge: Any) -> float:
-    """The model's score scale (:func:`posmech.analyses.anatomy.attn_scale`)."""
+    """The model's score scale (:func:`posmech.models.scores.attn_scale`)."""
     return sa_attn_scale(bridge.cfg)
 
 
@@ -673,7 +673,7 @@ def read_roles(path: str) -> dict[str, str]:
 
 def read_role_rows(path: str) -> dict[str, dict[str, Any]]:
     """``{role: row}`` of a ``head_roles.csv`` (:func:`find_roles`' columns)."""
-    from posmech.tables import read_table
+    from posmech.store.tables import read_table
 
     df = read_table(path)
     missing = [r for r in ROLES if r not in set(df["role"])]

@@ -56,8 +56,8 @@ import numpy as np
 
 from posmech.data.tokens import DESCRIPTIONS as TOKEN_DESCRIPTIONS
 from posmech.data.tokens import TokenSet
-from posmech.errors import PosmechError, exhaustion
-from posmech.hdf5 import (
+from posmech.core.errors import PosmechError, exhaustion
+from posmech.store.hdf5 import (
     STR,
     attr_json,
     checksummed,
@@ -69,7 +69,7 @@ from posmech.hdf5 import (
     require_datasets,
     set_attrs,
 )
-from posmech.io import atomic_path
+from posmech.core.io import atomic_path
 from posmech.settings.cache import CacheSettings
 
 LOG = logging.getLogger(__name__)
@@ -278,7 +278,7 @@ def _reuse_kept(kept: Path, path: Path, fingerprint: str) -> bool:
     written by this code (same ``git_commit``) and its bytes are the ones recorded when it
     was kept (sha256); its mtime is set to now, so Snakemake sees an output newer than its
     inputs.  A kept copy whose bytes changed is deleted (and the cache recomputed)."""
-    from posmech.hdf5 import git_commit
+    from posmech.store.hdf5 import git_commit
     from posmech.models.loading import file_sha256
 
     if not kept.is_file():
@@ -331,7 +331,7 @@ def _discard_on_write_error(*paths: Path) -> Iterator[None]:
 
 
 def _fingerprint(attrs: dict[str, Any], settings: CacheSettings, tokens: TokenSet) -> str:
-    from posmech.config import config_hash
+    from posmech.core.config import config_hash
 
     return config_hash({
         "attrs": {k: v for k, v in attrs.items() if k not in ("created",)},

@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from posmech.errors import PosmechError
-from posmech.hdf5 import STR, artifact_writer, attr_json, open_artifact
-from posmech.runner import logged
+from posmech.core.errors import PosmechError
+from posmech.store.hdf5 import STR, artifact_writer, attr_json, open_artifact
+from posmech.core.progress import logged
 
 LOG = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from posmech.analyses.attention import check_head, equal_length_batches, parse_head, prev_token_mass, window_block
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.settings.interventions import InterventionsSettings
 
 LOG = logging.getLogger(__name__)
@@ -242,7 +242,7 @@ def hooked_passes(
     hooks of each condition for documents of ``T`` tokens.  Consecutive documents of equal
     length share passes, up to ``batch_tokens`` tokens (default :data:`BATCH_TOKENS`);
     progress goes to the rule's log."""
-    from posmech.runner import Progress
+    from posmech.core.progress import Progress
 
     budget = BATCH_TOKENS if batch_tokens is None else batch_tokens
     progress = Progress(len(docs))
@@ -729,7 +729,7 @@ def table_meta(man: dict[str, Any], entry: dict[str, Any], settings: Interventio
                heads: dict[str, list[str]], **extra: Any) -> dict[str, Any]:
     """Metadata lines of an intervention table: model provenance, chosen heads, the
     ``interventions`` section as ``settings`` gives it (corpus as configured, null too)."""
-    from posmech.config import config_hash
+    from posmech.core.config import config_hash
 
     cfg = settings.as_dict()
     return {"model_source": man.get("source"), "resolved_revision": man.get("resolved_revision"),

@@ -42,9 +42,9 @@ import numpy as np
 import pandas as pd
 
 from posmech.analyses.attention import head_name
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.models.architecture import score_divisor
-from posmech.runner import logged
+from posmech.core.progress import logged
 from posmech.settings.kernels import KernelsSettings
 
 KIND = "kernels"
@@ -160,7 +160,7 @@ def bridge_head_weights(bridge: Any, hf_config: dict[str, Any] | None = None,
     cached ``ln1_out``; zero biases for bias-free projections), and the attention layout
     of :func:`attention_layout`; for a rotary model its :func:`rotary_tables` of
     ``n_positions`` positions (default its context), for an ALiBi model its slopes."""
-    from posmech.analyses.anatomy import alibi_slopes, position_scheme
+    from posmech.models.scores import alibi_slopes, position_scheme
 
     cfg = bridge.cfg
     scheme = position_scheme(cfg)
@@ -303,7 +303,7 @@ def rope_tables(n_positions: int, rotary_dim: int, base: float = 10000.0) -> tup
 
 def rotate_np(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     """Rotary embedding of vectors ``x [..., P, d_head]`` at the positions of the rows of
-    ``cos, sin [P, r]`` (numpy; :func:`posmech.analyses.anatomy.rotate`'s
+    ``cos, sin [P, r]`` (numpy; :func:`posmech.models.scores.rotate`'s
     ``rotate_half`` convention): the first ``r`` dimensions rotated, the rest unchanged."""
     r = cos.shape[-1]
     xr = x[..., :r]
@@ -483,7 +483,7 @@ def write_kernels(
     attrs: dict[str, Any],
 ) -> None:
     """Stream layer results into ``kernels.h5`` (layout in docs/artifacts.md)."""
-    from posmech.hdf5 import STR, artifact_writer, describe
+    from posmech.store.hdf5 import STR, artifact_writer, describe
 
     Q, K = len(positions), int(np.max(positions)) + 1
     C = len(chapters["doc_index"])
@@ -536,14 +536,14 @@ class KernelSet:
 
     def kernel(self, layer: int, head: int, which: str = "kernel_mean") -> np.ndarray:
         """``[Q, K]`` mean (or ``kernel_std``) kernel of one head."""
-        from posmech.hdf5 import open_artifact
+        from posmech.store.hdf5 import open_artifact
 
         with open_artifact(self.path, KIND) as f:
             return f[which][layer, head].astype(np.float64)
 
 
 def read_kernels(path: str | os.PathLike[str]) -> KernelSet:
-    from posmech.hdf5 import attr_json, open_artifact
+    from posmech.store.hdf5 import attr_json, open_artifact
 
     with open_artifact(path, KIND) as f:
         attrs = {k: attr_json(f, k) for k in f.attrs}
@@ -625,7 +625,7 @@ def scorecard(df: pd.DataFrame, model: str, n: int, artifacts: dict[str, str], e
     and the K5 ``profiles`` figure.  ``equivariance[head]``: :func:`translation_tv` of the
     local heads.
     """
-    from posmech.tables import scorecard_rows
+    from posmech.store.tables import scorecard_rows
 
     at = types_at(df, n)
     heads = lambda layer, kind: [r.head_name for r in at.itertuples() if r.layer == layer and r.kernel_type == kind]  # noqa: E731

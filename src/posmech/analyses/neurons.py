@@ -51,7 +51,7 @@ import pandas as pd
 
 from posmech.analyses import contextual as cx
 from posmech.analyses.attention import head_name, parse_head
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 
 KIND = "extended_token_embeddings"
 RULE = "extended_token_embeddings"
@@ -233,7 +233,7 @@ def missing_heads(classes: pd.DataFrame, pinned: Sequence[str] | None, use_class
 def write_not_measurable(path: str | os.PathLike[str], why: str, attrs: dict[str, Any]) -> None:
     """``extended_tokens.h5`` of a model without a head for the bag of tokens: no datasets,
     the reason in the attribute ``not_measurable`` (:func:`not_measurable`)."""
-    from posmech.hdf5 import artifact_writer
+    from posmech.store.hdf5 import artifact_writer
 
     with artifact_writer(path, KIND, RULE, {**attrs, "heads": [], "not_measurable": why}):
         pass
@@ -241,7 +241,7 @@ def write_not_measurable(path: str | os.PathLike[str], why: str, attrs: dict[str
 
 def not_measurable(path: str | os.PathLike[str]) -> str | None:
     """The reason an ``extended_tokens.h5`` holds nothing (:func:`write_not_measurable`), or ``None``."""
-    from posmech.hdf5 import attr_json, open_artifact
+    from posmech.store.hdf5 import attr_json, open_artifact
 
     with open_artifact(path, KIND) as f:
         return attr_json(f, "not_measurable") if "not_measurable" in f.attrs else None
@@ -481,7 +481,7 @@ def build_setup(dec: cx.Layer0File, w: cx.Layer0Weights, ov: Layer0OV, heads: Se
 def content_keys(dec: cx.Layer0File) -> Callable[[np.ndarray], np.ndarray]:
     """``ids → kc [H, U, d_head]`` (float64) from layer0.h5's content keys, read once into
     memory as stored (float32: gpt2 154 MB) instead of one HDF5 point selection per call."""
-    from posmech.hdf5 import open_artifact
+    from posmech.store.hdf5 import open_artifact
 
     with open_artifact(dec.path, cx.KIND) as f:
         K = f["factors/content_key"][()]
@@ -509,7 +509,7 @@ def write_extended(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], p
     """Rule ``extended_token_embeddings``: ``E'`` (float32) and ``TC`` (float16, chunked
     ``[≤4096 tokens, ≤64 neurons]``) of every token, in blocks of ``block`` tokens (memory
     ``~block·(d + M)`` floats), plus per neuron the largest |TC| and its float32 norm."""
-    from posmech.hdf5 import artifact_writer, describe
+    from posmech.store.hdf5 import artifact_writer, describe
 
     V, d, M = st.w.d_vocab, st.w.W_E.shape[1], st.ov.d_mlp
     win = st.win().astype(np.float32)
@@ -554,7 +554,7 @@ def write_extended(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], p
 
 def read_contributions(path: str | os.PathLike[str], neurons: Sequence[int]) -> np.ndarray:
     """``TC [V, len(neurons)]`` (float64) of ``neurons`` from the artifact."""
-    from posmech.hdf5 import open_artifact
+    from posmech.store.hdf5 import open_artifact
 
     with open_artifact(path, KIND) as f:
         ds = f["contributions"]
@@ -562,7 +562,7 @@ def read_contributions(path: str | os.PathLike[str], neurons: Sequence[int]) -> 
 
 
 def read_extended_attrs(path: str | os.PathLike[str]) -> dict[str, Any]:
-    from posmech.hdf5 import attr_json, open_artifact
+    from posmech.store.hdf5 import attr_json, open_artifact
 
     with open_artifact(path, KIND) as f:
         out = {k: attr_json(f, k) for k in f.attrs}

@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 
 from posmech.analyses.attention import check_head, head_columns, mean_prev_token_mass, window
-from posmech.errors import PosmechError, mean_over
-from posmech.runner import logged
-from posmech.tables import claim_columns
+from posmech.core.errors import PosmechError, mean_over
+from posmech.core.progress import logged
+from posmech.store.tables import claim_columns
 
 ArrayT = TypeVar("ArrayT")
 
@@ -262,7 +262,7 @@ def pattern_similarity(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
 # --------------------------------------------------------------------------- documents
 def read_doc_index(path: str) -> np.ndarray:
     """``documents/doc_index`` of a tokens file ``[n_documents]`` (index in the corpus source)."""
-    from posmech.hdf5 import open_artifact
+    from posmech.store.hdf5 import open_artifact
 
     with open_artifact(path, "tokens") as f:
         return np.asarray(f["documents/doc_index"][()])

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from posmech.config import BIBLE_SOURCE, is_local, local_path
-from posmech.errors import HUB_HINT, PosmechError, require_hub
+from posmech.core.config import BIBLE_SOURCE, is_local, local_path
+from posmech.core.errors import HUB_HINT, PosmechError, require_hub
 
 LOG = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 
 @dataclass
 class Prompt:

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from posmech.errors import PosmechError
-from posmech.hdf5 import STR, artifact_writer, attr_json, describe, open_artifact, require_datasets
+from posmech.core.errors import PosmechError
+from posmech.store.hdf5 import STR, artifact_writer, attr_json, describe, open_artifact, require_datasets
 
 KIND = "tokens"
 DESCRIPTIONS = {

@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 
 SCHEMES = ("learned", "rotary", "alibi", "none")
 #: in words, for reasons and the report

@@ -14,7 +14,7 @@ Each checkpoint is the run's model ``<model>@<revision>`` (``demo@step50``,
 (``resources/models/<model>@<revision>/manifest.json``), outputs (``results/<model>@<revision>/…``)
 and jobs, so each checkpoint's analyses are independent jobs (Slurm submits them in parallel).
 A checkpoint runs only the analysis families the ``dynamics`` section follows
-(:mod:`posmech.dynamics`); its findings are not in the findings grid, but in
+(:mod:`posmech.verdicts.dynamics`); its findings are not in the findings grid, but in
 ``results/report/dynamics.csv``. The model itself is the sweep's last point (revision
 ``final``). Model names cannot contain ``@`` (the schema's name pattern), so the name is
 unambiguous.
@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 
 #: between a model's name and its revision in a checkpoint's name
 SEP = "@"
@@ -62,7 +62,7 @@ def revisions_of(name: str, entry: dict[str, Any]) -> list[str]:
         return [TRAINED_REVISION.format(s) for s in steps]
     revisions = list(entry.get("revisions") or [])
     if revisions and "twin_of" not in entry:
-        from posmech.config import is_local
+        from posmech.core.config import is_local
 
         if is_local(entry["source"]):
             raise PosmechError(
@@ -82,7 +82,7 @@ def add_checkpoints(config: dict[str, Any]) -> list[str]:
     model's ``train`` (read for the architecture; the weights come from the training job).
     Each is added to every config section's ``models`` list that names its model (an empty
     list already means every model); which analyses run on it is the ``dynamics`` section's
-    choice (:func:`posmech.dynamics.sweep_families`). Returns the checkpoints' names in
+    choice (:func:`posmech.verdicts.dynamics.sweep_families`). Returns the checkpoints' names in
     model and step order."""
     models = config["models"]
     added: dict[str, str] = {}

@@ -31,7 +31,7 @@ d_head]`` (``hook_k``/``hook_v`` with ``n_key_value_heads`` heads under grouped-
 attention, not repeated, as the bridge records them; on rotary models ``hook_q``/``hook_k``
 are **before** the rotation, as the bridge records them, and ``blocks.{i}.attn.hook_cos``/
 ``hook_sin`` ``[1, T, rotary_dim]`` are the rotation's terms, which
-``posmech.analyses.anatomy.rotate`` applies), ``hook_attn_scores`` and ``hook_pattern`` ``[B, n_heads, T_q, T_k]`` (scores are the
+``posmech.models.scores.rotate`` applies), ``hook_attn_scores`` and ``hook_pattern`` ``[B, n_heads, T_q, T_k]`` (scores are the
 model's pre-softmax scores: ``q·k / attn_scale`` with ``q``, ``k`` rotated on rotary models
 and BLOOM's ALiBi bias ``m_h · key position`` added, recorded after the causal mask, as the bridge records them:
 ``-inf`` in the future triangle in the compatibility mode, the dtype's most negative number
@@ -94,10 +94,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.models.architecture import OPT_POSITION_OFFSET as OPT_OFFSET
 from posmech.models.architecture import score_divisor
-from posmech.perf import count_forward
+from posmech.core.perf import count_forward
 
 #: Hugging Face architectures the engine runs (class names; ``MODEL_TYPES``: their config's ``model_type``)
 ARCHITECTURES = ("GPT2LMHeadModel", "GPTNeoForCausalLM", "OPTForCausalLM", "GPTNeoXForCausalLM", "LlamaForCausalLM",
@@ -714,7 +714,7 @@ class Lens:
         self._alibi: Any = None
         self._alibi_mask: Any = None
         if cfg.positional_embedding_type == "alibi":
-            from posmech.analyses.anatomy import alibi_slopes
+            from posmech.models.scores import alibi_slopes
 
             self._slopes = torch.as_tensor(alibi_slopes(H), dtype=torch.float32, device=device)
         names = ["hook_embed"]

@@ -18,9 +18,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from posmech.config import local_path
-from posmech.errors import HUB_HINT, PosmechError, require_hub
-from posmech.io import atomic_path, write_json
+from posmech.core.config import local_path
+from posmech.core.errors import HUB_HINT, PosmechError, require_hub
+from posmech.core.io import atomic_path, write_json
 
 LOG = logging.getLogger(__name__)
 
@@ -717,11 +717,11 @@ def load_bridge(
 
 
 def count_bridge_forwards(bridge: Any) -> Any:
-    """Count every forward pass of ``bridge`` with :func:`posmech.perf.count_forward`: a
+    """Count every forward pass of ``bridge`` with :func:`posmech.core.perf.count_forward`: a
     pre-hook on its token embedding, which every whole-model forward calls once with the
     ``[batch, pos]`` token ids (``bridge(...)``, ``run_with_hooks``, ``run_with_cache``; a
     pre-hook on the bridge itself misses the latter two).  Returns the hook's handle."""
-    from posmech import perf
+    from posmech.core import perf
 
     module = getattr(bridge, "embed", None) or bridge
     return module.register_forward_pre_hook(

@@ -53,9 +53,9 @@ from typing import Any
 
 import numpy as np
 
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.models.checkpoints import TRAINED_REVISION
-from posmech.io import atomic_path, write_json
+from posmech.core.io import atomic_path, write_json
 from posmech.models.loading import (
     BOS_TOKEN,
     HF_SUBDIR,

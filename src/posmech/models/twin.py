@@ -4,7 +4,7 @@ A finding that holds on a trained model *and* on its twin is true at initialisat
 property of the architecture (P8's layer-0 identity, a head attending to the previous
 token because every head attends broadly over a short context), not something training
 made; one that holds on the model and fails on its twin was learned. The findings table
-(:func:`posmech.findings.with_twins`) says which.
+(:func:`posmech.verdicts.findings.with_twins`) says which.
 
 The twin is built by the pipeline from the model's own ``config.json`` (rule
 ``build_twin``; no download): for a Hugging Face directory, ``AutoModelForCausalLM.from_config``
@@ -29,7 +29,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 
 #: a twin's model name is its model's name followed by this
 SUFFIX = "-twin"
@@ -139,7 +139,7 @@ def build_twin(name: str, entry: dict[str, Any], parent_manifest: str | os.PathL
     ``parent_manifest`` (``entry``: the twin's config entry, with ``twin_of`` and ``seed``),
     written to ``out_dir/hf`` with its manifest (kind ``twin``), as ``fetch_model`` writes a
     model's."""
-    from posmech.io import atomic_path, write_json
+    from posmech.core.io import atomic_path, write_json
     from posmech.models.loading import (HF_SUBDIR, MANIFEST, hash_weights, manifest_architecture, manifest_hf_dir,
                                         read_manifest, record_verified)
 

@@ -21,7 +21,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from posmech.io import atomic_path  # noqa: E402
+from posmech.core.io import atomic_path  # noqa: E402
+from posmech.store.tables import not_measurable_rows, write_table  # noqa: E402
 
 DPI = 150
 MASKED = "0.85"  # grey of masked cells (a key after its query) in every attention heat map
@@ -288,3 +289,16 @@ def words_figure(title: str, text: str, path: str | os.PathLike[str]) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=10, wrap=True)
     fig.suptitle(title, fontsize=9)
     save(fig, path)
+
+
+def write_not_measurable(claim: str, model: str, why: str, quantities: list[str] | tuple[str, ...],
+                         tables: dict[str, list[str]], figure: str | None, scorecard: str) -> None:
+    """What a rule writes when the model lacks its object (nothing a model lacks fails the
+    run): each of ``tables`` (path → columns) empty with ``why`` in its metadata, ``figure``
+    saying ``why`` in words, and the scorecard rows of ``quantities`` without a value and
+    ``why`` as their detail (the findings read them as not measurable)."""
+    for path, columns in tables.items():
+        write_table(pd.DataFrame(columns=columns), path, {"claim": claim, "model": model, "not_measurable": why})
+    if figure:
+        words_figure(f"{claim} {model}", why, figure)
+    write_table(not_measurable_rows(claim, model, why, quantities, next(iter(tables), figure or "")), scorecard)

@@ -26,7 +26,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullFormatter
 
 from posmech.plots import save
-from posmech.report.dynamics_section import check_table, is_categorical, quantity
+from posmech.verdicts.dynamics import check_table, is_categorical, quantity
 
 NOT_MEASURABLE = "0.45"  # grey of the note on a panel with no value at all
 BOTTOM = 0.05  # axes fraction where a point without a value is drawn

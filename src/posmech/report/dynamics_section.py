@@ -8,7 +8,7 @@ a self-contained block like :mod:`posmech.report.head_roles`: the figure
 and how verdicts are marked, and a compact table, a row per model and quantity and a column
 per checkpoint, each cell the value with its verdict mark (:data:`MARKS`).
 
-:data:`QUANTITIES` says in words what each followed quantity is; the figure takes its panel
+:data:`posmech.verdicts.dynamics.QUANTITIES` says in words what each followed quantity is; the figure takes its panel
 titles and axis labels from it too.
 """
 
@@ -16,121 +16,18 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from html import escape
 from typing import Any
 
 import pandas as pd
 from markupsafe import Markup
 
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
+from posmech.verdicts.dynamics import check_table, is_categorical, quantity
 
-COLUMNS = ("model", "revision", "step", "checkpoint", "claim", "quantity", "value", "label", "verdict", "reason")
-VERDICTS = ("holds", "fails", "not measurable")
 #: the mark of each verdict in a table cell (``n/m`` replaces the value when there is none)
 MARKS = {"holds": "✓", "fails": "✗", "not measurable": "n/m"}
 STEP_REVISION = re.compile(r"^step(\d+)$")
-
-
-@dataclass(frozen=True)
-class Quantity:
-    """How a followed quantity is named in the figure and the report: ``title`` (panel title),
-    ``axis`` (its unit, the y label) and ``words`` (one sentence: what it is)."""
-
-    title: str
-    axis: str
-    words: str
-
-
-QUANTITIES: dict[str, Quantity] = {
-    "sharpest_previous_token_score": Quantity(
-        "sharpest previous-token score", "mean attention to n − 1",
-        "the largest previous-token score of any head: its mean attention from a query to the key just before it"),
-    "sharpest_previous_token_layer": Quantity(
-        "layer of the sharpest previous-token head", "layer",
-        "the layer of the head with that score (the head's name is in the table)"),
-    "previous_token_head_etc": Quantity(
-        "ETC of the previous-token head", "effective token count (keys)",
-        "the Effective Token Count 1 / Σ p_i² of that head's positional kernel: about 1 when it attends to one key, "
-        "the number of keys when it attends uniformly"),
-    "previous_token_head_kernel_type": Quantity(
-        "kernel type of the previous-token head", "kernel type",
-        "the type of that kernel (local, slow decay, uniform; K3/K4)"),
-    "n_previous_token_heads": Quantity(
-        "previous-token heads", "heads",
-        "the number of heads whose largest mean diagonal is at offset −1 (P6's definition)"),
-    "prev_token_head_fraction": Quantity(
-        "fraction of previous-token heads", "fraction of all heads",
-        "that number over all heads (P6's finding)"),
-    "prev_token_mass_ratio_knocked": Quantity(
-        "knock-out: previous-token mass kept", "knocked out / intact",
-        "the sharpest head's attention to the previous position with the earlier layers' attention to it knocked "
-        "out, over the intact attention, at the knocked-out queries (P5: small means strongly disrupted)"),
-    "p_redirected_after": Quantity(
-        "P(redirected word) after redirecting", "probability",
-        "the probability of the redirected word after redirecting the sharpest head's attention and doubling "
-        "its output (P16)"),
-    "induction_score": Quantity(
-        "best induction score", "attention to the induced key",
-        "the largest induction score of a head in a layer ≥ 1: on [BOS] + R + R, its mean attention from the "
-        "second copy to the key after the previous occurrence"),
-    "previous_candidate_score": Quantity(
-        "best previous-token mass (random tokens)", "mean attention at offset −1",
-        "the best head's mean attention to the previous token of random-token sequences (L1)"),
-    "look_back_two_candidate_score": Quantity(
-        "best look-back-two mass (random tokens)", "mean attention at offset −2",
-        "the best other head's mean attention two tokens back on random-token sequences (L5)"),
-}
-QUANTITIES["best_induction_score"] = QUANTITIES["induction_score"]
-QUANTITIES.update({
-    "min(diagonal_ratio)": Quantity(
-        "sharpness of the sharpest previous-token head", "second / largest mean diagonal",
-        "the smallest ratio, over previous-token heads, of a head's second-largest mean diagonal to its largest "
-        "(P7: near 0 for one sharp head)"),
-    "count(kernel_types)": Quantity(
-        "kernel types present", "types",
-        "how many of the kernel types (local, slow decay, uniform) at least one head has (K3)"),
-    "count(layer0_local_heads)": Quantity(
-        "layer-0 heads with a local kernel", "heads", "the number of layer-0 heads whose kernel type is local (K4)"),
-})
-
-
-def quantity(name: str) -> Quantity:
-    """The words of quantity ``name``; for one :data:`QUANTITIES` does not name, its own name
-    (the column of dynamics.csv, defined where the rule that computes it is documented)."""
-    if name in QUANTITIES:
-        return QUANTITIES[name]
-    for prefix, what in (("n_kernel_", "whose positional kernel is of type"), ("n_l_role_", "whose L role is")):
-        if name.startswith(prefix):  # a count per role (posmech.dynamics, heads_per_role)
-            role = name[len(prefix):].replace("_", " ")
-            return Quantity(f"heads: {role}", "heads",
-                            f"the number of heads {what} {role} (the head-roles table's column)")
-    return Quantity(name.replace("_", " "), name, f"{name} as its rule writes it")
-
-
-def check_table(table: pd.DataFrame, source: str = "dynamics.csv") -> pd.DataFrame:
-    """``table`` with its columns checked (every one of :data:`COLUMNS`, verdicts of
-    :data:`VERDICTS` or empty), ``step`` numeric, ``label``/``verdict`` text ("" when empty)."""
-    missing = [c for c in COLUMNS if c not in table.columns]
-    if missing:
-        raise PosmechError(f"{source}: no column(s) {missing}; the table of rule dynamics has {list(COLUMNS)} "
-                           "(rerun `snakemake results/report/dynamics.csv`)")
-    t = table.copy()
-    t["step"] = pd.to_numeric(t["step"], errors="coerce")
-    t["value"] = pd.to_numeric(t["value"], errors="coerce")
-    for c in ("label", "verdict", "reason", "claim", "revision", "model", "quantity"):
-        t[c] = t[c].fillna("").astype(str)
-    bad = sorted(set(t["verdict"]) - set(VERDICTS) - {""})
-    if bad:
-        raise PosmechError(f"{source}: verdict(s) {bad} are none of {list(VERDICTS)} (column verdict); "
-                           "the rule dynamics copies the findings' verdicts")
-    return t
-
-
-def is_categorical(rows: pd.DataFrame) -> bool:
-    """A quantity told by its label (a kernel type), not by a number: no finite value and
-    some non-empty label."""
-    return not rows["value"].notna().any() and bool((rows["label"] != "").any())
 
 
 def checkpoint_column(revision: str, step: float) -> str:

@@ -1,7 +1,7 @@
 """The findings grid at the top of the report: claims × models, one cell per verdict.
 
 Self-contained (its own scoped CSS, no template): :func:`grid_html` turns
-``results/report/findings.csv`` (:func:`posmech.findings.findings_table`) into an HTML block.
+``results/report/findings.csv`` (:func:`posmech.verdicts.findings.findings_table`) into an HTML block.
 Cells are coloured by verdict (``holds`` green, ``fails`` red, ``not measurable`` grey),
 show the measured value (or "n/m"), and carry the verdict, the threshold and the reason in
 their ``title`` (hover).  One small table per claim family, side by side, so the 34 claims
@@ -17,8 +17,8 @@ from typing import Any
 import pandas as pd
 from markupsafe import Markup
 
-from posmech.findings import VERDICTS
-from posmech.report.scorecard import FAMILIES, claim_sort_key, family
+from posmech.verdicts.findings import VERDICTS
+from posmech.verdicts.scorecard import FAMILIES, claim_sort_key, family
 
 STYLE = """<style>
 #findings .fg-families{display:flex;flex-wrap:wrap;gap:1em;align-items:flex-start}

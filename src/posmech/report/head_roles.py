@@ -2,7 +2,7 @@
 
 Self-contained like :mod:`posmech.report.findings_grid` (its own scoped CSS): :func:`roles_html`
 turns the per-model head-roles tables ``results/{model}/heads.csv`` (rule ``head_table``,
-:mod:`posmech.heads`) into one table, a row per role (:data:`ROLES`) and a column per model.
+:mod:`posmech.verdicts.heads`) into one table, a row per role (:data:`ROLES`) and a column per model.
 A cell lists the heads that pass the role's threshold, best first, each with the score the
 role is decided on; ``none`` when the model's analysis ran and no head passes (never the
 best of the rest); ``—`` when the analysis did not run on the model.  At most
@@ -150,7 +150,7 @@ def read_roles(paths: list[str] | None, run_models: list[str], copy: Callable[[s
     """:func:`roles_html` of the head-roles tables at ``paths`` (``results/{model}/heads.csv``),
     in the order of ``run_models``; ``copy(path)`` copies a table next to the report and
     returns its href.  An empty block when ``paths`` is ``None`` (a report built without them)."""
-    from posmech.tables import read_table
+    from posmech.store.tables import read_table
 
     if paths is None:
         return Markup("")

@@ -5,7 +5,7 @@ the demo models and the training dynamics, one section per claim family, then th
 figure and table it shows (relative links only, one small inline script, no CDN): the folder can
 be copied or mailed and opened offline.  Everything shown comes from named inputs:
 
-* the scorecard (:mod:`posmech.report.scorecard`) from ``resources/published.yaml`` and the
+* the scorecard (:mod:`posmech.verdicts.scorecard`) from ``resources/published.yaml`` and the
   ``results/{model}/scorecard/<rule>.csv`` files;
 * figures and tables registered by the stages, with the rst caption and category of
   their rule's ``report(...)`` flag (rendered with ``snakemake.wildcards`` and
@@ -31,10 +31,10 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from posmech.errors import PosmechError
-from posmech.io import atomic_path
-from posmech.report import scorecard as sc
-from posmech.tables import meta_path
+from posmech.core.errors import PosmechError
+from posmech.core.io import atomic_path
+from posmech.verdicts import scorecard as sc
+from posmech.store.tables import meta_path
 
 TEMPLATE = "report.html.j2"
 CLAIM_ID = re.compile(r"\b([PLKC])(\d{1,2})\b")
@@ -333,7 +333,7 @@ def dynamics_section(table: str, figure: str | None, figures_dir: Path) -> Any:
     """The "Training dynamics" section from ``dynamics.csv`` at ``table`` and its figure, both
     copied next to the report (with the table's metadata sidecar)."""
     from posmech.report.dynamics_section import dynamics_html
-    from posmech.tables import read_table
+    from posmech.store.tables import read_table
 
     if meta_path(table).is_file():
         copy_asset(str(meta_path(table)), figures_dir)
@@ -361,17 +361,17 @@ def build(
     import jinja2
     from markupsafe import Markup
 
-    from posmech.hdf5 import git_commit
+    from posmech.store.hdf5 import git_commit
     from posmech.report.findings_grid import grid_html
     from posmech.report.head_roles import read_roles
     from posmech.report.selfcheck_table import selfcheck_html
-    from posmech.tables import read_table, write_table
+    from posmech.store.tables import read_table, write_table
 
     entries = sc.load_published(published)
     rows = sc.read_scorecards(scorecards)
     card = sc.build_scorecard(entries, rows, sc.registered_rules(scorecards))
     counts = {s: int((card.status == s).sum()) for s in sc.STATUSES}
-    from posmech.io import file_sha256
+    from posmech.core.io import file_sha256
 
     # the published values by content, not by a path that depends on the working directory
     write_table(card, scorecard_csv, {"published": "resources/published.yaml",

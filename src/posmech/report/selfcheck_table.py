@@ -1,8 +1,8 @@
 """The report's self-check block: expected vs obtained verdict per (claim, model).
 
 Shown when the run's config has ``selfcheck.expected`` (config/selfcheck.yaml, ``make
-selfcheck``): each expected verdict of a hand-built model (:mod:`posmech.selfcheck`) beside the
-verdict the run's findings table gave, compared by :func:`posmech.selfcheck.compare` (the same
+selfcheck``): each expected verdict of a hand-built model (:mod:`posmech.verdicts.selfcheck`) beside the
+verdict the run's findings table gave, compared by :func:`posmech.verdicts.selfcheck.compare` (the same
 comparison as ``python -m posmech selfcheck``).  Self-contained (its own scoped CSS), like
 :mod:`posmech.report.findings_grid`.
 """
@@ -14,7 +14,7 @@ from html import escape
 import pandas as pd
 from markupsafe import Markup
 
-from posmech.report.scorecard import claim_sort_key
+from posmech.verdicts.scorecard import claim_sort_key
 
 STYLE = """<style>
 #selfcheck table.sc{border-collapse:collapse;font-size:0.85em;width:100%}
@@ -30,7 +30,7 @@ STYLE = """<style>
 </style>"""
 
 CAPTION = (
-    "The models of this run are hand-built (<code>src/posmech/selfcheck.py</code>): for each finding listed, "
+    "The models of this run are hand-built (<code>src/posmech/verdicts/selfcheck.py</code>): for each finding listed, "
     "its construction fixes the verdict it must get, stated with the reason beside the model. The run judged "
     "them through the whole DAG like any model. Agreement shows that each finding's rule, quantity and "
     "threshold give <em>holds</em> where the mechanism is there and <em>fails</em> or <em>not measurable</em> "
@@ -48,7 +48,7 @@ def selfcheck_html(table: pd.DataFrame, expected: dict[str, dict[str, str]] | No
     config's ``selfcheck.expected`` (``{model: {claim: verdict}}``); empty when there is none."""
     if not expected:
         return Markup("")
-    from posmech.selfcheck import compare
+    from posmech.verdicts.selfcheck import compare
 
     checks = sorted(compare(table, expected), key=lambda c: (claim_sort_key(c.claim), c.model))
     bad = [c for c in checks if not c.agrees]

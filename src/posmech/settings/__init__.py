@@ -12,7 +12,7 @@ What a family's section means beyond its raw keys lives next to it, in
 allows before any job. The workflow builds :class:`StudySettings` once
 (``workflow/rules/common.smk``, ``SETTINGS``) and hands each family's settings to its rule
 as a param, ``settings=SETTINGS.<family>.as_param()``: a plain dict, which Snakemake
-records (a changed section reruns the job); :func:`posmech.runner.run` gives the job's
+records (a changed section reruns the job); :func:`posmech.pipeline.runner.run` gives the job's
 script the typed object (``smk.params.settings``), which it passes on to the library.
 
 A YAML list becomes a tuple, a nested object (``anatomy.taxa``,
@@ -33,7 +33,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 
 S = TypeVar("S", bound="Settings")
 
@@ -115,15 +115,15 @@ class Settings:
         """These settings as a rule's param: a plain dict (:meth:`as_dict` and the section's
         name under :data:`PARAM_KEY`), which Snakemake records, so that a changed section
         reruns the job (it records only built-in values: a settings object itself would be
-        dropped, and the job never rerun). :func:`posmech.runner.run` hands the job's script
+        dropped, and the job never rerun). :func:`posmech.pipeline.runner.run` hands the job's script
         the typed object again (:func:`from_param`)."""
         return {PARAM_KEY: self.section, **self.as_dict()}
 
     def scaled(self: S, n_ctx: int) -> S:
         """A copy for a model whose documents have ``n_ctx`` tokens: every position-valued
-        key left null gets the value its rule gives (:func:`posmech.config.scale_to_context`);
+        key left null gets the value its rule gives (:func:`posmech.core.config.scale_to_context`);
         a key given a value keeps it."""
-        from posmech.config import scale_to_context
+        from posmech.core.config import scale_to_context
 
         return type(self).from_section(scale_to_context(self.section, self.as_dict(), n_ctx))
 
@@ -213,7 +213,7 @@ def defaults(section: str, config: Mapping[str, Any] | None = None, **values: An
     objects as dicts, validated against the schema): what a test, a notebook or a user
     calling the library directly hands it. ``config`` (default: one corpus ``bible``)
     resolves what the section leaves to the rest of the config."""
-    from posmech.config import apply_defaults, load_schema
+    from posmech.core.config import apply_defaults, load_schema
 
     schema = load_schema(SCHEMA_PATH)
     sub = schema["properties"][section]

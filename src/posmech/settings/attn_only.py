@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.settings import Settings
 
 

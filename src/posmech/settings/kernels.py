@@ -42,7 +42,7 @@ class KernelsSettings(Settings):
     def recorded(self, recorded: Mapping[str, Any]) -> KernelsSettings:
         """A copy with the context-scaled keys taken from ``recorded``, the section as the
         job that wrote an artifact resolved it for the model (kernels.h5's
-        ``kernels_config``; :func:`posmech.config.recorded_scaled`)."""
-        from posmech.config import recorded_scaled
+        ``kernels_config``; :func:`posmech.core.config.recorded_scaled`)."""
+        from posmech.core.config import recorded_scaled
 
         return type(self).from_section(recorded_scaled(self.section, self.as_dict(), recorded))

@@ -59,7 +59,7 @@ import numpy as np
 import pandas as pd
 
 from posmech.analyses.contextual.weights import Layer0Weights
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.settings.contextual import ContextualSettings
 
 KIND = "layer0_decomposition"
@@ -322,7 +322,7 @@ def build_decomposition(w: Layer0Weights, destination: int, destination_text: st
     """Rule ``layer0_decomposition``: measure the LN scale on ``scale_tokens``, fix ``s``
     (``ln_scale`` or the median), compute the factors and every text's denominators at
     positions ``1..max_position`` and write ``path`` (layout in the module docstring)."""
-    from posmech.hdf5 import STR, artifact_writer, describe
+    from posmech.store.hdf5 import STR, artifact_writer, describe
 
     summary = ln_scale_summary(w, scale_tokens)
     s = float(ln_scale) if ln_scale is not None else float(summary["quantiles"][4])
@@ -384,7 +384,7 @@ class Layer0File:
 
     def content_key(self, ids: np.ndarray | None = None) -> np.ndarray:
         """``kc [H, U, d_head]`` (float32 on disk) of tokens ``ids`` (all when None)."""
-        from posmech.hdf5 import open_artifact
+        from posmech.store.hdf5 import open_artifact
 
         with open_artifact(self.path, KIND) as f:
             ds = f["factors/content_key"]
@@ -401,7 +401,7 @@ class Layer0File:
 
 def read_decomposition(path: str | os.PathLike[str]) -> Layer0File:
     """Read ``layer0.h5`` (everything but the content keys, read on demand)."""
-    from posmech.hdf5 import attr_json, open_artifact
+    from posmech.store.hdf5 import attr_json, open_artifact
 
     with open_artifact(path, KIND) as f:
         attrs = {k: attr_json(f, k) for k in f.attrs}
@@ -473,7 +473,7 @@ def decomposition_scorecard(summary: dict[str, Any], n_tokens: int, scale_corpus
 def check_contexts(settings: ContextualSettings, models: Iterable[str], n_ctx: Callable[[str], int]) -> None:
     """The section's positions against the context ``n_ctx(model)`` of each of ``models``
     (those the family runs on), before any job (:func:`resolved_positions`): a
-    :class:`~posmech.errors.PosmechError` naming the key and the model for the first that
+    :class:`~posmech.core.errors.PosmechError` naming the key and the model for the first that
     does not fit (the rules check again with the model's own context)."""
     for m in models:
         resolved_positions(settings, n_ctx(m), m)

@@ -13,7 +13,7 @@ import pandas as pd
 from posmech.analyses.attention import head_name
 from posmech.analyses.contextual.decomposition import Layer0File, TextKeys, decompose, etc, renormalised, tv
 from posmech.analyses.contextual.weights import Layer0Weights
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 
 CLASSES = ("duplicate_token", "detokenization", "contextual", "other")
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.models.architecture import ALIBI_TYPES, ROTARY_TYPES, score_divisor
 
 #: model types without learned absolute positions: the architecture module's rotary and

@@ -29,8 +29,8 @@ import numpy as np
 import pandas as pd
 
 from posmech.analyses.attention import head_name, parse_head, run_collectors
-from posmech.errors import PosmechError, mean_over
-from posmech.tables import read_table
+from posmech.core.errors import PosmechError, mean_over
+from posmech.store.tables import read_table
 
 HEADS_COLUMNS = ["model", "role", "layer", "head", "head_name", "score", "rule"]
 ROLES = ("sharp", "early")

@@ -46,7 +46,7 @@ import numpy as np
 from posmech.analyses.attention import Collector, run_collectors
 from posmech.analyses.anatomy import ProfileCollector, ScoreProfiles, row_features
 from posmech.analyses.taxonomy import DiagonalCollector, DiagonalStats
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 from posmech.settings.anatomy import AnatomySettings
 
 KIND = "attention_statistics"
@@ -113,7 +113,7 @@ def attention_statistics(
 def write_statistics(path: str | os.PathLike[str], stats: DiagonalStats, profiles: ScoreProfiles | None,
                      attrs: dict[str, Any]) -> None:
     """Write ``attention_statistics.h5`` (layout in the module docstring)."""
-    from posmech.hdf5 import artifact_writer, describe, set_attrs
+    from posmech.store.hdf5 import artifact_writer, describe, set_attrs
 
     with artifact_writer(path, KIND, "attention_statistics", attrs) as f:
         g = f.create_group("diagonals")
@@ -155,7 +155,7 @@ def read_statistics(path: str | os.PathLike[str], need_profiles: bool = False
     """``(stats, profiles or None, root attributes)`` of an ``attention_statistics.h5``;
     ``need_profiles``: :class:`PosmechError` naming the file when it has no profiles (the
     model is not one of the ``anatomy`` section's models)."""
-    from posmech.hdf5 import attr_json, open_artifact
+    from posmech.store.hdf5 import attr_json, open_artifact
 
     with open_artifact(path, KIND) as f:
         attrs = {k: _plain(attr_json(f, k)) for k in f.attrs}

@@ -23,8 +23,8 @@ import itertools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from posmech.errors import PosmechError
-from posmech.sweep import FIGURE_SUFFIXES, is_figure
+from posmech.core.errors import PosmechError
+from posmech.pipeline.sweep import FIGURE_SUFFIXES, is_figure
 
 TABLE_SUFFIXES = (".csv", ".tsv")
 #: separates an analysis's name from its own key in a family rule's outputs
@@ -60,10 +60,10 @@ def report_kind(path: str, key: str, f: Any, report_tables: bool) -> str | None:
 class Collector:
     """The collected rules of one workflow, in the order of their ``collect`` lines.
 
-    ``families``: :data:`posmech.families.FAMILIES`; ``runs_on(analysis, models)``: the
+    ``families``: :data:`posmech.core.families.FAMILIES`; ``runs_on(analysis, models)``: the
     models an analysis can run on (applicability, and on a checkpoint only what the sweep
     follows); ``checkpoint_of``: ``{checkpoint: its model}`` (a checkpoint's figures are
-    not made: its sweep point draws none, :mod:`posmech.sweep`)."""
+    not made: its sweep point draws none, :mod:`posmech.pipeline.sweep`)."""
 
     def __init__(self, families: Mapping[str, tuple[str, ...]],
                  runs_on: Callable[[str, list[str]], list[str]], checkpoint_of: Mapping[str, str]) -> None:
@@ -98,7 +98,7 @@ class Collector:
         if list(names) != [step.name] and tuple(names) != self.families.get(step.name):
             raise PosmechError(
                 f"the outputs of rule {step.name} name the analyses {', '.join(names)}; "
-                "posmech.families.FAMILIES must list the same, in the same order "
+                "posmech.core.families.FAMILIES must list the same, in the same order "
                 f"(it lists {', '.join(self.families.get(step.name, ())) or 'none'})")
         for analysis, key in names.items():
             scorecard = step.output.get(f"{key}scorecard")
@@ -110,7 +110,7 @@ class Collector:
 
     def family_runs_on(self, step: Any, models: list[str]) -> list[str]:
         """The models of ``models`` that every analysis of rule ``step`` can run on; a family
-        runs on a model all or not at all (posmech.applicability.family_problems: its
+        runs on a model all or not at all (posmech.pipeline.applicability.family_problems: its
         analyses' requirements must agree; tested on every architecture)."""
         names = list(analyses_of(step))
         out = []
@@ -122,7 +122,7 @@ class Collector:
                 raise PosmechError(
                     f"on model {m}, of the analyses of rule {step.name}, {', '.join(runs)} can run and "
                     f"{', '.join(a for a in names if a not in runs)} cannot: a family runs all its analyses or "
-                    "none (posmech.applicability: give them the same requirements)")
+                    "none (posmech.pipeline.applicability: give them the same requirements)")
         return out
 
     def outputs(self) -> Iterator[tuple[str, Any, dict[str, str], str, Any, bool]]:

@@ -10,6 +10,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+#: the repository's root (the package is installed editable from its src/): where
+#: resources/, workflow/ and config/ are
+REPO = Path(__file__).resolve().parents[3]
+
 
 @contextlib.contextmanager
 def atomic_path(final: str | os.PathLike[str], suffix: str = ".partial") -> Iterator[Path]:

@@ -28,9 +28,9 @@ from typing import Any
 import h5py
 import numpy as np
 
-from posmech.errors import PosmechError
-from posmech.families import rule_of
-from posmech.io import atomic_path
+from posmech.core.errors import PosmechError
+from posmech.core.families import rule_of
+from posmech.core.io import atomic_path
 
 SCHEMA_VERSION = 1
 STR = h5py.string_dtype(encoding="utf-8")
@@ -152,7 +152,7 @@ def artifact_writer(path: str | os.PathLike[str], kind: str, rule: str, attrs: d
     whatever was at ``path`` before stays untouched."""
     if KIND_RULES.get(kind, rule) != rule:
         raise PosmechError(f"internal: artifact kind {kind!r} is written by rule `{KIND_RULES[kind]}`, not `{rule}` "
-                           "(posmech.hdf5.KIND_RULES)")
+                           "(posmech.store.hdf5.KIND_RULES)")
     with atomic_path(path) as tmp:
         with h5py.File(tmp, "w") as f, checksummed(f):
             set_attrs(f, {**provenance(), "kind": kind, "rule": rule, "complete": False, **(attrs or {})})
@@ -221,7 +221,7 @@ def open_artifact(path: str | os.PathLike[str], kind: str | None = None) -> h5py
 
 
 def _rerun(analysis: str) -> str:
-    """``rule `x``` or, for an analysis of a family (posmech.families), ``rule `family`
+    """``rule `x``` or, for an analysis of a family (posmech.core.families), ``rule `family`
     (analysis `x`)``."""
     rule = rule_of(str(analysis))
     return f"rule `{rule}`" + (f" (analysis `{analysis}`)" if rule != analysis else "")

@@ -11,7 +11,7 @@ verdicts (section ``selfcheck.expected``), the single place a run is checked aga
 
 Command line (what ``make selfcheck`` runs before Snakemake)::
 
-    python -m posmech.selfcheck build DIR     # writes DIR/<case>/ for every case
+    python -m posmech.verdicts.selfcheck build DIR     # writes DIR/<case>/ for every case
 
 The models' sizes follow config/selfcheck.yaml: a 32-position context (the CI-sized analyses'
 positions, e.g. ``kernels.etc_positions: [16, 31]``, fit) and character tokenizers.
@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from posmech.core.io import REPO
 from posmech.models import handbuilt as hb
 
 NO_CONTEXTUAL = ("no layer-0 head is contextual (K7: L0H0 other, L0H1 detokenization), the only class "
@@ -679,7 +680,7 @@ def coverage(expected: dict[str, dict[str, str]]) -> dict[str, dict[str, list[st
 
 def coverage_table(claims: list[str], expected: dict[str, dict[str, str]]) -> str:
     """The Markdown table of docs/claims.md's self-check section: per claim, the cases expected
-    to hold and those expected to fail or be not measurable (``python -m posmech.selfcheck
+    to hold and those expected to fail or be not measurable (``python -m posmech.verdicts.selfcheck
     table`` prints it for the config's expected verdicts)."""
     cov = coverage(expected)
     rows = ["| claim | holds on | fails / not measurable on |", "|---|---|---|"]
@@ -693,7 +694,7 @@ def coverage_table(claims: list[str], expected: dict[str, dict[str, str]]) -> st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m posmech.selfcheck", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m posmech.verdicts.selfcheck", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="write the self-check's hand-built models under DIR/<case>/")
     b.add_argument("dir")
@@ -704,9 +705,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "table":
         import yaml
 
-        from posmech.findings import load_findings
+        from posmech.verdicts.findings import load_findings
 
-        claims = [f.claim for f in load_findings(Path(__file__).resolve().parents[2] / "resources" / "findings.yaml")]
+        claims = [f.claim for f in load_findings(REPO / "resources" / "findings.yaml")]
         print(coverage_table(claims, yaml.safe_load(Path(args.config).read_text())["selfcheck"]["expected"]))
         return 0
     for p in build(args.dir, args.names or None):

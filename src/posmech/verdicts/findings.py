@@ -8,7 +8,7 @@ verdict (:data:`VERDICTS`):
 
 * ``holds`` / ``fails``: the value satisfies / does not satisfy ``value PREDICATE threshold``;
 * ``not measurable``: the rule does not run on the model (not in its config section, or it
-  cannot: :mod:`posmech.applicability`, e.g. "no learned W_pos: rotary positions"), wrote no row with the quantity, or
+  cannot: :mod:`posmech.pipeline.applicability`, e.g. "no learned W_pos: rotary positions"), wrote no row with the quantity, or
   wrote the row without a number (its ``detail`` says why: e.g. "no contextual layer-0
   head"); the reason is always given in words.
 
@@ -29,7 +29,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from posmech.errors import PosmechError
+from posmech.core.io import REPO
+from posmech.core.errors import PosmechError
 
 VERDICTS = ("holds", "fails", "not measurable")
 FINDINGS_COLUMNS = ["claim", "model", "verdict", "quantity", "value", "threshold", "reason", "rule", "finding"]
@@ -45,7 +46,7 @@ PREDICATES: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq,
 }
 AGGREGATES = ("min", "max", "count", "ratio")
-SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "findings.schema.yaml"
+SCHEMA = REPO / "workflow" / "schemas" / "findings.schema.yaml"
 
 
 @dataclass(frozen=True)
@@ -160,8 +161,8 @@ def judge(finding: Finding, model: str, thresholds: Mapping[str, Any], row: Mapp
     ``row``: the scorecard row (``value`` parsed: number, list, mapping, text or ``None``;
     ``detail``) with the finding's quantity, ``None`` when there is none; ``rule_ran``:
     whether the finding's rule wrote a scorecard for the model; ``inapplicable``: why the
-    rule cannot run on the model (:mod:`posmech.applicability`), ``None`` when it can."""
-    from posmech.report.scorecard import format_value
+    rule cannot run on the model (:mod:`posmech.pipeline.applicability`), ``None`` when it can."""
+    from posmech.verdicts.scorecard import format_value
 
     thr = float(thresholds[finding.threshold])
     q = finding.quantity if not finding.aggregate else f"{finding.aggregate}({finding.quantity})"
@@ -198,9 +199,9 @@ def findings_table(findings: list[Finding], thresholds: Mapping[str, Any], score
 
     ``scorecards``: every ``results/{model}/scorecard/<rule>.csv`` of the run; a rule that
     wrote none for a model does not run on it; ``not_applicable``: ``{model: {rule: reason}}``
-    of the rules that cannot run on a model (:func:`posmech.applicability.not_applicable`),
+    of the rules that cannot run on a model (:func:`posmech.pipeline.applicability.not_applicable`),
     whose findings are not measurable with that reason."""
-    from posmech.report.scorecard import claim_sort_key, parse_value, read_scorecards, registered_rules
+    from posmech.verdicts.scorecard import claim_sort_key, parse_value, read_scorecards, registered_rules
 
     check_thresholds(findings, thresholds)
     ran = registered_rules(scorecards)

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from posmech.config import BIBLE_SOURCE, is_local, local_path
+from posmech.core.config import BIBLE_SOURCE, is_local, local_path
 
 #: Wall seconds per (parameter × token) of a CPU forward pass on 2 threads (3.6 s / (1024
 #: tokens × GPT-2 small): the bridge's compatibility-mode forward, measured in issue 15; the
@@ -324,7 +324,7 @@ class Resources:
         tokens × block parameters), so that the longest training starts first: on 2 cores
         the demo trains two models at a time, and the longest one, with its checkpoints and
         twin after it, is the run's critical path."""
-        from posmech.config import model_names_by_kind
+        from posmech.core.config import model_names_by_kind
         from posmech.models.training import train_work
 
         works = {m: train_work(self.config["models"][m]["train"]) for m in model_names_by_kind(self.config, "train")}

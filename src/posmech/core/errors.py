@@ -3,7 +3,7 @@
 Every error a user can cause (bad config, missing file, unreachable hub, corrupt
 artifact) is raised as :class:`PosmechError` with a message that names the key or
 file and says what to do.  Scripts run by Snakemake print only that message (no
-traceback wall) via :func:`posmech.runner.run`.
+traceback wall) via :func:`posmech.pipeline.runner.run`.
 """
 
 import re

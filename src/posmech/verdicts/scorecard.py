@@ -1,7 +1,7 @@
 """The published-vs-reproduced scorecard: ``resources/published.yaml`` × scorecard rows.
 
 Every analysis rule writes ``results/{model}/scorecard/<rule>.csv`` (columns
-``claim, model, quantity, value, detail, artifact``; see :mod:`posmech.tables`).  This
+``claim, model, quantity, value, detail, artifact``; see :mod:`posmech.store.tables`).  This
 module reads the published values (format in the header of ``resources/published.yaml``)
 and judges each reproduced value against its published one with the entry's tolerance.
 
@@ -35,7 +35,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 
 STATUSES = ("pass", "fail", "other model", "missing", "qualitative", "nothing to measure", "no published value")
 STATUS_MEANINGS = {
@@ -340,8 +340,8 @@ def registered_rules(paths: list[str] | list[os.PathLike[str]]) -> dict[str, set
 
 def read_scorecards(paths: list[str] | list[os.PathLike[str]]) -> pd.DataFrame:
     """Concatenate scorecard CSVs; adds ``rule`` (from the file name); checks the columns."""
-    from posmech.tables import SCORECARD_COLUMNS as COLS
-    from posmech.tables import read_table
+    from posmech.store.tables import SCORECARD_COLUMNS as COLS
+    from posmech.store.tables import read_table
 
     frames = []
     for p in paths:
@@ -356,7 +356,7 @@ def read_scorecards(paths: list[str] | list[os.PathLike[str]]) -> pd.DataFrame:
         if lacking:
             raise PosmechError(
                 f"scorecard {str(p)!r} lacks column(s) {', '.join(lacking)}; write it with "
-                "posmech.tables.scorecard_rows + write_table"
+                "posmech.store.tables.scorecard_rows + write_table"
             )
         df = df[COLS].astype({"value": object})
         df["rule"] = rule_of(p)[1]

@@ -1,9 +1,9 @@
 """The analysis families that run as one job per model (docs/workflow.md, "Families").
 
 The rule ``<family>`` of ``workflow/rules/<family>.smk`` runs the analyses of
-:data:`FAMILIES`, in this order, in one process (:func:`posmech.runner.run_family`). A job has
+:data:`FAMILIES`, in this order, in one process (:func:`posmech.pipeline.runner.run_family`). A job has
 fixed outputs, so a family runs on a model all or not at all: its analyses must be
-applicable to the same models (:func:`posmech.applicability.family_problems`; the workflow
+applicable to the same models (:func:`posmech.pipeline.applicability.family_problems`; the workflow
 refuses a family that is not). Analyses not named here run as rules of their own. Data only,
 so that any module (the HDF5 errors naming the rule to rerun) can read it.
 """
@@ -25,7 +25,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
 
 #: the inputs of each analysis that read an output of an analysis run before it in its
 #: family's job: ``{analysis: {its input name: "<earlier analysis>__<output key>"}}``
-#: (:func:`posmech.runner.analysis_view`); an analysis not listed reads only its rule's inputs
+#: (:func:`posmech.pipeline.runner.analysis_view`); an analysis not listed reads only its rule's inputs
 LINKS: dict[str, dict[str, str]] = {
     "diagonal_taxonomy": {"statistics": "attention_statistics__h5"},
     "positional_pca": {"h5": "extended_positional_embeddings__h5"},
@@ -49,7 +49,7 @@ def rule_of(analysis: str) -> str:
     return next((family for family, names in FAMILIES.items() if analysis in names), analysis)
 
 
-#: the per-head tables the head-roles table gathers (rule head_table, :mod:`posmech.heads`):
+#: the per-head tables the head-roles table gathers (rule head_table, :mod:`posmech.verdicts.heads`):
 #: ``{its input name: "<analysis>__<output key>"}``, an output of the analysis's family rule,
 #: read for the models the family runs on
 HEAD_TABLE_SOURCES: dict[str, str] = {

@@ -7,7 +7,7 @@
 from its config before any job. :func:`not_applicable` gives, for one model, every rule
 that cannot run on it with the reason in words ("no learned W_pos: rotary positions"); the
 workflow does not schedule those rules for the model (``common.smk``: ``collect``), and the
-findings of their claims are ``not measurable`` with that reason (:mod:`posmech.findings`).
+findings of their claims are ``not measurable`` with that reason (:mod:`posmech.verdicts.findings`).
 
 A rule reading the output of a rule that cannot run cannot run either; its reason names
 the rule it needs. To make a rule run on more models, change its entry (drop a
@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from posmech.families import FAMILIES
+from posmech.core.families import FAMILIES
 from posmech.models.architecture import Architecture
 
 
@@ -58,7 +58,7 @@ REQUIREMENTS: dict[str, Requirement] = {
     "learned_wpos": Requirement("no learned W_pos: {positions}", schemes=("learned",)),
     # the attention scores before the softmax (P12, P13, the taxonomy's statistics): q·k·scale
     # for learned positions, q and k rotated at their positions for rotary heads, the ALiBi
-    # bias added for ALiBi heads (posmech.analyses.anatomy.ScoreFunction, tested against Hugging Face's
+    # bias added for ALiBi heads (posmech.models.scores.ScoreFunction, tested against Hugging Face's
     # own scores on tiny Llama, GPT-NeoX and BLOOM models), checked against the bridge's
     # hook_attn_scores (up to a per-row constant for ALiBi): the layouts whose hook is the
     # pre-softmax score. OPT: the bridge's hook_attn_scores is not its pre-softmax score (it
@@ -200,7 +200,7 @@ class Schedule:
     """Which analysis runs on which model of one config: ``not_applicable`` (``{model:
     {rule: reason}}``, :func:`not_applicable` of each model's architecture), and on a
     checkpoint (``checkpoint_of``) only the rules the dynamics sweep follows
-    (``sweep_rules``, :func:`posmech.dynamics.sweep_rules`)."""
+    (``sweep_rules``, :func:`posmech.verdicts.dynamics.sweep_rules`)."""
 
     def __init__(self, not_applicable: Mapping[str, Mapping[str, str]], checkpoint_of: Mapping[str, str],
                  sweep_rules: set[str]) -> None:

@@ -7,7 +7,7 @@ one row per followed quantity (:func:`dynamics_table`, ``results/report/dynamics
 
 * each followed **finding** (``dynamics.claims``, resources/findings.yaml): its quantity, value
   and verdict at that checkpoint, judged exactly as the findings grid judges the model
-  (:func:`posmech.findings.findings_table`, the same thresholds);
+  (:func:`posmech.verdicts.findings.findings_table`, the same thresholds);
 * quantities of the checkpoint's **head-roles table** (``dynamics.heads``; rule head_table,
   ``results/{model}/heads.csv``), each under the claim whose verdict it carries:
 
@@ -31,15 +31,123 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
-from posmech.families import FAMILIES, rule_of
+from posmech.core.errors import PosmechError
+from posmech.core.families import FAMILIES, rule_of
 
 #: the columns of results/report/dynamics.csv
 DYNAMICS_COLUMNS = ["model", "revision", "step", "checkpoint", "claim", "quantity", "value", "label", "verdict",
                     "reason"]
+#: :data:`DYNAMICS_COLUMNS` as the table check reads them
+COLUMNS = tuple(DYNAMICS_COLUMNS)
+VERDICTS = ("holds", "fails", "not measurable")
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """How a followed quantity is named in the figure and the report: ``title`` (panel title),
+    ``axis`` (its unit, the y label) and ``words`` (one sentence: what it is)."""
+
+    title: str
+    axis: str
+    words: str
+
+
+QUANTITIES: dict[str, Quantity] = {
+    "sharpest_previous_token_score": Quantity(
+        "sharpest previous-token score", "mean attention to n − 1",
+        "the largest previous-token score of any head: its mean attention from a query to the key just before it"),
+    "sharpest_previous_token_layer": Quantity(
+        "layer of the sharpest previous-token head", "layer",
+        "the layer of the head with that score (the head's name is in the table)"),
+    "previous_token_head_etc": Quantity(
+        "ETC of the previous-token head", "effective token count (keys)",
+        "the Effective Token Count 1 / Σ p_i² of that head's positional kernel: about 1 when it attends to one key, "
+        "the number of keys when it attends uniformly"),
+    "previous_token_head_kernel_type": Quantity(
+        "kernel type of the previous-token head", "kernel type",
+        "the type of that kernel (local, slow decay, uniform; K3/K4)"),
+    "n_previous_token_heads": Quantity(
+        "previous-token heads", "heads",
+        "the number of heads whose largest mean diagonal is at offset −1 (P6's definition)"),
+    "prev_token_head_fraction": Quantity(
+        "fraction of previous-token heads", "fraction of all heads",
+        "that number over all heads (P6's finding)"),
+    "prev_token_mass_ratio_knocked": Quantity(
+        "knock-out: previous-token mass kept", "knocked out / intact",
+        "the sharpest head's attention to the previous position with the earlier layers' attention to it knocked "
+        "out, over the intact attention, at the knocked-out queries (P5: small means strongly disrupted)"),
+    "p_redirected_after": Quantity(
+        "P(redirected word) after redirecting", "probability",
+        "the probability of the redirected word after redirecting the sharpest head's attention and doubling "
+        "its output (P16)"),
+    "induction_score": Quantity(
+        "best induction score", "attention to the induced key",
+        "the largest induction score of a head in a layer ≥ 1: on [BOS] + R + R, its mean attention from the "
+        "second copy to the key after the previous occurrence"),
+    "previous_candidate_score": Quantity(
+        "best previous-token mass (random tokens)", "mean attention at offset −1",
+        "the best head's mean attention to the previous token of random-token sequences (L1)"),
+    "look_back_two_candidate_score": Quantity(
+        "best look-back-two mass (random tokens)", "mean attention at offset −2",
+        "the best other head's mean attention two tokens back on random-token sequences (L5)"),
+}
+QUANTITIES["best_induction_score"] = QUANTITIES["induction_score"]
+QUANTITIES.update({
+    "min(diagonal_ratio)": Quantity(
+        "sharpness of the sharpest previous-token head", "second / largest mean diagonal",
+        "the smallest ratio, over previous-token heads, of a head's second-largest mean diagonal to its largest "
+        "(P7: near 0 for one sharp head)"),
+    "count(kernel_types)": Quantity(
+        "kernel types present", "types",
+        "how many of the kernel types (local, slow decay, uniform) at least one head has (K3)"),
+    "count(layer0_local_heads)": Quantity(
+        "layer-0 heads with a local kernel", "heads", "the number of layer-0 heads whose kernel type is local (K4)"),
+})
+
+
+def quantity(name: str) -> Quantity:
+    """The words of quantity ``name``; for one :data:`QUANTITIES` does not name, its own name
+    (the column of dynamics.csv, defined where the rule that computes it is documented)."""
+    if name in QUANTITIES:
+        return QUANTITIES[name]
+    for prefix, what in (("n_kernel_", "whose positional kernel is of type"), ("n_l_role_", "whose L role is")):
+        if name.startswith(prefix):  # a count per role (posmech.verdicts.dynamics, heads_per_role)
+            role = name[len(prefix):].replace("_", " ")
+            return Quantity(f"heads: {role}", "heads",
+                            f"the number of heads {what} {role} (the head-roles table's column)")
+    return Quantity(name.replace("_", " "), name, f"{name} as its rule writes it")
+
+
+def check_table(table: pd.DataFrame, source: str = "dynamics.csv") -> pd.DataFrame:
+    """``table`` with its columns checked (every one of :data:`COLUMNS`, verdicts of
+    :data:`VERDICTS` or empty), ``step`` numeric, ``label``/``verdict`` text ("" when empty)."""
+    missing = [c for c in COLUMNS if c not in table.columns]
+    if missing:
+        raise PosmechError(f"{source}: no column(s) {missing}; the table of rule dynamics has {list(COLUMNS)} "
+                           "(rerun `snakemake results/report/dynamics.csv`)")
+    t = table.copy()
+    t["step"] = pd.to_numeric(t["step"], errors="coerce")
+    t["value"] = pd.to_numeric(t["value"], errors="coerce")
+    for c in ("label", "verdict", "reason", "claim", "revision", "model", "quantity"):
+        t[c] = t[c].fillna("").astype(str)
+    bad = sorted(set(t["verdict"]) - set(VERDICTS) - {""})
+    if bad:
+        raise PosmechError(f"{source}: verdict(s) {bad} are none of {list(VERDICTS)} (column verdict); "
+                           "the rule dynamics copies the findings' verdicts")
+    return t
+
+
+def is_categorical(rows: pd.DataFrame) -> bool:
+    """A quantity told by its label (a kernel type), not by a number: no finite value and
+    some non-empty label."""
+    return not rows["value"].notna().any() and bool((rows["label"] != "").any())
+
+
 #: per ``dynamics.heads`` entry: the analyses whose per-head tables it reads
 HEAD_QUANTITY_ANALYSES: dict[str, tuple[str, ...]] = {
     "sharpest_previous_token": ("diagonal_taxonomy",),
@@ -51,9 +159,9 @@ HEAD_QUANTITY_ANALYSES: dict[str, tuple[str, ...]] = {
 def sweep_analyses(claims: list[str], heads: list[str], findings: list[Any]) -> list[str]:
     """The analyses a checkpoint runs: those of the followed findings (``claims``; each
     finding's ``rule``) and head quantities (``heads``), completed to whole families (a
-    family runs as one job, :mod:`posmech.families`). A claim without a finding is a
-    :class:`~posmech.errors.PosmechError` naming the key."""
-    from posmech.errors import PosmechError
+    family runs as one job, :mod:`posmech.core.families`). A claim without a finding is a
+    :class:`~posmech.core.errors.PosmechError` naming the key."""
+    from posmech.core.errors import PosmechError
 
     rule_by_claim = {f.claim: f.rule for f in findings}
     unknown = [c for c in claims if c not in rule_by_claim]
@@ -143,7 +251,7 @@ def dynamics_table(points: list[dict[str, Any]], findings: pd.DataFrame, claims:
     """One row per (sweep point, followed quantity): :data:`DYNAMICS_COLUMNS`.
 
     ``points``: :func:`posmech.models.checkpoints.sweep_points`; ``findings``: the findings
-    table of the points' models (:func:`posmech.findings.findings_table`); ``claims``: the
+    table of the points' models (:func:`posmech.verdicts.findings.findings_table`); ``claims``: the
     followed findings; ``wanted``: the followed head quantities; ``heads``: ``{checkpoint:
     its heads.csv table or None}``. A head quantity's verdict is its claim's at that point."""
     verdicts = _verdicts(findings)
@@ -171,7 +279,7 @@ def read_heads(paths: list[str | os.PathLike[str]]) -> dict[str, pd.DataFrame]:
     """``{model: heads.csv}`` of the head-roles tables ``results/{model}/heads.csv``."""
     from pathlib import Path
 
-    from posmech.tables import read_table
+    from posmech.store.tables import read_table
 
     return {Path(p).parent.name: read_table(p) for p in paths}
 
@@ -181,7 +289,7 @@ def sweep_rules(dynamics: Mapping[str, Any], findings_path: str, has_checkpoints
     ``dynamics`` section), its weights and its head table; nothing without checkpoints."""
     if not has_checkpoints:
         return set()
-    from posmech.findings import load_findings
+    from posmech.verdicts.findings import load_findings
 
     found = load_findings(findings_path)
     return set(sweep_analyses(dynamics["claims"], dynamics["heads"], found)) | {

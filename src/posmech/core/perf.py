@@ -4,7 +4,7 @@ Every forward engine calls :func:`count_forward` once per forward pass of the wh
 (the TransformerLens bridge through a pre-hook installed by
 :func:`posmech.models.loading.load_bridge`, the posmech engine, :class:`posmech.models.lens.Lens`, in its
 ``__call__``, which the cache runs too).
-:func:`posmech.runner.run` ends each job with :func:`job_record`: one log line
+:func:`posmech.pipeline.runner.run` ends each job with :func:`job_record`: one log line
 ``PERF {json}`` and the same JSON in ``<log>.perf.json`` beside the rule's log
 (docs/performance.md, "Per-job accounting").
 

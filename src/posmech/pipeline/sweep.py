@@ -1,14 +1,14 @@
 """A dynamics sweep point as one job: the checkpoint's followed rules, in one process.
 
 A checkpoint (``<m>@<revision>``, :mod:`posmech.models.checkpoints`) runs only the rules the
-``dynamics`` section follows (:func:`posmech.dynamics.sweep_analyses`), and the rules they
+``dynamics`` section follows (:func:`posmech.verdicts.dynamics.sweep_analyses`), and the rules they
 read (the activation cache). Run as jobs of their own, each pays an interpreter, the imports
 (torch alone ~2.5 CPU s here) and the model's loading, and their figures, which no report
 shows for a checkpoint: most of a small model's checkpoint. So the workflow runs them as
 *one* job per checkpoint, rule ``sweep_<model>`` (workflow/rules/dynamics.smk): its
 *parts* are the jobs the followed rules would have been, with the same inputs, params and
 output paths (their tables, HDF5 files and scorecards; no figures), run in data-flow order
-by :func:`posmech.runner.run_sweep_point`. The analysis rules themselves never run on a
+by :func:`posmech.pipeline.runner.run_sweep_point`. The analysis rules themselves never run on a
 checkpoint (their ``model`` wildcard is constrained to the other models).
 
 This module finds the parts from the rules' own declarations (Snakemake's ``Rule`` objects:
@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from posmech.errors import PosmechError
+from posmech.core.errors import PosmechError
 
 #: separates a part's rule name from its own key in the sweep point rule's inputs and outputs
 PART_SEP = "___"
@@ -65,7 +65,7 @@ def find_parts(checkpoint: str, followed: list[Any], producers: list[Any],
         unknown = [n for n in names if n not in values]
         if unknown:
             raise PosmechError(f"rule {rule.name}: wildcard {unknown[0]} has no known values for a sweep point "
-                               "(posmech.sweep; workflow bug)")
+                               "(posmech.pipeline.sweep; workflow bug)")
         return [{"model": checkpoint, **dict(zip(names, combo))} for combo in itertools.product(*(values[n] for n in names))]
 
     writers: dict[str, tuple[Any, dict[str, str]]] = {}
@@ -136,7 +136,7 @@ def point_inputs(parts: list[tuple[Any, dict[str, str]]]) -> dict[str, Any]:
 
 
 def point_parts(parts: list[tuple[Any, dict[str, str]]]) -> list[dict[str, Any]]:
-    """What the sweep point's script runs (:func:`posmech.runner.run_sweep_point`): per part,
+    """What the sweep point's script runs (:func:`posmech.pipeline.runner.run_sweep_point`): per part,
     its rule, wildcards, inputs, outputs (figures ``None``) and params, as its own job would
     have them (plain strings and values)."""
     out = []
@@ -161,7 +161,7 @@ NOT_IN_SWEEP_POINTS = frozenset({"fetch_model", "train_demo_model", "build_twin"
 def parts_by_checkpoint(rules: list[Any], collected: list[tuple[Any, list[dict[str, str]], bool]],
                         checkpoint_of: dict[str, str], corpora: list[str]) -> dict[str, list[tuple[Any, dict[str, str]]]]:
     """``{checkpoint: its parts}`` (:func:`find_parts`): the analysis rules collected on the
-    checkpoint (``collected``: :attr:`posmech.collect.Collector.entries`, which apply
+    checkpoint (``collected``: :attr:`posmech.pipeline.collect.Collector.entries`, which apply
     applicability and the config sections' models) and what they read, among ``rules``
     (the workflow's; those of :data:`NOT_IN_SWEEP_POINTS` never run in a sweep point).
     Every checkpoint of a model must run the same rules."""
@@ -179,7 +179,7 @@ def parts_by_checkpoint(rules: list[Any], collected: list[tuple[Any, list[dict[s
         first.setdefault(m, c)
         if signature(out[c]) != signature(out[first[m]]):
             raise PosmechError(f"checkpoints {first[m]} and {c} of model {m} would run different rules in the "
-                               "dynamics sweep (posmech.sweep); give them the same analyses")
+                               "dynamics sweep (posmech.pipeline.sweep); give them the same analyses")
     return out
 
 

@@ -2,7 +2,7 @@
 
 Usage in a script::
 
-    from posmech.runner import run
+    from posmech.pipeline.runner import run
 
     def main(smk, log): ...
 
@@ -15,76 +15,13 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
-from posmech.errors import PosmechError, exhaustion, failed_write_file
+from posmech.core.errors import PosmechError, exhaustion, failed_write_file
+from posmech.core.progress import PROGRESS_LOG
 
 LOG = logging.getLogger("posmech")
-#: progress lines go to the rule's log file only, not to the terminal (jobs run side by side)
-PROGRESS_LOG = logging.getLogger("posmech.progress")
-T = TypeVar("T")
-#: seconds between two progress lines of a long loop (POSMECH_PROGRESS_SECONDS overrides)
-PROGRESS_SECONDS = 30.0
-
-
-class Progress:
-    """Progress of a long loop in the rule's log: ``what done/total (pct), rate/s, ~ETA``.
-
-    Call :meth:`update` with the count done so far (or :meth:`advance`); a line is logged
-    on the first update, then at most every ``every_s`` seconds, and when ``total`` is
-    reached, so a log of a long rule shows it is alive without flooding it (no progress
-    bars: they repeat in a terminal and garble a log file)."""
-
-    def __init__(self, total: int | None, what: str = "documents", every_s: float | None = None,
-                 logger: logging.Logger | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        self.total, self.what, self.log, self.clock = total, what, logger or PROGRESS_LOG, clock
-        self.every_s = float(os.environ.get("POSMECH_PROGRESS_SECONDS", PROGRESS_SECONDS)) if every_s is None else every_s
-        self.t0 = clock()
-        self.last: float | None = None
-        self.done = 0
-        self.logged_done = -1
-
-    def line(self) -> str:
-        base = (f"{self.what} {self.done}/{self.total} ({100 * self.done / self.total:.0f} %)" if self.total
-                else f"{self.what} {self.done}")
-        dt = self.clock() - self.t0
-        if dt < 1.0 or self.done == 0:  # too early for a rate worth printing
-            return base
-        rate = self.done / dt
-        eta = ""
-        if self.total and self.done < self.total:
-            eta = f", ~{(self.total - self.done) / rate:.0f} s left"
-        return f"{base}, {rate:.3g}/s{eta}"
-
-    def update(self, done: int) -> None:
-        self.done = int(done)
-        now = self.clock()
-        finished = self.total is not None and self.done >= self.total
-        if self.last is None or finished or now - self.last >= self.every_s:
-            self.log.info("%s", self.line())
-            self.last, self.logged_done = now, self.done
-
-    def advance(self, n: int = 1) -> None:
-        self.update(self.done + n)
-
-    def finish(self) -> None:
-        """Log the final count unless it was the last line logged."""
-        if self.logged_done != self.done:
-            self.log.info("%s", self.line())
-            self.last, self.logged_done = self.clock(), self.done
-
-
-def logged(items: Iterable[T], total: int | None = None, what: str = "documents", every_s: float | None = None) -> Iterator[T]:
-    """``items`` unchanged, logging :class:`Progress` as they are consumed (``total``
-    defaults to ``len(items)`` when it has one)."""
-    if total is None and hasattr(items, "__len__"):
-        total = len(items)  # type: ignore[arg-type]
-    progress = Progress(total, what, every_s)
-    for i, item in enumerate(items, 1):
-        yield item
-        progress.update(i)
-    progress.finish()
 
 
 def setup_logging(log_path: str | None) -> logging.Logger:
@@ -225,12 +162,12 @@ def _traceback_only_to_file(log_path: str | None, text: str) -> None:
 
 def _account(rule: str, log_path: str | None, wall_s: float, probe: bool = False,
              analyses: list[dict[str, Any]] | None = None) -> None:
-    """Log the job's :func:`posmech.perf.job_record` (and write it beside the log).  With
+    """Log the job's :func:`posmech.core.perf.job_record` (and write it beside the log).  With
     ``probe`` (the job finished) and ``POSMECH_PERF_PROBE`` set, a job that made forward
-    passes adds its floor probe (:func:`posmech.perf.probe_from_env`), timed after the
+    passes adds its floor probe (:func:`posmech.core.perf.probe_from_env`), timed after the
     record was taken so that the record's CPU, wall and peak RSS exclude it; a failing
     probe is a warning, never the job's failure."""
-    from posmech import perf
+    from posmech.core import perf
 
     record = perf.job_record(rule, wall_s)
     if analyses is not None:
@@ -310,9 +247,9 @@ def run(smk: Any, main: Callable[[Any, logging.Logger], None]) -> None:
 
     At the end of every job, failed or not, one line ``PERF {json}`` goes to the log with
     the job's CPU seconds, peak RSS and forward passes by shape, and the same JSON to
-    ``<log>.perf.json`` (:mod:`posmech.perf`; docs/performance.md); with
+    ``<log>.perf.json`` (:mod:`posmech.core.perf`; docs/performance.md); with
     ``POSMECH_PERF_PROBE`` set, a finished job that made forward passes adds its own floor
-    probe to that record (:func:`posmech.perf.probe`)."""
+    probe to that record (:func:`posmech.core.perf.probe`)."""
     log_path = str(smk.log[0]) if len(smk.log) else None
     log = setup_logging(log_path)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -459,21 +396,21 @@ def analysis_view(smk: Any, analysis: str, links: dict[str, str] | None = None) 
 Analysis = tuple[Callable[[Any, logging.Logger], None], dict[str, str]]
 
 
-def family_analyses(rule: str) -> list[Analysis]:
+def family_analyses(rule: str, load: Callable[[str], Any]) -> list[Analysis]:
     """The analyses ``(main, links)`` of rule ``rule``, in order: a family's
-    (:data:`posmech.families.FAMILIES`, links :data:`posmech.families.LINKS`), each the
-    ``main`` of its script ``scripts/<analysis>.py`` (imported by name: a rule's script
-    runs with ``scripts/`` on its path), or, for any other rule, its own script's ``main``."""
-    import importlib
+    (:data:`posmech.core.families.FAMILIES`, links :data:`posmech.core.families.LINKS`), each the
+    ``main`` of the module ``load(<analysis>)``, or, for any other rule, ``load(<rule>).main``.
+    The job's script passes :func:`importlib.import_module`: a rule's script runs with
+    ``scripts/`` on its path, so each analysis's script ``scripts/<analysis>.py`` is its
+    neighbour (the package never imports a script)."""
+    from posmech.core.families import FAMILIES, LINKS
 
-    from posmech.families import FAMILIES, LINKS
-
-    return [(importlib.import_module(name).main, LINKS.get(name, {})) for name in FAMILIES.get(rule, (rule,))]
+    return [(load(name).main, LINKS.get(name, {})) for name in FAMILIES.get(rule, (rule,))]
 
 
 def _run_analyses(smk: Any, analyses: list[Analysis], log: logging.Logger, record: list[dict[str, Any]],
                   family: bool = True) -> None:
-    from posmech import perf
+    from posmech.core import perf
 
     for i, (fn, links) in enumerate(analyses, 1):
         name = fn.__module__.rsplit(".", 1)[-1]
@@ -493,16 +430,18 @@ def _run_analyses(smk: Any, analyses: list[Analysis], log: logging.Logger, recor
         log.info("analysis %s done: %.1f CPU s, %.1f s", name, cpu, wall)
 
 
-def run_family(smk: Any, analyses: list[Analysis] | str) -> None:
+def run_family(smk: Any, analyses: list[Analysis] | str, load: Callable[[str], Any] | None = None) -> None:
     """Run an analysis family's job: every analysis ``(main, links)`` in order (or those of
-    the family named, :func:`family_analyses`), each on its :func:`analysis_view` (its name:
+    the family named, :func:`family_analyses` with ``load``), each on its :func:`analysis_view` (its name:
     the module of its ``main``, the script ``scripts/<analysis>.py``), in one process, so
     the family pays one interpreter, one set of imports and one Snakemake job per model
     instead of one per analysis.  The log says where each analysis starts and what it
     cost; the job's ``PERF`` record lists each analysis's CPU and wall seconds and forward
     passes by shape (``analyses``)."""
     if isinstance(analyses, str):
-        analyses = family_analyses(analyses)
+        if load is None:
+            raise PosmechError(f"run_family({analyses!r}): pass load=importlib.import_module (workflow bug)")
+        analyses = family_analyses(analyses, load)
 
     def main(smk: Any, log: logging.Logger) -> None:
         _run_analyses(smk, analyses, log, record)
@@ -512,7 +451,7 @@ def run_family(smk: Any, analyses: list[Analysis] | str) -> None:
     run(smk, main)
 
 
-def run_sweep_point(smk: Any) -> None:
+def run_sweep_point(smk: Any, load: Callable[[str], Any]) -> None:
     """Run a dynamics sweep point's job (rule ``sweep_<model>``, workflow/rules/dynamics.smk):
     for one checkpoint, the rules the sweep follows, in data-flow order, in one process:
     each part of ``smk.params.parts`` (``rule``, ``wildcards``, ``input``, ``output``,
@@ -520,10 +459,11 @@ def run_sweep_point(smk: Any) -> None:
     ``None``) gets a view shaped like its own job, and its analyses run on it as in
     :func:`run_family`; an analysis whose outputs are all figures is skipped, and the
     others draw nothing (:func:`posmech.plots.save` with no path).  One interpreter and
-    one set of imports per checkpoint instead of one per followed rule."""
+    one set of imports per checkpoint instead of one per followed rule. ``load``: as for
+    :func:`family_analyses`."""
     from types import SimpleNamespace
 
-    from posmech.families import FAMILIES
+    from posmech.core.families import FAMILIES
 
     def main(smk: Any, log: logging.Logger) -> None:
         for part in smk.params.parts:
@@ -534,7 +474,7 @@ def run_sweep_point(smk: Any) -> None:
                 resources=getattr(smk, "resources", None), config=getattr(smk, "config", {}), rule=rule,
             )
             log.info("rule %s of the sweep point %s", rule, dict(part["wildcards"]))
-            _run_analyses(view, family_analyses(rule), log, record, family=rule in FAMILIES)
+            _run_analyses(view, family_analyses(rule, load), log, record, family=rule in FAMILIES)
 
     record: list[dict[str, Any]] = []
     main.analyses = record  # type: ignore[attr-defined]
