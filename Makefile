@@ -51,13 +51,13 @@ demo: setup
 # The self-check (README.md "Self-check"): build the hand-built models (src/posmech/verdicts/selfcheck.py)
 # under $(SELFCHECK_DIR)/resources/selfcheck/, run the DAG there (its own working directory:
 # the repository's results/ stay untouched), then compare results/report/findings.csv with
-# config/selfcheck.yaml's section selfcheck.expected (exit 1 on any disagreement). The HTML report
+# the expected verdicts of the cases (posmech.verdicts.selfcheck.CASES; exit 1 on any disagreement). The HTML report
 # (results/report/index.html there) shows the same comparison in its "Self-check" block.
 SELFCHECK_DIR ?= selfcheck-run
 selfcheck: setup
 	$(BIN)/python -m posmech.verdicts.selfcheck build $(SELFCHECK_DIR)/resources/selfcheck
 	$(BIN)/snakemake --cores $(CORES) --snakefile $(abspath workflow/Snakefile) --configfile $(abspath config/selfcheck.yaml) -d $(SELFCHECK_DIR) results/report/findings.csv results/report/index.html
-	$(BIN)/python -m posmech selfcheck $(SELFCHECK_DIR)/results/report --config config/selfcheck.yaml
+	$(BIN)/python -m posmech selfcheck $(SELFCHECK_DIR)/results/report
 
 study: setup
 	$(BIN)/snakemake --cores $(CORES)

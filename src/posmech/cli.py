@@ -1,9 +1,10 @@
 """Command line: ``python -m posmech inspect PATH [--json]``, ``… heads RESULTS/MODEL [--csv]``,
 ``… findings [RESULTS/REPORT] [--claim ID]``, ``… check-config [CONFIG ...] [--directory DIR]``,
-``… selfcheck [RESULTS/REPORT] [--config CONFIG]`` (also the ``posmech`` script).
+``… selfcheck [RESULTS/REPORT]`` (also the ``posmech`` script).
 
-``selfcheck`` compares ``results/report/findings.csv`` with the expected verdicts of the config's
-section ``selfcheck`` (default config/selfcheck.yaml; :mod:`posmech.verdicts.selfcheck`): it prints expected
+``selfcheck`` compares ``results/report/findings.csv`` with the expected verdicts of the
+hand-built cases (:data:`posmech.verdicts.selfcheck.CASES`, the one place they are stated, each
+with its reason; the run: ``make selfcheck``, config/selfcheck.yaml): it prints expected
 vs obtained per (claim, model) and exits 1 when a verdict disagrees or an expected (claim, model)
 is missing from the table.
 
@@ -284,32 +285,22 @@ def findings(path: str, claim: str | None = None) -> int:
     return 0
 
 
-def selfcheck(path: str, config: str) -> int:
+def selfcheck(path: str) -> int:
     """``python -m posmech selfcheck``: expected vs obtained verdicts (see the module doc)."""
-    import yaml
-
-    from posmech.verdicts import selfcheck as sc
     from posmech.store.tables import read_table
+    from posmech.verdicts import selfcheck as sc
 
     p = _findings_file(path, "run the self-check's DAG first (make selfcheck, config/selfcheck.yaml), then give "
                        "its results/report")
     if p is None:
         return 1
-    try:
-        expected = (yaml.safe_load(Path(config).read_text()) or {}).get("selfcheck", {}).get("expected", {})
-    except (OSError, yaml.YAMLError) as err:
-        print(f"error: cannot read the config {config!r}: {err}", file=sys.stderr)
-        return 1
-    if not expected:
-        print(f"error: {config!r} has no selfcheck.expected verdicts: nothing to check "
-              "(config/selfcheck.yaml states them)", file=sys.stderr)
-        return 1
+    expected = sc.expected_verdicts()
     try:
         checks = sc.compare(read_table(p), expected)
     except ValueError as err:
-        print(f"error: {config!r}: {err}", file=sys.stderr)
+        print(f"error: {err}", file=sys.stderr)
         return 1
-    print(f"self-check of {p} against {config}:")
+    print(f"self-check of {p} against the hand-built cases' expected verdicts (posmech.verdicts.selfcheck.CASES):")
     print(sc.format_checks(checks))
     return 0 if all(c.agrees for c in checks) else 1
 
@@ -337,12 +328,9 @@ def main(argv: list[str] | None = None) -> int:
                         "exit 1 on any disagreement")
     sp.add_argument("path", nargs="?", default="results/report", metavar="RESULTS/REPORT",
                     help="results/report or its findings.csv (default: results/report)")
-    sp.add_argument("--config", default="config/selfcheck.yaml",
-                    help="the config whose section selfcheck.expected states the verdicts "
-                    "(default: config/selfcheck.yaml)")
     args = parser.parse_args(argv)
     if args.command == "selfcheck":
-        return selfcheck(args.path, args.config)
+        return selfcheck(args.path)
     if args.command == "findings":
         return findings(args.path, args.claim)
     if args.command == "heads":

@@ -1,5 +1,5 @@
 """The report's self-check block (issue 29): expected vs obtained verdict per (claim, model),
-disagreements marked and listed first, shown only when the config has ``selfcheck.expected``."""
+disagreements marked and listed first, shown only when the config has ``selfcheck.cases: true``."""
 
 from __future__ import annotations
 
@@ -49,15 +49,19 @@ def test_all_agreeing_is_folded_and_no_expected_verdicts_show_nothing():
     assert str(selfcheck_html(FINDINGS, None)) == "" and str(selfcheck_html(FINDINGS, {})) == ""
 
 
-def test_the_report_shows_the_block_only_with_selfcheck_expected(fabricated_run, tmp_path):  # noqa: F811
+def test_the_report_shows_the_block_only_with_selfcheck_cases(fabricated_run, tmp_path, monkeypatch):  # noqa: F811
+    """With ``selfcheck.cases: true`` the report compares the findings with the hand-built
+    cases' expected verdicts (posmech.verdicts.selfcheck.expected_verdicts, here two of them)."""
+    from posmech.verdicts import selfcheck as sc
+
+    monkeypatch.setattr(sc, "expected_verdicts", lambda: {"gpt2": {"P5": "holds"}, "demo": {"P5": "fails"}})
     page = fabricated_run["dir"] / "results/report/index.html"
     assert 'id="selfcheck"' not in page.read_text()  # the fixture's config has no selfcheck section
     findings = tmp_path / "findings.csv"
     table = FINDINGS.assign(model=["gpt2", "demo", "demo"]).reindex(columns=fd.FINDINGS_COLUMNS + fd.TWIN_COLUMNS)
     table.assign(twin_of="").to_csv(findings, index=False)
     kwargs = {k: v for k, v in fabricated_run.items() if k not in ("dir", "counts")}
-    kwargs["config"] = {**kwargs["config"], "selfcheck": {"expected": {"gpt2": {"P5": "holds"},
-                                                                       "demo": {"P5": "fails"}}}}
+    kwargs["config"] = {**kwargs["config"], "selfcheck": {"cases": True}}
     rp.build(**{**kwargs, "findings": str(findings)})
     text = page.read_text()
     assert text.index('id="findings"') < text.index('id="selfcheck"') < text.index('id="scorecard"')

@@ -365,6 +365,7 @@ def build(
     from posmech.report.findings_grid import grid_html
     from posmech.report.head_roles import read_roles
     from posmech.report.selfcheck_table import selfcheck_html
+    from posmech.verdicts import selfcheck as sc_cases
     from posmech.store.tables import read_table, write_table
 
     entries = sc.load_published(published)
@@ -444,7 +445,7 @@ def build(
         "scorecard_href": os.path.relpath(scorecard_csv, Path(html).parent),
         "published_path": _display_path(published),
         "findings_grid": grid_html(found) if found is not None else Markup(""),
-        "selfcheck_table": selfcheck_html(found, (config.get("selfcheck") or {}).get("expected"))
+        "selfcheck_table": selfcheck_html(found, sc_cases.expected_verdicts() if (config.get("selfcheck") or {}).get("cases") else None)
         if found is not None else Markup(""),
         "head_roles": read_roles(heads, run_models, copy=lambda p: copy_asset(p, fdir)),
         "dynamics": dynamics_section(dynamics, dynamics_figure, fdir) if dynamics else Markup(""),

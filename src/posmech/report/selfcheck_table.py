@@ -1,6 +1,6 @@
 """The report's self-check block: expected vs obtained verdict per (claim, model).
 
-Shown when the run's config has ``selfcheck.expected`` (config/selfcheck.yaml, ``make
+Shown when the run's config has ``selfcheck.cases: true`` (config/selfcheck.yaml, ``make
 selfcheck``): each expected verdict of a hand-built model (:mod:`posmech.verdicts.selfcheck`) beside the
 verdict the run's findings table gave, compared by :func:`posmech.verdicts.selfcheck.compare` (the same
 comparison as ``python -m posmech selfcheck``).  Self-contained (its own scoped CSS), like
@@ -45,7 +45,8 @@ def _cls(verdict: str | None) -> str:
 
 def selfcheck_html(table: pd.DataFrame, expected: dict[str, dict[str, str]] | None) -> Markup:
     """The self-check block (``<section id="selfcheck">``) of a findings table against the
-    config's ``selfcheck.expected`` (``{model: {claim: verdict}}``); empty when there is none."""
+    hand-built cases' expected verdicts (``{model: {claim: verdict}}``,
+    :func:`posmech.verdicts.selfcheck.expected_verdicts`); empty when there are none."""
     if not expected:
         return Markup("")
     from posmech.verdicts.selfcheck import compare

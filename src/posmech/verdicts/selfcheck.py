@@ -6,8 +6,9 @@ A verdict is only worth what its power is: each case below is a model built by
 :mod:`posmech.models.handbuilt` with exactly known behaviour, and states, next to its
 construction, the verdict each finding it covers must get and why.  A finding is *covered* by
 the self-check when at least one case expects ``holds`` and another expects ``fails`` or ``not
-measurable`` (for a stated reason); :func:`coverage` counts it from the config's expected
-verdicts (section ``selfcheck.expected``), the single place a run is checked against.
+measurable`` (for a stated reason); :func:`coverage` counts it from the expected verdicts of
+:data:`CASES`, the single place they are stated and a run is checked against (a config with
+``selfcheck.cases: true``, config/selfcheck.yaml, shows them in its report).
 
 Command line (what ``make selfcheck`` runs before Snakemake)::
 
@@ -608,7 +609,7 @@ def cases() -> dict[str, Case]:
 
 
 def expected_verdicts() -> dict[str, dict[str, str]]:
-    """``{model: {claim: verdict}}`` of :data:`CASES` (what config/selfcheck.yaml states)."""
+    """``{model: {claim: verdict}}`` of :data:`CASES`: what a self-check run must give."""
     return {c.name: {claim: v for claim, (v, _) in c.expected.items()} for c in CASES}
 
 
@@ -645,7 +646,7 @@ def compare(table: Any, expected: dict[str, dict[str, str]]) -> list[Check]:
     for model, claims in expected.items():
         for claim, verdict in claims.items():
             if verdict not in VERDICTS:
-                raise ValueError(f"selfcheck.expected.{model}.{claim}: {verdict!r} is not one of {VERDICTS}")
+                raise ValueError(f"expected verdict of {model} for {claim}: {verdict!r} is not one of {VERDICTS}")
             r = rows.get((claim, model))
             value = None if r is None or r["value"] is None or r["value"] != r["value"] else float(r["value"])
             out.append(Check(claim, model, verdict, None if r is None else r["verdict"], value,
@@ -699,16 +700,13 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build", help="write the self-check's hand-built models under DIR/<case>/")
     b.add_argument("dir")
     b.add_argument("names", nargs="*", help="only these cases (default: all)")
-    t = sub.add_parser("table", help="print docs/claims.md's table of cases per finding from a config")
-    t.add_argument("config", nargs="?", default="config/selfcheck.yaml")
+    sub.add_parser("table", help="print docs/claims.md's table of cases per finding")
     args = parser.parse_args(argv)
     if args.command == "table":
-        import yaml
-
         from posmech.verdicts.findings import load_findings
 
         claims = [f.claim for f in load_findings(REPO / "resources" / "findings.yaml")]
-        print(coverage_table(claims, yaml.safe_load(Path(args.config).read_text())["selfcheck"]["expected"]))
+        print(coverage_table(claims, expected_verdicts()))
         return 0
     for p in build(args.dir, args.names or None):
         print(f"built {p}")
