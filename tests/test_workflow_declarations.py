@@ -1,5 +1,6 @@
 """A path is named once (issue 12): every output path of the workflow is written in its
-rule's `output:` and nowhere else; `rule all`, the report and the scorecard collect from the
+rule's `output:` (an analysis rule's outputs: in its analyses' declaration,
+workflow/analyses/<rule>.yaml, which the rule's `output:` unpacks) and nowhere else; `rule all`, the report and the scorecard collect from the
 rules (`collect(rules.<rule>, ...)` in the rule's own stage file, workflow/rules/common.smk).
 
 The static checks read the workflow files as text; the others run `snakemake -n` on small
@@ -20,6 +21,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW = REPO / "workflow"
 FILES = [WORKFLOW / "Snakefile", *sorted((WORKFLOW / "rules").glob("*.smk"))]
+#: the analyses' declarations: their `outputs` are the analysis rules' outputs
+DECLARED = sorted((WORKFLOW / "analyses").glob("*.yaml"))
+#: a path as a YAML value (a declared output): `key: results/...` or `path: results/...`
+YAML_PATH = re.compile(r"^\s+\w+: ((?:results|resources)/\S+)\s*$")
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 
 # a quoted path of the run's tree (f-strings included)
@@ -47,10 +52,15 @@ def _output_paths(path: Path) -> list[tuple[int, str]]:
     return out
 
 
+def _declared_paths(path: Path) -> list[tuple[int, str]]:
+    """``(line, path)`` of every output path an analysis declaration (YAML) writes."""
+    return [(no, m.group(1)) for no, line in enumerate(_text(path).splitlines(), 1) if (m := YAML_PATH.match(line))]
+
+
 def _all_outputs() -> dict[str, tuple[Path, int]]:
     found: dict[str, tuple[Path, int]] = {}
-    for f in FILES:
-        for no, p in _output_paths(f):
+    for f in FILES + DECLARED:
+        for no, p in (_declared_paths(f) if f.suffix == ".yaml" else _output_paths(f)):
             assert p not in found, f"{p} is an output of two rules ({found[p][0].name}:{found[p][1]}, {f.name}:{no})"
             found[p] = (f, no)
     return found
@@ -93,17 +103,18 @@ def test_no_output_file_name_appears_in_two_workflow_files_or_twice():
     """Each output path is written once, in its rule's output (other rules read it as
     ``rules.<rule>.output.<key>``), and its file name in no other workflow file (unless
     the name is only a wildcard, ``{corpus}.h5``)."""
-    texts = {f: _text(f) for f in FILES}
+    texts = {f: _text(f) for f in FILES + DECLARED}
     outputs = _all_outputs()
     problems = []
     for path, (where, no) in outputs.items():
-        written = sum(t.count(f'"{path}"') for t in texts.values())
+        written = sum(t.count(f'"{path}"') for t in texts.values()) + sum(
+            len(re.findall(r":\s+" + re.escape(path) + r"\s*$", t, re.M)) for f, t in texts.items() if f.suffix == ".yaml")
         if written != 1:
             problems.append(f"{path} (output in {where.name}:{no}) written {written} times")
         name = _distinct_tail(path, outputs)
         if re.fullmatch(r"\{\w+\}(\.\w+)*", name):
             continue
-        needle = re.compile(r"""[/"']""" + re.escape(name) + r"""["']""")
+        needle = re.compile(r"""[/"']""" + re.escape(name) + r"""(["']|\s*$)""", re.M)
         elsewhere = sorted(f.name for f, t in texts.items() if f != where and needle.search(t))
         if elsewhere:
             problems.append(f"{name} (output in {where.name}:{no}) also written in {', '.join(elsewhere)}")

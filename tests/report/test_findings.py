@@ -84,12 +84,14 @@ def test_missing_threshold_is_an_error_naming_the_key():
         fd.check_thresholds([finding()], {})
 
 
-def test_schema_rejects_a_bad_predicate(tmp_path):
+def test_a_finding_that_restates_what_judges_it_is_refused(tmp_path):
+    """The rule, quantity, predicate and threshold of a finding are its analysis's declaration
+    (workflow/analyses/<rule>.yaml, claims:); resources/findings.yaml states only the words."""
     doc = {"findings": [{"claim": "P5", "finding": "a finding sentence", "rule": "prev_knockout",
                          "quantity": "q", "predicate": "~", "threshold": "t", "not_measurable": "never ever"}]}
     p = tmp_path / "f.yaml"
     p.write_text(yaml.safe_dump(doc))
-    with pytest.raises(PosmechError, match="predicate"):
+    with pytest.raises(PosmechError, match="Additional properties are not allowed"):
         fd.load_findings(p)
 
 

@@ -9,56 +9,12 @@ except PosmechError as err:
 
 rule attn_only:
     """The attn_only family (docs/workflow.md, "Families"), one job per model:
-    - random_token_patterns: Mean attention of every head over random-token sequences (L1);
-      the previous-token,
-    - look-back-two and induction heads (found or pinned) in head_roles.csv;
-    - input_decomposition: Scores and patterns of the previous-token and look-back-two heads
-      with position-only,
-    - token-only and both inputs (L2, L5); the position-only pattern (L3).
-    """
+    random_token_patterns, input_decomposition. Each analysis, what it needs of a model,
+    reads and writes: workflow/analyses/attn_only.yaml."""
     input:
         manifest=rules.fetch_model.output.manifest,
     output:
-        random_token_patterns__table=report(
-            "results/{model}/attn_only/random_token_patterns.csv",
-            caption="../report/random_token_patterns.rst",
-            category="L",
-            subcategory="Attention-only family (L1-L5)",
-        ),
-        random_token_patterns__masses="results/{model}/attn_only/random_token_masses.csv",
-        random_token_patterns__heads="results/{model}/attn_only/head_roles.csv",
-        random_token_patterns__figure=report(
-            "results/{model}/attn_only/random_token_patterns.png",
-            caption="../report/random_token_patterns.rst",
-            category="L",
-            subcategory="Attention-only family (L1-L5)",
-        ),
-        random_token_patterns__scorecard="results/{model}/scorecard/random_token_patterns.csv",
-        input_decomposition__table=report(
-            "results/{model}/attn_only/input_decomposition.csv",
-            caption="../report/input_decomposition.rst",
-            category="L",
-            subcategory="Attention-only family (L1-L5)",
-        ),
-        input_decomposition__previous=report(
-            "results/{model}/attn_only/decomposition_previous.png",
-            caption="../report/input_decomposition.rst",
-            category="L",
-            subcategory="Attention-only family (L1-L5)",
-        ),
-        input_decomposition__position_only=report(
-            "results/{model}/attn_only/position_only_previous.png",
-            caption="../report/position_only_previous.rst",
-            category="L",
-            subcategory="Attention-only family (L1-L5)",
-        ),
-        input_decomposition__look_back_two=report(
-            "results/{model}/attn_only/decomposition_look_back_two.png",
-            caption="../report/input_decomposition.rst",
-            category="L",
-            subcategory="Attention-only family (L1-L5)",
-        ),
-        input_decomposition__scorecard="results/{model}/scorecard/input_decomposition.csv",
+        **declared_outputs("attn_only"),
     log:
         "logs/attn_only/{model}.log",
     benchmark:
@@ -91,24 +47,13 @@ rule attn_only:
 
 rule bos_induction:
     """P([B]) at the final [A] of [BOS] A B R1..R7 A vs A B R1..R7 A; the induction head's
-    attention row there (L4)."""
+    attention row there (L4). Declared in workflow/analyses/bos_induction.yaml: what it
+    needs of a model, reads and writes."""
     input:
         manifest=rules.fetch_model.output.manifest,
-        heads=rules.attn_only.output.random_token_patterns__heads,
+        **declared_inputs("bos_induction"),
     output:
-        table=report(
-            "results/{model}/attn_only/bos_induction.csv",
-            caption="../report/bos_induction.rst",
-            category="L",
-            subcategory="Attention-only family (L1-L5)",
-        ),
-        figure=report(
-            "results/{model}/attn_only/bos_induction.png",
-            caption="../report/bos_induction.rst",
-            category="L",
-            subcategory="Attention-only family (L1-L5)",
-        ),
-        scorecard="results/{model}/scorecard/bos_induction.csv",
+        **declared_outputs("bos_induction"),
     log:
         "logs/bos_induction/{model}.log",
     benchmark:

@@ -168,6 +168,38 @@ def collect(proxy, when=True, report_tables=True, **values):
 collected = COLLECTOR.collected
 
 
+# ---------------------------------------------------------------- declared analyses
+# An analysis rule's outputs, and its inputs that are other analysis rules' outputs, are
+# what its analyses declare (workflow/analyses/<rule>.yaml, posmech.core.families): the
+# rule file writes `output: **declared_outputs("<rule>")` and `**declared_inputs("<rule>")`
+# among its inputs. `snakemake --list-rules`/`-n` and docs/artifacts.md show the paths.
+from posmech.core.families import rule_inputs, rule_outputs
+
+
+def declared_outputs(rule):
+    """Rule ``rule``'s outputs: each declared path, a report(...) file with its caption
+    (workflow/report/<caption>.rst), category and section where the report shows it."""
+    return {
+        key: o.path
+        if o.caption is None
+        else report(
+            o.path,
+            caption=f"../report/{o.caption}.rst",
+            category=o.category,
+            subcategory=o.section,
+        )
+        for key, o in rule_outputs(rule).items()
+    }
+
+
+def declared_inputs(rule):
+    """Rule ``rule``'s inputs that its analyses read from other analysis rules."""
+    return {
+        name: getattr(getattr(rules, up).output, key)
+        for name, (up, key) in rule_inputs(rule).items()
+    }
+
+
 def output_of(pattern, wildcards=None, **values):
     """Another rule's output (``rules.<name>.output.<key>``) for this job: its wildcards
     from the job's ``wildcards`` (or explicit ``values``, which win)."""

@@ -17,19 +17,9 @@ except PosmechError as err:
 
 rule contextual:
     """The contextual family (docs/workflow.md, "Families"), one job per model:
-    - layer0_decomposition: Layer-0 positional/content decomposition, LN scale, every text's
-      denominators (K6-K9);
-    - layer0_positional_patterns: Layer-0 positional patterns as grids beside the real
-      attention row (K6);
-    - layer0_head_classes: Behavioural classes of the layer-0 heads from measured quantities
-      (K7);
-    - softmax_denominators: Softmax denominators against n, destination token fixed, per
-      text (K8);
-    - denominator_variance: The independent model Var Z = sum p^2 Var(c) against resampled
-      texts (K9);
-    - layer1_patterns: Layer-1 attention rows on the pattern text vs positional kernels
-      (K10).
-    """
+    layer0_decomposition, layer0_positional_patterns, layer0_head_classes,
+    softmax_denominators, denominator_variance, layer1_patterns. Each analysis, what it
+    needs of a model, reads and writes: workflow/analyses/contextual.yaml."""
     input:
         unpack(contextual_tokens),
         manifest=rules.fetch_model.output.manifest,
@@ -39,79 +29,7 @@ rule contextual:
             corpus=SETTINGS.kernels.means_corpus,
         ),
     output:
-        layer0_decomposition__h5="results/{model}/contextual/layer0.h5",
-        layer0_decomposition__figure=report(
-            "results/{model}/contextual/ln_scale.png",
-            caption="../report/ln_scale.rst",
-            category="K",
-            subcategory="Contextual heads in layer 0 (K6-K10)",
-        ),
-        layer0_decomposition__scorecard="results/{model}/scorecard/layer0_decomposition.csv",
-        layer0_positional_patterns__table=report(
-            "results/{model}/contextual/positional_patterns.csv",
-            caption="../report/positional_patterns.rst",
-            category="K",
-            subcategory="Contextual heads in layer 0 (K6-K10)",
-        ),
-        layer0_positional_patterns__figure=report(
-            "results/{model}/contextual/positional_patterns.png",
-            caption="../report/positional_patterns.rst",
-            category="K",
-            subcategory="Contextual heads in layer 0 (K6-K10)",
-        ),
-        layer0_positional_patterns__scorecard="results/{model}/scorecard/layer0_positional_patterns.csv",
-        layer0_head_classes__table=report(
-            "results/{model}/contextual/head_classes.csv",
-            caption="../report/head_classes.rst",
-            category="K",
-            subcategory="Contextual heads in layer 0 (K6-K10)",
-        ),
-        layer0_head_classes__figure=report(
-            "results/{model}/contextual/head_classes.png",
-            caption="../report/head_classes.rst",
-            category="K",
-            subcategory="Contextual heads in layer 0 (K6-K10)",
-        ),
-        layer0_head_classes__scorecard="results/{model}/scorecard/layer0_head_classes.csv",
-        softmax_denominators__table=report(
-            "results/{model}/contextual/denominators.csv",
-            caption="../report/denominators.rst",
-            category="K",
-            subcategory="Contextual heads in layer 0 (K6-K10)",
-        ),
-        softmax_denominators__figure=report(
-            "results/{model}/contextual/denominators.png",
-            caption="../report/denominators.rst",
-            category="K",
-            subcategory="Contextual heads in layer 0 (K6-K10)",
-        ),
-        softmax_denominators__scorecard="results/{model}/scorecard/softmax_denominators.csv",
-        denominator_variance__table=report(
-            "results/{model}/contextual/denominator_variance.csv",
-            caption="../report/denominator_variance.rst",
-            category="K",
-            subcategory="Contextual heads in layer 0 (K6-K10)",
-        ),
-        denominator_variance__figure=report(
-            "results/{model}/contextual/denominator_variance.png",
-            caption="../report/denominator_variance.rst",
-            category="K",
-            subcategory="Contextual heads in layer 0 (K6-K10)",
-        ),
-        denominator_variance__scorecard="results/{model}/scorecard/denominator_variance.csv",
-        layer1_patterns__table=report(
-            "results/{model}/contextual/layer1_patterns.csv",
-            caption="../report/layer1_patterns.rst",
-            category="K",
-            subcategory="Contextual heads in layer 0 (K6-K10)",
-        ),
-        layer1_patterns__figure=report(
-            "results/{model}/contextual/layer1_patterns.png",
-            caption="../report/layer1_patterns.rst",
-            category="K",
-            subcategory="Contextual heads in layer 0 (K6-K10)",
-        ),
-        layer1_patterns__scorecard="results/{model}/scorecard/layer1_patterns.csv",
+        **declared_outputs("contextual"),
     log:
         "logs/contextual/{model}.log",
     benchmark:

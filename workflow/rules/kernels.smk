@@ -4,11 +4,9 @@ localrules:
 
 
 rule kernels:
-    """The kernels family (docs/workflow.md, "Families"), one job per model: every head's
-    positional kernel pi(i | x_n) at the configured query positions (positional_kernels:
-    K1, K5); ETC of every (layer, head, n), its spread over query texts and kernel types
-    (etc_table: K3-K5); query x key kernel heatmaps (K2) and kernels at n with their spread
-    over texts (kernel_heatmaps: K5)."""
+    """The kernels family (docs/workflow.md, "Families"), one job per model:
+    positional_kernels, etc_table, kernel_heatmaps. Each analysis, what it needs of a model,
+    reads and writes: workflow/analyses/kernels.yaml."""
     input:
         manifest=rules.fetch_model.output.manifest,
         means=lambda wc: output_of(
@@ -18,32 +16,7 @@ rule kernels:
         ),
         tokens=lambda wc: tokens_file(wc, SETTINGS.kernels.query_corpus),
     output:
-        positional_kernels__h5="results/{model}/kernels/kernels.h5",
-        etc_table__table=report(
-            "results/{model}/kernels/etc.csv",
-            caption="../report/etc_table.rst",
-            category="K",
-            subcategory="Positional kernels and ETC (K1-K5)",
-        ),
-        etc_table__scorecard="results/{model}/scorecard/etc_table.csv",
-        kernel_heatmaps__layer0=report(
-            "results/{model}/kernels/kernels_layer0.png",
-            caption="../report/kernel_heatmaps.rst",
-            category="K",
-            subcategory="Positional kernels and ETC (K1-K5)",
-        ),
-        kernel_heatmaps__selected=report(
-            "results/{model}/kernels/kernels_selected.png",
-            caption="../report/kernel_heatmaps.rst",
-            category="K",
-            subcategory="Positional kernels and ETC (K1-K5)",
-        ),
-        kernel_heatmaps__profiles=report(
-            "results/{model}/kernels/kernel_profiles.png",
-            caption="../report/kernel_profiles.rst",
-            category="K",
-            subcategory="Positional kernels and ETC (K1-K5)",
-        ),
+        **declared_outputs("kernels"),
     log:
         "logs/kernels/{model}.log",
     benchmark:

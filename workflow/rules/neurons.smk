@@ -5,53 +5,14 @@
 
 rule neurons:
     """The neurons family (docs/workflow.md, "Families"), one job per model:
-    - extended_token_embeddings: Extended embeddings through the contextual heads and every
-      neuron's token-contribution vector (C1);
-    - contextual_neurons: Top/bottom tokens of the configured neurons; every neuron ranked
-      by explained variance (C2);
-    - bag_of_tokens_fit: Approximate vs real blocks.0.mlp.hook_pre of the neurons along
-      texts (C3).
-    """
+    extended_token_embeddings, contextual_neurons, bag_of_tokens_fit. Each analysis, what it
+    needs of a model, reads and writes: workflow/analyses/neurons.yaml."""
     input:
         unpack(contextual_tokens),
         manifest=rules.fetch_model.output.manifest,
-        h5=rules.contextual.output.layer0_decomposition__h5,
-        classes=rules.contextual.output.layer0_head_classes__table,
+        **declared_inputs("neurons"),
     output:
-        extended_token_embeddings__h5="results/{model}/neurons/extended_tokens.h5",
-        extended_token_embeddings__scorecard="results/{model}/scorecard/extended_token_embeddings.csv",
-        contextual_neurons__table=report(
-            "results/{model}/neurons/top_tokens.csv",
-            caption="../report/contextual_neurons.rst",
-            category="C",
-            subcategory="Contextual neurons (C1-C3)",
-        ),
-        contextual_neurons__ranking=report(
-            "results/{model}/neurons/neuron_ranking.csv",
-            caption="../report/neuron_ranking.rst",
-            category="C",
-            subcategory="Contextual neurons (C1-C3)",
-        ),
-        contextual_neurons__figure=report(
-            "results/{model}/neurons/top_tokens.png",
-            caption="../report/contextual_neurons.rst",
-            category="C",
-            subcategory="Contextual neurons (C1-C3)",
-        ),
-        contextual_neurons__scorecard="results/{model}/scorecard/contextual_neurons.csv",
-        bag_of_tokens_fit__table=report(
-            "results/{model}/neurons/bag_of_tokens_fit.csv",
-            caption="../report/bag_of_tokens_fit.rst",
-            category="C",
-            subcategory="Contextual neurons (C1-C3)",
-        ),
-        bag_of_tokens_fit__figure=report(
-            "results/{model}/neurons/bag_of_tokens_fit.png",
-            caption="../report/bag_of_tokens_fit.rst",
-            category="C",
-            subcategory="Contextual neurons (C1-C3)",
-        ),
-        bag_of_tokens_fit__scorecard="results/{model}/scorecard/bag_of_tokens_fit.csv",
+        **declared_outputs("neurons"),
     log:
         "logs/neurons/{model}.log",
     benchmark:

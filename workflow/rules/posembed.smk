@@ -4,8 +4,9 @@
 
 
 rule posembed_averaging:
-    """W_pos averaged in groups of k: held-out next-token loss (P2) and repeat-string
-    prompt probabilities (P3); the model is restored bitwise after each k."""
+    """W_pos averaged in groups of k: held-out next-token loss (P2) and repeat-string prompt
+    probabilities (P3); the model is restored bitwise after each k. Declared in
+    workflow/analyses/posembed_averaging.yaml: what it needs of a model, reads and writes."""
     input:
         manifest=rules.fetch_model.output.manifest,
         tokens=lambda wc: tokens_file(wc, SETTINGS.posembed_averaging.corpus),
@@ -15,19 +16,7 @@ rule posembed_averaging:
         ),
         prompts=static(SETTINGS.posembed_averaging.prompts),
     output:
-        table=report(
-            "results/{model}/posembed/averaging.csv",
-            caption="../report/posembed_averaging.rst",
-            category="P",
-            subcategory="Previous-token heads (P2-P7)",
-        ),
-        figure=report(
-            "results/{model}/posembed/averaging.png",
-            caption="../report/posembed_averaging.rst",
-            category="P",
-            subcategory="Previous-token heads (P2-P7)",
-        ),
-        scorecard="results/{model}/scorecard/posembed_averaging.csv",
+        **declared_outputs("posembed_averaging"),
     log:
         "logs/posembed_averaging/{model}.log",
     benchmark:
@@ -49,26 +38,15 @@ rule posembed_averaging:
 
 
 rule posembed_attention:
-    """The chosen heads' attention window on a document, intact vs W_pos averaged (P4)."""
+    """The chosen heads' attention window on a document, intact vs W_pos averaged (P4).
+    Declared in workflow/analyses/posembed_attention.yaml: what it needs of a model, reads
+    and writes."""
     input:
         manifest=rules.fetch_model.output.manifest,
         tokens=lambda wc: tokens_file(wc, SETTINGS.posembed_attention.corpus),
-        heads=rules.taxonomy.output.diagonal_taxonomy__heads,
+        **declared_inputs("posembed_attention"),
     output:
-        table=report(
-            "results/{model}/posembed/attention.csv",
-            caption="../report/posembed_attention.rst",
-            category="P",
-            subcategory="Previous-token heads (P2-P7)",
-        ),
-        patterns="results/{model}/posembed/attention.h5",
-        figure=report(
-            "results/{model}/posembed/attention.png",
-            caption="../report/posembed_attention.rst",
-            category="P",
-            subcategory="Previous-token heads (P2-P7)",
-        ),
-        scorecard="results/{model}/scorecard/posembed_attention.csv",
+        **declared_outputs("posembed_attention"),
     log:
         "logs/posembed_attention/{model}.log",
     benchmark:

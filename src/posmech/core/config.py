@@ -37,8 +37,12 @@ def local_path(source: str, base: str | os.PathLike[str] = ".") -> Path:
 
 
 def load_schema(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The config schema at ``path`` with the keys the analyses declare of their own
+    (:func:`posmech.core.families.compose_schema`): every key, written once, in one schema."""
+    from posmech.core.families import compose_schema
+
     with open(path) as f:
-        return yaml.safe_load(f)
+        return compose_schema(yaml.safe_load(f))
 
 
 def _key(path: Any) -> str:

@@ -1,8 +1,9 @@
 """Which analysis rule can run on which model, decided from the model's configuration alone.
 
-:data:`RULES` is the table, as data, in one place: for each analysis rule, the
-:data:`REQUIREMENTS` it needs of a model and the analysis rules whose outputs it reads
-(``after``). A requirement is a test of the model's
+:data:`RULES` is the table, derived from the analyses' declarations
+(``workflow/analyses/<rule>.yaml``, :mod:`posmech.core.families`): for each analysis, the
+:data:`REQUIREMENTS` it needs of a model (``needs``) and the analyses whose outputs it reads
+(``after``, from its ``reads``). A requirement is a test of the model's
 :class:`~posmech.models.architecture.Architecture` (position scheme, model type, MLP), read
 from its config before any job. :func:`not_applicable` gives, for one model, every rule
 that cannot run on it with the reason in words ("no learned W_pos: rotary positions"); the
@@ -10,7 +11,7 @@ workflow does not schedule those rules for the model (``common.smk``: ``collect`
 findings of their claims are ``not measurable`` with that reason (:mod:`posmech.verdicts.findings`).
 
 A rule reading the output of a rule that cannot run cannot run either; its reason names
-the rule it needs. To make a rule run on more models, change its entry (drop a
+the rule it needs. To make a rule run on more models, change its declaration (drop a
 requirement) or the requirement's accepted values, e.g. ``raw_scores_layout``'s model
 types once another layout's hooked scores are checked.
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from posmech.core.families import FAMILIES
+from posmech.core.families import ANALYSES, FAMILIES
 from posmech.models.architecture import Architecture
 
 
@@ -98,46 +99,9 @@ class Needs:
     after: tuple[str, ...] = ()
 
 
-RULES: dict[str, Needs] = {
-    # taxonomy (P6, P7) and anatomy (P12, P13)
-    "attention_statistics": Needs(("raw_scores_layout",)),
-    "diagonal_taxonomy": Needs(after=("attention_statistics",)),
-    "score_anatomy": Needs(("raw_scores_layout",), after=("diagonal_taxonomy",)),
-    "score_taxa": Needs(after=("attention_statistics", "diagonal_taxonomy")),
-    # W_pos averaging (P2-P4)
-    "posembed_averaging": Needs(("learned_wpos",)),
-    "posembed_attention": Needs(("learned_wpos",), after=("diagonal_taxonomy",)),
-    # geometry (P1, P8-P11)
-    "extended_positional_embeddings": Needs(("learned_wpos",)),
-    "positional_pca": Needs(after=("extended_positional_embeddings",)),
-    "canonical_angles": Needs(after=("extended_positional_embeddings",)),
-    "positional_sparsity": Needs(after=("extended_positional_embeddings",)),
-    # interventions (P5, P14-P16)
-    "prev_knockout": Needs(after=("diagonal_taxonomy",)),
-    "extended_averaging": Needs(after=("diagonal_taxonomy", "extended_positional_embeddings")),
-    "repeated_tokens": Needs(after=("diagonal_taxonomy",)),
-    "induction_intervention": Needs(after=("diagonal_taxonomy",)),
-    # positional kernels (K1-K5)
-    # learned, rotary (the model's rotation) and ALiBi (the bias) kernels: kernels.head_kernels
-    "positional_kernels": Needs(),
-    "etc_table": Needs(after=("positional_kernels",)),
-    "kernel_heatmaps": Needs(after=("positional_kernels", "etc_table")),
-    # contextual attention (K6-K10)
-    "layer0_decomposition": Needs(("learned_wpos", "layer0_weights", "pre_ln")),
-    "layer0_positional_patterns": Needs(after=("layer0_decomposition",)),
-    "layer0_head_classes": Needs(after=("layer0_decomposition",)),
-    "softmax_denominators": Needs(after=("layer0_decomposition", "layer0_head_classes")),
-    "denominator_variance": Needs(after=("layer0_decomposition", "layer0_head_classes")),
-    "layer1_patterns": Needs(after=("layer0_decomposition",)),
-    # contextual neurons (C1-C3)
-    "extended_token_embeddings": Needs(("mlp", "neuron_weights"), after=("layer0_decomposition", "layer0_head_classes")),
-    "contextual_neurons": Needs(after=("extended_token_embeddings",)),
-    "bag_of_tokens_fit": Needs(after=("extended_token_embeddings", "contextual_neurons")),
-    # attention-only rules (L1-L5): position-only and token-only inputs zero or keep W_pos
-    "random_token_patterns": Needs(("learned_wpos",)),
-    "input_decomposition": Needs(after=("random_token_patterns",)),
-    "bos_induction": Needs(after=("random_token_patterns",)),
-}
+#: every declared analysis's entry (workflow/analyses/<rule>.yaml): its ``needs`` and the
+#: analyses whose outputs it ``reads``
+RULES: dict[str, Needs] = {a.name: Needs(a.needs, a.after) for a in ANALYSES.values()}
 
 
 def family_problems(arch: Architecture | None, families: Mapping[str, tuple[str, ...]] = FAMILIES,

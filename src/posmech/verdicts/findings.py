@@ -29,6 +29,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from posmech.core.families import Analysis
+from posmech.core.families import claims as declared_claims
 from posmech.core.io import REPO
 from posmech.core.errors import PosmechError
 
@@ -51,7 +53,9 @@ SCHEMA = REPO / "workflow" / "schemas" / "findings.schema.yaml"
 
 @dataclass(frozen=True)
 class Finding:
-    """One entry of ``resources/findings.yaml``."""
+    """One finding: its entry of ``resources/findings.yaml`` (claim, sentence, not measurable,
+    choice) and what judges it, declared with the analysis that scores it (``rule``: that
+    analysis; quantity, predicate, threshold, aggregate: its ``claims:`` entry)."""
 
     claim: str
     finding: str
@@ -83,9 +87,13 @@ class Verdict:
                 "rule": finding.rule, "finding": finding.finding}
 
 
-def load_findings(path: str | os.PathLike[str], schema: str | os.PathLike[str] = SCHEMA) -> list[Finding]:
+def load_findings(path: str | os.PathLike[str], schema: str | os.PathLike[str] = SCHEMA,
+                  analyses: Mapping[str, Analysis] | None = None) -> list[Finding]:
     """Read ``resources/findings.yaml`` and validate it against its JSON schema; one entry per
-    claim.  Raises :class:`PosmechError` naming the entry and the problem."""
+    claim, joined with what judges it: the ``claims:`` of the analysis that scores it
+    (``workflow/analyses/<rule>.yaml``, :func:`posmech.core.families.claims`; ``analyses``:
+    every declared one). Raises :class:`PosmechError` naming the entry and the problem: a
+    claim twice, a finding no analysis scores, a claim an analysis scores without a finding."""
     import jsonschema
 
     try:
@@ -98,15 +106,25 @@ def load_findings(path: str | os.PathLike[str], schema: str | os.PathLike[str] =
         e = errors[0]
         where = "/".join(map(str, e.absolute_path)) or "(top)"
         raise PosmechError(f"{str(path)!r} at {where}: {e.message} (format: the file's header, {Path(schema).name})")
+    scored = declared_claims(analyses)
     out: list[Finding] = []
     seen: set[str] = set()
     for e in doc["findings"]:
         if e["claim"] in seen:
             raise PosmechError(f"{str(path)!r}: claim {e['claim']} has two findings; keep one")
         seen.add(e["claim"])
-        out.append(Finding(claim=e["claim"], finding=e["finding"], rule=e["rule"], quantity=e["quantity"],
-                           predicate=e["predicate"], threshold=e["threshold"], not_measurable=e["not_measurable"],
-                           aggregate=e.get("aggregate"), choice=e.get("choice", "")))
+        if e["claim"] not in scored:
+            raise PosmechError(f"{str(path)!r}: no analysis scores claim {e['claim']}: add it to the `claims:` of the "
+                               "analysis whose scorecard carries its quantity (workflow/analyses/<rule>.yaml)")
+        a, c = scored[e["claim"]]
+        out.append(Finding(claim=e["claim"], finding=e["finding"], rule=a.name, quantity=c.quantity,
+                           predicate=c.predicate, threshold=c.threshold, not_measurable=e["not_measurable"],
+                           aggregate=c.aggregate, choice=e.get("choice", "")))
+    unstated = sorted(set(scored) - seen)
+    if unstated:
+        raise PosmechError(f"{str(path)!r} has no finding for claim(s) {', '.join(unstated)}, which "
+                           f"{', '.join(sorted({scored[c][0].source for c in unstated}))} scores: state each "
+                           "finding (claim, finding, not_measurable)")
     return out
 
 
