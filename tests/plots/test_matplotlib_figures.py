@@ -1,7 +1,7 @@
 """The figure helpers that replaced seaborn (posmech.plots.heatmap, lines_by) on inputs with
 known answers, and the figures that use them drawn without importing seaborn or
 scipy.stats (each analysis job paid ~1.4 CPU s for seaborn's import, which pulls in
-scipy.stats: docs/performance.md)."""
+scipy.stats: docs/performance-log.md)."""
 
 from __future__ import annotations
 
