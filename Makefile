@@ -6,6 +6,7 @@
 #   make selfcheck  – run the DAG on hand-built models with known answers (config/selfcheck.yaml)
 #                     and compare every verdict with the expected one; non-zero on any disagreement
 #   make config-doc – rewrite what is written from the config schema: config/README.md's key tables
+#                     and the settings fields (src/posmech/settings/schema_fields.py)
 PYTHON ?= python3
 VENV   ?= .venv
 # Snakemake's --cores: every core of the machine (`all`), no more: on a 2-core machine 8
@@ -67,8 +68,10 @@ test: setup
 	$(BIN)/python -m pytest -q -ra --durations=30
 
 # A config key is written once, in workflow/schemas/config.schema.yaml (type, default,
-# description); config/README.md's key tables are written from it (src/posmech/settings/reference.py).
-# Run after changing the schema; tests/test_config_reference.py fails until the files agree.
+# description); config/README.md's key tables and the settings classes' fields
+# (src/posmech/settings/schema_fields.py) are written from it (src/posmech/settings/reference.py).
+# Run after changing the schema; tests/test_config_reference.py and tests/test_settings.py fail
+# until the files agree.
 config-doc: setup
 	$(BIN)/python -m posmech.settings.reference --write
 

@@ -1,4 +1,4 @@
-"""What is written from the config schema: config/README.md's key tables.
+"""What is written from the config schema: config/README.md's key tables, the settings fields.
 
 The schema (``workflow/schemas/config.schema.yaml``) is the one place a config key is
 written: its type, default and description. From it this module writes the key tables of
@@ -7,11 +7,14 @@ and ``<!-- end generated -->`` (``SECTION`` the dotted section: ``kernels``,
 ``models.<name>``, ``models.<name>.train``), one row per key of the section (a nested
 object's keys dotted, ``prev_knockout.period``; a map of user-named entries,
 ``pin.<name>.sharp``) with its type, default and description. The prose around the tables
-is the README's own.
+is the README's own. And it writes :mod:`posmech.settings.schema_fields`: per section with a
+settings class (:data:`posmech.settings.MODULES`), a frozen dataclass with one typed field
+per key, which the hand-written settings class inherits, adding only what the schema
+cannot say.
 
-``python -m posmech.settings.reference --write`` (``make config-doc``) rewrites them;
+``python -m posmech.settings.reference --write`` (``make config-doc``) rewrites both;
 ``--check`` exits 1 naming the files that differ from what the schema gives
-(``tests/test_config_reference.py`` fails the same way).
+(``tests/test_config_reference.py`` and ``tests/test_settings.py`` fail the same way).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import json
 import re
 import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,10 +31,11 @@ from typing import Any
 import yaml
 
 from posmech.errors import PosmechError
-from posmech.settings import SCHEMA_PATH
+from posmech.settings import MODULES, SCHEMA_PATH
 
 REPO = SCHEMA_PATH.parents[2]
 README_PATH = REPO / "config" / "README.md"
+FIELDS_PATH = Path(__file__).with_name("schema_fields.py")
 #: the command that writes both files (named by every staleness message)
 COMMAND = "make config-doc  (python -m posmech.settings.reference --write)"
 
@@ -76,8 +81,11 @@ def section_schema(schema: dict[str, Any], section: str) -> dict[str, Any]:
     return resolve(node, schema)
 
 
+Entry = tuple[str, dict[str, Any], dict[str, Any], bool]
+
+
 def entries(node: dict[str, Any], schema: dict[str, Any], prefix: str = "",
-            stop: frozenset[str] = frozenset(), where: str = "") -> Iterator[tuple[str, dict[str, Any], dict[str, Any], bool]]:
+            stop: frozenset[str] = frozenset(), where: str = "") -> Iterator[Entry]:
     """``(dotted key relative to the section, the key's schema as written, resolved, required)``
     of every key under ``node``, depth first: an object's keys follow it, a map of
     user-named entries (``additionalProperties`` with keys) gives ``key.<name>.sub``. Keys
@@ -217,11 +225,98 @@ def readme(text: str, schema: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+# --------------------------------------------------------------------------- settings fields
+def class_name(section: str) -> str:
+    """``anatomy.taxa`` -> ``AnatomyTaxaSettings`` (:func:`posmech.settings.settings_class`'s rule)."""
+    return "".join(p.capitalize() for p in re.split(r"[._]", section)) + "Settings"
+
+
+def py_type(raw: dict[str, Any], schema: dict[str, Any], section: str, key: str) -> str:
+    """The Python type of a field: a YAML list is a tuple, a nested object its settings class,
+    a map of user-named entries a dict."""
+    sub = resolve(raw, schema)
+    if sub.get("properties"):
+        return class_name(f"{section}.{key}")
+    names = {int: "int", float: "float", str: "str", bool: "bool"}
+    if "enum" in sub:
+        parts = list(dict.fromkeys(names[type(v)] for v in sub["enum"] if v is not None))
+        return " | ".join(parts + (["None"] if None in sub["enum"] else []))
+    types = sub.get("type", "object")
+    parts = []
+    for t in types if isinstance(types, list) else [types]:
+        if t == "array":
+            parts.append(f"tuple[{py_type(sub.get('items', {}), schema, section, key)}, ...]")
+        elif t == "object":
+            extra = sub.get("additionalProperties")
+            value = "Any"
+            entry = resolve(extra, schema) if isinstance(extra, dict) else {}
+            if "type" in entry and not entry.get("properties"):
+                value = py_type(extra, schema, section, key)
+            parts.append(f"dict[str, {value}]")
+        elif t != "null":
+            parts.append({"integer": "int", "number": "float", "string": "str", "boolean": "bool"}[t])
+    return " | ".join(parts + (["None"] if "null" in types else []))
+
+
+def _comment(text: str, indent: str) -> list[str]:
+    return textwrap.wrap(" ".join(text.split()), width=100, initial_indent=indent + "#: ",
+                         subsequent_indent=indent + "#: ", break_long_words=False, break_on_hyphens=False)
+
+
+def _classes(schema: dict[str, Any], node: dict[str, Any], section: str, name: str, doc: str,
+             out: list[str]) -> None:
+    """The class ``name`` of ``section`` (``node``), after the classes of its nested objects."""
+    body = []
+    for key, raw in node.get("properties", {}).items():
+        sub = resolve(raw, schema)
+        if sub.get("properties"):
+            _classes(schema, sub, f"{section}.{key}", class_name(f"{section}.{key}"),
+                     f"The ``{section}.{key}`` config section: {sub.get('description', '')}", out)
+        body += _comment(sub.get("description", ""), "    ")
+        body.append(f"    {key}: {py_type(raw, schema, section, key)}")
+    doc_lines = textwrap.wrap(" ".join(doc.replace("\\", "\\\\").split()), width=92,
+                              break_long_words=False, break_on_hyphens=False)
+    out += ["", "", "@dataclass(frozen=True)", f"class {name}(Settings):"]
+    out += [f'    """{doc_lines[0]}'] + [f"    {line}" for line in doc_lines[1:]]
+    out[-1] += '"""'
+    out += ["", f'    section: ClassVar[str] = "{section}"', ""] + body
+
+
+FIELDS_HEADER = '''"""Generated from workflow/schemas/config.schema.yaml by ``make config-doc``
+(``python -m posmech.settings.reference --write``): do not edit, change the schema and
+regenerate (``tests/test_settings.py`` fails while this file differs from what the schema gives).
+
+One frozen dataclass per config section with a settings class (:data:`posmech.settings.MODULES`):
+``<Section>Fields``, one typed field per key of the section, in the schema's order, with no
+defaults (the schema's apply); the section's settings class (``posmech.settings.<family>``)
+inherits it and adds only what the schema cannot say. A nested object (``anatomy.taxa``) is a
+whole settings class here, ``<Section><Key>Settings``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from posmech.settings import Settings'''
+
+
+def fields_source(schema: dict[str, Any]) -> str:
+    """The source of :mod:`posmech.settings.schema_fields`."""
+    out = [FIELDS_HEADER]
+    for section in MODULES:
+        _classes(schema, section_schema(schema, section), section, class_name(section).removesuffix("Settings")
+                 + "Fields", f"The fields of config section ``{section}`` (its settings class: "
+                 f"``posmech.settings.{MODULES[section]}.{class_name(section)}``).", out)
+    return "\n".join(out) + "\n"
+
+
 # --------------------------------------------------------------------------- command line
 def written(schema: dict[str, Any] | None = None) -> dict[Path, str]:
     """Each generated file and the text the schema gives it."""
     schema = schema if schema is not None else load_schema()
-    return {README_PATH: readme(README_PATH.read_text(encoding="utf-8"), schema)}
+    return {README_PATH: readme(README_PATH.read_text(encoding="utf-8"), schema),
+            FIELDS_PATH: fields_source(schema)}
 
 
 def stale(schema: dict[str, Any] | None = None) -> list[Path]:
@@ -231,9 +326,11 @@ def stale(schema: dict[str, Any] | None = None) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m posmech.settings.reference", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m posmech.settings.reference",
+                                     description=(__doc__ or "").split("\n")[0])
     group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--write", action="store_true", help="rewrite config/README.md's key tables")
+    group.add_argument("--write", action="store_true",
+                       help="rewrite config/README.md's key tables and settings/schema_fields.py")
     group.add_argument("--check", action="store_true", help="exit 1 when a generated file is stale")
     args = parser.parse_args(argv)
     try:
