@@ -42,6 +42,13 @@ COMMAND = "make config-doc  (python -m posmech.settings.reference --write)"
 BEGIN = re.compile(r"^<!-- generated: (\S+) -->$")
 END = "<!-- end generated -->"
 NAME = "<name>"
+#: the extension keyword marking a position-valued key whose null scales with the model's
+#: context: its rule in words (the rule itself: :data:`posmech.config.CONTEXT_SCALED`)
+SCALES = "x-scales-with-context"
+#: the marker of the table of those keys (config/README.md, "Positions scale with the context")
+SCALED_TABLE = "context-scaled"
+#: the contexts whose values that table shows: GPT-2's (the posts' values) and the demo's
+SCALED_CONTEXTS = {"gpt2 (1024)": 1024, "context 32": 32}
 
 #: how a string pattern of the schema reads in the type column
 PATTERNS = {"^L[0-9]+H[0-9]+$": "`L{l}H{h}`", "^L0H[0-9]+$": "`L0H{h}`", "^[PLKC][0-9]+$": "claim ID"}
@@ -177,6 +184,41 @@ def type_text(raw: dict[str, Any], schema: dict[str, Any]) -> str:
     return " | ".join(parts)
 
 
+def scaled_values(schema: dict[str, Any], section: str, n_ctx: int) -> dict[str, Any]:
+    """The section's defaults with every context-scaled key resolved for ``n_ctx``
+    (:func:`posmech.config.scale_to_context`)."""
+    from posmech.config import apply_defaults, scale_to_context
+
+    return scale_to_context(section, apply_defaults({}, schema["properties"][section], schema), n_ctx)
+
+
+def description(schema: dict[str, Any], sub: dict[str, Any], section: str, key: str) -> str:
+    """A key's description; a context-scaled key's adds its rule (the schema's
+    ``x-scales-with-context``) and the value at GPT-2's context."""
+    from posmech.config import REFERENCE_CONTEXT
+
+    text = " ".join(sub.get("description", "").split())
+    if SCALES in sub:
+        value = scaled_values(schema, section, REFERENCE_CONTEXT)[key]
+        shown = f"`{render(value)}`" if isinstance(value, list) else render(value)
+        text += (f" Left null, it scales with each model's context n_ctx: {sub[SCALES]} "
+                 f"(gpt2, {REFERENCE_CONTEXT} tokens: {shown}).")
+    return text
+
+
+def scaled_table(schema: dict[str, Any]) -> list[str]:
+    """The table of the context-scaled keys: the rule, the values at each of
+    :data:`SCALED_CONTEXTS`."""
+    rows = ["| key | `null` gives, for context `n_ctx` | " + " | ".join(SCALED_CONTEXTS) + " |",
+            "|---|---|" + "---|" * len(SCALED_CONTEXTS)]
+    for section, raw in schema["properties"].items():
+        for key, sub in resolve(raw, schema).get("properties", {}).items():
+            if SCALES in sub:
+                values = [render(scaled_values(schema, section, n)[key]) for n in SCALED_CONTEXTS.values()]
+                rows.append(f"| `{section}.{key}` | {_cell(sub[SCALES])} | " + " | ".join(values) + " |")
+    return rows
+
+
 def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
@@ -190,7 +232,7 @@ def table(schema: dict[str, Any], section: str, sections: frozenset[str]) -> lis
         if not sub.get("description"):
             missing.append(f"{section}.{key}")
         rows.append(f"| `{key}` | {_cell(type_text(raw, schema))} | {_cell(default)} | "
-                    f"{_cell(sub.get('description', ''))} |")
+                    f"{_cell(description(schema, sub, section, key))} |")
     if missing:
         raise PosmechError(f"workflow/schemas/config.schema.yaml: keys {missing} have no description: "
                            "a key is documented where it is defined")
@@ -202,7 +244,7 @@ def readme(text: str, schema: dict[str, Any]) -> str:
     of the schema must be in one table (else an error naming the keys)."""
     lines = text.split("\n")
     marked = [(i, m.group(1)) for i, line in enumerate(lines) if (m := BEGIN.match(line))]
-    sections = frozenset(s for _, s in marked)
+    sections = frozenset(s for _, s in marked) - {SCALED_TABLE}
     out: list[str] = []
     shown: list[str] = []
     i = 0
@@ -213,6 +255,10 @@ def readme(text: str, schema: dict[str, Any]) -> str:
             raise PosmechError(f"config/README.md: `<!-- generated: {section} -->` has no `{END}` after it") from None
         if any(BEGIN.match(line) for line in lines[start + 1:end]):
             raise PosmechError(f"config/README.md: the table of `{section}` has no `{END}` before the next one")
+        if section == SCALED_TABLE:
+            out += lines[i:start + 1] + [""] + scaled_table(schema) + [""]
+            i = end
+            continue
         out += lines[i:start + 1] + [""] + table(schema, section, sections) + [""]
         shown += [f"{section}.{key}" for key, *_ in entries(section_schema(schema, section), schema, "",
                                                           sections, section + ".")]
@@ -272,7 +318,7 @@ def _classes(schema: dict[str, Any], node: dict[str, Any], section: str, name: s
         if sub.get("properties"):
             _classes(schema, sub, f"{section}.{key}", class_name(f"{section}.{key}"),
                      f"The ``{section}.{key}`` config section: {sub.get('description', '')}", out)
-        body += _comment(sub.get("description", ""), "    ")
+        body += _comment(description(schema, sub, section, key), "    ")
         body.append(f"    {key}: {py_type(raw, schema, section, key)}")
     doc_lines = textwrap.wrap(" ".join(doc.replace("\\", "\\\\").split()), width=92,
                               break_long_words=False, break_on_hyphens=False)

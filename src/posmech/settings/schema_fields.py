@@ -290,12 +290,13 @@ class InterventionsFields(Settings):
     corpus: str | None
     #: Documents measured: the first ones of the tokenized corpus with at least `min_tokens` tokens.
     n_documents: int
-    #: Shorter documents are skipped; null: scales with each model's context n_ctx, min(64, n_ctx).
+    #: Shorter documents are skipped. Left null, it scales with each model's context n_ctx: min(64,
+    #: n_ctx) (gpt2, 1024 tokens: 64).
     min_tokens: int | None
     #: Cut documents to this many tokens (null: as tokenized, up to the model's context).
     max_tokens: int | None
-    #: Side of the zoomed attention submatrix in the figures; null: scales with each model's context
-    #: n_ctx, min(50, n_ctx) (the post: 50 × 50).
+    #: Side of the zoomed attention submatrix in the figures (the post: 50 × 50). Left null, it
+    #: scales with each model's context n_ctx: min(50, n_ctx) (gpt2, 1024 tokens: 50).
     zoom: int | None
     #: First query/key position of the zoom window of P5 and P15 (the post: the upper-left corner;
     #: P14 zooms on the first repeat).
@@ -332,15 +333,16 @@ class KernelsFields(Settings):
     seed: int
     #: Keys 0..k0−1 are left out of the softmax (heads parking attention on BOS, as in the post).
     k0: int
-    #: Kernels are computed for every query n in k0..this (the query × key heatmaps, K2); null:
-    #: scales with each model's context n_ctx, min(100, n_ctx − 1) (gpt2: 100).
+    #: Kernels are computed for every query n in k0..this (the query × key heatmaps, K2). Left null,
+    #: it scales with each model's context n_ctx: min(100, n_ctx − 1) (gpt2, 1024 tokens: 100).
     heatmap_max_position: int | None
-    #: Further query positions n of the ETC table, each below the model's context; null: scales with
-    #: each model's context n_ctx, round(f · n_ctx) for f = 100, 200, 400, 600, 800, 1000 / 1024,
-    #: within k0 + 1 .. n_ctx − 1 (gpt2: `[100, 200, 400, 600, 800, 1000]`).
+    #: Further query positions n of the ETC table, each below the model's context. Left null, it
+    #: scales with each model's context n_ctx: round(f · n_ctx), f = 100, 200, 400, 600, 800, 1000 /
+    #: 1024, within k0 + 1 .. n_ctx − 1 (gpt2, 1024 tokens: `[100, 200, 400, 600, 800, 1000]`).
     etc_positions: tuple[int, ...] | None
-    #: n of the K4 heatmap, of the kernel types and of the scorecard; must be in `etc_positions`;
-    #: null: the largest of each model's `etc_positions` (gpt2: 1000).
+    #: n of the K4 heatmap, of the kernel types and of the scorecard; must be in `etc_positions`.
+    #: Left null, it scales with each model's context n_ctx: the largest of `etc_positions` (gpt2,
+    #: 1024 tokens: 1000).
     etc_heatmap_position: int | None
     #: A kernel is `local` when ETC / (n − k0 + 1) is below this (K3; study: ETC < 20 at n = 1000).
     local_max_fraction: float
@@ -387,12 +389,13 @@ class ContextualFields(Settings):
     #: Largest destination position n of the stored denominators (K8) and of K10's rows; null: n_ctx
     #: − 2 (gpt2: 1022, the post's K10 n).
     max_position: int | None
-    #: K6 destination positions n (each ≤ `max_position`); null: scales with each model's context
-    #: n_ctx, round(f · n_ctx) for f = 399, 699, 1022 / 1024, within k0 + 1 .. max_position (gpt2:
-    #: `[399, 699, 1022]`).
+    #: K6 destination positions n (each ≤ `max_position`). Left null, it scales with each model's
+    #: context n_ctx: round(f · n_ctx), f = 399, 699, 1022 / 1024, within k0 + 1 .. max_position
+    #: (gpt2, 1024 tokens: `[399, 699, 1022]`).
     positions: tuple[int, ...] | None
-    #: K6 draws the last `grid²` keys as a `grid × grid` image; null: scales with each model's
-    #: context, min(20, ⌊√(max_position + 1)⌋) (the post, gpt2: 20 × 20 = 400 keys; the demo: 5).
+    #: K6 draws the last `grid²` keys as a `grid × grid` image (the post: 20 × 20 = 400 keys; the
+    #: demo: 5). Left null, it scales with each model's context n_ctx: min(20, ⌊√(max_position +
+    #: 1)⌋) (gpt2, 1024 tokens: 20).
     grid: int | None
     #: Keys before k0 (BOS) are left out of ETC, local mass and the TV distances (renormalised over
     #: k0..n).
@@ -409,15 +412,16 @@ class ContextualFields(Settings):
     #: K7: else `contextual` when ETC / n_keys is below this; else `other`.
     uniform_min_fraction: float
     #: K8: a head's spread across texts is the mean over n ≥ this of the std over texts of log Z(n)
-    #: (skips the first positions, where BOS dominates); null: scales with each model's context
-    #: n_ctx, round(100 / 1024 · n_ctx), within 1 .. max_position − 1 (gpt2: 100).
+    #: (skips the first positions, where BOS dominates). Left null, it scales with each model's
+    #: context n_ctx: round(100 / 1024 · n_ctx), within 1 .. max_position − 1 (gpt2, 1024 tokens:
+    #: 100).
     denominator_from: int | None
     #: K8: how many contextual heads are reported as varying most across texts (the post: two, heads
     #: 6 and 8).
     n_most_varying: int
-    #: K9: destination positions n of the variance model (each ≤ `max_position`); null: scales with
-    #: each model's context n_ctx, round(f · n_ctx) for f = 100, 400, 1000 / 1024, within 2 ..
-    #: max_position (gpt2: `[100, 400, 1000]`).
+    #: K9: destination positions n of the variance model (each ≤ `max_position`). Left null, it
+    #: scales with each model's context n_ctx: round(f · n_ctx), f = 100, 400, 1000 / 1024, within 2
+    #: .. max_position (gpt2, 1024 tokens: `[100, 400, 1000]`).
     variance_positions: tuple[int, ...] | None
     #: K9: i.i.d. redraws of keys 1..n−1 from the text's own tokens (positions fixed), per text and
     #: n.
@@ -448,8 +452,8 @@ class NeuronsFields(Settings):
     calibration_text: str | int | None
     #: Destination positions n ≥ this enter the calibration median Z̄, the neuron ranking and the C3
     #: fit metrics (the first positions are dominated by BOS; the demo: 8); below the model's
-    #: context; null: scales with each model's context n_ctx, round(100 / 1024 · n_ctx), within 1 ..
-    #: n_ctx − 3 (gpt2: 100).
+    #: context. Left null, it scales with each model's context n_ctx: round(100 / 1024 · n_ctx),
+    #: within 1 .. n_ctx − 3 (gpt2, 1024 tokens: 100).
     from_position: int | None
     #: n* of the stored extended embeddings (content score and positional pattern at n*); null:
     #: `contextual.max_position`.
