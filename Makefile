@@ -5,6 +5,8 @@
 #   make clean-demo – delete what `make demo` wrote (its outputs, logs/, benchmarks/); keeps .venv
 #   make selfcheck  – run the DAG on hand-built models with known answers (config/selfcheck.yaml)
 #                     and compare every verdict with the expected one; non-zero on any disagreement
+#   make config-doc – rewrite what is written from the config schema: config/README.md's key tables
+#                     and the settings fields (src/posmech/settings/schema_fields.py)
 PYTHON ?= python3
 VENV   ?= .venv
 # Snakemake's --cores: every core of the machine (`all`), no more: on a 2-core machine 8
@@ -23,7 +25,7 @@ BIN    := $(VENV)/bin
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_PIN   := $(shell grep -E '^torch==' requirements.lock)
 
-.PHONY: setup demo study test lint format clean-demo selfcheck
+.PHONY: setup demo study test lint format clean-demo selfcheck config-doc
 
 $(BIN)/snakemake: requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +66,14 @@ study: setup
 
 test: setup
 	$(BIN)/python -m pytest -q -ra --durations=30
+
+# A config key is written once, in workflow/schemas/config.schema.yaml (type, default,
+# description); config/README.md's key tables and the settings classes' fields
+# (src/posmech/settings/schema_fields.py) are written from it (src/posmech/settings/reference.py).
+# Run after changing the schema; tests/test_config_reference.py and tests/test_settings.py fail
+# until the files agree.
+config-doc: setup
+	$(BIN)/python -m posmech.settings.reference --write
 
 lint: setup
 	$(BIN)/snakemake --lint --configfile config/demo.yaml

@@ -146,16 +146,21 @@ def _filled():
                            copy.deepcopy(SCHEMA))
 
 
-def test_every_context_scaled_key_defaults_to_null_and_states_its_rule():
+def test_every_context_scaled_key_defaults_to_null_and_the_schema_states_its_rule():
+    """The keys with a rule (CONTEXT_SCALED) are those the schema marks
+    `x-scales-with-context` (the rule in words, which config/README.md shows)."""
     from posmech.core.config import CONTEXT_SCALED, schema_keys
 
     keys = schema_keys(SCHEMA)
     assert set(CONTEXT_SCALED) == set(POSTS) and all(set(CONTEXT_SCALED[s]) == set(POSTS[s]) for s in POSTS)
-    for section, rules in CONTEXT_SCALED.items():
-        for key in rules:
-            sub = keys[f"{section}.{key}"]
-            assert sub["default"] is None and "null" in sub["type"], f"{section}.{key}"
-            assert "scale" in sub["description"] or "largest" in sub["description"], f"{section}.{key}"
+    marked = {k for k, sub in keys.items() if "x-scales-with-context" in sub}
+    assert marked == {f"{s}.{k}" for s, rules in CONTEXT_SCALED.items() for k in rules}, (
+        "a key scales with the context when the schema says so (`x-scales-with-context: <rule>`) and "
+        "posmech.core.config.CONTEXT_SCALED has its rule: give both"
+    )
+    for key in marked:
+        assert keys[key]["default"] is None and "null" in keys[key]["type"], key
+        assert keys[key]["x-scales-with-context"].strip(), key
 
 
 def test_at_1024_tokens_the_rules_give_the_posts_values():

@@ -1,91 +1,58 @@
-"""The schema is the one source of keys and defaults (issue 12): config/README.md documents
-exactly the schema's keys with the schema's defaults, and the shipped configs state only
-what differs from them."""
+"""The schema is the one source of keys, defaults and their documentation (issues 12, 48):
+config/README.md's key tables are written from it (``make config-doc``,
+:mod:`posmech.settings.reference`), and the shipped configs state only what differs from
+its defaults."""
 
 from __future__ import annotations
 
 import copy
-import re
 from pathlib import Path
 
 import pytest
 import yaml
 
 from posmech.core.config import apply_defaults, load_schema, redundant_keys, schema_keys
+from posmech.core.errors import PosmechError
+from posmech.settings.reference import COMMAND, all_keys, entries, readme
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml")
 README = REPO / "config" / "README.md"
 CONFIGS = ["config.yaml", "demo.yaml", "ci.yaml"]
 
-HEADING = re.compile(r"^#{2,3} `([^`]+)`")
-CELL_SPLIT = re.compile(r"(?<!\\)\|")
 
-
-def documented_keys(text: str) -> dict[str, str | None]:
-    """Dotted key → the README's default cell (None for a section heading). Sections are
-    the headings ``## `cache` …`` / ``### `models.<name>.train```; a row's first cell
-    names one or more keys (``| `n_layer`, `n_head` | int | 2, 4 | …``)."""
-    out: dict[str, str | None] = {}
-    section = None
-    for line in text.splitlines():
-        m = HEADING.match(line)
-        if m:
-            section = m.group(1)
-            out[re.sub(r"\.<name>$", "", section)] = None
-            continue
-        if section and line.startswith("| `"):
-            cells = [c.strip() for c in CELL_SPLIT.split(line.strip().strip("|"))]
-            names = re.findall(r"`([^`]+)`", cells[0])
-            parts = [p.strip() for p in cells[2].split(",")] if len(names) > 1 else [cells[2]]
-            for i, name in enumerate(names):
-                out[f"{section}.{name}"] = parts[i] if len(parts) == len(names) else cells[2]
-    return out
-
-
-def render(value: object) -> str:
-    """A default as the README writes it (YAML flow style)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, list):
-        return "[" + ", ".join(render(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {render(v)}" for k, v in value.items()) + "}"
-    return str(value)
-
-
-def test_every_schema_key_is_documented_and_every_documented_key_exists():
-    keys = schema_keys(SCHEMA)
+def test_the_readme_tables_are_written_from_the_schema():
+    """config/README.md's key tables are what `make config-doc` writes from the schema (each
+    key's type, default and description), and they show every key of the schema."""
+    keys = all_keys(SCHEMA)
     assert len(keys) >= 120 and "interventions.prev_knockout.period" in keys
-    doc = documented_keys(README.read_text(encoding="utf-8"))
-    undocumented = [k for k, sub in keys.items()
-                    if k not in doc and not (sub.get("properties") and any(d.startswith(k + ".") for d in doc))]
-    unknown = [k for k in doc if k not in keys]
-    assert not undocumented, f"config/README.md lacks {undocumented}: add a row to its section's table"
-    assert not unknown, f"config/README.md documents {unknown}, which the schema does not have"
+    assert set(keys) == {k for k in schema_keys(SCHEMA) if "." in k}  # every key below a section
+    assert readme(README.read_text(encoding="utf-8"), SCHEMA) == README.read_text(encoding="utf-8"), (
+        f"config/README.md is stale: its key tables differ from the schema's keys; run {COMMAND}"
+    )
 
 
-def test_documented_defaults_are_the_schema_defaults():
-    keys = schema_keys(SCHEMA)
-    wrong = []
-    for key, cell in documented_keys(README.read_text(encoding="utf-8")).items():
-        if cell is None or "default" not in keys[key]:
-            continue
-        want, got = render(keys[key]["default"]), cell.replace("`", "")
-        if want in got or (want == "[]" and got == "all"):  # an empty name list selects all
-            continue
-        wrong.append(f"{key}: schema {want!r}, README {cell!r}")
-    assert not wrong, "\n".join(wrong)
-
-
-def test_the_reference_check_fails_on_a_drifted_readme():
+def test_the_reference_check_fails_on_a_drifted_readme_or_schema():
     text = README.read_text(encoding="utf-8")
-    doc = documented_keys(text.replace("| `k0` | int | 2 |", "| `k0` | int | 3 |"))
-    assert doc["kernels.k0"] == "3" and render(schema_keys(SCHEMA)["kernels.k0"]["default"]) == "2"
-    dropped = documented_keys(text.replace("| `engine` |", "| engine |"))
-    assert "cache.engine" not in dropped and "cache.engine" in schema_keys(SCHEMA)
+    assert "| `k0` | int ≥ 0 | `2` |" in text
+    drifted = text.replace("| `k0` | int ≥ 0 | `2` |", "| `k0` | int ≥ 0 | `3` |")
+    assert readme(drifted, SCHEMA) == text  # a hand edit of a row is overwritten
+    schema = copy.deepcopy(SCHEMA)
+    schema["properties"]["kernels"]["properties"]["k0"]["default"] = 3
+    assert "| `k0` | int ≥ 0 | `3` |" in readme(text, schema)  # a changed default shows
+    del schema["properties"]["kernels"]["properties"]["k0"]["description"]
+    with pytest.raises(PosmechError, match=r"\['kernels.k0'\] have no description"):
+        readme(text, schema)
+    untabled = text.replace("<!-- generated: twins -->", "<!-- twins -->")
+    with pytest.raises(PosmechError, match=r"no table shows \['twins.enabled', 'twins.models', 'twins.seed'\]"):
+        readme(untabled, SCHEMA)
+    with pytest.raises(PosmechError, match="no config section `nope`"):
+        readme(text.replace("<!-- generated: twins -->", "<!-- generated: nope -->"), SCHEMA)
+
+
+def test_a_key_described_beside_its_ref_keeps_its_own_description():
+    keys = dict(((k, sub) for k, _, sub, _ in entries(SCHEMA["properties"]["kernels"], SCHEMA)))
+    assert keys["models"]["default"] == [] and "kernels are computed" in keys["models"]["description"]
 
 
 @pytest.mark.parametrize("name", CONFIGS)

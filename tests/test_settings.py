@@ -1,6 +1,7 @@
 """posmech.settings: one typed, frozen settings object per family, built from the validated
-config section; its fields are exactly the schema's keys (the schema stays the single
-source of defaults and documentation)."""
+config section; its fields are exactly the schema's keys, written from the schema
+(posmech.settings.schema_fields, ``make config-doc``; the schema stays the single source of
+keys, defaults and documentation)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import yaml
 from posmech.core.config import load_schema, validate_config
 from posmech.core.errors import PosmechError
 from posmech.settings import MODULES, Settings, _settings_class, build, defaults, settings_class
+from posmech.settings.reference import COMMAND, FIELDS_PATH, fields_source
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = load_schema(REPO / "workflow/schemas/config.schema.yaml")
@@ -50,6 +52,20 @@ def _check_fields(cls: type[Settings], section_schema: dict, where: str) -> None
 @pytest.mark.parametrize("section", list(MODULES))
 def test_fields_are_the_schema_keys(section):
     _check_fields(settings_class(section), SCHEMA["properties"][section], section)
+
+
+def test_the_fields_are_written_from_the_schema():
+    assert fields_source(SCHEMA) == FIELDS_PATH.read_text(encoding="utf-8"), (
+        f"src/posmech/settings/schema_fields.py is stale: its fields differ from the schema's keys; run {COMMAND}"
+    )
+
+
+@pytest.mark.parametrize("section", list(MODULES))
+def test_a_settings_class_adds_no_field_to_the_written_ones(section):
+    cls = settings_class(section)
+    base = cls.__mro__[1]
+    assert base.__module__ == "posmech.settings.schema_fields" and base.__name__ == cls.__name__[:-8] + "Fields"
+    assert dataclasses.fields(cls) == dataclasses.fields(base) and cls.section == section
 
 
 @pytest.mark.parametrize("name", CONFIGS)

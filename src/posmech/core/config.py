@@ -313,35 +313,29 @@ def _isqrt(n: int) -> int:
     return math.isqrt(max(int(n), 0))
 
 
-# Per section: key -> (the rule in words, the function of (section params, n_ctx) giving the
-# value when the key is null). A key given a value is used as given. At a 1024-token context
-# every rule gives the posts' value (tests/test_config.py), so GPT-2's results are unchanged.
-CONTEXT_SCALED: dict[str, dict[str, tuple[str, Any]]] = {
+# Per section: key -> the function of (section params, n_ctx) giving the value when the key
+# is null (None: resolved after the others). The schema marks each such key with its rule in
+# words (`x-scales-with-context`; tests/test_config.py holds the two to the same keys), which
+# config/README.md shows. A key given a value is used as given. At a 1024-token context every
+# rule gives the posts' value (tests/test_config.py), so GPT-2's results are unchanged.
+CONTEXT_SCALED: dict[str, dict[str, Any]] = {
     "kernels": {
-        "heatmap_max_position": ("min(100, n_ctx - 1)", lambda p, n: min(100, n - 1)),
-        "etc_positions": (
-            "round(f · n_ctx) for f = 100, 200, 400, 600, 800, 1000 / 1024, within k0 + 1 .. n_ctx - 1",
-            lambda p, n: _fractions([100, 200, 400, 600, 800, 1000], n, int(p["k0"]) + 1, n - 1)),
-        "etc_heatmap_position": ("the largest of `etc_positions`", None),  # resolved after etc_positions
+        "heatmap_max_position": lambda p, n: min(100, n - 1),
+        "etc_positions": lambda p, n: _fractions([100, 200, 400, 600, 800, 1000], n, int(p["k0"]) + 1, n - 1),
+        "etc_heatmap_position": None,  # the largest of etc_positions, resolved after them
     },
     "contextual": {
-        "positions": (
-            "round(f · n_ctx) for f = 399, 699, 1022 / 1024, within k0 + 1 .. max_position",
-            lambda p, n: _fractions([399, 699, 1022], n, int(p["k0"]) + 1, _max_position(p, n))),
-        "variance_positions": (
-            "round(f · n_ctx) for f = 100, 400, 1000 / 1024, within 2 .. max_position",
-            lambda p, n: _fractions([100, 400, 1000], n, 2, _max_position(p, n))),
-        "denominator_from": ("round(100 / 1024 · n_ctx), within 1 .. max_position - 1",
-                             lambda p, n: _fractions([100], n, 1, _max_position(p, n) - 1)[0]),
-        "grid": ("min(20, ⌊√(max_position + 1)⌋)", lambda p, n: max(2, min(20, _isqrt(_max_position(p, n) + 1)))),
+        "positions": lambda p, n: _fractions([399, 699, 1022], n, int(p["k0"]) + 1, _max_position(p, n)),
+        "variance_positions": lambda p, n: _fractions([100, 400, 1000], n, 2, _max_position(p, n)),
+        "denominator_from": lambda p, n: _fractions([100], n, 1, _max_position(p, n) - 1)[0],
+        "grid": lambda p, n: max(2, min(20, _isqrt(_max_position(p, n) + 1))),
     },
     "neurons": {
-        "from_position": ("round(100 / 1024 · n_ctx), within 1 .. n_ctx - 3",
-                          lambda p, n: _fractions([100], n, 1, max(1, n - 3))[0]),
+        "from_position": lambda p, n: _fractions([100], n, 1, max(1, n - 3))[0],
     },
     "interventions": {
-        "min_tokens": ("min(64, n_ctx)", lambda p, n: min(64, n)),
-        "zoom": ("min(50, n_ctx)", lambda p, n: max(2, min(50, n))),
+        "min_tokens": lambda p, n: min(64, n),
+        "zoom": lambda p, n: max(2, min(50, n)),
     },
 }
 
@@ -358,7 +352,7 @@ def scale_to_context(section: str, params: dict[str, Any], n_ctx: int) -> dict[s
     rule gives for ``n_ctx``; a key given a value keeps it, exactly. Sections without such
     keys are returned as copies."""
     out = dict(params)
-    for key, (_, rule) in CONTEXT_SCALED.get(section, {}).items():
+    for key, rule in CONTEXT_SCALED.get(section, {}).items():
         if out.get(key) is None and rule is not None:
             out[key] = rule(out, int(n_ctx))
     if section == "kernels" and out.get("etc_heatmap_position") is None:

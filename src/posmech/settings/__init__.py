@@ -1,10 +1,11 @@
 """Typed settings: one frozen object per analysis family, built once from its config section.
 
 The schema (``workflow/schemas/config.schema.yaml``) stays the single source of keys,
-defaults and documentation: a settings class declares each key of its section as a typed
-field **without a default**, and :meth:`Settings.from_config` fills it from the validated
-config (the schema's defaults already applied). ``tests/test_settings.py`` checks that
-every class has exactly its section's keys, nested objects included.
+defaults and documentation: each key of a section is a typed field **without a default**
+of a class written from the schema (:mod:`posmech.settings.schema_fields`, ``make
+config-doc``), which the section's settings class inherits, and :meth:`Settings.from_config`
+fills it from the validated config (the schema's defaults already applied).
+``tests/test_settings.py`` fails when the written fields are not what the schema gives.
 
 What a family's section means beyond its raw keys lives next to it, in
 ``posmech.settings.<family>``: a corpus left null resolved to the first configured corpus
@@ -60,8 +61,9 @@ def _thaw(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class Settings:
-    """A config section as a frozen, typed object (subclasses declare ``section`` and one
-    field per key of that section, no defaults: the schema's apply)."""
+    """A config section as a frozen, typed object (subclasses, written from the schema in
+    :mod:`posmech.settings.schema_fields`, declare ``section`` and one field per key of that
+    section, no defaults: the schema's apply)."""
 
     #: the config key of the section (``kernels``), or the dotted path of a nested object
     #: (``interventions.prev_knockout``) for a class used as a field of another

@@ -4,45 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 
-from posmech.settings import Settings, first_corpus
-
-
-@dataclass(frozen=True)
-class AnatomyTaxaSettings(Settings):
-    """The ``anatomy.taxa`` config section (config/README.md; defaults: the schema): the
-    score taxa's thresholds (:func:`posmech.analyses.anatomy.classify_taxa`)."""
-
-    section: ClassVar[str] = "anatomy.taxa"
-
-    row_min: float
-    dip_min: float
-    bump_min: float
-    fraction_min: float
-    trend_min: float | None
+from posmech.settings import first_corpus
+# anatomy.taxa's class is written whole from the schema; imported here too, where it was
+from posmech.settings.schema_fields import AnatomyFields, AnatomyTaxaSettings  # noqa: F401
 
 
 @dataclass(frozen=True)
-class AnatomySettings(Settings):
-    """The ``anatomy`` config section (config/README.md; defaults: the schema)."""
-
-    section: ClassVar[str] = "anatomy"
-
-    models: tuple[str, ...]
-    corpus: str | None
-    context: int | None
-    heads: dict[str, tuple[str, ...]]
-    document: int
-    zoom_start: int
-    zoom_size: int
-    figure_heads: int
-    n_documents: int
-    batch_size: int
-    window: int
-    rows_per_document: int | None
-    first_query: int | None
-    taxa: AnatomyTaxaSettings
+class AnatomySettings(AnatomyFields):
+    """The ``anatomy`` config section: its keys are the fields of
+    :mod:`posmech.settings.schema_fields` (from the schema; config/README.md)."""
 
     def resolved(self, config: Mapping[str, Any]) -> AnatomySettings:
         """``corpus`` null: the first configured corpus (what the tables record)."""

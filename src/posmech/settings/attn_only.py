@@ -4,61 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from posmech.core.errors import PosmechError
-from posmech.settings import Settings
+# the nested objects' classes are written whole from the schema; imported here too, where they were
+from posmech.settings.schema_fields import (  # noqa: F401
+    AttnOnlyBosInductionSettings,
+    AttnOnlyFields,
+    AttnOnlyInductionScoreSettings,
+    AttnOnlyRoleMinScoreSettings,
+)
 
 
 @dataclass(frozen=True)
-class AttnOnlyInductionScoreSettings(Settings):
-    """The ``attn_only.induction_score`` config section (config/README.md; defaults: the schema)."""
-
-    section: ClassVar[str] = "attn_only.induction_score"
-
-    n_sequences: int
-    half_length: int
-
-
-@dataclass(frozen=True)
-class AttnOnlyBosInductionSettings(Settings):
-    """The ``attn_only.bos_induction`` config section (config/README.md; defaults: the schema)."""
-
-    section: ClassVar[str] = "attn_only.bos_induction"
-
-    n_samples: int
-    n_random: int
-
-
-@dataclass(frozen=True)
-class AttnOnlyRoleMinScoreSettings(Settings):
-    """The ``attn_only.role_min_score`` config section (config/README.md; defaults: the schema)."""
-
-    section: ClassVar[str] = "attn_only.role_min_score"
-
-    previous: float
-    look_back_two: float
-    induction: float
-
-
-@dataclass(frozen=True)
-class AttnOnlySettings(Settings):
-    """The ``attn_only`` config section (config/README.md; defaults: the schema)."""
-
-    section: ClassVar[str] = "attn_only"
-
-    models: tuple[str, ...]
-    seed: int
-    n_sequences: int
-    n_tokens: int
-    query: int
-    first_query: int
-    bos: bool | str
-    batch_size: int
-    induction_score: AttnOnlyInductionScoreSettings
-    bos_induction: AttnOnlyBosInductionSettings
-    role_min_score: AttnOnlyRoleMinScoreSettings
-    pin: dict[str, Any]
+class AttnOnlySettings(AttnOnlyFields):
+    """The ``attn_only`` config section: its keys are the fields of
+    :mod:`posmech.settings.schema_fields` (from the schema; config/README.md)."""
 
     def bos_for(self, entry: Mapping[str, Any]) -> bool:
         """Whether the sequences of the model of config entry ``entry`` start with BOS:

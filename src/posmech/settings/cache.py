@@ -3,29 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
-from posmech.settings import Settings
+from posmech.settings.schema_fields import CacheFields
 
 
 @dataclass(frozen=True)
-class CacheSettings(Settings):
-    """The ``cache`` config section (config/README.md; defaults: the schema)."""
-
-    section: ClassVar[str] = "cache"
-
-    models: tuple[str, ...]
-    corpora: tuple[str, ...]
-    hooks: tuple[str, ...]
-    n_documents: int | None
-    batch_size: int
-    storage_dtype: str
-    compression: str | None
-    compression_level: int
-    chunk_tokens: int
-    checkpoint_every: int
-    checkpoint_seconds: float
-    engine: str
+class CacheSettings(CacheFields):
+    """The ``cache`` config section: its keys are the fields of
+    :mod:`posmech.settings.schema_fields` (from the schema; config/README.md)."""
 
     def fingerprint_fields(self) -> dict[str, Any]:
         """The settings that shape a cache file's contents (part of the resume fingerprint of

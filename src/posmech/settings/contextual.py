@@ -4,45 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
-from posmech.settings import Settings, first_corpus
+from posmech.settings import first_corpus
+from posmech.settings.schema_fields import ContextualFields
 
 
 @dataclass(frozen=True)
-class ContextualSettings(Settings):
-    """The ``contextual`` config section (config/README.md; defaults: the schema).
+class ContextualSettings(ContextualFields):
+    """The ``contextual`` config section: its keys are the fields of
+    :mod:`posmech.settings.schema_fields` (from the schema; config/README.md).
 
     Resolved (:meth:`resolved`): ``corpora`` (empty: every corpus) in the config's order
     with the pattern corpus first, ``pattern_corpus`` (null: the first of them),
     ``scale_corpus`` (null: the first configured corpus). The positions left null scale
     with a model's context (:meth:`scaled`,
     :func:`posmech.analyses.contextual.resolved_positions`)."""
-
-    section: ClassVar[str] = "contextual"
-
-    models: tuple[str, ...]
-    corpora: tuple[str, ...]
-    pattern_corpus: str | None
-    scale_corpus: str | None
-    destination_token: str
-    ln_scale: float | None
-    n_per_corpus: int
-    seed: int
-    max_position: int | None
-    positions: tuple[int, ...] | None
-    grid: int | None
-    k0: int
-    classify_position: int | None
-    local_window: int
-    duplicate_min_excess: float
-    local_min_mass: float
-    uniform_min_fraction: float
-    denominator_from: int | None
-    n_most_varying: int
-    variance_positions: tuple[int, ...] | None
-    n_resamples: int
-    mostly_positional_max_tv: float
 
     def resolved(self, config: Mapping[str, Any]) -> ContextualSettings:
         """The corpora resolved against ``config["corpora"]``: ``corpora`` the chosen ones

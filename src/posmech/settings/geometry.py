@@ -3,25 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
-from posmech.settings import Settings
+from posmech.settings.schema_fields import GeometryFields
 
 
 @dataclass(frozen=True)
-class GeometrySettings(Settings):
-    """The ``geometry`` config section (config/README.md; defaults: the schema)."""
-
-    section: ClassVar[str] = "geometry"
-
-    models: tuple[str, ...]
-    n_tokens: int
-    seed: int
-    batch_size: int
-    bos: str
-    first_position: int | None
-    layer: int
-    n_components: int
-    k: int
-    min_gap: float
-    sparsity_threshold: float
+class GeometrySettings(GeometryFields):
+    """The ``geometry`` config section: its keys are the fields of
+    :mod:`posmech.settings.schema_fields` (from the schema; config/README.md)."""

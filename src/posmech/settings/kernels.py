@@ -4,35 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
-from posmech.settings import Settings, first_corpus
+from posmech.settings import first_corpus
+from posmech.settings.schema_fields import KernelsFields
 
 
 @dataclass(frozen=True)
-class KernelsSettings(Settings):
-    """The ``kernels`` config section (config/README.md; defaults: the schema).
+class KernelsSettings(KernelsFields):
+    """The ``kernels`` config section: its keys are the fields of
+    :mod:`posmech.settings.schema_fields` (from the schema; config/README.md).
 
     Resolved (:meth:`resolved`): ``means_corpus`` and ``query_corpus`` left null are the
     first configured corpus. The query positions left null scale with a model's context
     (:meth:`scaled`); kernels.h5 records them (``kernels_config``) and the rules reading
     it use those (:meth:`recorded`)."""
-
-    section: ClassVar[str] = "kernels"
-
-    models: tuple[str, ...]
-    means_corpus: str | None
-    query_corpus: str | None
-    n_chapters: int
-    seed: int
-    k0: int
-    heatmap_max_position: int | None
-    etc_positions: tuple[int, ...] | None
-    etc_heatmap_position: int | None
-    local_max_fraction: float
-    uniform_min_fraction: float
-    equivariance_max_offset: int
-    selected_heads: tuple[str, ...]
 
     def resolved(self, config: Mapping[str, Any]) -> KernelsSettings:
         """The corpora left null (``means_corpus``, ``query_corpus``): the first corpus."""

@@ -4,30 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from posmech.core.errors import PosmechError
-from posmech.settings import Settings
+from posmech.settings.schema_fields import NeuronsFields
 
 
 @dataclass(frozen=True)
-class NeuronsSettings(Settings):
-    """The ``neurons`` config section (config/README.md; defaults: the schema)."""
-
-    section: ClassVar[str] = "neurons"
-
-    models: tuple[str, ...]
-    heads: tuple[str, ...]
-    head_classes: tuple[str, ...]
-    calibration_text: str | int | None
-    from_position: int | None
-    reference_position: int | None
-    ln2: str
-    ln2_scale: float | None
-    neurons: tuple[int, ...]
-    n_auto: int
-    n_tokens: int
-    min_token_count: int
+class NeuronsSettings(NeuronsFields):
+    """The ``neurons`` config section: its keys are the fields of
+    :mod:`posmech.settings.schema_fields` (from the schema; config/README.md)."""
 
 
 def has_mlp(name: str, entry: Mapping[str, Any], arch: Any) -> bool:

@@ -4,25 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 
-from posmech.settings import Settings, first_corpus
+from posmech.settings import first_corpus
+from posmech.settings.schema_fields import PosembedAveragingFields, PosembedAttentionFields
 
 
 @dataclass(frozen=True)
-class PosembedAveragingSettings(Settings):
-    """The ``posembed_averaging`` config section (config/README.md; defaults: the schema)."""
-
-    section: ClassVar[str] = "posembed_averaging"
-
-    models: tuple[str, ...]
-    corpus: str | None
-    n_documents: int
-    ks: tuple[int, ...]
-    prompts: str
-    prompt_ids: tuple[str, ...]
-    loss_tolerance: float
-    probability_tolerance: float
+class PosembedAveragingSettings(PosembedAveragingFields):
+    """The ``posembed_averaging`` config section: its keys are the fields of
+    :mod:`posmech.settings.schema_fields` (from the schema; config/README.md)."""
 
     def resolved(self, config: Mapping[str, Any]) -> PosembedAveragingSettings:
         """``corpus`` null: the first configured corpus (what the tables record)."""
@@ -30,17 +21,9 @@ class PosembedAveragingSettings(Settings):
 
 
 @dataclass(frozen=True)
-class PosembedAttentionSettings(Settings):
-    """The ``posembed_attention`` config section (config/README.md; defaults: the schema)."""
-
-    section: ClassVar[str] = "posembed_attention"
-
-    models: tuple[str, ...]
-    corpus: str | None
-    document: int
-    start: int
-    size: int
-    k: int
+class PosembedAttentionSettings(PosembedAttentionFields):
+    """The ``posembed_attention`` config section: its keys are the fields of
+    :mod:`posmech.settings.schema_fields` (from the schema; config/README.md)."""
 
     def resolved(self, config: Mapping[str, Any]) -> PosembedAttentionSettings:
         """``corpus`` null: the first configured corpus (what the tables record)."""

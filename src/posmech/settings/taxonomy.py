@@ -4,26 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 
-from posmech.settings import Settings, first_corpus
+from posmech.settings import first_corpus
+from posmech.settings.schema_fields import TaxonomyFields
 
 
 @dataclass(frozen=True)
-class TaxonomySettings(Settings):
-    """The ``taxonomy`` config section (config/README.md; defaults: the schema)."""
-
-    section: ClassVar[str] = "taxonomy"
-
-    models: tuple[str, ...]
-    corpus: str | None
-    n_documents: int
-    context: int | None
-    batch_size: int
-    exclude_first_query: bool
-    tie_rtol: float
-    early_top_n: int
-    pin: dict[str, Any]
+class TaxonomySettings(TaxonomyFields):
+    """The ``taxonomy`` config section: its keys are the fields of
+    :mod:`posmech.settings.schema_fields` (from the schema; config/README.md)."""
 
     def resolved(self, config: Mapping[str, Any]) -> TaxonomySettings:
         """``corpus`` null: the first configured corpus (what the tables record)."""
