@@ -1,6 +1,6 @@
-"""Rule anatomy: the anatomy family's job for one model (docs/workflow.md, "Families"):
-score_anatomy, score_taxa, in one process (posmech.pipeline.runner.run_family; the analyses
-and their links: posmech.core.families)."""
+"""Rule anatomy: the anatomy family's job for one model (docs/workflow.md, "Families"): the
+analyses declared in workflow/analyses/anatomy.yaml, in order, in one process
+(posmech.pipeline.runner.run_family)."""
 
 from importlib import import_module
 

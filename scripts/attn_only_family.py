@@ -1,6 +1,6 @@
-"""Rule attn_only: the attn_only family's job for one model (docs/workflow.md, "Families"):
-random_token_patterns, input_decomposition, in one process (posmech.pipeline.runner.run_family; the analyses
-and their links: posmech.core.families)."""
+"""Rule attn_only: the attn_only family's job for one model (docs/workflow.md, "Families"): the
+analyses declared in workflow/analyses/attn_only.yaml, in order, in one process
+(posmech.pipeline.runner.run_family)."""
 
 from importlib import import_module
 

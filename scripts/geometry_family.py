@@ -1,6 +1,6 @@
-"""Rule geometry: the geometry family's job for one model (docs/workflow.md, "Families"):
-extended_positional_embeddings, positional_pca, canonical_angles, positional_sparsity, in one
-process (posmech.pipeline.runner.run_family)."""
+"""Rule geometry: the geometry family's job for one model (docs/workflow.md, "Families"): the
+analyses declared in workflow/analyses/geometry.yaml, in order, in one process
+(posmech.pipeline.runner.run_family)."""
 
 from importlib import import_module
 

@@ -1,5 +1,5 @@
 """Rule interventions: the interventions family's job for one model (docs/workflow.md, "Families"):
-prev_knockout, repeated_tokens, induction_intervention, in one process
+the analyses declared in workflow/analyses/interventions.yaml, in order, in one process
 (posmech.pipeline.runner.run_family)."""
 
 from importlib import import_module

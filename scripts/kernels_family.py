@@ -1,6 +1,6 @@
-"""Rule kernels: the kernels family's job for one model (docs/workflow.md, "Families"):
-positional_kernels, etc_table, kernel_heatmaps, in one process (posmech.pipeline.runner.run_family; the analyses
-and their links: posmech.core.families)."""
+"""Rule kernels: the kernels family's job for one model (docs/workflow.md, "Families"): the
+analyses declared in workflow/analyses/kernels.yaml, in order, in one process
+(posmech.pipeline.runner.run_family)."""
 
 from importlib import import_module
 

@@ -1,5 +1,5 @@
-"""Rule neurons: the neurons family's job for one model (docs/workflow.md, "Families"):
-extended_token_embeddings, contextual_neurons, bag_of_tokens_fit, in one process
+"""Rule neurons: the neurons family's job for one model (docs/workflow.md, "Families"): the
+analyses declared in workflow/analyses/neurons.yaml, in order, in one process
 (posmech.pipeline.runner.run_family)."""
 
 from importlib import import_module

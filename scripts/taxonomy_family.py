@@ -1,6 +1,6 @@
-"""Rule taxonomy: the taxonomy family's job for one model (docs/workflow.md, "Families"):
-attention_statistics, diagonal_taxonomy, in one process (posmech.pipeline.runner.run_family; the analyses
-and their links: posmech.core.families)."""
+"""Rule taxonomy: the taxonomy family's job for one model (docs/workflow.md, "Families"): the
+analyses declared in workflow/analyses/taxonomy.yaml, in order, in one process
+(posmech.pipeline.runner.run_family)."""
 
 from importlib import import_module
 

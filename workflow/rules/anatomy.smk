@@ -4,13 +4,13 @@
 
 
 rule anatomy:
-    """The anatomy family (docs/workflow.md, "Families"), one job per model: score_anatomy,
-    score_taxa. Each analysis, what it needs of a model, reads and writes:
-    workflow/analyses/anatomy.yaml."""
+    """The anatomy family (docs/workflow.md, "Families"), one job per model. Its analyses,
+    in the order the job runs them, and what each does, needs of a model, reads and
+    writes: workflow/analyses/anatomy.yaml."""
     input:
+        **declared_inputs("anatomy"),
         manifest=rules.fetch_model.output.manifest,
         tokens=lambda wc: tokens_file(wc, SETTINGS.anatomy.corpus),
-        **declared_inputs("anatomy"),
     output:
         **declared_outputs("anatomy"),
     log:

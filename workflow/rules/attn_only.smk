@@ -8,8 +8,8 @@ except PosmechError as err:
 
 
 rule attn_only:
-    """The attn_only family (docs/workflow.md, "Families"), one job per model:
-    random_token_patterns, input_decomposition. Each analysis, what it needs of a model,
+    """The attn_only family (docs/workflow.md, "Families"), one job per model. Its
+    analyses, in the order the job runs them, and what each does, needs of a model,
     reads and writes: workflow/analyses/attn_only.yaml."""
     input:
         manifest=rules.fetch_model.output.manifest,
@@ -46,12 +46,11 @@ rule attn_only:
 
 
 rule bos_induction:
-    """P([B]) at the final [A] of [BOS] A B R1..R7 A vs A B R1..R7 A; the induction head's
-    attention row there (L4). Declared in workflow/analyses/bos_induction.yaml: what it
-    needs of a model, reads and writes."""
+    """A rule of its own: analysis bos_induction, one job per model. What it does, needs of
+    a model, reads and writes: workflow/analyses/bos_induction.yaml."""
     input:
-        manifest=rules.fetch_model.output.manifest,
         **declared_inputs("bos_induction"),
+        manifest=rules.fetch_model.output.manifest,
     output:
         **declared_outputs("bos_induction"),
     log:

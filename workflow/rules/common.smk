@@ -180,13 +180,15 @@ def declared_outputs(rule):
     """Rule ``rule``'s outputs: each declared path, a report(...) file with its caption
     (workflow/report/<caption>.rst), category and section where the report shows it."""
     return {
-        key: o.path
-        if o.caption is None
-        else report(
-            o.path,
-            caption=f"../report/{o.caption}.rst",
-            category=o.category,
-            subcategory=o.section,
+        key: (
+            o.path
+            if o.caption is None
+            else report(
+                o.path,
+                caption=f"../report/{o.caption}.rst",
+                category=o.category,
+                subcategory=o.section,
+            )
         )
         for key, o in rule_outputs(rule).items()
     }

@@ -16,10 +16,9 @@ except PosmechError as err:
 
 
 rule contextual:
-    """The contextual family (docs/workflow.md, "Families"), one job per model:
-    layer0_decomposition, layer0_positional_patterns, layer0_head_classes,
-    softmax_denominators, denominator_variance, layer1_patterns. Each analysis, what it
-    needs of a model, reads and writes: workflow/analyses/contextual.yaml."""
+    """The contextual family (docs/workflow.md, "Families"), one job per model. Its
+    analyses, in the order the job runs them, and what each does, needs of a model,
+    reads and writes: workflow/analyses/contextual.yaml."""
     input:
         unpack(contextual_tokens),
         manifest=rules.fetch_model.output.manifest,

@@ -1,8 +1,7 @@
 rule geometry:
-    """The geometry family (docs/workflow.md, "Families"), one job per model:
-    extended_positional_embeddings, positional_pca, canonical_angles, positional_sparsity.
-    Each analysis, what it needs of a model, reads and writes:
-    workflow/analyses/geometry.yaml."""
+    """The geometry family (docs/workflow.md, "Families"), one job per model. Its analyses,
+    in the order the job runs them, and what each does, needs of a model, reads and
+    writes: workflow/analyses/geometry.yaml."""
     input:
         manifest=rules.fetch_model.output.manifest,
     output:

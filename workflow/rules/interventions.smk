@@ -1,16 +1,16 @@
 
 
 rule interventions:
-    """The interventions family (docs/workflow.md, "Families"), one job per model:
-    prev_knockout, repeated_tokens, induction_intervention. Each analysis, what it needs of
-    a model, reads and writes: workflow/analyses/interventions.yaml."""
+    """The interventions family (docs/workflow.md, "Families"), one job per model. Its
+    analyses, in the order the job runs them, and what each does, needs of a model,
+    reads and writes: workflow/analyses/interventions.yaml."""
     input:
+        **declared_inputs("interventions"),
         manifest=rules.fetch_model.output.manifest,
         tokens=lambda wc: tokens_file(
             wc, SETTINGS.interventions.corpus_or_first(config)
         ),
         prompt=lambda wc: static(SETTINGS.interventions.induction_intervention.prompt),
-        **declared_inputs("interventions"),
     output:
         **declared_outputs("interventions"),
     log:
@@ -37,15 +37,14 @@ rule interventions:
 
 
 rule extended_averaging:
-    """Average the extended positional embeddings just before each chosen head's layer (P15).
-    Declared in workflow/analyses/extended_averaging.yaml: what it needs of a model, reads
-    and writes."""
+    """A rule of its own: analysis extended_averaging, one job per model. What it does,
+    needs of a model, reads and writes: workflow/analyses/extended_averaging.yaml."""
     input:
+        **declared_inputs("extended_averaging"),
         manifest=rules.fetch_model.output.manifest,
         tokens=lambda wc: tokens_file(
             wc, SETTINGS.interventions.corpus_or_first(config)
         ),
-        **declared_inputs("extended_averaging"),
     output:
         **declared_outputs("extended_averaging"),
     log:

@@ -4,9 +4,9 @@ localrules:
 
 
 rule kernels:
-    """The kernels family (docs/workflow.md, "Families"), one job per model:
-    positional_kernels, etc_table, kernel_heatmaps. Each analysis, what it needs of a model,
-    reads and writes: workflow/analyses/kernels.yaml."""
+    """The kernels family (docs/workflow.md, "Families"), one job per model. Its analyses,
+    in the order the job runs them, and what each does, needs of a model, reads and
+    writes: workflow/analyses/kernels.yaml."""
     input:
         manifest=rules.fetch_model.output.manifest,
         means=lambda wc: output_of(

@@ -4,13 +4,13 @@
 
 
 rule neurons:
-    """The neurons family (docs/workflow.md, "Families"), one job per model:
-    extended_token_embeddings, contextual_neurons, bag_of_tokens_fit. Each analysis, what it
-    needs of a model, reads and writes: workflow/analyses/neurons.yaml."""
+    """The neurons family (docs/workflow.md, "Families"), one job per model. Its analyses,
+    in the order the job runs them, and what each does, needs of a model, reads and
+    writes: workflow/analyses/neurons.yaml."""
     input:
         unpack(contextual_tokens),
-        manifest=rules.fetch_model.output.manifest,
         **declared_inputs("neurons"),
+        manifest=rules.fetch_model.output.manifest,
     output:
         **declared_outputs("neurons"),
     log:

@@ -4,9 +4,8 @@
 
 
 rule posembed_averaging:
-    """W_pos averaged in groups of k: held-out next-token loss (P2) and repeat-string prompt
-    probabilities (P3); the model is restored bitwise after each k. Declared in
-    workflow/analyses/posembed_averaging.yaml: what it needs of a model, reads and writes."""
+    """A rule of its own: analysis posembed_averaging, one job per model. What it does,
+    needs of a model, reads and writes: workflow/analyses/posembed_averaging.yaml."""
     input:
         manifest=rules.fetch_model.output.manifest,
         tokens=lambda wc: tokens_file(wc, SETTINGS.posembed_averaging.corpus),
@@ -38,13 +37,12 @@ rule posembed_averaging:
 
 
 rule posembed_attention:
-    """The chosen heads' attention window on a document, intact vs W_pos averaged (P4).
-    Declared in workflow/analyses/posembed_attention.yaml: what it needs of a model, reads
-    and writes."""
+    """A rule of its own: analysis posembed_attention, one job per model. What it does,
+    needs of a model, reads and writes: workflow/analyses/posembed_attention.yaml."""
     input:
+        **declared_inputs("posembed_attention"),
         manifest=rules.fetch_model.output.manifest,
         tokens=lambda wc: tokens_file(wc, SETTINGS.posembed_attention.corpus),
-        **declared_inputs("posembed_attention"),
     output:
         **declared_outputs("posembed_attention"),
     log:

@@ -4,9 +4,9 @@
 
 
 rule taxonomy:
-    """The taxonomy family (docs/workflow.md, "Families"), one job per model:
-    attention_statistics, diagonal_taxonomy. Each analysis, what it needs of a model, reads
-    and writes: workflow/analyses/taxonomy.yaml."""
+    """The taxonomy family (docs/workflow.md, "Families"), one job per model. Its analyses,
+    in the order the job runs them, and what each does, needs of a model, reads and
+    writes: workflow/analyses/taxonomy.yaml."""
     input:
         unpack(attention_statistics_inputs),  # the manifest, the tokens
     output:
