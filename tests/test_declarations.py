@@ -49,8 +49,8 @@ def test_every_analysis_rule_has_a_declaration_and_a_rule_file_that_unpacks_it()
 
 def test_the_registries_are_derived_from_the_declarations():
     assert fam.FAMILIES == {r: n for r, n in fam.rule_analyses().items() if len(n) > 1}
-    assert fam.FAMILIES["geometry"] == ("extended_positional_embeddings", "positional_pca", "canonical_angles",
-                                        "positional_sparsity")
+    assert fam.FAMILIES["geometry"][:4] == ("extended_positional_embeddings", "positional_pca", "canonical_angles",
+                                            "positional_sparsity")
     assert fam.LINKS["kernel_heatmaps"] == {"h5": "positional_kernels__h5", "table": "etc_table__table"}
     assert "posembed_attention" not in fam.LINKS  # it reads another rule's output: a rule input
     assert fam.rule_inputs("posembed_attention") == {"heads": ("taxonomy", "diagonal_taxonomy__heads")}
@@ -64,8 +64,8 @@ def test_the_registries_are_derived_from_the_declarations():
 
 def test_every_claim_is_scored_by_one_analysis_whose_scorecard_is_an_output():
     found = fd.load_findings(REPO / "resources/findings.yaml")
-    assert len(found) == 34
     scored = fam.claims()
+    assert len(found) >= 34 and {f.claim for f in found} == set(scored)
     for f in found:
         a, c = scored[f.claim]
         assert (f.rule, f.quantity, f.predicate, f.threshold, f.aggregate) == (
