@@ -5,7 +5,9 @@ declares of its own. Each check also runs on hand-built declarations where it mu
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -162,3 +164,64 @@ def test_the_shipped_schema_is_composed_with_the_declarations():
         ("findings", k) for a in fam.ANALYSES.values() for k in a.thresholds}
     for section, key in own:
         assert key in composed["properties"][section]["properties"]
+
+
+# ---------------------------------------------------------------- who names an analysis
+#: the files outside an analysis's own rooms that may name analyses, each with why: they read
+#: an analysis's outputs by name (consumers), or they are prose, data or generated
+READERS = {
+    "src/posmech/store/hdf5.py": "names the rule to rerun for each kind of artifact (KIND_RULES)",
+    "src/posmech/verdicts/heads.py": "the head-roles table reads the per-head tables of five analyses",
+    "src/posmech/verdicts/dynamics.py": "the sweep follows the quantities of named analyses' tables",
+    "src/posmech/pipeline/preflight.py": "pre-run checks name the analysis whose config key is wrong",
+    "src/posmech/core/families.py": "HEAD_TABLE_SOURCES: the head table's inputs",
+}
+#: a config section or key that shares an analysis's name is not a mention of the analysis
+SECTION_NAMED = ("src/posmech/settings/", "src/posmech/core/config.py", "src/posmech/core/errors.py")
+
+
+def naming_files(name: str, files: list[str], texts: dict[str, str]) -> list[str]:
+    rx = re.compile(r"(?<![A-Za-z0-9_])" + re.escape(name) + r"(?![A-Za-z0-9_])")
+    return sorted(f for f in files if rx.search(texts[f]))
+
+
+def room_of(f: str, a: fam.Analysis) -> str | None:
+    """Which room of analysis ``a`` file ``f`` is, or ``None``."""
+    readers = [b for b in fam.ANALYSES.values() if a.name in b.after]
+    family = "posembed" if a.rule.startswith("posembed_") else fam.rule_of(a.name)
+    family = {"extended_averaging": "interventions", "bos_induction": "attn_only"}.get(family, family)
+    rooms = {
+        "declaration": f == f"workflow/analyses/{a.rule}.yaml",
+        "script": f == f"scripts/{a.name}.py" or f == f"scripts/{a.rule}_family.py",
+        "library": f.startswith((f"src/posmech/analyses/{family}", "src/posmech/analyses/")) and f.endswith(".py"),
+        "plot": f == f"src/posmech/plots/{family}.py",
+        "test": f.startswith("tests/"),
+        "caption": f.startswith("workflow/report/"),
+        "a reader's declaration or script": any(f in (f"workflow/analyses/{b.rule}.yaml", f"scripts/{b.name}.py")
+                                                 for b in readers),
+        "workflow (its rule's resources, a rule that reads it)": f.startswith("workflow/rules/"),
+        "prose, data or generated": f.endswith(".md") or f.startswith(("bench/", "resources/", "config/"))
+        or f == "workflow/schemas/config.schema.yaml",
+        "reader": f in READERS or f.startswith(SECTION_NAMED),
+    }
+    return next((room for room, yes in rooms.items() if yes), None)
+
+
+def test_the_files_that_name_each_analysis_are_its_rooms_readers_and_prose(capsys):
+    """For every analysis, the files that name it (printed with -s): its declaration, script,
+    library, plot, tests, caption, prose and data, and the few readers of its outputs
+    (:data:`READERS`). No other file restates it: a registry of analyses is derived."""
+    files = [f for f in subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True).stdout.split()
+             if not f.endswith((".png", ".h5", ".lock"))]
+    texts = {f: (REPO / f).read_text(encoding="utf-8", errors="replace") for f in files if (REPO / f).is_file()}
+    files = list(texts)
+    strays = []
+    with capsys.disabled():
+        for a in fam.ANALYSES.values():
+            named = naming_files(a.name, files, texts)
+            rooms = [room_of(f, a) for f in named]
+            strays += [f"{a.name}: {f}" for f, r in zip(named, rooms) if r is None]
+            if os.environ.get("POSMECH_LIST_NAMING"):
+                print(f"{a.name}: {len(named)} files; " + ", ".join(f"{r}: {rooms.count(r)}" for r in dict.fromkeys(rooms)))
+    assert not strays, "files that name an analysis outside its rooms (derive them from the declaration):\n" + \
+        "\n".join(strays)
