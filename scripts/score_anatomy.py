@@ -7,6 +7,7 @@ from posmech.analyses.taxonomy import read_chosen_heads
 from posmech.data.tokens import read_tokens
 from posmech.core.errors import PosmechError
 from posmech.models.loading import load_model, read_manifest
+from posmech.models.scores import attn_scale
 from posmech.plots.anatomy import score_triptychs
 from posmech.pipeline.runner import run
 from posmech.store.tables import claim_columns, scorecard_rows, write_table
@@ -29,7 +30,7 @@ def main(smk, log):
         log.warning("zoom %d+%d does not fit %d tokens (or is not smaller than them); using %d+%d",
                     p.zoom_start, p.zoom_size, context, start, size)
     meta = {"claim": "P12", "model": model, "corpus": p.corpus, "document": j, "title": tokens.titles[j],
-            "n_tokens": context, "zoom_start": start, "zoom_size": size, "scale": sa.attn_scale(bridge.cfg),
+            "n_tokens": context, "zoom_start": start, "zoom_size": size, "scale": attn_scale(bridge.cfg),
             "heads": dict(heads), "processing": entry["processing"]}
     table = sa.scores_table(panels, dict(heads), p.window)
     claim_columns(table, "P12", model)
