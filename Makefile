@@ -67,7 +67,7 @@ study: setup
 # checked within a float32 tolerance, tests/tolerances.py) a second time with other CPU kernels:
 # ATen's scalar kernels instead of its AVX-512/AVX2 ones, MKL on one thread (another split of
 # every matrix product) and at most AVX2.  A tolerance that holds for one kernel only then
-# fails here, on one machine, rather than on a user's CPU (issue #49).  ~1 min.
+# fails here, on one machine, rather than on a user's CPU (issue #49).  ~30 s on 2 cores.
 FLOAT32_KERNELS ?= ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 MKL_ENABLE_INSTRUCTIONS=AVX2
 
 test: setup
