@@ -133,6 +133,7 @@ NEOX_COMPAT = pytest.mark.xfail(
     "layer 1's q and k differ: the engine, not the raw scores, which equal the bridge's own hook_attn_scores")
 
 
+@pytest.mark.float32
 @pytest.mark.parametrize("processing", ["compatibility", "raw"])
 @pytest.mark.parametrize("which", ["llama", "neox", "bloom", "opt"])
 def test_raw_scores_equal_hugging_faces_pre_softmax_scores(which, processing, model_dirs, monkeypatch, request):
@@ -195,6 +196,7 @@ def test_the_check_catches_alibi_scores_without_the_bias(model_dirs, monkeypatch
         sa.head_scores(bridge, tokens, ["L0H0"])
 
 
+@pytest.mark.float32
 @pytest.mark.parametrize("n_heads", [1, 2, 3, 4, 6, 8, 12, 16, 20, 32])
 def test_alibi_slopes_are_blooms(n_heads):
     from transformers.models.bloom.modeling_bloom import build_alibi_tensor
@@ -215,6 +217,7 @@ def test_learned_position_scores_are_the_plain_product_bit_for_bit():
         assert torch.equal(sa.window_scores(q, k, rows, 3, scale), want)
 
 
+@pytest.mark.float32
 def test_rotation_is_relative_a_rotary_score_depends_on_the_offset_only():
     """With constant q and k, a rotary raw score depends on key − query only (the rotation
     is relative), and the dimensions beyond the rotary ones are not rotated."""
@@ -234,6 +237,7 @@ def test_rotation_is_relative_a_rotary_score_depends_on_the_offset_only():
     assert torch.equal(rot[..., r:], q[..., r:])
 
 
+@pytest.mark.float32
 @pytest.mark.parametrize("which", ["llama", "neox", "bloom"])
 def test_the_attention_only_family_scores_are_the_models_scores(which, model_dirs):
     """L-family scores (``attn_only.run_variant``) on rotary/ALiBi models: their causal
@@ -251,6 +255,7 @@ def test_the_attention_only_family_scores_are_the_models_scores(which, model_dir
     assert np.abs(s[0][:, low] - raw[:, low]).max() <= TOL * np.abs(raw).max()
 
 
+@pytest.mark.float32
 def test_gpt_neo_scores_are_unscaled_on_both_engines(tmp_path):
     """GPT-Neo does not scale q·k; TransformerLens 4.3's bridge config says it does
     (``use_attn_scale``), so the scale is read from the architecture: the L-family scores'

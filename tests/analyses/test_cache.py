@@ -69,6 +69,7 @@ def analytic(spec: hb.Spec, doc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x, c / np.sqrt((c**2).mean(axis=1, keepdims=True) + 1e-12)
 
 
+@pytest.mark.float32
 @pytest.mark.parametrize("engine", ["bridge", "posmech"])
 @pytest.mark.parametrize("processing", ["compatibility", "raw"])
 def test_cache_equals_analytic_residual_stream(token_model, tmp_path, processing, engine):
@@ -176,6 +177,7 @@ def hf_reference(path: Path, docs: list[np.ndarray]) -> list[dict[str, np.ndarra
     return out
 
 
+@pytest.mark.float32
 @pytest.mark.parametrize("engine", ["bridge", "posmech"])
 @pytest.mark.parametrize("processing", ["raw", "compatibility"])
 def test_cache_matches_huggingface_hidden_states(tmp_path, processing, engine):
@@ -377,6 +379,7 @@ def test_compressed_cache_equals_uncompressed(token_model, tmp_path):
         assert f.attrs["complete"] and f.attrs["compression"] == "gzip"
 
 
+@pytest.mark.float32
 @pytest.mark.parametrize("arch", ["gpt2", "gpt-neo"])
 @pytest.mark.parametrize("processing", ["compatibility", "raw"])
 def test_posmech_engine_equals_transformerlens_hooks(tmp_path, processing, arch):

@@ -18,6 +18,8 @@ from posmech.models import handbuilt as hb
 from posmech.models.loading import load_bridge, load_model
 from posmech.settings import defaults
 
+from tests.tolerances import FLOAT32_FORWARD_ABS, FLOAT32_FORWARD_REL
+
 N = 12  # context of the hand-built models
 V = 8  # vocabulary of the copy model
 
@@ -120,6 +122,7 @@ def test_copy_model_predicts_previous_token(copy_bridge):
     assert (lg[1:].argmax(-1) == TOKENS[:-1]).all()
 
 
+@pytest.mark.float32
 @pytest.mark.parametrize("renormalise", [False, True])
 def test_knockout_changes_exactly_the_predicted_rows(copy_bridge, renormalise):
     snap = snapshot(copy_bridge)
@@ -193,7 +196,10 @@ def test_redirect_and_scale(copy_bridge):
     assert_unchanged(copy_bridge, snap)
 
 
+@pytest.mark.float32
 def test_continuation_probability_sums_sequences(copy_bridge):
+    """continuation_probability reads the logits at the prompt's last position only, ``probs``
+    from a full pass of another length: float32 rounding apart (another BLAS kernel)."""
     def probs(tokens):
         _, lg = iv.run_hooked(copy_bridge, tokens, logits=True)
         p = np.exp(lg[-1] - lg[-1].max())
@@ -202,14 +208,15 @@ def test_continuation_probability_sums_sequences(copy_bridge):
     x = TOKENS[:10]
     p = probs(x)
     assert p.argmax() == x[-2]
-    assert continuation_probability(copy_bridge, x, [(1,)]) == pytest.approx(p[1], rel=1e-9)
-    assert continuation_probability(copy_bridge, x, [(1,), (2,)]) == pytest.approx(p[1] + p[2], rel=1e-9)
+    assert continuation_probability(copy_bridge, x, [(1,)]) == pytest.approx(p[1], rel=FLOAT32_FORWARD_REL)
+    assert continuation_probability(copy_bridge, x, [(1,), (2,)]) == pytest.approx(p[1] + p[2], rel=FLOAT32_FORWARD_REL)
     # two tokens: P(5) · P(3 | ..., 5), teacher-forced
     p2 = probs(np.append(x, 5))
-    assert continuation_probability(copy_bridge, x, [(5, 3)]) == pytest.approx(p[5] * p2[3], rel=1e-9)
+    assert continuation_probability(copy_bridge, x, [(5, 3)]) == pytest.approx(p[5] * p2[3], rel=FLOAT32_FORWARD_REL)
 
 
 # ----------------------------------------------------------------- experiments
+@pytest.mark.float32
 def test_prev_knockout_experiment(copy_bridge):
     snap = snapshot(copy_bridge)
     rows, zoom = iv.prev_knockout(copy_bridge, [TOKENS, TOKENS[:8]], "L0H1", layers=[0], period=5, zoom=6)
@@ -221,7 +228,7 @@ def test_prev_knockout_experiment(copy_bridge):
     assert by[(1, "knockout", "knocked")]["n_queries"] == 1  # only query 5 in 8 tokens
     assert by[(0, "knockout", "other")]["prev_mass"] == by[(0, "intact", "other")]["prev_mass"]
     assert by[(0, "knockout", "all")]["prev_mass"] == pytest.approx(by[(0, "intact", "all")]["prev_mass"] * 9 / 11,
-                                                                     rel=1e-5)
+                                                                     rel=FLOAT32_FORWARD_REL)
     assert set(zoom.matrices) == {"intact", "knockout", "knockout_renormalised"}
     assert zoom.matrices["intact"].shape == (6, 6) and zoom.marks.tolist() == [False] * 5 + [True]
     assert_unchanged(copy_bridge, snap)
@@ -235,6 +242,7 @@ def relay_spec() -> hb.Spec:
     return planted(N)
 
 
+@pytest.mark.float32
 @pytest.mark.parametrize("engine", ["bridge", "posmech"])
 def test_knockout_disrupts_a_later_head_only_if_it_reads_layer_0(tmp_path, two_prev_dir, engine):
     """P5 tells the two ways a layer-1 previous-token head can work apart.  Reading layer 0's
@@ -264,10 +272,10 @@ def test_knockout_disrupts_a_later_head_only_if_it_reads_layer_0(tmp_path, two_p
     assert by[("intact", "all")] > 0.999
     for condition in ("knockout", "knockout_renormalised"):
         for query_set in ("all", "knocked", "other"):
-            assert by[(condition, query_set)] == pytest.approx(by[("intact", query_set)], abs=1e-6)
+            assert by[(condition, query_set)] == pytest.approx(by[("intact", query_set)], abs=FLOAT32_FORWARD_ABS)
     card = {r["quantity"]: r for r in iv.knockout_scorecard(iv.tidy(rows, "P5", "direct", params), "direct", "f.png")}
     for quantity in ("prev_token_mass_ratio", "prev_token_mass_ratio_renormalised"):
-        assert card[quantity]["value"] == pytest.approx(1.0, abs=1e-6)
+        assert card[quantity]["value"] == pytest.approx(1.0, abs=FLOAT32_FORWARD_ABS)
         assert card[quantity]["detail"].startswith(
             "no effect (prev-token mass +0.000): L1H0 does not rely on layer 0's attention to the previous position;")
 
@@ -298,6 +306,7 @@ def test_knockout_verdict_names_the_layers_and_keeps_quiet_about_an_effect():
     assert iv.knockout_verdict(0.93, float("nan"), "L4H11", [0]) is None
 
 
+@pytest.mark.float32
 def test_extended_averaging_on_positional_model(two_prev_bridge):
     b = two_prev_bridge
     snap = snapshot(b)
@@ -320,18 +329,19 @@ def test_extended_averaging_on_positional_model(two_prev_bridge):
     P = zooms[1].matrices["averaged_L1"]
     for q in range(1, N):
         if q // 4 == (q - 1) // 4:
-            assert P[q, q - 1] == pytest.approx(P[q, q], abs=1e-6)
+            assert P[q, q - 1] == pytest.approx(P[q, q], abs=FLOAT32_FORWARD_ABS)
     assert set(zooms[0].matrices) == {"intact", "averaged_L0"}
     assert_unchanged(b, snap)
 
 
+@pytest.mark.float32
 def test_repeated_tokens_on_positional_head(two_prev_bridge):
     snap = snapshot(two_prev_bridge)
     rows, zoom = iv.repeated_tokens(two_prev_bridge, [TOKENS, np.arange(N)], "L1H0", zoom=6, context=2)
     by = {(r["document"], r["query_set"]): r for r in rows}
     assert by[(0, "repeat")]["n_queries"] == 3 and by[(0, "other")]["n_queries"] == 8
     # a purely positional head ignores tokens: the same mass on repeats and elsewhere
-    assert by[(0, "repeat")]["prev_mass"] == pytest.approx(by[(0, "other")]["prev_mass"], abs=1e-6)
+    assert by[(0, "repeat")]["prev_mass"] == pytest.approx(by[(0, "other")]["prev_mass"], abs=FLOAT32_FORWARD_ABS)
     assert by[(1, "repeat")]["n_queries"] == 0 and np.isnan(by[(1, "repeat")]["prev_mass"])
     assert zoom.start == 1 and zoom.marks.tolist() == [False, False, True, False, False, False]
     assert_unchanged(two_prev_bridge, snap)
@@ -396,6 +406,7 @@ def _induction_intervention_one_pass_each(bridge, prompt, sharp, scale):
     return rows, {"baseline": base[(layer, head)], "redirect": after[(layer, head)]}
 
 
+@pytest.mark.float32
 @pytest.mark.parametrize("engine", ["bridge", "posmech"])
 def test_induction_intervention_equals_one_pass_per_sequence(copy_dir, engine):
     """Batched conditions (shared prompt rows, multi-token variants in one pass) give the
@@ -408,10 +419,10 @@ def test_induction_intervention_equals_one_pass_per_sequence(copy_dir, engine):
     ref_rows, ref_pats = _induction_intervention_one_pass_each(model, prompt, "L0H1", 2.0)
     assert [(r["condition"], r["target"]) for r in rows] == [(r["condition"], r["target"]) for r in ref_rows]
     for r, ref in zip(rows, ref_rows):
-        # float32 rounding of the logits, relative (some probabilities are ~1e-6)
-        assert r["probability"] == pytest.approx(ref["probability"], rel=1e-5, abs=1e-12), r
+        # float32 rounding of the logits, relative (some probabilities are ~1e-6: no absolute term)
+        assert r["probability"] == pytest.approx(ref["probability"], rel=FLOAT32_FORWARD_REL, abs=0), r
     for k in ("baseline", "redirect"):
-        np.testing.assert_allclose(pats[k], ref_pats[k], rtol=0, atol=1e-6)
+        np.testing.assert_allclose(pats[k], ref_pats[k], rtol=0, atol=FLOAT32_FORWARD_ABS)
     assert pats["redirect"][7, 3] == 1.0 and pats["baseline"][7, 6] > 0.99
     assert len({r["probability"] for r in rows}) > 4  # the conditions differ: the test can fail
 
@@ -496,6 +507,7 @@ def test_run_hooked_without_logits_captures_the_same_patterns(two_prev_dir, engi
     np.testing.assert_array_equal(first[(0, 1)], full[(0, 1)])
 
 
+@pytest.mark.float32
 @pytest.mark.parametrize("engine", ["bridge", "posmech"])
 def test_documents_of_equal_length_share_passes_with_the_same_results(two_prev_dir, engine, monkeypatch):
     """Consecutive documents of equal length run in one batched pass per condition
@@ -530,13 +542,13 @@ def test_documents_of_equal_length_share_passes_with_the_same_results(two_prev_d
         monkeypatch.setattr(iv, "BATCH_TOKENS", 1024)
         assert set(passes) == {(1, N), (1, 9)}
         rows_b, rows_s = pd.DataFrame(batched[0]), pd.DataFrame(single[0])
-        pd.testing.assert_frame_equal(rows_b, rows_s, check_exact=False, atol=1e-6, rtol=0)
+        pd.testing.assert_frame_equal(rows_b, rows_s, check_exact=False, atol=FLOAT32_FORWARD_ABS, rtol=0)
         zb = batched[1] if isinstance(batched[1], list) else [batched[1]]
         zs = single[1] if isinstance(single[1], list) else [single[1]]
         for a, b in zip(zb, zs):
             assert a.matrices.keys() == b.matrices.keys()
             for key in a.matrices:
-                np.testing.assert_allclose(a.matrices[key], b.matrices[key], atol=1e-6)
+                np.testing.assert_allclose(a.matrices[key], b.matrices[key], atol=FLOAT32_FORWARD_ABS)
 
 
 def test_table_meta_records_the_section_as_configured():

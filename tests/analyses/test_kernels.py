@@ -13,6 +13,8 @@ from posmech.core.errors import PosmechError
 from posmech.models import handbuilt as hb
 from posmech.models.loading import load_bridge
 
+from tests.tolerances import FLOAT32_FORWARD_ABS, FLOAT32_FORWARD_REL, FLOAT32_STORAGE_REL, FLOAT64_ABS, FLOAT64_REL
+
 N = 12  # n_ctx of the hand-built models
 
 
@@ -60,28 +62,31 @@ def test_zero_query_head_is_uniform_with_etc_window(prevtok):
     _, layers, pos = prevtok
     lk = layers[0]  # L0H0 has zero query weights
     for q, n in enumerate(pos):
-        np.testing.assert_allclose(lk.mean[0, q, 2 : n + 1], 1.0 / (n - 1), atol=1e-12)
+        np.testing.assert_allclose(lk.mean[0, q, 2 : n + 1], 1.0 / (n - 1), atol=FLOAT64_ABS)
         assert lk.mean[0, q, :2].sum() == 0 and lk.mean[0, q, n + 1 :].sum() == 0
-    np.testing.assert_allclose(lk.etc[0, 0], pos - 2 + 1, rtol=1e-9)
+    np.testing.assert_allclose(lk.etc[0, 0], pos - 2 + 1, rtol=FLOAT64_REL)
     assert list(lk.n_keys) == list(pos - 1)
 
 
+@pytest.mark.float32
 def test_exact_previous_token_head_has_etc_one(prevtok):
     _, layers, pos = prevtok
     etc = layers[0].etc[0, 1]
-    np.testing.assert_allclose(etc, 1.0, atol=1e-6)
+    np.testing.assert_allclose(etc, 1.0, atol=FLOAT32_FORWARD_ABS)
     assert np.argmax(layers[0].mean[1, 3]) == pos[3] - 1
 
 
+@pytest.mark.float32
 def test_exponential_head_has_truncated_geometric_etc(prevtok):
     _, layers, pos = prevtok
     expected = [kn.truncated_geometric_etc(0.5, n - 2 + 1) for n in pos]
-    np.testing.assert_allclose(layers[1].etc[0, 0], expected, rtol=1e-5)
+    np.testing.assert_allclose(layers[1].etc[0, 0], expected, rtol=FLOAT32_FORWARD_REL)
     # the analytic formula itself, against a direct sum
     p = np.exp(-0.5 * np.arange(7))
-    assert kn.truncated_geometric_etc(0.5, 7) == pytest.approx(1 / np.square(p / p.sum()).sum(), rel=1e-12)
+    assert kn.truncated_geometric_etc(0.5, 7) == pytest.approx(1 / np.square(p / p.sum()).sum(), rel=FLOAT64_REL)
 
 
+@pytest.mark.float32
 def test_position_only_kernel_equals_models_attention_pattern():
     rng = np.random.default_rng(0)
     scores = {(0, 0): rng.normal(0, 2, (N, N)), (1, 1): np.tril(rng.normal(0, 3, (N, N)))}
@@ -123,9 +128,10 @@ def test_key_bias_leaves_kernels_unchanged(tmp_path):
     x = kn.query_embeddings(plain, [tokens], pos)
     a = next(kn.model_kernels(means, x, pos, w_plain, 2))
     b = next(kn.model_kernels(means, x, pos, w_biased, 2))
-    np.testing.assert_allclose(a.mean, b.mean, atol=1e-12)
+    np.testing.assert_allclose(a.mean, b.mean, atol=FLOAT64_ABS)  # the same float32 inputs, float64 kernels
 
 
+@pytest.mark.float32
 def test_kernels_match_attention_of_a_trained_like_model_in_both_processing_modes(tmp_path):
     """Random GPT-2 (LN weights, biases, MLPs all nonzero): with p_i = x_i of the same
     text and k0 = 0 the kernel is exactly the model's pattern, so the processed weights,
@@ -149,6 +155,7 @@ def test_kernels_match_attention_of_a_trained_like_model_in_both_processing_mode
             np.testing.assert_allclose(layers[layer].mean, pattern(bridge, tokens, layer)[:, pos], atol=2e-5)
 
 
+@pytest.mark.float32
 def test_gpt_neo_layout_unscaled_and_local_window(tmp_path):
     from transformers import GPTNeoConfig, GPTNeoForCausalLM
 
@@ -240,7 +247,7 @@ def test_artifact_roundtrip_and_tables(prevtok, tmp_path):
     chapters = {"doc_index": [0], "title": ["t"], "length": [N]}
     kn.write_kernels(path, iter(layers), 2, 2, pos, chapters, np.ones(N, dtype=np.int64), {"model": "prevtok", "k0": 2})
     ks = kn.read_kernels(path)
-    np.testing.assert_allclose(ks.kernel(1, 0), layers[1].mean[0], atol=1e-7)
+    np.testing.assert_allclose(ks.kernel(1, 0), layers[1].mean[0], atol=FLOAT32_STORAGE_REL)  # stored as float32
     df = kn.etc_frame(ks, "prevtok", 0.2, 0.9)
     assert len(df) == 2 * 2 * len(pos)
     last = df[df["n"] == pos[-1]].set_index("head_name")
@@ -271,9 +278,9 @@ def test_blockwise_layer_kernels_equal_the_direct_softmax():
         small = kn.layer_kernels(means, x, pos, W, 0, k0=2, block=2)
         big = kn.layer_kernels(means, x, pos, W, 0, k0=2, block=100)
         direct = kn.head_kernels(means, x, pos, W.W_Q[0, 1], W.b_Q[0, 1], W.W_K[0, 1], W.b_K[0, 1], 2.0, 2, window)
-        np.testing.assert_allclose(small.mean, big.mean, atol=1e-14)
-        np.testing.assert_allclose(small.mean[1], direct.mean(axis=0), atol=1e-14)
-        np.testing.assert_allclose(small.etc[:, 1], kn.effective_token_count(direct), rtol=1e-12)
+        np.testing.assert_allclose(small.mean, big.mean, atol=FLOAT64_ABS)
+        np.testing.assert_allclose(small.mean[1], direct.mean(axis=0), atol=FLOAT64_ABS)
+        np.testing.assert_allclose(small.etc[:, 1], kn.effective_token_count(direct), rtol=FLOAT64_REL)
         if window:
             assert np.all(small.mean[:, pos >= 10, :3] == 0)  # outside the window
             np.testing.assert_array_equal(small.n_keys, np.minimum(pos - 1, window))

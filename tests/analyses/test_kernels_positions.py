@@ -22,6 +22,7 @@ from posmech.models.handbuilt import char_tokenizer
 from posmech.models.loading import load_bridge
 from tests.analyses.test_kernels import hf_config, pattern, same_text_kernels
 from tests.analyses.test_anatomy_raw_scores import model_dirs  # noqa: F401 (a fixture)
+from tests.tolerances import FLOAT32_FORWARD_ABS, FLOAT64_ABS, FLOAT64_REL
 
 V = 40
 
@@ -48,10 +49,10 @@ def test_an_alibi_head_with_zero_query_key_weights_has_the_closed_form_kernel_an
         pi = kn.head_kernels(means, x, positions, zero_w, zero_b, zero_w, zero_b, np.sqrt(dh), k0, window,
                                  slope=m)
         closed = kn.alibi_kernel(positions, m, k0, window)
-        assert np.allclose(pi, closed[None], rtol=0, atol=1e-12)
+        assert np.allclose(pi, closed[None], rtol=0, atol=FLOAT64_ABS)
         n_keys = kn.n_keys(positions, k0, window)
         want = np.array([kn.truncated_geometric_etc(m, int(w)) for w in n_keys])
-        assert np.allclose(kn.effective_token_count(pi), want[None], rtol=1e-10)
+        assert np.allclose(kn.effective_token_count(pi), want[None], rtol=FLOAT64_REL)
         # the decay is real: the ETC is below the number of keys, and larger slopes are more local
         assert (want < n_keys).all()
     steep, flat = (kn.effective_token_count(kn.alibi_kernel(positions, m, k0, window)) for m in (0.7, 0.01))
@@ -84,11 +85,11 @@ def test_the_kernel_is_the_softmax_of_the_rotated_scores_plus_the_bias():
             sc = q @ k.T / 2.0 + slope * (keys - n)
             want = np.exp(sc - sc.max(-1, keepdims=True))
             want /= want.sum(-1, keepdims=True)
-            assert np.allclose(got[:, qi, keys], want, rtol=0, atol=1e-12)
+            assert np.allclose(got[:, qi, keys], want, rtol=0, atol=FLOAT64_ABS)
             assert np.abs(np.delete(got[:, qi], keys, axis=-1)).max() == 0
     flat = (np.ones_like(cos), np.zeros_like(sin))  # a zero-angle rotation changes nothing
     assert np.allclose(kn.head_kernels(means, x, pos, W_Q, b_Q, W_K, b_K, 2.0, 2, 6, rotary=flat),
-                       kn.head_kernels(means, x, pos, W_Q, b_Q, W_K, b_K, 2.0, 2, 6), rtol=0, atol=1e-12)
+                       kn.head_kernels(means, x, pos, W_Q, b_Q, W_K, b_K, 2.0, 2, 6), rtol=0, atol=FLOAT64_ABS)
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +114,7 @@ def zero_qk_bloom(tmp_path_factory):
     return d
 
 
+@pytest.mark.float32
 def test_a_zero_query_key_alibi_models_attention_and_kernel_are_the_closed_form(zero_qk_bloom):
     bridge = load_bridge({"hf_dir": str(zero_qk_bloom), "name": "bloom"}, device="cpu", processing="raw")
     n = 24
@@ -122,7 +124,7 @@ def test_a_zero_query_key_alibi_models_attention_and_kernel_are_the_closed_form(
     # the model itself attends exp(-m·offset) over its causal window
     pattern = _pattern(bridge, tokens, 0)
     for h, m in enumerate(slopes):
-        assert np.allclose(pattern[h], kn.alibi_kernel(positions, m), rtol=0, atol=1e-6)
+        assert np.allclose(pattern[h], kn.alibi_kernel(positions, m), rtol=0, atol=FLOAT32_FORWARD_ABS)
     # the kernel from the model's weights and layer inputs (means over random texts)
     texts = [np.random.default_rng(s).integers(1, V, n) for s in range(4)]
     x = kn.query_embeddings(bridge, texts, positions)[:, 0]  # [C, Q, d]
@@ -131,14 +133,16 @@ def test_a_zero_query_key_alibi_models_attention_and_kernel_are_the_closed_form(
     b_Q, b_K = (getattr(bridge, a)[0].detach().double().numpy() for a in ("b_Q", "b_K"))
     assert np.abs(W_Q).max() == 0 and np.abs(W_K).max() == 0
     for h, m in enumerate(slopes):
+        # zero query/key weights: the float32 layer inputs drop out, the kernel is float64 arithmetic
         pi = kn.head_kernels(means, x[:, 1:], positions[1:], W_Q[h], b_Q[h], W_K[h], b_K[h], np.sqrt(8), 0,
                                  slope=m)
-        assert np.allclose(pi, kn.alibi_kernel(positions[1:], m)[None], rtol=0, atol=1e-12)
+        assert np.allclose(pi, kn.alibi_kernel(positions[1:], m)[None], rtol=0, atol=FLOAT64_ABS)
         etc = kn.effective_token_count(pi)
         want = [kn.truncated_geometric_etc(m, int(p) + 1) for p in positions[1:]]
-        assert np.allclose(etc, np.asarray(want)[None], rtol=1e-10)
+        assert np.allclose(etc, np.asarray(want)[None], rtol=FLOAT64_REL)
 
 
+@pytest.mark.float32
 def test_a_rotary_kernel_with_position_independent_inputs_is_the_models_attention(tmp_path):
     """Layer 0 of a Llama on one token repeated: the layer input is the same at every
     position, so the mean key is the key and the kernel is the model's own pattern."""
@@ -170,6 +174,7 @@ def test_a_rotary_kernel_with_position_independent_inputs_is_the_models_attentio
         assert np.ptp(pi[n - 1, : n - 1]) > 1e-3  # not uniform: the rotation shapes it
 
 
+@pytest.mark.float32
 @pytest.mark.parametrize("processing", ["compatibility", "raw"])
 @pytest.mark.parametrize("which", ["llama", "neox", "bloom"])
 def test_kernels_with_the_texts_own_means_are_the_models_attention(which, processing, model_dirs):
@@ -192,11 +197,12 @@ def test_the_rule_path_gives_the_closed_form_on_a_zero_query_key_alibi_layer(zer
     tokens = np.random.default_rng(6).integers(1, V, 16)
     layers, pos = same_text_kernels(bridge, zero_qk_bloom, tokens, 2)
     for h, m in enumerate(alibi_slopes(6)):
-        assert np.allclose(layers[0].mean[h], kn.alibi_kernel(pos, m, 2), rtol=0, atol=1e-12)
+        assert np.allclose(layers[0].mean[h], kn.alibi_kernel(pos, m, 2), rtol=0, atol=FLOAT64_ABS)
         want = [kn.truncated_geometric_etc(m, int(w)) for w in kn.n_keys(pos, 2)]
-        assert np.allclose(layers[0].etc_of_mean[h], want, rtol=1e-10)
+        assert np.allclose(layers[0].etc_of_mean[h], want, rtol=FLOAT64_REL)
 
 
+@pytest.mark.float32
 def test_rotary_tables_are_the_default_rope_of_the_config(model_dirs):
     """The model's own tables (``rotary_tables``) are the default RoPE of its config:
     Llama on the whole head, GPT-NeoX on its first quarter (partial_rotary_factor 0.25)."""

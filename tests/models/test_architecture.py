@@ -193,6 +193,7 @@ def test_every_findings_rule_is_in_the_table():
     assert rules - set(RULES) == set()
 
 
+@pytest.mark.float32
 def test_opt_through_the_bridge_honours_its_offset_and_scale(dirs):
     """What OPT's applicable rules rely on: the bridge's W_pos is OPT's position table from
     row ``position_offset`` on, and softmax(q·k·attn_scale) with the causal mask is OPT's own

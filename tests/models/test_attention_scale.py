@@ -17,6 +17,7 @@ from posmech.models.scores import attn_scale as anatomy_scale
 from posmech.models.architecture import architecture, score_divisor
 from posmech.models.lens import from_hf, hf_dir_reader, hf_state, tl_legacy_config
 from tests import tiny_archs
+from tests.tolerances import FLOAT64_REL
 
 
 def hf_divisor(model) -> float:
@@ -38,7 +39,7 @@ def test_one_scale_everywhere_and_it_is_hugging_faces(tmp_path, name):
     model = AutoModelForCausalLM.from_pretrained(d).eval()
     cfg = model.config.to_dict()
     div = score_divisor(cfg)
-    assert div == pytest.approx(hf_divisor(model), rel=1e-12)
+    assert div == pytest.approx(hf_divisor(model), rel=FLOAT64_REL)  # Python floats
     assert architecture(cfg).attn_scale == 1.0 / div  # the manifest's factor
     get, _ = hf_dir_reader(d)
     assert hf_state(get, cfg)[1].attn_scale == div  # the engine's

@@ -126,6 +126,7 @@ def _runs(which: str, processing: str) -> bool:
     return not (which == "opt_post_ln" and processing == "compatibility")
 
 
+@pytest.mark.float32
 @pytest.mark.parametrize("processing", ["raw", "compatibility"])
 @pytest.mark.parametrize("which", ARCHS)
 def test_logits_and_patterns_equal_hugging_faces(which, processing, dirs):
@@ -160,6 +161,7 @@ BRIDGE_WRONG = {
 }
 
 
+@pytest.mark.float32
 @pytest.mark.parametrize("processing", ["raw", "compatibility"])
 @pytest.mark.parametrize("which", ["opt", "opt_post_ln", "neox", "llama", "mistral", "qwen2", "bloom"])
 def test_every_hook_and_weight_equals_the_bridge(which, processing, dirs):
@@ -236,6 +238,7 @@ def _interventions():
     }
 
 
+@pytest.mark.float32
 @pytest.mark.parametrize("which", ["opt", "neox", "llama", "qwen2", "bloom"])
 def test_interventions_change_both_engines_alike(which, dirs):
     d = dirs[which]
@@ -256,6 +259,7 @@ def test_interventions_change_both_engines_alike(which, dirs):
     assert not any(hp.fwd_hooks for hp in lens.hook_dict.values())
 
 
+@pytest.mark.float32
 @pytest.mark.parametrize("which", ["opt", "neox", "llama", "bloom"])
 def test_a_token_tree_and_query_blocks_on_every_position_scheme(which, dirs, monkeypatch):
     """A prompt with two continuations in one pass: each continuation's logits equal a pass
@@ -288,6 +292,7 @@ def test_what_the_engine_refuses_goes_to_the_bridge(tmp_path):
         load_model(_man(tmp_path), "cpu", "float32", "raw", "posmech")
 
 
+@pytest.mark.float32
 @pytest.mark.parametrize("which", ["neox", "llama"])
 def test_the_engines_rotary_tables_are_the_models(which, dirs):
     """``rotary_emb`` (what the positional kernels read) gives Hugging Face's own rotary

@@ -75,6 +75,7 @@ def test_cuda_without_gpu_is_a_clear_error():
     assert resolve_device("auto") == "cpu"
 
 
+@pytest.mark.float32
 def test_compatibility_mode_preserves_logits(prev_token_model_dir):
     m = {"hf_dir": str(prev_token_model_dir), "name": "x"}
     x = torch.tensor([[0, 3, 5, 7, 9, 11]])
@@ -113,6 +114,7 @@ def _legacy_dir(path):
     return path, sd
 
 
+@pytest.mark.float32
 def test_tl_legacy_directory_loads_with_exact_attention(tmp_path):
     """attn-only-2l style checkpoints: layer-0 pattern equals a hand computation."""
     from posmech.models.loading import model_context
