@@ -8,6 +8,8 @@
 #                     and compare every verdict with the expected one; non-zero on any disagreement
 #   make config-doc – rewrite what is written from the config schema: config/README.md's key tables
 #                     and the settings fields (src/posmech/settings/schema_fields.py)
+#   make docs       – rewrite everything generated: what config-doc writes, and the docs' tables of
+#                     analyses (README.md, docs/*.md), written from workflow/analyses/*.yaml
 PYTHON ?= python3
 VENV   ?= .venv
 # Snakemake's --cores: every core of the machine (`all`), no more: on a 2-core machine 8
@@ -26,7 +28,7 @@ BIN    := $(VENV)/bin
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_PIN   := $(shell grep -E '^torch==' requirements.lock)
 
-.PHONY: setup demo study test lint format clean-demo selfcheck config-doc
+.PHONY: setup demo study test lint format clean-demo selfcheck config-doc docs
 
 $(BIN)/snakemake: requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +85,15 @@ test: setup
 # until the files agree.
 config-doc: setup
 	$(BIN)/python -m posmech.settings.reference --write
+
+# An analysis is declared once, in workflow/analyses/<rule>.yaml; the docs' tables of analyses
+# (docs/workflow.md's families, analyses and applicability, docs/artifacts.md's files,
+# docs/claims.md's "How each finding is judged") are written from the declarations
+# (src/posmech/pipeline/reference.py), between `<!-- generated: NAME -->` and
+# `<!-- end generated -->`. `make docs` rewrites them and what config-doc writes (an analysis's
+# config keys and thresholds join the schema); tests/test_docs_generated.py fails until it has run.
+docs: config-doc
+	$(BIN)/python -m posmech.pipeline.reference --write
 
 lint: setup
 	$(BIN)/snakemake --lint --configfile config/demo.yaml

@@ -17,31 +17,46 @@ REPO = Path(__file__).resolve().parents[2]
 CATALOGUE = REPO / "docs" / "claims.md"
 
 
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+
+
 def _rows() -> dict[str, list[str]]:
-    rows = {}
+    """The claims' rows of the hand-written tables (ID, what is measured, published, figures)."""
+    rows, in_table = {}, False
     for line in CATALOGUE.read_text(encoding="utf-8").splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("|") and re.fullmatch(r"[PLKC]\d{1,2}", cells[0]):
+        in_table = line.startswith("| ID | what is measured") or (in_table and line.startswith("|"))
+        cells = _cells(line)
+        if in_table and re.fullmatch(r"[PLKC]\d{1,2}", cells[0]):
+            assert cells[0] not in rows, f"claim {cells[0]} has two rows in docs/claims.md"
             rows[cells[0]] = cells
     return rows
 
 
+def _judged() -> dict[str, list[str]]:
+    """The rows of the generated table "How each finding is judged" (posmech.pipeline.reference)."""
+    text = CATALOGUE.read_text(encoding="utf-8")
+    block = text.split("<!-- generated: claims -->", 1)[1].split("<!-- end generated -->", 1)[0]
+    return {c[0]: c for c in map(_cells, block.splitlines()) if re.fullmatch(r"[PLKC]\d{1,2}", c[0])}
+
+
 def test_every_published_claim_is_catalogued_once_with_its_rules():
-    rows = _rows()
+    rows, judged = _rows(), _judged()
     published = yaml.safe_load((REPO / "resources" / "published.yaml").read_text(encoding="utf-8"))["entries"]
     claims = {e["claim"] for e in published}
     assert claims <= set(rows), sorted(claims - set(rows))
     families = {"P": 16, "L": 5, "K": 10, "C": 3}
     assert set(rows) == {f"{f}{i}" for f, n in families.items() for i in range(1, n + 1)}
+    assert set(judged) == set(rows)  # every claim's finding is judged by a declared analysis
     rules = set(re.findall(r"^rule (\w+):", "\n".join(
         p.read_text(encoding="utf-8") for p in (REPO / "workflow" / "rules").glob("*.smk")), re.M))
     rules |= {a for analyses in FAMILIES.values() for a in analyses}  # analyses run by a family's rule
-    for cid, cells in rows.items():
-        named = set(re.findall(r"`(\w+)`", cells[3]))
+    for cid, cells in judged.items():
+        named = set(re.findall(r"`(\w+)`", cells[1] + cells[3]))
         assert named <= rules, (cid, named - rules)
-    for e in published:  # a published entry's rule is the one the catalogue names
+    for e in published:  # a published entry's rule is one the catalogue names for the claim
         if e.get("rule"):
-            assert f"`{e['rule']}`" in rows[e["claim"]][3], e
+            assert f"`{e['rule']}`" in judged[e["claim"]][1] + judged[e["claim"]][3], e
 
 
 def test_catalogue_links_every_post_and_renders_with_claim_anchors():
@@ -52,6 +67,7 @@ def test_catalogue_links_every_post_and_renders_with_claim_anchors():
     html = claims_catalogue_html(CATALOGUE)
     assert all(f'<tr id="claim-{c}">' in html for c in _rows())
     assert "<h1" not in html and "<h2" not in html  # the report's own headings rank above
+    assert "&lt;!--" not in html and "<!--" not in html  # the generated table's markers are not shown
 
 
 def test_nothing_shipped_points_outside_the_clone():

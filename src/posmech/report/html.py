@@ -145,6 +145,7 @@ def claims_catalogue_html(path: str | os.PathLike[str]) -> str:
     except OSError as err:
         raise PosmechError(f"claims catalogue {str(path)!r} cannot be read ({err}); it ships as docs/claims.md") from None
     text = re.sub(r"\A# .*\n", "", text)  # the document title: the report has its own
+    text = re.sub(r"^<!-- [^\n]* -->\n", "", text, flags=re.M)  # the generated tables' markers
     html = MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
     html = re.sub(r"<h([1-4])>", lambda m: f"<h{int(m.group(1)) + 2}>", html)
     html = re.sub(r"</h([1-4])>", lambda m: f"</h{int(m.group(1)) + 2}>", html)
