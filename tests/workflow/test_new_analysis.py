@@ -15,7 +15,7 @@ positional embeddings over W_pos's (claim P17, a made-up one). The files a devel
 
 plus the claim's published value (``resources/published.yaml``) and prose
 (``resources/findings.yaml``'s sentence, ``docs/claims.md``). The generated files are
-rewritten by the Makefile's ``config-doc`` target. Nothing else changes: not the rule file,
+rewritten by the Makefile's ``docs`` target. Nothing else changes: not the rule file,
 the Snakefile, common.smk, a registry of families, links or applicability.
 """
 
@@ -146,7 +146,7 @@ PUBLISHED = """  - claim: P17
     tolerance: null
 """
 
-CLAIM_ROW = "| P17 | a stand-in | — | `stand_in_spread` | `geometry/stand_in.png` |\n"
+CLAIM_ROW = "| P17 | a stand-in | — | `geometry/stand_in.png` |\n"
 
 HAND = {"workflow/analyses/geometry.yaml", "scripts/stand_in_spread.py", "src/posmech/analyses/geometry.py",
         "src/posmech/plots/geometry.py", "tests/analyses/test_geometry.py", "workflow/report/stand_in_spread.rst"}
@@ -194,12 +194,15 @@ def _add_the_stand_in(repo: Path) -> None:
 
 
 def _regenerate(repo: Path, env: dict[str, str]) -> None:
-    """Run what ``make config-doc`` runs (the Makefile's recipe, with this interpreter)."""
-    recipe = re.search(r"^config-doc:.*\n((?:\t.*\n)+)", (repo / "Makefile").read_text(), re.M)
-    assert recipe, "the Makefile has no config-doc target"
-    for line in recipe.group(1).splitlines():
-        cmd = line.strip().replace("$(BIN)/python", PY)
-        subprocess.run(cmd, shell=True, cwd=repo, env=env, check=True)
+    """Run what ``make docs`` runs (the Makefile's recipes of ``config-doc`` and ``docs``, with
+    this interpreter): every generated file rewritten from the schema and the declarations."""
+    makefile = (repo / "Makefile").read_text()
+    for target in ("config-doc", "docs"):
+        recipe = re.search(rf"^{target}:.*\n((?:\t.*\n)+)", makefile, re.M)
+        assert recipe, f"the Makefile has no {target} target"
+        for line in recipe.group(1).splitlines():
+            cmd = line.strip().replace("$(BIN)/python", PY)
+            subprocess.run(cmd, shell=True, cwd=repo, env=env, check=True)
 
 
 @pytest.fixture(scope="module")
@@ -216,7 +219,7 @@ def test_the_stand_in_touches_six_files_plus_its_claim(stand_in):
     changed = {line[3:] for line in _git(repo, "status", "--porcelain", "-uall").splitlines()}
     generated = changed - HAND - CLAIM
     assert HAND <= changed and CLAIM <= changed
-    # what `make config-doc` rewrites; nothing else a developer must edit
+    # what `make docs` rewrites; nothing else a developer must edit
     assert generated <= {"config/README.md", "src/posmech/settings/schema_fields.py"} | {
         p for p in generated if p.startswith("docs/")}, sorted(generated)
     assert "stand_in_width" in (repo / "config/README.md").read_text()
@@ -254,7 +257,7 @@ def test_the_repositorys_own_checks_accept_it(stand_in):
     repo, env = stand_in
     tests = ["tests/test_declarations.py", "tests/test_workflow_declarations.py", "tests/test_family_rooms.py",
              "tests/test_scripts_are_thin.py", "tests/test_layering.py", "tests/test_config_reference.py",
-             "tests/test_settings.py", "tests/analyses/test_geometry.py::test_the_stand_in_spread_of_a_copy_of_w_pos_is_one"]
+             "tests/test_settings.py", "tests/test_docs_generated.py", "tests/analyses/test_geometry.py::test_the_stand_in_spread_of_a_copy_of_w_pos_is_one"]
     out = subprocess.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *tests], cwd=repo, env=env,
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
