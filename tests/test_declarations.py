@@ -156,6 +156,10 @@ def test_an_analysis_declares_its_own_config_keys_and_thresholds_once(tmp_path):
         section="geometry", config={"seed": {"type": "integer", "default": 1, "description": "restated here"}})}}))
     with pytest.raises(PosmechError, match="`geometry.seed` is declared twice"):
         fam.compose_schema(base, twice)
+    misspelt = fam.read_declarations(write(tmp_path / "misspelt", {"m": {"m": analysis(
+        claims={"P6": {"quantity": "q", "predicate": ">=", "threshold": "p6_min_fractoin"}})}}))
+    with pytest.raises(PosmechError, match="claim P6's threshold `p6_min_fractoin` is not a key"):
+        fam.compose_schema(base, misspelt)
 
 
 def test_the_shipped_schema_is_composed_with_the_declarations():

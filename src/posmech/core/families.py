@@ -247,7 +247,9 @@ def compose_schema(schema: dict[str, Any], analyses: dict[str, Analysis] | None 
     """The config schema with the keys the analyses declare (``config``: in the analysis's
     section, which is added as an object of those keys when the schema lacks it;
     ``thresholds``: in section ``findings``), a new dict (``schema`` is not changed). Raises
-    :class:`PosmechError` naming both places when a key is declared twice."""
+    :class:`PosmechError` naming both places when a key is declared twice, and naming the
+    declaration when a claim's threshold is no key of section ``findings`` (a misspelt key
+    stops every run before any job, never only the findings job)."""
     import copy
 
     analyses = ANALYSES if analyses is None else analyses
@@ -269,6 +271,13 @@ def compose_schema(schema: dict[str, Any], analyses: dict[str, Analysis] | None 
                                        "keep one")
                 sec_props[key] = copy.deepcopy(spec)
                 where[(section, key)] = a.source
+    thresholds = props.get("findings", {}).get("properties", {})
+    for a in analyses.values():
+        for c in a.claims.values():
+            if c.threshold not in thresholds:
+                raise PosmechError(f"{a.source}: claim {c.claim}'s threshold `{c.threshold}` is not a key of the config "
+                                   f"section `findings`; declare it under {a.name}'s `thresholds:` (or fix the name: "
+                                   f"the keys are {', '.join(sorted(thresholds))})")
     return out
 
 
