@@ -1,6 +1,7 @@
 """Config validation: every malformed config fails with a message naming the key."""
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,24 @@ def test_every_resolved_position_fits_the_context(n_ctx):
     assert scale_to_context("neurons", cfg["neurons"], n_ctx)["from_position"] <= c["max_position"] - 1
     i = scale_to_context("interventions", cfg["interventions"], n_ctx)
     assert i["min_tokens"] <= n_ctx and i["zoom"] <= n_ctx
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("p6_min_fraction", float("nan"), "`findings.p6_min_fraction`: nan is not a finite number"),
+    ("p7_max_sharpest_ratio", float("inf"), "`findings.p7_max_sharpest_ratio`: inf is not a finite number"),
+    ("p6_min_fraction", -1, "`findings.p6_min_fraction`: -1 is less than the minimum of 0"),
+    ("k1_min_defined_fraction", 5.0, "`findings.k1_min_defined_fraction`: 5.0 is greater than the maximum of 1"),
+])
+def test_a_threshold_that_is_not_finite_or_out_of_its_range_is_refused(key, value, message):
+    """Issue 45: a NaN, an infinity or an impossible threshold used to flip verdicts with rc 0
+    (a fraction of -1 can never fail, of 5 never hold)."""
+    cfg = yaml.safe_load((REPO / "config/ci.yaml").read_text())
+    cfg.setdefault("findings", {})[key] = value
+    with pytest.raises(PosmechError, match=re.escape(message)):
+        validate_config(cfg, copy.deepcopy(SCHEMA), base=str(REPO))
+
+
+def test_every_finding_threshold_has_a_range_but_a_difference_of_relative_damages():
+    thresholds = SCHEMA["properties"]["findings"]["properties"]
+    open_ended = [k for k, v in thresholds.items() if "minimum" not in v and "maximum" not in v]
+    assert open_ended == ["p15_min_damage_gap"]

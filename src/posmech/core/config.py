@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import hashlib
 from pathlib import Path
@@ -168,8 +169,8 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any], base: str = 
     """
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
-    if errors:
-        msgs = list(dict.fromkeys(_format_error(e) for e in errors))
+    if errors or non_finite(config):
+        msgs = non_finite(config) + list(dict.fromkeys(_format_error(e) for e in errors))
         raise PosmechError("invalid configuration:\n  - " + "\n  - ".join(msgs[:12]))
     apply_defaults(config, schema)
     canonical_order(config)
@@ -177,6 +178,20 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any], base: str = 
     if problems:
         raise PosmechError("invalid configuration:\n  - " + "\n  - ".join(problems))
     return config
+
+
+def non_finite(value: Any, path: tuple[str, ...] = ()) -> list[str]:
+    """A problem per number of ``value`` (a config) that is NaN or infinite (YAML's ``.nan``,
+    ``.inf``): no key means anything by them, and a schema's minimum and maximum let them
+    through (every comparison with NaN is false)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"config key `{'.'.join(path)}`: {value!r} is not a finite number; give a number (the key's "
+                "range: config/README.md)"]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in non_finite(v, (*path, str(k)))]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in non_finite(v, (*path, str(i)))]
+    return []
 
 
 ORDERED_MAPS = ("models", "corpora")
