@@ -50,7 +50,11 @@ $(VENV)/.bytecode: $(BIN)/snakemake
 
 setup: $(BIN)/snakemake $(VENV)/.bytecode
 
+# Each entry point checks its config first (`python -m posmech check-config`, ~1-3 s): a YAML
+# syntax error is then named with its file and line (Snakemake's own message, "Config file
+# is not valid JSON or YAML", names neither), and every other config problem in one round.
 demo: setup
+	$(BIN)/python -m posmech check-config config/demo.yaml
 	$(BIN)/snakemake --cores $(CORES) --configfile config/demo.yaml
 
 # The self-check (README.md "Self-check"): build the hand-built models (src/posmech/verdicts/selfcheck.py)
@@ -65,6 +69,7 @@ selfcheck: setup
 	$(BIN)/python -m posmech selfcheck $(SELFCHECK_DIR)/results/report
 
 study: setup
+	$(BIN)/python -m posmech check-config config/config.yaml
 	$(BIN)/snakemake --cores $(CORES)
 
 # `make test` runs the suite, then the float32 tests (marker float32: a float32 forward pass

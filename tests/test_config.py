@@ -228,3 +228,12 @@ def test_every_finding_threshold_has_a_range_but_a_difference_of_relative_damage
     thresholds = SCHEMA["properties"]["findings"]["properties"]
     open_ended = [k for k, v in thresholds.items() if "minimum" not in v and "maximum" not in v]
     assert open_ended == ["p15_min_damage_gap"]
+
+
+def test_training_checkpoints_are_a_set_of_steps_in_order():
+    """Issue 45: `checkpoints: [40, 0, 20]` retrained the model and reran 28 jobs for the same
+    data as [0, 20, 40]; the recorded train section is now the same."""
+    cfg = yaml.safe_load((REPO / "config/ci.yaml").read_text())
+    cfg["models"]["demo"]["train"]["checkpoints"] = [40, 0, 20]
+    out = validate_config(cfg, copy.deepcopy(SCHEMA), base=str(REPO))
+    assert out["models"]["demo"]["train"]["checkpoints"] == [0, 20, 40]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pandas as pd
@@ -19,18 +20,39 @@ def test_table_is_plain_csv_and_metadata_is_a_sidecar(tmp_path):
     assert path.read_text().splitlines()[0] == "claim,model,head,ratio"
     pd.testing.assert_frame_equal(pd.read_csv(path), df)
     assert meta_path(path) == tmp_path / "taxonomy.meta.json"
-    assert json.loads(meta_path(path).read_text()) == meta
+    side = json.loads(meta_path(path).read_text())
+    assert side == {**meta, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
     back = read_table(path)
     pd.testing.assert_frame_equal(back, df)
     assert back.attrs == meta
 
 
-def test_rewrite_without_metadata_removes_a_stale_sidecar(tmp_path):
+def test_rewrite_without_metadata_leaves_only_the_integrity_record(tmp_path):
     path = tmp_path / "t.csv"
     write_table(pd.DataFrame({"a": [1]}), path, {"k": 1})
     write_table(pd.DataFrame({"a": [2]}), path)
-    assert not meta_path(path).exists() and read_table(path).attrs == {}
-    assert read_meta(path) == {}
+    assert set(read_meta(path)) == {"sha256"} and read_table(path).attrs == {}
+
+
+@pytest.mark.parametrize("edit", [
+    lambda p: p.write_text(p.read_text().replace("0.18", "0.81")),  # one value changed
+    lambda p: p.write_text("\n".join(p.read_text().splitlines()[:-1]) + "\n"),  # the last row dropped
+])
+def test_a_table_changed_after_it_was_written_is_refused_naming_how_to_regenerate_it(tmp_path, edit):
+    """Issue 45: an edited or damaged table flowed into the verdicts with rc 0."""
+    df = pd.DataFrame({"claim": ["P6", "P6"], "head": ["L4H11", "L5H6"], "ratio": [0.01, 0.18]})
+    path = tmp_path / "heads.csv"
+    write_table(df, path, {"k": 1})
+    edit(path)
+    with pytest.raises(PosmechError, match=r"heads\.csv' was changed after it was written.*snakemake -f"):
+        read_table(path)
+
+
+def test_a_table_written_before_the_integrity_record_is_read_as_it_is(tmp_path):
+    path = tmp_path / "t.csv"
+    pd.DataFrame({"a": [1]}).to_csv(path, index=False)
+    meta_path(path).write_text(json.dumps({"k": 1}))
+    assert read_table(path).attrs == {"k": 1}
 
 
 def test_broken_sidecar_names_the_file(tmp_path):

@@ -248,3 +248,30 @@ def test_both_forward_engines_give_the_same_results(ci_run, tmp_path_factory, mo
     monkeypatch.setattr(compare, "ATOL", 2e-5)
     problems = compare.compare_results(ci_run, work)
     assert not problems, "\n".join(problems[:20])
+
+
+@pytest.mark.parametrize("table, edit", [
+    ("results/demo/scorecard/diagonal_taxonomy.csv", lambda t: t.replace(",0.", ",0.9", 1)),
+    ("results/demo/taxonomy/heads.csv", lambda t: "\n".join(t.splitlines()[:-1]) + "\n"),
+], ids=["scorecard-value", "heads-last-row"])
+def test_a_table_changed_after_it_was_written_stops_the_run_before_any_job(ci_run, tmp_path_factory, table, edit):
+    """Issue 45, case 6: an edited scorecard value or a dropped row of heads.csv flowed into
+    findings, dynamics and the report with rc 0. Now the run stops before any job, naming the
+    table and the fix, and touches nothing; deleting the table, as the message says, brings
+    back the same bytes."""
+    work = tmp_path_factory.mktemp("edited")
+    shutil.copytree(ci_run, work, symlinks=True, dirs_exist_ok=True)
+    path = work / table
+    original = path.read_bytes()
+    path.write_text(edit(path.read_text()))
+    before = _mtimes(work)
+    proc = snakemake(work, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and table in out and "changed after they were written" in out, out[-3000:]
+    assert "Delete each (with its .meta.json) and rerun" in out and "Traceback" not in out
+    assert _mtimes(work) == before
+    path.unlink()
+    path.with_name(path.stem + ".meta.json").unlink()
+    proc = snakemake(work, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert path.read_bytes() == original

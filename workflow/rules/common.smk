@@ -37,7 +37,7 @@ try:
         config,
         load_schema(workflow.source_path("../schemas/config.schema.yaml")),
         repo=_RULES_DIR.parents[1],
-        findings_path=workflow.source_path("../../resources/findings.yaml"),
+        findings_path=str(_RULES_DIR.parents[1] / "resources" / "findings.yaml"),
         configfiles=workflow.configfiles,
         main_process=workflow.is_main_process,
         runs_jobs_here=jobs_run_locally(sys.argv),

@@ -201,7 +201,8 @@ def canonical_order(config: dict[str, Any]) -> dict[str, Any]:
     """Sort the keys of every mapping in ``config`` in place, except the order of the
     names under ``models`` and ``corpora`` (it means something: the first corpus is the
     default).  Snakemake compares a job's params as written, order included: without this,
-    the same settings written in another order (or a re-saved YAML file) would rerun jobs."""
+    the same settings written in another order (or a re-saved YAML file) would rerun jobs.
+    For the same reason a model's training checkpoints (a set of steps) are sorted."""
 
     def sort(d: dict[str, Any], keep_order: bool = False) -> None:
         for k in (list(d) if keep_order else sorted(d, key=str)):
@@ -215,6 +216,10 @@ def canonical_order(config: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, dict):
             sort(value, keep_order=section in ORDERED_MAPS)
         config[section] = value
+    for entry in (config.get("models") or {}).values():  # a set of steps: [40, 0, 20] is [0, 20, 40]
+        train = entry.get("train") if isinstance(entry, dict) else None
+        if isinstance(train, dict) and isinstance(train.get("checkpoints"), list):
+            train["checkpoints"] = sorted(set(train["checkpoints"]), key=float)
     return config
 
 

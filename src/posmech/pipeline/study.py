@@ -50,13 +50,30 @@ class Study:
         return [m for m in self.models if m not in self.checkpoint_of]
 
 
+def refuse_changed_tables(results: str | os.PathLike[str]) -> None:
+    """Before any job: no table of the run (``results/``) may differ from the bytes its
+    sidecar's sha256 recorded when it was written (an edit, a truncation): a run would compute
+    verdicts from it. Raises :class:`PosmechError` naming each one and how to regenerate it."""
+    from posmech.core.errors import PosmechError
+    from posmech.store.tables import changed_tables
+
+    changed = changed_tables(results) if os.path.isdir(results) else []
+    if changed:
+        shown = "\n  ".join(changed[:10]) + (f"\n  … and {len(changed) - 10} more" if len(changed) > 10 else "")
+        raise PosmechError(
+            f"{len(changed)} table(s) changed after they were written (their bytes differ from the sha256 in their "
+            f".meta.json), and the run would read them:\n  {shown}\nDelete each (with its .meta.json) and rerun: "
+            "Snakemake writes it again. To study an edited table, save a copy under another name "
+            "(docs/artifacts.md, \"CSV tables\"). Checked before any job: nothing was run.")
+
+
 def prepare(config: dict[str, Any], schema: dict[str, Any], repo: str | os.PathLike[str], findings_path: str,
             configfiles: list[str], main_process: bool, runs_jobs_here: bool, dry_run: bool,
             unlocking: bool = False) -> Study:
     """Prepare ``config`` (changed in place: defaults, twins, checkpoints) for the workflow.
 
     ``main_process``: the Snakemake process that plans the run (not a job's own); it checks
-    the weights and the lock. ``runs_jobs_here``: jobs run on this machine (not a cluster
+    the weights, the lock and the tables already written (:func:`refuse_changed_tables`). ``runs_jobs_here``: jobs run on this machine (not a cluster
     submission); ``dry_run``: nothing is fetched, so a Hub model's reachability is not
     checked; ``unlocking``: the run was started with ``--unlock``."""
     from posmech.pipeline.applicability import not_applicable
@@ -82,6 +99,7 @@ def prepare(config: dict[str, Any], schema: dict[str, Any], repo: str | os.PathL
             raise PosmechError(str(message))
         if message:
             notes.append(message)
+        refuse_changed_tables("results")
     twins = add_twins(config)
     checkpoints = add_checkpoints(config)
     twin_of, checkpoint_of = twins_of(config), checkpoints_of(config)

@@ -34,7 +34,7 @@ import yaml
 from posmech.core.errors import PosmechError
 from posmech.core.io import atomic_path
 from posmech.verdicts import scorecard as sc
-from posmech.store.tables import meta_path
+from posmech.store.tables import meta_path, read_table
 
 TEMPLATE = "report.html.j2"
 CLAIM_ID = re.compile(r"\b([PLKC])(\d{1,2})\b")
@@ -170,8 +170,9 @@ def _family_of(claims: list[str], category: str, path: str) -> str:
 
 
 def table_html(path: str, max_rows: int = 15) -> tuple[str, int]:
-    """The first rows of a tidy table as an HTML table (escaped), and its row count."""
-    df = pd.read_csv(path)
+    """The first rows of a tidy table as an HTML table (escaped), and its row count (a table
+    changed after it was written is refused: :func:`posmech.store.tables.read_table`)."""
+    df = read_table(path)
     return df.head(max_rows).to_html(index=False, border=0, classes="data", na_rep="", escape=True,
                                      float_format=lambda x: f"{x:.4g}"), len(df)
 

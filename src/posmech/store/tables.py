@@ -32,6 +32,9 @@ from posmech.core.io import atomic_path, write_json
 
 META_SUFFIX = ".meta.json"
 COLUMN_TYPES = "column_types"
+#: the sidecar key holding the sha256 of the CSV's bytes as written (:func:`write_table`):
+#: :func:`read_table` refuses a table whose bytes differ (edited or damaged after it was written)
+SHA256 = "sha256"
 SCORECARD_COLUMNS = ["claim", "model", "quantity", "value", "detail", "artifact"]
 
 
@@ -42,19 +45,37 @@ def meta_path(path: str | os.PathLike[str]) -> Path:
 
 
 def write_table(df: pd.DataFrame, path: str | os.PathLike[str], meta: dict[str, Any] | None = None) -> None:
-    """Write ``df`` as a plain CSV atomically, and ``meta`` (when given) to its JSON sidecar
-    (:func:`meta_path`); a stale sidecar of an earlier run is removed when ``meta`` is empty."""
+    """Write ``df`` as a plain CSV atomically, and its JSON sidecar (:func:`meta_path`):
+    ``meta`` (when given), the column types plain pandas would misread (:data:`COLUMN_TYPES`)
+    and the sha256 of the CSV's bytes (:data:`SHA256`, the integrity record
+    :func:`read_table` checks)."""
     side = meta_path(path)
     types = column_types(df)
-    if types:
-        meta = {**(meta or {}), COLUMN_TYPES: types}
+    meta = {**(meta or {}), **({COLUMN_TYPES: types} if types else {})}
     with atomic_path(path) as tmp:
         with open(tmp, "w", encoding="utf-8", newline="") as f:
             df.to_csv(f, index=False)
-        if meta:
-            write_json(side, meta)
-        elif side.exists():
-            side.unlink()
+        write_json(side, {**meta, SHA256: file_sha256(tmp)})
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The sha256 of a file's bytes (hex)."""
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def check_integrity(path: str | os.PathLike[str], meta: dict[str, Any]) -> None:
+    """Refuse the table at ``path`` when its bytes differ from the sha256 its sidecar recorded
+    when it was written (an edit, a truncation, a damaged disk): the error names the file and
+    how to regenerate it. A table written before the record existed (no :data:`SHA256`) passes."""
+    want = meta.get(SHA256)
+    if want is not None and file_sha256(path) != want:
+        raise PosmechError(
+            f"table {str(path)!r} was changed after it was written (its bytes differ from the sha256 in "
+            f"{meta_path(path).name}); verdicts are not computed from an edited table. Regenerate it: "
+            f"`snakemake -f {path}` (or delete it and rerun). To study an edited copy, save it under another name "
+            "(docs/artifacts.md, \"CSV tables\")")
 
 
 def _numeric_text(v: Any) -> bool:
@@ -99,8 +120,11 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def read_table(path: str | os.PathLike[str]) -> pd.DataFrame:
     """Read a table written by :func:`write_table` with its column types (:data:`COLUMN_TYPES`
-    in the sidecar); the rest of its metadata in ``df.attrs``."""
+    in the sidecar), after checking its bytes against the sidecar's sha256
+    (:func:`check_integrity`); the rest of its metadata in ``df.attrs``."""
     meta = read_meta(path)
+    check_integrity(path, meta)
+    meta.pop(SHA256, None)
     types = meta.pop(COLUMN_TYPES, {})
     df = pd.read_csv(path, dtype={c: str for c, t in types.items() if t == "str"})
     for c, t in types.items():
@@ -108,6 +132,21 @@ def read_table(path: str | os.PathLike[str]) -> pd.DataFrame:
             df[c] = df[c].astype(t)
     df.attrs.update(meta)
     return df
+
+
+def changed_tables(root: str | os.PathLike[str]) -> list[str]:
+    """Every table under ``root`` whose bytes differ from the sha256 its sidecar recorded
+    (:func:`check_integrity`), as paths: what a run must not read."""
+    out = []
+    for side in sorted(Path(root).rglob("*" + META_SUFFIX)):
+        table = side.with_name(side.name[: -len(META_SUFFIX)] + ".csv")
+        if not table.is_file():
+            continue
+        try:
+            check_integrity(table, read_meta(table))
+        except PosmechError:
+            out.append(str(table))
+    return out
 
 
 def claim_columns(df: pd.DataFrame, claim: str | pd.Series, model: str) -> pd.DataFrame:

@@ -96,6 +96,9 @@ def load_findings(path: str | os.PathLike[str], schema: str | os.PathLike[str] =
     claim twice, a finding no analysis scores, a claim an analysis scores without a finding."""
     import jsonschema
 
+    if not Path(path).is_file():
+        raise PosmechError(f"the findings file {str(path)!r} is missing: it ships with posmech (restore it: "
+                           f"`git checkout -- resources/findings.yaml`)")
     try:
         doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
         sch = yaml.safe_load(Path(schema).read_text(encoding="utf-8"))
