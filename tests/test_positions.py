@@ -4,12 +4,18 @@ messages, a job calls it once and records the result, a reader takes the recorde
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import importlib.util
+import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import yaml
 
-from posmech.core.config import load_schema, schema_keys
-from posmech.settings import PositionError, defaults, null_gives, positions_for
+from posmech.core.config import load_schema, schema_keys, validate_config
+from posmech.settings import PositionError, defaults, from_param, null_gives, positions_for
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml")
@@ -60,6 +66,76 @@ def test_every_null_gives_hint_is_the_schemas_rule():
         for key in rules:
             assert null_gives(section, key) == "null gives " + " ".join(
                 keys[f"{section}.{key}"]["x-scales-with-context"].split())
+
+
+def _ci_with_null_kernel_positions() -> dict:
+    cfg = yaml.safe_load((REPO / "config/ci.yaml").read_text())
+    cfg["kernels"].update(heatmap_max_position=None, etc_positions=None, etc_heatmap_position=None)
+    return validate_config(cfg, copy.deepcopy(SCHEMA))
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(f"script_{name}", REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_preflight_the_job_and_a_reader_get_the_same_kernels_positions(tmp_path, monkeypatch):
+    """ci.yaml with the kernels' query positions null (the demo model: 32 tokens): the values
+    preflight checks, those rule positional_kernels resolves and records in kernels.h5, and
+    those the rules reading kernels.h5 take (etc_table, kernel_heatmaps) are the same."""
+    import logging
+
+    from posmech.analyses import kernels as kn
+    from posmech.pipeline.preflight import section_positions
+    from posmech.pipeline.runner import Names
+    from posmech.settings import build
+    from posmech.store.hdf5 import artifact_writer, attr_json, open_artifact
+
+    config = _ci_with_null_kernel_positions()
+    before = section_positions(config, "kernels")["demo"]  # the trained demo: its train section's 32 tokens
+
+    # the job (scripts/positional_kernels.py) on a model directory of 32 positions, what it
+    # computes stubbed: what it resolves and records in kernels.h5 is the real code's
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_positions": 32, "n_embd": 32,
+                                                "n_layer": 2, "n_head": 2, "vocab_size": 64}))
+    job = _script("positional_kernels")
+    monkeypatch.setattr(job, "read_manifest", lambda p: {"hf_dir": str(hf), "source": "demo",
+                                                         "resolved_revision": "x", "weights_sha256_16": "y"})
+    monkeypatch.setattr(job, "read_position_means", lambda p, hook: (None, None))
+    monkeypatch.setattr(job, "open_artifact", lambda p: contextlib.nullcontext(SimpleNamespace(attrs={})))
+    monkeypatch.setattr(job, "read_tokens", lambda p: None)
+    monkeypatch.setattr(job, "load_model", lambda *a: None)
+    monkeypatch.setattr(kn, "check_means", lambda *a: None)
+    used = {}
+
+    def build_kernels(bridge, hf_config, means, count, tokens, settings, path, attrs):
+        used["settings"] = settings
+        with artifact_writer(path, "kernels", "positional_kernels", attrs):
+            pass
+        return {"n_layers": 2, "n_heads": 2, "n_queries": 0, "texts": []}
+
+    monkeypatch.setattr(kn, "build_kernels", build_kernels)
+    param = build(config).kernels.as_param()  # what the rule hands its job (recorded by Snakemake)
+    entry = config["models"]["demo"]
+    smk = SimpleNamespace(input=Names({"manifest": "m.json", "means": "bible.h5", "tokens": "t.h5"}),
+                          output=Names({"h5": str(tmp_path / "kernels.h5")}),
+                          params=Names({"settings": from_param(param), "entry": entry}),
+                          wildcards=SimpleNamespace(model="demo"))
+    job.main(smk, logging.getLogger("test"))
+
+    with open_artifact(tmp_path / "kernels.h5", "kernels") as f:
+        recorded = attr_json(f, "kernels_config")
+    after = from_param(param).recorded(recorded)  # etc_table's and kernel_heatmaps' read-back
+    keys = ("heatmap_max_position", "etc_positions", "etc_heatmap_position")
+    want = (31, (3, 6, 12, 19, 25, 31), 31)
+    assert tuple(getattr(before, k) for k in keys) == want
+    assert tuple(getattr(used["settings"], k) for k in keys) == want
+    assert tuple(recorded[k] if k != "etc_positions" else tuple(recorded[k]) for k in keys) == want
+    assert after == used["settings"] == before
 
 
 def test_a_section_recorded_as_configured_reads_back_at_the_recorded_context():
