@@ -23,7 +23,7 @@ def main(smk, log):
         return
     w, ov, _ = nr.load_weights(man, model, tokenizer=False)
     dec = cx.read_decomposition(smk.input.h5)
-    s = s.scaled(int(dec.attrs["n_ctx"]))  # from_position null: scaled with the context
+    s = s.recorded(nr.read_extended_attrs(smk.input.extended)["neurons_config"])  # as extended_token_embeddings resolved it
     st = nr.setup_from_artifact(smk.input.extended, dec, w, ov)
     neurons = nr.resolve_neurons(s.neurons, read_table(smk.input.ranking), s.n_auto, ov.d_mlp, model)
     bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])

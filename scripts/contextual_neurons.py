@@ -25,7 +25,7 @@ def main(smk, log):
         return
     w, ov, tok = nr.load_weights(read_manifest(smk.input.manifest), model)
     dec = cx.read_decomposition(smk.input.h5)
-    s = s.scaled(int(dec.attrs["n_ctx"]))  # from_position null: scaled with the context
+    s = s.recorded(nr.read_extended_attrs(smk.input.extended)["neurons_config"])  # as extended_token_embeddings resolved it
     st = nr.setup_from_artifact(smk.input.extended, dec, w, ov)
     real, context, keys = [], [], nr.content_keys(dec)
     for j, ids in enumerate(dec.token_ids):

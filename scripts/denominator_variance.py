@@ -11,9 +11,9 @@ def main(smk, log):
     model, p, out = smk.wildcards.model, smk.params.settings, smk.output
     dec = cx.read_decomposition(smk.input.h5)
     classes = read_table(smk.input.classes)["head_class"].tolist()
-    pos = cx.resolved_positions(p, int(dec.attrs["n_ctx"]), model)
-    frm = pos["denominator_from"]  # null: scaled with the context
-    df = cx.variance_table(dec, classes, pos["variance_positions"], p.n_resamples, p.seed, frm, model)
+    pos = p.recorded(dec.attrs["contextual_config"], dec.attrs["n_ctx"], model)  # as layer0_decomposition resolved them
+    frm = pos.denominator_from
+    df = cx.variance_table(dec, classes, list(pos.variance_positions), p.n_resamples, p.seed, frm, model)
     res = df[df["method"] == "resampled"]
     r, slope, _ = cx.loglog_fit_or_reason(res["predicted"], res["observed"])
     wt = df[df["method"] == "within_text"]

@@ -10,6 +10,7 @@ from posmech.data.tokens import read_tokens
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import interventions as plots
 from posmech.pipeline.runner import run
+from posmech.settings import positions_for
 from posmech.store.tables import scorecard_rows, write_table
 
 
@@ -24,7 +25,8 @@ def main(smk, log):
     layers = sorted({parse_head(h)[0] for h in roles})
     deltas = {l: iv.extended_shift(ext.extended[l], k, ext.first_token_position, group_average) for l in layers}
     toks = read_tokens(smk.input.tokens)
-    s = s.scaled(int(toks.attrs["n_ctx"]))  # min_tokens, zoom null: scaled
+    # min_tokens, zoom resolved for the tokens' context, once (null: scaled with it); the table records them
+    s = positions_for(s, int(toks.attrs["n_ctx"]), model, f"the tokens of {smk.input.tokens}")
     docs = iv.select_documents(toks, s.n_documents, s.min_tokens, s.max_tokens)
     measured = sorted(roles, key=parse_head)  # by layer: the figure reads top (early) to bottom
     with iv.unchanged(bridge):

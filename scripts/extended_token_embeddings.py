@@ -6,6 +6,7 @@ from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
 from posmech.models.loading import read_manifest
 from posmech.pipeline.runner import run
+from posmech.settings import positions_for
 from posmech.store.tables import not_measurable_rows, read_table, scorecard_rows, write_table
 
 
@@ -15,7 +16,9 @@ def main(smk, log):
     w, ov, _ = nr.load_weights(man, model, tokenizer=False)
     nr.check_neurons(s.neurons, ov.d_mlp, model)
     dec = cx.read_decomposition(smk.input.h5)
-    s = s.scaled(int(dec.attrs["n_ctx"]))  # from_position null: scaled with the context
+    # from_position resolved for the model's context (layer0.h5's n_ctx and last destination position),
+    # once (null: scaled with it); extended_tokens.h5 records it (neurons_config), which the C rules take
+    s = positions_for(s, int(dec.attrs["n_ctx"]), model, max_position=int(dec.positions[-1]))
     classes = read_table(smk.input.classes)
     why = nr.missing_heads(classes, s.heads, s.head_classes)
     if why:  # nothing a model lacks fails the run: an artifact saying why, C1 not measurable

@@ -13,10 +13,10 @@ def main(smk, log):
     model, p, out = smk.wildcards.model, smk.params.settings, smk.output
     dec = cx.read_decomposition(smk.input.h5)
     w, tokenizer = cx.load_weights(read_manifest(smk.input.manifest), model)
-    pos = cx.resolved_positions(p, w.n_ctx, model)
-    grid = pos["grid"]  # null: scaled with the context
+    pos = p.recorded(dec.attrs["contextual_config"], dec.attrs["n_ctx"], model)  # as layer0_decomposition resolved them
+    grid = pos.grid
     s, ids, title = float(dec.attrs["ln_scale_used"]), dec.token_ids[0], dec.texts["title"][0]
-    grids, df = cx.positional_patterns(w, s, ids, pos["positions"], int(dec.attrs["destination_id"]),
+    grids, df = cx.positional_patterns(w, s, ids, list(pos.positions), int(dec.attrs["destination_id"]),
                                        grid ** 2, p.k0)
     cx.positional_pattern_table(df, model, tokenizer)
     write_table(df, out.table, {"text": title, "corpus": dec.texts["corpus"][0], "k0": p.k0,

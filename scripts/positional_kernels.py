@@ -11,13 +11,16 @@ from posmech.data.tokens import read_tokens
 from posmech.store.hdf5 import attr_json, open_artifact
 from posmech.models.loading import analysis_context, load_model, read_manifest
 from posmech.pipeline.runner import run
+from posmech.settings import positions_for
 
 
 def main(smk, log):
     man, entry = read_manifest(smk.input.manifest), smk.params.entry
-    # positions left null scale with the model's context (posmech.core.config.CONTEXT_SCALED); the
-    # values used are recorded in kernels.h5 (kernels_config), which the K rules read back
-    settings = smk.params.settings.scaled(analysis_context(smk.wildcards.model, entry, man["hf_dir"]))
+    # the query positions resolved for the model's context, once (null: scaled with it); kernels.h5
+    # records them (kernels_config), and the K rules reading it take those (Settings.recorded)
+    where = f"models.{smk.wildcards.model}.n_ctx" if entry.get("n_ctx") else f"{man['hf_dir']}/config.json"
+    settings = positions_for(smk.params.settings, analysis_context(smk.wildcards.model, entry, man["hf_dir"]),
+                             smk.wildcards.model, where)
     means, count = read_position_means(smk.input.means, "ln1_out")
     with open_artifact(smk.input.means) as f:
         cache_attrs = {k: attr_json(f, k) for k in ("processing", "weights_sha256_16", "corpus") if k in f.attrs}

@@ -8,6 +8,7 @@ from posmech.data.tokens import read_tokens
 from posmech.models.loading import load_model, read_manifest
 from posmech.plots import interventions as plots
 from posmech.pipeline.runner import run
+from posmech.settings import positions_for
 from posmech.store.tables import scorecard_rows, write_table
 
 
@@ -18,7 +19,8 @@ def main(smk, log):
     heads = read_chosen_heads(smk.input.heads)
     sharp = heads["sharp"][0]
     toks = read_tokens(smk.input.tokens)
-    s = s.scaled(int(toks.attrs["n_ctx"]))  # min_tokens, zoom null: scaled
+    # min_tokens, zoom resolved for the tokens' context, once (null: scaled with it); the table records them
+    s = positions_for(s, int(toks.attrs["n_ctx"]), model, f"the tokens of {smk.input.tokens}")
     docs = iv.select_documents(toks, s.n_documents, s.min_tokens, s.max_tokens)
     with iv.unchanged(bridge):
         rows, zoom = iv.repeated_tokens(bridge, docs, sharp, s.zoom, s.repeated_tokens.context)

@@ -11,8 +11,8 @@ def main(smk, log):
     model, p, out = smk.wildcards.model, smk.params.settings, smk.output
     dec = cx.read_decomposition(smk.input.h5)
     classes = read_table(smk.input.classes)["head_class"].tolist()
-    # denominator_from null: scaled with the model's context (posmech.core.config.CONTEXT_SCALED)
-    pos, frm = dec.positions, cx.resolved_positions(p, int(dec.attrs["n_ctx"]), model)["denominator_from"]
+    # denominator_from as layer0_decomposition resolved it (null: scaled with the model's context)
+    pos, frm = dec.positions, p.recorded(dec.attrs["contextual_config"], dec.attrs["n_ctx"], model).denominator_from
     spread = {k: cx.denominator_spread(getattr(dec, f"log_z_{k}"), pos, frm) for k in ("linear", "exact")}
     df = cx.denominator_table(dec, classes, spread, frm, model)
     write_table(df, out.table, {"destination_token": p.destination_token, "denominator_from": frm,

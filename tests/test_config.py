@@ -193,20 +193,20 @@ def test_a_short_context_gets_positions_inside_it_and_given_values_are_kept():
 
 @pytest.mark.parametrize("n_ctx", [6, 8, 13, 32, 100, 257, 1024, 2048, 4096])
 def test_every_resolved_position_fits_the_context(n_ctx):
-    from posmech.analyses.contextual import resolved_positions
-    from posmech.core.config import scale_to_context
-    from posmech.settings.contextual import ContextualSettings
+    from posmech.settings import positions_for, settings_class
 
     cfg = _filled()
-    k = scale_to_context("kernels", cfg["kernels"], n_ctx)
-    assert max(k["etc_positions"]) < n_ctx and k["heatmap_max_position"] < n_ctx
-    assert min(k["etc_positions"]) > k["k0"] and k["etc_heatmap_position"] in k["etc_positions"]
-    c = resolved_positions(ContextualSettings.from_section(cfg["contextual"]), n_ctx, "m")  # raises on a refused one
-    assert max(c["positions"]) <= c["max_position"] and c["grid"] ** 2 <= c["max_position"] + 1
-    assert 1 <= c["denominator_from"] < c["max_position"]
-    assert scale_to_context("neurons", cfg["neurons"], n_ctx)["from_position"] <= c["max_position"] - 1
-    i = scale_to_context("interventions", cfg["interventions"], n_ctx)
-    assert i["min_tokens"] <= n_ctx and i["zoom"] <= n_ctx
+    # positions_for raises on a position its section's checks refuse
+    given = {s: settings_class(s).from_section(cfg[s]) for s in ("kernels", "contextual", "neurons", "interventions")}
+    k = positions_for(given["kernels"], n_ctx, "m")
+    assert max(k.etc_positions) < n_ctx and k.heatmap_max_position < n_ctx
+    assert min(k.etc_positions) > k.k0 and k.etc_heatmap_position in k.etc_positions
+    c = positions_for(given["contextual"], n_ctx, "m")
+    assert max(c.positions) <= c.max_position and c.grid ** 2 <= c.max_position + 1
+    assert 1 <= c.denominator_from < c.max_position
+    assert positions_for(given["neurons"], n_ctx, "m", max_position=c.max_position).from_position <= c.max_position - 1
+    i = positions_for(given["interventions"], n_ctx, "m")
+    assert i.min_tokens <= n_ctx and i.zoom <= n_ctx
 
 
 @pytest.mark.parametrize("key, value, message", [

@@ -326,19 +326,18 @@ def test_positional_layer1_head_is_mostly_positional(prev_token_model_dir):
 
 # --------------------------------------------------------------------------- bad input
 def test_positions_beyond_the_context_name_the_key():
-    from posmech.settings import defaults
+    from posmech.settings import defaults, positions_for
 
     settings = defaults("contextual", positions=[20, 40], variance_positions=[10, 30], k0=1, local_window=3)
-    ok = cx.resolved_positions(settings, N_CTX, "m")
-    assert ok["max_position"] == N_CTX - 2 and ok["classify_position"] == 40
+    ok = positions_for(settings, N_CTX, "m")
+    assert ok.max_position == N_CTX - 2 and ok.classify_position == 40
     with pytest.raises(PosmechError,
                        match=r"`contextual.positions` \(model m\): position\(s\) \[399\] are outside 1..47"):
-        cx.resolved_positions(settings.replace(positions=[20, 399]), N_CTX, "m")
+        positions_for(settings.replace(positions=[20, 399]), N_CTX, "m")
     with pytest.raises(PosmechError, match="contextual.max_position"):
-        cx.resolved_positions(settings.replace(max_position=48), N_CTX, "m")
+        positions_for(settings.replace(max_position=48), N_CTX, "m")
     with pytest.raises(PosmechError, match="contextual.variance_positions.*beyond"):
-        cx.resolved_positions(settings.replace(max_position=25, positions=[20], variance_positions=[10, 30]),
-                              N_CTX, "m")
+        positions_for(settings.replace(max_position=25, positions=[20], variance_positions=[10, 30]), N_CTX, "m")
 
 
 def test_split_destination_token_names_the_key():

@@ -337,7 +337,10 @@ def _isqrt(n: int) -> int:
 # is null (None: resolved after the others). The schema marks each such key with its rule in
 # words (`x-scales-with-context`; tests/test_config.py holds the two to the same keys), which
 # config/README.md shows. A key given a value is used as given. At a 1024-token context every
-# rule gives the posts' value (tests/test_config.py), so GPT-2's results are unchanged.
+# rule gives the posts' value (tests/test_config.py), so GPT-2's results are unchanged. The
+# rules are applied through posmech.settings.positions_for only (which also checks the
+# section's positions against the context): preflight, the jobs and the readers of their
+# artifacts get their values from it.
 CONTEXT_SCALED: dict[str, dict[str, Any]] = {
     "kernels": {
         "heatmap_max_position": lambda p, n: min(100, n - 1),
@@ -370,7 +373,8 @@ def scale_to_context(section: str, params: dict[str, Any], n_ctx: int) -> dict[s
     have ``n_ctx`` tokens (``models.<m>.n_ctx`` or the model's context): every
     position-valued key left null (:data:`CONTEXT_SCALED`, its default) gets the value its
     rule gives for ``n_ctx``; a key given a value keeps it, exactly. Sections without such
-    keys are returned as copies."""
+    keys are returned as copies. The scaling step of :func:`posmech.settings.positions_for`,
+    which resolves and checks a section's positions for a model."""
     out = dict(params)
     for key, rule in CONTEXT_SCALED.get(section, {}).items():
         if out.get(key) is None and rule is not None:

@@ -29,8 +29,8 @@ outputs deleted by Snakemake, and its neighbours may have run):
   the ``kernels`` query positions, the ``contextual`` positions, ``neurons.from_position``,
   ``interventions.min_tokens``, ``geometry.first_position``, the ``attn_only`` sequences, …)
   against the context of each
-  model it is used on, the keys left null resolved for that model as its job will
-  (:func:`posmech.core.config.scale_to_context`); each message gives values that fit;
+  model it is used on, the keys left null resolved for that model by the function its job
+  resolves them with (:func:`posmech.settings.positions_for`); each message gives values that fit;
 * **what the config names in tokens**, with each model's tokenizer when it is on disk
   (:func:`tokenizer_problems`): ``contextual.destination_token`` one token (else its nearest
   single tokens are suggested), the induction and repeat-string prompts within the context;
@@ -353,103 +353,56 @@ def _runs(config: dict[str, Any], section: str, rule: str, base: str | os.PathLi
     return out
 
 
-def _example(values: list[int]) -> str:
-    return "[" + ", ".join(str(v) for v in values) + "]"
+#: the sections whose positions :func:`posmech.settings.positions_for` resolves, each with the
+#: rule whose models it is checked for and the context its jobs resolve it at: ``documents``,
+#: the tokens per document (``models.<m>.n_ctx`` or the model's context: positional_kernels'
+#: analysis_context, the interventions' tokens), or ``model``, the model's own context (the
+#: contextual section's layer-0 weights, and the neurons section's layer0.h5, which records it)
+POSITION_SECTIONS: dict[str, tuple[str, str]] = {
+    "kernels": ("positional_kernels", "documents"),
+    "contextual": ("layer0_decomposition", "model"),
+    "neurons": ("extended_token_embeddings", "model"),
+    "interventions": ("prev_knockout", "documents"),
+}
+
+
+def section_positions(config: dict[str, Any], section: str, base: str | os.PathLike[str] = ".") -> dict[str, Any]:
+    """``{model: resolved settings, or the PositionError}`` of config section ``section`` (one
+    of :data:`POSITION_SECTIONS`, defaults filled) for every model it runs on whose context is
+    known before any job (:func:`_runs`): :func:`posmech.settings.positions_for` at the context
+    its jobs resolve it at, so the values are those the jobs will use."""
+    from posmech.settings import PositionError, positions_for, settings_class
+
+    rule, context = POSITION_SECTIONS[section]
+    given = settings_class(section).from_section(config[section])
+    # neurons.from_position stays below the contextual section's max_position (null: n_ctx - 2)
+    mp = (config.get("contextual") or {}).get("max_position") if section == "neurons" else None
+    out: dict[str, Any] = {}
+    for name, ctx, where in _runs(config, section, rule, base):
+        if context == "model":  # the rules use the model's own context
+            s = known_shape(name, config["models"][name], base)
+            ctx, where = (s.n_ctx if s is not None else ctx), ""
+        try:
+            out[name] = positions_for(given, ctx, name, where, max_position=None if mp is None else int(mp))
+        except PositionError as err:
+            out[name] = err
+    return out
 
 
 def position_problems(config: dict[str, Any], base: str | os.PathLike[str] = ".") -> list[str]:
     """Every position or length in tokens the config asks for, against the context of each
-    model it is used on (:func:`_runs`), with the context-scaled defaults resolved for that
-    model (:func:`posmech.core.config.scale_to_context`): ``kernels`` query positions (and
-    ``etc_heatmap_position`` among them), the ``contextual`` positions, ``neurons.from_position``
-    and ``reference_position``, ``interventions.min_tokens`` and ``zoom_start``,
-    ``geometry.first_position``, the ``attn_only`` settings and sequence lengths. Each message
-    names the key, the model and its context, and values that fit it (what null would give)."""
-    from posmech.core.config import scale_to_context
+    model it is used on (:func:`_runs`): the sections of :data:`POSITION_SECTIONS` resolved
+    and checked by :func:`posmech.settings.positions_for` (:func:`section_positions`), as
+    their jobs resolve them (its messages name the key, the model and its context, and values
+    that fit it: what null would give, in the schema's words), then
+    ``geometry.first_position`` and the ``attn_only`` settings and sequence lengths."""
+    from posmech.settings import PositionError
 
     out: list[str] = []
-    kn = config.get("kernels")
-    if kn:
-        for name, ctx, where in _runs(config, "kernels", "positional_kernels", base):
-            p = scale_to_context("kernels", kn, ctx)
-            fit = scale_to_context("kernels", {**kn, "heatmap_max_position": None, "etc_positions": None,
-                                               "etc_heatmap_position": None}, ctx)
-            pre = f"model {name!r} has a context of {ctx} tokens (from {where}): "
-            bad = [int(n) for n in p["etc_positions"] if int(n) >= ctx]
-            if bad:
-                out.append(f"config key `kernels.etc_positions`: {pre}positions {bad} are beyond it; set "
-                           f"kernels.etc_positions to values <= {ctx - 1}, e.g. {_example(fit['etc_positions'])} "
-                           "(null: scaled with each model's context)")
-            if int(p["heatmap_max_position"]) >= ctx:
-                out.append(f"config key `kernels.heatmap_max_position`: {pre}{p['heatmap_max_position']} is beyond "
-                           f"it; set it to at most {ctx - 1}, e.g. {fit['heatmap_max_position']} (null: min(100, "
-                           "context - 1))")
-            computed = set(range(int(p["k0"]), int(p["heatmap_max_position"]) + 1)) | {int(n) for n in p["etc_positions"]}
-            n = int(p["etc_heatmap_position"])
-            if n >= ctx:
-                out.append(f"config key `kernels.etc_heatmap_position`: {pre}{n} is beyond it; set it to one of "
-                           f"`etc_positions` below {ctx}, e.g. {max(fit['etc_positions'])} (null: the largest of "
-                           "`etc_positions`)")
-            elif n not in computed:
-                out.append(f"config key `kernels.etc_heatmap_position`: {n} is not a computed query position of "
-                           f"model {name!r} (k0..heatmap_max_position, or one of `etc_positions` "
-                           f"{_example(sorted(int(x) for x in p['etc_positions']))}); give one of them, or null")
-    cx = config.get("contextual")
-    if cx:
-        from posmech.analyses.contextual import resolved_positions
-        from posmech.settings.contextual import ContextualSettings
-
-        settings = ContextualSettings.from_section(cx)
-        for name, ctx, where in _runs(config, "contextual", "layer0_decomposition", base):
-            s = known_shape(name, config["models"][name], base)
-            n_ctx = s.n_ctx if s is not None else ctx  # the contextual rules use the model's context
-            try:
-                resolved_positions(settings, n_ctx, name)
-            except PosmechError as err:
-                try:
-                    fit = resolved_positions(settings.replace(positions=None, variance_positions=None, max_position=None,
-                                                              classify_position=None, denominator_from=None), n_ctx, name)
-                    hint = (f"; values that fit it: positions {_example(fit['positions'])}, variance_positions "
-                            f"{_example(fit['variance_positions'])}, denominator_from {fit['denominator_from']}, "
-                            f"max_position {fit['max_position']} (null: scaled with each model's context)")
-                except PosmechError:
-                    hint = ""
-                out.append(f"{err} (model {name!r} has a context of {n_ctx} tokens{hint})")
-    ne = config.get("neurons")
-    if ne:
-        for name, ctx, where in _runs(config, "neurons", "extended_token_embeddings", base):
-            s = known_shape(name, config["models"][name], base)
-            n_ctx = s.n_ctx if s is not None else ctx
-            mp = (cx or {}).get("max_position")
-            mp = n_ctx - 2 if mp is None else int(mp)
-            ref = ne.get("reference_position")
-            if ref is not None and not 1 <= int(ref) < n_ctx:
-                out.append(f"config key `neurons.reference_position`: model {name!r} has a context of {n_ctx} "
-                           f"tokens: {ref} is outside 1..{n_ctx - 1}; give a position in it, e.g. {mp}, or null "
-                           "(contextual.max_position)")
-            frm = scale_to_context("neurons", ne, n_ctx)["from_position"]
-            if int(frm) > mp - 1:
-                fit = scale_to_context("neurons", {**ne, "from_position": None}, n_ctx)["from_position"]
-                out.append(f"config key `neurons.from_position`: model {name!r} has a context of {n_ctx} tokens "
-                           f"(destination positions 1..{mp}, contextual.max_position): {frm} leaves fewer than 2 "
-                           f"positions n >= it; set it to at most {mp - 1}, e.g. {fit} (null: "
-                           "round(100 / 1024 x context))")
-    iv = config.get("interventions")
-    if iv:
-        for name, ctx, where in _runs(config, "interventions", "prev_knockout", base):
-            p = scale_to_context("interventions", iv, ctx)
-            if int(p["min_tokens"]) > ctx:
-                out.append(f"config key `interventions.min_tokens`: model {name!r} has a context of {ctx} tokens "
-                           f"(from {where}): documents are cut to it, so none has {p['min_tokens']}; set it to at "
-                           f"most {ctx}, e.g. {min(64, ctx)} (null: min(64, context))")
-            if int(p["zoom_start"]) + 2 > ctx:
-                out.append(f"config key `interventions.zoom_start`: model {name!r} has a context of {ctx} tokens "
-                           f"(from {where}): a zoom from position {p['zoom_start']} holds fewer than 2 positions; "
-                           f"set it to at most {ctx - 2}, e.g. 0")
-            if p.get("max_tokens") is not None and int(p["max_tokens"]) < int(p["min_tokens"]):
-                out.append(f"config key `interventions.max_tokens`: {p['max_tokens']} is below `min_tokens` "
-                           f"({p['min_tokens']} for model {name!r}): every document would be cut shorter than "
-                           "the documents kept; raise it or set null")
+    for section in POSITION_SECTIONS:
+        if config.get(section):
+            out += [msg for r in section_positions(config, section, base).values()
+                    if isinstance(r, PositionError) for msg in r.problems]
     ge = config.get("geometry")
     if ge and ge.get("first_position") is not None:
         for name, ctx, where in _runs(config, "geometry", "extended_positional_embeddings", base):

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import importlib
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -124,14 +125,134 @@ class Settings:
     def scaled(self: S, n_ctx: int) -> S:
         """A copy for a model whose documents have ``n_ctx`` tokens: every position-valued
         key left null gets the value its rule gives (:func:`posmech.core.config.scale_to_context`);
-        a key given a value keeps it."""
+        a key given a value keeps it. The scaling step alone, nothing checked: a job, preflight
+        and a test resolve positions with :func:`positions_for`, which calls this."""
         from posmech.core.config import scale_to_context
 
         return type(self).from_section(scale_to_context(self.section, self.as_dict(), n_ctx))
 
+    # ----------------------------------------------------------------- positions (positions_for)
+    #: keys left null in the settings whose resolved values a message suggests as "values that
+    #: fit" (:meth:`fitting`); empty: the section's context-scaled keys
+    #: (:data:`posmech.core.config.CONTEXT_SCALED`)
+    FIT_KEYS: ClassVar[tuple[str, ...]] = ()
+
+    def with_positions(self: S, n_ctx: int) -> S:
+        """The section's positions resolved for context ``n_ctx``, unchecked: :meth:`scaled`,
+        and what a section derives from them (the contextual section: ``max_position``,
+        ``classify_position``). :func:`positions_for` calls it and then checks."""
+        return self.scaled(n_ctx)
+
+    def fitting(self: S, n_ctx: int) -> S | None:
+        """These settings with the keys of :attr:`FIT_KEYS` left null, resolved for
+        ``n_ctx``: what the messages of :meth:`position_problems` suggest; None when even
+        that does not fit (another key is the problem)."""
+        from posmech.core.config import CONTEXT_SCALED
+
+        keys = self.FIT_KEYS or tuple(CONTEXT_SCALED.get(self.section, {}))
+        try:
+            return self.replace(**{k: None for k in keys}).with_positions(n_ctx)
+        except PosmechError:
+            return None
+
+    def position_problems(self, n_ctx: int, at: Context) -> list[str]:
+        """One message per position or length of these settings (resolved by
+        :meth:`with_positions`) that does not fit context ``n_ctx``, each naming its key, the
+        model and values that fit; a section without positions has none."""
+        return []
+
+    def recorded(self: S, recorded: Mapping[str, Any], n_ctx: int | None = None, model: str = "") -> S:
+        """These settings with the positions an artifact was computed at: the context-scaled
+        keys taken from ``recorded``, the section as the job that wrote the artifact recorded
+        it (kernels.h5's ``kernels_config``, extended_tokens.h5's ``neurons_config``; a key
+        ``recorded`` lacks keeps its value here). An artifact that records its section as
+        configured (nulls kept: layer0.h5's ``contextual_config``) gives its context
+        ``n_ctx`` (its ``n_ctx`` attribute) instead: the keys it left null are resolved at
+        that context by :func:`positions_for`, as its job resolved them."""
+        from posmech.core.config import recorded_scaled
+
+        out = type(self).from_section(recorded_scaled(self.section, self.as_dict(), recorded))
+        return out if n_ctx is None else positions_for(out, int(n_ctx), model)
+
 
 #: the key of a settings param (:meth:`Settings.as_param`) that names its section
 PARAM_KEY = "__settings__"
+
+
+# --------------------------------------------------------------------------- positions
+@dataclass(frozen=True)
+class Context:
+    """Where positions are resolved, for the messages of :meth:`Settings.position_problems`:
+    the model, where its context comes from (``models.<m>.n_ctx``, a config.json; empty: not
+    said), the fitting settings (:meth:`Settings.fitting`), and bounds another section sets
+    (``max_position``: the contextual section's, the last destination position of layer0.h5,
+    which ``neurons.from_position`` must stay below)."""
+
+    model: str
+    where: str
+    fit: Callable[[], Any]  # the fitting settings, computed when a message needs them
+    max_position: int | None = None
+
+    def has_context(self, n_ctx: int) -> str:
+        """``model 'm' has a context of N tokens (from WHERE)``."""
+        return (f"model {self.model!r} has a context of {n_ctx} tokens"
+                + (f" (from {self.where})" if self.where else ""))
+
+
+class PositionError(PosmechError):
+    """Positions of a config section that do not fit a model's context
+    (:func:`positions_for`): ``problems``, one message each, naming the key, the model and
+    values that fit."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__(problems[0] if len(problems) == 1 else
+                         "positions that do not fit the model's context:\n  - " + "\n  - ".join(problems))
+
+
+def positions_for(settings: S, n_ctx: int, model: str = "", where: str = "", *,
+                  max_position: int | None = None) -> S:
+    """The one place where a config section's positions are resolved for a model: its keys
+    left null that scale with the context (the schema's ``x-scales-with-context``, the rules
+    :data:`posmech.core.config.CONTEXT_SCALED`) get their values for context ``n_ctx``
+    (:meth:`Settings.with_positions`), and every position and length of the section is
+    checked against it (:meth:`Settings.position_problems`). Returns the resolved settings;
+    raises :class:`PositionError` listing every problem, each naming the key, the model
+    (``model``, its context from ``where``) and values that would fit.
+
+    Preflight (:func:`posmech.pipeline.preflight.position_problems`) collects its messages
+    before any job; a job calls it once with its model's context and records the result in
+    its artifact (kernels.h5's ``kernels_config``, the tables' ``interventions_config``,
+    extended_tokens.h5's ``neurons_config``); a rule reading an artifact takes the recorded
+    values (:meth:`Settings.recorded`). ``max_position``: the contextual section's, for
+    ``neurons.from_position`` (None: ``n_ctx − 2``, that section's default)."""
+    n_ctx = int(n_ctx)
+    resolved = settings.with_positions(n_ctx)
+    at = Context(model, where, lambda: settings.fitting(n_ctx), max_position)
+    problems = resolved.position_problems(n_ctx, at)
+    if problems:
+        raise PositionError(problems)
+    return resolved
+
+
+def example(values: Any) -> str:
+    """``[a, b, c]``: positions as a message shows them."""
+    return "[" + ", ".join(str(int(v)) for v in values) + "]"
+
+
+def null_gives(section: str, key: str) -> str:
+    """``null gives <rule>``: the rule of context-scaled key ``section.key`` in the schema's
+    words (its ``x-scales-with-context``), for messages."""
+    return f"null gives {_scaling_rules()[f'{section}.{key}']}"
+
+
+@functools.lru_cache(maxsize=1)
+def _scaling_rules() -> dict[str, str]:
+    """``{section.key: rule in words}`` of every key the schema marks ``x-scales-with-context``."""
+    from posmech.core.config import load_schema, schema_keys
+
+    return {k: " ".join(str(sub["x-scales-with-context"]).split())
+            for k, sub in schema_keys(load_schema(SCHEMA_PATH)).items() if "x-scales-with-context" in sub}
 
 
 def is_param(value: Any) -> bool:

@@ -7,13 +7,38 @@ from dataclasses import dataclass
 from typing import Any
 
 from posmech.core.errors import PosmechError
+from posmech.settings import Context, null_gives
 from posmech.settings.schema_fields import NeuronsFields
 
 
 @dataclass(frozen=True)
 class NeuronsSettings(NeuronsFields):
     """The ``neurons`` config section: its keys are the fields of
-    :mod:`posmech.settings.schema_fields` (from the schema; config/README.md)."""
+    :mod:`posmech.settings.schema_fields` (from the schema; config/README.md).
+
+    ``from_position`` left null scales with the model's context: rule
+    extended_token_embeddings resolves it (:func:`posmech.settings.positions_for`, the
+    context and ``max_position`` of layer0.h5) and records it in extended_tokens.h5
+    (``neurons_config``); the rules reading that take it from there
+    (:meth:`~posmech.settings.Settings.recorded`)."""
+
+    def position_problems(self, n_ctx: int, at: Context) -> list[str]:
+        """``reference_position`` within ``1..n_ctx − 1``; ``from_position`` leaves at least
+        two destination positions ``n >= it`` up to the contextual section's ``max_position``
+        (``at.max_position``; None: ``n_ctx − 2``)."""
+        out = []
+        mp = n_ctx - 2 if at.max_position is None else int(at.max_position)
+        ref = self.reference_position
+        if ref is not None and not 1 <= int(ref) < n_ctx:
+            out.append(f"config key `neurons.reference_position`: model {at.model!r} has a context of {n_ctx} "
+                       f"tokens: {ref} is outside 1..{n_ctx - 1}; give a position in it, e.g. {mp}, or null "
+                       "(contextual.max_position)")
+        if int(self.from_position) > mp - 1:
+            out.append(f"config key `neurons.from_position`: model {at.model!r} has a context of {n_ctx} tokens "
+                       f"(destination positions 1..{mp}, contextual.max_position): {self.from_position} leaves "
+                       f"fewer than 2 positions n >= it; set it to at most {mp - 1}, e.g. "
+                       f"{at.fit().from_position} ({null_gives('neurons', 'from_position')})")
+        return out
 
 
 def has_mlp(name: str, entry: Mapping[str, Any], arch: Any) -> bool:

@@ -4,9 +4,9 @@
   (:class:`Layer0Weights`), unsupported position schemes refused;
 * :mod:`~posmech.analyses.contextual.decomposition` — the layer-0 decomposition (its
   definitions and shapes in that module's docstring): LayerNorm scale, positional and
-  content scores, softmax denominators per text, the artifact ``layer0.h5``, the checked
-  positions of the ``contextual`` config section and rule ``layer0_decomposition``'s
-  scorecard rows;
+  content scores, softmax denominators per text, the artifact ``layer0.h5`` and rule
+  ``layer0_decomposition``'s scorecard rows (the ``contextual`` section's positions are
+  resolved and checked by :func:`posmech.settings.positions_for`);
 * :mod:`~posmech.analyses.contextual.patterns` — K6 positional patterns and K7 head classes;
 * :mod:`~posmech.analyses.contextual.softmax_denominators` — K8 spread of the denominators
   across texts and K9 the independent model of their variance;
@@ -26,7 +26,6 @@ from posmech.analyses.contextual.decomposition import (
     TextKeys,
     build_decomposition,
     check_contexts,
-    check_positions,
     choose_texts,
     decompose,
     decomposition_scorecard,
@@ -36,7 +35,6 @@ from posmech.analyses.contextual.decomposition import (
     positional_pattern,
     read_decomposition,
     renormalised,
-    resolved_positions,
     single_token,
     softmax,
     tv,
@@ -85,12 +83,12 @@ from posmech.analyses.contextual.weights import (
 __all__ = [
     "BROAD_CLASSES", "CLASSES", "DESCRIPTIONS", "HEAD_CLASS_QUANTITIES", "KIND", "LAYER1_QUANTITIES", "ROTARY", "RULE",
     "STATE_TYPES", "Decomposition", "Layer0File", "Layer0Weights", "TextKeys", "as_float64", "broad_spread_row",
-    "build_decomposition", "check_contexts", "check_positions", "choose_texts", "classify", "decompose", "decomposition_scorecard",
+    "build_decomposition", "check_contexts", "choose_texts", "classify", "decompose", "decomposition_scorecard",
     "denominator_scorecard", "denominator_spread", "denominator_table", "denominators", "duplicate_scores", "etc",
     "head_class_scorecard", "head_classes", "hf_param", "layer0_state", "layer1_scorecard", "layer1_table",
     "layer_rows", "ln_scale_summary", "load_weights", "loglog_fit", "loglog_fit_or_reason", "most_varying",
     "positional_pattern", "positional_pattern_scorecard", "positional_pattern_table", "positional_patterns",
-    "read_decomposition", "refuse_unsupported", "renormalised", "resampled_variance", "resolved_positions",
+    "read_decomposition", "refuse_unsupported", "renormalised", "resampled_variance",
     "single_token", "softmax", "tv", "variance_model", "variance_scorecard", "variance_table", "weights_from_hf",
     "weights_from_tl", "window_grid", "within_text_variance",
 ]

@@ -262,15 +262,6 @@ def single_token(tokenizer: Any, text: str, key: str) -> int:
     return int(ids[0])
 
 
-def check_positions(positions: Sequence[int], n_ctx: int, key: str, model: str = "") -> None:
-    """Every position below the model's context (``0..n_ctx−1``), else an error naming ``key``."""
-    bad = [int(n) for n in positions if not 1 <= int(n) < n_ctx]
-    if bad:
-        of = f" (model {model})" if model else ""
-        raise PosmechError(f"config key `{key}`{of}: position(s) {bad} are outside 1..{n_ctx - 1} (the model's "
-                           f"context is {n_ctx}); lower them")
-
-
 def choose_texts(corpora: dict[str, Any], n_per_corpus: int, min_length: int, seed: int,
                  key: str) -> list[dict[str, Any]]:
     """``n_per_corpus`` documents of at least ``min_length`` tokens from each corpus
@@ -418,35 +409,6 @@ def read_decomposition(path: str | os.PathLike[str]) -> Layer0File:
 
 
 # --------------------------------------------------------------------------- config
-def resolved_positions(settings: ContextualSettings, n_ctx: int, model: str) -> dict[str, Any]:
-    """The ``contextual`` section's positions for a model of context ``n_ctx``, checked:
-    ``max_position`` (null: ``n_ctx − 2``), ``positions``, ``classify_position``,
-    ``variance_positions``, ``denominator_from``, ``grid`` (those left null scale with
-    ``n_ctx``: :meth:`~posmech.settings.Settings.scaled`).  Any position beyond the context
-    or beyond ``max_position`` is an error naming its key (raised before any job or
-    forward pass)."""
-    s = settings.scaled(n_ctx)
-    mp = n_ctx - 2 if s.max_position is None else int(s.max_position)
-    check_positions([mp], n_ctx, "contextual.max_position", model)
-    for key in ("positions", "variance_positions"):
-        values = getattr(s, key)
-        check_positions(values, n_ctx, f"contextual.{key}", model)
-        beyond = [int(n) for n in values if int(n) > mp]
-        if beyond:
-            raise PosmechError(f"config key `contextual.{key}` (model {model}): {beyond} beyond "
-                               f"`contextual.max_position` = {mp}; lower them or raise max_position")
-    cp = max(s.positions) if s.classify_position is None else int(s.classify_position)
-    if not s.k0 + 1 <= cp <= mp:
-        raise PosmechError(f"config key `contextual.classify_position` (model {model}): {cp} must be in "
-                           f"{s.k0 + 1}..{mp} (k0 + 1 .. max_position)")
-    if s.local_window > cp - s.k0 + 1:
-        raise PosmechError(f"config key `contextual.local_window`: {s.local_window} is more keys than "
-                           f"position {cp} has after k0")
-    return {"max_position": mp, "positions": sorted(int(n) for n in s.positions), "classify_position": cp,
-            "variance_positions": sorted(int(n) for n in s.variance_positions),
-            "denominator_from": int(s.denominator_from), "grid": int(s.grid)}
-
-
 # --------------------------------------------------------------------------- scorecard rows (K6, K8)
 def decomposition_scorecard(summary: dict[str, Any], n_tokens: int, scale_corpus: str, destination_token: str,
                             model: str, figure: str, h5: str) -> list[dict[str, Any]]:
@@ -472,8 +434,10 @@ def decomposition_scorecard(summary: dict[str, Any], n_tokens: int, scale_corpus
 
 def check_contexts(settings: ContextualSettings, models: Iterable[str], n_ctx: Callable[[str], int]) -> None:
     """The section's positions against the context ``n_ctx(model)`` of each of ``models``
-    (those the family runs on), before any job (:func:`resolved_positions`): a
+    (those the family runs on), before any job (:func:`posmech.settings.positions_for`): a
     :class:`~posmech.core.errors.PosmechError` naming the key and the model for the first that
-    does not fit (the rules check again with the model's own context)."""
+    does not fit (the rule resolves them with the model's own context)."""
+    from posmech.settings import positions_for
+
     for m in models:
-        resolved_positions(settings, n_ctx(m), m)
+        positions_for(settings, n_ctx(m), m)
