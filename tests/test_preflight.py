@@ -353,7 +353,7 @@ def test_attn_only_sequences_within_the_context():
     cfg["attn_only"]["induction_score"]["half_length"] = 16  # [BOS] R R = 33 tokens
     msg = _err(cfg)
     assert "config key `attn_only.induction_score.half_length`: model 'demo' has a context of 32" in msg
-    assert "are 33 tokens" in msg
+    assert "are 33 tokens; set it to at most 15, which fits" in msg  # the value that fits (issue 45)
     cfg["attn_only"]["induction_score"]["half_length"] = 15
     preflight(cfg, SCHEMA, REPO)
 

@@ -424,11 +424,12 @@ def position_problems(config: dict[str, Any], base: str | os.PathLike[str] = "."
             out.append(f"config key `{key}`: {why}")
 
         for name, ctx, where in _runs(config, "attn_only", "random_token_patterns", base):
-            lengths = settings.sequence_lengths(settings.bos_for(config["models"][name]))
-            for key, n in lengths.items():
+            bos = settings.bos_for(config["models"][name])
+            for key, n in settings.sequence_lengths(bos).items():
                 if n > ctx:
+                    fit = settings.largest_fitting(key, ctx, bos)
                     out.append(f"config key `{key}`: model {name!r} has a context of {ctx} tokens (from {where}) "
-                               f"and these sequences are {n} tokens; lower it so that they fit")
+                               f"and these sequences are {n} tokens; set it to at most {fit}, which fits")
     return out
 
 

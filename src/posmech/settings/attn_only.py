@@ -35,6 +35,13 @@ class AttnOnlySettings(AttnOnlyFields):
             "attn_only.bos_induction.n_random": self.bos_induction.n_random + 4,
         }
 
+    def largest_fitting(self, key: str, n_ctx: int, bos: bool) -> int:
+        """The largest value of ``key`` (a key of :meth:`sequence_lengths`) whose sequences fit
+        a context of ``n_ctx`` tokens (what a pre-run message suggests)."""
+        b = 1 if bos else 0
+        return {"attn_only.n_tokens": n_ctx - b, "attn_only.induction_score.half_length": (n_ctx - b) // 2,
+                "attn_only.bos_induction.n_random": n_ctx - 4}[key]
+
     def longest_sequence(self, *keys: str) -> int:
         """The longest sequence (tokens, BOS counted) an L rule builds from the settings
         ``keys`` (``n_tokens``, ``induction_score.half_length``, ``bos_induction.n_random``):
