@@ -19,6 +19,8 @@ from posmech.core.errors import PosmechError
 from posmech.models import loading
 from posmech.models.training import (CHECKPOINT_RECORD, CHECKPOINTS_SUBDIR, install_checkpoint,
                                      saved_checkpoint_manifest, train_demo_model)
+from posmech.models.twin import build_twin
+from posmech.pipeline.preflight import run_models, weights_problems
 
 from tests.conftest import flip_bytes
 
@@ -47,6 +49,10 @@ def project(trained, tmp_path) -> Path:
 
 def _entry(step: int) -> dict:
     return {"checkpoint_of": "m", "step": step, "train": CFG}
+
+
+def _config() -> dict:
+    return {"models": {"m": {"train": CFG, "device": "cpu"}}, "twins": {"enabled": True, "seed": 0}}
 
 
 def test_the_training_records_each_checkpoints_hash_when_it_saves_it(project):
@@ -100,3 +106,66 @@ def test_a_checkpoint_without_a_record_is_refused_by_checkpoint_model(project):
     (ckpts / "step2" / CHECKPOINT_RECORD).write_text("{")
     with pytest.raises(PosmechError, match="no readable record"):
         saved_checkpoint_manifest("m", 2, ckpts, require_record=False)
+
+
+def test_the_run_models_are_the_configured_ones_their_twins_and_checkpoints():
+    assert list(run_models(_config())) == ["m", "m-twin", "m@step0", "m@step2"]
+
+
+def _derived(project: Path) -> None:
+    """Install both checkpoints and build the twin, as rules checkpoint_model and build_twin do."""
+    models = project / "resources/models"
+    for step in (0, 2):
+        install_checkpoint(f"m@step{step}", _entry(step), models / "m" / CHECKPOINTS_SUBDIR, models / f"m@step{step}")
+    build_twin("m-twin", {"twin_of": "m", "seed": 0}, models / "m" / "manifest.json", models / "m-twin")
+
+
+def test_before_any_job_intact_derived_models_pass_and_are_not_hashed_again(project, monkeypatch):
+    _derived(project)
+    loading._VERIFIED_HERE.clear()
+    calls = []
+    real = loading.file_sha256
+    monkeypatch.setattr(loading, "file_sha256", lambda p: calls.append(p) or real(p))
+    assert weights_problems(_config(), project) == []
+    assert calls == []  # every file's hash was recorded when it was written: a stat each
+
+
+def test_before_any_job_a_damaged_twin_names_build_twin(project):
+    _derived(project)
+    weights = project / "resources/models/m-twin/hf/model.safetensors"
+    flip_bytes(weights)
+    [msg] = weights_problems(_config(), project)
+    assert "model 'm-twin'" in msg and str(weights) in msg and "its manifest records" in msg, msg
+    assert "rule build_twin builds the twin again" in msg and "fetch_model" not in msg, msg
+
+
+def test_before_any_job_a_damaged_checkpoint_model_names_checkpoint_model(project):
+    _derived(project)
+    weights = project / "resources/models/m@step2/hf/model.safetensors"
+    flip_bytes(weights)
+    [msg] = weights_problems(_config(), project)
+    assert "model 'm@step2'" in msg and str(weights) in msg, msg
+    assert "rule checkpoint_model copies the checkpoint again" in msg and "fetch_model" not in msg, msg
+
+
+@pytest.mark.parametrize("installed", [True, False], ids=["installed", "not-installed"])
+def test_before_any_job_a_damaged_saved_checkpoint_names_train_demo_model(project, installed):
+    """The training's own copy damaged: refused before any job whether or not its checkpoint
+    model is installed (rule checkpoint_model would copy it once its directory is deleted, or
+    with --forcerun)."""
+    if installed:
+        _derived(project)
+    weights = project / "resources/models/m" / CHECKPOINTS_SUBDIR / "step2/hf/model.safetensors"
+    flip_bytes(weights)
+    [msg] = weights_problems(_config(), project)
+    assert "model 'm@step2'" in msg and str(weights) in msg and CHECKPOINT_RECORD in msg, msg
+    assert "rule train_demo_model trains 'm' again" in msg and "fetch_model" not in msg, msg
+
+
+def test_before_any_job_a_saved_checkpoint_without_record_is_refused_only_when_it_must_be_copied(project):
+    _derived(project)
+    (project / "resources/models/m" / CHECKPOINTS_SUBDIR / "step2" / CHECKPOINT_RECORD).unlink()
+    assert weights_problems(_config(), project) == []  # installed: no job copies it
+    shutil.rmtree(project / "resources/models/m@step2")
+    [msg] = weights_problems(_config(), project)
+    assert "no readable record" in msg and "train_demo_model" in msg, msg
