@@ -56,6 +56,47 @@ def test_flipped_weight_bytes_stop_before_any_job(ci_run, tmp_path_factory):
         assert _state(work) == before
 
 
+def test_damaged_checkpoints_stop_before_any_job(ci_run, tmp_path_factory):
+    """Issue 45, items 1-2: 64 bytes flipped in the checkpoint model demo@step20 (the copy its
+    sweep point reads): a --forcerun of the sweep and a plain run stop before any job, naming
+    the model, the file and rule checkpoint_model (today's main deleted the sweep point's 5
+    outputs, then failed in the job). Restored, and the training's own copy damaged instead
+    (checkpoints/step20/hf): a --forcerun of checkpoint_model, and a run after deleting
+    demo@step20 as the first message said, stop before any job naming the training's record
+    and train_demo_model (today's main sealed the damaged bytes in a new manifest, rc 0, and
+    dynamics.csv changed). No output's bytes change."""
+    work = _copy(ci_run, tmp_path_factory, "checkpoint")
+    installed = work / "resources/models/demo@step20/hf/model.safetensors"
+    intact = installed.read_bytes()
+    flip_bytes(installed)
+    actual = hashlib.sha256(installed.read_bytes()).hexdigest()
+    before = _state(work)
+    for args in (("--forcerun", "sweep_demo"), ()):
+        proc = snakemake(work, *args, timeout=300)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0, out[-3000:]
+        assert "before any job" in out and "model 'demo@step20'" in out and actual in out, out[-3000:]
+        assert "demo@step20/hf/model.safetensors" in out and "rule checkpoint_model" in out, out[-3000:]
+        assert "delete resources/models/demo@step20/ and rerun" in out and "fetch_model" not in out, out[-3000:]
+        assert _state(work) == before
+    installed.write_bytes(intact)
+
+    saved = work / "resources/models/demo/checkpoints/step20/hf/model.safetensors"
+    flip_bytes(saved)
+    actual = hashlib.sha256(saved.read_bytes()).hexdigest()
+    for args, remove in ((("--forcerun", "checkpoint_model"), False), ((), True)):
+        if remove:
+            shutil.rmtree(work / "resources/models/demo@step20")
+        before = _state(work)
+        proc = snakemake(work, *args, timeout=300)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0, out[-3000:]
+        assert "before any job" in out and "model 'demo@step20'" in out and actual in out, out[-3000:]
+        assert "checkpoints/step20/hf/model.safetensors" in out and "checkpoints/step20/weights.sha256.json" in out
+        assert "delete resources/models/demo/checkpoints/ and rerun: rule train_demo_model" in out, out[-3000:]
+        assert _state(work) == before
+
+
 def _write(tmp_path: Path, name: str, text: str) -> str:
     p = tmp_path / name
     p.write_text(text)

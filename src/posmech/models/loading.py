@@ -135,15 +135,28 @@ def _cached_sha256(path: Path, cache: dict[str, Any]) -> tuple[str, bool]:
     return digest, True
 
 
-def _fix_for(manifest: dict[str, Any]) -> str:
-    """How to get weights that match a manifest again (a fresh manifest: the check before
-    any job would refuse ``--forcerun`` of the model rule itself)."""
+def weights_fix(manifest: dict[str, Any]) -> str:
+    """How to get weights that match a manifest again, naming the rule that writes them
+    (a fresh manifest: the check before any job would refuse ``--forcerun`` of the model rule
+    itself, so the fix deletes the directory and reruns)."""
     kind, name = manifest.get("kind"), manifest.get("name", "<model>")
     mpath = manifest.get("manifest_path")
     mdir = os.path.relpath(Path(mpath).parent) if mpath else f"resources/models/{name}"
     if kind == "local":
         return (f"restore the local copy; or, if the new weights are intended, delete {mdir}/{MANIFEST} and "
                 "rerun (fetch_model checks the directory again and records their hashes)")
+    if kind == "twin":
+        return (f"delete {mdir}/ and rerun: rule build_twin builds the twin again from the config.json of "
+                f"{manifest.get('twin_of', 'its model')!r} (seeded: the same weights)")
+    if kind == "checkpoint":
+        saved = f"resources/models/{manifest.get('checkpoint_of')}/checkpoints/step{manifest.get('step')}/hf/"
+        return (f"delete {mdir}/ and rerun: rule checkpoint_model copies the checkpoint again from the one "
+                f"the training saved ({saved}, checked against the hash the training recorded)")
+    if kind == "saved_checkpoint":  # the training's own copy, checkpoints/step<N>/ (posmech.models.training)
+        ckpts = os.path.relpath(Path(mpath).parent.parent) if mpath else "the checkpoints"
+        return (f"delete {ckpts}/ and rerun: rule train_demo_model trains {manifest.get('checkpoint_of')!r} "
+                "again, its checkpoints included (the training is seeded and deterministic on CPU: the same "
+                "weights; what was computed from the model and its checkpoints is computed again)")
     again = "trained again (train_demo_model)" if kind == "train" else "fetched again (fetch_model)"
     return f"delete {mdir}/ and rerun: the model is {again}"
 
@@ -155,8 +168,10 @@ def verify_weights(manifest: dict[str, Any], manifest_path: str | os.PathLike[st
     once: :data:`VERIFIED` beside the manifest (``manifest_path``, else the manifest's
     ``manifest_path`` key set by :func:`read_manifest`) keeps each hash with the file's
     size, mtime, ctime and inode.  A mismatch is a :class:`PosmechError` naming the file,
-    both hashes and the fix.  A manifest that records no hash (a hand-made dict) is not
-    checked."""
+    both hashes and the fix (:func:`weights_fix`: the rule that writes that kind of model again);
+    the message calls the record the manifest's ``recorded_in`` (default "its manifest": a
+    training's checkpoint record is another file).  A manifest that records no hash (a
+    hand-made dict) is not checked."""
     full = manifest.get("weights_sha256")
     short = manifest.get("weights_sha256_16")
     hf_dir = Path(manifest["hf_dir"])
@@ -214,24 +229,25 @@ def _verify_weights(manifest: dict[str, Any], full: Any, short: Any, hf_dir: Pat
     cache_file = Path(mpath).parent / VERIFIED if mpath else None
     cache = _read_cache(cache_file)
     changed = False
+    record = manifest.get("recorded_in") or "its manifest"  # the file that holds the hashes
     try:
         if isinstance(full, dict) and full:
             for fname, expected in sorted(full.items()):
                 p = hf_dir / fname
                 if not p.is_file():
-                    raise PosmechError(f"model {name!r}: weights file {str(p)!r} recorded in its manifest is "
-                                       f"missing. Fix: {_fix_for(manifest)}")
+                    raise PosmechError(f"model {name!r}: weights file {str(p)!r} recorded in {record} is "
+                                       f"missing. Fix: {weights_fix(manifest)}")
                 got, hashed = _cached_sha256(p, cache)
                 changed |= hashed
                 if got != expected:
                     raise PosmechError(
-                        f"model {name!r}: weights file {str(p)!r} has sha256 {got}, but its manifest records "
+                        f"model {name!r}: weights file {str(p)!r} has sha256 {got}, but {record} records "
                         f"{expected}: the file changed after it was written (disk or copy error, or edited); "
-                        f"nothing was computed from it. Fix: {_fix_for(manifest)}")
+                        f"nothing was computed from it. Fix: {weights_fix(manifest)}")
             extra = sorted({f.name for f in _weight_files(hf_dir)} - set(full))
             if extra:
-                raise PosmechError(f"model {name!r}: {str(hf_dir)!r} holds weights files its manifest does not "
-                                   f"record ({', '.join(extra)}); remove them, or {_fix_for(manifest)}")
+                raise PosmechError(f"model {name!r}: {str(hf_dir)!r} holds weights files {record} does not "
+                                   f"record ({', '.join(extra)}); remove them, or {weights_fix(manifest)}")
         elif isinstance(short, str) and short not in ("", "unknown"):
             # a manifest written before full hashes were recorded: the 16-digit digest over all files
             key = "dir:" + str(hf_dir.resolve())
@@ -246,7 +262,7 @@ def _verify_weights(manifest: dict[str, Any], full: Any, short: Any, hf_dir: Pat
                 raise PosmechError(
                     f"model {name!r}: the weights in {str(hf_dir)!r} have sha256 (16 digits) {got}, but its "
                     f"manifest records {short}: a weights file changed after it was written; nothing was "
-                    f"computed from it. Fix: {_fix_for(manifest)}")
+                    f"computed from it. Fix: {weights_fix(manifest)}")
     finally:
         if changed:  # what was hashed is recorded either way: the comparison is always to the manifest
             _write_cache(cache_file, cache)

@@ -44,6 +44,7 @@ trained on):
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -65,6 +66,8 @@ from posmech.models.loading import (
     manifest_architecture,
     manifest_hf_dir,
     record_verified,
+    verify_weights,
+    weights_fix,
 )
 
 LOG = logging.getLogger(__name__)
@@ -394,6 +397,57 @@ TRAIN_DEFAULTS: dict[str, Any] = {
 #: where a training job saves its checkpoints, beside its model (``step<N>/hf``; rule
 #: ``checkpoint_model`` makes each the model ``<model>@step<N>``, posmech.models.checkpoints)
 CHECKPOINTS_SUBDIR = "checkpoints"
+#: beside each saved checkpoint's ``hf/`` (``checkpoints/step<N>/``): the sha256 of its weights
+#: files, recorded by the training when it saves them (``step``, ``weights_sha256`` ``{file:
+#: sha256}``, ``weights_sha256_16``); rule ``checkpoint_model`` and the check before any job
+#: compare the bytes with it (:func:`saved_checkpoint_manifest`)
+CHECKPOINT_RECORD = "weights.sha256.json"
+
+
+def _save_checkpoint(model: Any, tok: Any, cfg: dict[str, Any], ckpt_dir: Path, step: int) -> None:
+    """Save the weights after ``step`` in ``ckpt_dir/step<N>/hf`` and record their hashes
+    beside it (:data:`CHECKPOINT_RECORD`, and the verified-hash cache, so that the first check
+    is a stat)."""
+    step_dir = ckpt_dir / TRAINED_REVISION.format(step)
+    _save(model, tok, cfg, step_dir / HF_SUBDIR)
+    full, digest = hash_weights(step_dir / HF_SUBDIR)
+    write_json(step_dir / CHECKPOINT_RECORD, {"step": step, "weights_sha256": full, "weights_sha256_16": digest})
+    record_verified(step_dir, step_dir / HF_SUBDIR, full)
+
+
+def saved_checkpoint_manifest(model: str, step: int, checkpoints_dir: str | os.PathLike[str],
+                              require_record: bool = True) -> dict[str, Any] | None:
+    """The checkpoint ``step`` that the training of ``model`` saved in ``checkpoints_dir``, as
+    a manifest :func:`posmech.models.loading.verify_weights` checks (kind ``saved_checkpoint``:
+    its fix retrains the model): ``None`` when the training saved no such checkpoint; a
+    :class:`PosmechError` when it saved one without a readable hash record (nothing to check
+    its bytes against), unless the record is absent and not ``require_record`` (then ``None``:
+    a training before the record existed, whose checkpoint no job may copy again)."""
+    from posmech.models.checkpoints import checkpoint_name
+
+    rev = TRAINED_REVISION.format(step)
+    step_dir = Path(checkpoints_dir) / rev
+    record = step_dir / CHECKPOINT_RECORD
+    if not (step_dir / HF_SUBDIR).is_dir():
+        return None
+    manifest = {"name": checkpoint_name(model, rev), "kind": "saved_checkpoint", "checkpoint_of": model,
+                "step": step, "hf_dir": str((step_dir / HF_SUBDIR).resolve()), "manifest_path": str(record),
+                "recorded_in": f"the training's record {os.path.relpath(record)!r}"}
+    if not require_record and not record.exists():
+        return None
+    try:
+        rec = json.loads(record.read_text())
+        full = rec["weights_sha256"]
+        if not isinstance(full, dict) or not full:
+            raise ValueError("no weights_sha256")
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise PosmechError(
+            f"model {manifest['name']!r}: the checkpoint the training of {model!r} saved in "
+            f"{os.path.relpath(step_dir / HF_SUBDIR)!r} has no readable record of its hashes, "
+            f"{os.path.relpath(record)!r} ({'missing' if isinstance(err, FileNotFoundError) else err}: saved by a "
+            f"posmech that did not record them yet, or removed since), so its bytes cannot be checked. "
+            f"Fix: {weights_fix(manifest)}") from None
+    return {**manifest, "weights_sha256": full, "weights_sha256_16": rec.get("weights_sha256_16")}
 
 
 def _build_model(cfg: dict[str, Any], vocab_size: int) -> Any:
@@ -569,7 +623,7 @@ def train_demo_model(
     ckpt_dir = Path(out_dir) / CHECKPOINTS_SUBDIR
     ckpt_dir.mkdir(parents=True, exist_ok=True)  # the job's output, empty without checkpoints
     if 0 in saves:  # the initialisation
-        _save(model, tok, cfg, ckpt_dir / TRAINED_REVISION.format(0) / HF_SUBDIR)
+        _save_checkpoint(model, tok, cfg, ckpt_dir, 0)
     for step in range(cfg["steps"]):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
@@ -585,7 +639,7 @@ def train_demo_model(
         opt.step()
         running.append(loss.item())
         if step + 1 in saves:  # the weights after this step (saving reads them, changes nothing)
-            _save(model, tok, cfg, ckpt_dir / TRAINED_REVISION.format(step + 1) / HF_SUBDIR)
+            _save_checkpoint(model, tok, cfg, ckpt_dir, step + 1)
             LOG.info("checkpoint: step %d saved", step + 1)
         last = step == cfg["steps"] - 1
         if (step + 1) % cfg["eval_every"] == 0 or last:
@@ -630,10 +684,12 @@ def train_demo_model(
     return {"curve": curve, "summary": summary}
 
 
-def write_trained_manifest(out: Path, name: str, cfg: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
-    """Hash the weights of ``out/hf`` and write the manifest of a model the pipeline trained
-    (``fields``: its kind, revision and what else it records); returns the manifest."""
-    full, digest = hash_weights(out / HF_SUBDIR)
+def write_trained_manifest(out: Path, name: str, cfg: dict[str, Any], fields: dict[str, Any],
+                           hashes: tuple[dict[str, str], str] | None = None) -> dict[str, Any]:
+    """Hash the weights of ``out/hf`` (or take ``hashes``, :func:`hash_weights` of those very
+    files) and write the manifest of a model the pipeline trained (``fields``: its kind,
+    revision and what else it records); returns the manifest."""
+    full, digest = hashes if hashes is not None else hash_weights(out / HF_SUBDIR)
     manifest = {
         "name": name,
         "kind": fields["kind"],
@@ -656,23 +712,36 @@ def install_checkpoint(name: str, entry: dict[str, Any], checkpoints_dir: str | 
                        out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Make the checkpoint a training job saved (``checkpoints_dir/step<N>/hf``) the model
     ``name`` (``<model>@step<N>``, config ``entry``: ``checkpoint_of``, ``step``, ``train``):
-    its weights copied to ``out_dir/hf`` and its manifest (kind ``checkpoint``, revision
-    ``step<N>``, the model it is a checkpoint of). Returns the manifest."""
+    its weights checked against the hashes the training recorded when it saved them
+    (:data:`CHECKPOINT_RECORD`), copied to ``out_dir/hf``, the copy checked against them too,
+    and its manifest (kind ``checkpoint``, revision ``step<N>``, the model it is a checkpoint
+    of) written with them. A damaged or unrecorded checkpoint is a :class:`PosmechError`
+    naming the file and the fix (train the model again), and nothing is installed. Returns
+    the manifest."""
     import shutil
 
     rev = TRAINED_REVISION.format(entry["step"])
     src = Path(checkpoints_dir) / rev / HF_SUBDIR
-    if not src.is_dir():
+    saved = saved_checkpoint_manifest(entry["checkpoint_of"], int(entry["step"]), checkpoints_dir)
+    if saved is None:
         raise PosmechError(
             f"model {name}: the training of `models.{entry['checkpoint_of']}` saved no checkpoint {rev} "
             f"({src} is missing); rerun it: snakemake --forcerun train_demo_model")
+    verify_weights(saved)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with atomic_path(out / HF_SUBDIR) as tmp:
         shutil.copytree(src, tmp)
+        full, digest = hash_weights(tmp)
+        if full != saved["weights_sha256"]:  # the copy is not what was checked (a disk or copy error)
+            raise PosmechError(
+                f"model {name}: the copy of {str(src)!r} has weights sha256 {full}, not those in "
+                f"{saved['recorded_in']} ({saved['weights_sha256']}): a disk or copy error; nothing was "
+                "installed: rerun")
     cfg = {**TRAIN_DEFAULTS, **entry["train"]}
     return write_trained_manifest(out, name, cfg, {"kind": "checkpoint", "revision": rev,
-                                                   "checkpoint_of": entry["checkpoint_of"], "step": entry["step"]})
+                                                   "checkpoint_of": entry["checkpoint_of"], "step": entry["step"]},
+                                  hashes=(full, digest))
 
 
 SCORE_DEFINITIONS = {

@@ -36,8 +36,10 @@ outputs deleted by Snakemake, and its neighbours may have run):
   single tokens are suggested), the induction and repeat-string prompts within the context;
 * the config's **semantic checks** (:func:`posmech.core.config.semantic_problems`: local paths,
   names of models and corpora), so that they come in the same round;
-* **the weights of every model already on disk** are the bytes its manifest records
-  (full sha256 per file, hashed once and then checked by size, mtime, ctime and inode);
+* **the weights of every model of the run already on disk** (configured, random-init twins,
+  checkpoints) are the bytes its manifest records, and every checkpoint a training saved the
+  bytes the training recorded (full sha256 per file, hashed once and then checked by size,
+  mtime, ctime and inode); a damaged one names the rule that writes it again;
 * **``device: cuda`` with no GPU visible**, when the jobs run on this machine (not when
   they are submitted to a cluster through an executor plugin);
 * **a Hub model that cannot be fetched** (:func:`hub_problems`): not fetched yet, not in the
@@ -703,15 +705,53 @@ def prompt_problems(config: dict[str, Any], repo: str | os.PathLike[str]) -> lis
     return out
 
 
-def weights_problems(config: dict[str, Any], base: str | os.PathLike[str] = ".") -> list[str]:
-    """Every configured model already fetched or trained (a manifest under
-    ``resources/models/<m>/``) has the weights its manifest records
-    (:func:`posmech.models.loading.verify_weights`: a stat per file once they are hashed)."""
-    from posmech.models.loading import read_manifest
+def run_models(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every model of the run, ``{name: entry}``: the configured ones, their random-init twins
+    (:func:`posmech.models.twin.add_twins`) and their checkpoints
+    (:func:`posmech.models.checkpoints.add_checkpoints`), added to a copy of ``config`` as
+    :func:`posmech.pipeline.study.prepare` adds them after these checks. A config they cannot
+    be added to gives the configured models only (``prepare`` names the key)."""
+    import copy
 
+    from posmech.models.checkpoints import add_checkpoints
+    from posmech.models.twin import add_twins
+
+    cfg = copy.deepcopy(config)
+    try:
+        add_twins(cfg)
+        add_checkpoints(cfg)
+    except PosmechError:
+        return dict(config["models"])
+    return dict(cfg["models"])
+
+
+def weights_problems(config: dict[str, Any], base: str | os.PathLike[str] = ".") -> list[str]:
+    """Every model of the run already on disk (:func:`run_models`: configured, twins,
+    checkpoints; a manifest under ``resources/models/<m>/``) has the weights its manifest
+    records, and every checkpoint a training saved (``resources/models/<m>/checkpoints/step<N>/``)
+    those the training recorded (:func:`posmech.models.training.saved_checkpoint_manifest`),
+    which rule ``checkpoint_model`` would copy (:func:`posmech.models.loading.verify_weights`:
+    a stat per file once they are hashed). A damaged model is refused here, before Snakemake
+    deletes the outputs of a job that reads it, naming the file and the rule that writes it
+    again."""
+    from posmech.models.loading import read_manifest, verify_weights
+    from posmech.models.training import CHECKPOINTS_SUBDIR, saved_checkpoint_manifest
+
+    models = Path(base) / "resources" / "models"
     out = []
-    for name in config["models"]:
-        manifest = Path(base) / "resources" / "models" / name / "manifest.json"
+    for name, entry in run_models(config).items():
+        manifest = models / name / "manifest.json"
+        try:
+            if "checkpoint_of" in entry and "train" in entry and entry.get("step") is not None:
+                # a checkpoint saved without a record (an older training) is refused only when
+                # rule checkpoint_model must copy it (no manifest yet): the rule refuses it
+                saved = saved_checkpoint_manifest(entry["checkpoint_of"], int(entry["step"]),
+                                                  models / entry["checkpoint_of"] / CHECKPOINTS_SUBDIR,
+                                                  require_record=not manifest.is_file())
+                if saved is not None:
+                    verify_weights(saved)
+        except PosmechError as err:
+            out.append(str(err))
         if not manifest.is_file():
             continue
         try:
