@@ -71,3 +71,35 @@ def test_full_study_offline_stops_with_the_ways_on(tmp_path):
     assert not (tmp_path / "logs").exists()
     assert not list(tmp_path.rglob("*.partial"))
     assert not (tmp_path / "resources/models/gpt2/manifest.json").exists()
+
+
+def test_local_model_that_disagrees_with_itself_stops_before_any_job(tmp_path):
+    """A local directory whose config.json says 3 layers on 2 layers' weights, and that has
+    no tokenizer files (issue 45, item 5): the run stops before any job naming both, and the
+    outputs of an earlier run are left as they were."""
+    import json
+
+    from tests import tiny_archs
+
+    d = tiny_archs.llama(tmp_path / "llama")
+    cfg_json = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg_json, "num_hidden_layers": 3}))
+    (d / "tokenizer.json").unlink()
+    cfg = _ci()
+    cfg["models"]["mine"] = {"source": str(d), "device": "cpu", "processing": "raw"}
+    work = tmp_path / "work"
+    earlier = {work / "results/mine/tokens/bible.h5": b"an earlier run's tokens",
+               work / "results/demo/tokens/bible.h5": b"the demo model's tokens"}
+    for p, data in earlier.items():
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+    proc = snakemake(work, "results/mine/tokens/bible.h5", configfile=_write(tmp_path, cfg), timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "checked before any job runs" in out and "Traceback" not in out
+    assert f"config key `models.mine.source`: '{d / 'config.json'}': `num_hidden_layers` is 3 but the weights " \
+           "have 2 layers" in out, out[-3000:]
+    assert f"config key `models.mine.source`: '{d}' has no tokenizer files" in out
+    assert "0 tokens" not in out
+    assert {p: p.read_bytes() for p in earlier} == earlier
+    assert not (work / "logs").exists() and not (work / "resources/models/mine").exists()

@@ -21,6 +21,7 @@ from typing import Any
 from posmech.core.config import local_path
 from posmech.core.errors import HUB_HINT, PosmechError, require_hub
 from posmech.core.io import atomic_path, write_json
+from posmech.models.model_dir import safetensors_header, tokenizer_problem
 
 LOG = logging.getLogger(__name__)
 
@@ -268,28 +269,23 @@ def _verify_weights(manifest: dict[str, Any], full: Any, short: Any, hf_dir: Pat
             _write_cache(cache_file, cache)
 
 
-def check_safetensors(path: str | os.PathLike[str], key: str) -> None:
+def check_safetensors(path: str | os.PathLike[str], key: str) -> dict[str, tuple[int, ...]]:
     """A ``.safetensors`` file is whole: its 8-byte header length, its JSON header, and
     the end of the last tensor's data equal to the file's size (a truncated or corrupt
-    download fails here, naming the file, instead of later inside a loader)."""
+    download fails here, naming the file, instead of later inside a loader). Returns the
+    header's ``{tensor name: shape}`` (:func:`posmech.models.model_dir.safetensors_header`)."""
     p = Path(path)
     size = p.stat().st_size
     fix = (f"it is truncated or corrupt: delete it and fetch the model again "
            f"(`snakemake --forcerun fetch_model`), or re-save it with `save_pretrained(dir, safe_serialization=True)`")
     try:
-        with open(p, "rb") as f:
-            head = f.read(8)
-            n = int.from_bytes(head, "little") if len(head) == 8 else -1
-            if n < 2 or n > size - 8 or n > 100 << 20:
-                raise ValueError(f"header length {n} for a file of {size} bytes")
-            header = json.loads(f.read(n))
-        ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
-        expected = 8 + n + max(ends, default=0)
-    except (ValueError, KeyError, TypeError, IndexError) as err:
+        shapes, expected = safetensors_header(p)
+    except ValueError as err:
         raise PosmechError(f"{key}: weights file {str(p)!r} has no valid safetensors header ({err}); {fix}") from None
     if expected != size:
         raise PosmechError(f"{key}: weights file {str(p)!r} is {size} bytes but its header describes "
                            f"{expected}; {fix}")
+    return shapes
 
 
 def check_hf_dir(path: str | os.PathLike[str], key: str) -> None:
@@ -306,11 +302,9 @@ def check_hf_dir(path: str | os.PathLike[str], key: str) -> None:
             f"{key}: {str(p)!r} has no .safetensors weights; posmech loads safetensors only "
             "(re-save with `model.save_pretrained(dir, safe_serialization=True)`)"
         )
-    if not any((p / f).is_file() for f in ("tokenizer.json", "vocab.json", "tokenizer.model")):
-        raise PosmechError(
-            f"{key}: {str(p)!r} has no tokenizer (tokenizer.json / vocab.json); save the tokenizer "
-            "into the same directory with `tokenizer.save_pretrained(dir)`"
-        )
+    missing = tokenizer_problem(p)
+    if missing:
+        raise PosmechError(f"{key}: {missing}")
 
 
 def manifest_architecture(hf_dir: str | os.PathLike[str], name: str) -> dict[str, Any]:

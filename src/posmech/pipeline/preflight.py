@@ -21,6 +21,12 @@ outputs deleted by Snakemake, and its neighbours may have run):
 * **the content of the prompt files** (the repeat-string prompts' shape and every
   ``prompt_ids`` entry; the induction prompt's keys and its ``words`` in its text), and
   every **model ``config.json`` on disk** parses (file, line and column named);
+* **every local model directory agrees with itself** (:func:`local_model_problems`,
+  :mod:`posmech.models.model_dir`): its tokenizer files are there (else the token-string
+  checks below skip that model, rather than report a string of no tokens), its safetensors
+  files are whole, and their shapes, read from the headers only, are those of its
+  ``config.json``: the token embedding ``[vocab_size, width]``, the number of layers, layer
+  0's attention projections heads x head size wide (the key and both values named);
 * **every model's position scheme and context** (:mod:`posmech.models.architecture`): a
   ``config.json`` whose position scheme cannot be told is named; a model whose config
   records no context length (BLOOM) needs ``models.<m>.n_ctx``;
@@ -492,14 +498,15 @@ def known_tokenizer(name: str, entry: dict[str, Any], base: str | os.PathLike[st
     :class:`JsonTokenizer` where the directory has a ``tokenizer.json``, else
     ``AutoTokenizer``'s."""
     from posmech.models.loading import load_tokenizer
+    from posmech.models.model_dir import tokenizer_problem
 
     dirs = []
     if "source" in entry and is_local(entry["source"]):
         dirs.append(local_path(entry["source"], base))
     dirs.append(Path(base) / "resources" / "models" / name / "hf")
     for d in dirs:
-        if not (d / "config.json").is_file():
-            continue
+        if not (d / "config.json").is_file() or tokenizer_problem(d) is not None:
+            continue  # no tokenizer files: local_model_problems says so, not a token count of 0
         try:
             return JsonTokenizer(d) if (d / "tokenizer.json").is_file() else load_tokenizer(d)
         except Exception:  # noqa: BLE001 - no tokenizer files there: nothing known before the fetch
@@ -647,6 +654,57 @@ def model_json_problems(config: dict[str, Any], base: str | os.PathLike[str] = "
                 continue
             if not isinstance(doc, dict):
                 out.append(f"{what}{str(c)!r} is a JSON {type(doc).__name__}, not an object of model settings")
+    return out
+
+
+def local_model_problems(config: dict[str, Any], base: str | os.PathLike[str] = ".") -> list[str]:
+    """Every local model directory (``models.<m>.source`` a path; each directory read once,
+    however many models name it) agrees with itself (:mod:`posmech.models.model_dir`): its
+    tokenizer files are there, its safetensors weights are whole and their shapes, read from
+    the files' headers (no weight is loaded), are those its ``config.json`` gives (width,
+    layers, vocabulary, heads x head size). A legacy TransformerLens ``.pth`` checkpoint
+    (converted by ``fetch_model``) has its tokenizer checked, not its shapes. A directory or
+    config.json that is missing or does not parse is reported by ``semantic_problems`` and
+    :func:`model_json_problems`."""
+    from posmech.models.loading import check_safetensors
+    from posmech.models.architecture import is_tl_config
+    from posmech.models.model_dir import shape_problems, tokenizer_problem, weight_files
+
+    dirs: dict[Path, list[str]] = {}
+    for name, entry in config["models"].items():
+        src = entry.get("source")
+        if "train" in entry or not isinstance(src, str) or not is_local(src):
+            continue
+        dirs.setdefault(local_path(src, base), []).append(name)
+    out = []
+    for d, names in dirs.items():
+        try:
+            cfg = json.loads((d / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(cfg, dict):
+            continue
+        keys = ", ".join(f"`models.{n}.source`" for n in names)
+        key = f"config key{'s' if len(names) > 1 else ''} {keys}"
+        found = [p for p in [tokenizer_problem(d, cfg)] if p]
+        weights = sorted(d.glob("*.safetensors"))
+        if weights:
+            try:  # each header read once: whole files (as fetch_model checks them), then the shapes
+                model = set(weight_files(d))
+                shapes: dict[str, tuple[tuple[int, ...], str]] = {}
+                for w in sorted(set(weights) | model):
+                    got = check_safetensors(w, key)
+                    if w in model:
+                        shapes.update({k: (v, w.name) for k, v in got.items()})
+                found += shape_problems(d, cfg, shapes)
+            except PosmechError as err:
+                found.append(str(err).removeprefix(f"{key}: "))
+            except ValueError as err:  # an index that does not parse
+                found.append(f"{str(d / 'model.safetensors.index.json')!r} cannot be read ({err})")
+        elif not is_tl_config(cfg):  # a TransformerLens .pth is converted by fetch_model
+            found.append(f"{str(d)!r} has no .safetensors weights; posmech loads safetensors only (re-save with "
+                         "`model.save_pretrained(dir, safe_serialization=True)`)")
+        out += [f"{key}: {p}" for p in found]
     return out
 
 
@@ -869,6 +927,7 @@ def preflight(config: dict[str, Any], schema: dict[str, Any], repo: str | os.Pat
     problems += file_problems(config, schema, repo)
     problems += model_problems(config, base)
     problems += model_json_problems(config, base)
+    problems += local_model_problems(config, base)
     problems += architecture_problems(config, base)
     problems += context_problems(config, base)
     problems += position_problems(config, base)
