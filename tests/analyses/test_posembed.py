@@ -215,6 +215,11 @@ def test_p_scorecard_rows_read_the_analysis():
     assert got == {"max_unchanged_k": 5, "p_ x_intact": 0.9, "p_ x_k10": 0.4, "p_ y_intact": 0.8,
                    "p_repeat_min_k10": 0.4}
     assert rows[0]["claim"] == "P2" and "within 0.01 nats" in rows[0]["detail"] and {r["model"] for r in rows} == {"m"}
+    # a grid without the post's k = 10: the k10 rows have no value and say why (the scorecard's reason)
+    no10 = averaging_scorecard(df.assign(k=df["k"].replace(10, 8)), 1, {"a": " x"}, 0.01, 0.02, "m", "f.png", "t.csv")
+    (k10,) = [r for r in no10 if r["quantity"] == "p_ x_k10"]
+    assert k10["value"] is None and k10["claim"] == "P3"
+    assert k10["detail"] == "prompt a: the post's group size k = 10 is not in this run's grid k = 1, 8 (posembed_averaging.ks)"
     att = pd.DataFrame({"layer": [1, 0], "head": [2, 0], "head_name": ["L1H2", "L0H0"], "cosine_similarity": [0.75, 0.1],
                         "prev_token_mass_intact": [0.9, 0.2], "prev_token_mass_averaged": [0.3, 0.2]})
     (p4,) = attention_scorecard(att, 10, 64, 32, "m", "f.png")

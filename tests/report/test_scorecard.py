@@ -232,6 +232,38 @@ def test_nothing_to_measure_and_compact_rows(tmp_path, published):
     assert not any(e["model"] == "gpt2" for e in compact)
 
 
+def test_a_value_not_computed_names_its_rule_and_why(tmp_path):
+    """Another model's row without a value names the rule that writes the quantity (never
+    ``rule ?``) and, when the rule wrote the row empty with a detail, why: the row's rule,
+    else the entry's ``rule:``, else the one rule of the claim's other rows, else the analysis
+    that scores the claim (posmech.core.families.claims: P3 -> posembed_averaging)."""
+    entries = [{"claim": "P3", "quantity": q, "model": "gpt2", "source": "000", "what": q, "published": ">= 0.99",
+                "tolerance": {"at_least": 0.98}} for q in ("p_apple_k10", "p_orange_k10", "p_pear_k10")]
+    p = tmp_path / "published.yaml"
+    p.write_text(yaml.safe_dump({"entries": entries}))
+    published = sc.load_published(p)
+    why = "prompt apple_orange: the post's group size k = 10 is not in this run's grid k = 1, 8 (posembed_averaging.ks)"
+    paths = [
+        _write(tmp_path, "demo", "posembed_averaging", [
+            {"claim": "P3", "quantity": "p_apple_k10", "value": None, "detail": why},
+            {"claim": "P3", "quantity": "p_repeat_min_k10", "value": 0.4},
+        ]),
+        # P3 rows of two rules on model b: its missing quantities fall back on the claim's analysis
+        _write(tmp_path / "b", "b", "posembed_averaging", [{"claim": "P3", "quantity": "p_x_intact", "value": 0.5}]),
+        _write(tmp_path / "b", "b", "other_rule", [{"claim": "P3", "quantity": "p_y_intact", "value": 0.5}]),
+    ]
+    card = sc.build_scorecard(published, sc.read_scorecards(paths), sc.registered_rules(paths))
+    assert not card["reason"].str.contains("rule ?", regex=False).any()
+    apple = _status(card, "P3", "p_apple_k10", "demo")
+    assert apple.status == "other model" and apple.rule == "posembed_averaging"
+    assert "rule posembed_averaging gives no 'p_apple_k10' for demo: " + why in apple.reason
+    orange = _status(card, "P3", "p_orange_k10", "demo")  # no row: the rule of the claim's other rows
+    assert "not computed for it: rule posembed_averaging wrote no 'p_orange_k10' for demo" in orange.reason
+    assert orange.rule == "posembed_averaging"
+    pear = _status(card, "P3", "p_pear_k10", "b")
+    assert "rule posembed_averaging wrote no 'p_pear_k10' for b" in pear.reason
+
+
 def _setup_words(what: str, quantity: str) -> list[str]:
     """What in a published quantity's description names one model's setup (a head, a layer
     other than 0, a position n, a model) outside a "(the post: ...)" aside and the quantity's

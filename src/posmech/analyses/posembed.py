@@ -224,17 +224,24 @@ def averaging_scorecard(df: pd.DataFrame, best: int, targets: dict[str, str], lo
       whose W_pos averaging keeps the held-out loss within ``loss_tolerance`` nats (either way) and the
       prompt probabilities within ``probability_tolerance`` of the intact model;
     * P3 ``p_<word>_intact`` and ``p_<word>_k10`` — per prompt, the probability of its
-      repeated word, intact (k = 1) and with W_pos averaged in groups of 10 (when k = 10 is
-      in the grid);
+      repeated word, intact (k = 1) and with W_pos averaged in groups of 10; when the grid
+      lacks k = 10, the ``p_<word>_k10`` row has no value and says so in its detail (the
+      scorecard's reason);
     * P3 ``p_repeat_min_k10`` — :func:`repeat_min_row`."""
     rows = [{"claim": "P2", "quantity": "max_unchanged_k", "value": best, "artifact": figure,
              "detail": f"loss within {loss_tolerance} nats either way and probabilities within {probability_tolerance}"}]
+    grid = sorted(int(k) for k in df["k"].unique())
     for prompt, target in targets.items():
-        for k in (1, 10):
+        for k in (1, POST_K):
+            quantity = f"p_{target}_{'intact' if k == 1 else f'k{k}'}"
             hit = df[(df["k"] == k) & (df["prompt"] == prompt) & (df["target"] == target)]
             if len(hit):
-                rows.append({"claim": "P3", "quantity": f"p_{target}_{'intact' if k == 1 else f'k{k}'}",
+                rows.append({"claim": "P3", "quantity": quantity,
                              "value": float(hit["value"].iloc[0]), "detail": f"prompt {prompt}", "artifact": artifact})
+            elif k not in grid:
+                rows.append({"claim": "P3", "quantity": quantity, "value": None, "artifact": artifact,
+                             "detail": f"prompt {prompt}: the post's group size k = {k} is not in this run's "
+                                       f"grid k = {', '.join(map(str, grid))} (posembed_averaging.ks)"})
     rows.append(repeat_min_row(df, targets, model, artifact))
     return [{**r, "model": model} for r in rows]
 

@@ -370,6 +370,38 @@ def _text(x: Any) -> str:
     return "" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x)
 
 
+def writer(entry: Published, row: dict[str, Any] | None, siblings: Any = ()) -> str:
+    """The analysis rule that writes ``entry``'s quantity (as the scorecard's ``rule`` column
+    names it: the file ``results/{model}/scorecard/<rule>.csv``): the rule of its ``row``
+    when there is one, else the entry's ``rule:`` (``resources/published.yaml``), else the
+    one rule that wrote the other rows of its claim on the model (``siblings``), else the
+    analysis that scores the claim's finding (:func:`posmech.core.families.claims`); ``""``
+    when none is known."""
+    if row and _text(row.get("rule")):
+        return _text(row["rule"])
+    if entry.rule:
+        return str(entry.rule)
+    rules = {_text(r.get("rule")) for r in siblings} - {""}
+    if len(rules) == 1:
+        return rules.pop()
+    from posmech.core.families import claims
+
+    scored = claims().get(entry.claim)
+    return scored[0].name if scored else ""
+
+
+def _not_computed(entry: Published, model: str, row: dict[str, Any] | None, siblings: Any = ()) -> str:
+    """Why a row of another model's published value has no value, in words: the rule that
+    writes the quantity (:func:`writer`) and, when the rule wrote the row empty with a
+    ``detail``, the rule's reason."""
+    rule = writer(entry, row, siblings)
+    who = f"rule {rule}" if rule else "no rule of the run"
+    why = _text(row.get("detail")) if row else ""
+    if why:
+        return f"not computed for it: {who} gives no {entry.quantity!r} for {model}: {why}"
+    return f"not computed for it: {who} wrote no {entry.quantity!r} for {model}"
+
+
 def build_scorecard(
     published: list[Published], rows: pd.DataFrame, registered: dict[str, set[str]] | None = None
 ) -> pd.DataFrame:
@@ -386,6 +418,9 @@ def build_scorecard(
     for r in rows.to_dict("records"):
         by_key[(str(r["claim"]), str(r["quantity"]), str(r["model"]))] = r
     covered = {(str(r["claim"]), str(r["model"])) for r in by_key.values()}
+    rows_of: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in by_key.values():
+        rows_of.setdefault((str(r["claim"]), str(r["model"])), []).append(r)
     for e in published:
         for m, rules in registered.items():
             if e.rule and e.rule in rules:
@@ -404,14 +439,16 @@ def build_scorecard(
                 status = "other model"
                 reason = f"published value refers to {e.model}; this row is {m}"
                 if value is None:
-                    reason += (f" (not computed for it: rule {row['rule'] if row else e.rule or '?'} wrote no "
-                               f"{e.quantity!r} for {m})")
+                    reason += f" ({_not_computed(e, m, row, rows_of.get((e.claim, m), ()))})"
             elif value is None and row and _text(row["detail"]):
                 status, reason = "nothing to measure", _text(row["detail"])
             else:
                 status, reason = judge(e.published, e.tolerance, value)
                 if status == "missing":
-                    reason = f"the run covers {e.claim} on {m} but no row has quantity {e.quantity!r}"
+                    rule = writer(e, row, rows_of.get((e.claim, m), ()))
+                    reason = (f"{f'rule {rule}' if rule else 'a rule'} wrote the row {e.quantity!r} for {m} without a value or a reason"
+                              if row else f"the run covers {e.claim} on {m} but no row has quantity {e.quantity!r}"
+                              + (f" (rule {rule} writes it)" if rule else ""))
             out.append(
                 {
                     "claim": e.claim, "family": family(e.claim), "model": m, "quantity": e.quantity,
@@ -419,7 +456,7 @@ def build_scorecard(
                     "reproduced": format_value(value), "tolerance": format_tolerance(e.tolerance),
                     "status": status, "reason": reason, "source": post(e.source),
                     "detail": _text(row["detail"]) if row else "", "artifact": _text(row["artifact"]) if row else "",
-                    "rule": _text(row["rule"]) if row else (e.rule or ""),
+                    "rule": writer(e, row, rows_of.get((e.claim, m), ())),
                     **typed("published", e.published), **typed("reproduced", value),
                 }
             )
