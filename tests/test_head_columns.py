@@ -32,3 +32,19 @@ def test_the_old_layouts_are_caught():
     assert head_column_problems(pd.DataFrame({"head": [2], "head_name": ["L0H2"]})) == ["names heads but lacks `layer`"]
     wrong = pd.DataFrame({"layer": [1], "head": [2], "head_name": ["L2H1"]})
     assert "head_name disagrees" in head_column_problems(wrong)[0]
+
+
+def test_heads_csv_p7_rank_is_an_integer_column(tmp_path):
+    """heads.csv's p7_rank stays an integer through the written table, with gaps for the heads
+    that are not previous-token heads (Int64 in the sidecar's column_types)."""
+    from posmech.store.tables import read_meta
+    from posmech.verdicts.heads import head_table
+
+    taxonomy = pd.DataFrame({"head_name": ["L0H0", "L0H1"], "is_previous_token": [True, False],
+                             "prev_token_mass": [0.9, 0.1], "ratio": [0.1, 0.9],
+                             "rank": pd.array([1, None], dtype="Int64")})
+    write_table(head_table("m", taxonomy=taxonomy), tmp_path / "heads.csv")
+    assert read_meta(tmp_path / "heads.csv")["column_types"]["p7_rank"] == "Int64"
+    assert (tmp_path / "heads.csv").read_text().splitlines()[1].split(",")[7] == "1"
+    back = read_table(tmp_path / "heads.csv")
+    assert str(back["p7_rank"].dtype) == "Int64" and back["p7_rank"].tolist()[0] == 1 and back["p7_rank"].isna()[1]

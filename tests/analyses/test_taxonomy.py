@@ -116,6 +116,25 @@ def test_exact_previous_token_head_found_with_ratio_zero_and_rank_one(bridge):
     assert int(df["is_previous_token"].sum()) == 1
 
 
+def test_rank_is_an_integer_column_with_gaps_through_a_written_table(tmp_path):
+    """taxonomy.csv's P7 ``rank``: integers (1, 2, ...) for the previous-token heads, empty for
+    the others; the sidecar records it as Int64 so that read_table gives integers, not floats."""
+    from posmech.store.tables import read_meta, read_table
+
+    means = np.zeros((1, 3, 4))
+    means[0, 0] = [0.1, 0.8, 0.1, 0.0]  # previous-token, ratio 1/8
+    means[0, 1] = [0.6, 0.3, 0.1, 0.0]  # not previous-token: no rank
+    means[0, 2] = [0.2, 0.6, 0.2, 0.0]  # previous-token, ratio 1/3
+    df = classify_heads(means)
+    assert str(df["rank"].dtype) == "Int64"
+    write_table(df, tmp_path / "taxonomy.csv")
+    assert read_meta(tmp_path / "taxonomy.csv")["column_types"] == {"rank": "Int64"}
+    back = read_table(tmp_path / "taxonomy.csv").set_index("head_name")
+    assert str(back["rank"].dtype) == "Int64" and back["rank"].tolist()[0] == 1 and pd.isna(back.loc["L0H1", "rank"])
+    assert back.loc["L0H2", "rank"] == 2
+    assert (tmp_path / "taxonomy.csv").read_text().splitlines()[1].split(",")[-1] == "1"  # written as 1, not 1.0
+
+
 @pytest.mark.float32
 def test_uniform_head_means_are_exact(bridge):
     stats = accumulate_diagonals(bridge, _docs(2), exclude_first_query=True)

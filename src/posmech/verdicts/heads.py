@@ -7,7 +7,8 @@ the rest), and a head that fills no role of a kind says ``none``.  Each input is
 
 * ``taxonomy`` (``taxonomy/taxonomy.csv``, P6/P7): score ``prev_token_mass`` (mean attention
   at offset −1), role ``previous_token`` (its largest mean diagonal is at offset −1),
-  ``diagonal_ratio`` (second / largest mean diagonal, smaller = sharper) and ``p7_rank``;
+  ``diagonal_ratio`` (second / largest mean diagonal, smaller = sharper) and ``p7_rank``
+  (an integer, empty for a head that is not a previous-token head: ``Int64``);
 * ``chosen`` (``taxonomy/heads.csv``, the heads the interventions read): ``p7_chosen``
   (``sharp``, ``early`` or ``none``);
 * ``taxa`` (``anatomy/taxa.csv``, P13): scores ``taxon_dip``, ``taxon_bump`` (median dip and
@@ -115,7 +116,11 @@ def head_table(model: str, taxonomy: pd.DataFrame | None = None, taxa: pd.DataFr
             r.update(l_previous_mass=ms.get((name, "previous")), l_offset2_mass=ms.get((name, "offset_2")),
                      l_induction_score=ms.get((name, "induction_score")), l_role=role_of.get(name, NO_HEAD))
         rows.append(r)
-    return pd.DataFrame(rows, columns=HEAD_COLUMNS)
+    df = pd.DataFrame(rows, columns=HEAD_COLUMNS)
+    # an integer with gaps (heads that are not previous-token heads have no rank): nullable,
+    # so that it is written as 3, not 3.0, and read back as an integer (store.tables.column_types)
+    df["p7_rank"] = pd.to_numeric(df["p7_rank"], errors="coerce").astype("Int64")
+    return df
 
 
 #: ``head_name`` of a row that names no head (e.g. a role no head fills); its ``layer`` and
