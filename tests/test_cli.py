@@ -124,11 +124,13 @@ def test_heads_prints_the_head_table(tmp_path, capsys):
     _head_table(d)
     assert main(["heads", str(d)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("heads of m (4 heads; from ")
+    assert lines[0].startswith("heads of m (4 heads; from")
+    if not lines[0].endswith(".csv)"):  # a long path: on a line of its own
+        lines.pop(1)
     assert lines[1].split() == ["head_name", "etc", "etc_fraction", "kernel_type"]  # columns no analysis filled are left out
     rows = {ln.split()[0]: ln.split() for ln in lines[2:]}
     assert list(rows) == ["L0H0", "L0H1", "L1H0", "L1H1"]  # layer, then head
-    assert rows["L0H1"][1:] == ["7.0", "0.233333", "slow_decay"] and rows["L0H0"][3] == "uniform"  # at n = 31
+    assert rows["L0H1"][1:] == ["7", "0.233", "slow_decay"] and rows["L0H0"][3] == "uniform"  # at n = 31, 3 digits
     assert main(["heads", str(d), "--csv"]) == 0
     import io
 
@@ -139,6 +141,82 @@ def test_heads_prints_the_head_table(tmp_path, capsys):
     table = pd.read_csv(io.StringIO(capsys.readouterr().out))
     assert list(table.columns) == HEAD_COLUMNS
     assert table.set_index("head_name").loc["L1H1", "layer"] == 1
+
+
+def _ci_like_head_table(d):
+    """A results/<model> folder with a heads.csv of every source, as a CI run's 2-layer model
+    in every analysis gets it: the longest labels, ranks with gaps, layer-0-only K7 classes."""
+    import pandas as pd
+
+    from posmech.store.tables import write_table
+    from posmech.verdicts.heads import head_table
+
+    names = [f"L{layer}H{h}" for layer in range(2) for h in range(4)]
+    prev = [True, True, True, True, False, False, False, False]
+    taxonomy = pd.DataFrame({"head_name": names, "is_previous_token": prev,
+                             "prev_token_mass": [0.891, 0.237, 0.3, 0.25, 0.01, 0.02, 0.03, 0.04],
+                             "ratio": [0.0745, 0.921, 0.5, 0.6, 1.0, 0.9, 0.8, 0.7],
+                             "rank": pd.array([1, 4, 2, 3, None, None, None, None], dtype="Int64")})
+    chosen = pd.DataFrame({"head_name": ["L0H0", "L0H1"], "role": ["sharp", "early"]})
+    taxa = pd.DataFrame({"head_name": names, "taxon": ["bright sub-diagonal", "dark diagonal", "neither"] * 2
+                         + ["neither"] * 2, "dip": [0.4984] * 8, "bump": [0.6186] * 8})
+    etc = pd.DataFrame({"head_name": names, "n": 31, "kernel_type": ["local", "slow_decay", "uniform", "local"] * 2,
+                        "etc_mean": [2.989, 9.317, 20.0, 3.0] * 2})
+    etc["etc_fraction"] = etc["etc_mean"] / 30
+    classes = pd.DataFrame({"head_name": names[:4], "head_class": ["duplicate_token", "detokenization",
+                                                                   "contextual", "other"],
+                            "duplicate_excess": [0.0012] * 4, "local_mass": [0.986] * 4, "etc_fraction": [0.0351] * 4})
+    roles = pd.DataFrame({"role": ["previous", "look_back_two", "induction"], "head_name": ["L0H0", "L0H3", "L1H0"]})
+    masses = pd.DataFrame([{"head_name": n, "mass": m, "value": v} for n in names
+                           for m, v in (("previous", 0.982), ("offset_2", 0.000195), ("induction_score", 1.6e-06))])
+    d.mkdir(parents=True)
+    write_table(head_table("demo-attn", taxonomy=taxonomy, chosen=chosen, taxa=taxa, etc=etc, n=31,
+                           classes=classes, roles=roles, masses=masses), d / "heads.csv")
+
+
+def test_heads_fits_100_columns_by_default_and_prints_integers_as_integers(tmp_path, capsys):
+    from posmech.cli import COMPACT, WIDTH
+
+    d = tmp_path / "results" / "demo-attn"
+    _ci_like_head_table(d)
+    assert main(["heads", str(d)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    if not lines[0].endswith(".csv)"):  # tmp_path is long: the path on a line of its own
+        assert lines.pop(1) == f"  {d / 'heads.csv'})"
+    assert WIDTH == 100 and all(len(ln) <= 100 for ln in lines), max(lines, key=len)
+    header = lines[1].split()
+    # the roles come first: every role column is shown, the scores as far as they fit
+    assert header[:2] == ["head_name", "p7_rank"] and set(header) <= set(COMPACT)
+    assert {"p7_chosen", "score_taxon", "kernel_type", "k7_class", "l_role"} <= set(header)
+    rows = {ln.split()[0]: ln.split() for ln in lines[2:10]}
+    assert rows["L0H0"][header.index("p7_rank")] == "1" and rows["L1H0"][header.index("p7_rank")] == "—"
+    assert header[-1] == "l_role" and rows["L1H0"][-1] == "induction"  # (score_taxon's values have spaces)
+    left = " ".join(lines[10:])
+    assert left.startswith("not shown: ") and "--wide" in left and "prev_token_mass" in left
+    assert main(["heads", str(d), "--wide"]) == 0
+    wide = capsys.readouterr().out.splitlines()
+    assert len(wide[1].split()) == 20 and max(map(len, wide)) > 100  # every filled column: what wrapped before
+    rank = wide[1].split().index("p7_rank")
+    assert [ln.split()[rank] for ln in wide[2:]] == ["1", "4", "2", "3", "—", "—", "—", "—"]  # not 1.0, not <NA>
+    with pytest.raises(SystemExit):
+        main(["heads", str(d), "--wide", "--csv"])  # one or the other
+
+
+def test_help_opens_with_a_sentence_and_lists_the_commands(capsys):
+    from posmech.cli import COMMANDS
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--help"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    usage, description, *rest = out.split("\n\n")
+    assert usage.startswith("usage: python -m posmech")
+    first = description.splitlines()[0]
+    assert first[0].isupper() and first.endswith(".") and len(first) <= 79  # a full sentence on its own line
+    assert description.rstrip().endswith(".") and "``" not in out and ":mod:" not in out  # plain text, not reST
+    epilog = "\n".join(rest)
+    for name, summary in COMMANDS.items():
+        assert f"\n  {name} " in epilog and " ".join(summary.split()[:4]) in " ".join(epilog.split())
 
 
 def test_heads_names_what_it_looked_for(tmp_path, capsys):

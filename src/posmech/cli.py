@@ -1,6 +1,7 @@
-"""Command line: ``python -m posmech inspect PATH [--json]``, ``… heads RESULTS/MODEL [--csv]``,
+"""Command line: ``python -m posmech inspect PATH [--json]``, ``… heads RESULTS/MODEL [--wide | --csv]``,
 ``… findings [RESULTS/REPORT] [--claim ID]``, ``… check-config [CONFIG ...] [--directory DIR]``,
-``… selfcheck [RESULTS/REPORT]`` (also the ``posmech`` script).
+``… selfcheck [RESULTS/REPORT]`` (also the ``posmech`` script). ``--help`` gives
+:data:`DESCRIPTION` and every command's one-line summary (:data:`COMMANDS`).
 
 ``selfcheck`` compares ``results/report/findings.csv`` with the expected verdicts of the
 hand-built cases (:data:`posmech.verdicts.selfcheck.CASES`, the one place they are stated, each
@@ -13,8 +14,11 @@ value per cell); ``--claim P5`` gives one claim's verdicts with the finding and 
 
 ``heads`` prints the head-roles table of one model (``results/MODEL/heads.csv``, rule
 ``head_table``, :mod:`posmech.verdicts.heads`): every head with the roles the analyses assign it
-(P6/P7 previous-token, P13 taxon, K3/K4 kernel type and ETC, K7 class, the L roles), the
-columns no analysis filled left out; ``--csv`` writes the whole table as CSV instead.
+(P6/P7 previous-token, P13 taxon, K3/K4 kernel type and ETC, K7 class, the L roles). By default
+a compact table that fits :data:`WIDTH` columns: the columns some analysis filled, most useful
+first (:data:`COMPACT`: the roles, then their scores) while the lines fit, the rest named
+below it; ``--wide`` prints every filled column, ``--csv`` the whole table as CSV. Numbers
+print with 3 significant digits, integers (``p7_rank``) as integers.
 
 ``inspect`` opens any HDF5 file the pipeline writes read-only (even a partial one, which
 it flags; ``--verify`` also reads every dataset so that damaged bytes are found by their
@@ -206,9 +210,84 @@ def format_tree(info: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def heads(model_dir: str, as_csv: bool = False) -> int:
+#: the width the compact ``heads`` table fits (``--wide``: no limit)
+WIDTH = 100
+#: the columns of the compact ``heads`` table in the order they are taken while the lines fit
+#: :data:`WIDTH`: the head, the roles (P7 rank and chosen heads, P13 taxon, K3/K4 kernel type, K7
+#: class, L role), then the scores they are decided on; shown in ``heads.csv``'s order
+COMPACT = ["head_name", "p7_rank", "p7_chosen", "l_role", "kernel_type", "score_taxon", "k7_class",
+           "prev_token_mass", "previous_token", "diagonal_ratio", "etc_fraction", "etc", "l_previous_mass",
+           "l_induction_score", "l_offset2_mass", "taxon_dip", "taxon_bump", "k7_duplicate_excess",
+           "k7_local_mass", "k7_etc_fraction"]
+
+
+#: the columns of ``heads.csv`` that hold integers (a gap: empty)
+INTEGERS = ("p7_rank",)
+
+
+def _number(x: float) -> str:
+    """A score as the ``heads`` table prints it: 3 significant digits, a whole number without
+    ``.0``."""
+    return f"{x:.3g}"
+
+
+def _render(df: Any) -> str:
+    import pandas as pd
+
+    df = df.copy()
+    for c in df:
+        if pd.api.types.is_integer_dtype(df[c]) and df[c].isna().any():  # Int64: to_string ignores na_rep
+            df[c] = ["—" if pd.isna(v) else str(int(v)) for v in df[c]]
+    return df.to_string(index=False, na_rep="—", float_format=_number)
+
+
+def head_lines(table: Any, wide: bool = False, width: int = WIDTH) -> list[str]:
+    """The ``heads`` table of a read ``heads.csv`` as lines: the columns some analysis filled
+    (``model``, ``layer`` and ``head`` are in ``head_name``); without ``wide``, those of
+    :data:`COMPACT` that fit ``width`` columns (in its order of preference), then a line
+    naming the columns left out. The integer columns (:data:`INTEGERS`) print as integers
+    even from a ``heads.csv`` written before they were typed."""
+    import textwrap
+
+    import pandas as pd
+
+    shown = table.drop(columns=["model", "layer", "head"], errors="ignore").dropna(axis=1, how="all")
+    shown = shown.loc[:, [c for c in shown if not (shown[c].astype(str) == "").all()]]
+    for c in INTEGERS:
+        col = shown.get(c)
+        if col is not None and pd.api.types.is_float_dtype(col) and (col.dropna() % 1 == 0).all():
+            shown[c] = col.astype("Int64")
+    if wide:
+        return _render(shown).splitlines()
+    order = [c for c in COMPACT if c in shown] + [c for c in shown if c not in COMPACT]
+    kept: list[str] = []
+    for c in order:
+        trial = [k for k in shown if k in (*kept, c)]
+        if max(map(len, _render(shown[trial]).splitlines())) <= width:
+            kept.append(c)
+    cols = [c for c in shown if c in kept]
+    lines = _render(shown[cols]).splitlines()
+    left = [c for c in shown if c not in kept]
+    if left:
+        lines += textwrap.wrap(f"not shown: {', '.join(left)} (--wide: every column; --csv: the table as CSV)",
+                               width)
+    return lines
+
+
+def _write(text: str) -> None:
+    """Print ``text``; a reader that stops early (``… | head``) is fine, not an error."""
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
+
+
+def heads(model_dir: str, as_csv: bool = False, wide: bool = False) -> int:
     """``python -m posmech heads``: the head-roles table the rule ``head_table`` wrote
-    (``results/MODEL/heads.csv``, :mod:`posmech.verdicts.heads`), the columns some analysis filled."""
+    (``results/MODEL/heads.csv``, :mod:`posmech.verdicts.heads`): compact by default
+    (:func:`head_lines`), every filled column with ``wide``, CSV with ``as_csv``."""
     from posmech.store.tables import read_table
 
     d = Path(model_dir)
@@ -222,10 +301,10 @@ def heads(model_dir: str, as_csv: bool = False) -> int:
     if as_csv:
         sys.stdout.write(table.to_csv(index=False))
         return 0
-    shown = table.drop(columns=["model", "layer", "head"]).dropna(axis=1, how="all")
-    shown = shown.loc[:, [c for c in shown if not (shown[c].astype(str) == "").all()]]
-    print(f"heads of {d.name} ({len(table)} heads; from {path})")
-    print(shown.to_string(index=False, na_rep="—"))
+    title = f"heads of {d.name} ({len(table)} heads; from {path})"
+    if len(title) > WIDTH and not wide:  # a long path on a line of its own
+        title = f"heads of {d.name} ({len(table)} heads; from\n  {path})"
+    _write("\n".join([title, *head_lines(table, wide)]))
     return 0
 
 
@@ -305,27 +384,62 @@ def selfcheck(path: str) -> int:
     return 0 if all(c.agrees for c in checks) else 1
 
 
+#: what ``python -m posmech --help`` says first, plain text in one paragraph: a sentence that
+#: fits its first line, then what the commands print
+DESCRIPTION = ("Read what a posmech run wrote, or check a configuration before running it.",
+               "The commands print a pipeline HDF5 file's tree, one model's heads by role, the findings "
+               "grid or the self-check's verdicts, or every problem that would stop Snakemake before any job.")
+#: each command's one-line summary (its ``--help`` and the epilog of ``python -m posmech --help``)
+COMMANDS = {
+    "inspect": "print the tree of a pipeline HDF5 file (read-only)",
+    "heads": "the heads a run found for one model, by role (results/MODEL/heads.csv)",
+    "findings": "the findings grid as text: claims x models, verdict and value",
+    "check-config": "every check made before any job, without Snakemake (names a YAML syntax error's file and line)",
+    "selfcheck": "expected vs obtained verdicts of the self-check (make selfcheck); exit 1 on any disagreement",
+}
+
+
+def _epilog(width: int = 79) -> str:
+    import textwrap
+
+    pad = max(map(len, COMMANDS)) + 4
+    lines = ["commands (python -m posmech COMMAND --help for its options):"]
+    for name, summary in COMMANDS.items():
+        lines += textwrap.wrap(summary, width, initial_indent=f"  {name}".ljust(pad), subsequent_indent=" " * pad)
+    lines += ["", "examples:", "  python -m posmech findings results/report --claim P5",
+              "  python -m posmech heads results/demo-attn",
+              "  python -m posmech check-config config/own-model.yaml"]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m posmech", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    ins = sub.add_parser("inspect", help="print the tree of a pipeline HDF5 file (read-only)")
+    import textwrap
+
+    # the description wrapped here, the epilog's table as written (RawDescriptionHelpFormatter);
+    # the commands are listed once, in the epilog (a subparser without help= is not listed above it)
+    parser = argparse.ArgumentParser(prog="python -m posmech", description="\n".join(textwrap.fill(t, 79) for t in DESCRIPTION),
+                                     epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                help="one of the commands below")
+    ins = sub.add_parser("inspect", description=COMMANDS["inspect"])
     ins.add_argument("path")
     ins.add_argument("--json", action="store_true", help="machine-readable output")
     ins.add_argument("--verify", action="store_true",
                      help="read every dataset so that its checksums are checked (reads the whole file)")
-    chk = sub.add_parser("check-config", help="every check made before any job, without Snakemake "
-                         "(names a YAML syntax error's file and line)")
+    chk = sub.add_parser("check-config", description=COMMANDS["check-config"])
     chk.add_argument("configfiles", nargs="*", help="config files, in --configfile order (default: config/config.yaml)")
     chk.add_argument("--directory", "-d", default=".", help="the working directory of the run (models on disk)")
-    hp = sub.add_parser("heads", help="the heads a run found for one model, by role (results/MODEL)")
+    hp = sub.add_parser("heads", description=COMMANDS["heads"])
     hp.add_argument("model_dir", metavar="RESULTS/MODEL")
-    hp.add_argument("--csv", action="store_true", help="write the table as CSV")
-    fp = sub.add_parser("findings", help="the findings grid as text: claims x models, verdict and value")
+    how = hp.add_mutually_exclusive_group()
+    how.add_argument("--wide", action="store_true",
+                     help=f"every column some analysis filled (default: the most useful that fit {WIDTH} columns)")
+    how.add_argument("--csv", action="store_true", help="write the whole table as CSV")
+    fp = sub.add_parser("findings", description=COMMANDS["findings"])
     fp.add_argument("path", nargs="?", default="results/report", metavar="RESULTS/REPORT",
                     help="results/report or its findings.csv (default: results/report)")
     fp.add_argument("--claim", help="one claim's verdicts with their reasons, e.g. P5")
-    sp = sub.add_parser("selfcheck", help="expected vs obtained verdicts of the self-check (make selfcheck); "
-                        "exit 1 on any disagreement")
+    sp = sub.add_parser("selfcheck", description=COMMANDS["selfcheck"])
     sp.add_argument("path", nargs="?", default="results/report", metavar="RESULTS/REPORT",
                     help="results/report or its findings.csv (default: results/report)")
     args = parser.parse_args(argv)
@@ -334,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "findings":
         return findings(args.path, args.claim)
     if args.command == "heads":
-        return heads(args.model_dir, args.csv)
+        return heads(args.model_dir, args.csv, args.wide)
     if args.command == "check-config":
         from posmech.pipeline.preflight import check_config
 
@@ -352,12 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     status = 2 if info["status"].startswith("CORRUPT") else 0
     text = json.dumps(info, indent=2, default=str) if args.json else format_tree(info)
-    try:
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:  # `inspect --json FILE | head`: the reader stopped early, fine
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
+    _write(text)
     return status
 
 
