@@ -57,6 +57,7 @@ def test_the_report_shows_the_block_only_with_selfcheck_cases(fabricated_run, tm
     monkeypatch.setattr(sc, "expected_verdicts", lambda: {"gpt2": {"P5": "holds"}, "demo": {"P5": "fails"}})
     page = fabricated_run["dir"] / "results/report/index.html"
     assert 'id="selfcheck"' not in page.read_text()  # the fixture's config has no selfcheck section
+    assert 'id="published-models"' in page.read_text()  # the note on which model each published value belongs to
     findings = tmp_path / "findings.csv"
     table = FINDINGS.assign(model=["gpt2", "demo", "demo"]).reindex(columns=fd.FINDINGS_COLUMNS + fd.TWIN_COLUMNS)
     table.assign(twin_of="").to_csv(findings, index=False)
@@ -67,3 +68,5 @@ def test_the_report_shows_the_block_only_with_selfcheck_cases(fabricated_run, tm
     assert text.index('id="findings"') < text.index('id="selfcheck"') < text.index('id="scorecard"')
     assert '<a href="#selfcheck">Self-check</a>' in text
     assert "1 of 2 expected verdicts obtained; <strong>1 disagree</strong>" in text
+    # hand-built models: the posts' published numbers do not concern them, and the note about them is not shown
+    assert 'id="published-models"' not in text and "Which model do the published values refer to?" not in text
