@@ -94,6 +94,8 @@ def test_fabricated_tables_give_pass_fail_na_missing(tmp_path, published):
     assert _status(card, "P8", "cross_token_cosine", "gpt2").status == "pass"
     missing = _status(card, "P8", "layer0_max_abs_diff", "gpt2")
     assert missing.status == "missing" and missing.reproduced == "—"
+    assert missing.reason.endswith("no row has quantity 'layer0_max_abs_diff' (expected from rule geometry)")
+    assert missing.rule == "geometry"  # the rule of the claim's other rows on the model
     assert _status(card, "P1", "wpos_helix", "gpt2").status == "qualitative"
     k4 = _status(card, "K4", "layer0_local_heads", "gpt2")
     assert k4.status == "fail" and "0.40" in k4.reason
@@ -104,7 +106,8 @@ def test_fabricated_tables_give_pass_fail_na_missing(tmp_path, published):
     na = _status(card, "P6", "n_prev_token_heads", "demo")
     assert na.status == "other model" and "gpt2" in na.reason and na.reproduced == "69"
     assert _status(card, "P8", "layer0_max_abs_diff", "demo").status == "fail"
-    assert _status(card, "P8", "cross_token_cosine", "demo").status == "other model"
+    empty = _status(card, "P8", "cross_token_cosine", "demo")  # a row without a value or a detail
+    assert empty.status == "other model" and "rule geometry wrote no 'cross_token_cosine' for demo" in empty.reason
     # claims the run does not cover are not rows; C2 is never claimed by any table
     assert "C2" not in set(card.claim)
     assert sc.uncovered_claims(published, card) == ["C2"]

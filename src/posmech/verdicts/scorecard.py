@@ -446,9 +446,12 @@ def build_scorecard(
                 status, reason = judge(e.published, e.tolerance, value)
                 if status == "missing":
                     rule = writer(e, row, rows_of.get((e.claim, m), ()))
-                    reason = (f"{f'rule {rule}' if rule else 'a rule'} wrote the row {e.quantity!r} for {m} without a value or a reason"
-                              if row else f"the run covers {e.claim} on {m} but no row has quantity {e.quantity!r}"
-                              + (f" (rule {rule} writes it)" if rule else ""))
+                    if row:
+                        reason = (f"{f'rule {rule}' if rule else 'a rule'} wrote the row {e.quantity!r} for {m} "
+                                  "without a value or a reason")
+                    else:
+                        reason = (f"the run covers {e.claim} on {m} but no row has quantity {e.quantity!r}"
+                                  + (f" (expected from rule {rule})" if rule else ""))
             out.append(
                 {
                     "claim": e.claim, "family": family(e.claim), "model": m, "quantity": e.quantity,
