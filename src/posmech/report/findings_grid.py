@@ -38,8 +38,8 @@ STYLE = """<style>
 #findings td.v-fails{background:#f6c4c4}
 #findings td.v-not-measurable{background:#e6e6e6;color:#555}
 #findings .fg-legend span{display:inline-block;padding:1px 8px;margin-right:6px;border:1px solid #ccc}
-#findings td.fg-q{text-align:left;font-family:ui-monospace,monospace;font-size:0.85em;color:#333}
-#findings th.fg-q{text-align:left;font-weight:normal;font-size:0.85em;color:#555}
+#findings table.fg td.fg-q{text-align:left;font-family:ui-monospace,monospace;font-size:0.85em;color:#333}
+#findings table.fg th.fg-q{text-align:left;font-weight:normal;font-size:0.85em;color:#555}
 #findings .fg-g{font-weight:bold}
 #findings caption{font-weight:bold;text-align:left}
 </style>"""
