@@ -163,8 +163,8 @@ def test_grid_cells_carry_a_glyph_per_verdict_and_rows_the_quantity_they_judge(t
     assert all(f"(judges {q})" in tip for tip, _, q in rows)
     assert "Judges cross_token_cosine" in html and '<th class="fg-q"' in html
     # the grid's quantity and the scorecard's published values: two different comparisons, said once
-    assert "P8 here judges <code>cross_token_cosine</code>" in html
-    assert "The scorecard below compares the posts' published values" in html
+    assert "(P8: <code>cross_token_cosine</code>)" in html
+    assert "the scorecard below compares the posts' published values" in html
 
 
 def test_grid_of_no_findings():

@@ -38,8 +38,8 @@ STYLE = """<style>
 #findings td.v-fails{background:#f6c4c4}
 #findings td.v-not-measurable{background:#e6e6e6;color:#555}
 #findings .fg-legend span{display:inline-block;padding:1px 8px;margin-right:6px;border:1px solid #ccc}
-#findings table.fg td.fg-q{text-align:left;font-family:ui-monospace,monospace;font-size:0.85em;color:#333}
-#findings table.fg th.fg-q{text-align:left;font-weight:normal;font-size:0.85em;color:#555}
+#findings table.fg td.fg-q{text-align:left;vertical-align:middle;font-family:ui-monospace,monospace;font-size:10px;padding:2px 4px;color:#333}
+#findings table.fg th.fg-q{text-align:left;font-weight:normal;font-size:0.85em;padding:2px 4px;color:#555}
 #findings .fg-g{font-weight:bold}
 #findings caption{font-weight:bold;text-align:left}
 </style>"""
@@ -90,13 +90,12 @@ def grid_html(table: pd.DataFrame) -> Markup:
         + (" <strong>◆ structural</strong>: the finding also holds on the model's random-init twin (the same "
            "architecture with random weights: true at initialisation, not learned; config section "
            "<code>twins</code>); hover for the twin's value." if twins else "")
-        + "</p><p class=\"fg-quantities\"><strong>Two different comparisons.</strong> Each row judges one quantity, "
-        "named in its column <em>judges</em>"
-        + (f" (P8 here judges <code>{escape(quantities['P8'])}</code>)" if "P8" in quantities else "")
-        + ", against a threshold of this repository (<code>findings.*</code>): does the finding hold on this "
-        "model? The scorecard below compares the posts' published values with the reproduced ones, row by row, "
-        "and a claim's rows there may be other quantities (an identity check, a published count or head name): "
-        "a pass there and a fail here, or the reverse, do not contradict each other.</p><p>"
+        + ' <span class="fg-quantities"><strong>Two comparisons:</strong> each row judges the quantity in its column '
+        "<em>judges</em>"
+        + (f" (P8: <code>{escape(quantities['P8'])}</code>)" if "P8" in quantities else "")
+        + " against a threshold of this repository; the scorecard below compares the posts' published values, "
+        "which may be other quantities of the claim (an identity check, a count): a pass there and a fail here "
+        "do not contradict each other.</span></p><p>"
         + " · ".join(f"<strong>{escape(m)}</strong>: " + ", ".join(f"{v} {n}" for v, n in counts[m].items())
                      + (f" (◆ {structural[m]} of the holds structural)" if m in twins else "")
                      for m in models) + "</p>")
