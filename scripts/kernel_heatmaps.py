@@ -18,10 +18,13 @@ def main(smk, log):
     layer0 = [head_name(0, h) for h in range(ks.n_heads)]
     later = kn.pick_heads(at, p.selected_heads)
     idx = lambda name: tuple(int(v) for v in name[1:].split("H"))  # noqa: E731
+    first = ks.positions[None, :] - ks.n_keys + 1  # [L, Q] first key in the softmax (k0, or a window's)
+    windowed = bool((first != k0).any())
     for heads, path, what in ((layer0, out.layer0, "layer-0 heads"), (later, out.selected, "selected heads")):
         kernels = {h: ks.kernel(*idx(h)) for h in heads}
         plots.kernel_heatmaps(kernels, ks.positions, k0, n_max, f"K2 {model}: positional kernels of {what} "
-                              f"(mean over {len(ks.titles)} Bible texts)", path, types)
+                              f"(mean over {len(ks.titles)} Bible texts)", path, types,
+                              {h: first[idx(h)[0]] for h in heads} if windowed else None)
     n = p.etc_heatmap_position
     q = int(list(ks.positions).index(n))
     profiles = {h: (ks.kernel(*idx(h))[q], ks.kernel(*idx(h), which="kernel_std")[q]) for h in layer0 + later}

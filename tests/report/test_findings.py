@@ -124,11 +124,47 @@ def test_findings_table_with_a_twin_marks_structural_cells(tmp_path):
     a = table.set_index("model").loc["a"]
     assert (a["verdict"], a["twin_verdict"], a["twin_value"], a["origin"]) == ("holds", "holds", 0.3, "structural")
     html = str(grid_html(table))
-    assert "<th>a-twin</th>" not in html and "0.2 ◆" in html and "Random-init twin a-twin: holds (0.3)" in html
+    assert "<th>a-twin</th>" not in html and "Random-init twin a-twin: holds (0.3)" in html
+    assert '0.2 <span class="fg-g">✓◆</span>' in html  # holds (✓), and on the twin too (◆)
+    assert "✓◆ structural" in html  # in the legend
     # the twin failing instead: learned, no mark
     strict = {**DEFAULTS, "p5_max_mass_ratio": 0.25}
     a = fd.findings_table([finding()], strict, sc, ["a", "a-twin"], twins={"a-twin": "a"}).set_index("model").loc["a"]
     assert (a["twin_verdict"], a["origin"]) == ("fails", "learned")
+
+
+def test_grid_cells_carry_a_glyph_per_verdict_and_rows_the_quantity_they_judge(tmp_path):
+    """The verdict reads without the colour: ✓ holds, ✗ fails, n/m not measurable in every
+    cell, each in the legend; every row names the quantity its finding judges (column
+    "judges", and in the claim's and each cell's tooltip), and the legend says the grid and
+    the scorecard compare different quantities."""
+    import re
+
+    scorecards = []
+    for m, v in (("a", 0.2), ("c", 0.9)):  # holds on a, fails on c; b has no scorecard: not measurable
+        sc = tmp_path / "results" / m / "scorecard" / "prev_knockout.csv"
+        sc.parent.mkdir(parents=True)
+        write_table(scorecard_rows([{"claim": "P5", "model": m, "quantity": "prev_token_mass_ratio", "value": v}]), sc)
+        scorecards.append(str(sc))
+    p8 = finding(claim="P8", rule="extended_positional_embeddings", quantity="cross_token_cosine", predicate=">=",
+                 threshold="p8_min_cross_token_cosine")
+    table = fd.findings_table([finding(), p8], DEFAULTS, scorecards, ["a", "b", "c"])
+    html = str(grid_html(table))
+    cells = dict(re.findall(r'<td class="v-([a-z-]+)" title="[^"]*">(.*?)</td>', html))
+    assert len(re.findall(r'<td class="v-', html)) == 6
+    for verdict, glyph in (("holds", "✓"), ("fails", "✗"), ("not-measurable", "n/m")):
+        assert cells[verdict].endswith(f'<span class="fg-g">{glyph}</span>'), (verdict, cells[verdict])
+        assert f"{glyph} {verdict.replace('-', ' ')}</span>" in html  # the legend
+    assert cells["holds"].startswith("0.2 ") and cells["fails"].startswith("0.9 ")
+    # the quantity judged: a column per row, the claim's and the cells' tooltips
+    rows = re.findall(r'<tr><th class="fg-claim" title="([^"]*)"><a href="#claim-(P\d+)">P\d+</a></th>'
+                      r'<td class="fg-q">([^<]*)</td>', html)
+    assert {(c, q) for _, c, q in rows} == {("P5", "prev_token_mass_ratio"), ("P8", "cross_token_cosine")}
+    assert all(f"(judges {q})" in tip for tip, _, q in rows)
+    assert "Judges cross_token_cosine" in html and '<th class="fg-q"' in html
+    # the grid's quantity and the scorecard's published values: two different comparisons, said once
+    assert "(P8: <code>cross_token_cosine</code>)" in html
+    assert "the scorecard below compares the posts' published values" in html
 
 
 def test_grid_of_no_findings():

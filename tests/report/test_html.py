@@ -227,6 +227,47 @@ def test_html_has_scorecard_first_captions_and_run(fabricated_run):
     assert "etc.png" in k_sec and "diagonals.png" not in k_sec
 
 
+def test_every_thumbnail_names_its_model_and_twins_are_marked(fabricated_run):
+    """The same figure of a model, its random-init twin and a checkpoint look alike at thumbnail
+    size: every thumbnail's label (and its image's alt text) names the model of its
+    results/{model}/ path, a twin's carries a "random-init twin of <model>" badge and a dashed
+    frame, a checkpoint's says which; a twin follows its model; a table's fold names its model."""
+    kwargs = {k: v for k, v in fabricated_run.items() if k not in ("dir", "counts")}
+    extra = {"results/demo-twin/taxonomy/diagonals.png": "demo-twin",
+             "results/pythia-3k/taxonomy/diagonals.png": "pythia-3k",
+             "results/demo@step300/taxonomy/diagonals.png": "demo@step300"}
+    flags = dict(kwargs["flags"])
+    for path, model in extra.items():
+        _figure(path, f"P6 diagonals {model}")
+        flags[path] = {**flags["results/demo/taxonomy/diagonals.png"], "wildcards": {"model": model}}
+    models = {"gpt2": {}, "demo": {"train": {}}, "pythia-3k": {"source": "EleutherAI/pythia-70m", "revision": "step3000"},
+              "demo@step300": {"checkpoint_of": "demo", "step": 300, "train": {}},
+              "demo-twin": {"twin_of": "demo", "seed": 0}}
+    rp.build(**{**kwargs, "figures": [*kwargs["figures"], *extra], "flags": flags,
+                "config": {**kwargs["config"], "models": models}})
+    html = Path("results/report/index.html").read_text()
+    families = html[html.index('id="fold-family-P"'):html.index('id="fold-run"')]
+    thumbs = re.findall(r'<figure id="figure-[^"]*"( class="twin")? data-model="([^"]*)">\s*<a href="([^"]*)" '
+                        r'class="enlarge"><img src="[^"]*" alt="([^"]*)"></a>\s*<figcaption><p class="short '
+                        r'model-label">(.*?)<br>', families)
+    assert len(thumbs) == 6, thumbs  # 5 diagonals (gpt2, demo, its twin, a revision, a checkpoint) + gpt2's etc
+    for twin, model, href, alt, label in thumbs:
+        assert href.split("/")[1] == model, (href, model)  # figures/<model>/…: the model of its path
+        assert f'<span class="model-name">{escape(model)}</span>' in label and model in alt
+        assert bool(twin) == (model == "demo-twin") == ("random-init twin of demo" in label)
+    labels = {model: label for _, model, _, _, label in thumbs}
+    assert '<span class="badge twin">random-init twin of demo</span>' in labels["demo-twin"]
+    assert "(random-init twin of demo)" in html and "badge twin" not in labels["demo"]
+    assert '<span class="badge ckpt">revision step3000</span>' in labels["pythia-3k"]
+    assert '<span class="badge ckpt">step 300 of demo</span>' in labels["demo@step300"]
+    assert "badge" not in labels["gpt2"]
+    # the same figure of every model together, in the config's order, each twin right after its model
+    order = [model for _, model, href, _, _ in thumbs if href.endswith("diagonals.png")]
+    assert order == ["gpt2", "demo", "demo-twin", "pythia-3k", "demo@step300"]
+    # a table's fold names its model too
+    assert re.search(r'table <code>etc.csv</code> of <span class="model-name">gpt2</span>', html)
+
+
 def test_report_opens_cleanly_in_chromium_from_a_copied_folder(fabricated_run, tmp_path_factory):
     require_system("chromium")
     import shutil

@@ -158,19 +158,26 @@ def save(fig: Any, path: str | os.PathLike[str] | None, tight: bool = True) -> N
     the figure twice more (to lay it out and find the box, then to render it shifted onto the
     box), and a draw of a many-panel figure costs seconds here: text layout dominates.  Only a
     figure whose box reaches past its edges (a text wider than the figure) is rendered again,
-    onto the box, keeping the layout.  ``tight=False``: the figure is written at its own size
-    (a figure placed by hand, whose texts all lie inside it)."""
+    onto the box, keeping the layout; a figure whose layout engine left its title over a
+    panel's title (:func:`posmech.plots.check.title_overlaps`) is drawn once more first.
+    ``tight=False``: the figure is written at its own size (a figure placed by hand, whose
+    texts all lie inside it)."""
     if path is None:
         plt.close(fig)
         return
     from PIL import Image
     from PIL.PngImagePlugin import PngInfo
 
-    from posmech.plots.check import METADATA_KEY, figure_problems
+    from posmech.plots.check import METADATA_KEY, figure_problems, title_overlaps
 
     fig.set_dpi(DPI)
     fig.canvas.draw()  # lays the figure out and renders it, once
     renderer = fig.canvas.get_renderer()
+    if fig.get_layout_engine() is not None and title_overlaps(fig, renderer):
+        # the layout engine reads the panel titles where the previous draw put them; axes of a
+        # fixed aspect (heat maps) move theirs as they are drawn, so a figure title laid out on
+        # the stale places prints over them: one more draw lays it out on the titles as drawn
+        fig.canvas.draw()
     width, height = fig.get_size_inches()
     tight_box = None
     if tight:  # the box of what was drawn, off its pixels; the artists' extents where it may miss some

@@ -20,7 +20,10 @@ title):
   decades is labelled with plain numbers (``20``, ``50``), not powers of ten;
 - **masked cells**: an image with masked (NaN) cells draws them in an opaque colour that is
   not the colour map's own low end (a masked key must not read as zero attention), and the
-  figure says so in words (a text containing "masked").
+  figure says so in words (a text containing "masked");
+- **titles clear**: the figure's title (``suptitle``, of the figure or a subfigure) overlaps
+  no axes title, no axes and no legend (a multi-line title over multi-line panel titles must not print
+  over them: :func:`title_overlaps`).
 """
 
 from __future__ import annotations
@@ -145,6 +148,42 @@ def _texts(fig: Any, axes: list[Any]) -> list[Any]:
     return [t for t in out if _shown(t)]
 
 
+def _overlap(a: Any, b: Any, tol: float = 1.0) -> bool:
+    """Whether two window boxes (pixels) overlap by more than ``tol`` pixels each way."""
+    return min(a.x1, b.x1) - max(a.x0, b.x0) > tol and min(a.y1, b.y1) - max(a.y0, b.y0) > tol
+
+
+def title_overlaps(fig: Any, renderer: Any = None) -> list[str]:
+    """What the figure's title (the ``suptitle`` of the figure and of each subfigure) prints
+    over, as drawn last: each visible axes title it overlaps (``"'<title>' title"``), each
+    axes with its axis drawn whose frame it overlaps (``"'<title>' axes"``; 3-D axes are left
+    out: their frame is mostly empty), and each legend (``"a legend"``).  Empty when the
+    titles are clear."""
+    renderer = renderer or fig.canvas.get_renderer()
+    tops: list[Any] = []
+    figs = [fig]
+    while figs:
+        f = figs.pop()
+        sup = getattr(f, "_suptitle", None)
+        if sup is not None and _shown(sup):
+            tops.append(sup)
+        figs += list(getattr(f, "subfigs", []))
+    out: list[str] = []
+    for sup in tops:
+        box = sup.get_window_extent(renderer)
+        for ax in fig.get_axes():
+            if not ax.get_visible():
+                continue
+            if any(_shown(t) and _overlap(box, t.get_window_extent(renderer))
+                   for t in (ax.title, ax._left_title, ax._right_title)):
+                out.append(f"{_name(ax)} title")
+            elif ax.axison and getattr(ax, "name", "") != "3d" and _overlap(box, ax.get_window_extent(renderer)):
+                out.append(f"{_name(ax)} axes")
+        legends = list(fig.legends) + [ax.get_legend() for ax in fig.get_axes() if ax.get_legend() is not None]
+        out += ["a legend" for leg in legends if leg.get_visible() and _overlap(box, leg.get_window_extent(renderer))]
+    return out
+
+
 def figure_problems(fig: Any, width_px: float | None = None, drawn: bool = False) -> dict[str, Any]:
     """Check a drawn (or drawable) figure; returns ``{"problems": [...], "min_font_pt",
     "width_px", "n_annotations"}``.  ``width_px``: the PNG's width (default: the tight
@@ -184,6 +223,10 @@ def figure_problems(fig: Any, width_px: float | None = None, drawn: bool = False
                 out.append(other)
         return out
 
+    over = title_overlaps(fig)
+    if over:
+        problems.append("the figure's title overlaps " + ", ".join(over[:4]) + (f" (+{len(over) - 4} more)"
+                                                                             if len(over) > 4 else ""))
     words = " ".join(t.get_text() for t in _texts(fig, every)).lower()
     for ax in every:
         for im in ax.images:

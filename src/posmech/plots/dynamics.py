@@ -4,7 +4,8 @@ One panel per followed quantity of ``results/report/dynamics.csv`` (columns in
 :mod:`posmech.report.dynamics_section`): the value against the training step, one line per
 model in a colour of its own, the verdict of the claim's finding at each checkpoint on its
 point (filled: holds, open: fails, ×: not measurable, at the bottom when there is no value),
-in the model's colour.  A quantity told by a label instead of a number (the previous-token head's kernel
+in the model's colour; the legend at the top, under the title.  A count (of heads, of
+kernel types) has its axis start at 0.  A quantity told by a label instead of a number (the previous-token head's kernel
 type) gets a strip panel: one row per label, the models' points dodged a little apart.
 
 The step axis is symmetric-log (linear up to the smallest positive step, logarithmic above),
@@ -171,7 +172,15 @@ def draw_dynamics(table: pd.DataFrame) -> Any:
                 ax.yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
             lo, hi = float(vals.min()), float(vals.max())
             pad = 0.12 * (hi - lo) if hi > lo else max(0.5, 0.1 * abs(hi))
-            ax.set_ylim(lo - 1.6 * pad, hi + pad)  # room at the bottom for the not-measurable marks
+            if words.count and lo >= 0:
+                # a count starts at 0, not at −1 heads: the axis ends there, its line set off below so
+                # a point at 0 (drawn unclipped) stays clear of it
+                ax.set_ylim(0, max(hi + pad, 1.0))
+                ax.spines["bottom"].set_position(("outward", 5))
+                for line in ax.lines:
+                    line.set_clip_on(False)
+            else:
+                ax.set_ylim(lo - 1.6 * pad, hi + pad)  # room at the bottom for the not-measurable marks
             ax.set_ylabel(words.axis, fontsize=8)
     for ax in axes.ravel()[len(panels):]:
         fig.delaxes(ax)
@@ -181,13 +190,15 @@ def draw_dynamics(table: pd.DataFrame) -> Any:
         Line2D([], [], marker="x", ms=SIZE, mew=1.5, color="0.2", ls="none",
                label="not measurable (at the bottom: no value)"),
     ]
-    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 3 if cols < 3 else 6),
-               fontsize=8, frameon=False)
     title = "Training dynamics: the followed findings at each checkpoint, one line per model"
     if len(dropped):
         title += "\n(not drawn, no step: " + ", ".join(f"{m} {r}" for m, r in zip(dropped["model"],
                                                                                  dropped["revision"])) + ")"
-    fig.suptitle(title, fontsize=10)
+    # the legend at the top, titled with the figure's title (a figure legend placed outside
+    # the panels does not make room for a suptitle: the two would print over each other): a
+    # figure of many panels is read from its first ones
+    fig.legend(handles=handles, loc="outside upper center", ncol=min(len(handles), 3 if cols < 3 else 6),
+               fontsize=8, frameon=False, title=title, title_fontsize=10)
     return fig
 
 

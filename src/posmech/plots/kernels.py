@@ -50,11 +50,15 @@ def etc_heatmap(tables: dict[str, pd.DataFrame], n: dict[str, int], path: str | 
 def kernel_heatmaps(
     kernels: dict[str, np.ndarray], positions: np.ndarray, k0: int, n_max: int, title: str,
     path: str | os.PathLike[str], types: dict[str, str] | None = None,
+    first_keys: dict[str, np.ndarray] | None = None,
 ) -> None:
     """K2: query × key heatmaps of mean positional kernels.
 
     ``kernels[head] [Q, K]`` (rows: query ``positions``); drawn for queries ``k0..n_max``
-    and keys ``0..n_max``.  ``types[head]``: kernel type shown in the panel title.
+    and keys ``0..n_max``.  ``types[head]``: kernel type shown in the panel title.  Keys
+    outside the softmax are masked (grey, :data:`posmech.plots.MASKED`), not drawn as zero
+    attention: keys after the query, and keys before its first key, ``k0`` or
+    ``first_keys[head] [Q]`` (a sliding-window layer's ``n - window + 1``).
     """
     heads = list(kernels)
     cols = min(3, max(1, len(heads)))  # at most 8 in wide: shown at full size in the report
@@ -65,7 +69,9 @@ def kernel_heatmaps(
     cmap = plt.get_cmap("viridis").with_extremes(bad=MASKED)
     for ax, h in zip(axes.ravel(), heads):
         img = np.array(kernels[h][sel][:, : n_max + 1], dtype=float)
-        img[np.arange(img.shape[1])[None, :] > q[:, None]] = np.nan  # keys after the query: masked
+        keys = np.arange(img.shape[1])[None, :]
+        first = np.asarray(first_keys[h])[sel] if first_keys and h in first_keys else np.full(len(q), k0)
+        img[(keys > q[:, None]) | (keys < first[:, None])] = np.nan  # outside the softmax: masked
         im = ax.imshow(img, aspect="auto", origin="upper", cmap=cmap, interpolation="nearest",
                        extent=(-0.5, n_max + 0.5, q[-1] + 0.5, q[0] - 0.5), vmin=0.0)
         kind = f" ({types[h]})" if types and h in types else ""
@@ -78,7 +84,8 @@ def kernel_heatmaps(
         cb.set_label("π(i | x_n)", fontsize=7)
     for ax in axes.ravel()[len(heads):]:
         ax.axis("off")
-    fig.suptitle(title + "\n(grey: masked, a key after its query)", fontsize=10)
+    before = f"before k0 = {k0}" + (", or the window" if first_keys else "")
+    fig.suptitle(title + f"\n(grey: masked, a key outside the softmax: after its query or {before})", fontsize=10)
     fig.tight_layout()
     save(fig, path)
 

@@ -2,10 +2,15 @@
 
 Self-contained (its own scoped CSS, no template): :func:`grid_html` turns
 ``results/report/findings.csv`` (:func:`posmech.verdicts.findings.findings_table`) into an HTML block.
-Cells are coloured by verdict (``holds`` green, ``fails`` red, ``not measurable`` grey),
-show the measured value (or "n/m"), and carry the verdict, the threshold and the reason in
-their ``title`` (hover).  One small table per claim family, side by side, so the 34 claims
-fit a 1280-px-wide page without scrolling sideways.
+Cells are coloured by verdict (``holds`` green, ``fails`` red, ``not measurable`` grey) and
+carry its glyph (:data:`GLYPHS`: ✓ holds, ✗ fails, n/m not measurable; ◆ after ✓ where the
+finding also holds on the model's random-init twin), so the verdict reads without the colour;
+they show the measured value and carry the quantity judged, the threshold and the reason in
+their ``title`` (hover).  Each row names the quantity its finding judges (column
+"judges"): the grid judges that quantity against a threshold of this repository, while the
+scorecard compares the posts' published values, which may be other quantities of the same
+claim.  One small table per claim family, side by side, so the 34 claims fit a
+1280-px-wide page without scrolling sideways.
 """
 
 from __future__ import annotations
@@ -20,6 +25,10 @@ from markupsafe import Markup
 from posmech.verdicts.findings import VERDICTS
 from posmech.verdicts.scorecard import FAMILIES, claim_sort_key, family
 
+#: the glyph of each verdict in a cell (the colour is not the only cue)
+GLYPHS = {"holds": "✓", "fails": "✗", "not measurable": "n/m"}
+STRUCTURAL = "◆"  # after ✓: the finding holds on the model's random-init twin too
+
 STYLE = """<style>
 #findings .fg-families{display:flex;flex-wrap:wrap;gap:1em;align-items:flex-start}
 #findings table.fg{border-collapse:collapse;font-size:0.85em}
@@ -29,6 +38,9 @@ STYLE = """<style>
 #findings td.v-fails{background:#f6c4c4}
 #findings td.v-not-measurable{background:#e6e6e6;color:#555}
 #findings .fg-legend span{display:inline-block;padding:1px 8px;margin-right:6px;border:1px solid #ccc}
+#findings table.fg td.fg-q{text-align:left;vertical-align:middle;font-family:ui-monospace,monospace;font-size:10px;padding:2px 4px;color:#333}
+#findings table.fg th.fg-q{text-align:left;font-weight:normal;font-size:0.85em;padding:2px 4px;color:#555}
+#findings .fg-g{font-weight:bold}
 #findings caption{font-weight:bold;text-align:left}
 </style>"""
 
@@ -56,6 +68,11 @@ def grid_html(table: pd.DataFrame) -> Markup:
     twins = dict(zip(table.loc[twin_rows, "twin_of"].astype(str), table.loc[twin_rows, "model"].astype(str)))
     table = table[~twin_rows]
     models = list(dict.fromkeys(table["model"].astype(str)))
+    # the quantity each claim's finding judges (one per claim: the finding's, aggregate included)
+    quantities: dict[str, str] = {}
+    for c, q in zip(table["claim"].astype(str), table["quantity"]):
+        if _text(q):
+            quantities.setdefault(c, _text(q))
     counts = {m: {v: int(((table["model"] == m) & (table["verdict"] == v)).sum()) for v in VERDICTS} for m in models}
     structural = {m: int(((table["model"] == m) & (table.get("origin", pd.Series("", table.index)) == "structural")).sum())
                   for m in models}
@@ -63,15 +80,22 @@ def grid_html(table: pd.DataFrame) -> Markup:
         "<p>Every claim is stated as a finding independent of any model (<code>resources/findings.yaml</code>; "
         "thresholds in the config section <code>findings</code>, each with its reason in "
         "<code>config/README.md</code>) and judged on every model of the run: "
-        '<span class="fg-legend"><span style="background:#c8ecc8">holds</span>'
-        '<span style="background:#f6c4c4">fails</span>'
-        '<span style="background:#e6e6e6">not measurable</span></span> '
-        "Cells show the measured value; hover a cell for the threshold and the reason, a claim for its "
-        'finding. Download: <a href="findings.csv">findings.csv</a>.'
+        '<span class="fg-legend"><span class="v-holds" style="background:#c8ecc8">✓ holds</span>'
+        '<span class="v-fails" style="background:#f6c4c4">✗ fails</span>'
+        '<span class="v-not-measurable" style="background:#e6e6e6">n/m not measurable</span>'
+        + ('<span class="v-structural" style="background:#c8ecc8">✓◆ structural</span>' if twins else "")
+        + "</span> "
+        "Cells show the measured value and the verdict's glyph; hover a cell for the threshold and the reason, "
+        'a claim for its finding. Download: <a href="findings.csv">findings.csv</a>.'
         + (" <strong>◆ structural</strong>: the finding also holds on the model's random-init twin (the same "
            "architecture with random weights: true at initialisation, not learned; config section "
            "<code>twins</code>); hover for the twin's value." if twins else "")
-        + "</p><p>"
+        + ' <span class="fg-quantities"><strong>Two comparisons:</strong> each row judges the quantity in its column '
+        "<em>judges</em>"
+        + (f" (P8: <code>{escape(quantities['P8'])}</code>)" if "P8" in quantities else "")
+        + " against a threshold of this repository; the scorecard below compares the posts' published values, "
+        "which may be other quantities of the claim (an identity check, a count): a pass there and a fail here "
+        "do not contradict each other.</span></p><p>"
         + " · ".join(f"<strong>{escape(m)}</strong>: " + ", ".join(f"{v} {n}" for v, n in counts[m].items())
                      + (f" (◆ {structural[m]} of the holds structural)" if m in twins else "")
                      for m in models) + "</p>")
@@ -84,12 +108,14 @@ def grid_html(table: pd.DataFrame) -> Markup:
         fam = [c for c in claims if family(c) == key]
         if not fam:
             continue
-        parts.append(f'<table class="fg"><caption title="{escape(title)}">{key}</caption><tr><th></th>')
+        parts.append(f'<table class="fg"><caption title="{escape(title)}">{key}</caption><tr><th></th>'
+                     '<th class="fg-q" title="the quantity the finding judges (scorecard row of its rule)">judges</th>')
         parts += [f"<th>{escape(m)}</th>" for m in models]
         parts.append("</tr>")
         for c in fam:
-            parts.append(f'<tr><th class="fg-claim" title="{escape(sentence[c])}">'
-                         f'<a href="#claim-{escape(c)}">{escape(c)}</a></th>')
+            q = quantities.get(c, "")
+            parts.append(f'<tr><th class="fg-claim" title="{escape(sentence[c])} (judges {escape(q)})">'
+                         f'<a href="#claim-{escape(c)}">{escape(c)}</a></th><td class="fg-q">{escape(q)}</td>')
             for m in models:
                 r = by.get((c, m))
                 if r is None:
@@ -97,7 +123,7 @@ def grid_html(table: pd.DataFrame) -> Markup:
                     continue
                 verdict = str(r["verdict"])
                 thr = r.get("threshold")
-                tip = (f"{c} on {m}: {verdict}. {_text(r.get('quantity'))}"
+                tip = (f"{c} on {m}: {verdict}. Judges {_text(r.get('quantity'))}"
                        + (f" = {_value(r.get('value'))}" if _value(r.get("value")) != "n/m" else "")
                        + (f", threshold {_value(thr)}" if _value(thr) != "n/m" else "")
                        + f". {_text(r.get('reason'))}")
@@ -106,9 +132,11 @@ def grid_html(table: pd.DataFrame) -> Markup:
                     tip += (f" Random-init twin {twins[m]}: {_text(r.get('twin_verdict'))}"
                             + (f" ({_value(r.get('twin_value'))})" if _value(r.get("twin_value")) != "n/m" else "")
                             + (f": {r.get('origin')}." if _text(r.get("origin")) else "."))
-                    mark = " ◆" if r.get("origin") == "structural" else ""
+                    mark = STRUCTURAL if r.get("origin") == "structural" else ""
+                glyph = GLYPHS.get(verdict, "?")
+                shown = f"{_value(r.get('value'))} " if verdict != "not measurable" else ""
                 parts.append(f'<td class="v-{verdict.replace(" ", "-")}" title="{escape(tip)}">'
-                             f"{_value(r.get('value')) if verdict != 'not measurable' else 'n/m'}{mark}</td>")
+                             f'{shown}<span class="fg-g">{glyph}{mark}</span></td>')
             parts.append("</tr>")
         parts.append("</table>")
     parts.append("</div></section>")

@@ -66,6 +66,9 @@ class Asset:
     table_html: str = ""
     n_rows: int = 0
     pair: str = ""  # anchor of the figure this table belongs to (caption shown there)
+    model: str = ""  # the model it shows (results/{model}/…); "" for a figure of several models
+    twin_of: str = ""  # a random-init twin's model (config models.<m>.twin_of)
+    checkpoint: str = ""  # which checkpoint of which model, in words ("step 300 of demo"), or ""
 
 
 def slug(path: str) -> str:
@@ -169,6 +172,67 @@ def _family_of(claims: list[str], category: str, path: str) -> str:
     return "other"
 
 
+def model_of(path: str, models: dict[str, Any]) -> str:
+    """The model a figure or table of ``results/{model}/…`` shows: its folder below
+    ``results/`` when that is a model of the run (``models``: the config's); ``""`` for a
+    report-level file showing several models (``results/kernels/etc_heatmap.png``)."""
+    parts = Path(path).parts
+    i = parts.index("results") if "results" in parts else -1
+    return parts[i + 1] if 0 <= i < len(parts) - 2 and parts[i + 1] in models else ""
+
+
+def model_marks(model: str, models: dict[str, Any]) -> dict[str, str]:
+    """What the report says about ``model`` beside its name: ``twin_of`` (a random-init twin,
+    :mod:`posmech.models.twin`: the model whose architecture it copies) and ``checkpoint`` (a
+    trained model's saved step, ``step 300 of demo``, or a Hub model's revision other than
+    ``main``, ``revision step3000``)."""
+    entry = models.get(model) or {}
+    twin_of = str(entry.get("twin_of") or "")
+    if entry.get("checkpoint_of"):
+        step = entry.get("step")
+        checkpoint = (f"step {step} of {entry['checkpoint_of']}" if step is not None
+                      else f"checkpoint of {entry['checkpoint_of']}")
+    elif not twin_of and "train" not in entry and entry.get("revision") not in (None, "", "main"):
+        checkpoint = f"revision {entry['revision']}"
+    else:
+        checkpoint = ""
+    return {"twin_of": twin_of, "checkpoint": checkpoint}
+
+
+def asset_order(models: dict[str, Any]) -> Any:
+    """Sort key of a family's assets: by claim, then by file (the same figure of every model
+    together), then by model in the config's order with each random-init twin right after
+    its model (a trained model and its twin side by side), report-level files first."""
+    order = list(models)
+
+    def rank(m: str) -> tuple[int, int]:
+        base = str((models.get(m) or {}).get("twin_of") or m)
+        return (order.index(base) if base in order else len(order), 1 if base != m else 0)
+
+    def key(a: Asset) -> tuple[Any, ...]:
+        rel = Path(a.source).parts[2:] if a.model else Path(a.source).parts[1:]
+        return (sc.claim_sort_key(a.claims[0]) if a.claims else (99, 0, ""), "/".join(rel),
+                rank(a.model) if a.model else (-1, 0))
+
+    return key
+
+
+def model_label(a: Asset) -> Any:
+    """The model an asset shows, as the report prints it on the thumbnail: its name in bold,
+    a badge for a checkpoint (``step 300 of demo``) and one for a random-init twin (``random-init
+    twin of demo``); "several models" for a report-level figure."""
+    from markupsafe import Markup, escape
+
+    if not a.model:
+        return Markup('<span class="model-name">several models</span>')
+    out = f'<span class="model-name">{escape(a.model)}</span>'
+    if a.checkpoint:
+        out += f' <span class="badge ckpt">{escape(a.checkpoint)}</span>'
+    if a.twin_of:
+        out += f' <span class="badge twin">random-init twin of {escape(a.twin_of)}</span>'
+    return Markup(out)
+
+
 def table_html(path: str, max_rows: int = 15) -> tuple[str, int]:
     """The first rows of a tidy table as an HTML table (escaped), and its row count (a table
     changed after it was written is refused: :func:`posmech.store.tables.read_table`)."""
@@ -179,7 +243,10 @@ def table_html(path: str, max_rows: int = 15) -> tuple[str, int]:
 
 def collect_assets(figures: list[str], tables: list[str], flags: dict[str, dict[str, Any]],
                    config: dict[str, Any], figures_dir: Path) -> list[Asset]:
-    """Copy figures and tables next to the report and render their captions."""
+    """Copy figures and tables next to the report and render their captions; each names its
+    model (:func:`model_of`), and whether that is a random-init twin or a checkpoint
+    (:func:`model_marks`)."""
+    models = config.get("models") or {}
     out = []
     for kind, paths in (("figure", figures), ("table", tables)):
         for p in paths:
@@ -191,6 +258,10 @@ def collect_assets(figures: list[str], tables: list[str], flags: dict[str, dict[
             a = Asset(source=p, href=copy_asset(p, figures_dir), anchor=f"{kind}-{slug(p)}", kind=kind,
                       family=_family_of(claims, category, p), title=p, caption_html=caption,
                       category=category, rule=flag.get("rule", ""), claims=claims)
+            a.model = model_of(p, models)
+            if a.model:
+                marks = model_marks(a.model, models)
+                a.twin_of, a.checkpoint = marks["twin_of"], marks["checkpoint"]
             if kind == "table":
                 a.table_html, a.n_rows = table_html(p)
                 if meta_path(p).is_file():
@@ -403,7 +474,7 @@ def build(
     families = []
     for key, title in [*sc.FAMILIES.items(), ("other", "Other results")]:
         fam_assets = pair_tables(sorted((a for a in assets if a.family == key),
-                                        key=lambda a: sc.claim_sort_key(a.claims[0]) if a.claims else (99, 0, "")))
+                                        key=asset_order(config.get("models") or {})))
         fam_rows = [r for r in card_rows if r["family"] == key]
         if fam_assets or fam_rows or key in sc.FAMILIES:
             families.append({"key": key, "title": title, "assets": fam_assets, "rows": fam_rows,
@@ -434,6 +505,7 @@ def build(
         else f"#family-{sc.family(c) if sc.family(c) in sc.FAMILIES else 'other'}",
         "uncovered": sc.uncovered_claims(entries, card),
         "families": families,
+        "model_label": model_label,
         "family_names": sc.FAMILIES,
         "demo": demo_sections(summaries, curves),
         "manifests": manifests_data,

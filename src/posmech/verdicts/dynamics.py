@@ -50,11 +50,13 @@ VERDICTS = ("holds", "fails", "not measurable")
 @dataclass(frozen=True)
 class Quantity:
     """How a followed quantity is named in the figure and the report: ``title`` (panel title),
-    ``axis`` (its unit, the y label) and ``words`` (one sentence: what it is)."""
+    ``axis`` (its unit, the y label), ``words`` (one sentence: what it is) and ``count``
+    (a number of heads or of types: never below 0, its axis starts there)."""
 
     title: str
     axis: str
     words: str
+    count: bool = False
 
 
 QUANTITIES: dict[str, Quantity] = {
@@ -73,7 +75,7 @@ QUANTITIES: dict[str, Quantity] = {
         "the type of that kernel (local, slow decay, uniform; K3/K4)"),
     "n_previous_token_heads": Quantity(
         "previous-token heads", "heads",
-        "the number of heads whose largest mean diagonal is at offset −1 (P6's definition)"),
+        "the number of heads whose largest mean diagonal is at offset −1 (P6's definition)", count=True),
     "prev_token_head_fraction": Quantity(
         "fraction of previous-token heads", "fraction of all heads",
         "that number over all heads (P6's finding)"),
@@ -104,9 +106,10 @@ QUANTITIES.update({
         "(P7: near 0 for one sharp head)"),
     "count(kernel_types)": Quantity(
         "kernel types present", "types",
-        "how many of the kernel types (local, slow decay, uniform) at least one head has (K3)"),
+        "how many of the kernel types (local, slow decay, uniform) at least one head has (K3)", count=True),
     "count(layer0_local_heads)": Quantity(
-        "layer-0 heads with a local kernel", "heads", "the number of layer-0 heads whose kernel type is local (K4)"),
+        "layer-0 heads with a local kernel", "heads", "the number of layer-0 heads whose kernel type is local (K4)",
+        count=True),
 })
 
 
@@ -119,7 +122,7 @@ def quantity(name: str) -> Quantity:
         if name.startswith(prefix):  # a count per role (posmech.verdicts.dynamics, heads_per_role)
             role = name[len(prefix):].replace("_", " ")
             return Quantity(f"heads: {role}", "heads",
-                            f"the number of heads {what} {role} (the head-roles table's column)")
+                            f"the number of heads {what} {role} (the head-roles table's column)", count=True)
     return Quantity(name.replace("_", " "), name, f"{name} as its rule writes it")
 
 
