@@ -276,6 +276,12 @@ def test_check_config_cli_runs_every_check_in_one_round(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "posmech", "check-config", str(REPO / "config/ci.yaml")],
                           capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
+    bad = tmp_path / "syntax.yaml"  # issue 45: Snakemake names neither the file nor the line of this
+    bad.write_text("models:\n  demo: {source: x\n")
+    proc = subprocess.run([sys.executable, "-m", "posmech", "check-config", str(bad)],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 1 and str(bad) in proc.stderr and "is not valid YAML (line 3" in proc.stderr
+    assert "check-config config/demo.yaml" in (REPO / "Makefile").read_text()  # make demo runs it first
 
 
 # ---------------------------------------------------------------- issue 28: positions, lengths, tokens
