@@ -23,9 +23,11 @@ pytestmark = pytest.mark.workflow
 CONFIG = REPO / "config" / "selfcheck.yaml"
 
 
-def compare(work, config) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "posmech", "selfcheck", str(work / "results/report"),
-                           "--config", str(config)], capture_output=True, text=True, cwd=REPO)
+def compare(work) -> subprocess.CompletedProcess[str]:
+    """``python -m posmech selfcheck``: the run's findings against the cases' expected verdicts
+    (posmech.verdicts.selfcheck.CASES, whatever config the run used)."""
+    return subprocess.run([sys.executable, "-m", "posmech", "selfcheck", str(work / "results/report")],
+                          capture_output=True, text=True, cwd=REPO)
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,7 @@ def selfcheck_run(tmp_path_factory):
 
 
 def test_the_dag_gives_every_expected_verdict(selfcheck_run):
-    proc = compare(selfcheck_run, CONFIG)
+    proc = compare(selfcheck_run)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "DISAGREES" not in proc.stdout
 
@@ -55,7 +57,7 @@ def test_a_flipped_threshold_makes_the_selfcheck_fail_naming_the_pair(selfcheck_
     flipped.write_text(yaml.safe_dump(cfg))
     proc = snakemake(selfcheck_run, "results/report/findings.csv", configfile=flipped)
     assert proc.returncode == 0, proc.stderr[-6000:]
-    out = compare(selfcheck_run, flipped)
+    out = compare(selfcheck_run)
     assert out.returncode == 1
     bad = [line.split()[:4] for line in out.stdout.splitlines() if "DISAGREES" in line]
     assert bad == [["L5", "attn-planted", "holds", "fails"]], out.stdout
