@@ -275,3 +275,20 @@ def test_a_table_changed_after_it_was_written_stops_the_run_before_any_job(ci_ru
     proc = snakemake(work, table, timeout=600)  # the table alone: its job, not the rest of the DAG
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert path.read_bytes() == original
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("p6_min_fraction", float("nan"), "nan is not a finite number"),
+    ("p7_max_sharpest_ratio", float("inf"), "inf is not a finite number"),
+    ("k1_min_defined_fraction", 5.0, "5.0 is greater than the maximum of 1"),
+], ids=["nan", "inf", "above-range"])
+def test_an_impossible_threshold_stops_the_run_and_touches_nothing(ci_run, tmp_path, key, value, message):
+    """Issue 45, case 3: such a threshold flipped verdicts with rc 0; now it is named with the
+    key before any job, on a finished run whose outputs all stay as they were."""
+    cfg = _ci()
+    cfg.setdefault("findings", {})[key] = value
+    before = _mtimes(ci_run)
+    proc = snakemake(ci_run, configfile=_write(tmp_path, cfg), timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and f"`findings.{key}`: {message}" in out, out[-3000:]
+    assert _mtimes(ci_run) == before
