@@ -31,7 +31,6 @@ exits 1 naming the files that differ from what the declarations give
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -43,7 +42,8 @@ from posmech.core.families import ANALYSES, DECLARATIONS, Analysis, claims, rule
 from posmech.core.io import REPO
 from posmech.models.architecture import SCHEME_WORDS
 from posmech.pipeline.applicability import REQUIREMENTS, Requirement
-from posmech.settings.reference import BEGIN, END
+from posmech.core.generated import END, changed, fill_blocks
+from posmech.core.generated import main as generator_main
 
 #: the files whose marked blocks this module writes
 DOCS: tuple[Path, ...] = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
@@ -273,29 +273,16 @@ def published_rules(path: Path = REPO / "resources" / "published.yaml") -> dict[
 def fill(text: str, sources: Sources, where: str = "") -> tuple[str, list[str], list[str]]:
     """``text`` with every marked block written from ``sources``; the names of its blocks and
     the analyses whose files they show."""
-    lines = text.split("\n")
-    out: list[str] = []
     names: list[str] = []
     shown: list[str] = []
-    i = 0
-    for start, line in enumerate(lines):
-        m = BEGIN.match(line)
-        if m is None or start < i:
-            continue
-        name = m.group(1)
-        try:
-            end = lines.index(END, start + 1)
-        except ValueError:
-            raise PosmechError(f"{where}: `<!-- generated: {name} -->` has no `{END}` after it") from None
-        if any(BEGIN.match(x) for x in lines[start + 1:end]):
-            raise PosmechError(f"{where}: the block `{name}` has no `{END}` before the next one")
+
+    def block(name: str) -> list[str]:
         table, files_of = sources.block(name)
-        out += lines[i:start + 1] + [""] + table + [""]
         names.append(name)
-        shown += files_of
-        i = end
-    out += lines[i:]
-    return "\n".join(out), names, shown
+        shown.extend(files_of)
+        return table
+
+    return fill_blocks(text, where, block), names, shown
 
 
 def written(sources: Sources | None = None, docs: Iterable[Path] = DOCS) -> dict[Path, str]:
@@ -327,33 +314,12 @@ def written(sources: Sources | None = None, docs: Iterable[Path] = DOCS) -> dict
 
 def stale(sources: Sources | None = None) -> list[Path]:
     """The docs whose blocks differ from what the declarations give."""
-    return [p for p, text in written(sources).items() if p.read_text(encoding="utf-8") != text]
+    return changed(written(sources))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m posmech.pipeline.reference",
-                                     description=(__doc__ or "").split("\n")[0])
-    group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--write", action="store_true",
-                       help="rewrite the generated tables of README.md and docs/*.md")
-    group.add_argument("--check", action="store_true", help="exit 1 when a generated table is stale")
-    args = parser.parse_args(argv)
-    try:
-        texts = written()
-    except PosmechError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    changed = [p for p, text in texts.items() if p.read_text(encoding="utf-8") != text]
-    if args.write:
-        for p in changed:
-            p.write_text(texts[p], encoding="utf-8")
-        print("\n".join(f"wrote {p.relative_to(REPO)}" for p in changed) or "up to date")
-        return 0
-    if changed:
-        print("stale (written from workflow/analyses/*.yaml): " + ", ".join(str(p.relative_to(REPO)) for p in changed)
-              + f"; run {COMMAND}", file=sys.stderr)
-        return 1
-    return 0
+    return generator_main(argv, "python -m posmech.pipeline.reference", __doc__, written,
+                          "the generated tables of README.md and docs/*.md", "workflow/analyses/*.yaml", COMMAND)
 
 
 if __name__ == "__main__":

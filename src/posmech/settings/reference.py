@@ -19,7 +19,6 @@ cannot say.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -31,6 +30,8 @@ from typing import Any
 import yaml
 
 from posmech.core.errors import PosmechError
+from posmech.core.generated import END, block_names, changed, fill_blocks
+from posmech.core.generated import main as generator_main
 from posmech.settings import MODULES, SCHEMA_PATH
 
 REPO = SCHEMA_PATH.parents[2]
@@ -39,8 +40,6 @@ FIELDS_PATH = Path(__file__).with_name("schema_fields.py")
 #: the command that writes both files (named by every staleness message)
 COMMAND = "make config-doc  (python -m posmech.settings.reference --write)"
 
-BEGIN = re.compile(r"^<!-- generated: (\S+) -->$")
-END = "<!-- end generated -->"
 NAME = "<name>"
 #: the extension keyword marking a position-valued key whose null scales with the model's
 #: context: its rule in words (the rule itself: :data:`posmech.core.config.CONTEXT_SCALED`)
@@ -245,33 +244,22 @@ def table(schema: dict[str, Any], section: str, sections: frozenset[str]) -> lis
 def readme(text: str, schema: dict[str, Any]) -> str:
     """``text`` (config/README.md) with every marked table written from ``schema``. Every key
     of the schema must be in one table (else an error naming the keys)."""
-    lines = text.split("\n")
-    marked = [(i, m.group(1)) for i, line in enumerate(lines) if (m := BEGIN.match(line))]
-    sections = frozenset(s for _, s in marked) - {SCALED_TABLE}
-    out: list[str] = []
+    sections = frozenset(block_names(text)) - {SCALED_TABLE}
     shown: list[str] = []
-    i = 0
-    for start, section in marked:
-        try:
-            end = lines.index(END, start + 1)
-        except ValueError:
-            raise PosmechError(f"config/README.md: `<!-- generated: {section} -->` has no `{END}` after it") from None
-        if any(BEGIN.match(line) for line in lines[start + 1:end]):
-            raise PosmechError(f"config/README.md: the table of `{section}` has no `{END}` before the next one")
+
+    def block(section: str) -> list[str]:
         if section == SCALED_TABLE:
-            out += lines[i:start + 1] + [""] + scaled_table(schema) + [""]
-            i = end
-            continue
-        out += lines[i:start + 1] + [""] + table(schema, section, sections) + [""]
-        shown += [f"{section}.{key}" for key, *_ in entries(section_schema(schema, section), schema, "",
-                                                          sections, section + ".")]
-        i = end
-    out += lines[i:]
+            return scaled_table(schema)
+        shown.extend(f"{section}.{key}" for key, *_ in entries(section_schema(schema, section), schema, "",
+                                                                sections, section + "."))
+        return table(schema, section, sections)
+
+    out = fill_blocks(text, "config/README.md", block)
     missing = [k for k in all_keys(schema) if k not in shown]
     if missing:
         raise PosmechError(f"config/README.md: no table shows {missing}: add a `<!-- generated: SECTION -->` "
                            f"... `{END}` block under the section's heading")
-    return "\n".join(out)
+    return out
 
 
 # --------------------------------------------------------------------------- settings fields
@@ -370,34 +358,12 @@ def written(schema: dict[str, Any] | None = None) -> dict[Path, str]:
 
 def stale(schema: dict[str, Any] | None = None) -> list[Path]:
     """The generated files whose text differs from what the schema gives."""
-    return [p for p, text in written(schema).items()
-            if not p.exists() or p.read_text(encoding="utf-8") != text]
+    return changed(written(schema))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m posmech.settings.reference",
-                                     description=(__doc__ or "").split("\n")[0])
-    group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--write", action="store_true",
-                       help="rewrite config/README.md's key tables and settings/schema_fields.py")
-    group.add_argument("--check", action="store_true", help="exit 1 when a generated file is stale")
-    args = parser.parse_args(argv)
-    try:
-        texts = written()
-    except PosmechError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    changed = [p for p, text in texts.items() if not p.exists() or p.read_text(encoding="utf-8") != text]
-    if args.write:
-        for p in changed:
-            p.write_text(texts[p], encoding="utf-8")
-        print("\n".join(f"wrote {p.relative_to(REPO)}" for p in changed) or "up to date")
-        return 0
-    if changed:
-        print("stale (written from the schema): " + ", ".join(str(p.relative_to(REPO)) for p in changed)
-              + f"; run {COMMAND}", file=sys.stderr)
-        return 1
-    return 0
+    return generator_main(argv, "python -m posmech.settings.reference", __doc__, written,
+                          "config/README.md's key tables and settings/schema_fields.py", "the schema", COMMAND)
 
 
 if __name__ == "__main__":
