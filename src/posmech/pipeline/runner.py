@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from posmech.core.errors import PosmechError, exhaustion, failed_write_file
+from posmech.core.families import SEP  # an analysis's name from its own key in a family rule's names
 from posmech.core.progress import PROGRESS_LOG
 
 LOG = logging.getLogger("posmech")
@@ -322,8 +323,6 @@ def leave(smk: Any) -> None:
 #: the analysis of a family job now running (its name in the error line of :func:`run`;
 #: left in place when it fails, cleared when the next job starts)
 _CURRENT: list[str] = []
-#: separates an analysis's name from its own key in a family rule's input, output and params
-SEP = "__"
 
 
 class Names(list):  # type: ignore[type-arg]
