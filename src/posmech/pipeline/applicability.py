@@ -81,12 +81,11 @@ REQUIREMENTS: dict[str, Requirement] = {
     "pre_ln": Requirement("LayerNorm after each residual addition (OPT's do_layer_norm_before: false): layer 0's "
                           "attention reads the raw residual, not the LayerNorm of it that the decomposition splits",
                           pre_ln=True),
+    # the contextual neurons read the value/output and MLP weights of every layout of
+    # posmech.analyses.mlp_layouts (plain or gated MLP, sequential or parallel block): a block
+    # whose weights have none of them, or without the object (Gemma 2's normalised attention
+    # output), is decided from its weights in the job, and C1-C3 are not measurable with the reason
     "mlp": Requirement("no MLP in layer 0 (an attention-only model)", mlp=True),
-    # the contextual neurons read layer 0's value/output and MLP weights in GPT-2's (Conv1D),
-    # GPT-Neo's (nn.Linear), OPT's (the engine's converter) or TransformerLens's layout
-    "neuron_weights": Requirement(
-        "contextual neurons read layer-0 weights in the GPT-2, GPT-Neo, OPT or TransformerLens layout, not "
-        "{model_type}'s", model_types=("gpt2", "gpt_neo", "opt", "transformer_lens")),
 }
 
 
