@@ -4,7 +4,7 @@ layer-0 MLP neuron's token-contribution vector, stored in extended_tokens.h5 (do
 
 from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
-from posmech.analyses.mlp_layouts import LayoutError
+from posmech.models.mlp_layouts import LayoutError
 from posmech.models.loading import read_manifest
 from posmech.pipeline.runner import run
 from posmech.settings import positions_for

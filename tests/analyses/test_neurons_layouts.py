@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from posmech.analyses import mlp_layouts as ml
+from posmech.models import mlp_layouts as ml
 from posmech.analyses import neurons as nr
 from tests.tolerances import FLOAT32_FORWARD_REL
 
-from .test_mlp_layouts import FAMILIES, T, V, _build, _hooked_forward
+from tests.models.test_mlp_layouts import FAMILIES, T, V, _build, _hooked_forward
 
 LAYER1_BLOCK = lambda path: path[: -len(".0")] + ".1"  # noqa: E731
 

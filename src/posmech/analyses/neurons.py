@@ -34,7 +34,7 @@ Definitions (layer 0, destination token fixed to ``d``, e.g. ``" the"``)
   heads attend only to the current token, ``r̂`` is the real residual and (``ln2: exact``)
   ``â`` the real ``blocks.0.mlp.hook_pre`` (tests check this on a hand-built model).
 
-Every MLP layout (:mod:`posmech.analyses.mlp_layouts` reads them from the model's own weights)
+Every MLP layout (:mod:`posmech.models.mlp_layouts` reads them from the model's own weights)
 -----------------------------------------------------------------------------------------------
 * **The neuron** is a unit of the first MLP that reads layer 0's attention output, and its
   **pre-activation** ``a_j`` what that MLP's nonlinearity reads (``blocks.L.mlp.hook_pre``,
@@ -57,7 +57,7 @@ Every MLP layout (:mod:`posmech.analyses.mlp_layouts` reads them from the model'
   (:attr:`Layer0OV.embed_mlp`); a parallel layer 1 reads its own input only, so nothing else
   enters. Where the object is not there (a single parallel layer, a parallel layer 0 before a
   sequential layer 1, Gemma 2's norm of the attention output) C1–C3 are not measurable with
-  the reason (:class:`posmech.analyses.mlp_layouts.LayoutError`).
+  the reason (:class:`posmech.models.mlp_layouts.LayoutError`).
 
 Shapes: ``H`` layer-0 heads, ``V`` vocabulary, ``d`` d_model, ``M`` d_mlp, ``T`` tokens.
 """
@@ -75,7 +75,7 @@ import numpy as np
 import pandas as pd
 
 from posmech.analyses import contextual as cx
-from posmech.analyses import mlp_layouts as ml
+from posmech.models import mlp_layouts as ml
 from posmech.analyses.attention import head_name, parse_head
 from posmech.core.errors import PosmechError
 
@@ -92,7 +92,7 @@ class Layer0OV:
     0's heads (grouped key/value heads repeated to their query heads); ``ln2_w, ln2_b [d]``,
     ``ln2_eps``: the norm in front of the MLP (``ln2_rms``: an RMSNorm, not centred);
     ``W_in [d, M]``, ``b_in [M]``: the neurons' pre-activation (a gated MLP's gate,
-    :attr:`posmech.analyses.mlp_layouts.MLP.W_pre`; ``gated`` says so); ``layer``: the block
+    :attr:`posmech.models.mlp_layouts.MLP.W_pre`; ``gated`` says so); ``layer``: the block
     whose MLP that is (0; 1 when layer 0's block is parallel: the first MLP that reads layer
     0's attention output); ``embed_mlp``: for ``layer`` 1, layer 0's MLP output as a function
     of the residual before layer 0 ``[T, d] → [T, d]`` (it reads that residual only, so it is
@@ -155,15 +155,15 @@ NORMED_ATTENTION = ("layer 0's attention output is normalised before it is added
 
 
 def ov_from_blocks(b0: ml.Block, b1: ml.Block | None, name: str = "model") -> Layer0OV:
-    """:class:`Layer0OV` of blocks 0 and 1 read by :func:`posmech.analyses.mlp_layouts.read_block`.
+    """:class:`Layer0OV` of blocks 0 and 1 read by :func:`posmech.models.mlp_layouts.read_block`.
 
     Sequential block 0: its MLP (norm ``ln_mlp``, the gate of a gated MLP). Parallel block 0
     (GPT-J, GPT-NeoX, Phi, Falcon): its MLP reads the residual before layer 0's attention,
     never that attention's output, so the contextual neurons are block 1's MLP, which reads
     ``r + attn₀ + mlp₀`` (block 1 parallel: its input; sequential: plus its own attention,
-    which the bag of tokens does not model: :class:`~posmech.analyses.mlp_layouts.LayoutError`);
+    which the bag of tokens does not model: :class:`~posmech.models.mlp_layouts.LayoutError`);
     ``mlp₀`` reads ``r`` only and enters exactly (``embed_mlp``). An attention output norm
-    (Gemma 2) is a :class:`~posmech.analyses.mlp_layouts.LayoutError` (:data:`NORMED_ATTENTION`)."""
+    (Gemma 2) is a :class:`~posmech.models.mlp_layouts.LayoutError` (:data:`NORMED_ATTENTION`)."""
     if b0.attn_out_norm is not None:
         raise ml.LayoutError(NORMED_ATTENTION)
     if b0.mlp is None or b0.ln_mlp is None:
@@ -189,9 +189,9 @@ def ov_from_blocks(b0: ml.Block, b1: ml.Block | None, name: str = "model") -> La
 def ov_from_hf(model: Any, name: str = "model") -> Layer0OV:
     """:class:`Layer0OV` of a Hugging Face model or of its directory's
     :class:`posmech.models.loading.WeightView`, read from its own weights in any layout of
-    :mod:`posmech.analyses.mlp_layouts` (GPT-2, GPT-Neo, OPT, GPT-J, GPT-NeoX, Llama, Qwen2,
+    :mod:`posmech.models.mlp_layouts` (GPT-2, GPT-Neo, OPT, GPT-J, GPT-NeoX, Llama, Qwen2,
     Mistral, Gemma, Phi, Falcon, BLOOM, MPT): :func:`ov_from_blocks` of blocks 0 and 1. A
-    layout it cannot read: :class:`~posmech.analyses.mlp_layouts.LayoutError` with the reason."""
+    layout it cannot read: :class:`~posmech.models.mlp_layouts.LayoutError` with the reason."""
     cfg = model.config.to_dict()
     if callable(getattr(model, "state_dict", None)):  # a torch model: its parameter names as the checkpoint's files hold them
         sd = {k.removeprefix("transformer."): v for k, v in model.state_dict().items()}

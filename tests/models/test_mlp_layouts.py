@@ -1,4 +1,4 @@
-"""posmech.analyses.mlp_layouts against the Hugging Face forward: for a random-init tiny model
+"""posmech.models.mlp_layouts against the Hugging Face forward: for a random-init tiny model
 (2 layers) of each family, layer 0's block recomputed from the checkpoint's own weights (read
 from its saved safetensors files), its input residual and its attention pattern equals what
 the Hugging Face modules compute: the neurons' pre-activation (the gate's for a gated MLP),
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from posmech.analyses import mlp_layouts as ml
+from posmech.models import mlp_layouts as ml
 from tests.tolerances import FLOAT32_FORWARD_REL
 
 V, D, H, M, T = 96, 32, 4, 64, 12
@@ -168,3 +168,19 @@ def test_unreadable_layouts_say_why(tmp_path):
     assert "gate_up_proj" in ml.layout_problem(llama, {"hidden_act": "silu"})
     assert "activation" in ml.layout_problem(llama - {"model.layers.0.mlp.gate_up_proj.weight"},
                                              {"hidden_act": "mish"})
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_block_kind_from_names_and_config_alone(family, tmp_path):
+    """What the block is (parallel or sequential, gated or plain MLP, RMSNorm or LayerNorm) is
+    told from the parameter names and config.json without reading a tensor, and agrees with
+    the Hugging Face modules the test hooks."""
+    from posmech.models.lens import hf_dir_reader
+
+    _, (_, _, _, gated, parallel) = _build(family, tmp_path)
+    get, cfg = hf_dir_reader(tmp_path, framework="numpy")
+    kind = ml.block_kind(get.names, cfg)
+    rms = family in ("llama", "qwen2", "mistral", "gemma", "gemma2")
+    assert (kind["block"], kind["mlp"], kind["norm"]) == ("parallel" if parallel else "sequential",
+                                                         "gated" if gated else "plain", "rms" if rms else "layer")
+    assert kind["attention_output_norm"] is (family == "gemma2")

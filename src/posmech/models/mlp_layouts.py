@@ -53,7 +53,7 @@ their own (GPT-NeoX's ``post_attention_layernorm``, Falcon's ``ln_mlp``); the bl
 :class:`LayoutError`: its MLP reads a LayerNorm of the residual, not a norm in front of the MLP.
 
 :meth:`Block.forward` recomputes a block from its input residual and its attention pattern in
-float64; tests/analyses/test_mlp_layouts.py checks every hook of it against the Hugging Face
+float64; tests/models/test_mlp_layouts.py checks every hook of it against the Hugging Face
 forward of a random-init tiny model of each family. Shapes: ``H`` query heads, ``d`` model
 width, ``dh`` head width, ``M`` MLP width, ``T`` positions.
 """
@@ -338,12 +338,45 @@ def layout_problem(names: frozenset[str] | set[str], cfg: Mapping[str, Any], lay
     if lay is None:
         some = sorted(n for n in names if f".{layer}." in n)[:6]
         return (f"block {layer}'s weights are in no layout posmech reads (parameters {some}; "
-                "posmech.analyses.mlp_layouts.LAYOUTS)")
+                "posmech.models.mlp_layouts.LAYOUTS)")
     try:
         _check_config(lay, names, cfg, layer)
     except LayoutError as e:
         return str(e)
     return None
+
+
+def block_kind(names: frozenset[str] | set[str], cfg: Mapping[str, Any], layer: int = 0) -> dict[str, Any]:
+    """What block ``layer`` is, from the checkpoint's parameter names and ``config.json``
+    alone (no tensor is read; for a manifest or a check before any job): ``layout`` (the row
+    of the module docstring's table), ``block`` (``parallel``: attention and MLP read the
+    block's input; ``sequential``), ``mlp`` (``gated``, ``plain`` or ``none``), ``norm``
+    (``rms`` or ``layer``), ``attention_output_norm`` (Gemma 2). Unreadable:
+    :class:`LayoutError` with the reason (:func:`layout_problem`).
+
+    A block with one norm feeds attention and MLP from it: parallel (GPT-J, Phi, Falcon with
+    ``parallel_attn``); Falcon's ``ln_attn``/``ln_mlp``: parallel; GPT-NeoX's two norms:
+    parallel unless ``use_parallel_residual`` is false; any other two norms: sequential."""
+    why = layout_problem(names, cfg, layer)
+    if why is not None:
+        raise LayoutError(why)
+    lay = find_layout(names, layer)
+    assert lay is not None
+    p = lay.prefix.format(i=layer)
+    has = lambda n: p + n + ".weight" in names  # noqa: E731
+    present = [n for n in lay.norms if has(n)]
+    if not present:
+        raise LayoutError(f"{lay.name}: block {layer} has no norm ({', '.join(lay.norms)})")
+    gemma2 = lay.name == "llama" and has("pre_feedforward_layernorm")
+    if gemma2:
+        parallel = False
+    elif has("ln_attn") or len(present) == 1:
+        parallel = True
+    else:
+        parallel = lay.name == "gpt_neox" and bool(cfg.get("use_parallel_residual", True))
+    mlp = "gated" if has("mlp.gate_proj") else "plain" if any(has(n) for n in (*lay.mlp, "mlp.fc1")) else "none"
+    return {"layout": lay.name, "block": "parallel" if parallel else "sequential", "mlp": mlp,
+            "norm": "rms" if "rms_norm_eps" in cfg else "layer", "attention_output_norm": gemma2}
 
 
 def _check_config(lay: _Layout, names: Any, cfg: Mapping[str, Any], layer: int) -> None:
@@ -384,9 +417,7 @@ def read_block(get: Getter, names: frozenset[str] | set[str], cfg: Mapping[str, 
     """:class:`Block` ``layer`` of a checkpoint: ``get(name)`` its tensors (torch or numpy;
     ``None`` when absent), ``names`` its parameter names, ``cfg`` its ``config.json``.
     Unreadable: :class:`LayoutError` with the reason (:func:`layout_problem`)."""
-    why = layout_problem(names, cfg, layer)
-    if why is not None:
-        raise LayoutError(why)
+    kind = block_kind(names, cfg, layer)  # the reason, if any, before any tensor is read
     lay = find_layout(names, layer)
     assert lay is not None
     p = lay.prefix.format(i=layer)
@@ -406,22 +437,19 @@ def read_block(get: Getter, names: frozenset[str] | set[str], cfg: Mapping[str, 
     b_O = np.zeros(W_o.shape[1]) if b_o is None else b_o
     norms = {n: _norm(get, p + n, cfg) for n in lay.norms}
     present = [n for n in lay.norms if norms[n] is not None]
-    if not present:
-        raise LayoutError(f"{lay.name}: block {layer} has no norm ({', '.join(lay.norms)})")
     mlp = _mlp(get, p, lay, cfg, conv1d)
     attn_out_norm = mlp_out_norm = None
-    if lay.name == "llama" and norms.get("pre_feedforward_layernorm") is not None:  # Gemma 2
+    parallel = kind["block"] == "parallel"
+    if kind["attention_output_norm"]:  # Gemma 2
         attn_out_norm, ln_mlp = norms["post_attention_layernorm"], norms["pre_feedforward_layernorm"]
         mlp_out_norm = _norm(get, p + "post_feedforward_layernorm", cfg)
-        ln1, parallel = norms["input_layernorm"], False
-    elif norms.get("ln_attn") is not None:  # Falcon's new decoder architecture: a norm each, parallel
-        ln1, ln_mlp, parallel = norms["ln_attn"], norms["ln_mlp"], True
-    elif len(present) == 1:  # one norm in front of both: parallel (GPT-J, Phi, Falcon parallel_attn)
+        ln1 = norms["input_layernorm"]
+    elif norms.get("ln_attn") is not None:  # Falcon's new decoder architecture: a norm each
+        ln1, ln_mlp = norms["ln_attn"], norms["ln_mlp"]
+    elif len(present) == 1:  # one norm in front of both
         ln1 = ln_mlp = norms[present[0]]
-        parallel = True
     else:
         ln1, ln_mlp = norms[present[0]], norms[present[1]]
-        parallel = lay.name == "gpt_neox" and bool(cfg.get("use_parallel_residual", True))
     if mlp is None:
         ln_mlp = None
     return Block(lay.name, parallel, ln1, ln_mlp, attn_out_norm, mlp_out_norm, W_V, b_V, W_O, b_O, mlp)
