@@ -458,14 +458,14 @@ class NeuronsFields(Settings):
     #: n* of the stored extended embeddings (content score and positional pattern at n*); null:
     #: `contextual.max_position`.
     reference_position: int | None
-    #: C3: LayerNorm 2 of the approximate residual: `linear` at its measured scale (the post) or
-    #: `exact`, the real LayerNorm.
+    #: C3: the norm in front of the neurons' MLP (LayerNorm 2, or an RMSNorm) of the approximate
+    #: residual: `linear` at its measured scale (the post) or `exact`, the real norm.
     ln2: str
-    #: s2 of the linear LayerNorm 2; null: the median of `blocks.0.ln2.hook_scale` over layer0.h5's
-    #: texts (positions ≥ 1).
+    #: s2 of the linear LayerNorm 2 (the norm in front of the neurons' MLP); null: the median of its
+    #: hook_scale (`blocks.0.ln2.hook_scale` on GPT-2) over layer0.h5's texts (positions ≥ 1).
     ln2_scale: float | None
-    #: Layer-0 MLP neurons of C2/C3 (the study, gpt2: 300, 704, 1621, 1710); empty: the `n_auto`
-    #: best ranked.
+    #: Neurons of C2/C3, indices into the neurons' MLP (the study, gpt2: 300, 704, 1621, 1710);
+    #: empty: the `n_auto` best ranked.
     neurons: tuple[int, ...]
     #: How many top-ranked neurons C2/C3 show when `neurons` is empty.
     n_auto: int
