@@ -367,7 +367,8 @@ def extended_scorecard(st: Setup, ln2: dict[str, Any], d_vocab: int, d_model: in
              f"{from_position} of {title!r}); token contributions [{d_vocab} x {d_mlp}] float16",
              "artifact": artifact},
             {"claim": "C1", "quantity": "ln2_scale_range", "value": [round(ln2["p05"], 4), round(ln2["p95"], 4)],
-             "detail": f"5th and 95th percentiles of blocks.0.ln2.hook_scale over {ln2['n_tokens']} positions of "
+             "detail": f"5th and 95th percentiles of blocks.{st.ov.layer}.ln2.hook_scale (the norm in front of the "
+             f"neurons' MLP{', an RMSNorm' if st.ov.ln2_rms else ''}) over {ln2['n_tokens']} positions of "
              f"layer0.h5's texts; LN2 treated as linear at s2 = {st.s2:.4f}", "artifact": artifact}]
     return [{**r, "model": model} for r in rows]
 
