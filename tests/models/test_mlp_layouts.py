@@ -166,6 +166,10 @@ def test_unreadable_layouts_say_why(tmp_path):
     assert "post-LayerNorm" in ml.layout_problem(opt, {"do_layer_norm_before": False, "activation_function": "relu"})
     llama = frozenset({"model.layers.0.self_attn.v_proj.weight", "model.layers.0.mlp.gate_up_proj.weight"})
     assert "gate_up_proj" in ml.layout_problem(llama, {"hidden_act": "silu"})
+    bigcode = {"h.0.attn.c_attn.weight": np.zeros((D, D + 2 * 8)), "h.0.attn.c_attn.bias": np.zeros(D + 2 * 8),
+               "h.0.ln_1.weight": np.ones(D), "h.0.ln_2.weight": np.ones(D)}
+    with pytest.raises(ml.LayoutError, match="multi-query"):
+        ml.read_block(bigcode.get, frozenset(bigcode), {"n_embd": D, "n_head": H, "activation_function": "gelu"})
     assert "activation" in ml.layout_problem(llama - {"model.layers.0.mlp.gate_up_proj.weight"},
                                              {"hidden_act": "mish"})
 

@@ -349,7 +349,8 @@ def layout_problem(names: frozenset[str] | set[str], cfg: Mapping[str, Any], lay
 def block_kind(names: frozenset[str] | set[str], cfg: Mapping[str, Any], layer: int = 0) -> dict[str, Any]:
     """What block ``layer`` is, from the checkpoint's parameter names and ``config.json``
     alone (no tensor is read; for a manifest or a check before any job): ``layout`` (the row
-    of the module docstring's table), ``block`` (``parallel``: attention and MLP read the
+    of the module docstring's table, named after its first family: Falcon's is ``bloom``,
+    Phi's, Qwen2's, Mistral's and Gemma's ``llama``), ``block`` (``parallel``: attention and MLP read the
     block's input; ``sequential``), ``mlp`` (``gated``, ``plain`` or ``none``), ``norm``
     (``rms`` or ``layer``), ``attention_output_norm`` (Gemma 2). Unreadable:
     :class:`LayoutError` with the reason (:func:`layout_problem`).
@@ -466,6 +467,9 @@ def _values(get: Getter, p: str, lay: _Layout, cfg: Mapping[str, Any], d: int, H
         b = np.zeros(rows) if b is None else b
         kind = lay.v.split(":")[1]
         if kind in ("conv1d", "split"):  # q | k | v, each [H·dh]
+            if rows != 3 * H * dh:  # e.g. GPT-BigCode's multi-query c_attn [d, d + 2·d_head]
+                raise LayoutError(f"{lay.name}: fused q|k|v projection of {rows} columns, not 3 × {H} heads × {dh}: "
+                                  "grouped or multi-query keys/values in a layout read as full multi-head")
             Wv, bv = W[:, 2 * H * dh :], b[2 * H * dh :]
             return Wv.reshape(d, H, dh).transpose(1, 0, 2), bv.reshape(H, dh)
         # grouped: [Hkv, H/Hkv + 2, dh] (per head [q, k, v] when Hkv = H: GPT-NeoX, BLOOM, Falcon)
