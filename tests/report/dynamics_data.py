@@ -9,7 +9,7 @@ import pandas as pd
 
 STEPS = [0, 50, 200, 500, 2000]
 REVISIONS = ["step0", "step50", "step200", "step500", "final"]
-#: the sharpest previous-token score per model and checkpoint (rises: the head forms)
+#: the largest previous-token mass per model and checkpoint (rises: the head forms)
 SCORES = {"demo": [0.08, 0.12, 0.55, 0.88, 0.93], "demo-attn": [0.07, 0.31, 0.74, 0.9, 0.91]}
 KERNELS = {"demo": ["uniform", "uniform", "slow_decay", "local", "local"],
            "demo-attn": ["uniform", "slow_decay", "local", "local", "local"]}
