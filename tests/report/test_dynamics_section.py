@@ -20,7 +20,7 @@ from posmech.store.tables import write_table
 from tests.report.dynamics_data import synthetic_dynamics
 from tests.report.test_html import fabricated_run  # noqa: F401 (the fixture)
 
-QUANTITIES = ["sharpest_previous_token_score", "sharpest_previous_token_layer", "previous_token_head_etc",
+QUANTITIES = ["largest_prev_token_mass", "largest_prev_token_mass_layer", "previous_token_head_etc",
               "prev_token_mass_ratio_knocked", "previous_token_head_kernel_type"]
 
 
@@ -119,8 +119,8 @@ def test_section_after_the_demo_models_with_values_and_verdicts(fabricated_run):
     section = section[:section.index("</section>")]
     heads = re.findall(r"<th[^>]*>([^<]*)</th>", section[:section.index("</thead>")])
     assert heads == ["model", "claim", "quantity", "0", "50", "200", "500", "2000 (final)"]
-    assert _cells(section, "demo", "sharpest_previous_token_score") == ["0.08 ✗", "0.12 ✗", "0.55 ✓", "0.88 ✓", "0.93 ✓"]
-    assert _cells(section, "demo-attn", "sharpest_previous_token_score")[1] == "0.31 ✗"
+    assert _cells(section, "demo", "largest_prev_token_mass") == ["0.08 ✗", "0.12 ✗", "0.55 ✓", "0.88 ✓", "0.93 ✓"]
+    assert _cells(section, "demo-attn", "largest_prev_token_mass")[1] == "0.31 ✗"
     assert _cells(section, "demo", "prev_token_mass_ratio_knocked") == ["n/m", "n/m", "0.7 ✗", "0.4 ✓", "0.3 ✓"]
     assert _cells(section, "demo-attn", "prev_token_mass_ratio_knocked") == ["n/m"] * 5
     assert _cells(section, "demo-attn", "previous_token_head_kernel_type") == [

@@ -6,7 +6,7 @@ different numbers for the same head (``demo``'s L1H0 in one run of ``make demo``
 held-out, 0.932 on the analysis documents); each has one name, used wherever it appears:
 
 * :data:`PREV_TOKEN_MASS` — ``prev_token_mass`` of ``heads.csv`` and ``taxonomy.csv`` (P6/P7,
-  the head roles, the training dynamics' ``sharpest_previous_token_score``, the largest of it):
+  the head roles, the training dynamics' ``largest_prev_token_mass``, the largest of it):
   over queries n ≥ 1 of the analysis documents (``taxonomy.n_documents`` of the run's corpus,
   at the model's context);
 * :data:`HELDOUT_PREV_SCORE` — ``previous_token_scores`` of a trained model's

@@ -11,9 +11,9 @@ one row per followed quantity (:func:`dynamics_table`, ``results/report/dynamics
 * quantities of the checkpoint's **head-roles table** (``dynamics.heads``; rule head_table,
   ``results/{model}/heads.csv``), each under the claim whose verdict it carries:
 
-  - ``sharpest_previous_token_score`` (P6): the largest previous-token mass of any head (mean
+  - ``largest_prev_token_mass`` (P6): the largest previous-token mass of any head (mean
     attention from query n to key n − 1, the taxonomy's ``prev_token_mass``); ``label``: the
-    head; ``sharpest_previous_token_layer`` (P6): that head's layer;
+    head; ``largest_prev_token_mass_layer`` (P6): that head's layer;
   - ``previous_token_head_etc`` (K3): that head's Effective Token Count (its positional
     kernel's, rule etc_table); ``previous_token_head_kernel_type`` (K3): its kernel type, in
     ``label`` (``value`` empty: a category);
@@ -61,11 +61,11 @@ class Quantity:
 
 
 QUANTITIES: dict[str, Quantity] = {
-    "sharpest_previous_token_score": Quantity(
+    "largest_prev_token_mass": Quantity(
         f"largest {PREV_TOKEN_MASS}", PREV_TOKEN_MASS,
         f"the largest {PREV_TOKEN_MASS} of any head (heads.csv's prev_token_mass, as in the head roles): "
         f"{WORDS[PREV_TOKEN_MASS][1]}"),
-    "sharpest_previous_token_layer": Quantity(
+    "largest_prev_token_mass_layer": Quantity(
         f"layer of the head with the most {PREV_TOKEN_MASS}", "layer",
         f"the layer of the head with the largest {PREV_TOKEN_MASS} (the head's name is in the table)"),
     "previous_token_head_etc": Quantity(
@@ -207,12 +207,12 @@ def head_quantities(heads: pd.DataFrame | None, wanted: list[str], roles: Mappin
     why_sharp = f"no {PREV_TOKEN_MASS}: the taxonomy family did not run on this model"
     if "sharpest_previous_token" in wanted:
         if sharp is None:
-            missing("P6", "sharpest_previous_token_score", why_sharp)
-            missing("P6", "sharpest_previous_token_layer", why_sharp)
+            missing("P6", "largest_prev_token_mass", why_sharp)
+            missing("P6", "largest_prev_token_mass_layer", why_sharp)
         else:
-            rows.append({"claim": "P6", "quantity": "sharpest_previous_token_score",
+            rows.append({"claim": "P6", "quantity": "largest_prev_token_mass",
                          "value": float(sharp["prev_token_mass"]), "label": str(sharp["head_name"])})
-            rows.append({"claim": "P6", "quantity": "sharpest_previous_token_layer", "value": float(sharp["layer"]),
+            rows.append({"claim": "P6", "quantity": "largest_prev_token_mass_layer", "value": float(sharp["layer"]),
                          "label": str(sharp["head_name"])})
     if "previous_token_kernel" in wanted:
         if sharp is None or "etc" not in heads or _nan(sharp.get("etc")):
