@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from posmech.core import names
 from posmech.pipeline import demo_numbers as dn
 from posmech.store.tables import read_table
 from tests.workflow.conftest import REPO
-
-import pytest
 
 pytestmark = pytest.mark.workflow
 
