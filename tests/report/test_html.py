@@ -104,6 +104,9 @@ def fabricated_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
         "model": "demo", "heldout_loss": 1.34, "heldout_loss_unit": "nats per token (character)",
         "train_seconds": 12.0, "previous_token_scores": [[0.1, 0.2], [0.93, 0.3]],
         "best_previous_token_head": "L1H0", "best_previous_token_score": 0.93,
+        "best_induction_head": "L1H1", "best_induction_score": 0.8, "induction_score_with_read_head_ablated": 0.1,
+        "induction_reads_head": "L0H1", "p_correct_repeated": 0.9, "p_correct_first_copy": 0.01,
+        "best_look_back_two_head": "L0H0", "best_look_back_two_score": 0.2,
     }))
     manifests = []
     for m in ("gpt2", "demo"):
@@ -394,3 +397,60 @@ def test_head_roles_view_counts_what_it_does_not_write_out():
     assert cell.count("<code>") == MAX_SHOWN and "+3 more" in cell
     assert f"L1H{n - 1} 0.908" in cell  # every head in the hover, best first
     assert "No model" in str(roles_html({}))
+
+
+def test_the_demo_paragraph_names_each_previous_token_measure(fabricated_run):
+    """The training summary's held-out previous-token score and the head-roles table's
+    previous-token mass of the same head are two measures (issue 46, item 3): each under its name."""
+    html = Path("results/report/index.html").read_text(encoding="utf-8")
+    para = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html[html.index('id="demo-demo"'):html.index("</p>", html.index(
+        'id="demo-demo"'))]))
+    assert ("L1H0 (held-out previous-token score 0.930; its previous-token mass on the analysis documents, as in the "
+            "head roles: 0.300)") in para
+    assert "mean attention to the previous position" not in para
+    # the held-out look-back-two score has no threshold; demo's heads.csv has no L roles
+    assert "Best held-out look-back-two score: L0H0 (0.200; no threshold)." in para
+
+
+def _l_roles_table(offset2: list[float], roles: list[str]) -> pd.DataFrame:
+    names = ["L0H0", "L0H1", "L0H2", "L0H3"]
+    return pd.DataFrame({"model": "m", "layer": 0, "head": range(4), "head_name": names,
+                         "prev_token_mass": [0.9, 0.2, 0.2, 0.3], "previous_token": [True, False, False, False],
+                         "l_previous_mass": [0.98, 0.18, 0.18, 0.26], "l_offset2_mass": offset2,
+                         "l_induction_score": [0.0, 0.0, 0.0, 0.0], "l_role": roles})
+
+
+def test_a_best_head_below_threshold_is_shown_as_such():
+    """A role decided by a threshold that no head passes: 'none', then its best candidate, marked
+    below threshold (the head holding another role is no candidate); a role held shows its holder."""
+    from posmech.report.head_roles import ROLES, best_candidate, roles_html
+
+    table = _l_roles_table([0.5, 0.14, 0.16, 0.19], ["previous", "none", "none", "none"])
+    html = str(roles_html({"m": table}))
+    row = re.search(r'<tr data-role="l_role=look_back_two">.*?</tr>', html).group(0)
+    cell = re.sub(r"<[^>]+>", "", re.findall(r"<td[^>]*>.*?</td>", row)[0])
+    assert cell == "none (best L0H3 0.19, below threshold)"  # not L0H0 (0.5): it is the previous-token head
+    assert "attn_only.role_min_score.look_back_two" in row
+    role = next(r for r in ROLES if r.value == "look_back_two")
+    assert best_candidate(table, role) == ("L0H3", 0.19)
+    held = str(roles_html({"m": _l_roles_table([0.0, 0.14, 0.25, 0.19], ["previous", "none", "look_back_two", "none"])}))
+    row = re.search(r'<tr data-role="l_role=look_back_two">.*?</tr>', held).group(0)
+    assert "below threshold" not in row and "L0H2</code> 0.25" in row
+    # the previous-token role (P6) has no score threshold: its 'none' names no head
+    nobody = str(roles_html({"m": table.assign(previous_token=False)}))
+    row = re.search(r'<tr data-role="previous_token=True">.*?</tr>', nobody).group(0)
+    assert re.sub(r"<[^>]+>", "", re.findall(r"<td[^>]*>.*?</td>", row)[0]) == "none"
+
+
+def test_the_demo_paragraph_marks_a_look_back_two_candidate_below_threshold(tmp_path):
+    from posmech.report.html import demo_sections
+
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"model": "m", "best_previous_token_head": "L0H0", "best_previous_token_score": 0.89,
+                                   "best_look_back_two_head": "L0H3", "best_look_back_two_score": 0.218}))
+    table = _l_roles_table([0.0, 0.14, 0.16, 0.19], ["previous", "none", "none", "none"])
+    d = demo_sections([str(summary)], {}, {"m": table})[0]
+    assert d["prev_mass"] == 0.9 and d["look_back"] == {"head": "L0H3", "score": 0.19, "below": True}
+    d = demo_sections([str(summary)], {}, {"m": table.assign(l_role=["previous", "none", "none", "look_back_two"])})[0]
+    assert d["look_back"] == {"head": "L0H3", "score": 0.19, "below": False}
+    assert demo_sections([str(summary)], {})[0]["look_back"] is None  # no head-roles table

@@ -167,12 +167,12 @@ def test_the_ci_sweep_runs_only_the_followed_family_and_its_table_agrees_with_th
     assert (counts.loc[counts["revision"] != "final", "verdict"] == "not measurable").all()
     assert counts.loc[counts["revision"] != "final", "reason"].str.contains("did not run on this model").all()
     assert counts.loc[counts["revision"] == "final", "value"].notna().all()
-    assert {"sharpest_previous_token_score", "sharpest_previous_token_layer", "n_previous_token_heads"} <= set(t["quantity"])
+    assert {"largest_prev_token_mass", "largest_prev_token_mass_layer", "n_previous_token_heads"} <= set(t["quantity"])
     grid = pd.read_csv(ci_run / "results/report/findings.csv").set_index("claim")
     final = t[(t["revision"] == "final") & (t["quantity"] == grid.loc["P6", "quantity"])].iloc[0]
     assert (final["verdict"], final["value"]) == (grid.loc["P6", "verdict"], grid.loc["P6", "value"])
     heads = read_table(ci_run / "results/demo/heads.csv")
-    sharp = t[(t["revision"] == "final") & (t["quantity"] == "sharpest_previous_token_score")].iloc[0]
+    sharp = t[(t["revision"] == "final") & (t["quantity"] == "largest_prev_token_mass")].iloc[0]
     assert sharp["value"] == heads["prev_token_mass"].max() and sharp["label"] == \
         heads.loc[heads["prev_token_mass"].idxmax(), "head_name"]
     html = (ci_run / "results/report/index.html").read_text()

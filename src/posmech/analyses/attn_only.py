@@ -43,6 +43,7 @@ from posmech.analyses.attention import head_name, parse_head
 from posmech.models.scores import attn_scale as sa_attn_scale
 from posmech.models.scores import score_function
 from posmech.core.errors import PosmechError
+from posmech.core.names import RANDOM_OFFSET2_MASS, RANDOM_PREV_MASS
 from posmech.core.progress import Progress
 from posmech.settings.attn_only import AttnOnlySettings
 
@@ -281,8 +282,8 @@ def find_roles(
     rows = []
     taken: set[tuple[int, int]] = set()
     for role, vals, crit in (
-        ("previous", diag1, "mean attention at offset -1"),
-        ("look_back_two", diag2, "mean attention at offset -2"),
+        ("previous", diag1, RANDOM_PREV_MASS),  # the names of heads.csv's l_previous_mass, l_offset2_mass
+        ("look_back_two", diag2, RANDOM_OFFSET2_MASS),
         ("induction", induction, "induction score"),
     ):
         if role in pins:

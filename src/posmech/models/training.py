@@ -26,10 +26,12 @@ characters of the training text from a random offset.
 Head scores (written to the training summary; all means over held-out data the model never
 trained on):
 
-- *previous-token score* of a head: mean attention from query ``n`` to key ``n − 1`` over
-  queries ``n ≥ 1`` of the held-out text batches;
-- *look-back-two score*: mean attention from ``n`` to ``n − 2`` over queries ``n ≥ 2`` of
-  the same batches;
+- *held-out previous-token score* of a head: mean attention from query ``n`` to key ``n − 1``
+  over queries ``n ≥ 1`` of the held-out text batches (not the analyses' *previous-token
+  mass*, ``prev_token_mass`` of heads.csv: the same mean on the analysis documents;
+  :mod:`posmech.core.names`);
+- *held-out look-back-two score*: mean attention from ``n`` to ``n − 2`` over queries ``n ≥ 2``
+  of the same batches (no threshold; the L5 role is decided on random tokens);
 - *induction score*: on ``[BOS] + R + R`` (``R`` = ``induction_length`` uniformly random
   characters, fresh seed), mean attention from each query of the second copy to the token
   *after* that query token's previous occurrence (key ``n − len(R) + 1``);
@@ -745,9 +747,11 @@ def install_checkpoint(name: str, entry: dict[str, Any], checkpoints_dir: str | 
 
 
 SCORE_DEFINITIONS = {
-    "previous_token_scores": "per head [layer][head]: mean attention from query n to key n-1 over queries n>=1 "
-    "of the held-out text batches",
-    "look_back_two_scores": "per head: mean attention from query n to key n-2 over queries n>=2 of the same batches",
+    "previous_token_scores": "per head [layer][head]: the held-out previous-token score, mean attention from query n "
+    "to key n-1 over queries n>=1 of the held-out text batches (not heads.csv's prev_token_mass, the previous-token "
+    "mass on the analysis documents)",
+    "look_back_two_scores": "per head: the held-out look-back-two score, mean attention from query n to key n-2 over "
+    "queries n>=2 of the same batches",
     "induction_scores": "per head: on [BOS]+R+R (R: induction_length uniform random characters, "
     "induction_samples sequences), mean attention from each query of the second copy to the token after "
     "its previous occurrence",
@@ -756,7 +760,7 @@ SCORE_DEFINITIONS = {
     "induction_score_with_read_head_ablated": "the best induction head's induction score with the output "
     "of induction_reads_head zeroed",
     "previous_token_heads_below": "induction_reads_head and every head below the induction head's layer with at "
-    "least half its previous-token score",
+    "least half its held-out previous-token score",
     "induction_score_with_previous_token_heads_ablated": "the best induction head's induction score with the "
     "outputs of all previous_token_heads_below zeroed; p_correct_repeated_ablated is P(correct) then",
     "p_correct_repeated": "mean probability of the correct next character at the queries of the second copy "

@@ -52,6 +52,8 @@ COMMAND = "make docs  (python -m posmech.pipeline.reference --write)"
 #: the blocks that must each appear once in the docs (besides one ``outputs.…`` per analysis)
 BLOCKS = ("families", "analyses", "requirements", "applicability", "claims")
 OUTPUTS = "outputs."
+#: blocks of :mod:`posmech.pipeline.demo_numbers` (written from a run, not from the declarations)
+NUMBERS_PREFIX = "numbers."
 PREDICATES = {">=": "≥", "<=": "≤", ">": ">", "<": "<", "==": "="}
 CLAIM = re.compile(r"^([PLKC])(\d+)$")
 NONE = "—"
@@ -276,7 +278,9 @@ def fill(text: str, sources: Sources, where: str = "") -> tuple[str, list[str], 
     names: list[str] = []
     shown: list[str] = []
 
-    def block(name: str) -> list[str]:
+    def block(name: str) -> list[str] | None:
+        if name.startswith(NUMBERS_PREFIX):  # the demo run's numbers: posmech.pipeline.demo_numbers
+            return None
         table, files_of = sources.block(name)
         names.append(name)
         shown.extend(files_of)
