@@ -179,6 +179,7 @@ READERS = {
     "src/posmech/verdicts/dynamics.py": "the sweep follows the quantities of named analyses' tables",
     "src/posmech/pipeline/preflight.py": "pre-run checks name the analysis whose config key is wrong",
     "src/posmech/core/families.py": "HEAD_TABLE_SOURCES: the head table's inputs",
+    "src/posmech/pipeline/demo_numbers.py": "make demo-numbers quotes named scorecards of the demo run",
 }
 #: a config section or key that shares an analysis's name is not a mention of the analysis
 SECTION_NAMED = ("src/posmech/settings/", "src/posmech/core/config.py", "src/posmech/core/errors.py")
@@ -205,6 +206,7 @@ def room_of(f: str, a: fam.Analysis) -> str | None:
                                                  for b in readers),
         "workflow (its rule's resources, a rule that reads it)": f.startswith("workflow/rules/"),
         "prose, data or generated": f.endswith(".md") or f.startswith(("bench/", "resources/", "config/"))
+        or f == "docs/demo-numbers.json"
         or f == "workflow/schemas/config.schema.yaml",
         "reader": f in READERS or f.startswith(SECTION_NAMED),
     }
