@@ -372,8 +372,8 @@ def test_head_roles_across_models_below_the_scorecard(fabricated_run):
     rows = {m.group(1): m.group(2) for m in re.finditer(r'<tr data-role="([^"]+)">(.*?)</tr>', view)}
     cells = {k: re.findall(r"<td[^>]*>(.*?)</td>", v) for k, v in rows.items()}
     text = {k: [re.sub(r"<[^>]+>", "", c) for c in v] for k, v in cells.items()}  # [gpt2, demo]
-    # previous-token heads, best first (mass at offset -1); demo has none
-    assert text["previous_token=True"] == ["L1H1 0.91 L1H0 0.45", "none"]
+    # previous-token heads, best first (mass at offset -1 above the uniform baseline); demo has none
+    assert text["previous_token=True"] == ["L1H1 0.81 L1H0 0.35", "none"]
     # the sharp head: the taxonomy's choice on gpt2; on demo its fallback head holds no role
     assert text["p7_chosen=sharp"] == ["L1H1 0.01", "none"]
     # kernel roles on gpt2 only; L1H0's slow decay is its zero-score kernel's (no role), and a

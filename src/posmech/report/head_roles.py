@@ -52,8 +52,8 @@ L_ROLE = "the best head's {0}, if at least attn_only.role_min_score"
 
 
 ROLES: tuple[Role, ...] = (
-    Role("previous-token head", "P6", "previous_token", True, "prev_token_mass", "mean attention at offset −1",
-         threshold=PREV),
+    Role("previous-token head", "P6", "previous_token", True, "prev_token_excess",
+         "mean attention at offset −1 above what a head with zero query–key scores gives there", threshold=PREV),
     Role("sharp previous-token head", "P7", "p7_chosen", "sharp", "diagonal_ratio",
          "second / largest mean diagonal (smaller = sharper)", True,
          "the previous-token head (as above) of the smallest ratio, or taxonomy.pin; when no head is one, the head "
