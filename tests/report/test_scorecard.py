@@ -159,8 +159,8 @@ def test_repository_published_values_are_valid_and_cover_every_claim():
         f"K{i}" for i in range(1, 11)} | {f"C{i}" for i in range(1, 4)}
     assert claims == expected
     by = {(e.claim, e.quantity): e for e in entries}
-    assert by[("P6", "n_prev_token_heads")].published == 69
-    assert by[("P7", "diagonal_ratio")].published["L3H2"] == 0.52
+    assert by[("P6", "n_prev_token_heads_post")].published == 69  # the post's own loose definition
+    assert by[("P7", "diagonal_ratio_post")].published["L3H2"] == 0.52
     assert by[("P11", "canonical_angles_deg")].published == [8, 9, 10]
     assert by[("L5", "posonly_pattern_offset2")].model == "attn-only-2l"
     assert by[("L5", "posonly_pattern_offset2")].published == 0.585

@@ -188,6 +188,93 @@ def positional_spec(
     return spec
 
 
+# --------------------------------------------------------------------------- random weights
+#: the architectures :func:`save_random_dir` builds (``model_type`` of their Hugging Face configs)
+RANDOM_ARCHS = ("gpt2", "llama", "gpt_neox", "bloom", "opt", "gpt_neo")
+#: standard deviation of the random weights :func:`with_random_weights` adds (GPT-2's
+#: ``initializer_range``)
+RANDOM_STD = 0.02
+
+
+@dataclass(frozen=True)
+class RandomSpec:
+    """A random-init model of architecture ``arch`` (:data:`RANDOM_ARCHS`), initialised as its
+    family initialises it (``AutoModelForCausalLM.from_config`` under ``torch.manual_seed(seed)``:
+    what a random-init twin is, :mod:`posmech.models.twin`), with the character tokenizer."""
+
+    arch: str
+    seed: int = 0
+    n_layer: int = 2
+    n_head: int = 4
+    d_model: int = 32
+    n_ctx: int = 32
+    d_vocab: int = 96
+
+    def config(self) -> Any:
+        """The ``transformers`` config (eager attention, no dropout; BOS/EOS/pad id 0)."""
+        from transformers import (BloomConfig, GPT2Config, GPTNeoConfig, GPTNeoXConfig, LlamaConfig,
+                                  OPTConfig)
+
+        common = {"vocab_size": self.d_vocab, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}
+        L, H, d, n = self.n_layer, self.n_head, self.d_model, self.n_ctx
+        makers = {
+            "gpt2": lambda: GPT2Config(n_embd=d, n_layer=L, n_head=H, n_positions=n, **common),
+            "llama": lambda: LlamaConfig(hidden_size=d, num_hidden_layers=L, num_attention_heads=H,
+                                         num_key_value_heads=H, intermediate_size=2 * d, max_position_embeddings=n,
+                                         **common),
+            "gpt_neox": lambda: GPTNeoXConfig(hidden_size=d, num_hidden_layers=L, num_attention_heads=H,
+                                              intermediate_size=2 * d, max_position_embeddings=n, rotary_pct=0.5,
+                                              **common),
+            "bloom": lambda: BloomConfig(hidden_size=d, n_layer=L, n_head=H, **common),
+            "opt": lambda: OPTConfig(hidden_size=d, num_hidden_layers=L, num_attention_heads=H, ffn_dim=2 * d,
+                                     max_position_embeddings=n, word_embed_proj_dim=d, **common),
+            "gpt_neo": lambda: GPTNeoConfig(hidden_size=d, num_layers=L, num_heads=H, max_position_embeddings=n,
+                                            attention_types=[[["global", "local"], max(1, L // 2)]],
+                                            window_size=n // 4, **common),
+        }
+        if self.arch not in makers:
+            raise ValueError(f"random-init architecture {self.arch!r}: one of {RANDOM_ARCHS}")
+        cfg = makers[self.arch]()
+        cfg._attn_implementation = "eager"
+        return cfg
+
+
+def save_random_dir(spec: RandomSpec, path: str | os.PathLike[str]) -> Path:
+    """Write the random-init model ``spec`` as a Hugging Face directory (safetensors, config,
+    character tokenizer)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    p = Path(path)
+    p.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(spec.seed)
+    model = AutoModelForCausalLM.from_config(spec.config())
+    model.save_pretrained(p, safe_serialization=True)
+    char_tokenizer(spec.d_vocab).save_pretrained(p)
+    return p
+
+
+def with_random_weights(spec: Spec, seed: int = 0, std: float = RANDOM_STD) -> Spec:
+    """``spec`` with every weight it leaves zero drawn at random, normal of standard deviation
+    ``std`` (as GPT-2 initialises): token embeddings, the unembedding, each head's query / key
+    weights where the spec sets none, every head's value / output weights where it sets none,
+    and the MLPs of the layers it gives none.  What the spec plants (its heads' query / key
+    weights, ``W_pos``) is kept: planted heads sit among random ones, their scores perturbed only
+    by the random residual they read (of order ``std`` beside the unit positions)."""
+    rng = np.random.default_rng(seed)
+    d, dh = spec.d_model, spec.dh
+    r = lambda *shape: rng.normal(0.0, std, size=shape)  # noqa: E731
+    spec.W_E = r(spec.d_vocab, d) if spec.W_E is None else spec.W_E
+    spec.W_U = r(d, spec.d_vocab) if spec.W_U is None else spec.W_U
+    for layer in range(spec.n_layer):
+        for h in range(spec.n_head):
+            w = spec.heads.setdefault((layer, h), {})
+            for name, shape in (("W_Q", (d, dh)), ("W_K", (d, dh)), ("W_V", (d, dh)), ("W_O", (dh, d))):
+                w.setdefault(name, r(*shape))
+        spec.mlps.setdefault(layer, {"W_in": r(d, 4 * d), "W_out": r(4 * d, d)})
+    return spec
+
+
 # --------------------------------------------------------------------------- attention-only models
 # A two-layer attention-only model in TransformerLens's legacy checkpoint format (the format of
 # ``attn-only-2l``), with planted position-only and token-only scores in layer 0 and, optionally,

@@ -67,6 +67,8 @@ SCORECARDS: dict[str, tuple[str, ...]] = {
                                "p_ewe_redirect_only"),
     "random_token_patterns": ("previous_candidate_score", "induction_candidate_score",
                               "look_back_two_candidate_score"),
+    "diagonal_taxonomy": ("n_prev_token_heads", "n_prev_token_heads_post", "prev_token_head_fraction",
+                          "prev_token_head_fraction_post"),
 }
 #: the summary.json entries kept (numbers and head names; the per-head score tables too)
 SUMMARY_KEYS = (
@@ -76,7 +78,7 @@ SUMMARY_KEYS = (
     "induction_score_with_previous_token_heads_ablated", "p_correct_repeated", "p_correct_repeated_ablated",
     "p_correct_first_copy", "heldout_loss", "train_cpu_seconds", "previous_token_scores",
 )
-HEAD_COLUMNS = ("prev_token_mass", "diagonal_ratio", "p7_chosen")
+HEAD_COLUMNS = ("prev_token_mass", "prev_token_excess", "previous_token", "diagonal_ratio", "p7_chosen")
 ARCHITECTURES = {"gpt2": "GPT-2", "attn_only": "attention-only", "llama": "Llama layout (`LlamaForCausalLM`)"}
 #: what the layout adds to an architecture's words
 LAYOUT_WORDS = {"gpt2": "learned positions, LayerNorm, MLPs", "attn_only": "learned positions, LayerNorm, no MLP",
@@ -162,7 +164,7 @@ def collect(results: Path, config: Path = DEMO_CONFIG) -> dict[str, Any]:
             entry["summary"]["layout"] = {k: t.get(k) for k in ("n_layer", "n_head", "d_model", "silent_attention_layers",
                                                                 "silent_attention_steps")}
         heads_path = results / m / "heads.csv"
-        if m in trained and heads_path.exists():
+        if heads_path.exists():
             h = read_table(heads_path)
             entry["heads"] = {str(r["head_name"]): {c: r[c] for c in HEAD_COLUMNS if c in h and r[c] == r[c]}
                               for _, r in h.iterrows()}
@@ -383,9 +385,45 @@ def p_rules(run: Run, model: str = "demo") -> list[str]:
                   f"{run.date}, written by `make demo-numbers`.)"]
 
 
+def baseline_table(run: Run) -> list[str]:
+    """P6 by the post's definition and against the uniform baseline, on each trained model and its twin."""
+    rows = ["| model | P6, post's definition | P6, over the baseline | its heads (excess) | P7 ratio (sharpest) "
+            "| P6 / P7 verdicts |", "|---|---|---|---|---|---|"]
+    for m in run.trained():
+        for name, of in ((m, None), (run.twin(m), m)):
+            if name is None:
+                continue
+            e = run.model(name)
+            card = (e.get("scorecard") or {}).get("diagonal_taxonomy") or {}
+            heads = e.get("heads") or {}
+            if not card or not heads:
+                continue
+            n = len(heads)
+            prev = sorted(((h, r) for h, r in heads.items() if r.get("previous_token") in (True, "True")),
+                          key=lambda x: -float(x[1].get("prev_token_excess", 0)))
+            listed = ", ".join(f"{h} {f3(r.get('prev_token_excess'))}" for h, r in prev)
+            if not listed:
+                excess = [float(r["prev_token_excess"]) for r in heads.values() if "prev_token_excess" in r]
+                listed = f"— (largest excess {max(excess):.2g})" if excess else "—"
+            sharp = next((h for h, r in heads.items() if r.get("p7_chosen") == "sharp"), None)
+            ratio = f"{f3(heads[sharp].get('diagonal_ratio'))} ({sharp})" if sharp and prev else "—"
+            f = (run.model(of or m).get("findings") or {})
+            key = "verdict" if of is None else "twin_verdict"
+            verdicts = " / ".join(str((f.get(c) or {}).get(key) or "—") for c in ("P6", "P7"))
+            post, new = card.get("n_prev_token_heads_post"), card.get("n_prev_token_heads")
+            rows.append(f"| `{name}` | {post:g} of {n} ({f3(card.get('prev_token_head_fraction_post'))}) | "
+                        f"{new:g} of {n} ({f3(card.get('prev_token_head_fraction'))}) | {listed} | {ratio} | "
+                        f"{verdicts} |" if post is not None and new is not None else f"| `{name}` | — | — | — | — | — |")
+    if len(rows) == 2:
+        return ["No taxonomy in the stored run."]
+    return rows + ["", f"(`results/{{model}}/heads.csv`, the `diagonal_taxonomy` scorecards and "
+                   f"`results/report/findings.csv` of the `make demo` run of {run.date}, written by "
+                   "`make demo-numbers`.)"]
+
+
 #: every block: its name (after ``numbers.``) and what writes it
 BLOCKS = {"readme-table": readme_table, "models-table": models_table, "findings-counts": findings_counts,
-          "twins": twins_table, "p-rules": p_rules}
+          "twins": twins_table, "p-rules": p_rules, "baseline": baseline_table}
 
 
 def block(run: Run, name: str) -> list[str] | None:

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import pandas as pd
 from markupsafe import Markup
 
-from posmech.core.names import BELOW_THRESHOLD, PREV_TOKEN_MASS, RANDOM_OFFSET2_MASS, RANDOM_PREV_MASS, described
+from posmech.core.names import BELOW_THRESHOLD, RANDOM_OFFSET2_MASS, RANDOM_PREV_MASS, described
 
 #: heads written out in one cell; the others are counted (and listed in the hover)
 MAX_SHOWN = 6
@@ -33,9 +33,10 @@ MAX_SHOWN = 6
 @dataclass(frozen=True)
 class Role:
     """A role of :data:`ROLES`: the heads whose ``column`` equals ``value``, ranked by
-    ``score`` (largest first unless ``smaller_first``). ``threshold``: the role is decided by a
-    threshold on ``score`` (``none`` then shows the best candidate, below threshold: a head
-    whose ``column`` is none of ``taken``)."""
+    ``score`` (largest first unless ``smaller_first``); ``threshold``: in words, what a head
+    must pass and the config keys that set it (the hover of the role's name); ``best``: the role
+    is decided by a threshold on ``score`` alone (the L roles: ``none`` then shows the best
+    candidate, below threshold: a head whose ``column`` is none of ``taken``)."""
 
     label: str
     claims: str
@@ -46,29 +47,50 @@ class Role:
     smaller_first: bool = False
     threshold: str = ""
     taken: tuple[str, ...] = ()
+    best: bool = False
+
+
+PREV = ("largest mean diagonal at offset −1 and at least taxonomy.prev_token_min_excess more attention there than "
+        "a head with zero query–key scores (uniform causal; ALiBi: its bias alone) gives on the same documents")
+TAXON = ("median {0} of the score rows at least anatomy.taxa.{0}_min, with a {0} above anatomy.taxa.row_min on at "
+         "least anatomy.taxa.fraction_min of the rows")
+KERNEL = ("ETC / n_keys {0} (kernels.local_max_fraction, kernels.uniform_min_fraction), and not the type of the "
+          "head's kernel with zero query–key scores (uniform; ALiBi: its bias alone)")
+L_ROLE = "the best head's {0}, if at least attn_only.role_min_score.{1}"
 
 
 ROLES: tuple[Role, ...] = (
-    Role("previous-token head", "P6", "previous_token", True, "prev_token_mass", described(PREV_TOKEN_MASS)),
+    Role("previous-token head", "P6", "previous_token", True, "prev_token_excess",
+         "mean attention at offset −1 above what a head with zero query–key scores gives there", threshold=PREV),
     Role("sharp previous-token head", "P7", "p7_chosen", "sharp", "diagonal_ratio",
-         "second / largest mean diagonal (smaller = sharper)", True),
+         "second / largest mean diagonal (smaller = sharper)", True,
+         "the previous-token head (as above) of the smallest ratio, or taxonomy.pin; when no head is one, the head "
+         "the interventions read holds no role"),
     Role("early previous-token heads", "P7", "p7_chosen", "early", "diagonal_ratio",
-         "second / largest mean diagonal (smaller = sharper)", True),
-    Role("dark main diagonal", "P13", "score_taxon", "dark diagonal", "taxon_dip", "median dip"),
-    Role("bright sub-diagonal", "P13", "score_taxon", "bright sub-diagonal", "taxon_bump", "median bump"),
-    Role("local kernel", "K3/K4", "kernel_type", "local", "etc_fraction", "ETC / n_keys", True),
-    Role("slow-decay kernel", "K3/K4", "kernel_type", "slow_decay", "etc_fraction", "ETC / n_keys", True),
-    Role("uniform kernel", "K3/K4", "kernel_type", "uniform", "etc_fraction", "ETC / n_keys"),
+         "second / largest mean diagonal (smaller = sharper)", True,
+         "previous-token heads (as above) within the top taxonomy.early_top_n by ratio, below the sharp head's layer"),
+    Role("dark main diagonal", "P13", "score_taxon", "dark diagonal", "taxon_dip", "median dip",
+         threshold=TAXON.format("dip") + " and a median trend at least anatomy.taxa.trend_min"),
+    Role("bright sub-diagonal", "P13", "score_taxon", "bright sub-diagonal", "taxon_bump", "median bump",
+         threshold=TAXON.format("bump")),
+    Role("local kernel", "K3/K4", "kernel_role", "local", "etc_fraction", "ETC / n_keys", True,
+         KERNEL.format("below kernels.local_max_fraction")),
+    Role("slow-decay kernel", "K3/K4", "kernel_role", "slow_decay", "etc_fraction", "ETC / n_keys", True,
+         KERNEL.format("between the two")),
     Role("duplicate-token (layer 0)", "K7", "k7_class", "duplicate_token", "k7_duplicate_excess",
-         "attention added to earlier copies of the token"),
-    Role("detokenization (layer 0)", "K7", "k7_class", "detokenization", "k7_local_mass", "mass on the last keys"),
-    Role("contextual (layer 0)", "K7", "k7_class", "contextual", "k7_etc_fraction", "ETC / n_keys", True),
+         "attention added to earlier copies of the token", threshold="at least contextual.duplicate_min_excess"),
+    Role("detokenization (layer 0)", "K7", "k7_class", "detokenization", "k7_local_mass", "mass on the last keys",
+         threshold="at least contextual.local_min_mass on the last contextual.local_window keys"),
+    Role("contextual (layer 0)", "K7", "k7_class", "contextual", "k7_etc_fraction", "ETC / n_keys", True,
+         "neither of the two above, and ETC / n_keys below contextual.uniform_min_fraction"),
     Role("previous (attention-only)", "L1", "l_role", "previous", "l_previous_mass", described(RANDOM_PREV_MASS),
-         threshold="attn_only.role_min_score.previous"),
+         threshold=L_ROLE.format(RANDOM_PREV_MASS, "previous"), best=True),
     Role("look-back-two (attention-only)", "L5", "l_role", "look_back_two", "l_offset2_mass",
-         described(RANDOM_OFFSET2_MASS), threshold="attn_only.role_min_score.look_back_two", taken=("previous",)),
+         described(RANDOM_OFFSET2_MASS), threshold=L_ROLE.format(RANDOM_OFFSET2_MASS, "look_back_two"),
+         taken=("previous",), best=True),
     Role("induction (attention-only)", "L4", "l_role", "induction", "l_induction_score",
-         "induction score on repeated random tokens", threshold="attn_only.role_min_score.induction"),
+         "induction score on repeated random tokens", threshold=L_ROLE.format("induction score", "induction"),
+         best=True),
 )
 
 STYLE = """<style>
@@ -126,7 +148,7 @@ def _cell(found: list[tuple[str, float | None]] | None, role: Role, model: str,
     if found is None:
         return f'<td class="hr-absent" title="the analysis of {escape(role.claims)} did not run on {escape(model)}">—</td>'
     if not found:
-        if role.threshold and best is not None:
+        if role.best and best is not None:
             h, s = best
             return (f'<td class="hr-none" title="no head of {escape(model)} passes the threshold of this role '
                     f'({escape(role.threshold)}); its best candidate, {escape(h)}, scores {s:.3g} '
@@ -156,7 +178,10 @@ def roles_html(tables: dict[str, pd.DataFrame], links: dict[str, str] | None = N
         "(" + ", ".join(f'<a href="{escape(links[m])}">{escape(m)}/heads.csv</a>' if m in links
                          else f"<code>{escape(m)}/heads.csv</code>" for m in tables)
         + "; columns in docs/artifacts.md). A cell lists the heads that pass the role's threshold, best "
-        "first, with the score the role is decided on (hover: what the score is, and every head); "
+        "first, with the score the role is decided on (hover: what the score is, and every head). Each "
+        "threshold (hover the role's name) is set above what random-init heads score: no head of a random-init "
+        "twin of GPT-2, Llama, GPT-NeoX, BLOOM, OPT or GPT-Neo holds any role (docs/claims.md, \"Head roles "
+        "against random weights\"); a uniform kernel, what a random head has, is no role; "
         "<strong>none</strong>: the analysis ran and no head passes (a role decided by a score threshold names "
         f"its best candidate after it, \u201c{BELOW_THRESHOLD}\u201d: not a holder); "
         "—: the analysis did not run on that model.</p>")
@@ -169,7 +194,8 @@ def roles_html(tables: dict[str, pd.DataFrame], links: dict[str, str] | None = N
         if all(f is None for f in found.values()):
             continue
         parts.append(f'<tr data-role="{escape(role.column)}={escape(str(role.value))}">'
-                     f'<th title="score: {escape(role.score_words)}">{escape(role.label)} '
+                     f'<th title="threshold: {escape(role.threshold)}; score: {escape(role.score_words)}">'
+                     f'{escape(role.label)} '
                      f'<span class="small">{escape(role.claims)}</span></th>')
         parts += [_cell(found[m], role, m, best_candidate(tables[m], role) if found[m] == [] else None)
                   for m in models]

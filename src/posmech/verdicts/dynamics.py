@@ -18,7 +18,7 @@ one row per followed quantity (:func:`dynamics_table`, ``results/report/dynamics
     kernel's, rule etc_table); ``previous_token_head_kernel_type`` (K3): its kernel type, in
     ``label`` (``value`` empty: a category);
   - ``heads_per_role`` : ``n_previous_token_heads`` (P6; heads whose previous-token mass passes
-    the taxonomy's threshold), ``n_kernel_<type>`` (K3; heads per kernel type) and
+    the taxonomy's threshold over a uniform causal head's, ``previous_token``), ``n_kernel_<type>`` (K3; heads per kernel type) and
     ``n_l_role_<role>`` (L1; heads per L role), each counted over the heads of the checkpoint
     (a role the sweep's tables never assign has no row).
 
@@ -77,7 +77,8 @@ QUANTITIES: dict[str, Quantity] = {
         "the type of that kernel (local, slow decay, uniform; K3/K4)"),
     "n_previous_token_heads": Quantity(
         "previous-token heads", "heads",
-        "the number of heads whose largest mean diagonal is at offset −1 (P6's definition)", count=True),
+        "the number of heads whose largest mean diagonal is at offset −1 with at least taxonomy.prev_token_min_excess "
+        "more attention there than a uniform causal head (P6's finding)", count=True),
     "prev_token_head_fraction": Quantity(
         "fraction of previous-token heads", "fraction of all heads",
         "that number over all heads (P6's finding)"),
