@@ -105,15 +105,14 @@ def pair_frequencies(cos: Any, sin: Any) -> np.ndarray:
     return np.arctan2(s[: r // 2], c[: r // 2])
 
 
-def components(q: Any, k: Any, extra: dict[str, Any], fn: Any) -> Any:
-    """Per-component raw scores ``[b, H, C, n, n]`` (float64) of one layer: ``q, k [b, n,
-    H(_kv), d_head]`` before the rotation, ``extra`` the model's ``hook_cos``/``hook_sin``,
-    ``fn`` its :class:`~posmech.models.scores.ScoreFunction`. Summed over ``C`` they are the
-    raw scores ``fn.full`` gives."""
+def components(qr: Any, kr: Any, r: int, scale: float) -> Any:
+    """Per-component raw scores ``[b, H, C, n, n]`` (float64) from the *rotated* queries and keys
+    ``qr, kr [b, n, H, d_head]`` (:meth:`ScoreFunction.prepare
+    <posmech.models.scores.ScoreFunction.prepare>`: key heads repeated per query group) whose
+    first ``r`` dimensions are rotated; ``scale`` the model's divisor of ``q·k``. Summed over
+    ``C`` they are the raw scores ``ScoreFunction.full`` gives."""
     import torch
 
-    qr, kr = fn.prepare(q.double(), k.double(), extra)
-    r = int(extra["hook_cos"].shape[-1])
     P = r // 2
     qp = torch.stack((qr[..., :P], qr[..., P:r]), -2)  # [b, n, H, 2, P]
     kp = torch.stack((kr[..., :P], kr[..., P:r]), -2)
@@ -121,7 +120,7 @@ def components(q: Any, k: Any, extra: dict[str, Any], fn: Any) -> Any:
     if r < qr.shape[-1]:
         rest = torch.einsum("bqhd,bkhd->bhqk", qr[..., r:], kr[..., r:])[:, :, None]
         c = torch.cat((c, rest), 2)
-    return c / fn.scale
+    return c / scale
 
 
 def head_accumulate(c: Any, pattern: Any | None = None) -> tuple[Any, Any, Any, float]:
@@ -166,10 +165,13 @@ class _Totals:
 
     def add(self, layer: int, q: Any, k: Any, extra: dict[str, Any], pattern: Any, fn: Any) -> None:
         """One batch's layer: ``q [b, n, H, d]``, ``k [b, n, H_kv, d]`` before the rotation."""
-        d, p, nq, df = head_accumulate(components(q, k, extra, fn), pattern)
-        self.sel[layer] += d.cpu().numpy()
-        self.prev[layer] += p.cpu().numpy()
-        self.diff = max(self.diff, df)
+        qr, kr = fn.prepare(q.double(), k.double(), extra)
+        for h in range(qr.shape[2]):  # one head at a time: C x n x n scores per document
+            d, p, nq, df = head_accumulate(components(qr[:, :, h:h + 1], kr[:, :, h:h + 1], self.r, fn.scale),
+                                           pattern[:, h:h + 1])
+            self.sel[layer, h] += d[0].cpu().numpy()
+            self.prev[layer, h] += float(p[0])
+            self.diff = max(self.diff, df)
         kn = pair_norms(k, self.r)  # per key head: repeated for its group of query heads
         if kn.shape[2] != q.shape[2]:
             kn = kn.repeat_interleave(q.shape[2] // kn.shape[2], dim=2)
