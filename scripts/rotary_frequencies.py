@@ -22,7 +22,8 @@ def main(smk, log):
     meta = {"claim": "P17, P18", "model": model, "corpus": p.corpus, "documents": index, "n_tokens": context,
             "band_fraction": p.band_fraction, "max_pattern_diff": fu.max_pattern_diff}
     write_table(ro.frequency_table(fu, model), smk.output.table, meta)
-    frequency_figure(fu, model, ro.band_size(fu.n_pairs, p.band_fraction), f"{model}, {len(docs)} documents of "
+    band = ro.band_size(fu.n_pairs, p.band_fraction) if fu.n_pairs >= 2 else 0  # one pair: no bands
+    frequency_figure(fu, model, band, f"{model}, {len(docs)} documents of "
                      f"{context} tokens ({p.corpus})", smk.output.figure)
     write_table(scorecard_rows(rows), smk.output.scorecard)
     log.info("%s", "; ".join(f"{r['claim']} {r['value']} ({r['detail']})" for r in rows))

@@ -135,3 +135,13 @@ def test_pair_frequencies_refuse_an_interleaved_rotation():
     pos = torch.arange(3.0)[:, None] * theta.repeat_interleave(2)[None]  # GPT-J's layout: f, f, g, g
     with pytest.raises(PosmechError, match="interleaved"):
         ro.pair_frequencies(pos.cos()[None], pos.sin()[None])
+
+
+def test_a_single_rotated_pair_gives_no_bands_and_no_values_with_the_reason():
+    """A rotation of one pair per head (a small head with a partial rotation): P17 and P18 are
+    not measurable, never an error."""
+    fu = ro.FrequencyUsage(selectivity=np.array([[[0.3, 0.1]]]), usage=np.array([[[2.0]]]),
+                           prev=np.array([[0.9]]), frequency=np.array([1.0]), n_queries=10, max_pattern_diff=0.0)
+    rows = ro.frequency_scorecard(fu, "m", 0.25, 0.5, "f.png")
+    assert [r["value"] for r in rows] == [None, None] and all("1 rotated pair" in r["detail"] for r in rows)
+    np.testing.assert_allclose(fu.shares[0, 0], [0.75, 0.25], atol=FLOAT64_ABS)

@@ -281,7 +281,12 @@ def frequency_scorecard(fu: FrequencyUsage, model: str, band_fraction: float, mi
                         artifact: str) -> list[dict[str, Any]]:
     """P17's and P18's rows (module docstring): ``high_band_share`` of the sharpest
     previous-token head (no value, with the reason, when its score is under ``min_prev``),
-    and ``low_over_high_usage``."""
+    and ``low_over_high_usage``; neither has a value when the rotation has a single pair (no
+    highest and lowest band to tell apart)."""
+    if fu.n_pairs < 2:
+        why = f"{fu.n_pairs} rotated pair per head: no highest- and lowest-frequency band to tell apart"
+        return [{"claim": c, "model": model, "quantity": q, "artifact": artifact, "value": None, "detail": why}
+                for c, q in (("P17", "high_band_share"), ("P18", "low_over_high_usage"))]
     band = band_size(fu.n_pairs, band_fraction)
     la, h = sharpest_previous_token_head(fu)
     score = float(fu.prev[la, h])

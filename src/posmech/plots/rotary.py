@@ -21,7 +21,7 @@ def frequency_figure(fu: FrequencyUsage, model: str, band: int, where: str,
     frequency to the lowest, then the unrotated dimensions when the rotation is partial),
     shares clipped to [-1, 1] for the colours, numbers in the cells when they fit. Right (P18):
     the usage share of each pair averaged over the heads, against the pair's frequency (log
-    scale), the two bands of ``band`` pairs shaded."""
+    scale), the two bands of ``band`` pairs shaded (none when ``band`` is 0)."""
     L, H, C = fu.selectivity.shape
     shares = fu.shares.reshape(L * H, C)
     sharp = sharpest_previous_token_head(fu)
@@ -39,9 +39,10 @@ def frequency_figure(fu: FrequencyUsage, model: str, band: int, where: str,
     prof = usage_profile(fu)
     freq = fu.frequency
     axes[1].plot(freq, prof, marker="o")
-    lo, hi = freq[-band:], freq[:band]
-    axes[1].axvspan(lo.min() / 1.2, lo.max() * 1.2, color="C2", alpha=0.15, label=f"lowest {band}")
-    axes[1].axvspan(hi.min() / 1.2, hi.max() * 1.2, color="C3", alpha=0.15, label=f"highest {band}")
+    if band:  # a single rotated pair has no bands
+        lo, hi = freq[-band:], freq[:band]
+        axes[1].axvspan(lo.min() / 1.2, lo.max() * 1.2, color="C2", alpha=0.15, label=f"lowest {band}")
+        axes[1].axvspan(hi.min() / 1.2, hi.max() * 1.2, color="C3", alpha=0.15, label=f"highest {band}")
     axes[1].axhline(1.0 / fu.n_pairs, color="0.5", ls=":", lw=1, label="uniform")
     axes[1].set(xscale="log", xlabel="frequency (rad / position)", ylabel="usage share, mean over heads")
     axes[1].legend(fontsize=7)
