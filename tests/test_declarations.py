@@ -194,7 +194,8 @@ def room_of(f: str, a: fam.Analysis) -> str | None:
     """Which room of analysis ``a`` file ``f`` is, or ``None``."""
     readers = [b for b in fam.ANALYSES.values() if a.name in b.after]
     family = "posembed" if a.rule.startswith("posembed_") else fam.rule_of(a.name)
-    family = {"extended_averaging": "interventions", "bos_induction": "attn_only"}.get(family, family)
+    family = {"extended_averaging": "interventions", "bos_induction": "attn_only",
+              "rotary_frequencies": "rotary"}.get(family, family)
     rooms = {
         "declaration": f == f"workflow/analyses/{a.rule}.yaml",
         "script": f == f"scripts/{a.name}.py" or f == f"scripts/{a.rule}_family.py",

@@ -155,7 +155,7 @@ def test_parse_value_round_trips_scorecard_cells():
 def test_repository_published_values_are_valid_and_cover_every_claim():
     entries = sc.load_published(REPO / "resources" / "published.yaml")
     claims = {e.claim for e in entries}
-    expected = {f"P{i}" for i in range(1, 17)} | {f"L{i}" for i in range(1, 6)} | {
+    expected = {f"P{i}" for i in range(1, 19)} | {f"L{i}" for i in range(1, 6)} | {
         f"K{i}" for i in range(1, 11)} | {f"C{i}" for i in range(1, 4)}
     assert claims == expected
     by = {(e.claim, e.quantity): e for e in entries}
@@ -165,7 +165,7 @@ def test_repository_published_values_are_valid_and_cover_every_claim():
     assert by[("L5", "posonly_pattern_offset2")].model == "attn-only-2l"
     assert by[("L5", "posonly_pattern_offset2")].published == 0.585
     assert by[("K7", "duplicate_token_heads")].published == ["L0H1", "L0H5"]
-    assert all(e.source in {"000", "001", "003", "004"} for e in entries)
+    assert all(e.source in {"000", "001", "003", "004", "005"} for e in entries)
 
 
 @pytest.mark.parametrize(

@@ -482,3 +482,85 @@ def induction_probability(spec: AttnOnlySpec, tokens: np.ndarray, prev_key: np.n
     sigma_f = np.sqrt(sq / d + spec.eps)
     logits = out_scale * s * m / sigma_f
     return pattern, softmax(logits)
+
+
+# --------------------------------------------------------------------------- rotary
+@dataclass
+class RotaryHead:
+    """One head of :func:`rotary_model` whose ``q·k`` lives in the rotary frequency pairs
+    ``pairs`` (0: the highest frequency). ``kind='positional'``: the query and key read the
+    constant dimension only, ``q_f = (a, 0)`` and ``k_f = a·(cos φ_f, sin φ_f)`` with ``φ_f =
+    offset·θ_f`` in each pair, so the score at ``Δ = n − i`` is ``Σ_f a²·cos(θ_f·(Δ −
+    offset)) / sqrt(d_head)`` whatever the tokens: largest at ``Δ = offset`` (``offset`` 1: a
+    previous-token head, as sharp as ``a`` and the frequencies make it); ``kind='content'``:
+    seeded random query and key weights from the token dimensions into the pairs, a score that
+    depends on the tokens only through those pairs."""
+
+    pairs: tuple[int, ...]
+    kind: str = "content"
+    amplitude: float = 1.0
+    offset: float = 1.0
+
+
+def rotary_model(heads: dict[tuple[int, int], RotaryHead], n_layer: int = 1, n_head: int = 2, d_head: int = 8,
+                 d_model: int = 16, n_ctx: int = 8, d_vocab: int = 40, rope_theta: float = 10000.0,
+                 seed: int = 0) -> Any:
+    """A ``LlamaForCausalLM`` (rotary on every head dimension, ``rotate_half`` layout: pair
+    ``f`` is dimensions ``f`` and ``f + d_head/2``) whose listed heads' queries and keys live
+    in one pair each (:class:`RotaryHead`); every other query/key weight, every attention
+    output and MLP output projection is zero, so the residual stream is the token embedding
+    at every layer. Token embeddings: ``e_t = (1, u_t)`` with ``u_t`` a seeded random unit
+    vector on the other dimensions, so every token's RMS is ``sqrt(2/d_model)`` and the
+    normalised constant dimension is ``sqrt(d_model/2)`` for every token (RMSNorm weights 1)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if n_head * d_head != d_model or d_head % 2:
+        raise ValueError("rotary_model needs n_head * d_head == d_model and an even d_head")
+    P = d_head // 2
+    cfg = LlamaConfig(vocab_size=d_vocab, hidden_size=d_model, intermediate_size=2 * d_model, num_hidden_layers=n_layer,
+                      num_attention_heads=n_head, num_key_value_heads=n_head, max_position_embeddings=n_ctx,
+                      rope_theta=rope_theta, bos_token_id=0, eos_token_id=0, pad_token_id=0,
+                      tie_word_embeddings=False, attention_dropout=0.0, use_cache=False, rms_norm_eps=1e-12)
+    cfg._attn_implementation = "eager"
+    m = LlamaForCausalLM(cfg)
+    rng = np.random.default_rng(seed)
+    u = rng.normal(size=(d_vocab, d_model - 1))
+    E = np.concatenate([np.ones((d_vocab, 1)), u / np.linalg.norm(u, axis=1, keepdims=True)], 1)
+    const = np.sqrt(d_model / 2.0)  # the normalised constant dimension
+    t = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float32)  # noqa: E731
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+        for blk in m.model.layers:
+            blk.input_layernorm.weight.fill_(1.0)
+            blk.post_attention_layernorm.weight.fill_(1.0)
+        m.model.norm.weight.fill_(1.0)
+        m.model.embed_tokens.weight.copy_(t(E))
+        m.lm_head.weight.copy_(t(rng.normal(size=(d_vocab, d_model))))
+        for (layer, h), spec in heads.items():
+            if spec.kind not in ("positional", "content"):
+                raise ValueError(f"head L{layer}H{h}: kind {spec.kind!r}; expected positional or content")
+            attn = m.model.layers[layer].self_attn
+            for f in spec.pairs:
+                if not 0 <= f < P:
+                    raise ValueError(f"head L{layer}H{h}: pair {f} outside 0..{P - 1}")
+                rows = [h * d_head + f, h * d_head + f + P]
+                if spec.kind == "positional":
+                    a, phase = spec.amplitude / const, spec.offset * rope_theta ** (-2.0 * f / d_head)
+                    attn.q_proj.weight[rows[0], 0] = a
+                    attn.k_proj.weight[rows[0], 0] = a * np.cos(phase)
+                    attn.k_proj.weight[rows[1], 0] = a * np.sin(phase)
+                else:
+                    for proj in (attn.q_proj, attn.k_proj):
+                        proj.weight[rows, 1:] = t(spec.amplitude * rng.normal(size=(2, d_model - 1)))
+    return m.eval()
+
+
+def save_rotary_dir(model: Any, path: str | os.PathLike[str]) -> Path:
+    """Write a :func:`rotary_model` as a Hugging Face directory with the character tokenizer."""
+    p = Path(path)
+    p.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(p, safe_serialization=True)
+    char_tokenizer(int(model.config.vocab_size)).save_pretrained(p)
+    return p

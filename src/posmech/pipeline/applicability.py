@@ -57,6 +57,8 @@ REQUIREMENTS: dict[str, Requirement] = {
     # P geometry, the W_pos averaging, the positional kernels (Gibson's kernel is defined
     # against it) and the L rules' position-only inputs study
     "learned_wpos": Requirement("no learned W_pos: {positions}", schemes=("learned",)),
+    # queries and keys rotated by position: what the rotary frequency analysis (P17, P18) splits
+    "rotary": Requirement("no rotary frequencies: {positions}", schemes=("rotary",)),
     # the attention scores before the softmax (P12, P13, the taxonomy's statistics): q·k·scale
     # for learned positions, q and k rotated at their positions for rotary heads, the ALiBi
     # bias added for ALiBi heads (posmech.models.scores.ScoreFunction, tested against Hugging Face's

@@ -296,6 +296,7 @@ MODULES: dict[str, str] = {
     "attn_only": "attn_only",
     "posembed_averaging": "posembed",
     "posembed_attention": "posembed",
+    "rotary_frequencies": "rotary",
 }
 
 

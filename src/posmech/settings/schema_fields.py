@@ -622,3 +622,36 @@ class PosembedAttentionFields(Settings):
     size: int
     #: Group size of the W_pos averaging.
     k: int
+
+
+@dataclass(frozen=True)
+class RotaryFrequenciesFields(Settings):
+    """The fields of config section ``rotary_frequencies`` (its settings class:
+    ``posmech.settings.rotary.RotaryFrequenciesSettings``)."""
+
+    section: ClassVar[str] = "rotary_frequencies"
+
+    #: Models analysed (rotary ones; others are not measurable); empty: every model.
+    models: tuple[str, ...]
+    #: Corpus of the documents; null: the first corpus under `corpora`.
+    corpus: str | None
+    #: Documents (the first ones with `context` tokens) the selectivity and usage are averaged over:
+    #: 64 documents of 256 tokens are ~16,000 queries per head, enough for a share to settle to a
+    #: few parts in a hundred.
+    n_documents: int
+    #: Tokens per document, cut to the model's context (the tokens file's n_ctx) when longer: a
+    #: positional head such as a previous-token head acts within a few tokens, and the per-pair
+    #: scores of one head cost pairs × context² per document, so 256 keeps a 4096-token model's pass
+    #: small.
+    context: int
+    #: Documents per forward pass.
+    batch_size: int
+    #: Fraction of the rotated pairs in each band (the highest-frequency band of P17, the lowest and
+    #: the highest of P18), at least one pair: a quarter splits Barbero et al.'s frequency axis into
+    #: the high and low ends they contrast, with half of the pairs between them.
+    band_fraction: float
+    #: P17's head is the one with the largest previous-token score (mean attention from each query
+    #: to the key before it); under this score the model has no previous-token head and P17 is not
+    #: measurable. More than half of the attention on the previous key is a previous-token head by
+    #: any reading.
+    min_previous_token_score: float

@@ -450,12 +450,32 @@ def planted_attn_only_spec(n: int = 16, d_vocab: int = 24, look_back_two: bool =
     return spec
 
 
+def rotary_high_model() -> Any:
+    """A rotary (Llama) model, d_head 16 (8 pairs), whose previous-token head L0H0 is built from
+    the two highest-frequency pairs (θ = 1 and 0.32 rad per position, amplitude 8: mean
+    previous-token attention ~0.88 over a 32-token context) and whose three other heads are
+    content heads in the lowest pair (7)."""
+    heads = {(0, 0): hb.RotaryHead((0, 1), "positional", amplitude=8.0), (0, 1): hb.RotaryHead((7,), "content", 2.0),
+             (1, 0): hb.RotaryHead((7,), "content", 2.0), (1, 1): hb.RotaryHead((7,), "content", 2.0)}
+    return hb.rotary_model(heads, n_layer=2, n_head=2, d_head=16, d_model=32, n_ctx=N_CTX, d_vocab=D_VOCAB)
+
+
+def rotary_mid_model() -> Any:
+    """A rotary (Llama) model, d_head 16, whose previous-token head L0H0 is built from two
+    middle-frequency pairs (2, 3: θ = 0.1 and 0.032 rad per position) with a large amplitude
+    (60: the scores fall by ~10 one key away, previous-token attention ~0.99), beside a content
+    head in the highest pair (0)."""
+    heads = {(0, 0): hb.RotaryHead((2, 3), "positional", amplitude=60.0), (0, 1): hb.RotaryHead((0,), "content", 2.0)}
+    return hb.rotary_model(heads, n_layer=1, n_head=2, d_head=16, d_model=32, n_ctx=N_CTX, d_vocab=D_VOCAB)
+
+
 # --------------------------------------------------------------------------- cases
 @dataclass(frozen=True)
 class Case:
     """One self-check model: its construction, the architecture it is written as (``gpt2``: a
-    Hugging Face GPT-2 directory; ``attn_only``: a legacy TransformerLens attention-only
-    directory; ``random``: a random-init Hugging Face model of the
+    Hugging Face GPT-2 directory; ``llama``: a Hugging Face Llama directory, rotary positions;
+    ``attn_only``: a legacy TransformerLens attention-only directory; ``random``: a random-init
+    Hugging Face model of the
     :class:`~posmech.models.handbuilt.RandomSpec`'s architecture), and per claim the expected
     verdict with the reason it must be so."""
 
@@ -470,6 +490,8 @@ class Case:
             return hb.save_model_dir(spec, path)
         if self.kind == "random":
             return hb.save_random_dir(spec, path)
+        if self.kind == "llama":
+            return hb.save_rotary_dir(spec, path)
         return hb.save_attn_only_dir(spec, path)
 
 
@@ -657,6 +679,18 @@ CASES: tuple[Case, ...] = (
         "P6": ("holds", "the planted L1H0 puts ~1 of each query's attention on the previous key, 0.90 above the "
                         "uniform baseline; the three random heads stay within 0.001 of it: 1 of 4 heads, 0.25"),
         "P7": ("holds", "the planted head's second-largest mean diagonal is ~e^-30 of its largest: ratio ~0"),
+    }),
+    # Rotary models (P17, P18): heads whose q·k lives in known frequency pairs (handbuilt.rotary_model).
+    Case("rotary-high", "llama", rotary_high_model, {
+        "P17": ("holds", "the previous-token head L0H0's scores live in pairs 0 and 1, the highest-frequency "
+                         "quarter of the 8 pairs: share 1"),
+        "P18": ("holds", "usage shares: L0H0 half in pair 0, half in pair 1; the three content heads all in pair 7: "
+                         "lowest quarter 0.375 over highest 0.125, ratio 3"),
+    }),
+    Case("rotary-mid", "llama", rotary_mid_model, {
+        "P17": ("fails", "the previous-token head L0H0's scores live in pairs 2 and 3, outside the highest quarter "
+                         "(pairs 0, 1): share 0"),
+        "P18": ("fails", "no head uses the lowest quarter (pairs 6, 7): ratio 0"),
     }),
     Case("attn-planted", "attn_only", lambda: planted_attn_only_spec(N_CTX), {
         "L1": ("holds", "L0H0 puts score 60 on key q - 1: its previous-token mass is ~1"),
