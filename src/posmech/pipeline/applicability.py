@@ -84,10 +84,14 @@ REQUIREMENTS: dict[str, Requirement] = {
                                      model_types=("gpt2", "gpt_neo", "transformer_lens", "gpt_neox", "llama",
                                                   "mistral", "qwen2", "bloom", "opt")),
     # the layer-0 decomposition reads the layer-0 weights of these layouts only (OPT's through
-    # the forward engine's converter, posmech.models.lens.hf_state: W_pos from row 2)
+    # the forward engine's converter, posmech.models.lens.hf_state: W_pos from row 2); a rotary
+    # or ALiBi model's layer 0 is read from one-token forward passes of the posmech engine
+    # (posmech.analyses.contextual.relative), for the layouts it runs
     "layer0_weights": Requirement(
-        "the layer-0 decomposition reads layer-0 weights in the GPT-2, GPT-Neo, OPT or TransformerLens layout, "
-        "not {model_type}'s", model_types=("gpt2", "gpt_neo", "opt", "transformer_lens")),
+        "the layer-0 decomposition reads layer 0 of a rotary or ALiBi model the posmech engine runs (GPT-NeoX, "
+        "Llama, Mistral, Qwen2, BLOOM) or layer-0 weights in the GPT-2, GPT-Neo, OPT or TransformerLens layout, "
+        "not {model_type}'s", model_types=("gpt2", "gpt_neo", "opt", "transformer_lens", "gpt_neox", "llama",
+                                           "mistral", "qwen2", "bloom")),
     # the decomposition splits LN(e + p): a LayerNorm of the residual that layer 0's attention
     # reads; a post-LayerNorm block (OPT's do_layer_norm_before: false) reads the raw residual
     "pre_ln": Requirement("LayerNorm after each residual addition (OPT's do_layer_norm_before: false): layer 0's "
