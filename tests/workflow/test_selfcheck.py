@@ -2,7 +2,7 @@
 every expected verdict, and a run with one threshold flipped disagrees, naming the (claim,
 model) (issue 29: the self-check must be able to fail).
 
-Cost: the whole self-check DAG (config/selfcheck.yaml: 11 hand-built models, 101 jobs) runs once
+Cost: the whole self-check DAG (config/selfcheck.yaml: 13 hand-built models, 113 jobs) runs once
 per module; the flipped-threshold test reruns only rule `findings` on its output. In `.ci/run` on
 the otherwise idle 2-core machine (2026-11-27) the DAG took 450 s wall, its jobs 398 CPU s
 (docs/performance.md, "The self-check DAG"): most of each job is its fixed cost (interpreter,
