@@ -176,12 +176,14 @@ class Layer0Relative:
         return out
 
 
-def relative_from_model(model: Any, name: str = "model") -> Layer0Relative:
+def relative_from_model(model: Any, name: str = "model", n_ctx: int | None = None) -> Layer0Relative:
     """:class:`Layer0Relative` of a loaded model (the posmech engine or a TransformerBridge):
     its position scheme from ``cfg.positional_embedding_type``, each token's query and key
     from layer 0's ``hook_q``/``hook_k`` and its LN scale from ``blocks.0.ln1.hook_scale``
     in one-token forward passes (position 0, nothing positional in them), the rotary tables
-    of its own rotary embedding, ALiBi's slopes."""
+    of its own rotary embedding, ALiBi's slopes. ``n_ctx``: the positions analysed (default
+    the model's ``cfg.n_ctx``; the pipeline passes ``models.<name>.n_ctx`` or the context its
+    config records: BLOOM records none)."""
     import torch
 
     from posmech.analyses.kernels import rotary_tables
@@ -214,7 +216,7 @@ def relative_from_model(model: Any, name: str = "model") -> Layer0Relative:
             k = k.repeat_interleave(H // k.shape[1], dim=1)
         return (q.permute(1, 0, 2).numpy(), k.permute(1, 0, 2).numpy(), got["s"].reshape(-1).numpy())
 
-    n_ctx = int(cfg.n_ctx)
+    n_ctx = int(n_ctx or cfg.n_ctx)
     cos = sin = slopes = None
     if scheme == "rotary":
         cos, sin = rotary_tables(model, n_ctx)

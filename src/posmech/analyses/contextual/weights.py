@@ -249,12 +249,13 @@ def load_weights(manifest: dict[str, Any], name: str, tokenizer: bool = True,
     cfg = json.loads((hf_dir / "config.json").read_text())
     scheme = (manifest.get("architecture") or {}).get("positions") or architecture(cfg, f"model {name!r}").positions
     if scheme in RELATIVE_SCHEMES:
-        from posmech.models.loading import load_model
+        from posmech.models.loading import analysis_context, load_model
 
         e = entry or {}
         model = load_model(manifest, e.get("device", "cpu"), e.get("dtype", "float32"),
                            e.get("processing", "compatibility"), e.get("engine", "auto"))
-        return relative_from_model(model, name), (load_tokenizer(hf_dir) if tokenizer else None)
+        return (relative_from_model(model, name, analysis_context(name, e, hf_dir)),
+                load_tokenizer(hf_dir) if tokenizer else None)
     refuse_unsupported(cfg, name)
     if is_tl_legacy_dir(hf_dir):
         from safetensors.numpy import load_file
