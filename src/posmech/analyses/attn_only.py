@@ -680,7 +680,7 @@ def _decomposition_scorecard(df: Any, roles: dict[str, str], p: AttnOnlySettings
     if no_position:  # a stand-in for the missing variant: NaN in every cell
         pos = df[df["variant"] == "token_only"].assign(variant="position_only", score_mean=np.nan,
                                                          score_sd=np.nan, pattern_mean=np.nan)
-        df = pd_concat(df, pos)
+        df = _concat(df, pos)
     q, fq = p.query, p.first_query
     prev, lb2 = roles["previous"], roles["look_back_two"]
     art = {"L2": artifacts["L2"], "L3": artifacts["L3"], "L5": artifacts["L5"]}
@@ -719,7 +719,7 @@ def _decomposition_scorecard(df: Any, roles: dict[str, str], p: AttnOnlySettings
     return out + absent + ([] if lb2 == NONE else _look_back_two_rows(df, lb2, q, fq, bos, model, art))
 
 
-def pd_concat(a: Any, b: Any) -> Any:
+def _concat(a: Any, b: Any) -> Any:
     """The rows of frame ``a`` then those of ``b``."""
     import pandas as pd
 
