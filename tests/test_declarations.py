@@ -58,7 +58,8 @@ def test_the_registries_are_derived_from_the_declarations():
     assert fam.rule_inputs("posembed_attention") == {"heads": ("taxonomy", "diagonal_taxonomy__heads")}
     assert set(ap.RULES) == set(fam.ANALYSES)
     assert ap.RULES["score_taxa"] == ap.Needs((), ("attention_statistics", "diagonal_taxonomy"))
-    assert ap.RULES["layer0_decomposition"].requires == ("learned_wpos", "layer0_weights", "pre_ln")
+    assert ap.RULES["layer0_decomposition"].requires == ("layer0_weights", "pre_ln")
+    assert ap.RULES["random_token_patterns"].requires == ("position_variants",)
     assert ap.check_table() == []
     assert fam.rule_of("positional_sparsity") == "geometry" and fam.rule_of("bos_induction") == "bos_induction"
     assert fam.rule_of("fetch_model") == "fetch_model"

@@ -13,7 +13,7 @@ import torch
 
 from posmech.analyses import rotary as ro
 from posmech.core.errors import PosmechError
-from posmech.models.handbuilt import RotaryHead, rotary_model, save_rotary_dir
+from posmech.models.handbuilt import RotaryHead, rotary_model, save_hf_model_dir
 from posmech.models.loading import load_bridge
 from tests.tolerances import FLOAT32_FORWARD_ABS, FLOAT64_ABS
 
@@ -34,7 +34,7 @@ def handbuilt(tmp_path_factory):
     the lowest pair; layer 1: both content heads in the lowest pair."""
     heads = {(0, 0): RotaryHead((0,), "positional", amplitude=8.0), (0, 1): RotaryHead((3,), "content", 2.0),
              (1, 0): RotaryHead((3,), "content", 2.0), (1, 1): RotaryHead((3,), "content", 2.0)}
-    d = save_rotary_dir(rotary_model(heads, n_layer=2, n_ctx=N_CTX), tmp_path_factory.mktemp("rot") / "hf")
+    d = save_hf_model_dir(rotary_model(heads, n_layer=2, n_ctx=N_CTX), tmp_path_factory.mktemp("rot") / "hf")
     bridge = load_bridge({"hf_dir": str(d), "name": "rot"}, device="cpu")
     return ro.frequency_usage(bridge, _docs(12, N_CTX, 40), batch_size=5)
 
@@ -91,7 +91,7 @@ def _usage(model):
     import tempfile
 
     with tempfile.TemporaryDirectory() as t:
-        d = save_rotary_dir(model, f"{t}/hf")
+        d = save_hf_model_dir(model, f"{t}/hf")
         bridge = load_bridge({"hf_dir": str(d), "name": "m"}, device="cpu")
         return ro.frequency_usage(bridge, _docs(6, N_CTX, int(model.config.vocab_size)), batch_size=6)
 

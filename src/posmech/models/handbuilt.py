@@ -557,10 +557,164 @@ def rotary_model(heads: dict[tuple[int, int], RotaryHead], n_layer: int = 1, n_h
     return m.eval()
 
 
-def save_rotary_dir(model: Any, path: str | os.PathLike[str]) -> Path:
-    """Write a :func:`rotary_model` as a Hugging Face directory with the character tokenizer."""
+def save_hf_model_dir(model: Any, path: str | os.PathLike[str]) -> Path:
+    """Write a built Hugging Face model (e.g. a :func:`rotary_model`) as a directory with the
+    character tokenizer."""
     p = Path(path)
     p.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(p, safe_serialization=True)
     char_tokenizer(int(model.config.vocab_size)).save_pretrained(p)
     return p
+
+
+# --------------------------------------------------------------------------- rotary and ALiBi models
+# Layer 0 of these reads the token embedding alone, so a head's position part comes from the
+# rotation (Llama) or the ALiBi bias (BLOOM). Token ``t`` is embedded by its code ``t % n_codes``
+# (one-hot in a block of ``n_codes`` dimensions), so the vocabulary can be the self-check's 96
+# characters in a narrow model; every token embedding has the same norm, so layer 0's norm scale is
+# the same for every token. Attention outputs, MLPs and the unembedding are zero: the residual
+# stream is the token embedding at every layer.
+
+
+def rotary_offset_weights(thetas: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, float]:
+    """Non-negative weights ``w_j`` (summing to 1) of the frequency pairs ``thetas`` making
+    ``f(k) = Σ_j w_j cos(k·θ_j)`` as much larger at ``k = 0`` than at every other ``k`` of
+    ``offsets`` as a linear programme allows; returns ``(w, gap)``, ``gap = min_k f(0) − f(k)``."""
+    from scipy.optimize import linprog
+
+    ks = np.asarray([k for k in offsets if k != 0], dtype=np.float64)
+    J = len(thetas)
+    # variables: w_0..w_{J-1}, t; maximise t subject to sum_j w_j (1 - cos k θ_j) >= t, sum w = 1
+    A = np.hstack([-(1.0 - np.cos(ks[:, None] * thetas[None, :])), np.ones((len(ks), 1))])
+    res = linprog(np.r_[np.zeros(J), -1.0], A_ub=A, b_ub=np.zeros(len(ks)), A_eq=np.r_[np.ones(J), 0.0][None],
+                  b_eq=[1.0], bounds=[(0, None)] * J + [(None, None)])
+    if not res.success:
+        raise ValueError(f"no rotary weights: {res.message}")
+    return res.x[:J], float(res.x[J])
+
+
+@dataclass
+class RotarySpec:
+    """A Llama model (RMSNorm, rotary on every head dimension) whose layer-0 heads attend by
+    rotation alone: ``offsets[h] = (shift, gap)`` plants in head ``(0, h)`` scores
+    ``gap·f(i − n + shift)/g`` over keys ``i ≤ n`` (``f``, ``g`` of :func:`rotary_offset_weights`):
+    largest at key ``n − shift``, at least ``gap`` above every other key of the context, for
+    every token (its query and key read only the dimension all tokens share)."""
+
+    n_ctx: int = 32
+    d_vocab: int = 96
+    n_codes: int = 16
+    n_heads: int = 2
+    d_head: int = 32
+    rope_theta: float = 10000.0
+    offsets: dict[int, tuple[int, float]] = field(default_factory=dict)
+
+    @property
+    def d_model(self) -> int:
+        return self.n_heads * self.d_head
+
+    def thetas(self) -> np.ndarray:
+        return self.rope_theta ** (-np.arange(0, self.d_head, 2) / self.d_head)
+
+
+def save_rotary_dir(spec: RotarySpec, path: str | os.PathLike[str]) -> Path:
+    """Write ``spec`` as a Hugging Face Llama directory (safetensors, config, character tokenizer)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    d, H, dh, C = spec.d_model, spec.n_heads, spec.d_head, spec.n_codes
+    if C + 1 > d:
+        raise ValueError(f"{C} codes and a shared dimension need d_model > {C}")
+    cfg = LlamaConfig(vocab_size=spec.d_vocab, hidden_size=d, intermediate_size=4, num_hidden_layers=2,
+                      num_attention_heads=H, num_key_value_heads=H, max_position_embeddings=spec.n_ctx,
+                      rope_theta=spec.rope_theta, rms_norm_eps=1e-12, bos_token_id=0, eos_token_id=0, pad_token_id=0,
+                      tie_word_embeddings=False, attention_bias=False)
+    m = LlamaForCausalLM(cfg)
+    shared = d - 1
+    W_E = np.zeros((spec.d_vocab, d))
+    W_E[np.arange(spec.d_vocab), np.arange(spec.d_vocab) % C] = 1.0
+    W_E[:, shared] = 1.0
+    c = float(np.sqrt(d / 2.0))  # the shared coordinate after RMSNorm (weight 1)
+    th = spec.thetas()
+    half = dh // 2
+    span = np.arange(-(spec.n_ctx + 2), 3)
+    w, g = rotary_offset_weights(th, span)
+    W_Q, W_K = np.zeros((H * dh, d)), np.zeros((H * dh, d))
+    for h, (shift, gap) in spec.offsets.items():
+        amp = np.sqrt(gap / g * w * np.sqrt(dh))  # |q_j| = |k_j|: |q_j||k_j|/sqrt(dh) = gap·w_j/g
+        rows = h * dh + np.arange(half)
+        W_Q[rows, shared] = amp / c  # q_j = (amp, 0)
+        W_K[rows, shared] = amp * np.cos(shift * th) / c  # k_j = amp (cos shift·θ, sin shift·θ)
+        W_K[rows + half, shared] = amp * np.sin(shift * th) / c
+    t = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float32)  # noqa: E731
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+        for name, p in m.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+        m.model.embed_tokens.weight.copy_(t(W_E))
+        m.model.layers[0].self_attn.q_proj.weight.copy_(t(W_Q))
+        m.model.layers[0].self_attn.k_proj.weight.copy_(t(W_K))
+    p_ = Path(path)
+    p_.mkdir(parents=True, exist_ok=True)
+    m.save_pretrained(p_, safe_serialization=True)
+    char_tokenizer(spec.d_vocab).save_pretrained(p_)
+    return p_
+
+
+@dataclass
+class AlibiSpec:
+    """A BLOOM model (ALiBi, an embedding LayerNorm) whose layer-0 head ``(0, h)`` of
+    ``anti_self`` scores ``−anti_self[h]`` on every key whose token has the query's code and 0
+    on the others; every other head has zero query and key weights, so its pattern is ALiBi's
+    ``softmax(m_h (i − n))`` alone (``m_h``: :func:`posmech.models.scores.alibi_slopes`)."""
+
+    n_ctx: int = 32
+    d_vocab: int = 96
+    n_codes: int = 16
+    n_heads: int = 16
+    d_head: int = 16
+    anti_self: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def d_model(self) -> int:
+        return self.n_heads * self.d_head
+
+
+def save_alibi_dir(spec: AlibiSpec, path: str | os.PathLike[str]) -> Path:
+    """Write ``spec`` as a Hugging Face BLOOM directory (safetensors, config, character tokenizer)."""
+    import torch
+    from transformers import BloomConfig, BloomForCausalLM
+
+    d, H, dh, C = spec.d_model, spec.n_heads, spec.d_head, spec.n_codes
+    if C > dh or C + 1 > d:
+        raise ValueError(f"{C} codes need d_head >= {C} and d_model > {C}")
+    cfg = BloomConfig(vocab_size=spec.d_vocab, hidden_size=d, n_layer=2, n_head=H, layer_norm_epsilon=1e-12,
+                      bos_token_id=0, eos_token_id=0, pad_token_id=0, seq_length=spec.n_ctx)
+    m = BloomForCausalLM(cfg)
+    spare = d - 1
+    W_E = np.zeros((spec.d_vocab, d))
+    W_E[np.arange(spec.d_vocab), np.arange(spec.d_vocab) % C] = 1.0
+    W_E[:, spare] = -1.0  # zero mean: the embedding LayerNorm maps it to sqrt(d/2)(e_code - e_spare)
+    c = float(np.sqrt(d / 2.0))
+    qkv = np.zeros((H, 3, dh, d))  # BLOOM's fused layout: head, (q, k, v), d_head
+    for h, beta in spec.anti_self.items():
+        # q·k / sqrt(dh) = -beta on equal codes: q = -a e_code, k = a e_code in the head's first C dims
+        a = float(np.sqrt(beta * np.sqrt(dh))) / c
+        qkv[h, 0, np.arange(C), np.arange(C)] = -a
+        qkv[h, 1, np.arange(C), np.arange(C)] = a
+    t = lambda x: torch.as_tensor(np.asarray(x), dtype=torch.float32)  # noqa: E731
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+        for name, p in m.named_parameters():
+            if "layernorm" in name and name.endswith("weight") or name.startswith("transformer.ln_f.weight"):
+                p.fill_(1.0)
+        m.transformer.word_embeddings.weight.copy_(t(W_E))
+        m.transformer.h[0].self_attention.query_key_value.weight.copy_(t(qkv.reshape(3 * d, d)))
+    p_ = Path(path)
+    p_.mkdir(parents=True, exist_ok=True)
+    m.save_pretrained(p_, safe_serialization=True)
+    char_tokenizer(spec.d_vocab).save_pretrained(p_)
+    return p_

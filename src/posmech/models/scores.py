@@ -149,16 +149,20 @@ class ScoreFunction:
         m = torch.as_tensor(self.slopes, dtype=dtype, device=query_pos.device)
         return m.view(-1, *([1] * query_pos.ndim)) * (key_pos - query_pos).to(dtype)[None]
 
-    def full(self, q: Any, k: Any, extra: dict[str, Any] | None = None) -> Any:
-        """Raw scores ``[b, H, n_q, n_k]`` float32 (float64 for float64 ``q``) of every pair
-        (positions ``0..n-1``)."""
+    def full(self, q: Any, k: Any, extra: dict[str, Any] | None = None, positions: Any = None) -> Any:
+        """Raw scores ``[b, H, n_q, n_k]`` float32 (float64 for float64 ``q``) of every pair,
+        the tokens at ``positions`` (integer ``[n]``, default ``0..n-1``: ALiBi's bias reads
+        them; a rotary model's positions are already in ``extra``'s ``hook_cos``/``hook_sin``).
+        Every token at position 0 (the L rules' token-only input) switches ALiBi's bias off."""
         import torch
 
         q, k = self.prepare(q, k, extra)
         s = torch.einsum("bqhd,bkhd->bhqk", q, k) / self.scale
         if self.scheme == "alibi":
-            pq = torch.arange(q.shape[1], device=q.device)[:, None].expand(-1, k.shape[1])
-            pk = torch.arange(k.shape[1], device=q.device)[None, :].expand(q.shape[1], -1)
+            pos = (torch.arange(q.shape[1], device=q.device) if positions is None
+                   else torch.as_tensor(positions, device=q.device))
+            pq = pos[:, None].expand(-1, k.shape[1])
+            pk = pos[None, : k.shape[1]].expand(q.shape[1], -1)
             s = s + self.bias(pq, pk, s.dtype)[None]
         return s
 

@@ -136,7 +136,9 @@ def met_by(req: Requirement) -> str:
     if req.schemes is not None:
         parts.append("position scheme " + " or ".join(f"`{s}` ({SCHEME_WORDS.get(s, s)})" for s in req.schemes))
     if req.model_types is not None:
-        parts.append("`model_type` " + ", ".join(f"`{t}`" for t in req.model_types))
+        parts.append("`model_type` " + ", ".join(f"`{t}`" for t in req.model_types)
+                     + ("" if req.types_for is None else
+                        " (for position schemes " + ", ".join(f"`{s}`" for s in req.types_for) + "; any other scheme)"))
     if req.mlp:
         parts.append("an MLP in each block (`has_mlp`)")
     if req.pre_ln:

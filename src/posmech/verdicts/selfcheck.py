@@ -467,17 +467,35 @@ def rotary_mid_model() -> Any:
     head in the highest pair (0)."""
     heads = {(0, 0): hb.RotaryHead((2, 3), "positional", amplitude=60.0), (0, 1): hb.RotaryHead((0,), "content", 2.0)}
     return hb.rotary_model(heads, n_layer=1, n_head=2, d_head=16, d_model=32, n_ctx=N_CTX, d_vocab=D_VOCAB)
+ROPE_GAP = 15.0  # rope-planted: the planted head's score at its key above every other key (rotation alone)
+ALIBI_ANTI_SELF = 30.0  # alibi-planted: L0H0's penalty on keys of the query's token code
+
+
+def rope_planted_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.RotarySpec:
+    """A Llama model whose layer-0 heads attend by rotation alone (their queries and keys read
+    only the dimension every token shares): L0H0 scores key q − 1 at least ``ROPE_GAP`` above
+    every other key, L0H1 key q − 2; layer 1 and every output are zero."""
+    return hb.RotarySpec(n_ctx=n, d_vocab=d_vocab, offsets={0: (1, ROPE_GAP), 1: (2, ROPE_GAP)})
+
+
+def alibi_planted_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.AlibiSpec:
+    """A 16-head BLOOM model: L0H0 (ALiBi slope 2^-1/2 = 0.707) scores −``ALIBI_ANTI_SELF`` on
+    every key of the query's token code (16 codes), so on random tokens it leaves the query's own
+    key for the nearest other one; every other head has zero query and key weights: its pattern
+    is ALiBi's ``softmax(m_h (i − n))`` alone; every output is zero."""
+    return hb.AlibiSpec(n_ctx=n, d_vocab=d_vocab, anti_self={0: ALIBI_ANTI_SELF})
 
 
 # --------------------------------------------------------------------------- cases
 @dataclass(frozen=True)
 class Case:
     """One self-check model: its construction, the architecture it is written as (``gpt2``: a
-    Hugging Face GPT-2 directory; ``llama``: a Hugging Face Llama directory, rotary positions;
-    ``attn_only``: a legacy TransformerLens attention-only directory; ``random``: a random-init
-    Hugging Face model of the
-    :class:`~posmech.models.handbuilt.RandomSpec`'s architecture), and per claim the expected
-    verdict with the reason it must be so."""
+    Hugging Face GPT-2 directory; ``attn_only``: a legacy TransformerLens attention-only
+    directory; ``random``: a random-init Hugging Face model of the
+    :class:`~posmech.models.handbuilt.RandomSpec`'s architecture; ``hf``: a built Hugging Face
+    model, e.g. a rotary :func:`~posmech.models.handbuilt.rotary_model`; ``llama``: a rotary
+    Llama directory of a :class:`~posmech.models.handbuilt.RotarySpec`; ``bloom``: an ALiBi
+    BLOOM directory), and per claim the expected verdict with the reason it must be so."""
 
     name: str
     kind: str
@@ -490,8 +508,12 @@ class Case:
             return hb.save_model_dir(spec, path)
         if self.kind == "random":
             return hb.save_random_dir(spec, path)
+        if self.kind == "hf":
+            return hb.save_hf_model_dir(spec, path)
         if self.kind == "llama":
             return hb.save_rotary_dir(spec, path)
+        if self.kind == "bloom":
+            return hb.save_alibi_dir(spec, path)
         return hb.save_attn_only_dir(spec, path)
 
 
@@ -681,13 +703,13 @@ CASES: tuple[Case, ...] = (
         "P7": ("holds", "the planted head's second-largest mean diagonal is ~e^-30 of its largest: ratio ~0"),
     }),
     # Rotary models (P17, P18): heads whose q·k lives in known frequency pairs (handbuilt.rotary_model).
-    Case("rotary-high", "llama", rotary_high_model, {
+    Case("rotary-high", "hf", rotary_high_model, {
         "P17": ("holds", "the previous-token head L0H0's scores live in pairs 0 and 1, the highest-frequency "
                          "quarter of the 8 pairs: share 1"),
         "P18": ("holds", "usage shares: L0H0 half in pair 0, half in pair 1; the three content heads all in pair 7: "
                          "lowest quarter 0.375 over highest 0.125, ratio 3"),
     }),
-    Case("rotary-mid", "llama", rotary_mid_model, {
+    Case("rotary-mid", "hf", rotary_mid_model, {
         "P17": ("fails", "the previous-token head L0H0's scores live in pairs 2 and 3, outside the highest quarter "
                          "(pairs 0, 1): share 0"),
         "P18": ("fails", "no head uses the lowest quarter (pairs 6, 7): ratio 0"),
@@ -709,6 +731,38 @@ CASES: tuple[Case, ...] = (
         "L4": ("not measurable", "no head reaches the induction role's minimum score: no induction head, "
                                  "the L4 rows are written without a value"),
         "L5": ("fails", "uniform heads: the best other head's offset -2 mass is ~1/(q+1), below 0.2"),
+    }),
+    # rotary and ALiBi (issue 44): the position-only and token-only inputs per scheme (docs/claims.md)
+    Case("rope-planted", "llama", rope_planted_spec, {
+        "L1": ("holds", "L0H0's rotation puts key q - 1 15 above every other key: its previous-token mass is ~1"),
+        "L2": ("holds", "L0H0 reads only the dimension every token shares: with one token repeated (position-only) "
+                        "the rotation alone still puts ~1 on q - 1"),
+        "L3": ("fails", "rotary has no position-0 exception: with one token repeated, query 1 sees key 0 at offset "
+                        "-1 like any other query its previous key, and L0H0 puts ~1 there"),
+        "L4": ("not measurable", "layer 1 is zero (uniform): no head reaches the induction role's minimum score"),
+        "L5": ("holds", "L0H1's rotation puts key q - 2 15 above every other key: offset -2 mass ~1"),
+        "K6": ("holds", "every token embedding has the same norm: layer 0's RMSNorm scale is one number (ratio 1)"),
+        "K7": ("fails", "both layer-0 heads are local (offsets -1 and -2: detokenization), no contextual head"),
+        "K8": ("not measurable", "no layer-0 head is contextual or other: both are local (detokenization)"),
+        "K10": ("holds", "layer 1 is zero: each layer-1 row is uniform, as its positional kernel (zero weights)"),
+    }),
+    Case("alibi-planted", "bloom", alibi_planted_spec, {
+        "L1": ("holds", "L0H0 leaves keys of the query's code (-30) for the nearest other key, weighted by its slope "
+                        "0.707: previous-token mass ~0.51 >= 0.4"),
+        "L2": ("fails", "with one token repeated (position-only) every key has the query's code, so L0H0's pattern is "
+                        "ALiBi's softmax(0.707 (i - n)) alone: ~0.25 on q - 1; an ALiBi previous-token head needs "
+                        "the tokens"),
+        "L3": ("fails", "the same position-only pattern at query 1: e^-0.707 / (1 + e^-0.707) = 0.33 on key 0"),
+        "L4": ("not measurable", "layer 1 is zero: no head reaches the induction role's minimum score"),
+        "L5": ("fails", "every other head is ALiBi alone: its offset -2 mass is at most ~0.16 (slope ln 1.5), below "
+                        "0.2"),
+        "K6": ("holds", "the embedding LayerNorm gives every token the same norm: layer 0's LayerNorm scale is one "
+                        "number (ratio 1)"),
+        "K7": ("holds", "the zero heads' positional patterns are ALiBi's: those of mid slopes (e.g. 2^-2.5) are broad "
+                        "but not uniform, and carry no content: contextual"),
+        "K8": ("fails", "the broad heads have zero query and key weights: no content score, every denominator is 1 "
+                        "whatever the text (spread 0)"),
+        "K10": ("holds", "layer 1 is zero: each layer-1 row is uniform, as its positional kernel (zero weights)"),
     }),
 )
 
