@@ -19,7 +19,7 @@ def main(smk, log):
     for model in dict(smk.params.twins).values():
         o = table.loc[table["model"] == model, "origin"]
         log.info("%s against its twin: %d learned, %d holds on null, %d structural", model, (o == "learned").sum(),
-                 (o == "null").sum(), (o == "structural").sum())
+                 (o == "on null").sum(), (o == "structural").sum())
 
 
 if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)

@@ -106,7 +106,7 @@ def test_origin_from_verdicts_alone_learned_null_or_empty():
                      columns=FINDINGS_COLUMNS)
     out = with_twins(t, {"m-twin": "m"}).set_index(["claim", "model"])
     assert list(out.reset_index().columns) == FINDINGS_COLUMNS + TWIN_COLUMNS
-    assert out.loc[("P6", "m"), "origin"] == "null" and out.loc[("P6", "m"), "twin_value"] == 0.4
+    assert out.loc[("P6", "m"), "origin"] == "on null" and out.loc[("P6", "m"), "twin_value"] == 0.4
     assert out.loc[("P7", "m"), "origin"] == "learned" and out.loc[("P7", "m"), "twin_verdict"] == "fails"
     assert out.loc[("K1", "m"), "origin"] == ""  # fails on the model: nothing to attribute
     assert out.loc[("K7", "m"), "origin"] == ""  # the twin cannot say

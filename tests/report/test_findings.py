@@ -129,7 +129,7 @@ def test_findings_table_reads_each_verdict_against_the_twin(tmp_path):
     # P5 (<=, threshold 0.5): the margin is 0.25 x 0.5 = 0.125; 0.3 - 0.2 = 0.1 is less
     table = fd.findings_table([finding()], DEFAULTS, sc, ["a", "a-twin"], twins={"a-twin": "a"})
     a = table.set_index("model").loc["a"]
-    assert (a["verdict"], a["twin_verdict"], a["twin_value"], a["origin"]) == ("holds on null", "holds", 0.3, "null")
+    assert (a["verdict"], a["twin_verdict"], a["twin_value"], a["origin"]) == ("holds on null", "holds", 0.3, "on null")
     assert a["null_margin"] == pytest.approx(0.125) and "not beaten by the margin 0.125" in a["reason"]
     twin = table.set_index("model").loc["a-twin"]
     assert (twin["verdict"], twin["origin"], twin["twin_of"]) == ("holds", "", "a")  # the null keeps its own verdict
@@ -139,6 +139,10 @@ def test_findings_table_reads_each_verdict_against_the_twin(tmp_path):
     assert '<td class="v-holds"' not in html
     assert "✓◆ holds on null</span>" in html  # in the legend
     assert fd.counts(table)["a"] == {"holds": 0, "holds on null": 1, "fails": 0, "not measurable": 0}
+    # every origin survives a plain pandas.read_csv (no value pandas reads as NaN, as "null" would be)
+    write_table(table, tmp_path / "findings.csv")
+    assert pd.read_csv(tmp_path / "findings.csv").set_index("model").loc["a", "origin"] == "on null"
+    assert not set(fd.ORIGINS) & {"null", "NULL", "NA", "nan", "None", "n/a"}
     # a smaller margin: 0.1 >= 0.05 x 0.5, learned, plain green
     loose = {**DEFAULTS, "null_margin": 0.05}
     a = fd.findings_table([finding()], loose, sc, ["a", "a-twin"], twins={"a-twin": "a"}).set_index("model").loc["a"]
@@ -151,10 +155,10 @@ def test_findings_table_reads_each_verdict_against_the_twin(tmp_path):
 
 @pytest.mark.parametrize("predicate, value, twin, expected", [
     (">=", 0.6, 0.4, ("holds", "learned")),          # beats the twin by 0.2 >= 0.25 x 0.5
-    (">=", 0.6, 0.5, ("holds on null", "null")),     # by 0.1 only
-    (">=", 0.6, 0.9, ("holds on null", "null")),     # the twin does better: not learned either
+    (">=", 0.6, 0.5, ("holds on null", "on null")),     # by 0.1 only
+    (">=", 0.6, 0.9, ("holds on null", "on null")),     # the twin does better: not learned either
     ("<=", 0.4, 0.6, ("holds", "learned")),          # below the twin by 0.2
-    ("<=", 0.4, 0.2, ("holds on null", "null")),     # the twin is lower still
+    ("<=", 0.4, 0.2, ("holds on null", "on null")),     # the twin is lower still
     (">=", 0.6, None, ("holds", "learned")),         # the twin has no value: it lacks the object
 ])
 def test_against_null_margin_in_the_predicates_direction(predicate, value, twin, expected):

@@ -170,7 +170,7 @@ def test_twin_is_built_from_the_config_and_judged(arch_run, dirs):
     assert set(held["origin"].dropna()) <= {"structural", "learned"}
     assert set(held.index[held["origin"] == "structural"]) <= {"K1"}
     null = llama[llama["verdict"] == "holds on null"]
-    assert (null["origin"] == "null").all() and (null["twin_verdict"].isin(["holds", "fails"])).all()
+    assert (null["origin"] == "on null").all() and (null["twin_verdict"].isin(["holds", "fails"])).all()
     assert llama.loc["K1", "origin"] == "structural" and isinstance(llama.loc["K1", "structural"], str)
     assert table[table["model"] == "neox"]["twin_verdict"].isna().all()
     assert (table[(table["model"] == "neox")]["origin"].fillna("") != "").all()  # structural or no null

@@ -159,6 +159,9 @@ def point_parts(parts: list[tuple[Any, dict[str, str]]]) -> list[dict[str, Any]]
 #: the rules that make a model's weights, tokens and head table (a sweep point runs none)
 NOT_IN_SWEEP_POINTS = frozenset({"fetch_model", "train_demo_model", "build_twin", "checkpoint_model", "tokenize",
                                  "head_table"})
+#: what a twin's point runs first, its weights (one job instead of two: one interpreter and one
+#: ``import torch`` fewer, ~3-4 CPU s on the CI-sized run; docs/performance.md, "Twins")
+IN_TWIN_POINTS = frozenset({"build_twin"})
 
 
 def parts_by_checkpoint(rules: list[Any], collected: list[tuple[Any, list[dict[str, str]], bool]],
@@ -169,8 +172,10 @@ def parts_by_checkpoint(rules: list[Any], collected: list[tuple[Any, list[dict[s
     (the workflow's; those of :data:`NOT_IN_SWEEP_POINTS` never run in a sweep point).
     ``checkpoint_of``: ``{point: the model whose rule runs it}``; every point of a model must
     run the same rules. A random-init twin run as one job (config ``twins.figures: false``)
-    is a point of its own (``{twin: twin}``): every analysis its model runs, no figures."""
+    is a point of its own (``{twin: twin}``): its weights (:data:`IN_TWIN_POINTS`), then every
+    analysis its model runs, no figures."""
     producers = [r for r in rules if "model" in (r.wildcard_names or ()) and r.name not in NOT_IN_SWEEP_POINTS]
+    builders = [r for r in rules if r.name in IN_TWIN_POINTS]
     followed: dict[str, list[tuple[Any, dict[str, str]]]] = {}
     for step, jobs, _ in collected:
         for wc in jobs:
@@ -182,7 +187,8 @@ def parts_by_checkpoint(rules: list[Any], collected: list[tuple[Any, list[dict[s
     out: dict[str, list[tuple[Any, dict[str, str]]]] = {}
     first: dict[str, str] = {}
     for c, m in checkpoint_of.items():
-        out[c] = find_parts(c, followed.get(c, []), producers, {"corpus": list(corpora)})
+        twin = m == c  # a point of its own: a twin, which builds its weights
+        out[c] = find_parts(c, followed.get(c, []), producers + (builders if twin else []), {"corpus": list(corpora)})
         first.setdefault(m, c)
         if signature(out[c]) != signature(out[first[m]]):
             raise PosmechError(f"checkpoints {first[m]} and {c} of model {m} would run different rules in the "

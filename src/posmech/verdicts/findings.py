@@ -18,7 +18,7 @@ Then each verdict is read against the model's null, its random-init twin
 keeps its verdict with ``origin`` ``structural``; any other finding that passes its threshold
 ``holds`` only when its value beats the twin's by the margin ``findings.null_margin`` × |threshold|
 in the predicate's direction (``origin`` ``learned``), else its verdict is ``holds on null``
-(``origin`` ``null``: a random model of the same architecture does as well). A model without a
+(``origin`` ``on null``: a random model of the same architecture does as well). A model without a
 twin keeps ``holds`` with ``origin`` ``no null``.
 
 Pure functions, no I/O except :func:`load_findings` (reads and validates the YAML against
@@ -58,10 +58,10 @@ FINDINGS_COLUMNS = ["claim", "model", "verdict", "quantity", "value", "threshold
 TWIN_COLUMNS = ["twin_of", "twin_verdict", "twin_value", "null_margin", "origin"]
 #: ``structural``: the finding holds on any model by construction (any verdict); ``learned``:
 #: holds, and beats the twin by the margin (or the twin has no value: it lacks what the finding
-#: reads); ``null``: verdict ``holds on null``; ``no null``: the model has no twin (twins off),
+#: reads); ``on null``: verdict ``holds on null`` (not ``null``, which pandas.read_csv reads as NaN); ``no null``: the model has no twin (twins off),
 #: its verdicts are not compared with a random model; empty: fails or not measurable, or a
 #: twin's own row
-ORIGINS = ("structural", "learned", "null", "no null")
+ORIGINS = ("structural", "learned", "on null", "no null")
 #: the config key (section ``findings``) of the margin rule
 NULL_MARGIN = "null_margin"
 PREDICATES: dict[str, Callable[[float, float], bool]] = {
@@ -295,7 +295,7 @@ def against_null(finding: Finding, verdict: str, value: float | None, twin_verdi
     (``learned``) when the value beats the twin's by :func:`margin` in the predicate's
     direction (``>=``/``>``: above it, ``<=``/``<``: below it, ``==``: either way), or when the
     twin gives no value (it lacks what the finding reads); else it becomes ``holds on null``
-    (``null``). Without a twin it stays ``holds`` (``no null``)."""
+    (``on null``). Without a twin it stays ``holds`` (``no null``)."""
     if finding.structural:
         return verdict, "structural", f"; structural: {finding.structural}"
     if twin_verdict is None:
@@ -310,19 +310,19 @@ def against_null(finding: Finding, verdict: str, value: float | None, twin_verdi
            "<": twin_value - value}.get(finding.predicate, abs(value - twin_value))
     if gap >= m and gap > 0:
         return "holds", "learned", f"; beats its twin's {twin_value:.4g} by {gap:.4g} >= the margin {m:.4g}"
-    return HOLDS_ON_NULL, "null", (f"; but its twin gives {twin_value:.4g} ({twin_verdict}): not beaten by the "
+    return HOLDS_ON_NULL, "on null", (f"; but its twin gives {twin_value:.4g} ({twin_verdict}): not beaten by the "
                                    f"margin {m:.4g} (findings.{NULL_MARGIN} x |threshold|)")
 
 
 def origin(verdict: str, twin_verdict: str | None) -> str:
     """The origin a model's plain verdict gets from its twin's verdict alone, without values
     (:func:`against_null` decides in the findings table): ``learned`` when the model holds and
-    the twin does not, ``null`` when both hold, ``no null`` without a twin, else ``""``."""
+    the twin does not, ``on null`` when both hold, ``no null`` without a twin, else ``""``."""
     if twin_verdict is None:
         return "no null"
     if verdict != "holds" or twin_verdict not in ("holds", HOLDS_ON_NULL, "fails"):
         return ""
-    return "learned" if twin_verdict == "fails" else "null"
+    return "learned" if twin_verdict == "fails" else "on null"
 
 
 def with_twins(table: pd.DataFrame, twins: Mapping[str, str], findings: list[Finding] | None = None,
