@@ -58,7 +58,8 @@ FINDINGS_COLUMNS = ["claim", "model", "verdict", "quantity", "value", "threshold
 TWIN_COLUMNS = ["twin_of", "twin_verdict", "twin_value", "null_margin", "origin"]
 #: ``structural``: the finding holds on any model by construction (any verdict); ``learned``:
 #: holds, and beats the twin by the margin (or the twin has no value: it lacks what the finding
-#: reads); ``on null``: verdict ``holds on null`` (not ``null``, which pandas.read_csv reads as NaN); ``no null``: the model has no twin (twins off),
+#: reads); ``on null``: verdict ``holds on null`` (not ``null``, which pandas.read_csv reads as
+#: NaN); ``no null``: the model has no twin (twins off),
 #: its verdicts are not compared with a random model; empty: fails or not measurable, or a
 #: twin's own row
 ORIGINS = ("structural", "learned", "on null", "no null")
