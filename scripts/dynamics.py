@@ -12,7 +12,7 @@ def main(smk, log):
     points = list(smk.params.points)
     findings = findings_table(load_findings(smk.input.findings, smk.input.schema), dict(smk.params.thresholds),
                               list(smk.input.scorecards), [p["checkpoint"] for p in points],
-                              dict(smk.params.not_applicable))
+                              dict(smk.params.not_applicable), twins=None)  # plain verdicts: no null
     heads = read_heads(list(smk.input.heads))
     table = dynamics_table(points, findings, list(smk.params.claims), list(smk.params.heads), heads)
     write_table(table, smk.output.table, {"definitions": "posmech.verdicts.dynamics (module docstring)",

@@ -1,5 +1,6 @@
-"""Rule findings: the verdict (holds / fails / not measurable) of every model-independent
-finding of resources/findings.yaml on every model of the run (results/report/findings.csv)."""
+"""Rule findings: the verdict (holds / holds on null / fails / not measurable) of every
+model-independent finding of resources/findings.yaml on every model of the run, read against
+its random-init twin (results/report/findings.csv)."""
 
 from posmech.verdicts.findings import counts, findings_table, load_findings
 from posmech.pipeline.runner import run
@@ -17,7 +18,8 @@ def main(smk, log):
         log.info("%s: %s", model, ", ".join(f"{v} {n}" for v, n in c.items()))
     for model in dict(smk.params.twins).values():
         o = table.loc[table["model"] == model, "origin"]
-        log.info("%s against its twin: %d structural, %d learned", model, (o == "structural").sum(), (o == "learned").sum())
+        log.info("%s against its twin: %d learned, %d holds on null, %d structural", model, (o == "learned").sum(),
+                 (o == "on null").sum(), (o == "structural").sum())
 
 
 if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)

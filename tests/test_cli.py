@@ -238,7 +238,7 @@ def _findings_csv(d):
     from posmech.store.tables import write_table
 
     rows = [("P5", "a", "holds", 0.2, "0.2 <= 0.5"), ("P5", "b", "not measurable", None, "no earlier layer"),
-            ("K1", "a", "fails", 0.31, "0.31 < 0.9"), ("K1", "b", "holds", 0.95, "0.95 >= 0.9")]
+            ("K1", "a", "fails", 0.31, "0.31 < 0.9"), ("K1", "b", "holds on null", 0.95, "0.95 >= 0.9; but its twin")]
     df = pd.DataFrame([{"claim": c, "model": m, "verdict": v, "quantity": "q", "value": x, "threshold": 0.5,
                         "reason": why, "rule": "r", "finding": f"finding of {c}"} for c, m, v, x, why in rows],
                       columns=FINDINGS_COLUMNS)
@@ -251,10 +251,12 @@ def test_findings_prints_the_grid_and_one_claims_reasons(tmp_path, capsys):
     _findings_csv(d)
     assert main(["findings", str(d)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert "a: holds 1, fails 1, not measurable 0 · b: holds 1, fails 0, not measurable 1" in lines[0]
+    assert ("a: holds 1, holds on null 0, fails 1, not measurable 0 · b: holds 0, holds on null 1, fails 0, "
+            "not measurable 1") in lines[0]
+    assert "holds◆ = holds on null" in lines[0]
     assert lines[1].split() == ["a", "b"]  # models in the run's order
     assert lines[2].split() == ["P5", "holds", "0.2", "n/m"] and lines[3].split() == ["K1", "FAILS", "0.31",
-                                                                                     "holds", "0.95"]
+                                                                                     "holds◆", "0.95"]
     assert main(["findings", str(d / "findings.csv"), "--claim", "P5"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("P5: finding of P5\n") and "b: not measurable (r: q) - no earlier layer" in out

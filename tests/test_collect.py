@@ -90,3 +90,15 @@ def test_the_schedule_runs_on_a_checkpoint_only_what_the_sweep_follows():
     assert s.notes({"r": arch}) == [
         "posmech: model r (rotary positions, llama): 1 analysis rules do not apply and are not scheduled; their "
         "claims are `not measurable` with the reason (results/report/findings.csv, docs/workflow.md)"]
+
+
+def test_a_figureless_twin_makes_no_figure_but_counts_as_a_final_model():
+    """A random-init twin run as one job (config `twins.figures: false`, posmech.pipeline.sweep):
+    its figures are not collected, its scorecards and tables are, also without checkpoints."""
+    schedule = Schedule({}, {}, set())
+    c = Collector(FAMILIES, schedule.runs_on, {}, figureless={"m-twin"})
+    c.add(FAMILY, model=["m", "m-twin"])
+    assert c.collected("figure") == ["results/m/kernels/kernels_layer0.png"]
+    assert c.collected("scorecard", checkpoints=False) == ["results/m/scorecard/etc_table.csv",
+                                                          "results/m-twin/scorecard/etc_table.csv"]
+    assert "results/m-twin/kernels/etc.csv" in c.collected("table", checkpoints=False)

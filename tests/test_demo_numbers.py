@@ -118,13 +118,13 @@ def test_a_run_gives_the_blocks_its_numbers(tmp_path):
     twins = "\n".join(dn.twins_table(run))
     assert "| P7 | `min(diagonal_ratio)` | 0.033 ✓ | 0.980 ✗ |" in twins
     assert "| P8 | `cross_token_cosine` | 0.797 ✗ | 0.982 ✓ |" in twins
-    assert "Structural on `tiny` (it holds, and so does its twin): K1." in twins
+    assert "structural (true of any model): K1." in twins
     assert "`tiny-twin`'s best previous-token candidate scores 0.136" in twins
     rules = "\n".join(dn.p_rules(run, "tiny"))
     assert "the sharp head is L1H0, diagonal ratio 0.033; its previous-token mass 0.928" in rules
     assert "L1H0's previous-token mass 0.931 → 0.500" in rules
     counts = "\n".join(dn.findings_counts(run))
-    assert "- `tiny` (3 claims): holds 2 (P7, K1), fails 1, not measurable 0" in counts
+    assert "- `tiny` (3 claims): holds 2 (P7, K1), holds on null 0 (—), fails 1, not measurable 0" in counts
 
 
 def test_a_missing_run_says_to_run_make_demo(tmp_path):

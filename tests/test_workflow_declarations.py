@@ -114,7 +114,8 @@ def test_no_output_file_name_appears_in_two_workflow_files_or_twice():
         name = _distinct_tail(path, outputs)
         if re.fullmatch(r"\{\w+\}(\.\w+)*", name):
             continue
-        needle = re.compile(r"""[/"']""" + re.escape(name) + r"""(["']|\s*$)""", re.M)
+        # (a subscript, config["twins"]["figures"], is a key, not a path)
+        needle = re.compile(r"""(?<!\[)[/"']""" + re.escape(name) + r"""(["']|\s*$)""", re.M)
         elsewhere = sorted(f.name for f, t in texts.items() if f != where and needle.search(t))
         if elsewhere:
             problems.append(f"{name} (output in {where.name}:{no}) also written in {', '.join(elsewhere)}")

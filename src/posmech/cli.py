@@ -323,8 +323,9 @@ def _findings_file(path: str, fix: str) -> Path | None:
 
 def findings(path: str, claim: str | None = None) -> int:
     """``python -m posmech findings``: ``findings.csv`` (rule ``findings``) as a text grid, one
-    row per claim and one column per model, each cell the verdict (``holds``, ``FAILS``, ``n/m``
-    for not measurable) and the value; with ``--claim``, that claim's rows in full (the finding,
+    row per claim and one column per model, each cell the verdict (``holds``, ``holds◆`` for
+    holds on null, ``FAILS``, ``n/m`` for not measurable; `` ≡`` after a structural finding's) and
+    the value; with ``--claim``, that claim's rows in full (the finding,
     the quantity, value, threshold and the reason in words)."""
     import pandas as pd
 
@@ -350,16 +351,18 @@ def findings(path: str, claim: str | None = None) -> int:
             value = "" if pd.isna(r["value"]) else f" = {r['value']:.4g}"
             print(f"  {r['model']}: {r['verdict']} ({r['rule']}: {r['quantity']}{value}) - {r['reason']}")
         return 0
-    short = {"holds": "holds", "fails": "FAILS", "not measurable": "n/m"}
+    short = {"holds": "holds", "holds on null": "holds◆", "fails": "FAILS", "not measurable": "n/m"}
     cells = [short[v] if pd.isna(x) else f"{short[v]} {x:.3g}" for v, x in zip(table["verdict"], table["value"])]
-    if "origin" in table:  # ◆: holds on the model's random-init twin too (structural)
-        cells = [c + (" ◆" if o == "structural" else "") for c, o in zip(cells, table["origin"])]
+    if "origin" in table:  # ≡: holds on any model by construction (resources/findings.yaml `structural`)
+        cells = [c + (" ≡" if o == "structural" else "") for c, o in zip(cells, table["origin"])]
     grid = table.assign(cell=cells).pivot(index="claim", columns="model", values="cell")
     grid = grid.loc[list(dict.fromkeys(table["claim"])), list(dict.fromkeys(table["model"]))]
     tally = " · ".join(f"{m}: " + ", ".join(f"{v} {int((g['verdict'] == v).sum())}" for v in VERDICTS)
                        for m, g in table.groupby("model", sort=False))
     print(f"findings of {p} ({tally}; n/m = not measurable; --claim ID for the reasons"
-          + ("; ◆ = structural: holds on the model's random-init twin too" if "origin" in table
+          + ("; holds◆ = holds on null: the model's random-init twin does as well"
+             if (table["verdict"] == "holds on null").any() else "")
+          + ("; ≡ = structural: holds on any model by construction" if "origin" in table
              and (table["origin"] == "structural").any() else "") + ")")
     print(grid.rename_axis(None).rename_axis(None, axis=1).to_string())
     return 0

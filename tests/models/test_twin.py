@@ -28,7 +28,7 @@ def _config(**twins):
 
 
 def test_add_twins_copies_the_analysis_keys_not_the_weights_source():
-    cfg = _config(enabled=True, seed=7)
+    cfg = _config(enabled=True, trained=True, seed=7)
     assert add_twins(cfg) == ["a-twin", "b-twin"]
     assert cfg["models"]["a-twin"] == {"device": "cpu", "n_ctx": 16, "twin_of": "a", "seed": 7}
     assert cfg["models"]["b-twin"] == {"device": "auto", "n_ctx": None, "twin_of": "b", "seed": 7}
@@ -37,8 +37,14 @@ def test_add_twins_copies_the_analysis_keys_not_the_weights_source():
     assert twins_of(cfg) == {"a-twin": "a", "b-twin": "b"}
 
 
-def test_add_twins_off_by_default_and_for_chosen_models_only():
+def test_add_twins_on_by_default_for_untrained_models_off_when_asked_and_for_chosen_models_only():
+    """The null by default: every model the run does not train gets a twin (here `a`, a
+    local directory), a trained one (`b`) only with `trained`; `enabled: false` turns them off;
+    `models` chooses, trained or not."""
     cfg = _config()
+    assert add_twins(cfg) == ["a-twin"] and list(cfg["models"]) == ["a", "b", "a-twin"]
+    assert add_twins(_config(trained=True)) == ["a-twin", "b-twin"]
+    cfg = _config(enabled=False)
     assert add_twins(cfg) == [] and list(cfg["models"]) == ["a", "b"]
     cfg = _config(enabled=True, models=["b"])
     assert add_twins(cfg) == ["b-twin"] and "a-twin" not in cfg["models"]
@@ -88,18 +94,21 @@ def test_tl_legacy_twin_is_transformer_lens_initialisation(tmp_path):
     assert all(torch.equal(again[k], t[k]) for k in t)
 
 
-def test_origin_structural_learned_or_empty():
+def test_origin_from_verdicts_alone_learned_null_or_empty():
+    """Without the findings (a table of verdicts only) the origin comes from the twin's verdict:
+    learned where the twin fails, null where it holds too, no null without a twin."""
     rows = [("P6", "m", "holds", 0.5), ("P6", "m-twin", "holds", 0.4),
             ("P7", "m", "holds", 0.05), ("P7", "m-twin", "fails", 0.6),
             ("K1", "m", "fails", 0.1), ("K1", "m-twin", "holds", 0.9),
             ("K7", "m", "holds", 0.3), ("K7", "m-twin", "not measurable", None),
             ("P6", "n", "holds", 0.5)]
-    t = pd.DataFrame([{"claim": c, "model": m, "verdict": v, "value": x} for c, m, v, x in rows],
+    t = pd.DataFrame([{"claim": c, "model": m, "verdict": v, "value": x, "reason": "r"} for c, m, v, x in rows],
                      columns=FINDINGS_COLUMNS)
     out = with_twins(t, {"m-twin": "m"}).set_index(["claim", "model"])
     assert list(out.reset_index().columns) == FINDINGS_COLUMNS + TWIN_COLUMNS
-    assert out.loc[("P6", "m"), "origin"] == "structural" and out.loc[("P6", "m"), "twin_value"] == 0.4
+    assert out.loc[("P6", "m"), "origin"] == "on null" and out.loc[("P6", "m"), "twin_value"] == 0.4
     assert out.loc[("P7", "m"), "origin"] == "learned" and out.loc[("P7", "m"), "twin_verdict"] == "fails"
     assert out.loc[("K1", "m"), "origin"] == ""  # fails on the model: nothing to attribute
     assert out.loc[("K7", "m"), "origin"] == ""  # the twin cannot say
     assert out.loc[("P6", "n"), "twin_verdict"] == "" and out.loc[("P6", "m-twin"), "twin_of"] == "m"
+    assert out.loc[("P6", "n"), "origin"] == "no null" and out.loc[("P6", "m-twin"), "origin"] == ""

@@ -52,11 +52,11 @@ def test_every_published_claim_is_catalogued_once_with_its_rules():
         p.read_text(encoding="utf-8") for p in (REPO / "workflow" / "rules").glob("*.smk")), re.M))
     rules |= {a for analyses in FAMILIES.values() for a in analyses}  # analyses run by a family's rule
     for cid, cells in judged.items():
-        named = set(re.findall(r"`(\w+)`", cells[1] + cells[3]))
+        named = set(re.findall(r"`(\w+)`", cells[1] + cells[4]))
         assert named <= rules, (cid, named - rules)
     for e in published:  # a published entry's rule is one the catalogue names for the claim
         if e.get("rule"):
-            assert f"`{e['rule']}`" in judged[e["claim"]][1] + judged[e["claim"]][3], e
+            assert f"`{e['rule']}`" in judged[e["claim"]][1] + judged[e["claim"]][4], e
 
 
 def test_catalogue_links_every_post_and_renders_with_claim_anchors():

@@ -111,26 +111,99 @@ def test_findings_table_one_row_per_claim_and_model(tmp_path):
     assert 'class="v-holds"' in html and "0.2" in html and "does not run on b" in html
 
 
-def test_findings_table_with_a_twin_marks_structural_cells(tmp_path):
-    """The twin's own verdicts come from its scorecard like any model's; its model's rows say
-    what it gave, and the grid shows the model only, a structural cell marked ◆."""
+def _twin_scorecards(tmp_path, values):
     sc = []
-    for m, v in (("a", 0.2), ("a-twin", 0.3)):
+    for m, v in values:
         p = tmp_path / "results" / m / "scorecard" / "prev_knockout.csv"
         p.parent.mkdir(parents=True)
         write_table(scorecard_rows([{"claim": "P5", "model": m, "quantity": "prev_token_mass_ratio", "value": v}]), p)
         sc.append(str(p))
+    return sc
+
+
+def test_findings_table_reads_each_verdict_against_the_twin(tmp_path):
+    """The twin's own verdicts come from its scorecard like any model's; its model's rows say
+    what it gave, and a value that passes the threshold but does not beat the twin's by the
+    margin is `holds on null`, shown ✓◆ on amber, never plain green; the grid shows the model only."""
+    sc = _twin_scorecards(tmp_path, (("a", 0.2), ("a-twin", 0.3)))
+    # P5 (<=, threshold 0.5): the margin is 0.25 x 0.5 = 0.125; 0.3 - 0.2 = 0.1 is less
     table = fd.findings_table([finding()], DEFAULTS, sc, ["a", "a-twin"], twins={"a-twin": "a"})
     a = table.set_index("model").loc["a"]
-    assert (a["verdict"], a["twin_verdict"], a["twin_value"], a["origin"]) == ("holds", "holds", 0.3, "structural")
+    assert (a["verdict"], a["twin_verdict"], a["twin_value"], a["origin"]) == ("holds on null", "holds", 0.3, "on null")
+    assert a["null_margin"] == pytest.approx(0.125) and "not beaten by the margin 0.125" in a["reason"]
+    twin = table.set_index("model").loc["a-twin"]
+    assert (twin["verdict"], twin["origin"], twin["twin_of"]) == ("holds", "", "a")  # the null keeps its own verdict
     html = str(grid_html(table))
     assert "<th>a-twin</th>" not in html and "Random-init twin a-twin: holds (0.3)" in html
-    assert '0.2 <span class="fg-g">✓◆</span>' in html  # holds (✓), and on the twin too (◆)
-    assert "✓◆ structural" in html  # in the legend
-    # the twin failing instead: learned, no mark
-    strict = {**DEFAULTS, "p5_max_mass_ratio": 0.25}
-    a = fd.findings_table([finding()], strict, sc, ["a", "a-twin"], twins={"a-twin": "a"}).set_index("model").loc["a"]
-    assert (a["twin_verdict"], a["origin"]) == ("fails", "learned")
+    assert '<td class="v-holds-on-null"' in html and '0.2 <span class="fg-g">✓◆</span>' in html
+    assert '<td class="v-holds"' not in html
+    assert "✓◆ holds on null</span>" in html  # in the legend
+    assert fd.counts(table)["a"] == {"holds": 0, "holds on null": 1, "fails": 0, "not measurable": 0}
+    # every origin survives a plain pandas.read_csv (no value pandas reads as NaN, as "null" would be)
+    write_table(table, tmp_path / "findings.csv")
+    assert pd.read_csv(tmp_path / "findings.csv").set_index("model").loc["a", "origin"] == "on null"
+    assert not set(fd.ORIGINS) & {"null", "NULL", "NA", "nan", "None", "n/a"}
+    # a smaller margin: 0.1 >= 0.05 x 0.5, learned, plain green
+    loose = {**DEFAULTS, "null_margin": 0.05}
+    a = fd.findings_table([finding()], loose, sc, ["a", "a-twin"], twins={"a-twin": "a"}).set_index("model").loc["a"]
+    assert (a["verdict"], a["origin"]) == ("holds", "learned") and "beats its twin's 0.3 by 0.1" in a["reason"]
+    # the twin failing: learned
+    sc2 = _twin_scorecards(tmp_path / "2", (("a", 0.2), ("a-twin", 0.9)))
+    a = fd.findings_table([finding()], DEFAULTS, sc2, ["a", "a-twin"], twins={"a-twin": "a"}).set_index("model").loc["a"]
+    assert (a["verdict"], a["twin_verdict"], a["origin"]) == ("holds", "fails", "learned")
+
+
+@pytest.mark.parametrize("predicate, value, twin, expected", [
+    (">=", 0.6, 0.4, ("holds", "learned")),          # beats the twin by 0.2 >= 0.25 x 0.5
+    (">=", 0.6, 0.5, ("holds on null", "on null")),     # by 0.1 only
+    (">=", 0.6, 0.9, ("holds on null", "on null")),     # the twin does better: not learned either
+    ("<=", 0.4, 0.6, ("holds", "learned")),          # below the twin by 0.2
+    ("<=", 0.4, 0.2, ("holds on null", "on null")),     # the twin is lower still
+    (">=", 0.6, None, ("holds", "learned")),         # the twin has no value: it lacks the object
+])
+def test_against_null_margin_in_the_predicates_direction(predicate, value, twin, expected):
+    f = finding(predicate=predicate, threshold="t")
+    thr = {"t": 0.5, "null_margin": 0.25}
+    tv = "fails" if twin is None else "holds"
+    assert fd.against_null(f, "holds", value, "not measurable" if twin is None else tv, twin, thr)[:2] == expected
+    assert fd.margin(f, thr) == pytest.approx(0.125)
+
+
+def test_against_null_structural_and_no_null_and_other_verdicts():
+    thr = {"t": 0.5, "null_margin": 0.25}
+    built = finding(predicate=">=", threshold="t", structural="a softmax is always a distribution")
+    # a structural finding keeps its verdict, twin or not, and says why
+    assert fd.against_null(built, "holds", 0.6, "holds", 0.6, thr)[:2] == ("holds", "structural")
+    assert "a softmax" in fd.against_null(built, "fails", 0.1, None, None, thr)[2]
+    plain = finding(predicate=">=", threshold="t")
+    # no twin: the verdict stays, origin no null, said in the reason of a holds
+    v, o, words = fd.against_null(plain, "holds", 0.9, None, None, thr)
+    assert (v, o) == ("holds", "no null") and "no null" in words
+    assert fd.against_null(plain, "fails", 0.1, None, None, thr) == ("fails", "no null", "")
+    # fails and not measurable are kept beside a twin
+    assert fd.against_null(plain, "fails", 0.1, "holds", 0.9, thr) == ("fails", "", "")
+    assert fd.against_null(plain, "not measurable", None, "holds", 0.9, thr) == ("not measurable", "", "")
+
+
+def test_findings_table_structural_and_no_null_columns(tmp_path):
+    """A structural finding is shown apart (column `structural`, origin, the grid's ≡ on a
+    blue-grey cell, never green); a model without a twin says `no null`."""
+    sc = _twin_scorecards(tmp_path, (("a", 0.2),))
+    built = finding(structural="the ratio is at most one on any model")
+    table = fd.findings_table([built], DEFAULTS, sc, ["a"])
+    a = table.set_index("model").loc["a"]
+    assert (a["verdict"], a["origin"], a["structural"]) == ("holds", "structural", "the ratio is at most one on any model")
+    html = str(grid_html(table))
+    assert '<td class="v-structural"' in html and '<span class="fg-g">✓≡</span>' in html and "P5</a> ≡" in html
+    plain = fd.findings_table([finding()], DEFAULTS, sc, ["a"], twins={}).set_index("model").loc["a"]
+    assert (plain["verdict"], plain["origin"]) == ("holds", "no null") and "no null" in plain["reason"]
+    assert "(no null: no random-init twin)" in str(grid_html(fd.findings_table([finding()], DEFAULTS, sc, ["a"],
+                                                                              twins={})))
+    # twins=None (the dynamics sweep's checkpoints): the plain threshold verdicts
+    bare = fd.findings_table([finding()], DEFAULTS, sc, ["a"]).set_index("model").loc["a"]
+    assert (bare["verdict"], bare["origin"]) == ("holds", "") and "no null" not in bare["reason"]
+    with pytest.raises(PosmechError, match="findings.null_margin"):
+        fd.findings_table([finding()], {**DEFAULTS, "null_margin": -1}, sc, ["a"])
 
 
 def test_grid_cells_carry_a_glyph_per_verdict_and_rows_the_quantity_they_judge(tmp_path):

@@ -29,8 +29,8 @@ TWINS = ("llama-twin",)
 def _config(tmp_path, dirs, models=MODELS, bloom_n_ctx=32, twins=("llama",)):
     cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
     cfg["models"] = {m: {"source": str(dirs[m]), "device": "cpu"} for m in models}
-    if twins:
-        cfg["twins"] = {"enabled": True, "models": list(twins)}
+    # every untrained model gets a twin by default (config section `twins`): only the chosen here
+    cfg["twins"] = {"enabled": True, "models": list(twins)} if twins else {"enabled": False}
     if "neox" in models:  # TransformerLens 4.3's compatibility mode is wrong on GPT-NeoX (preflight)
         cfg["models"]["neox"]["processing"] = "raw"
     if "bloom" in models and bloom_n_ctx:
@@ -75,6 +75,8 @@ def test_every_claim_judged_on_every_architecture(arch_run):
     claims = [f.claim for f in load_findings(REPO / "resources/findings.yaml")]
     assert sorted(zip(table["claim"], table["model"])) == sorted((c, m) for c in claims for m in MODELS + TWINS)
     assert set(table["verdict"]) <= set(VERDICTS)
+    # the twin's own rows keep their plain verdicts; only models read against a twin can be `holds on null`
+    assert set(table.loc[table["verdict"] == "holds on null", "model"]) <= {"llama"}
     nm = table[table["verdict"] == "not measurable"]
     assert nm["reason"].fillna("").str.len().min() > 10
     by = table.set_index(["model", "claim"])["reason"]
@@ -162,11 +164,21 @@ def test_twin_is_built_from_the_config_and_judged(arch_run, dirs):
     llama = table[table["model"] == "llama"].set_index("claim")
     assert (twin["twin_of"] == "llama").all() and llama["twin_of"].isna().all()
     assert list(llama["twin_verdict"]) == list(twin.loc[llama.index, "verdict"])
+    # read against the null: a plain holds beats the twin by the margin (or the twin has no
+    # value); a value the twin matches is `holds on null`; K1 holds by construction
     held = llama[llama["verdict"] == "holds"]
     assert set(held["origin"].dropna()) <= {"structural", "learned"}
-    assert ((held["origin"] == "structural") == (held["twin_verdict"] == "holds")).all()
+    assert set(held.index[held["origin"] == "structural"]) <= {"K1"}
+    null = llama[llama["verdict"] == "holds on null"]
+    assert (null["origin"] == "on null").all() and (null["twin_verdict"].isin(["holds", "fails"])).all()
+    assert llama.loc["K1", "origin"] == "structural" and isinstance(llama.loc["K1", "structural"], str)
     assert table[table["model"] == "neox"]["twin_verdict"].isna().all()
+    assert (table[(table["model"] == "neox")]["origin"].fillna("") != "").all()  # structural or no null
     assert not (work / "resources/models/neox-twin").exists()
+    # the twin ran its analyses in one job, without figures (twins.figures: false)
+    assert (work / "logs/sweep/llama-twin.log").exists()
+    assert not list((work / "results/llama-twin").rglob("*.png"))
+    assert list((work / "results/llama").rglob("*.png"))
 
 
 def test_the_random_init_twin_holds_no_head_role(arch_run):

@@ -20,7 +20,7 @@ rule attn_only:
     benchmark:
         "benchmarks/attn_only/{model}.tsv"
     wildcard_constraints:
-        model=regex(FINAL_MODELS),  # a checkpoint: its sweep point (dynamics.smk)
+        model=regex(JOB_MODELS),  # a checkpoint, a twin: its sweep point (dynamics.smk)
     conda:
         "../envs/posmech.yaml"
     threads: model_threads
@@ -58,7 +58,7 @@ rule bos_induction:
     benchmark:
         "benchmarks/bos_induction/{model}.tsv"
     wildcard_constraints:
-        model=regex(FINAL_MODELS),  # a checkpoint: its sweep point (dynamics.smk)
+        model=regex(JOB_MODELS),  # a checkpoint, a twin: its sweep point (dynamics.smk)
     conda:
         "../envs/posmech.yaml"
     threads: model_threads

@@ -12,7 +12,7 @@ rule cache_activations:
     benchmark:
         "benchmarks/cache_activations/{model}/{corpus}.tsv"
     wildcard_constraints:
-        model=regex(FINAL_MODELS),  # a checkpoint: its sweep point (dynamics.smk)
+        model=regex(JOB_MODELS),  # a checkpoint, a twin: its sweep point (dynamics.smk)
         corpus=regex(CORPORA),
     conda:
         "../envs/posmech.yaml"

@@ -11,9 +11,11 @@ localrules:
 # One job per checkpoint (a sweep point): the followed rules, and the rules they read, as
 # their own jobs would run them, in one process, without figures (posmech.pipeline.sweep). One rule
 # per swept model: which followed rules apply, and so the outputs, can differ between models.
+# A random-init twin (TWIN_POINTS, config `twins.figures: false`) is a point of its own: every
+# analysis its model runs, in one job, without figures (only its verdicts are shown).
 SWEEP = sweep_points_of_run()
 
-for _model, _first in swept_models(SWEEP.parts, CHECKPOINT_OF).items():
+for _model, _first in swept_models(SWEEP.parts, POINT_OF).items():
 
     rule:
         name:
@@ -27,7 +29,7 @@ for _model, _first in swept_models(SWEEP.parts, CHECKPOINT_OF).items():
         benchmark:
             "benchmarks/sweep/{model}.tsv"
         wildcard_constraints:
-            model=regex([c for c, m in CHECKPOINT_OF.items() if m == _model]),
+            model=regex([c for c, m in POINT_OF.items() if m == _model]),
         conda:
             "../envs/posmech.yaml"
         threads: model_threads

@@ -18,7 +18,7 @@ rule neurons:
     benchmark:
         "benchmarks/neurons/{model}.tsv"
     wildcard_constraints:
-        model=regex(FINAL_MODELS),  # a checkpoint: its sweep point (dynamics.smk)
+        model=regex(JOB_MODELS),  # a checkpoint, a twin: its sweep point (dynamics.smk)
     conda:
         "../envs/posmech.yaml"
     threads: model_threads

@@ -21,7 +21,7 @@ rule posembed_averaging:
     benchmark:
         "benchmarks/posembed_averaging/{model}.tsv"
     wildcard_constraints:
-        model=regex(FINAL_MODELS),  # a checkpoint: its sweep point (dynamics.smk)
+        model=regex(JOB_MODELS),  # a checkpoint, a twin: its sweep point (dynamics.smk)
     conda:
         "../envs/posmech.yaml"
     threads: model_threads
@@ -50,7 +50,7 @@ rule posembed_attention:
     benchmark:
         "benchmarks/posembed_attention/{model}.tsv"
     wildcard_constraints:
-        model=regex(FINAL_MODELS),  # a checkpoint: its sweep point (dynamics.smk)
+        model=regex(JOB_MODELS),  # a checkpoint, a twin: its sweep point (dynamics.smk)
     conda:
         "../envs/posmech.yaml"
     threads: model_threads

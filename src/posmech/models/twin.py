@@ -15,9 +15,12 @@ initialisation (every ``W_*`` normal with standard deviation ``initializer_range
 default ``0.8/sqrt(d_model)``; biases zero; LayerNorm scales one). The tokenizer files are
 copied, so the twin reads the same tokens.
 
-Config: the ``twins`` section (``enabled``, ``models``, ``seed``); a twin of model ``m`` is
-the model ``m-twin`` of the run (:func:`add_twins`), in every config section that lists
-``m``.
+Config: the ``twins`` section (``enabled``, on by default; ``trained``, ``figures``,
+``models``, ``seed``); a twin of model ``m`` is the model ``m-twin`` of the run
+(:func:`add_twins`), in every config section that lists ``m``. Every model the run does not
+train gets one unless the config turns it off: a verdict is read against it
+(:func:`posmech.verdicts.findings.judge_against_null`). Without figures (the default) a twin's
+analyses run as one job (:mod:`posmech.pipeline.sweep`).
 """
 
 from __future__ import annotations
@@ -44,16 +47,19 @@ def twin_name(model: str) -> str:
 
 def add_twins(config: dict[str, Any]) -> list[str]:
     """Add a model entry ``<m>-twin`` to ``config["models"]`` (in place) for every model of
-    the ``twins`` section when ``twins.enabled``: the model's analysis keys (context,
+    the ``twins`` section when ``twins.enabled`` (the default): those of ``twins.models``, else
+    every model the run does not train (``train:``), and the trained ones too when
+    ``twins.trained``. Each entry holds the model's analysis keys (context,
     device, dtype, processing, engine, …) with ``twin_of`` and ``seed`` in place of where
     the weights come from; and add the twin wherever a config section's ``models`` list
     names its model. Returns the twins' names. A name taken by a configured model is a
     :class:`PosmechError` naming the key."""
     sec = config.get("twins") or {}
-    if not sec.get("enabled"):
+    if not sec.get("enabled", True):
         return []
     models = config["models"]
-    chosen = [m for m in models if m in (sec.get("models") or [])] or [m for m in models if "twin_of" not in models[m]]
+    chosen = [m for m in models if m in (sec.get("models") or [])] or [
+        m for m in models if "twin_of" not in models[m] and ("train" not in models[m] or sec.get("trained", False))]
     added = []
     for m in chosen:
         t = twin_name(m)

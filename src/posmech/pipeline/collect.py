@@ -20,7 +20,7 @@ The rules are Snakemake ``Rule`` objects (``rules.<name>.rule``); nothing here n
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 from posmech.core.errors import PosmechError
@@ -63,11 +63,16 @@ class Collector:
     ``families``: :data:`posmech.core.families.FAMILIES`; ``runs_on(analysis, models)``: the
     models an analysis can run on (applicability, and on a checkpoint only what the sweep
     follows); ``checkpoint_of``: ``{checkpoint: its model}`` (a checkpoint's figures are
-    not made: its sweep point draws none, :mod:`posmech.pipeline.sweep`)."""
+    not made: its sweep point draws none, :mod:`posmech.pipeline.sweep`); ``figureless``: other
+    models whose analyses run as one job without figures (the random-init twins, config
+    ``twins.figures: false``), whose figures are not made either, though their scorecards
+    and tables count as a final model's."""
 
     def __init__(self, families: Mapping[str, tuple[str, ...]],
-                 runs_on: Callable[[str, list[str]], list[str]], checkpoint_of: Mapping[str, str]) -> None:
+                 runs_on: Callable[[str, list[str]], list[str]], checkpoint_of: Mapping[str, str],
+                 figureless: Collection[str] = ()) -> None:
         self.families, self.runs_on, self.checkpoint_of = families, runs_on, checkpoint_of
+        self.figureless = set(figureless) | set(checkpoint_of)
         #: ``(rule, [wildcards of each job], report_tables)``
         self.entries: list[tuple[Any, list[dict[str, str]], bool]] = []
 
@@ -127,7 +132,8 @@ class Collector:
 
     def outputs(self) -> Iterator[tuple[str, Any, dict[str, str], str, Any, bool]]:
         """``(path, rule, wildcards, key, iofile, report_tables)`` of every collected output,
-        in the order of the ``collect`` lines; a checkpoint's figures are left out."""
+        in the order of the ``collect`` lines; a checkpoint's (and a figureless model's)
+        figures are left out."""
         from snakemake.io import apply_wildcards
 
         for step, jobs, report_tables in self.entries:
@@ -135,7 +141,7 @@ class Collector:
                 for key, files in step.output.items():
                     for f in files if isinstance(files, list) else [files]:
                         path = apply_wildcards(str(f), wc)
-                        if wc.get("model") in self.checkpoint_of and is_figure(path):
+                        if wc.get("model") in self.figureless and is_figure(path):
                             continue
                         yield path, step, wc, key, f, report_tables
 

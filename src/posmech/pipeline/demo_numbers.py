@@ -292,8 +292,10 @@ def findings_counts(run: Run) -> list[str]:
         f = run.model(m).get("findings") or {}
         if not f:
             continue
-        by = {v: [c for c, r in f.items() if r.get("verdict") == v] for v in ("holds", "fails", "not measurable")}
+        by = {v: [c for c, r in f.items() if r.get("verdict") == v]
+              for v in ("holds", "holds on null", "fails", "not measurable")}
         out.append(f"- `{m}` ({len(f)} claims): holds {len(by['holds'])} ({', '.join(by['holds']) or '—'}), "
+                   f"holds on null {len(by['holds on null'])} ({', '.join(by['holds on null']) or '—'}), "
                    f"fails {len(by['fails'])}, not measurable {len(by['not measurable'])}")
     return out + ["", f"(`results/report/findings.csv` of the `make demo` run of {run.date}; `make demo-numbers`.)"]
 
@@ -319,8 +321,10 @@ def twins_table(run: Run) -> list[str]:
         rows.append(f"| {c} | `{q}` | " + " | ".join(cells) + " |")
     lines = rows + [""]
     for m, _ in pairs:
+        on_null = [c for c, r in run.model(m)["findings"].items() if r.get("verdict") == "holds on null"]
         structural = [c for c, r in run.model(m)["findings"].items() if r.get("origin") == "structural"]
-        lines.append(f"Structural on `{m}` (it holds, and so does its twin): {', '.join(structural) or 'none'}.")
+        lines.append(f"Holds on the null on `{m}` (it passes the threshold, and its twin scores as well): "
+                     f"{', '.join(on_null) or 'none'}; structural (true of any model): {', '.join(structural) or 'none'}.")
     for m, t in pairs:
         card = (run.model(t).get("scorecard") or {}).get("random_token_patterns")
         if card:
@@ -328,11 +332,11 @@ def twins_table(run: Run) -> list[str]:
                          f"and its best induction candidate {f3(card.get('induction_candidate_score'))} on random "
                          "tokens.")
     return lines + ["", f"(`results/report/findings.csv` and the twins' scorecards of the `make demo` run of {run.date}, "
-                    "written by `make demo-numbers`; a value with its verdict: ✓ holds, ✗ fails.)"]
+                    "written by `make demo-numbers`; a value with its verdict: ✓ holds, ✓◆ holds on null, ✗ fails.)"]
 
 
 def _verdict(value: Any, verdict: Any) -> str:
-    mark = {"holds": " ✓", "fails": " ✗"}.get(str(verdict), "")
+    mark = {"holds": " ✓", "holds on null": " ✓◆", "fails": " ✗"}.get(str(verdict), "")
     if value is None:
         return "n/m" if verdict == "not measurable" else "—"
     v = float(value)

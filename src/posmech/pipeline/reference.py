@@ -199,20 +199,35 @@ def holds_when(a: Analysis, claim: str, thresholds: Mapping[str, Any]) -> str:
     return f"`{quantity}` {PREDICATES[c.predicate]} `findings.{c.threshold}`{default}"
 
 
+def against_null(a: Analysis, claim: str, thresholds: Mapping[str, Any], structural: Mapping[str, str]) -> str:
+    """``beats its twin by ≥ 0.025``, or ``structural``: what a finding needs of its null
+    (:func:`posmech.verdicts.findings.against_null`)."""
+    if claim in structural:
+        return "structural: holds on any model by construction (shown apart)"
+    c = a.claims[claim]
+    if c.threshold not in thresholds or "null_margin" not in thresholds:
+        return "beats its twin by `findings.null_margin` × \\|threshold\\|"
+    side = {">=": "above", ">": "above", "<=": "below", "<": "below"}.get(c.predicate, "away from")
+    m = float(thresholds["null_margin"]) * abs(float(thresholds[c.threshold]))
+    return f"{side} its twin's by ≥ {m:.4g}"
+
+
 def claims_table(analyses: Mapping[str, Analysis], thresholds: Mapping[str, Any],
-                 published: Mapping[str, list[str]]) -> list[str]:
+                 published: Mapping[str, list[str]], structural: Mapping[str, str] | None = None) -> list[str]:
     """``claims``: one row per claim an analysis judges. ``thresholds``: the ``findings``
     keys' defaults; ``published``: per claim, the analyses named as ``rule`` by its published
-    values (``resources/published.yaml``)."""
-    rows = ["| claim | its finding is judged by | holds when | its published values also from | "
-            "needs of a model |", "|---|---|---|---|---|"]
+    values (``resources/published.yaml``); ``structural``: the findings that hold by
+    construction (``resources/findings.yaml``), not read against the twin."""
+    rows = ["| claim | its finding is judged by | holds when | and against the null (default margin) | "
+            "its published values also from | needs of a model |", "|---|---|---|---|---|---|"]
     judged = claims(dict(analyses))
     for claim in sorted(judged, key=claim_key):
         a, _ = judged[claim]
         rule = f" (rule `{a.rule}`)" if a.rule != a.name else ""
         also = [r for r in published.get(claim, []) if r != a.name]
         every = all_needs(a.name, analyses)
-        rows.append(f"| {claim} | `{a.name}`{rule} | {holds_when(a, claim, thresholds)} | {_names(also)} | "
+        rows.append(f"| {claim} | `{a.name}`{rule} | {holds_when(a, claim, thresholds)} | "
+                    f"{against_null(a, claim, thresholds, structural or {})} | {_names(also)} | "
                     f"{_names(every) if every else 'any model'} |")
     return rows
 
@@ -242,7 +257,7 @@ class Sources:
             "analyses": lambda: analyses_table(self.analyses),
             "requirements": lambda: requirements_table(self.requirements),
             "applicability": lambda: applicability_table(self.analyses),
-            "claims": lambda: claims_table(self.analyses, self.thresholds, self.published),
+            "claims": lambda: claims_table(self.analyses, self.thresholds, self.published, structural_findings()),
         }
         if name not in tables:
             raise PosmechError(f"`<!-- generated: {name} -->`: no such block (posmech.pipeline.reference: "
@@ -261,6 +276,14 @@ def default_thresholds(analyses: Mapping[str, Analysis]) -> dict[str, Any]:
     for a in analyses.values():
         out.update({k: v["default"] for k, v in a.thresholds.items() if "default" in v})
     return out
+
+
+def structural_findings(path: Path = REPO / "resources" / "findings.yaml") -> dict[str, str]:
+    """``{claim: why}`` of the findings that hold on any model by construction."""
+    import yaml
+
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return {str(e["claim"]): str(e["structural"]) for e in doc.get("findings", []) if e.get("structural")}
 
 
 def published_rules(path: Path = REPO / "resources" / "published.yaml") -> dict[str, list[str]]:

@@ -54,9 +54,11 @@ def find_parts(checkpoint: str, followed: list[Any], producers: list[Any],
                values: dict[str, list[str]]) -> list[tuple[Any, dict[str, str]]]:
     """The parts of ``checkpoint``'s sweep point: ``(rule, wildcards)`` in data-flow order
     (each after the parts whose outputs it reads). ``followed``: the rules the sweep follows
-    that run on the checkpoint; ``producers``: the rules a part may read from (the analysis
-    rules and the activation cache); ``values``: the values of every wildcard but ``model``
-    (``{"corpus": [...]}``), to find which job of a producer writes an input."""
+    that run on the checkpoint, each a rule (its job of the checkpoint) or ``(rule, wildcards)``
+    (one job of a rule with other wildcards, e.g. the activation cache of one corpus);
+    ``producers``: the rules a part may read from (the analysis rules and the activation
+    cache); ``values``: the values of every wildcard but ``model`` (``{"corpus": [...]}``), to
+    find which job of a producer writes an input."""
     parts: list[tuple[Any, dict[str, str]]] = []
     seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
 
@@ -86,8 +88,9 @@ def find_parts(checkpoint: str, followed: list[Any], producers: list[Any],
                 add(*writers[str(f)])
         parts.append((rule, wc))
 
-    for rule in followed:
-        add(rule, {"model": checkpoint})
+    for step in followed:
+        rule, wc = step if isinstance(step, tuple) else (step, {})
+        add(rule, {**wc, "model": checkpoint})
     return parts
 
 
@@ -156,26 +159,36 @@ def point_parts(parts: list[tuple[Any, dict[str, str]]]) -> list[dict[str, Any]]
 #: the rules that make a model's weights, tokens and head table (a sweep point runs none)
 NOT_IN_SWEEP_POINTS = frozenset({"fetch_model", "train_demo_model", "build_twin", "checkpoint_model", "tokenize",
                                  "head_table"})
+#: what a twin's point runs first, its weights (one job instead of two: one interpreter and one
+#: ``import torch`` fewer, ~3-4 CPU s on the CI-sized run; docs/performance.md, "Twins")
+IN_TWIN_POINTS = frozenset({"build_twin"})
 
 
 def parts_by_checkpoint(rules: list[Any], collected: list[tuple[Any, list[dict[str, str]], bool]],
                         checkpoint_of: dict[str, str], corpora: list[str]) -> dict[str, list[tuple[Any, dict[str, str]]]]:
-    """``{checkpoint: its parts}`` (:func:`find_parts`): the analysis rules collected on the
+    """``{checkpoint: its parts}`` (:func:`find_parts`): the analysis jobs collected on the
     checkpoint (``collected``: :attr:`posmech.pipeline.collect.Collector.entries`, which apply
     applicability and the config sections' models) and what they read, among ``rules``
     (the workflow's; those of :data:`NOT_IN_SWEEP_POINTS` never run in a sweep point).
-    Every checkpoint of a model must run the same rules."""
+    ``checkpoint_of``: ``{point: the model whose rule runs it}``; every point of a model must
+    run the same rules. A random-init twin run as one job (config ``twins.figures: false``)
+    is a point of its own (``{twin: twin}``): its weights (:data:`IN_TWIN_POINTS`), then every
+    analysis its model runs, no figures."""
     producers = [r for r in rules if "model" in (r.wildcard_names or ()) and r.name not in NOT_IN_SWEEP_POINTS]
-    followed: dict[str, list[Any]] = {}
+    builders = [r for r in rules if r.name in IN_TWIN_POINTS]
+    followed: dict[str, list[tuple[Any, dict[str, str]]]] = {}
     for step, jobs, _ in collected:
         for wc in jobs:
             c = wc.get("model")
-            if c in checkpoint_of and step.name not in NOT_IN_SWEEP_POINTS and step not in followed.setdefault(c, []):
-                followed[c].append(step)
+            if c in checkpoint_of and step.name not in NOT_IN_SWEEP_POINTS:
+                job = (step, {k: v for k, v in wc.items() if k != "model"})
+                if job not in followed.setdefault(c, []):
+                    followed[c].append(job)
     out: dict[str, list[tuple[Any, dict[str, str]]]] = {}
     first: dict[str, str] = {}
     for c, m in checkpoint_of.items():
-        out[c] = find_parts(c, followed.get(c, []), producers, {"corpus": list(corpora)})
+        twin = m == c  # a point of its own: a twin, which builds its weights
+        out[c] = find_parts(c, followed.get(c, []), producers + (builders if twin else []), {"corpus": list(corpora)})
         first.setdefault(m, c)
         if signature(out[c]) != signature(out[first[m]]):
             raise PosmechError(f"checkpoints {first[m]} and {c} of model {m} would run different rules in the "

@@ -2,9 +2,12 @@
 
 Self-contained (its own scoped CSS, no template): :func:`grid_html` turns
 ``results/report/findings.csv`` (:func:`posmech.verdicts.findings.findings_table`) into an HTML block.
-Cells are coloured by verdict (``holds`` green, ``fails`` red, ``not measurable`` grey) and
-carry its glyph (:data:`GLYPHS`: ✓ holds, ✗ fails, n/m not measurable; ◆ after ✓ where the
-finding also holds on the model's random-init twin), so the verdict reads without the colour;
+Cells are coloured by verdict (``holds`` green, ``holds on null`` amber, ``fails`` red, ``not
+measurable`` grey) and carry its glyph (:data:`GLYPHS`: ✓ holds, ✓◆ holds on null: passes the
+threshold but does not beat the model's random-init twin by the margin, ✗ fails, n/m not
+measurable), so the verdict reads without the colour; a structural finding (holds on any model
+by construction, ``resources/findings.yaml``) is shown apart: its claim and cells marked ≡, its
+cells blue-grey whatever the verdict, never green;
 they show the measured value and carry the quantity judged, the threshold and the reason in
 their ``title`` (hover).  Each row names the quantity its finding judges (column
 "judges"): the grid judges that quantity against a threshold of this repository, while the
@@ -22,12 +25,13 @@ from typing import Any
 import pandas as pd
 from markupsafe import Markup
 
-from posmech.verdicts.findings import VERDICTS
+from posmech.verdicts.findings import HOLDS_ON_NULL, VERDICTS
 from posmech.verdicts.scorecard import FAMILIES, claim_sort_key, family
 
 #: the glyph of each verdict in a cell (the colour is not the only cue)
-GLYPHS = {"holds": "✓", "fails": "✗", "not measurable": "n/m"}
-STRUCTURAL = "◆"  # after ✓: the finding holds on the model's random-init twin too
+GLYPHS = {"holds": "✓", HOLDS_ON_NULL: "✓◆", "fails": "✗", "not measurable": "n/m"}
+NULL = "◆"  # after ✓: the finding holds on the model's random-init twin too (verdict holds on null)
+STRUCTURAL = "≡"  # a finding that holds on any model by construction (resources/findings.yaml)
 
 STYLE = """<style>
 #findings .fg-families{display:flex;flex-wrap:wrap;gap:1em;align-items:flex-start}
@@ -37,6 +41,8 @@ STYLE = """<style>
 #findings td.v-holds{background:#c8ecc8}
 #findings td.v-fails{background:#f6c4c4}
 #findings td.v-not-measurable{background:#e6e6e6;color:#555}
+#findings td.v-holds-on-null{background:#f5e3a8}
+#findings td.v-structural{background:#dde4ee;color:#334}
 #findings .fg-legend span{display:inline-block;padding:1px 8px;margin-right:6px;border:1px solid #ccc}
 #findings table.fg td.fg-q{text-align:left;vertical-align:middle;font-family:ui-monospace,monospace;font-size:10px;padding:2px 4px;color:#333}
 #findings table.fg th.fg-q{text-align:left;font-weight:normal;font-size:0.85em;padding:2px 4px;color:#555}
@@ -63,7 +69,7 @@ def grid_html(table: pd.DataFrame) -> Markup:
         parts.append("<p>No findings were judged (no model in this run).</p></section>")
         return Markup("".join(parts))
     # a random-init twin (config section `twins`) is not a column: its verdict marks its
-    # model's cells (origin: structural = holds on the twin too)
+    # model's cells (verdict holds on null: its finding holds on the twin too)
     twin_rows = table["twin_of"].astype(object).fillna("").astype(str) != "" if "twin_of" in table else pd.Series(False, table.index)
     twins = dict(zip(table.loc[twin_rows, "twin_of"].astype(str), table.loc[twin_rows, "model"].astype(str)))
     table = table[~twin_rows]
@@ -74,22 +80,28 @@ def grid_html(table: pd.DataFrame) -> Markup:
         if _text(q):
             quantities.setdefault(c, _text(q))
     counts = {m: {v: int(((table["model"] == m) & (table["verdict"] == v)).sum()) for v in VERDICTS} for m in models}
-    structural = {m: int(((table["model"] == m) & (table.get("origin", pd.Series("", table.index)) == "structural")).sum())
-                  for m in models}
+    origins = table["origin"].astype(object).fillna("").astype(str) if "origin" in table else pd.Series("", table.index)
+    structural = {m: int(((table["model"] == m) & (origins == "structural")).sum()) for m in models}
+    no_null = {m: bool(((table["model"] == m) & (origins == "no null")).any()) for m in models}
     parts.append(
         "<p>Every claim is stated as a finding independent of any model (<code>resources/findings.yaml</code>; "
         "thresholds in the config section <code>findings</code>, each with its reason in "
-        "<code>config/README.md</code>) and judged on every model of the run: "
+        "<code>config/README.md</code>) and judged on every model of the run, against its null, a random-init "
+        "twin of the same architecture (config section <code>twins</code>): "
         '<span class="fg-legend"><span class="v-holds" style="background:#c8ecc8">✓ holds</span>'
+        '<span class="v-holds-on-null" style="background:#f5e3a8">✓◆ holds on null</span>'
         '<span class="v-fails" style="background:#f6c4c4">✗ fails</span>'
         '<span class="v-not-measurable" style="background:#e6e6e6">n/m not measurable</span>'
-        + ('<span class="v-structural" style="background:#c8ecc8">✓◆ structural</span>' if twins else "")
-        + "</span> "
+        '<span class="v-structural" style="background:#dde4ee">≡ structural</span>'
+        "</span> "
         "Cells show the measured value and the verdict's glyph; hover a cell for the threshold and the reason, "
-        'a claim for its finding. Download: <a href="findings.csv">findings.csv</a>.'
-        + (" <strong>◆ structural</strong>: the finding also holds on the model's random-init twin (the same "
-           "architecture with random weights: true at initialisation, not learned; config section "
-           "<code>twins</code>); hover for the twin's value." if twins else "")
+        'a claim for its finding. Download: <a href="findings.csv">findings.csv</a>. '
+        "<strong>✓ holds</strong>: the value passes the threshold and beats the twin's by the margin "
+        "<code>findings.null_margin</code> × |threshold|; <strong>✓◆ holds on null</strong>: it passes the "
+        "threshold but the twin does as well (a random model gives it: not learned); <strong>≡ structural</strong>: "
+        "the finding holds on any model by construction, so its verdict says nothing about the model "
+        "(<code>resources/findings.yaml</code>, column <code>structural</code>). A model without a twin "
+        "(<code>twins.enabled: false</code>) is marked <em>no null</em>: its ✓ was not compared with a random model."
         + ' <span class="fg-quantities"><strong>Two comparisons:</strong> each row judges the quantity in its column '
         "<em>judges</em>"
         + (f" (P8: <code>{escape(quantities['P8'])}</code>)" if "P8" in quantities else "")
@@ -97,12 +109,14 @@ def grid_html(table: pd.DataFrame) -> Markup:
         "which may be other quantities of the claim (an identity check, a count): a pass there and a fail here "
         "do not contradict each other.</span></p><p>"
         + " · ".join(f"<strong>{escape(m)}</strong>: " + ", ".join(f"{v} {n}" for v, n in counts[m].items())
-                     + (f" (◆ {structural[m]} of the holds structural)" if m in twins else "")
+                     + (f" (≡ {structural[m]} structural)" if structural[m] else "")
+                     + (" (no null: no random-init twin)" if no_null[m] else "")
                      for m in models) + "</p>")
     rows = table.to_dict("records")
     by = {(str(r["claim"]), str(r["model"])): r for r in rows}
     claims = sorted({str(r["claim"]) for r in rows}, key=claim_sort_key)
     sentence = {str(r["claim"]): _text(r.get("finding")) for r in rows}
+    by_construction = {str(r["claim"]): _text(r.get("structural")) for r in rows if _text(r.get("structural"))}
     parts.append('<div class="fg-families">')
     for key, title in FAMILIES.items():
         fam = [c for c in claims if family(c) == key]
@@ -114,8 +128,10 @@ def grid_html(table: pd.DataFrame) -> Markup:
         parts.append("</tr>")
         for c in fam:
             q = quantities.get(c, "")
-            parts.append(f'<tr><th class="fg-claim" title="{escape(sentence[c])} (judges {escape(q)})">'
-                         f'<a href="#claim-{escape(c)}">{escape(c)}</a></th><td class="fg-q">{escape(q)}</td>')
+            why = f" Structural: {by_construction[c]}" if c in by_construction else ""
+            parts.append(f'<tr><th class="fg-claim" title="{escape(sentence[c])} (judges {escape(q)}).{escape(why)}">'
+                         f'<a href="#claim-{escape(c)}">{escape(c)}</a>{" " + STRUCTURAL if why else ""}</th>'
+                         f'<td class="fg-q">{escape(q)}</td>')
             for m in models:
                 r = by.get((c, m))
                 if r is None:
@@ -127,16 +143,17 @@ def grid_html(table: pd.DataFrame) -> Markup:
                        + (f" = {_value(r.get('value'))}" if _value(r.get("value")) != "n/m" else "")
                        + (f", threshold {_value(thr)}" if _value(thr) != "n/m" else "")
                        + f". {_text(r.get('reason'))}")
-                mark = ""
                 if m in twins and _text(r.get("twin_verdict")):
                     tip += (f" Random-init twin {twins[m]}: {_text(r.get('twin_verdict'))}"
                             + (f" ({_value(r.get('twin_value'))})" if _value(r.get("twin_value")) != "n/m" else "")
                             + (f": {r.get('origin')}." if _text(r.get("origin")) else "."))
-                    mark = STRUCTURAL if r.get("origin") == "structural" else ""
                 glyph = GLYPHS.get(verdict, "?")
+                kind = verdict.replace(" ", "-")
+                if c in by_construction:  # apart: never green, whatever the verdict
+                    glyph, kind = glyph + STRUCTURAL, "structural"
                 shown = f"{_value(r.get('value'))} " if verdict != "not measurable" else ""
-                parts.append(f'<td class="v-{verdict.replace(" ", "-")}" title="{escape(tip)}">'
-                             f'{shown}<span class="fg-g">{glyph}{mark}</span></td>')
+                parts.append(f'<td class="v-{kind}" title="{escape(tip)}">'
+                             f'{shown}<span class="fg-g">{glyph}</span></td>')
             parts.append("</tr>")
         parts.append("</table>")
     parts.append("</div></section>")

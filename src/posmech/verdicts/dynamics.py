@@ -6,8 +6,10 @@ the analysis families the followed quantities need (:func:`sweep_analyses`); rul
 one row per followed quantity (:func:`dynamics_table`, ``results/report/dynamics.csv``):
 
 * each followed **finding** (``dynamics.claims``, resources/findings.yaml): its quantity, value
-  and verdict at that checkpoint, judged exactly as the findings grid judges the model
-  (:func:`posmech.verdicts.findings.findings_table`, the same thresholds);
+  and verdict at that checkpoint, judged against the same thresholds as the findings grid
+  (:func:`posmech.verdicts.findings.findings_table`) but not against a null: a checkpoint has
+  no random-init twin, so every point's verdict is the plain threshold verdict (the grid may
+  say ``holds on null`` where the sweep's last point, the model itself, says ``holds``);
 * quantities of the checkpoint's **head-roles table** (``dynamics.heads``; rule head_table,
   ``results/{model}/heads.csv``), each under the claim whose verdict it carries:
 

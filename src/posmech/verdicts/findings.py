@@ -12,6 +12,15 @@ verdict (:data:`VERDICTS`):
   wrote the row without a number (its ``detail`` says why: e.g. "no contextual layer-0
   head"); the reason is always given in words.
 
+Then each verdict is read against the model's null, its random-init twin
+(:mod:`posmech.models.twin`; :func:`with_twins`, :func:`against_null`): a finding marked
+``structural`` in ``resources/findings.yaml`` holds on any model by construction (K1, K5) and
+keeps its verdict with ``origin`` ``structural``; any other finding that passes its threshold
+``holds`` only when its value beats the twin's by the margin ``findings.null_margin`` × |threshold|
+in the predicate's direction (``origin`` ``learned``), else its verdict is ``holds on null``
+(``origin`` ``on null``: a random model of the same architecture does as well). A model without a
+twin keeps ``holds`` with ``origin`` ``no null``.
+
 Pure functions, no I/O except :func:`load_findings` (reads and validates the YAML against
 ``workflow/schemas/findings.schema.yaml``) and :func:`findings_table` (reads scorecards).
 """
@@ -34,16 +43,28 @@ from posmech.core.families import claims as declared_claims
 from posmech.core.io import REPO
 from posmech.core.errors import PosmechError
 
-VERDICTS = ("holds", "fails", "not measurable")
-FINDINGS_COLUMNS = ["claim", "model", "verdict", "quantity", "value", "threshold", "reason", "rule", "finding"]
+#: ``holds on null``: the value passes the threshold but does not beat the model's random-init
+#: twin's by the margin (:func:`against_null`): a random model does as well
+HOLDS_ON_NULL = "holds on null"
+VERDICTS = ("holds", HOLDS_ON_NULL, "fails", "not measurable")
+#: ``structural``: why the finding holds on any model by construction (resources/findings.yaml's
+#: ``structural``), empty for a finding a model can fail
+FINDINGS_COLUMNS = ["claim", "model", "verdict", "quantity", "value", "threshold", "reason", "rule", "finding",
+                    "structural"]
 #: what a model's random-init twin (posmech.models.twin) gave, beside the model's verdict
 #: (:func:`with_twins`): ``twin_of`` on a twin's own rows (its model), ``twin_verdict`` and
-#: ``twin_value`` on its model's rows, and ``origin``: ``structural`` (holds on the model and
-#: on its twin: true at initialisation), ``learned`` (holds on the model, not on its twin),
-#: empty otherwise (the model's verdict is not ``holds``, or the twin's finding is not
-#: measurable, or the model has no twin)
-TWIN_COLUMNS = ["twin_of", "twin_verdict", "twin_value", "origin"]
-ORIGINS = ("structural", "learned")
+#: ``twin_value`` on its model's rows, ``null_margin`` (how far the value must beat the twin's,
+#: :func:`margin`) and ``origin`` (:data:`ORIGINS`)
+TWIN_COLUMNS = ["twin_of", "twin_verdict", "twin_value", "null_margin", "origin"]
+#: ``structural``: the finding holds on any model by construction (any verdict); ``learned``:
+#: holds, and beats the twin by the margin (or the twin has no value: it lacks what the finding
+#: reads); ``on null``: verdict ``holds on null`` (not ``null``, which pandas.read_csv reads as
+#: NaN); ``no null``: the model has no twin (twins off),
+#: its verdicts are not compared with a random model; empty: fails or not measurable, or a
+#: twin's own row
+ORIGINS = ("structural", "learned", "on null", "no null")
+#: the config key (section ``findings``) of the margin rule
+NULL_MARGIN = "null_margin"
 PREDICATES: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq,
 }
@@ -66,6 +87,8 @@ class Finding:
     not_measurable: str
     aggregate: str | None = None
     choice: str = ""
+    #: why the finding holds on any model by construction ("" when a model can fail it)
+    structural: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,7 +107,7 @@ class Verdict:
     def row(self, finding: Finding) -> dict[str, Any]:
         return {"claim": self.claim, "model": self.model, "verdict": self.verdict, "quantity": self.quantity,
                 "value": self.value, "threshold": self.threshold, "reason": self.reason,
-                "rule": finding.rule, "finding": finding.finding}
+                "rule": finding.rule, "finding": finding.finding, "structural": finding.structural}
 
 
 def load_findings(path: str | os.PathLike[str], schema: str | os.PathLike[str] = SCHEMA,
@@ -122,7 +145,7 @@ def load_findings(path: str | os.PathLike[str], schema: str | os.PathLike[str] =
         a, c = scored[e["claim"]]
         out.append(Finding(claim=e["claim"], finding=e["finding"], rule=a.name, quantity=c.quantity,
                            predicate=c.predicate, threshold=c.threshold, not_measurable=e["not_measurable"],
-                           aggregate=c.aggregate, choice=e.get("choice", "")))
+                           aggregate=c.aggregate, choice=e.get("choice", ""), structural=e.get("structural", "")))
     unstated = sorted(set(scored) - seen)
     if unstated:
         raise PosmechError(f"{str(path)!r} has no finding for claim(s) {', '.join(unstated)}, which "
@@ -138,6 +161,14 @@ def check_thresholds(findings: list[Finding], thresholds: Mapping[str, Any]) -> 
     if bad:
         raise PosmechError(f"config section `findings` lacks a number for {', '.join(bad)}; add the key "
                            "(workflow/schemas/config.schema.yaml documents each one)")
+
+
+def check_null_margin(thresholds: Mapping[str, Any]) -> None:
+    """``findings.null_margin`` is a number >= 0 (:func:`margin`)."""
+    v = thresholds.get(NULL_MARGIN)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+        raise PosmechError(f"config key `findings.{NULL_MARGIN}` must be a number >= 0 (got {v!r}): the fraction of "
+                           "each threshold by which a model must beat its random-init twin (config/README.md)")
 
 
 def _number(x: Any) -> float | None:
@@ -216,7 +247,10 @@ def findings_table(findings: list[Finding], thresholds: Mapping[str, Any], score
                    models: list[str], not_applicable: Mapping[str, Mapping[str, str]] | None = None,
                    twins: Mapping[str, str] | None = None) -> pd.DataFrame:
     """One row per (finding, model of ``models``) in claim order: :data:`FINDINGS_COLUMNS`
-    and :data:`TWIN_COLUMNS` (``twins``: ``{twin: its model}`` of the run, :func:`with_twins`).
+    and :data:`TWIN_COLUMNS` (``twins``: ``{twin: its model}`` of the run, each verdict read
+    against its model's twin, :func:`with_twins`; ``{}``: no model has a twin, origin ``no
+    null``; ``None``: the plain threshold verdicts, not read against any null, as the dynamics
+    sweep's checkpoints are).
 
     ``scorecards``: every ``results/{model}/scorecard/<rule>.csv`` of the run; a rule that
     wrote none for a model does not run on it; ``not_applicable``: ``{model: {rule: reason}}``
@@ -225,6 +259,7 @@ def findings_table(findings: list[Finding], thresholds: Mapping[str, Any], score
     from posmech.verdicts.scorecard import claim_sort_key, parse_value, read_scorecards, registered_rules
 
     check_thresholds(findings, thresholds)
+    check_null_margin(thresholds)
     ran = registered_rules(scorecards)
     rows = read_scorecards(scorecards)
     # keyed by claim too: two claims of one rule may share a quantity name (L2's and L5's
@@ -240,28 +275,97 @@ def findings_table(findings: list[Finding], thresholds: Mapping[str, Any], score
                                           "detail": "" if pd.isna(r["detail"]) else str(r["detail"])}
             skipped = (not_applicable or {}).get(m, {}).get(f.rule)
             out.append(judge(f, m, thresholds, row, f.rule in ran.get(m, set()), skipped).row(f))
-    return with_twins(pd.DataFrame(out, columns=FINDINGS_COLUMNS), twins or {})
+    table = pd.DataFrame(out, columns=FINDINGS_COLUMNS)
+    return with_twins(table, twins or {}, findings, thresholds, against=twins is not None)
+
+
+def margin(finding: Finding, thresholds: Mapping[str, Any]) -> float:
+    """How far a finding's value must beat its twin's to be learned: ``findings.null_margin``
+    (a fraction) times the threshold's magnitude (the margin's reason: the schema's
+    description of ``null_margin``)."""
+    return float(thresholds[NULL_MARGIN]) * abs(float(thresholds[finding.threshold]))
+
+
+def against_null(finding: Finding, verdict: str, value: float | None, twin_verdict: str | None,
+                 twin_value: float | None, thresholds: Mapping[str, Any]) -> tuple[str, str, str]:
+    """``(verdict, origin, words)`` of a model's verdict read against its random-init twin's
+    (``twin_verdict`` ``None``: the model has no twin); ``words`` is what the reason adds.
+
+    A structural finding keeps its verdict (origin ``structural``). A verdict other than
+    ``holds`` is kept (origin empty; ``no null`` without a twin). ``holds`` stays ``holds``
+    (``learned``) when the value beats the twin's by :func:`margin` in the predicate's
+    direction (``>=``/``>``: above it, ``<=``/``<``: below it, ``==``: either way), or when the
+    twin gives no value (it lacks what the finding reads); else it becomes ``holds on null``
+    (``on null``). Without a twin it stays ``holds`` (``no null``)."""
+    if finding.structural:
+        return verdict, "structural", f"; structural: {finding.structural}"
+    if twin_verdict is None:
+        return verdict, "no null", ("; no null: the model has no random-init twin to compare with (config section "
+                                    "`twins`)" if verdict == "holds" else "")
+    if verdict != "holds" or value is None:
+        return verdict, "", ""
+    m = margin(finding, thresholds)
+    if twin_value is None:
+        return "holds", "learned", f"; its twin has no value ({twin_verdict}): learned"
+    gap = {">=": value - twin_value, ">": value - twin_value, "<=": twin_value - value,
+           "<": twin_value - value}.get(finding.predicate, abs(value - twin_value))
+    if gap >= m and gap > 0:
+        return "holds", "learned", f"; beats its twin's {twin_value:.4g} by {gap:.4g} >= the margin {m:.4g}"
+    return HOLDS_ON_NULL, "on null", (f"; but its twin gives {twin_value:.4g} ({twin_verdict}): not beaten by the "
+                                   f"margin {m:.4g} (findings.{NULL_MARGIN} x |threshold|)")
 
 
 def origin(verdict: str, twin_verdict: str | None) -> str:
-    """``structural``, ``learned`` or ``""`` (:data:`TWIN_COLUMNS`) of a model's verdict given
-    its twin's."""
-    if verdict != "holds" or twin_verdict not in ("holds", "fails"):
+    """The origin a model's plain verdict gets from its twin's verdict alone, without values
+    (:func:`against_null` decides in the findings table): ``learned`` when the model holds and
+    the twin does not, ``on null`` when both hold, ``no null`` without a twin, else ``""``."""
+    if twin_verdict is None:
+        return "no null"
+    if verdict != "holds" or twin_verdict not in ("holds", HOLDS_ON_NULL, "fails"):
         return ""
-    return "structural" if twin_verdict == "holds" else "learned"
+    return "learned" if twin_verdict == "fails" else "on null"
 
 
-def with_twins(table: pd.DataFrame, twins: Mapping[str, str]) -> pd.DataFrame:
-    """``table`` with :data:`TWIN_COLUMNS`: ``twins`` is ``{twin: its model}``; a model
-    without a twin in the table gets empty twin columns."""
+def with_twins(table: pd.DataFrame, twins: Mapping[str, str], findings: list[Finding] | None = None,
+               thresholds: Mapping[str, Any] | None = None, against: bool = True) -> pd.DataFrame:
+    """``table`` with :data:`TWIN_COLUMNS`, its verdicts read against the twins
+    (:func:`against_null`; ``twins`` is ``{twin: its model}``): a model without a twin in the
+    table gets empty twin columns and origin ``no null``; a twin's own rows keep their plain
+    verdicts. ``findings`` and ``thresholds`` give each claim's predicate, margin and structural
+    mark; without them (a table of verdicts only) the origin comes from the verdicts alone
+    (:func:`origin`). ``against=False``: the plain verdicts, origin ``structural`` or empty."""
     t = table.copy()
+    if "structural" not in t:
+        t["structural"] = ""
+    by_claim = {f.claim: f for f in findings or []}
     key = dict(zip(zip(t["claim"], t["model"]), zip(t["verdict"], t["value"])))
     twin_for = {m: tw for tw, m in twins.items() if tw in set(t["model"])}
     got = [key.get((c, twin_for[m])) if m in twin_for else None for c, m in zip(t["claim"], t["model"])]
     t["twin_of"] = [twins.get(m, "") for m in t["model"]]
     t["twin_verdict"] = [g[0] if g else "" for g in got]
     t["twin_value"] = [g[1] if g else None for g in got]
-    t["origin"] = [origin(v, g[0] if g else None) for v, g in zip(t["verdict"], got)]
+    verdicts, origins, reasons, margins = [], [], [], []
+    for i, (c, m, v, g) in enumerate(zip(t["claim"], t["model"], t["verdict"], got)):
+        f, reason = by_claim.get(c), t["reason"].iloc[i]
+        if m in twins or not against:  # a twin's own row (the null itself), or no null asked for
+            verdicts.append(v)
+            origins.append("structural" if f is not None and f.structural else "")
+            reasons.append(reason)
+            margins.append(None)
+            continue
+        if f is None or thresholds is None:
+            verdicts.append(v)
+            origins.append(origin(v, g[0] if g else None))
+            reasons.append(reason)
+            margins.append(None)
+            continue
+        value = _number(t["value"].iloc[i])
+        new, o, words = against_null(f, v, value, g[0] if g else None, _number(g[1]) if g else None, thresholds)
+        verdicts.append(new)
+        origins.append(o)
+        reasons.append(f"{reason}{words}")
+        margins.append(margin(f, thresholds) if not f.structural else None)
+    t["verdict"], t["origin"], t["reason"], t["null_margin"] = verdicts, origins, reasons, margins
     return t[FINDINGS_COLUMNS + TWIN_COLUMNS]
 
 

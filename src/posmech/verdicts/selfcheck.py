@@ -31,12 +31,14 @@ import numpy as np
 
 from posmech.core.io import REPO
 from posmech.models import handbuilt as hb
+from posmech.verdicts.findings import VERDICTS as FINDINGS_VERDICTS
 
 NO_CONTEXTUAL = ("no layer-0 head is contextual (K7: L0H0 other, L0H1 detokenization), the only class "
                  "neurons.head_classes names: no broad head for the C rules")
 N_CTX = 32  # the context of every self-check model
 D_VOCAB = 96  # GPT-2-architecture cases: BOS + the 95 printable ASCII characters (every prompt tokenizes)
-VERDICTS = ("holds", "fails", "not measurable")
+# the findings' verdicts, `holds on null` included (a case whose model has a twin may expect it)
+VERDICTS = FINDINGS_VERDICTS
 
 
 # --------------------------------------------------------------------------- model constructions
