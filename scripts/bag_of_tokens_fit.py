@@ -21,12 +21,12 @@ def main(smk, log):
                              {out.table: ["claim", "model", "neuron", "text", "corpus", "title", "n_positions",
                                           "pearson_r", "fvu", "sign_agreement", "rmse"]}, out.figure, out.scorecard)
         return
-    w, ov, _ = nr.load_weights(man, model, tokenizer=False)
+    bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
+    w, ov, _ = nr.load_weights(man, model, tokenizer=False, entry=entry, model=bridge)
     dec = cx.read_decomposition(smk.input.h5)
     s = s.recorded(nr.read_extended_attrs(smk.input.extended)["neurons_config"])  # as extended_token_embeddings resolved it
     st = nr.setup_from_artifact(smk.input.extended, dec, w, ov)
     neurons = nr.resolve_neurons(s.neurons, read_table(smk.input.ranking), s.n_auto, ov.d_mlp, model)
-    bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
     n0 = s.from_position
     df, traces = nr.fit_table(bridge, st, nr.content_keys(dec), dec, neurons, n0, s.ln2, model, log)
     write_table(df, out.table, {"positions": f"n >= {n0}", "ln2": s.ln2, "heads": [int(h) for h in st.heads],

@@ -23,7 +23,7 @@ def main(smk, log):
                                           "contribution", "count"],
                               out.ranking: ["claim", "model", "neuron", "explained", "rank"]}, out.figure, out.scorecard)
         return
-    w, ov, tok = nr.load_weights(read_manifest(smk.input.manifest), model)
+    w, ov, tok = nr.load_weights(read_manifest(smk.input.manifest), model, entry=smk.params.entry)
     dec = cx.read_decomposition(smk.input.h5)
     s = s.recorded(nr.read_extended_attrs(smk.input.extended)["neurons_config"])  # as extended_token_embeddings resolved it
     st = nr.setup_from_artifact(smk.input.extended, dec, w, ov)

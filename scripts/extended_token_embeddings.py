@@ -19,7 +19,7 @@ def main(smk, log):
     # once (null: scaled with it); extended_tokens.h5 records it (neurons_config), which the C rules take
     s = positions_for(s, int(dec.attrs["n_ctx"]), model, max_position=int(dec.positions[-1]))
     try:
-        w, ov, _ = nr.load_weights(man, model, tokenizer=False)
+        w, ov, _ = nr.load_weights(man, model, tokenizer=False, entry=smk.params.entry)
     except LayoutError as e:  # a block layout without the object (decided from the weights): not measurable
         why = f"contextual neurons: {e}"
     else:
@@ -47,7 +47,7 @@ def main(smk, log):
                              progress=lambda i, n: log.info("token-contribution vectors: %d of %d tokens", i, n))
     if info["overflow"]:
         log.warning("a token contribution exceeds the float16 range (%g): stored as inf", info["max_abs"])
-    card = nr.extended_scorecard(st, ln2, w.d_vocab, int(w.W_E.shape[1]), ov.d_mlp, heads, s.from_position,
+    card = nr.extended_scorecard(st, ln2, w.d_vocab, ov.d_model, ov.d_mlp, heads, s.from_position,
                                  text["title"], model, out.h5)
     write_table(scorecard_rows(card), out.scorecard)
 

@@ -46,9 +46,10 @@ def test_the_tables_say_what_the_declarations_say():
     # the attention-only family judges L1-L3 and L5 (L4 is bos_induction's, a rule of its own)
     assert "| `attn_only` | `random_token_patterns`, `input_decomposition` | L1–L3, L5 |" in workflow
     assert "| `bos_induction` | its own |" in workflow
-    # what a model needs, with what it reads: the neurons need the layer-0 decomposition's too
+    # what a model needs, with what it reads: the neurons need the layer-0 decomposition's too,
+    # and no learned W_pos (they read the rotary and ALiBi layer 0 too)
     assert ("| `contextual_neurons` | — | `extended_token_embeddings`, `layer0_decomposition` | `mlp`, "
-            "`learned_wpos`, `layer0_weights`, `pre_ln` |") in workflow
+            "`layer0_weights`, `pre_ln` |") in workflow
     # the L rules need only their inputs per scheme (docs/claims.md), not a learned W_pos
     assert "| `random_token_patterns` | `position_variants` | — | `position_variants` |" in workflow
     assert '| `learned_wpos` | position scheme `learned` (learned absolute positions) | "no learned W_pos: ' in workflow

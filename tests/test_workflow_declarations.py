@@ -336,3 +336,15 @@ def test_the_head_roles_table_and_the_taxonomy_heads_resolve_to_their_own_rules(
     assert by_rule["head_table"] == "results/demo/heads.csv"
     assert "results/demo/taxonomy/heads.csv" in by_rule["taxonomy"]  # the taxonomy family
     assert "Ambiguous" not in proc.stdout + proc.stderr
+
+
+def test_every_analysis_rule_runs_on_the_job_models():
+    """An analysis rule (its outputs declared in workflow/analyses/) constrains its model
+    wildcard to JOB_MODELS: a twin without figures and a checkpoint run as a sweep point of
+    their own (dynamics.smk), and a rule open to them too would make the DAG ambiguous."""
+    loose = []
+    for f in sorted((REPO / "workflow" / "rules").glob("*.smk")):
+        for rule in re.split(r"^(?=rule \w+:)", f.read_text(encoding="utf-8"), flags=re.M)[1:]:
+            if "declared_outputs(" in rule and re.search(r"model=regex\((?!JOB_MODELS\))", rule):
+                loose.append(f"{f.name}: {rule.split(':', 1)[0]}")
+    assert not loose, f"analysis rules whose model wildcard is not JOB_MODELS: {loose}"

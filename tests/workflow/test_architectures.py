@@ -87,6 +87,10 @@ def test_every_claim_judged_on_every_architecture(arch_run):
     for m in ("neox", "llama", "bloom"):
         for claim in ("P6", "P13", "K1", "K3"):
             assert verdict[(m, claim)] in ("holds", "fails") or "does not apply" not in str(by[(m, claim)]), (m, claim)
+    # the contextual neurons read the rotary and ALiBi layer 0 too: never "does not apply" for want of W_pos
+    for m in ("neox", "llama", "bloom"):
+        for claim in ("C1", "C2", "C3"):
+            assert verdict[(m, claim)] in ("holds", "fails") or "W_pos" not in str(by[(m, claim)]), (m, claim)
     assert "raw scores of opt attention not yet supported" not in str(by[("opt", "P6")])  # judged on the engine
     # OPT has a learned W_pos (stored from row 2): the W_pos claims run and are judged on it
     assert table[(table["model"] == "opt") & table["claim"].isin(["P1", "P2", "K1", "L1"])]["reason"].str.contains(

@@ -16,7 +16,7 @@ rule rotary_frequencies:
     benchmark:
         "benchmarks/rotary_frequencies/{model}.tsv"
     wildcard_constraints:
-        model=regex(FINAL_MODELS),  # a checkpoint: its sweep point (dynamics.smk)
+        model=regex(JOB_MODELS),  # a checkpoint, a twin: its sweep point (dynamics.smk)
     conda:
         "../envs/posmech.yaml"
     threads: model_threads

@@ -34,6 +34,17 @@ Definitions (layer 0, destination token fixed to ``d``, e.g. ``" the"``)
   heads attend only to the current token, ``r̂`` is the real residual and (``ln2: exact``)
   ``â`` the real ``blocks.0.mlp.hook_pre`` (tests check this on a hand-built model).
 
+Rotary, ALiBi and no positional encoding (:class:`RelativeLayer0`)
+----------------------------------------------------------------
+No positional vector is in the residual stream: layer 0 reads ``e(x)`` alone (BLOOM: after its
+embedding LayerNorm), so ``p_n`` above is absent and LayerNorm (RMSNorm) 1 is exact per token at
+the token's own scale ``s₁(x)``: ``cv_h(x) = (γ₁⊙centre(e(x))/s₁(x)) W_V^h W_O^h`` and the
+"positional" value ``pv_h(i) = (β₁ W_V^h + b_V^h) W_O^h``, the same at every ``i`` (``cv + pv`` is
+the token's exact value). ``q_h(d, n)``, the positional and content keys are
+layer0.h5's widened factors (:mod:`posmech.analyses.contextual.relative`): ``p_h`` is the
+position-only input's pattern (destination token repeated), ``κ_h`` the token-only input's
+score; every formula above then holds as written (docs/claims.md, C, "On every position scheme").
+
 Every MLP layout (:mod:`posmech.models.mlp_layouts` reads them from the model's own weights)
 -----------------------------------------------------------------------------------------------
 * **The neuron** is a unit of the first MLP that reads layer 0's attention output, and its
@@ -67,7 +78,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +86,7 @@ import numpy as np
 import pandas as pd
 
 from posmech.analyses import contextual as cx
+from posmech.analyses.contextual.relative import RELATIVE_SCHEMES, Layer0Relative
 from posmech.models import mlp_layouts as ml
 from posmech.analyses.attention import head_name, parse_head
 from posmech.core.errors import PosmechError
@@ -115,6 +127,10 @@ class Layer0OV:
     @property
     def d_mlp(self) -> int:
         return int(self.W_in.shape[1])
+
+    @property
+    def d_model(self) -> int:
+        return int(self.W_O.shape[-1])
 
     @property
     def hook(self) -> str:
@@ -192,6 +208,13 @@ def ov_from_hf(model: Any, name: str = "model") -> Layer0OV:
     :mod:`posmech.models.mlp_layouts` (GPT-2, GPT-Neo, OPT, GPT-J, GPT-NeoX, Llama, Qwen2,
     Mistral, Gemma, Phi, Falcon, BLOOM, MPT): :func:`ov_from_blocks` of blocks 0 and 1. A
     layout it cannot read: :class:`~posmech.models.mlp_layouts.LayoutError` with the reason."""
+    return ov_from_blocks(*blocks_from_hf(model, name), name)
+
+
+def blocks_from_hf(model: Any, name: str = "model") -> tuple[ml.Block, ml.Block | None]:
+    """Blocks 0 and 1 (``None`` unless block 0 is parallel) of a Hugging Face model or of its
+    directory's :class:`posmech.models.loading.WeightView`, read by
+    :func:`posmech.models.mlp_layouts.read_block`; no MLP in block 0: an error."""
     cfg = model.config.to_dict()
     if callable(getattr(model, "state_dict", None)):  # a torch model: its parameter names as the checkpoint's files hold them
         sd = {k.removeprefix("transformer."): v for k, v in model.state_dict().items()}
@@ -202,7 +225,7 @@ def ov_from_hf(model: Any, name: str = "model") -> Layer0OV:
     if b0.mlp is None:
         raise no_mlp_error(name)
     b1 = ml.read_block(get, names, cfg, 1) if b0.parallel and ml.find_layout(names, 1) is not None else None
-    return ov_from_blocks(b0, b1, name)
+    return b0, b1
 
 
 def ov_from_tl(state: dict[str, Any], cfg: dict[str, Any], name: str = "model") -> Layer0OV:
@@ -220,10 +243,14 @@ def ov_from_tl(state: dict[str, Any], cfg: dict[str, Any], name: str = "model") 
                     get("blocks.0.mlp.W_in"), opt("blocks.0.mlp.b_in", int(cfg["d_mlp"])))
 
 
-def load_weights(manifest: dict[str, Any], name: str, tokenizer: bool = True) -> tuple[cx.Layer0Weights, Layer0OV, Any]:
-    """Layer-0 query/key weights (:class:`posmech.analyses.contextual.Layer0Weights`), the
-    value/MLP weights and the tokenizer (``None`` when ``tokenizer`` is false) of a configured
-    model, read from its files (no model is built)."""
+def load_weights(manifest: dict[str, Any], name: str, tokenizer: bool = True, entry: dict[str, Any] | None = None,
+                 model: Any = None) -> tuple[cx.Layer0Weights | RelativeLayer0, Layer0OV, Any]:
+    """Layer-0 query/key weights, the value/MLP weights and the tokenizer (``None`` when
+    ``tokenizer`` is false) of a configured model. Learned positions: read from its files (no
+    model is built, :class:`posmech.analyses.contextual.Layer0Weights`). Rotary, ALiBi or no
+    positional encoding (the manifest's architecture): :class:`RelativeLayer0` of the model
+    (``model``, or loaded with ``entry``'s ``device``, ``dtype``, ``processing``, ``engine``)."""
+    from posmech.models.architecture import architecture
     from posmech.models.loading import is_tl_legacy_dir, load_tokenizer, verify_weights, weight_view
 
     hf_dir = Path(manifest["hf_dir"])
@@ -237,13 +264,111 @@ def load_weights(manifest: dict[str, Any], name: str, tokenizer: bool = True) ->
         w, tok = cx.load_weights(manifest, name, tokenizer)
         return w, ov_from_tl(load_file(str(hf_dir / "model.safetensors")), cfg, name), tok
     view = weight_view(manifest)
-    ov = ov_from_hf(view, name)  # first: a layout without the object is a LayoutError, its reason
+    b0, b1 = blocks_from_hf(view, name)
+    ov = ov_from_blocks(b0, b1, name)  # first: a layout without the object is a LayoutError, its reason
+    tok = load_tokenizer(hf_dir) if tokenizer else None
+    scheme = (manifest.get("architecture") or {}).get("positions") or architecture(cfg, f"model {name!r}").positions
+    if scheme in RELATIVE_SCHEMES:
+        from posmech.models.loading import analysis_context, load_model
+
+        e = entry or {}
+        if model is None:
+            model = load_model(manifest, e.get("device", "cpu"), e.get("dtype", "float32"),
+                               e.get("processing", "compatibility"), e.get("engine", "auto"))
+        return relative_layer0(model, b0.ln1, name, analysis_context(name, e, hf_dir)), ov, tok
     cx.refuse_unsupported(cfg, name, "neurons.models")
-    return cx.weights_from_hf(view, name), ov, load_tokenizer(hf_dir) if tokenizer else None
+    return cx.weights_from_hf(view, name), ov, tok
+
+
+@dataclass
+class RelativeLayer0:
+    """Layer 0 of a rotary, ALiBi or position-free model as the contextual neurons read it
+    (module docstring, "Rotary, ALiBi and no positional encoding"): the residual before layer
+    0 is the token's own vector ``e(x)`` (``blocks.0.hook_resid_pre`` of a one-token forward;
+    BLOOM: after its embedding LayerNorm; no position is added to it), layer 0's norm ``ln1``
+    is exact per token, and the scores are those of ``rel``
+    (:class:`posmech.analyses.contextual.relative.Layer0Relative`, whose widened factors
+    give the exact score as one dot product). ``embed(ids) → [U, d]``: ``e`` of tokens."""
+
+    rel: Layer0Relative
+    embed: Callable[[np.ndarray], np.ndarray]
+    ln1: ml.Norm
+    _cache: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+
+    @property
+    def n_heads(self) -> int:
+        return self.rel.n_heads
+
+    @property
+    def d_vocab(self) -> int:
+        return self.rel.d_vocab
+
+    @property
+    def attn_scale(self) -> float:
+        return self.rel.attn_scale
+
+    def resid(self, ids: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:
+        """``e(x)`` ``[T, d]`` of tokens ``ids`` (the same at every position; each token read once)."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        new = np.array(sorted(set(ids.tolist()) - set(self._cache)), dtype=np.int64)
+        for a in range(0, len(new), 4096):
+            chunk = new[a : a + 4096]
+            for t, v in zip(chunk.tolist(), self.embed(chunk)):
+                self._cache[t] = np.asarray(v, dtype=np.float64)
+        return np.stack([self._cache[t] for t in ids.tolist()]) if len(ids) else np.zeros((0, len(self.ln1.w)))
+
+    def ln(self, ids: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:
+        """What layer 0's heads read ``[T, d]``: ``ln1(e(x))``, exact."""
+        return self.ln1(self.resid(ids))
+
+    def queries(self, ids: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        return self.rel.queries(ids, pos)
+
+    def exact_keys(self, ids: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        return self.rel.exact_keys(ids, pos)
+
+    def content_input(self, ids: np.ndarray) -> np.ndarray:
+        """``γ₁⊙centre(e(x))/s₁(x)`` ``[U, d]``: ``ln1(e(x))`` without its bias, at each token's own scale."""
+        e = self.resid(ids)
+        return self.ln1.centre(e) / self.ln1.scale(e)[:, None] * self.ln1.w
+
+    def constant_input(self, T: int) -> np.ndarray:
+        """``β₁`` at ``T`` positions ``[T, d]``: the part of ``ln1(e(x))`` that is the same for every token."""
+        return np.broadcast_to(self.ln1.b, (T, len(self.ln1.b)))
+
+
+def token_residuals(model: Any) -> Callable[[np.ndarray], np.ndarray]:
+    """``ids → e [U, d]`` (float64): ``blocks.0.hook_resid_pre`` of one-token forward passes
+    of a loaded model (the posmech engine or a TransformerBridge), as
+    :func:`posmech.analyses.contextual.relative.relative_from_model` reads ``hook_q``/``hook_k``."""
+    import torch
+
+    dev = getattr(model.cfg, "device", "cpu")
+
+    def embed(ids: np.ndarray) -> np.ndarray:
+        got: dict[str, Any] = {}
+
+        def keep(t: Any, hook: Any) -> None:
+            got["r"] = t.detach().to("cpu", torch.float64)
+
+        x = torch.as_tensor(np.asarray(ids, dtype=np.int64)[:, None], device=dev)
+        with torch.inference_mode(), model.hooks(fwd_hooks=[("blocks.0.hook_resid_pre", keep)]):
+            model(x, return_type=None)
+        return got["r"][:, 0].numpy()
+
+    return embed
+
+
+def relative_layer0(model: Any, ln1: ml.Norm, name: str = "model", n_ctx: int | None = None) -> RelativeLayer0:
+    """:class:`RelativeLayer0` of a loaded rotary, ALiBi or position-free model and its layer-0
+    norm ``ln1`` (:func:`posmech.models.mlp_layouts.read_block`'s, from the checkpoint)."""
+    from posmech.analyses.contextual.relative import relative_from_model
+
+    return RelativeLayer0(relative_from_model(model, name, n_ctx), token_residuals(model), ln1)
 
 
 # --------------------------------------------------------------------------- exact layer 0
-def layer0_residual(w: cx.Layer0Weights, ov: Layer0OV, ids: np.ndarray) -> np.ndarray:
+def layer0_residual(w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, ids: np.ndarray) -> np.ndarray:
     """The real residual the contextual neurons' MLP reads, of text ``ids [T]`` from position 0,
     in float64 from the weights ``[T, d]``: after layer-0 attention (``blocks.0.hook_resid_mid``),
     plus layer 0's MLP output when that block is parallel (``blocks.1.hook_resid_pre``)."""
@@ -269,7 +394,7 @@ def mlp_residual(ov: Layer0OV, r: np.ndarray, x: np.ndarray, patterns: np.ndarra
     return out
 
 
-def hook_pre(w: cx.Layer0Weights, ov: Layer0OV, ids: np.ndarray) -> np.ndarray:
+def hook_pre(w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, ids: np.ndarray) -> np.ndarray:
     """The neurons' real pre-activation (``ov.hook``: ``blocks.0.mlp.hook_pre``, the gate's of a
     gated MLP) of text ``ids`` from the weights ``[T, M]``."""
     return ov.ln2(layer0_residual(w, ov, ids)) @ ov.W_in + ov.b_in
@@ -494,7 +619,7 @@ class Setup:
     ``query [H, P, d_head]`` (fixed destination), ``positional_key [H, P, d_head]``,
     ``attn_scale``, ``n_ref`` (reference position of the extended embeddings)."""
 
-    w: cx.Layer0Weights
+    w: cx.Layer0Weights | RelativeLayer0
     ov: Layer0OV
     heads: list[int]
     z_bar: np.ndarray
@@ -507,12 +632,16 @@ class Setup:
 
     def content_values(self, h: int, ids: np.ndarray) -> np.ndarray:
         """``cv_h(x)`` ``[U, d]`` of tokens ``ids``."""
+        if isinstance(self.w, RelativeLayer0):
+            return self.ov.ov(h, self.w.content_input(ids), bias=False)
         e = self.w.W_E[np.asarray(ids)]
         e = e - e.mean(axis=-1, keepdims=True)
         return self.ov.ov(h, e / self.s * self.w.ln_w, bias=False)
 
     def positional_values(self, h: int, T: int) -> np.ndarray:
         """``pv_h(i)`` ``[T, d]`` of positions ``0..T−1``."""
+        if isinstance(self.w, RelativeLayer0):  # no position in the residual: the same for every i
+            return self.ov.ov(h, self.w.constant_input(T))
         p = self.w.W_pos[:T] - self.w.W_pos[:T].mean(axis=-1, keepdims=True)
         return self.ov.ov(h, p / self.s * self.w.ln_w + self.w.ln_b)
 
@@ -530,7 +659,7 @@ class Setup:
         return self.ov.ln2_w[:, None] * self.ov.W_in / self.s2
 
 
-def ln2_scale_summary(w: cx.Layer0Weights, ov: Layer0OV, texts: Sequence[np.ndarray]) -> dict[str, Any]:
+def ln2_scale_summary(w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, texts: Sequence[np.ndarray]) -> dict[str, Any]:
     """``blocks.0.ln2.hook_scale`` over the positions ``≥ 1`` of ``texts`` (the real layer 0):
     its median (the scale ``s₂`` of the linear LayerNorm 2) and 5th/95th percentiles."""
     vals = np.concatenate([ov.ln2_scale(layer0_residual(w, ov, t))[1:] for t in texts if len(t) > 1])
@@ -540,7 +669,7 @@ def ln2_scale_summary(w: cx.Layer0Weights, ov: Layer0OV, texts: Sequence[np.ndar
     return {"median": float(q[1]), "p05": float(q[0]), "p95": float(q[2]), "n_tokens": int(len(vals))}
 
 
-def build_setup(dec: cx.Layer0File, w: cx.Layer0Weights, ov: Layer0OV, heads: Sequence[int], calibration: int,
+def build_setup(dec: cx.Layer0File, w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, heads: Sequence[int], calibration: int,
                 from_position: int, n_ref: int | None, ln2_scale: float | None = None) -> tuple[Setup, dict]:
     """:class:`Setup` from ``layer0.h5`` (``dec``): ``Z̄`` on text ``calibration``, ``n* = n_ref``
     (None: the largest stored position), ``s₂`` measured on the stored texts unless given."""
@@ -569,7 +698,7 @@ def content_keys(dec: cx.Layer0File) -> Callable[[np.ndarray], np.ndarray]:
 def extended_embeddings(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], ids: np.ndarray) -> np.ndarray:
     """``E'(x)`` ``[U, d]`` of tokens ``ids`` at ``n*`` (``content_key(ids) → [H, U, d_head]``)."""
     kc = content_key(ids)
-    out = np.zeros((len(ids), st.w.W_E.shape[1]))
+    out = np.zeros((len(ids), st.ov.d_model))
     for h in st.heads:
         out += (np.exp(st.kappa(h, st.n_ref, kc[h])) / st.z_bar[h])[:, None] * st.content_values(h, ids)
     return out
@@ -590,7 +719,7 @@ def write_extended(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], p
     ``~block·(d + M)`` floats), plus per neuron the largest |TC| and its float32 norm."""
     from posmech.store.hdf5 import artifact_writer, describe
 
-    V, d, M = st.w.d_vocab, st.w.W_E.shape[1], st.ov.d_mlp
+    V, d, M = st.w.d_vocab, st.ov.d_model, st.ov.d_mlp
     win = st.win().astype(np.float32)
     meta = {**attrs, "heads": [head_name(0, h) for h in st.heads], "reference_position": st.n_ref,
             "ln1_scale": st.s, "ln2_scale": st.s2, "d_vocab": V, "d_model": d, "d_mlp": M,
@@ -650,7 +779,7 @@ def read_extended_attrs(path: str | os.PathLike[str]) -> dict[str, Any]:
     return out
 
 
-def setup_from_artifact(path: str | os.PathLike[str], dec: cx.Layer0File, w: cx.Layer0Weights,
+def setup_from_artifact(path: str | os.PathLike[str], dec: cx.Layer0File, w: cx.Layer0Weights | RelativeLayer0,
                         ov: Layer0OV) -> Setup:
     """The :class:`Setup` that wrote ``extended_tokens.h5`` (heads, ``Z̄``, ``s₂``, ``n*`` read back)."""
     a = read_extended_attrs(path)

@@ -668,7 +668,14 @@ class AlibiSpec:
     """A BLOOM model (ALiBi, an embedding LayerNorm) whose layer-0 head ``(0, h)`` of
     ``anti_self`` scores ``−anti_self[h]`` on every key whose token has the query's code and 0
     on the others; every other head has zero query and key weights, so its pattern is ALiBi's
-    ``softmax(m_h (i − n))`` alone (``m_h``: :func:`posmech.models.scores.alibi_slopes`)."""
+    ``softmax(m_h (i − n))`` alone (``m_h``: :func:`posmech.models.scores.alibi_slopes`).
+
+    ``context_write`` (head → scale, for the contextual neurons C1–C3): head ``(0, h)`` writes
+    ``scale·R[code(x_i)]`` (random ``R [n_codes, d_head]``, standard normal, seed ``seed``) of
+    every key it attends to into the residual dimensions ``n_codes .. n_codes + d_head − 1``,
+    which no embedding uses; layer 0's MLP neurons ``0 .. context_neurons − 1`` read only those
+    dimensions (random input weights), every other weight of the MLP is zero. Every other
+    value, output and MLP weight is zero."""
 
     n_ctx: int = 32
     d_vocab: int = 96
@@ -676,6 +683,9 @@ class AlibiSpec:
     n_heads: int = 16
     d_head: int = 16
     anti_self: dict[int, float] = field(default_factory=dict)
+    context_write: dict[int, float] = field(default_factory=dict)
+    context_neurons: int = 0
+    seed: int = 0
 
     @property
     def d_model(self) -> int:
@@ -704,6 +714,16 @@ def save_alibi_dir(spec: AlibiSpec, path: str | os.PathLike[str]) -> Path:
         a = float(np.sqrt(beta * np.sqrt(dh))) / c
         qkv[h, 0, np.arange(C), np.arange(C)] = -a
         qkv[h, 1, np.arange(C), np.arange(C)] = a
+    rng = np.random.default_rng(spec.seed)
+    W_O = np.zeros((d, d))  # BLOOM's dense: [out, head·d_head + j]
+    for h, scale in spec.context_write.items():
+        if C + dh > spare:
+            raise ValueError(f"context_write needs d_model > n_codes + d_head ({C} + {dh})")
+        qkv[h, 2, :, :C] = scale * rng.normal(size=(C, dh)).T / c  # v_j = scale R[code, j] (embedding LN output c e_code)
+        W_O[C + np.arange(dh), h * dh + np.arange(dh)] = 1.0
+    W_in = np.zeros((4 * d, d))
+    if spec.context_write:
+        W_in[: spec.context_neurons, C : C + dh] = rng.normal(size=(spec.context_neurons, dh))
     t = lambda x: torch.as_tensor(np.asarray(x), dtype=torch.float32)  # noqa: E731
     with torch.no_grad():
         for p in m.parameters():
@@ -713,6 +733,8 @@ def save_alibi_dir(spec: AlibiSpec, path: str | os.PathLike[str]) -> Path:
                 p.fill_(1.0)
         m.transformer.word_embeddings.weight.copy_(t(W_E))
         m.transformer.h[0].self_attention.query_key_value.weight.copy_(t(qkv.reshape(3 * d, d)))
+        m.transformer.h[0].self_attention.dense.weight.copy_(t(W_O))
+        m.transformer.h[0].mlp.dense_h_to_4h.weight.copy_(t(W_in))
     p_ = Path(path)
     p_.mkdir(parents=True, exist_ok=True)
     m.save_pretrained(p_, safe_serialization=True)

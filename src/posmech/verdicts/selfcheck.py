@@ -471,6 +471,7 @@ def rotary_mid_model() -> Any:
     return hb.rotary_model(heads, n_layer=1, n_head=2, d_head=16, d_model=32, n_ctx=N_CTX, d_vocab=D_VOCAB)
 ROPE_GAP = 15.0  # rope-planted: the planted head's score at its key above every other key (rotation alone)
 ALIBI_ANTI_SELF = 30.0  # alibi-planted: L0H0's penalty on keys of the query's token code
+ALIBI_WRITE = 0.05  # alibi-planted: L0H4's write of each key's code, small beside the embeddings' norm
 
 
 def rope_planted_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.RotarySpec:
@@ -484,8 +485,11 @@ def alibi_planted_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.AlibiSpec:
     """A 16-head BLOOM model: L0H0 (ALiBi slope 2^-1/2 = 0.707) scores −``ALIBI_ANTI_SELF`` on
     every key of the query's token code (16 codes), so on random tokens it leaves the query's own
     key for the nearest other one; every other head has zero query and key weights: its pattern
-    is ALiBi's ``softmax(m_h (i − n))`` alone; every output is zero."""
-    return hb.AlibiSpec(n_ctx=n, d_vocab=d_vocab, anti_self={0: ALIBI_ANTI_SELF})
+    is ALiBi's ``softmax(m_h (i − n))`` alone. L0H4 (slope 2^-2.5, broad: contextual) writes a
+    random vector of each key's token code (scale ``ALIBI_WRITE``) into spare dimensions, which
+    layer 0's MLP neurons 0, 1, 2 alone read (C1–C3); every other output is zero."""
+    return hb.AlibiSpec(n_ctx=n, d_vocab=d_vocab, anti_self={0: ALIBI_ANTI_SELF}, context_write={4: ALIBI_WRITE},
+                        context_neurons=3)
 
 
 # --------------------------------------------------------------------------- cases
@@ -765,6 +769,12 @@ CASES: tuple[Case, ...] = (
         "K8": ("fails", "the broad heads have zero query and key weights: no content score, every denominator is 1 "
                         "whatever the text (spread 0)"),
         "K10": ("holds", "layer 1 is zero: each layer-1 row is uniform, as its positional kernel (zero weights)"),
+        "C1": ("holds", "L0H4's write (scale 0.05) is small beside the embedding LayerNorm's output (norm 16): the "
+                        "LN2 scale is 1.00 at every position, ratio 1"),
+        "C2": ("holds", "neurons 0-2 read only what the contextual head L0H4 writes; it has no query or key weights, "
+                        "so its attention is ALiBi's positional pattern exactly and its content score 0: the "
+                        "contextual term is their whole pre-activation (explained ~1)"),
+        "C3": ("holds", "the same three neurons: the bag of tokens of L0H4 is their exact pre-activation, r ~1"),
     }),
 )
 
