@@ -105,7 +105,7 @@ def _entry(rule: str, name: str, e: dict[str, Any], where: str) -> Analysis:
             outputs[key] = Output(spec)
         elif category is None:
             raise PosmechError(f"{where}: {name}.outputs.{key} is shown in the report but {name} has no `category` "
-                               "(the claim family whose section shows it: P, L, K or C)")
+                               "(the claim family whose section shows it: P, L, K, C or S)")
         else:
             outputs[key] = Output(spec["path"], spec["caption"], category, spec["section"])
     reads = {}
