@@ -146,3 +146,136 @@ def test_the_planted_sink_head_and_the_uniform_heads_have_their_alpha0(planted):
     assert scheme == "learned" and slopes is None
     table = sk.activation_table(col.rows, "m")
     assert len(table) == 15 and set(table["layer"]) == {0, 1, 2}
+
+
+# --------------------------------------------------------------------------- heads.csv and the peer
+def test_sink_heads_join_the_head_roles_table_and_view():
+    from posmech.report.head_roles import ROLES, holders
+    from posmech.verdicts.heads import HEAD_COLUMNS, head_table
+
+    a = _alpha0({(2, 0): 0.9, (1, 1): 0.35})
+    df = head_table("m", sinks=sk.head_table(a, "m", 0.3, 0.9))
+    assert list(df.columns) == HEAD_COLUMNS and len(df) == 6
+    r = df.set_index("head_name")
+    assert r.loc["L2H0", "sink_alpha0"] == pytest.approx(0.9) and r.loc["L2H0", "sink"]
+    assert not r.loc["L0H0", "sink"] and df["previous_token"].isna().all()  # taxonomy not given: empty
+    role = next(x for x in ROLES if x.claims == "S1")
+    assert [h for h, _ in holders(df, role)] == ["L2H0", "L1H1"]  # best first
+    with pytest.raises(PosmechError, match="sink_heads.csv lacks.*attention_sinks"):
+        head_table("m", sinks=sk.head_table(a, "m", 0.3, 0.9).drop(columns=["is_sink"]))
+
+
+M = 9  # distinct characters R of the sequence [BOS] R R: n = 2M + 1 = 19 tokens, below the context 24
+PEER_CTX = 24
+
+
+@pytest.fixture(scope="module")
+def peer(tmp_path_factory):
+    """A GPT-2-architecture model on the TransformerBridge in compatibility mode: an exact
+    previous-token head L0H1, the other heads uniform (posmech's own engine is not involved)."""
+    spec = hb.positional_spec(n_ctx=PEER_CTX, n_layer=2, n_head=2, d_vocab=96,
+                              scores={(0, 1): hb.previous_token_scores(PEER_CTX)})
+    path = hb.save_model_dir(spec, tmp_path_factory.mktemp("peer") / "m")
+    return load_bridge({"name": "peer", "hf_dir": str(path)}, "cpu", "float32", "compatibility")
+
+
+@pytest.mark.float32
+def test_transformerlens_detect_head_agrees_through_the_stated_relations(peer):
+    """TransformerLens's ``detect_head`` "mul" score of a head on one sequence of n tokens is
+    sum over (q, k) of A[q, k] D[q, k] / sum A = (sum over the detection pattern's pairs) / n,
+    every row of A summing to 1. Previous-token: D = the sub-diagonal, n - 1 pairs, and ours
+    (the taxonomy's mean attention at offset -1, query 0 left out) is their sum / (n - 1):
+    TL = ours (n - 1) / n. Induction: D[q, k] = 1 when token k - 1 equals token q (an earlier
+    position, k <= q); on [BOS] R R with R distinct those pairs are exactly the M queries of the
+    second copy with the key after the token's first occurrence, ours (attn_only.induction_score)
+    is their mean: TL = ours M / n."""
+    from transformer_lens.head_detector import detect_head
+
+    from posmech.analyses import attn_only as ao
+    from posmech.analyses.taxonomy import accumulate_diagonals
+
+    text = "abcdefghi" * 2
+    ids = peer.to_tokens(text)[0].numpy()
+    n = len(ids)
+    assert n == 2 * M + 1 and ids[0] == 0 and len(set(ids[1:M + 1].tolist())) == M
+    prev = accumulate_diagonals(peer, [ids], exclude_first_query=True).means()[:, :, 1]  # [L, H]
+    fwd = ao.run_variant(peer, ids[None, :], "both")
+    ind = ao.induction_score(fwd.patterns, M, bos=True).reshape(2, 2)
+    tl_prev = detect_head(peer, text, "previous_token_head").numpy()
+    tl_ind = detect_head(peer, text, "induction_head").numpy()
+    np.testing.assert_allclose(tl_prev, prev * (n - 1) / n, rtol=0, atol=FLOAT32_FORWARD_ABS)
+    np.testing.assert_allclose(tl_ind, ind * M / n, rtol=0, atol=FLOAT32_FORWARD_ABS)
+    assert prev[0, 1] == pytest.approx(1.0, abs=FLOAT32_FORWARD_ABS)  # the planted head: ours 1, TL (n-1)/n
+    # a uniform head: induction key q - M + 1 of query q gets 1 / (q + 1)
+    want = np.mean([1 / (q + 1) for q in range(M + 1, n)])
+    assert ind[1, 0] == pytest.approx(want, abs=FLOAT32_FORWARD_ABS)
+    # the sink metric on the same pass: the uniform heads' alpha[0] is H_n / n
+    alpha0 = sk.key_scores(fwd.patterns[0])[:, 0].reshape(2, 2)
+    assert alpha0[1, 0] == pytest.approx(sk.uniform_alpha0(n), abs=FLOAT32_FORWARD_ABS)
+
+
+@pytest.mark.float32
+@pytest.mark.parametrize("name", ["helix", "sink-late", "sink-early", "massive-activation"])
+def test_the_self_check_cases_give_their_expected_sink_verdicts(name, tmp_path):
+    """The S verdicts the self-check expects of these cases (posmech.verdicts.selfcheck.CASES),
+    from this family's library on the case's model (raw processing, as config/selfcheck.yaml)
+    and the findings' default thresholds."""
+    from posmech.core.config import load_schema
+    from posmech.core.io import REPO
+    from posmech.verdicts import findings as fd
+    from posmech.verdicts import selfcheck as sc
+
+    case = sc.cases()[name]
+    bridge = load_bridge({"name": name, "hf_dir": str(case.write(tmp_path / name))}, "cpu", "float32", "raw")
+    rng = np.random.default_rng(1)
+    samples = [rng.integers(1, sc.D_VOCAB, sc.N_CTX) for _ in range(4)]
+    col = sk.run_sinks(bridge, samples, batch_size=4, progress=False)
+    s = defaults("sinks")
+    positions, slopes = sk.positions_and_slopes(bridge.cfg)
+    heads = sk.head_table(col.alpha0, name, s.epsilon, s.first_token_alpha, slopes)
+    card = sk.sink_scorecard(col.alpha0, heads, name, s.epsilon, s.early_layers, positions, "")
+    card += sk.massive_scorecard(sk.massive_summary(sk.activation_table(col.rows, name)), name, "")
+    rows = {r["quantity"]: r for r in card}
+    schema = load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml")
+    thresholds = {k: v["default"] for k, v in schema["properties"]["findings"]["properties"].items()}
+    findings = {f.claim: f for f in fd.load_findings(REPO / "resources" / "findings.yaml")}
+    for claim, (want, _) in case.expected.items():
+        if claim.startswith("S"):
+            f = findings[claim]
+            v = fd.judge(f, name, thresholds, rows[f.quantity], True)
+            assert v.verdict == want, (name, claim, v)
+
+
+@pytest.mark.float32
+@pytest.mark.parametrize("arch,scheme", [("gpt_neo", "learned"), ("opt", "learned"), ("neox", "rotary"),
+                                         ("llama", "rotary"), ("bloom", "alibi")])
+def test_every_position_scheme_gives_hugging_faces_alpha(arch, scheme, tmp_path):
+    """Learned, rotary and ALiBi models (random-init tiny ones, tests/tiny_archs.py) through
+    posmech's model loading: alpha of every (sample, layer, head) equals Gu et al.'s formula on
+    Hugging Face's own eager attention weights (what their eval_sink_open_source.py reads), and
+    an ALiBi model gets BLOOM's slopes (S3)."""
+    import torch
+
+    from posmech.models.loading import load_hf, load_model
+    from tests import tiny_archs
+
+    d = getattr(tiny_archs, arch)(tmp_path / arch)
+    man = {"name": arch, "hf_dir": str(d)}
+    model = load_model(man, "cpu", "float32", "raw")
+    rng = np.random.default_rng(2)
+    samples = [rng.integers(1, tiny_archs.V, 16) for _ in range(3)]
+    col = sk.run_sinks(model, samples, batch_size=3, progress=False)
+    hf, _ = load_hf(man, "cpu", "float32")
+    hf.config._attn_implementation = "eager"
+    with torch.no_grad():
+        att = hf(torch.as_tensor(np.stack(samples)), output_attentions=True).attentions  # L x [B, H, T, T]
+    want = sk.key_scores(np.stack([a.numpy() for a in att], axis=1))  # [B, L, H, T]
+    np.testing.assert_allclose(col.alpha_all, want, rtol=0, atol=FLOAT32_FORWARD_ABS)
+    # every row of A sums to 1: sum_k alpha[k] (T - k) = T
+    np.testing.assert_allclose((col.alpha_all * (16 - np.arange(16))).sum(-1), 16.0, rtol=0, atol=1e-4)
+    got, slopes = sk.positions_and_slopes(model.cfg)
+    assert got == scheme
+    if scheme == "alibi":
+        np.testing.assert_allclose(slopes, [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8], rtol=0, atol=FLOAT64_ABS)
+    else:
+        assert slopes is None

@@ -292,4 +292,5 @@ HEAD_TABLE_SOURCES: dict[str, str] = {
     "classes": "layer0_head_classes__table",
     "roles": "random_token_patterns__heads",
     "masses": "random_token_patterns__masses",
+    "sinks": "attention_sinks__table",
 }

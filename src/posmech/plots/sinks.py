@@ -33,7 +33,8 @@ def sink_heads(heads: pd.DataFrame, alpha: np.ndarray, card: list[dict[str, Any]
     M = np.full((L, H), np.nan)
     M[heads["layer"].to_numpy(int), heads["head"].to_numpy(int)] = heads["alpha0_mean"].to_numpy(float)
     alibi = heads["slope"].notna().any()
-    fig, axes = plt.subplots(1, 3 if alibi else 2, figsize=(12 if alibi else 9, 3.6))
+    fig, axes = plt.subplots(1, 3 if alibi else 2, figsize=(13 if alibi else 10, 3.6),
+                             gridspec_kw={"wspace": 0.45})
     ax = axes[0]
     im = ax.imshow(M, vmin=0, vmax=1, cmap="viridis", aspect="auto", interpolation="nearest")
     if L * H <= 64:
@@ -51,7 +52,7 @@ def sink_heads(heads: pd.DataFrame, alpha: np.ndarray, card: list[dict[str, Any]
     n = min(N_KEYS_SHOWN, alpha.shape[-1])
     for l in range(alpha.shape[0]):
         ax.plot(np.arange(n), alpha[l, :, :n].mean(0), marker="o", ms=3, label=f"layer {l}")
-    ax.set(xlabel="key position k", ylabel="alpha[k] (mean over heads, samples)", title="first keys")
+    ax.set(xlabel="key position k", ylabel="mean alpha[k]", title="first keys (mean over heads and samples)")
     ax.title.set_fontsize(8)
     ax.legend(fontsize=7)
     if alibi:
@@ -76,8 +77,10 @@ def massive_activations(acts: pd.DataFrame, summary: pd.DataFrame, title: str,
     a.scatter(rated["layer"], rated["ratio"], s=6, alpha=0.4, label="one sample")
     s = summary.dropna(subset=["ratio_median"])
     a.plot(s["layer"], s["ratio_median"], marker="o", color="tab:red", label="median over samples")
-    a.set_yscale("log")
+    if rated["ratio"].max() >= 100 * rated["ratio"].min():  # two decades or more: a log scale
+        a.set_yscale("log")
     a.set(xlabel="layer", ylabel="max |h| / median |h|", title="residual stream after each block")
+    a.set_xticks(summary["layer"].to_numpy(int))
     a.title.set_fontsize(8)
     a.legend(fontsize=7)
     x = summary["layer"].to_numpy(int)

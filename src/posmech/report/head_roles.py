@@ -59,6 +59,8 @@ ROLES: tuple[Role, ...] = (
     Role("look-back-two (attention-only)", "L5", "l_role", "look_back_two", "l_offset2_mass",
          "mean attention at offset −2"),
     Role("induction (attention-only)", "L4", "l_role", "induction", "l_induction_score", "induction score"),
+    Role("attention sink", "S1", "sink", True, "sink_alpha0",
+         "mean attention on the first token from the queries that see it (Gu et al.'s alpha[0])"),
 )
 
 STYLE = """<style>
