@@ -28,7 +28,7 @@ def main(smk, log):
             "resolved_revision": man["resolved_revision"], "processing": entry["processing"]}
     write_table(heads, out.table, meta)
     write_table(sk.activation_table(col.rows, model), out.activations, {**meta, "claim": "S4"})
-    card = sk.sink_scorecard(col.alpha0, heads, model, s.epsilon, s.early_layers, positions, out.table)
+    card = sk.sink_scorecard(col.alpha0, heads, model, s.epsilon, s.early_layers, positions, out.table, T)
     plots.sink_heads(heads, col.alpha_all.mean(0), card, f"S1-S3 {model}: alpha[0] per head (T = {T})", out.figure)
     write_table(scorecard_rows(card), out.scorecard)
     log.info("%s", "; ".join(f"{r['quantity']} {r['value']}" for r in card))

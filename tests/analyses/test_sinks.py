@@ -72,6 +72,15 @@ def test_scorecard_s1_s2_and_s3_not_measurable_without_alibi():
     assert card["early_sink_ratio"]["value"] == pytest.approx(1 / 4)
 
 
+def test_samples_too_short_for_the_metric_are_not_measurable():
+    a = _alpha0({(2, 0): 0.9})
+    heads = sk.head_table(a, "m", 0.3, 0.9)
+    assert sk.sink_scorecard(a, heads, "m", 0.3, 2, "learned", "", 10)[0]["value"] == pytest.approx(1 / 6)
+    card = sk.sink_scorecard(a, heads, "m", 0.3, 2, "learned", "", 9)  # H_9 / 9 = 0.314
+    assert [r["claim"] for r in card] == ["S1", "S2", "S3", "S3"]
+    assert all(r["value"] is None and "0.314" in r["detail"] for r in card)
+
+
 def test_s2_is_not_measurable_when_the_early_layers_are_the_whole_model():
     a = _alpha0({}, L=2)
     card = {r["quantity"]: r for r in sk.sink_scorecard(a, sk.head_table(a, "m", 0.3, 0.9), "m", 0.3, 2, "learned", "")}

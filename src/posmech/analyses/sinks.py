@@ -198,11 +198,18 @@ def head_table(alpha0: np.ndarray, model: str, epsilon: float, first_token_alpha
 
 
 def sink_scorecard(alpha0: np.ndarray, heads: pd.DataFrame, model: str, epsilon: float, early_layers: int,
-                   positions: str, artifact: str) -> list[dict[str, Any]]:
-    """The S1-S3 scorecard rows. S2 has no value when the model has no layer after the early
-    ones (nothing but early layers: the finding would read "no sink at all"); S3 none without
-    ALiBi slopes, or when the heads' mean ``alpha[0]`` or slopes are all equal."""
+                   positions: str, artifact: str, n_tokens: int | None = None) -> list[dict[str, Any]]:
+    """The S1-S3 scorecard rows. S1 and S2 have no value when the samples' ``n_tokens`` are so
+    few that a uniform head's ``alpha[0] = H_T / T`` is not below ``epsilon`` (a model whose
+    context is that short: every head would count); S2 none when the model has no layer after
+    the early ones (nothing but early layers: the finding would read "no sink at all"); S3 none
+    without ALiBi slopes, or when the heads' mean ``alpha[0]`` or slopes are all equal."""
     N, L, H = alpha0.shape
+    if n_tokens is not None and uniform_alpha0(n_tokens) >= epsilon:
+        why = (f"samples of {n_tokens} tokens (the model's context): a uniform head's alpha[0] = H_T / T = "
+               f"{uniform_alpha0(n_tokens):.3f} is not below epsilon {epsilon:g}, so every head would be a sink")
+        return [{"claim": c, "model": model, "quantity": q, "value": None, "detail": why, "artifact": artifact}
+                for c, qs in (("S1", S1_QUANTITIES), ("S2", S2_QUANTITIES), ("S3", S3_QUANTITIES)) for q in qs]
     rows = [{"claim": "S1", "model": model, "quantity": "sink_ratio", "value": sink_ratio(alpha0, epsilon),
              "detail": f"share of {N} samples x {L} layers x {H} heads with alpha[0] > {epsilon:g}",
              "artifact": artifact}]
