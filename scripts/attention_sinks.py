@@ -3,7 +3,7 @@ head on T-token samples, the sink ratio, the early layers' sink ratio and, on AL
 the first-token heads against their slopes; the residual stream's largest magnitudes (S4)."""
 
 from posmech.analyses import sinks as sk
-from posmech.data.tokens import context_documents, read_tokens
+from posmech.data.tokens import read_tokens
 from posmech.models.loading import load_model, read_manifest
 from posmech.pipeline.runner import run
 from posmech.plots import sinks as plots
@@ -15,7 +15,7 @@ def main(smk, log):
     man = read_manifest(smk.input.manifest)
     tokens = read_tokens(smk.input.tokens)
     bridge = load_model(man, entry["device"], entry["dtype"], entry["processing"], entry["engine"])
-    samples, T, _ = context_documents(tokens, s.n_samples, s.tokens_for(bridge.cfg.n_ctx), "sinks")
+    samples, T = sk.samples_of(tokens, s.n_samples, s.n_tokens, bridge.cfg.n_ctx)
     if len(samples) < s.n_samples:
         log.warning("sinks: only %d of %d documents of corpus %s have %d tokens; using them", len(samples),
                     s.n_samples, s.corpus, T)

@@ -47,6 +47,32 @@ def test_the_settings_refuse_a_t_at_which_uniform_heads_are_sinks():
         defaults("sinks", n_tokens=10, epsilon=0.2).check()
 
 
+class _Tokens:
+    """The part of posmech.data.tokens.TokenSet that samples_of reads."""
+
+    def __init__(self, lengths, n_ctx):
+        self.docs = [np.arange(1, n + 1) for n in lengths]
+        self.attrs = {"n_ctx": n_ctx}
+
+    def lengths(self):
+        return np.array([len(d) for d in self.docs])
+
+    def doc(self, j):
+        return self.docs[j]
+
+
+def test_samples_take_t_tokens_or_the_models_shorter_context():
+    toks = _Tokens([80, 20, 70, 64, 40], n_ctx=1024)
+    docs, T = sk.samples_of(toks, 2, 64, 1024)
+    assert T == 64 and [len(d) for d in docs] == [64, 64]  # the first two long enough: 80, 70
+    docs, T = sk.samples_of(_Tokens([40, 20, 33], n_ctx=32), 5, 64, None)  # BLOOM: the config's n_ctx 32
+    assert T == 32 and len(docs) == 2
+    docs, T = sk.samples_of(_Tokens([40, 20, 33], n_ctx=None), 5, 64, 16)  # the model's own context 16
+    assert T == 16 and len(docs) == 3
+    with pytest.raises(PosmechError, match="sinks.n_tokens"):
+        sk.samples_of(_Tokens([40, 20], n_ctx=1024), 5, 64, 1024)
+
+
 def test_sink_ratio_over_nothing_is_an_error():
     with pytest.raises(PosmechError, match="no"):
         sk.sink_ratio(np.zeros((0, 2, 2)), 0.3)

@@ -167,6 +167,23 @@ def top_activation(h: np.ndarray) -> dict[str, Any]:
             "ratio": top / med if med > 0 else float("nan")}
 
 
+def samples_of(tokens: Any, n_samples: int, n_tokens: int, model_ctx: int | None) -> tuple[list[np.ndarray], int]:
+    """The first ``n_samples`` documents of ``tokens`` (a :class:`posmech.data.tokens.TokenSet`)
+    with at least ``T`` tokens, cut to ``T``: ``sinks.n_tokens``, or the model's context when
+    shorter (the model's own ``n_ctx`` and the one its tokens were cut for, ``models.<name>.n_ctx``
+    where the config sets it, e.g. for BLOOM, whose config records none): ``(samples, T)``."""
+    from posmech.data.tokens import context_documents
+
+    limits = [n_tokens] + [int(c) for c in (model_ctx, tokens.attrs.get("n_ctx")) if c]
+    T = min(limits)
+    try:
+        docs, T, _ = context_documents(tokens, n_samples, T, "sinks")
+    except PosmechError as err:
+        raise PosmechError(f"config key `sinks.n_tokens`: {err} (samples of T = {T} tokens: lower `sinks.n_tokens` "
+                           "or use a corpus with longer documents)") from None
+    return docs, T
+
+
 def run_sinks(bridge: Any, samples: Sequence[np.ndarray], batch_size: int = 8,
               progress: bool = True) -> SinkCollector:
     """One forward pass per batch of ``samples`` (token ids ``[T]`` each, equal lengths) with

@@ -33,14 +33,14 @@ def sink_heads(heads: pd.DataFrame, alpha: np.ndarray, card: list[dict[str, Any]
     M = np.full((L, H), np.nan)
     M[heads["layer"].to_numpy(int), heads["head"].to_numpy(int)] = heads["alpha0_mean"].to_numpy(float)
     alibi = heads["slope"].notna().any()
-    fig, axes = plt.subplots(1, 3 if alibi else 2, figsize=(13 if alibi else 10, 3.6),
+    fig, axes = plt.subplots(1, 3 if alibi else 2, figsize=(12 if alibi else 10, 3.6),
                              gridspec_kw={"wspace": 0.45})
     ax = axes[0]
     im = ax.imshow(M, vmin=0, vmax=1, cmap="viridis", aspect="auto", interpolation="nearest")
     if L * H <= 64:
         for l in range(L):
             for h in range(H):
-                ax.text(h, l, f"{M[l, h]:.2f}", ha="center", va="center", fontsize=7,
+                ax.text(h, l, f"{M[l, h]:.2f}", ha="center", va="center", fontsize=8,
                         color="black" if M[l, h] > 0.6 else "white")
     ax.set(xlabel="head", ylabel="layer", title=f"mean alpha[0]; sink ratio {_value(card, 'sink_ratio')}, "
                                                    f"layers 0-1 {_value(card, 'early_sink_ratio')}")
@@ -54,12 +54,12 @@ def sink_heads(heads: pd.DataFrame, alpha: np.ndarray, card: list[dict[str, Any]
         ax.plot(np.arange(n), alpha[l, :, :n].mean(0), marker="o", ms=3, label=f"layer {l}")
     ax.set(xlabel="key position k", ylabel="mean alpha[k]", title="first keys (mean over heads and samples)")
     ax.title.set_fontsize(8)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=8)
     if alibi:
         ax = axes[2]
-        ax.scatter(heads["slope"], heads["alpha0_mean"], c=heads["layer"], cmap="viridis", s=18)
-        ax.set_xscale("log", base=2)
-        ax.set(xlabel="ALiBi slope (log 2)", ylabel="mean alpha[0]",
+        ax.scatter(np.log2(heads["slope"].astype(float)), heads["alpha0_mean"], c=heads["layer"], cmap="viridis",
+                   s=18)
+        ax.set(xlabel="log2 of the ALiBi slope (right: steeper)", ylabel="mean alpha[0]",
                title=f"first-token share {_value(card, 'first_token_head_share')}, "
                      f"Spearman {_value(card, 'alpha0_slope_spearman')}")
         ax.title.set_fontsize(8)

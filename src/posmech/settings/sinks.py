@@ -34,7 +34,3 @@ class SinksSettings(SinksFields):
                 f"config keys `sinks.n_tokens` ({self.n_tokens}) and `sinks.epsilon` ({self.epsilon:g}): a head "
                 f"attending uniformly has alpha[0] = H_T / T = {base:.3f}, not below epsilon, so every random-init "
                 "head would be a sink; raise `sinks.n_tokens` or `sinks.epsilon`")
-
-    def tokens_for(self, n_ctx: int) -> int:
-        """T for a model of context ``n_ctx``: ``n_tokens``, or the context when shorter."""
-        return min(self.n_tokens, int(n_ctx))
