@@ -8,8 +8,11 @@
 #                     and compare every verdict with the expected one; non-zero on any disagreement
 #   make config-doc – rewrite what is written from the config schema: config/README.md's key tables
 #                     and the settings fields (src/posmech/settings/schema_fields.py)
-#   make docs       – rewrite everything generated: what config-doc writes, and the docs' tables of
-#                     analyses (README.md, docs/*.md), written from workflow/analyses/*.yaml
+#   make docs       – rewrite everything generated: what config-doc writes, the docs' tables of
+#                     analyses (README.md, docs/*.md), written from workflow/analyses/*.yaml, and
+#                     the docs' blocks of the demo run's numbers, from docs/demo-numbers.json
+#   make demo-numbers – after `make demo`: store the run's numbers (results/) in docs/demo-numbers.json
+#                     and rewrite the docs' blocks that quote them
 PYTHON ?= python3
 VENV   ?= .venv
 # Snakemake's --cores: every core of the machine (`all`), no more: on a 2-core machine 8
@@ -28,7 +31,7 @@ BIN    := $(VENV)/bin
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_PIN   := $(shell grep -E '^torch==' requirements.lock)
 
-.PHONY: setup demo study test lint format clean-demo selfcheck config-doc docs
+.PHONY: setup demo study test lint format clean-demo selfcheck config-doc docs demo-numbers
 
 $(BIN)/snakemake: requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -99,6 +102,17 @@ config-doc: setup
 # config keys and thresholds join the schema); tests/test_docs_generated.py fails until it has run.
 docs: config-doc
 	$(BIN)/python -m posmech.pipeline.reference --write
+	$(BIN)/python -m posmech.pipeline.demo_numbers --write
+
+# Every number of README.md and docs/*.md that `make demo` produces (head scores, held-out
+# losses, the findings' counts, the twins' values, the P rules on demo) sits in a block
+# `<!-- generated: numbers.NAME -->` written from docs/demo-numbers.json
+# (src/posmech/pipeline/demo_numbers.py). After `make demo`, this stores that run's numbers
+# there (from results/) and rewrites the blocks; tests/test_demo_numbers.py fails when a block
+# differs from the file, when config/demo.yaml trains a model differently from the stored run,
+# or when a run's number is typed by hand outside the blocks.
+demo-numbers: setup
+	$(BIN)/python -m posmech.pipeline.demo_numbers --from-run results config/demo.yaml
 
 lint: setup
 	$(BIN)/snakemake --lint --configfile config/demo.yaml

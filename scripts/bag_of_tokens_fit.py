@@ -34,7 +34,7 @@ def main(smk, log):
                                 "fvu": "sum (a - a_hat)^2 / sum (a - mean a)^2",
                                 "sign_agreement": "fraction of positions where sign(a) = sign(a_hat)",
                                 "rmse": "root mean square of a - a_hat"})
-    fit_figure(traces, f"C3 {model}: blocks.0.mlp.hook_pre, actual vs bag-of-tokens approximation "
+    fit_figure(traces, f"C3 {model}: {ov.hook}{' (the gate)' if ov.gated else ''}, actual vs bag-of-tokens approximation "
                f"(LN2 {s.ln2}; shaded: n < {n0}, not scored)", out.figure, n0)
     write_table(scorecard_rows(nr.fit_scorecard(df, n0, model, out.table)), out.scorecard)
     med = df.groupby("neuron")["pearson_r"].median()

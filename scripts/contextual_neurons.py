@@ -41,7 +41,7 @@ def main(smk, log):
             "corpora": corpora, "min_token_count": s.min_token_count,
             "contribution": "token-contribution vector TC_j(x) (extended_tokens.h5 `contributions`)"}
     write_table(df, out.table, meta)
-    write_table(ranking, out.ranking, {"explained": "1 - Var(a - t) / Var(a): a = real blocks.0.mlp.hook_pre, "
+    write_table(ranking, out.ranking, {"explained": f"1 - Var(a - t) / Var(a): a = real {ov.hook}{' (the gate)' if ov.gated else ''}, "
                                        "t = contextual term, pooled over positions n >= "
                                        f"{s.from_position} of {len(dec.token_ids)} layer0.h5 texts"})
     contributions_figure(df, ranking, f"C2 {model}: top and bottom token contributions (tokens in "

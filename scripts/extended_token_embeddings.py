@@ -4,6 +4,7 @@ layer-0 MLP neuron's token-contribution vector, stored in extended_tokens.h5 (do
 
 from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
+from posmech.models.mlp_layouts import LayoutError
 from posmech.models.loading import read_manifest
 from posmech.pipeline.runner import run
 from posmech.settings import positions_for
@@ -13,14 +14,18 @@ from posmech.store.tables import not_measurable_rows, read_table, scorecard_rows
 def main(smk, log):
     model, s, out = smk.wildcards.model, smk.params.settings, smk.output
     man = read_manifest(smk.input.manifest)
-    w, ov, _ = nr.load_weights(man, model, tokenizer=False)
-    nr.check_neurons(s.neurons, ov.d_mlp, model)
     dec = cx.read_decomposition(smk.input.h5)
     # from_position resolved for the model's context (layer0.h5's n_ctx and last destination position),
     # once (null: scaled with it); extended_tokens.h5 records it (neurons_config), which the C rules take
     s = positions_for(s, int(dec.attrs["n_ctx"]), model, max_position=int(dec.positions[-1]))
-    classes = read_table(smk.input.classes)
-    why = nr.missing_heads(classes, s.heads, s.head_classes)
+    try:
+        w, ov, _ = nr.load_weights(man, model, tokenizer=False)
+    except LayoutError as e:  # a block layout without the object (decided from the weights): not measurable
+        why = f"contextual neurons: {e}"
+    else:
+        nr.check_neurons(s.neurons, ov.d_mlp, model)
+        classes = read_table(smk.input.classes)
+        why = nr.missing_heads(classes, s.heads, s.head_classes)
     if why:  # nothing a model lacks fails the run: an artifact saying why, C1 not measurable
         log.warning("%s", why)
         nr.write_not_measurable(out.h5, why, {"model": model, "model_source": man["source"],

@@ -22,7 +22,7 @@ def main(smk, log):
     rows = ao.input_decomposition(bridge, s, setup, used, progress=f"{model} L2/L3/L5") if used else []
     df = ao.decomposition_table(rows, model)
     bos = setup.bos is not None
-    meta = {"claim": "L2,L3,L5", "model": model, "heads": roles, "query": s.query, "bos": bos,
+    meta = {"claim": "L2,L3,L5", "model": model, "heads": roles, "query": s.query, "bos": bos, "scheme": setup.scheme,
             "resolved_revision": man["resolved_revision"], "processing": entry["processing"], "attn_only_config": s.as_dict()}
     write_table(df, smk.output.table, meta)
     o = smk.output
@@ -31,15 +31,20 @@ def main(smk, log):
         words_figure(f"L3 · {model}", missing["previous"], o.position_only)
     else:
         plots.decomposition_curves(df, roles["previous"], "previous", "L2", s.query, model, bos, o.previous)
-        plots.position_only_pattern(ao.mean_matrix(df, roles["previous"], "position_only", "pattern_mean"),
-                                    roles["previous"], model, bos, o.position_only)
+        if setup.scheme in ao.NO_POSITION_ONLY:
+            words_figure(f"L3 · {model}", ao.NO_POSITION_ONLY[setup.scheme], o.position_only)
+        else:
+            plots.position_only_pattern(ao.mean_matrix(df, roles["previous"], "position_only", "pattern_mean"),
+                                        roles["previous"], model, bos, o.position_only,
+                                        ao.POSITION_ONLY_WORDS[setup.scheme])
     if "look_back_two" in missing:
         words_figure(f"L5 · {model}", missing["look_back_two"], o.look_back_two)
     else:
         plots.decomposition_curves(df, roles["look_back_two"], "look_back_two", "L5", s.query, model, bos,
                                    o.look_back_two)
     card = ao.decomposition_scorecard(df, roles, s, bos, model,
-                                      {"L2": o.previous, "L3": o.position_only, "L5": o.look_back_two}, missing)
+                                      {"L2": o.previous, "L3": o.position_only, "L5": o.look_back_two}, missing,
+                                      setup.scheme)
     write_table(scorecard_rows(card), o.scorecard)
     log.info("%s", "; ".join(f"{r['claim']} {r['quantity']} {r['value']:.4g}" for r in card if r["value"] is not None))
     for role, why in missing.items():

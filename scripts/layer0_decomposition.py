@@ -15,7 +15,7 @@ from posmech.store.tables import scorecard_rows, write_table
 def main(smk, log):
     model, p, out = smk.wildcards.model, smk.params.settings, smk.output
     man = read_manifest(smk.input.manifest)
-    w, tokenizer = cx.load_weights(man, model)
+    w, tokenizer = cx.load_weights(man, model, entry=smk.params.entry)
     # the positions resolved for the model's context, once (null: scaled with it); layer0.h5 records the
     # section as configured (contextual_config) and that context (n_ctx): its readers get the same values
     pos = positions_for(p, w.n_ctx, model)

@@ -10,7 +10,8 @@ from posmech.store.tables import scorecard_rows, write_table
 def main(smk, log):
     model, p, out = smk.wildcards.model, smk.params.settings, smk.output
     dec = cx.read_decomposition(smk.input.h5)
-    w, _ = cx.load_weights(read_manifest(smk.input.manifest), model, tokenizer=False)
+    w, _ = cx.load_weights(read_manifest(smk.input.manifest), model, tokenizer=False,
+                             entry=smk.params.entry)
     pos = p.recorded(dec.attrs["contextual_config"], dec.attrs["n_ctx"], model)  # as layer0_decomposition resolved them
     mass, excess, count = cx.duplicate_scores(w, float(dec.attrs["ln_scale_used"]), list(dec.token_ids),
                                               pos.max_position)

@@ -12,7 +12,7 @@ from posmech.store.tables import scorecard_rows, write_table
 def main(smk, log):
     model, p, out = smk.wildcards.model, smk.params.settings, smk.output
     dec = cx.read_decomposition(smk.input.h5)
-    w, tokenizer = cx.load_weights(read_manifest(smk.input.manifest), model)
+    w, tokenizer = cx.load_weights(read_manifest(smk.input.manifest), model, entry=smk.params.entry)
     pos = p.recorded(dec.attrs["contextual_config"], dec.attrs["n_ctx"], model)  # as layer0_decomposition resolved them
     grid = pos.grid
     s, ids, title = float(dec.attrs["ln_scale_used"]), dec.token_ids[0], dec.texts["title"][0]

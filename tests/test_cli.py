@@ -114,7 +114,7 @@ def _head_table(d):
     d.mkdir(parents=True)
     etc = pd.DataFrame({"head_name": ["L0H0", "L0H0", "L0H1", "L0H1", "L1H0", "L1H0", "L1H1", "L1H1"],
                         "n": [5, 31] * 4, "kernel_type": ["local", "uniform", "local", "slow_decay"] * 2,
-                        "etc_mean": [1.0, 20.0, 1.5, 7.0, 1.0, 2.0, 3.0, 4.0]})
+                        "zero_score_kernel_type": "uniform", "etc_mean": [1.0, 20.0, 1.5, 7.0, 1.0, 2.0, 3.0, 4.0]})
     etc["etc_fraction"] = etc["etc_mean"] / (etc["n"] - 1)
     write_table(head_table("m", etc=etc, n=31), d / "heads.csv")
 
@@ -127,10 +127,12 @@ def test_heads_prints_the_head_table(tmp_path, capsys):
     assert lines[0].startswith("heads of m (4 heads; from")
     if not lines[0].endswith(".csv)"):  # a long path: on a line of its own
         lines.pop(1)
-    assert lines[1].split() == ["head_name", "etc", "etc_fraction", "kernel_type"]  # columns no analysis filled are left out
+    # columns no analysis filled are left out
+    assert lines[1].split() == ["head_name", "etc", "etc_fraction", "kernel_type", "kernel_role"]
     rows = {ln.split()[0]: ln.split() for ln in lines[2:]}
     assert list(rows) == ["L0H0", "L0H1", "L1H0", "L1H1"]  # layer, then head
-    assert rows["L0H1"][1:] == ["7", "0.233", "slow_decay"] and rows["L0H0"][3] == "uniform"  # at n = 31, 3 digits
+    # at n = 31, 3 digits; a uniform kernel is no role
+    assert rows["L0H1"][1:] == ["7", "0.233", "slow_decay", "slow_decay"] and rows["L0H0"][3:] == ["uniform", "none"]
     assert main(["heads", str(d), "--csv"]) == 0
     import io
 
@@ -155,13 +157,14 @@ def _ci_like_head_table(d):
     prev = [True, True, True, True, False, False, False, False]
     taxonomy = pd.DataFrame({"head_name": names, "is_previous_token": prev,
                              "prev_token_mass": [0.891, 0.237, 0.3, 0.25, 0.01, 0.02, 0.03, 0.04],
+                             "prev_token_excess": [0.792, 0.138, 0.2, 0.15, -0.09, -0.08, -0.07, -0.06],
                              "ratio": [0.0745, 0.921, 0.5, 0.6, 1.0, 0.9, 0.8, 0.7],
                              "rank": pd.array([1, 4, 2, 3, None, None, None, None], dtype="Int64")})
     chosen = pd.DataFrame({"head_name": ["L0H0", "L0H1"], "role": ["sharp", "early"]})
     taxa = pd.DataFrame({"head_name": names, "taxon": ["bright sub-diagonal", "dark diagonal", "neither"] * 2
                          + ["neither"] * 2, "dip": [0.4984] * 8, "bump": [0.6186] * 8})
     etc = pd.DataFrame({"head_name": names, "n": 31, "kernel_type": ["local", "slow_decay", "uniform", "local"] * 2,
-                        "etc_mean": [2.989, 9.317, 20.0, 3.0] * 2})
+                        "zero_score_kernel_type": "uniform", "etc_mean": [2.989, 9.317, 20.0, 3.0] * 2})
     etc["etc_fraction"] = etc["etc_mean"] / 30
     classes = pd.DataFrame({"head_name": names[:4], "head_class": ["duplicate_token", "detokenization",
                                                                    "contextual", "other"],
@@ -187,7 +190,7 @@ def test_heads_fits_100_columns_by_default_and_prints_integers_as_integers(tmp_p
     header = lines[1].split()
     # the roles come first: every role column is shown, the scores as far as they fit
     assert header[:2] == ["head_name", "p7_rank"] and set(header) <= set(COMPACT)
-    assert {"p7_chosen", "score_taxon", "kernel_type", "k7_class", "l_role"} <= set(header)
+    assert {"p7_chosen", "score_taxon", "kernel_role", "k7_class", "l_role"} <= set(header)
     rows = {ln.split()[0]: ln.split() for ln in lines[2:10]}
     assert rows["L0H0"][header.index("p7_rank")] == "1" and rows["L1H0"][header.index("p7_rank")] == "—"
     assert header[-1] == "l_role" and rows["L1H0"][-1] == "induction"  # (score_taxon's values have spaces)
@@ -195,7 +198,7 @@ def test_heads_fits_100_columns_by_default_and_prints_integers_as_integers(tmp_p
     assert left.startswith("not shown: ") and "--wide" in left and "prev_token_mass" in left
     assert main(["heads", str(d), "--wide"]) == 0
     wide = capsys.readouterr().out.splitlines()
-    assert len(wide[1].split()) == 20 and max(map(len, wide)) > 100  # every filled column: what wrapped before
+    assert len(wide[1].split()) == 22 and max(map(len, wide)) > 100  # every filled column: what wrapped before
     rank = wide[1].split().index("p7_rank")
     assert [ln.split()[rank] for ln in wide[2:]] == ["1", "4", "2", "3", "—", "—", "—", "—"]  # not 1.0, not <NA>
     with pytest.raises(SystemExit):

@@ -58,7 +58,8 @@ def test_the_registries_are_derived_from_the_declarations():
     assert fam.rule_inputs("posembed_attention") == {"heads": ("taxonomy", "diagonal_taxonomy__heads")}
     assert set(ap.RULES) == set(fam.ANALYSES)
     assert ap.RULES["score_taxa"] == ap.Needs((), ("attention_statistics", "diagonal_taxonomy"))
-    assert ap.RULES["layer0_decomposition"].requires == ("learned_wpos", "layer0_weights", "pre_ln")
+    assert ap.RULES["layer0_decomposition"].requires == ("layer0_weights", "pre_ln")
+    assert ap.RULES["random_token_patterns"].requires == ("position_variants",)
     assert ap.check_table() == []
     assert fam.rule_of("positional_sparsity") == "geometry" and fam.rule_of("bos_induction") == "bos_induction"
     assert fam.rule_of("fetch_model") == "fetch_model"
@@ -179,6 +180,7 @@ READERS = {
     "src/posmech/verdicts/dynamics.py": "the sweep follows the quantities of named analyses' tables",
     "src/posmech/pipeline/preflight.py": "pre-run checks name the analysis whose config key is wrong",
     "src/posmech/core/families.py": "HEAD_TABLE_SOURCES: the head table's inputs",
+    "src/posmech/pipeline/demo_numbers.py": "make demo-numbers quotes named scorecards of the demo run",
 }
 #: a config section or key that shares an analysis's name is not a mention of the analysis
 SECTION_NAMED = ("src/posmech/settings/", "src/posmech/core/config.py", "src/posmech/core/errors.py")
@@ -193,7 +195,8 @@ def room_of(f: str, a: fam.Analysis) -> str | None:
     """Which room of analysis ``a`` file ``f`` is, or ``None``."""
     readers = [b for b in fam.ANALYSES.values() if a.name in b.after]
     family = "posembed" if a.rule.startswith("posembed_") else fam.rule_of(a.name)
-    family = {"extended_averaging": "interventions", "bos_induction": "attn_only"}.get(family, family)
+    family = {"extended_averaging": "interventions", "bos_induction": "attn_only",
+              "rotary_frequencies": "rotary"}.get(family, family)
     rooms = {
         "declaration": f == f"workflow/analyses/{a.rule}.yaml",
         "script": f == f"scripts/{a.name}.py" or f == f"scripts/{a.rule}_family.py",
@@ -205,6 +208,7 @@ def room_of(f: str, a: fam.Analysis) -> str | None:
                                                  for b in readers),
         "workflow (its rule's resources, a rule that reads it)": f.startswith("workflow/rules/"),
         "prose, data or generated": f.endswith(".md") or f.startswith(("bench/", "resources/", "config/"))
+        or f == "docs/demo-numbers.json"
         or f == "workflow/schemas/config.schema.yaml",
         "reader": f in READERS or f.startswith(SECTION_NAMED),
     }

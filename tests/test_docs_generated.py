@@ -48,7 +48,9 @@ def test_the_tables_say_what_the_declarations_say():
     assert "| `bos_induction` | its own |" in workflow
     # what a model needs, with what it reads: the neurons need the layer-0 decomposition's too
     assert ("| `contextual_neurons` | — | `extended_token_embeddings`, `layer0_decomposition` | `mlp`, "
-            "`neuron_weights`, `learned_wpos`, `layer0_weights`, `pre_ln` |") in workflow
+            "`learned_wpos`, `layer0_weights`, `pre_ln` |") in workflow
+    # the L rules need only their inputs per scheme (docs/claims.md), not a learned W_pos
+    assert "| `random_token_patterns` | `position_variants` | — | `position_variants` |" in workflow
     assert '| `learned_wpos` | position scheme `learned` (learned absolute positions) | "no learned W_pos: ' in workflow
     claims = fill(CLAIMS.read_text(encoding="utf-8"), sources)[0]
     assert ("| P7 | `diagonal_taxonomy` (rule `taxonomy`) | `min(diagonal_ratio)` ≤ "

@@ -64,10 +64,10 @@ def test_rows_carry_the_quantity_and_their_claims_verdict_at_each_point():
         return r
 
     assert row("demo@step0", "prev_token_head_fraction")["verdict"] == "fails"
-    first, last = row("demo@step0", "sharpest_previous_token_score"), row("demo", "sharpest_previous_token_score")
+    first, last = row("demo@step0", "largest_prev_token_mass"), row("demo", "largest_prev_token_mass")
     assert (first["value"], first["label"], first["verdict"]) == (0.3, "L1H0", "fails")
     assert (last["value"], last["label"], last["verdict"]) == (0.9, "L1H0", "holds")
-    assert row("demo", "sharpest_previous_token_layer")["value"] == 1
+    assert row("demo", "largest_prev_token_mass_layer")["value"] == 1
     assert (row("demo", "previous_token_head_etc")["value"], row("demo", "previous_token_head_kernel_type")["label"]) \
         == (1.2, "local")
     # role counts: the same rows at every point of the sweep (a type absent at step 0 counts 0)

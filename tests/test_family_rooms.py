@@ -7,7 +7,8 @@ or the scorecards), the library ``posmech.analyses.F`` (module or package), the 
 ``FSettings``), the config section ``F`` of the schema,
 its heading in ``config/README.md`` and a heading naming it in ``docs/artifacts.md``. The
 posembed rules, rules of their own, share the name ``posembed`` in the same rooms; their
-config sections keep the rules' names (``posembed_averaging``, ``posembed_attention``).
+config sections keep the rules' names (``posembed_averaging``, ``posembed_attention``); so
+does the rotary rule ``rotary_frequencies`` (rooms ``rotary``, section ``rotary_frequencies``).
 The checks read the files as text (:func:`room_problems`), so that a test can show on a
 made-up tree that each missing or misnamed room is found."""
 
@@ -29,6 +30,7 @@ POSEMBED = ("posembed_averaging", "posembed_attention")
 GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     **{family: ((family,), (family,)) for family in FAMILIES},
     "posembed": (POSEMBED, POSEMBED),
+    "rotary": (("rotary_frequencies",), ("rotary_frequencies",)),
 }
 # library modules that belong to no family (docs/workflow.md, "Families": shared helpers),
 # and the figure modules of the machinery and of the rule `dynamics`

@@ -41,10 +41,10 @@ def test_heads_csv_p7_rank_is_an_integer_column(tmp_path):
     from posmech.verdicts.heads import head_table
 
     taxonomy = pd.DataFrame({"head_name": ["L0H0", "L0H1"], "is_previous_token": [True, False],
-                             "prev_token_mass": [0.9, 0.1], "ratio": [0.1, 0.9],
+                             "prev_token_mass": [0.9, 0.1], "prev_token_excess": [0.8, 0.0], "ratio": [0.1, 0.9],
                              "rank": pd.array([1, None], dtype="Int64")})
     write_table(head_table("m", taxonomy=taxonomy), tmp_path / "heads.csv")
     assert read_meta(tmp_path / "heads.csv")["column_types"]["p7_rank"] == "Int64"
-    assert (tmp_path / "heads.csv").read_text().splitlines()[1].split(",")[7] == "1"
+    assert (tmp_path / "heads.csv").read_text().splitlines()[1].split(",")[8] == "1"
     back = read_table(tmp_path / "heads.csv")
     assert str(back["p7_rank"].dtype) == "Int64" and back["p7_rank"].tolist()[0] == 1 and back["p7_rank"].isna()[1]

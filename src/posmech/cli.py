@@ -213,10 +213,11 @@ def format_tree(info: dict[str, Any]) -> str:
 #: the width the compact ``heads`` table fits (``--wide``: no limit)
 WIDTH = 100
 #: the columns of the compact ``heads`` table in the order they are taken while the lines fit
-#: :data:`WIDTH`: the head, the roles (P7 rank and chosen heads, P13 taxon, K3/K4 kernel type, K7
+#: :data:`WIDTH`: the head, the roles (P7 rank and chosen heads, P13 taxon, K3/K4 kernel role and type, K7
 #: class, L role), then the scores they are decided on; shown in ``heads.csv``'s order
-COMPACT = ["head_name", "p7_rank", "p7_chosen", "l_role", "kernel_type", "score_taxon", "k7_class",
-           "prev_token_mass", "previous_token", "diagonal_ratio", "etc_fraction", "etc", "l_previous_mass",
+COMPACT = ["head_name", "p7_rank", "p7_chosen", "l_role", "kernel_role", "score_taxon", "k7_class", "kernel_type",
+           "prev_token_mass", "prev_token_excess", "previous_token", "diagonal_ratio", "etc_fraction", "etc",
+           "l_previous_mass",
            "l_induction_score", "l_offset2_mass", "taxon_dip", "taxon_bump", "k7_duplicate_excess",
            "k7_local_mass", "k7_etc_fraction"]
 

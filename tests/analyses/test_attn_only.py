@@ -202,8 +202,10 @@ def test_tokenizer_without_bos_fails_naming_the_key(model):
     assert not calls
 
 
-def test_model_without_learned_positions_is_refused(tmp_path):
-    """A rotary model (GPT-NeoX) has no positional embedding to zero."""
+def test_rotary_model_on_the_bridge_is_refused(tmp_path):
+    """A rotary model (GPT-NeoX) has no positional embedding to zero: its token-only input runs
+    every token at position 0, which the bridge cannot (the engine can:
+    tests/analyses/test_attn_only_schemes.py)."""
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     cfg = GPTNeoXConfig(vocab_size=V, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
@@ -213,7 +215,7 @@ def test_model_without_learned_positions_is_refused(tmp_path):
     hb.char_tokenizer(V).save_pretrained(d)
     bridge = load_bridge({"hf_dir": str(d), "name": "neox"}, "cpu", "float32", "raw")
     calls, h = _forward_counter(bridge)
-    with pytest.raises(PosmechError, match=r"model `neox`.*rotary.*attn_only\.models"):
+    with pytest.raises(PosmechError, match=r"model `neox`.*rotary.*engine"):
         ao.prepare(bridge, _params(), "neox", ENTRY)
     h.remove()
     assert not calls

@@ -116,6 +116,37 @@ def test_exact_when_the_denominators_are_constant(model, tmp_path):
 
 
 @pytest.mark.float32
+@pytest.mark.parametrize("layout", ["rms", "parallel"])
+def test_exact_on_rms_and_parallel_layouts(model, tmp_path, layout):
+    """The same exactness with an RMSNorm in front of the MLP (not centred) and with a parallel
+    layer 0 (the neurons are layer 1's, which also reads layer 0's MLP output, a function of
+    the residual before layer 0: entered exactly); the C rules' hook follows the layer."""
+    import dataclasses
+
+    m, w, ov, _ = model
+    if layout == "rms":
+        # an output bias with a mean: LayerNorm would subtract it, RMSNorm does not
+        var = dataclasses.replace(ov, ln2_rms=True, ln2_b=np.zeros_like(ov.ln2_b), b_O=ov.b_O + 0.5)
+    else:
+        W = np.random.default_rng(5).normal(0, 0.1, (256, 256))
+        var = dataclasses.replace(ov, layer=1, embed_mlp=lambda r: np.tanh(r @ W))
+    texts = [RNG.integers(1, 4, N_CTX) for _ in range(3)]
+    dec = layer0(tmp_path, w, texts)
+    st, _ = nr.build_setup(dec, w, var, [2], 0, 1, None)
+    for t in texts:
+        got = nr.approximate(st, stored_keys(dec), t, "exact")
+        np.testing.assert_allclose(got["resid"], nr.layer0_residual(w, var, t), atol=1e-5)
+        np.testing.assert_allclose(got["pre"], nr.hook_pre(w, var, t), atol=1e-4)
+        if layout == "rms":  # RMSNorm by its formula, not centred
+            r = nr.layer0_residual(w, var, t)
+            x = r / np.sqrt(np.square(r).mean(axis=-1, keepdims=True) + var.ln2_eps) * var.ln2_w
+            np.testing.assert_allclose(got["pre"], x @ var.W_in + var.b_in, atol=1e-4)
+        # ... and it is not the plain layout's: the variant changed what the neurons read
+        assert np.abs(got["pre"][:, [J, 3]] - nr.hook_pre(w, ov, t)[:, [J, 3]]).max() > 1.0
+    assert var.hook == ("blocks.1.mlp.hook_pre" if layout == "parallel" else "blocks.0.mlp.hook_pre")
+
+
+@pytest.mark.float32
 def test_extended_embeddings_contributions_and_approximation_are_analytic(model, tmp_path):
     m, w, ov, sigma = model
     texts = [RNG.integers(0, V, N_CTX) for _ in range(3)]

@@ -19,6 +19,7 @@ from posmech.analyses.taxonomy import (
     rank_correlations,
     read_chosen_heads,
     taxonomy_scorecard,
+    uniform_baseline,
 )
 from posmech.core.errors import PosmechError
 from posmech.models import handbuilt as hb
@@ -95,7 +96,12 @@ def test_ties_resolve_to_the_smallest_offset_only_within_the_tolerance():
     df = classify_heads(means)
     assert df["top_offset"].tolist() == [0, 1, 1]  # a 1e-4 difference is real; [0.1, 0.4, 0.4]: 1 before 2
     assert df["n_tied"].tolist() == [2, 1, 2]
-    assert df["is_previous_token"].tolist() == [False, True, True]
+    assert df["is_previous_token_post"].tolist() == [False, True, True]
+    # over 3-token documents a uniform head gives offset 1 a mean of (1/2 + 1/3) / 2 = 0.417: the
+    # 0.3 and 0.4 at offset 1 are below it, so neither head is a previous-token head for the finding
+    assert df["prev_token_baseline"].iloc[0] == pytest.approx(5 / 12)
+    assert df["is_previous_token"].tolist() == [False, False, False]
+    assert df["rank"].isna().all() and df["rank_post"].tolist()[1:] == [1, 2]
     assert classify_heads(means, tie_rtol=1e-3)["top_offset"].tolist() == [0, 0, 1]
 
 
@@ -128,11 +134,11 @@ def test_rank_is_an_integer_column_with_gaps_through_a_written_table(tmp_path):
     df = classify_heads(means)
     assert str(df["rank"].dtype) == "Int64"
     write_table(df, tmp_path / "taxonomy.csv")
-    assert read_meta(tmp_path / "taxonomy.csv")["column_types"] == {"rank": "Int64"}
+    assert read_meta(tmp_path / "taxonomy.csv")["column_types"] == {"rank": "Int64", "rank_post": "Int64"}
     back = read_table(tmp_path / "taxonomy.csv").set_index("head_name")
     assert str(back["rank"].dtype) == "Int64" and back["rank"].tolist()[0] == 1 and pd.isna(back.loc["L0H1", "rank"])
     assert back.loc["L0H2", "rank"] == 2
-    assert (tmp_path / "taxonomy.csv").read_text().splitlines()[1].split(",")[-1] == "1"  # written as 1, not 1.0
+    assert (tmp_path / "taxonomy.csv").read_text().splitlines()[1].split(",")[-2:] == ["1", "1"]  # not 1.0
 
 
 @pytest.mark.float32
@@ -143,8 +149,14 @@ def test_uniform_head_means_are_exact(bridge):
     expect = [np.mean([1 / (i + 1) for i in range(max(d, 1), N)]) for d in range(N)]
     np.testing.assert_allclose(means[0, 0], expect, rtol=1e-6)
     assert stats.counts.tolist() == [2 * (N - 1)] + [2 * (N - d) for d in range(1, N)]
-    with_q0 = accumulate_diagonals(bridge, _docs(2), exclude_first_query=False).means()
+    # the uniform causal baseline, from the counts alone, is exactly that head's means
+    np.testing.assert_allclose(uniform_baseline(stats.counts, stats.n_documents), expect, rtol=1e-12)
+    np.testing.assert_allclose(means[0, 0], uniform_baseline(stats.counts, stats.n_documents), rtol=1e-6)
+    with_q0_stats = accumulate_diagonals(bridge, _docs(2), exclude_first_query=False)
+    with_q0 = with_q0_stats.means()
     assert with_q0[0, 0, 0] == pytest.approx(np.mean([1 / (i + 1) for i in range(N)]), rel=1e-6)
+    np.testing.assert_allclose(uniform_baseline(with_q0_stats.counts, 2, exclude_first_query=False), with_q0[0, 0],
+                               rtol=1e-6)
     # the exact previous-token head's offset-0 mean is then 1/N (query 0 has no choice)
     assert with_q0[0, 1, 0] == pytest.approx(1 / N, rel=1e-6)
 
@@ -170,6 +182,8 @@ def test_ragged_documents_are_batched_by_length(bridge):
     lengths = np.array([12, 12, 7, 12])
     expect = [int(np.clip(lengths - d, 0, None).sum()) - (4 if d == 0 else 0) for d in range(N)]
     assert stats.counts.tolist() == expect
+    # the uniform head L0H0 on ragged documents: the baseline recovers the lengths from the counts
+    np.testing.assert_allclose(stats.means()[0, 0], uniform_baseline(stats.counts, 4), rtol=1e-6)
     single = accumulate_diagonals(bridge, docs, batch_size=1)
     # other batch shapes, float32 rounding: relative, and absolute for the sums of exp(-30)-sized weights
     np.testing.assert_allclose(stats.sums, single.sums, rtol=FLOAT32_FORWARD_REL, atol=FLOAT32_FORWARD_ABS)
@@ -213,18 +227,123 @@ def test_rank_correlations_equal_scipy_spearmanr_with_ties():
 
 
 def test_taxonomy_scorecard_rows_from_known_ranking():
-    means = np.zeros((2, 2, 3))
-    means[:, :, 0] = 0.5  # L0H0, L1H1: main diagonal
-    means[0, 1, 1], means[0, 1, 0] = 0.5, 0.1  # L0H1: previous-token, ratio 0.2
-    means[1, 0, 1], means[1, 0, 0] = 0.5, 0.05  # L1H0: previous-token, ratio 0.1 (sharper)
+    means = np.zeros((2, 2, 3))  # 3-token documents: a uniform head gives offset 1 a mean of 5/12
+    means[:, :, 0] = 0.5  # L0H0: main diagonal
+    means[0, 1, 1], means[0, 1, 0] = 0.6, 0.12  # L0H1: previous-token, ratio 0.2
+    means[1, 0, 1], means[1, 0, 0] = 0.6, 0.06  # L1H0: previous-token, ratio 0.1 (sharper)
+    means[1, 1, 1], means[1, 1, 0] = 0.45, 0.44  # L1H1: peaks at offset 1, 0.033 above uniform: the post's only
     df = classify_heads(means, detector=np.array([[0.0, 0.5], [0.9, 0.0]]))
-    meta = {"n_previous_token_heads": 2, "n_heads": 4, "n_documents": 7, "spearman_ratio_vs_head_detector": 1.0}
+    meta = {"n_heads": 4, "n_documents": 7, "spearman_ratio_vs_head_detector": 1.0, "prev_token_min_excess": 0.1}
     card = {r["quantity"]: r for r in taxonomy_scorecard(df, meta, "m", "bible", 64, "fig.png", "t.csv")}
     assert card["n_prev_token_heads"]["value"] == 2 and card["prev_token_head_fraction"]["value"] == 0.5
     assert card["sharpest_prev_token_head"]["value"] == ["L1H0"]
     assert card["diagonal_ratio"]["value"] == {"L1H0": 0.1, "L0H1": 0.2}
+    # the post's loose definition counts L1H1 too (the published comparison reads these)
+    assert card["n_prev_token_heads_post"]["value"] == 3 and card["prev_token_head_fraction_post"]["value"] == 0.75
+    assert card["diagonal_ratio_post"]["value"] == {"L1H0": 0.1, "L0H1": 0.2, "L1H1": round(0.44 / 0.45, 4)}
+    assert card["sharpest_prev_token_head_post"]["value"] == ["L1H0"]
+    assert "0.1 more attention there than a uniform causal head" in card["prev_token_head_fraction"]["detail"]
     assert "7 bible documents of 64 tokens" in card["n_prev_token_heads"]["detail"]
     assert {r["claim"] for r in card.values()} == {"P6", "P7"} and {r["model"] for r in card.values()} == {"m"}
+
+
+def test_a_uniform_head_is_not_a_previous_token_head_a_planted_one_is():
+    """The finding's definition reads the offset-1 mean against a uniform causal head's: a
+    nearly uniform head whose largest mean is at offset 1 by a hair (the post's definition
+    counts it) is not a previous-token head; one with 0.3 of every query's attention planted
+    on the previous key (the rest uniform) is, and so is the exact one.  The margin is the
+    argument ``min_excess`` (``taxonomy.prev_token_min_excess``)."""
+    n = 32
+    q = np.arange(n)[:, None]
+    k = np.arange(n)[None, :]
+    causal = (k <= q).astype(float)
+    uniform = causal / causal.sum(1, keepdims=True)
+    tilted = uniform.copy()  # offset 1 gets 1 % more than the rest, renormalised
+    tilted[q[1:, 0], q[1:, 0] - 1] *= 1.01
+    tilted /= tilted.sum(1, keepdims=True)
+    planted = 0.7 * uniform
+    planted[q[1:, 0], q[1:, 0] - 1] += 0.3
+    planted[0, 0] = 1.0
+    exact = np.eye(n, k=-1)
+    exact[0, 0] = 1.0
+    patterns = torch.tensor(np.stack([uniform, tilted, planted, exact]))[None]  # [1, 4 heads, n, n]
+    stats = DiagonalStats(np.zeros((1, 4, n)), np.zeros(n, np.int64), np.zeros((1, 4)))
+    add_pattern(stats, 0, patterns)
+    stats.counts[:] = n - np.arange(n)
+    stats.counts[0] -= 1
+    stats.n_documents = 1
+    base = uniform_baseline(stats.counts, 1)
+    assert base[1] == pytest.approx((sum(1 / j for j in range(1, n + 1)) - 1) / (n - 1))  # (H_32 - 1) / 31
+    df = classify_heads(stats.means(), baseline=base).set_index("head_name")
+    assert df["prev_token_excess"].tolist() == pytest.approx([0.0, df.loc["L0H1", "prev_token_excess"],
+                                                              0.3 * (1 - base[1]), 1 - base[1]])
+    assert 0 < df.loc["L0H1", "prev_token_excess"] < 0.005
+    assert df["is_previous_token_post"].tolist() == [False, True, True, True]
+    assert df["is_previous_token"].tolist() == [False, False, True, True]
+    assert df["rank"].tolist()[2:] == [2, 1] and pd.isna(df.loc["L0H1", "rank"])
+    # the margin decides: 0.3 planted is 0.27 above uniform, not 0.3 above it
+    strict = classify_heads(stats.means(), baseline=base, min_excess=0.28)
+    assert strict["is_previous_token"].tolist() == [False, False, False, True]
+    with pytest.raises(PosmechError, match="baseline has shape"):
+        classify_heads(stats.means(), baseline=base[:-1])
+
+
+def test_the_baseline_of_a_sliding_window_layer_is_its_own_uniform_head():
+    """A uniform head of a layer whose queries see their last ``w`` keys gives query i the share
+    1/min(i+1, w) (0 from offset w on): the baseline of each layer follows its window, so on
+    GPT-Neo's local layers (window 8 at context 32: 0.152 on offset 1, against 0.099 without)
+    a uniform head is not a previous-token head either."""
+    from posmech.models.architecture import attention_windows
+
+    n, w = 32, 8
+    q, k = np.arange(n)[:, None], np.arange(n)[None, :]
+    seen = ((k <= q) & (k > q - w)).astype(float)
+    pattern = torch.tensor(seen / seen.sum(1, keepdims=True))[None, None]
+    stats = DiagonalStats(np.zeros((2, 1, n)), np.zeros(n, np.int64), np.zeros((2, 1)))
+    add_pattern(stats, 1, pattern)
+    add_pattern(stats, 0, torch.tensor(np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None])[None, None])
+    stats.counts[:] = n - np.arange(n)
+    stats.counts[0] -= 1
+    stats.n_documents = 1
+    base = np.stack([uniform_baseline(stats.counts, 1), uniform_baseline(stats.counts, 1, window=w)])
+    np.testing.assert_allclose(stats.means(), base[:, None, :], rtol=1e-12, atol=1e-15)
+    assert base[1, 1] == pytest.approx((sum(1 / j for j in range(2, w + 1)) + (n - w) / w) / (n - 1))
+    assert (base[1, w:] == 0).all()
+    df = classify_heads(stats.means(), baseline=base)
+    assert df["prev_token_excess"].abs().max() < 1e-12 and not df["is_previous_token"].any()
+    cfg = {"model_type": "gpt_neo", "attention_types": [[["global", "local"], 2]], "window_size": w}
+    assert attention_windows(cfg, 4) == [0, w, 0, w]
+    assert attention_windows({"model_type": "mistral", "sliding_window": 16}, 2) == [16, 16]
+    assert attention_windows({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 16,
+                              "max_window_layers": 1}, 3) == [0, 16, 16]
+    assert attention_windows({"model_type": "llama", "sliding_window": 16,
+                              "layer_types": ["full_attention", "sliding_attention"]}, 2) == [0, 16]
+    assert attention_windows({"model_type": "gpt2"}, 3) == [0, 0, 0]
+
+
+def test_the_baseline_of_an_alibi_head_is_its_bias_alone():
+    """ALiBi heads with zero query-key scores attend by their bias alone, softmax(-m·d): that is
+    their baseline (not the uniform one), so a random-init BLOOM head, close to it, is no
+    previous-token head while its slope-0.25 bias puts 0.198 on offset 1 at context 32."""
+    from posmech.models.scores import alibi_slopes
+
+    n = 32
+    slopes = alibi_slopes(4)
+    q, k = np.arange(n)[:, None], np.arange(n)[None, :]
+    scores = np.where(k <= q, -slopes[:, None, None] * (q - k), -np.inf)
+    pattern = torch.softmax(torch.tensor(scores), -1)[None]  # [1, 4, n, n]
+    stats = DiagonalStats(np.zeros((1, 4, n)), np.zeros(n, np.int64), np.zeros((1, 4)))
+    add_pattern(stats, 0, pattern)
+    stats.counts[:] = n - np.arange(n)
+    stats.counts[0] -= 1
+    stats.n_documents = 1
+    base = np.stack([uniform_baseline(stats.counts, 1, slope=m) for m in slopes])[None]
+    np.testing.assert_allclose(stats.means(), base, rtol=1e-10)
+    assert base[0, 0, 1] == pytest.approx(0.198, abs=1e-3)
+    df = classify_heads(stats.means(), baseline=base)
+    assert df["prev_token_excess"].abs().max() < 1e-12 and not df["is_previous_token"].any()
+    # against the uniform baseline the slope-0.25 head would be 0.098 above it
+    assert classify_heads(stats.means())["prev_token_excess"].iloc[0] == pytest.approx(0.099, abs=1e-3)
 
 
 def _published_like_table() -> pd.DataFrame:

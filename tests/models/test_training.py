@@ -163,23 +163,29 @@ def test_tiny_training_run_is_deterministic_and_writes_the_summary(tmp_path, arc
         train_demo_model(docs, dict(cfg, induction_length=9), tmp_path / "c", "m")
 
 
-def test_silent_attention_layer_writes_nothing_until_released(tmp_path):
+@pytest.mark.parametrize("arch, out_proj", [("gpt2", "transformer.h.{}.attn.c_proj.weight"),
+                                            ("llama", "model.layers.{}.self_attn.o_proj.weight")])
+def test_silent_attention_layer_writes_nothing_until_released(arch, out_proj, tmp_path):
+    """GPT-2 (demo) and Llama (demo-rope): layer 0's attention output projection is zero and
+    frozen, then learns from step silent_attention_steps on."""
     rng = np.random.default_rng(1)
     docs = [{"text": "".join(rng.choice(list("abcdefgh "), 80))} for _ in range(10)]
-    cfg = {"corpus": "c", "n_layer": 2, "n_head": 2, "d_model": 16, "n_ctx": 16, "steps": 4, "batch_size": 4,
-           "warmup_steps": 1, "heldout_every": 5, "eval_every": 4, "eval_batches": 1, "repeat_fraction": 0.5,
-           "induction_samples": 4, "threads": 1, "silent_attention_layers": [0]}
+    cfg = {"corpus": "c", "architecture": arch, "n_layer": 2, "n_head": 2, "d_model": 16, "n_ctx": 16, "steps": 4,
+           "batch_size": 4, "warmup_steps": 1, "heldout_every": 5, "eval_every": 4, "eval_batches": 1,
+           "repeat_fraction": 0.5, "induction_samples": 4, "threads": 1, "silent_attention_layers": [0]}
     from safetensors.torch import load_file
 
     train_demo_model(docs, cfg, tmp_path / "a", "m")
     w = load_file(str(tmp_path / "a" / "hf" / "model.safetensors"))
-    assert float(w["transformer.h.0.attn.c_proj.weight"].abs().max()) == 0.0
-    assert float(w["transformer.h.1.attn.c_proj.weight"].abs().max()) > 0.0
+    assert float(w[out_proj.format(0)].abs().max()) == 0.0
+    assert float(w[out_proj.format(1)].abs().max()) > 0.0
     train_demo_model(docs, dict(cfg, silent_attention_steps=2), tmp_path / "b", "m")
     w = load_file(str(tmp_path / "b" / "hf" / "model.safetensors"))
-    assert float(w["transformer.h.0.attn.c_proj.weight"].abs().max()) > 0.0
+    assert float(w[out_proj.format(0)].abs().max()) > 0.0
     with pytest.raises(PosmechError, match="silent_attention_layers"):
         train_demo_model(docs, dict(cfg, architecture="attn_only"), tmp_path / "c", "m")
+    with pytest.raises(PosmechError, match="silent_attention_layers"):
+        train_demo_model(docs, dict(cfg, silent_attention_layers=[2]), tmp_path / "c", "m")
 
 
 def _tiny_llama(tok, seed=3):
@@ -311,5 +317,7 @@ def test_train_work_counts_tokens_times_block_parameters_and_orders_the_demo_tra
     assert train_work({**base, "architecture": "llama"}) == 10 * 2 * 8 * 3 * (4 * 256 + 3 * 16 * llama_mlp_width(16))
     demo = yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "demo.yaml").read_text())["models"]
     work = {m: train_work(demo[m]["train"]) for m in ("demo", "demo-rope", "demo-attn")}
-    # the measured training CPU (docs/performance.md): demo ~130-160 s, demo-rope ~100, demo-attn ~45-65
-    assert work["demo"] > work["demo-rope"] > work["demo-attn"]
+    # the measured training CPU (docs/performance.md): demo and demo-rope alike (3 layers each; 65-70 and
+    # ~61 CPU s on one machine), demo-attn about half
+    assert min(work["demo"], work["demo-rope"]) > 2 * work["demo-attn"]
+    assert abs(work["demo-rope"] / work["demo"] - 1) < 0.05

@@ -123,7 +123,7 @@ def test_every_count_quantity_says_so():
     for name in ("n_previous_token_heads", "count(kernel_types)", "count(layer0_local_heads)", "n_kernel_local",
                  "n_l_role_previous"):
         assert quantity(name).count, name
-    for name in ("sharpest_previous_token_score", "previous_token_head_etc", "sharpest_previous_token_layer"):
+    for name in ("largest_prev_token_mass", "previous_token_head_etc", "largest_prev_token_mass_layer"):
         assert not quantity(name).count, name
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 
 STEPS = [0, 50, 200, 500, 2000]
 REVISIONS = ["step0", "step50", "step200", "step500", "final"]
-#: the sharpest previous-token score per model and checkpoint (rises: the head forms)
+#: the largest previous-token mass per model and checkpoint (rises: the head forms)
 SCORES = {"demo": [0.08, 0.12, 0.55, 0.88, 0.93], "demo-attn": [0.07, 0.31, 0.74, 0.9, 0.91]}
 KERNELS = {"demo": ["uniform", "uniform", "slow_decay", "local", "local"],
            "demo-attn": ["uniform", "slow_decay", "local", "local", "local"]}
@@ -25,9 +25,9 @@ def synthetic_dynamics() -> pd.DataFrame:
             verdict = "holds" if score >= P7_MIN else "fails"
             base = {"model": model, "revision": rev, "step": step, "checkpoint": point}
             rows += [
-                {**base, "claim": "P7", "quantity": "sharpest_previous_token_score", "value": score,
+                {**base, "claim": "P7", "quantity": "largest_prev_token_mass", "value": score,
                  "label": f"L1H{i % 2}", "verdict": verdict, "reason": f"score {score} vs {P7_MIN}"},
-                {**base, "claim": "P7", "quantity": "sharpest_previous_token_layer", "value": float(i > 1),
+                {**base, "claim": "P7", "quantity": "largest_prev_token_mass_layer", "value": float(i > 1),
                  "label": f"L{int(i > 1)}H{i % 2}", "verdict": verdict, "reason": ""},
                 {**base, "claim": "K3", "quantity": "previous_token_head_etc", "value": 30.0 / (1 + (6 if model == "demo" else 9) * i),
                  "label": "", "verdict": "holds", "reason": ""},

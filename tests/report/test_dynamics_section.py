@@ -20,7 +20,7 @@ from posmech.store.tables import write_table
 from tests.report.dynamics_data import synthetic_dynamics
 from tests.report.test_html import fabricated_run  # noqa: F401 (the fixture)
 
-QUANTITIES = ["sharpest_previous_token_score", "sharpest_previous_token_layer", "previous_token_head_etc",
+QUANTITIES = ["largest_prev_token_mass", "largest_prev_token_mass_layer", "previous_token_head_etc",
               "prev_token_mass_ratio_knocked", "previous_token_head_kernel_type"]
 
 
@@ -42,7 +42,7 @@ def test_figure_has_a_symlog_panel_per_quantity_and_marks_every_verdict():
         # four numeric quantities and the kernel type's strip panel; the sixth grid cell removed
         assert len(fig.axes) == len(QUANTITIES) == 5
         assert all(ax.get_xscale() == "symlog" for ax in fig.axes)
-        score = _panel(fig, "sharpest previous-token score")
+        score = _panel(fig, "largest previous-token mass")
         # step 0 is on the axis and left of step 50 (a log axis would drop it)
         assert score.get_xlim()[0] < 0 < 50 < score.get_xlim()[1]
         # a line per model through its 5 checkpoints; fails drawn open: demo 0.08, 0.12 and demo-attn 0.07, 0.31
@@ -111,7 +111,7 @@ def test_section_after_the_demo_models_with_values_and_verdicts(fabricated_run):
     assert '<a href="#dynamics">Training dynamics</a>' in html
     # visible without opening anything: per model, where the followed heads go and when they form
     headline = html[html.index('<ul class="dyn-headline">'):html.index('<details class="dyn-body">')]
-    assert "<strong>demo</strong>: sharpest previous-token score 0.08 → 0.93, half of it first at step 200" in headline
+    assert "<strong>demo</strong>: largest previous-token mass 0.08 → 0.93, half of it first at step 200" in headline
     # the figure and the table are copied next to the report and linked
     assert '<img src="figures/report/dynamics.png"' in html and Path("results/report/figures/report/dynamics.png").is_file()
     assert 'href="figures/report/dynamics.csv"' in html and Path("results/report/figures/report/dynamics.csv").is_file()
@@ -119,8 +119,8 @@ def test_section_after_the_demo_models_with_values_and_verdicts(fabricated_run):
     section = section[:section.index("</section>")]
     heads = re.findall(r"<th[^>]*>([^<]*)</th>", section[:section.index("</thead>")])
     assert heads == ["model", "claim", "quantity", "0", "50", "200", "500", "2000 (final)"]
-    assert _cells(section, "demo", "sharpest_previous_token_score") == ["0.08 ✗", "0.12 ✗", "0.55 ✓", "0.88 ✓", "0.93 ✓"]
-    assert _cells(section, "demo-attn", "sharpest_previous_token_score")[1] == "0.31 ✗"
+    assert _cells(section, "demo", "largest_prev_token_mass") == ["0.08 ✗", "0.12 ✗", "0.55 ✓", "0.88 ✓", "0.93 ✓"]
+    assert _cells(section, "demo-attn", "largest_prev_token_mass")[1] == "0.31 ✗"
     assert _cells(section, "demo", "prev_token_mass_ratio_knocked") == ["n/m", "n/m", "0.7 ✗", "0.4 ✓", "0.3 ✓"]
     assert _cells(section, "demo-attn", "prev_token_mass_ratio_knocked") == ["n/m"] * 5
     assert _cells(section, "demo-attn", "previous_token_head_kernel_type") == [

@@ -30,7 +30,7 @@ def finding(**kw):
 def test_shipped_findings_cover_every_claim_with_a_documented_threshold():
     found = fd.load_findings(REPO / "resources" / "findings.yaml")
     claims = {f.claim for f in found}
-    expected = {f"P{i}" for i in range(1, 17)} | {f"L{i}" for i in range(1, 6)} | {f"K{i}" for i in range(1, 11)} \
+    expected = {f"P{i}" for i in range(1, 19)} | {f"L{i}" for i in range(1, 6)} | {f"K{i}" for i in range(1, 11)} \
         | {f"C{i}" for i in range(1, 4)} | {f"S{i}" for i in range(1, 5)}
     assert claims == expected
     fd.check_thresholds(found, DEFAULTS)  # every key has a default number
@@ -175,14 +175,15 @@ def _role_tables():
     """Per-analysis tables of a 2 x 2 model with known roles (the columns the rules write)."""
     names = ["L0H0", "L0H1", "L1H0", "L1H1"]
     taxonomy = pd.DataFrame({"head_name": names, "is_previous_token": [False, True, True, False],
-                             "prev_token_mass": [0.1, 0.4, 0.9, 0.2], "ratio": [0.9, 0.5, 0.02, 0.8],
-                             "rank": [None, 2, 1, None]})
+                             "prev_token_mass": [0.1, 0.4, 0.9, 0.2], "prev_token_excess": [0.0, 0.3, 0.8, 0.1],
+                             "ratio": [0.9, 0.5, 0.02, 0.8], "rank": [None, 2, 1, None]})
     chosen = pd.DataFrame({"role": ["sharp", "early"], "head_name": ["L1H0", "L0H1"]})
     taxa = pd.DataFrame({"head_name": names, "taxon": ["neither", "dark diagonal", "bright sub-diagonal", "neither"],
                          "dip": [0.0, 0.5, -0.1, 0.0], "bump": [0.0, -0.2, 0.7, 0.1]})
     etc = pd.DataFrame({"head_name": names, "n": 20, "etc_mean": [1.5, 19.0, 8.0, 18.5],
                         "etc_fraction": [0.075, 0.95, 0.4, 0.925],
-                        "kernel_type": ["local", "uniform", "slow_decay", "uniform"]})
+                        "kernel_type": ["local", "uniform", "slow_decay", "uniform"],
+                        "zero_score_kernel_type": "uniform"})
     classes = pd.DataFrame({"head_name": ["L0H0", "L0H1"], "head_class": ["contextual", "detokenization"],
                             "duplicate_excess": [0.01, 0.02], "local_mass": [0.1, 0.8], "etc_fraction": [0.5, 0.1]})
     roles = pd.DataFrame({"role": ["previous", "look_back_two", "induction"], "head_name": ["L1H0", "none", "L1H1"]})
@@ -205,6 +206,8 @@ def test_head_table_joins_the_roles_of_every_analysis():
     assert list(r["p7_chosen"]) == ["none", "early", "sharp", "none"]
     assert r.loc["L1H0", "score_taxon"] == "bright sub-diagonal" and r.loc["L1H0", "taxon_bump"] == 0.7
     assert r.loc["L0H0", "kernel_type"] == "local" and r.loc["L0H0", "etc_fraction"] == 0.075
+    assert list(r["kernel_role"]) == ["local", "none", "slow_decay", "none"]  # a uniform kernel is no role
+    assert r.loc["L0H1", "prev_token_excess"] == 0.3
     assert r.loc["L0H1", "k7_class"] == "detokenization" and r.loc["L0H1", "k7_local_mass"] == 0.8
     assert pd.isna(r.loc["L1H0", "k7_class"])  # K7 is about layer 0 only
     # the look-back-two role is none: no head carries it, not the best of the rest
@@ -222,6 +225,23 @@ def test_head_table_leaves_an_analysis_the_model_is_not_in_empty_and_names_a_mis
         head_table("m", taxa=tables["taxa"].drop(columns=["dip"]))
     with pytest.raises(PosmechError, match="no row at n=7"):
         head_table("m", etc=tables["etc"], n=7)
+    with pytest.raises(PosmechError, match="etc.csv lacks the column.*'zero_score_kernel_type'.*etc_table"):
+        head_table("m", etc=tables["etc"].drop(columns=["zero_score_kernel_type"]), n=20)
+
+
+def test_a_kernel_its_zero_score_kernel_already_has_and_a_fallback_sharp_head_are_no_roles():
+    """A slowly decaying kernel that the head's zero-score kernel (an ALiBi bias) already has is no
+    role; neither is the sharp head the taxonomy chose by its fallback (no previous-token head)."""
+    from posmech.analyses.taxonomy import SHARP_FALLBACK_RULE
+    from posmech.verdicts.heads import head_table
+
+    tables = _role_tables()
+    etc = tables["etc"].assign(zero_score_kernel_type=["uniform", "uniform", "slow_decay", "uniform"])
+    chosen = pd.DataFrame({"role": ["sharp"], "head_name": ["L1H1"], "rule": [SHARP_FALLBACK_RULE]})
+    r = head_table("m", etc=etc, n=20, taxonomy=tables["taxonomy"], chosen=chosen).set_index("head_name")
+    assert list(r["kernel_role"]) == ["local", "none", "none", "none"]
+    assert list(r["kernel_type"]) == ["local", "uniform", "slow_decay", "uniform"]  # the type stays
+    assert list(r["p7_chosen"]) == ["none"] * 4
 
 
 def test_a_quantity_is_read_from_the_findings_own_claim(tmp_path):

@@ -39,23 +39,26 @@ def _scorecard(model: str, rule: str, rows: list[dict]) -> str:
 def _head_roles() -> list[str]:
     """The head-roles tables (rule head_table) of the two models, from per-analysis tables with
     known roles: gpt2 (2 x 2 heads here) has two previous-token heads, L1H1 the sharp one, and a
-    local and a uniform kernel in layer 0; demo's taxonomy finds no previous-token head and its
-    kernels did not run."""
+    local and a uniform kernel in layer 0, and a slowly decaying kernel in L1H0 that its
+    zero-score kernel already has (as an ALiBi bias gives; no role); demo's taxonomy finds no
+    previous-token head (its sharp head is the fallback's: no role) and its kernels did not run."""
+    from posmech.analyses.taxonomy import SHARP_FALLBACK_RULE
     from posmech.verdicts.heads import head_table
 
     names = ["L0H0", "L0H1", "L1H0", "L1H1"]
     taxonomy = {
         "gpt2": pd.DataFrame({"head_name": names, "is_previous_token": [False, False, True, True],
-                              "prev_token_mass": [0.05, 0.1, 0.45, 0.91], "ratio": [0.9, 0.8, 0.4, 0.01],
-                              "rank": [None, None, 2, 1]}),
+                              "prev_token_mass": [0.05, 0.1, 0.45, 0.91], "prev_token_excess": [-0.05, 0.0, 0.35, 0.81],
+                              "ratio": [0.9, 0.8, 0.4, 0.01], "rank": [None, None, 2, 1]}),
         "demo": pd.DataFrame({"head_name": names, "is_previous_token": False, "prev_token_mass": [0.2, 0.1, 0.3, 0.25],
-                              "ratio": 0.9, "rank": None}),
+                              "prev_token_excess": 0.0, "ratio": 0.9, "rank": None}),
     }
-    chosen = {"gpt2": pd.DataFrame({"role": ["sharp", "early"], "head_name": ["L1H1", "L1H0"]}),
-              "demo": pd.DataFrame({"role": ["sharp"], "head_name": ["L1H0"]})}
+    chosen = {"gpt2": pd.DataFrame({"role": ["sharp", "early"], "head_name": ["L1H1", "L1H0"], "rule": "rank"}),
+              "demo": pd.DataFrame({"role": ["sharp"], "head_name": ["L1H0"], "rule": [SHARP_FALLBACK_RULE]})}
     etc = pd.DataFrame({"head_name": names, "n": 30, "etc_mean": [2.0, 29.0, 15.0, 12.0],
                         "etc_fraction": [0.07, 0.97, 0.5, 0.41], "kernel_type": ["local", "uniform", "slow_decay",
-                                                                                   "slow_decay"]})
+                                                                                   "slow_decay"],
+                        "zero_score_kernel_type": ["uniform", "uniform", "slow_decay", "uniform"]})
     paths = []
     for m in ("gpt2", "demo"):
         path = f"results/{m}/heads.csv"
@@ -84,9 +87,9 @@ def fabricated_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     etc_caption.write_text("Effective token count per head (K4).\n")
     scorecards = [
         _scorecard("gpt2", "diagonal_taxonomy", [
-            {"claim": "P6", "quantity": "n_prev_token_heads", "value": 67,
+            {"claim": "P6", "quantity": "n_prev_token_heads_post", "value": 67,
              "artifact": "results/gpt2/taxonomy/diagonals.png"},
-            {"claim": "P7", "quantity": "sharpest_prev_token_head", "value": ["L5H6"]},
+            {"claim": "P7", "quantity": "sharpest_prev_token_head_post", "value": ["L5H6"]},
         ]),
         _scorecard("gpt2", "etc_table", [
             {"claim": "K4", "quantity": "layer0_local_heads", "value": ["L0H3", "L0H4", "L0H7"],
@@ -95,7 +98,7 @@ def fabricated_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
              "artifact": "results/gpt2/kernels/etc.png"},
         ]),
         _scorecard("demo", "diagonal_taxonomy", [
-            {"claim": "P6", "quantity": "n_prev_token_heads", "value": 3,
+            {"claim": "P6", "quantity": "n_prev_token_heads_post", "value": 3,
              "artifact": "results/demo/taxonomy/diagonals.png"},
         ]),
     ]
@@ -104,6 +107,9 @@ def fabricated_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
         "model": "demo", "heldout_loss": 1.34, "heldout_loss_unit": "nats per token (character)",
         "train_seconds": 12.0, "previous_token_scores": [[0.1, 0.2], [0.93, 0.3]],
         "best_previous_token_head": "L1H0", "best_previous_token_score": 0.93,
+        "best_induction_head": "L1H1", "best_induction_score": 0.8, "induction_score_with_read_head_ablated": 0.1,
+        "induction_reads_head": "L0H1", "p_correct_repeated": 0.9, "p_correct_first_copy": 0.01,
+        "best_look_back_two_head": "L0H0", "best_look_back_two_score": 0.2,
     }))
     manifests = []
     for m in ("gpt2", "demo"):
@@ -148,10 +154,10 @@ def _row(card: pd.DataFrame, claim: str, quantity: str, model: str) -> pd.Series
 
 def test_scorecard_of_fabricated_run(fabricated_run):
     card = read_table("results/report/scorecard.csv")
-    assert _row(card, "P6", "n_prev_token_heads", "gpt2").status == "pass"  # |67 - 69| <= 5
-    assert _row(card, "P7", "sharpest_prev_token_head", "gpt2").status == "fail"  # L5H6, not L4H11
-    assert _row(card, "P7", "diagonal_ratio", "gpt2").status == "missing"  # claim covered, no value
-    assert _row(card, "P6", "n_prev_token_heads", "demo").status == "other model"
+    assert _row(card, "P6", "n_prev_token_heads_post", "gpt2").status == "pass"  # |67 - 69| <= 5
+    assert _row(card, "P7", "sharpest_prev_token_head_post", "gpt2").status == "fail"  # L5H6, not L4H11
+    assert _row(card, "P7", "diagonal_ratio_post", "gpt2").status == "missing"  # claim covered, no value
+    assert _row(card, "P6", "n_prev_token_heads_post", "demo").status == "other model"
     assert _row(card, "K4", "layer0_local_heads", "gpt2").status == "pass"
     # etc_table is registered for gpt2 and the published K5 entry names it: expected -> missing
     assert _row(card, "K5", "kernel_consistency", "gpt2").status == "missing"
@@ -167,12 +173,12 @@ def test_scorecard_csv_columns_keep_their_types_in_plain_pandas(fabricated_run):
     plain = pd.read_csv("results/report/scorecard.csv")
     assert set(plain["source"].dropna()) <= {"post 000", "post 001", "post 003", "post 004"}
     assert "post 000" in set(plain["source"])
-    p6 = _row(plain, "P6", "n_prev_token_heads", "gpt2")
+    p6 = _row(plain, "P6", "n_prev_token_heads_post", "gpt2")
     assert p6.reproduced_number == 67 and json.loads(p6.reproduced_json) == 67 and p6.published_number == 69
     k4 = _row(plain, "K4", "layer0_local_heads", "gpt2")
     assert pd.isna(k4.reproduced_number) and json.loads(k4.reproduced_json) == ["L0H3", "L0H4", "L0H7"]
     assert plain["reproduced_number"].dtype == float and plain["published_number"].dtype == float
-    missing = _row(plain, "P7", "diagonal_ratio", "gpt2")
+    missing = _row(plain, "P7", "diagonal_ratio_post", "gpt2")
     assert pd.isna(missing.reproduced_json) and pd.isna(missing.reproduced_number)
     documented = Path(REPO / "docs" / "artifacts.md").read_text()
     section = documented[documented.index("- `scorecard.csv`"):]
@@ -189,7 +195,7 @@ def test_html_has_scorecard_first_captions_and_run(fabricated_run):
     judged = html[html.index('id="scorecard-judged"'):html.index('id="scorecard-compact"')]
     compact = html[html.index('id="scorecard-compact"'):html.index('id="demo"')]
     assert "<td>gpt2</td>" in judged and "<td>demo</td>" not in judged
-    assert "<td>demo</td>" in compact and "<code>n_prev_token_heads</code> = 3" in compact
+    assert "<td>demo</td>" in compact and "<code>n_prev_token_heads_post</code> = 3" in compact
     # every row says its status: the demo's P6 row is other model (gpt2's value), in one chip
     demo_p6 = compact[compact.index('<td><a href="#claim-P6">P6</a></td><td>demo</td>') - 40:][:400]
     assert 'data-status="other-model"' in demo_p6 and '<span class="status s-other-model">' in demo_p6
@@ -337,14 +343,13 @@ def test_page_checker_measures_layout_at_1280_px(tmp_path):
 def test_findings_grid_leads_the_report(fabricated_run):
     """With rule findings' table the report opens with the grid: before the scorecard, one cell
     per claim and model coloured by verdict, the reason in its title."""
+    from posmech.core.config import load_schema
     from posmech.verdicts import findings as fd
     from posmech.store.tables import write_table
 
     kwargs = {k: v for k, v in fabricated_run.items() if k not in ("dir", "counts")}
     found = fd.load_findings(REPO / "resources" / "findings.yaml")
-    from posmech.core.config import load_schema
-
-    # with the thresholds the analyses declare of their own (workflow/analyses/<rule>.yaml)
+    # the schema with the thresholds the analyses declare of their own (P17, P18's, the S claims')
     schema = load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml")
     thr = {k: v["default"] for k, v in schema["properties"]["findings"]["properties"].items()}
     table = fd.findings_table(found, thr, kwargs["scorecards"], ["gpt2", "demo"])
@@ -352,7 +357,7 @@ def test_findings_grid_leads_the_report(fabricated_run):
     rp.build(**kwargs, findings="results/report/findings.csv")
     html = Path("results/report/index.html").read_text(encoding="utf-8")
     assert html.index('id="findings"') < html.index('id="scorecard"')
-    assert html.count('<td class="v-') == len(found) * 2  # every finding (38) on both models
+    assert html.count('<td class="v-') == len(found) * 2  # every finding (40) on both models
     # P6 on demo: diagonal_taxonomy ran, but this fabricated scorecard lacks the finding's quantity
     p6 = table[(table.claim == "P6") & (table.model == "demo")].iloc[0]
     assert p6.verdict == "not measurable" and "wrote no row 'prev_token_head_fraction'" in p6.reason
@@ -370,14 +375,15 @@ def test_head_roles_across_models_below_the_scorecard(fabricated_run):
     rows = {m.group(1): m.group(2) for m in re.finditer(r'<tr data-role="([^"]+)">(.*?)</tr>', view)}
     cells = {k: re.findall(r"<td[^>]*>(.*?)</td>", v) for k, v in rows.items()}
     text = {k: [re.sub(r"<[^>]+>", "", c) for c in v] for k, v in cells.items()}  # [gpt2, demo]
-    # previous-token heads, best first (mass at offset -1); demo has none
-    assert text["previous_token=True"] == ["L1H1 0.91 L1H0 0.45", "none"]
-    # the sharp head: the taxonomy's choice on both models
-    assert text["p7_chosen=sharp"] == ["L1H1 0.01", "L1H0 0.9"]
-    # kernel types on gpt2 only; a uniform kernel ranked by ETC / n_keys
-    assert text["kernel_type=local"] == ["L0H0 0.07", "—"]
-    assert text["kernel_type=slow_decay"] == ["L1H1 0.41 L1H0 0.5", "—"]
-    assert text["kernel_type=uniform"] == ["L0H1 0.97", "—"]
+    # previous-token heads, best first (mass at offset -1 above the uniform baseline); demo has none
+    assert text["previous_token=True"] == ["L1H1 0.81 L1H0 0.35", "none"]
+    # the sharp head: the taxonomy's choice on gpt2; on demo its fallback head holds no role
+    assert text["p7_chosen=sharp"] == ["L1H1 0.01", "none"]
+    # kernel roles on gpt2 only; L1H0's slow decay is its zero-score kernel's (no role), and a
+    # uniform kernel, what a random head has, is no role
+    assert text["kernel_role=local"] == ["L0H0 0.07", "—"]
+    assert text["kernel_role=slow_decay"] == ["L1H1 0.41", "—"]
+    assert not any(k.startswith("kernel_type=") or k.endswith("=uniform") for k in rows)
     # roles no model's analysis assigns are left out
     assert "k7_class=contextual" not in rows and "l_role=induction" not in rows
     # the tables behind it are copied next to the report and linked
@@ -389,9 +395,66 @@ def test_head_roles_view_counts_what_it_does_not_write_out():
 
     n = MAX_SHOWN + 3
     table = pd.DataFrame({"model": "m", "layer": 1, "head": range(n), "head_name": [f"L1H{h}" for h in range(n)],
-                          "kernel_type": "uniform", "etc_fraction": [0.9 + h / 1000 for h in range(n)]})
+                          "kernel_role": "slow_decay", "etc_fraction": [0.3 - h / 1000 for h in range(n)]})
     html = str(roles_html({"m": table}))
-    cell = re.search(r'<tr data-role="kernel_type=uniform">.*?</tr>', html).group(0)
+    cell = re.search(r'<tr data-role="kernel_role=slow_decay">.*?</tr>', html).group(0)
     assert cell.count("<code>") == MAX_SHOWN and "+3 more" in cell
-    assert f"L1H{n - 1} 0.908" in cell  # every head in the hover, best first
+    assert f"L1H{n - 1} 0.292" in cell  # every head in the hover, best first (smaller ETC / n_keys)
     assert "No model" in str(roles_html({}))
+
+
+def test_the_demo_paragraph_names_each_previous_token_measure(fabricated_run):
+    """The training summary's held-out previous-token score and the head-roles table's
+    previous-token mass of the same head are two measures (issue 46, item 3): each under its name."""
+    html = Path("results/report/index.html").read_text(encoding="utf-8")
+    para = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html[html.index('id="demo-demo"'):html.index("</p>", html.index(
+        'id="demo-demo"'))]))
+    assert ("L1H0 (held-out previous-token score 0.930; its previous-token mass on the analysis documents, as in the "
+            "head roles: 0.300)") in para
+    assert "mean attention to the previous position" not in para
+    # the held-out look-back-two score has no threshold; demo's heads.csv has no L roles
+    assert "Best held-out look-back-two score: L0H0 (0.200; no threshold)." in para
+
+
+def _l_roles_table(offset2: list[float], roles: list[str]) -> pd.DataFrame:
+    names = ["L0H0", "L0H1", "L0H2", "L0H3"]
+    return pd.DataFrame({"model": "m", "layer": 0, "head": range(4), "head_name": names,
+                         "prev_token_mass": [0.9, 0.2, 0.2, 0.3], "previous_token": [True, False, False, False],
+                         "l_previous_mass": [0.98, 0.18, 0.18, 0.26], "l_offset2_mass": offset2,
+                         "l_induction_score": [0.0, 0.0, 0.0, 0.0], "l_role": roles})
+
+
+def test_a_best_head_below_threshold_is_shown_as_such():
+    """A role decided by a threshold that no head passes: 'none', then its best candidate, marked
+    below threshold (the head holding another role is no candidate); a role held shows its holder."""
+    from posmech.report.head_roles import ROLES, best_candidate, roles_html
+
+    table = _l_roles_table([0.5, 0.14, 0.16, 0.19], ["previous", "none", "none", "none"])
+    html = str(roles_html({"m": table}))
+    row = re.search(r'<tr data-role="l_role=look_back_two">.*?</tr>', html).group(0)
+    cell = re.sub(r"<[^>]+>", "", re.findall(r"<td[^>]*>.*?</td>", row)[0])
+    assert cell == "none (best L0H3 0.19, below threshold)"  # not L0H0 (0.5): it is the previous-token head
+    assert "attn_only.role_min_score.look_back_two" in row
+    role = next(r for r in ROLES if r.value == "look_back_two")
+    assert best_candidate(table, role) == ("L0H3", 0.19)
+    held = str(roles_html({"m": _l_roles_table([0.0, 0.14, 0.25, 0.19], ["previous", "none", "look_back_two", "none"])}))
+    row = re.search(r'<tr data-role="l_role=look_back_two">.*?</tr>', held).group(0)
+    assert "below threshold" not in row and "L0H2</code> 0.25" in row
+    # the previous-token role (P6) has no score threshold: its 'none' names no head
+    nobody = str(roles_html({"m": table.assign(previous_token=False)}))
+    row = re.search(r'<tr data-role="previous_token=True">.*?</tr>', nobody).group(0)
+    assert re.sub(r"<[^>]+>", "", re.findall(r"<td[^>]*>.*?</td>", row)[0]) == "none"
+
+
+def test_the_demo_paragraph_marks_a_look_back_two_candidate_below_threshold(tmp_path):
+    from posmech.report.html import demo_sections
+
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"model": "m", "best_previous_token_head": "L0H0", "best_previous_token_score": 0.89,
+                                   "best_look_back_two_head": "L0H3", "best_look_back_two_score": 0.218}))
+    table = _l_roles_table([0.0, 0.14, 0.16, 0.19], ["previous", "none", "none", "none"])
+    d = demo_sections([str(summary)], {}, {"m": table})[0]
+    assert d["prev_mass"] == 0.9 and d["look_back"] == {"head": "L0H3", "score": 0.19, "below": True}
+    d = demo_sections([str(summary)], {}, {"m": table.assign(l_role=["previous", "none", "none", "look_back_two"])})[0]
+    assert d["look_back"] == {"head": "L0H3", "score": 0.19, "below": False}
+    assert demo_sections([str(summary)], {})[0]["look_back"] is None  # no head-roles table

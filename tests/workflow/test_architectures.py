@@ -167,3 +167,21 @@ def test_twin_is_built_from_the_config_and_judged(arch_run, dirs):
     assert ((held["origin"] == "structural") == (held["twin_verdict"] == "holds")).all()
     assert table[table["model"] == "neox"]["twin_verdict"].isna().all()
     assert not (work / "resources/models/neox-twin").exists()
+
+
+def test_the_random_init_twin_holds_no_head_role(arch_run):
+    """The Llama model's twin (its family's own initialisation): no head holds any role of
+    results/{model}/heads.csv (issue 43: every role's threshold sits above what random-init
+    heads score), and P6 fails on it though the post's loose definition counts several heads."""
+    from posmech.store.tables import read_table
+
+    work, _ = arch_run
+    heads = read_table(work / "results/llama-twin/heads.csv")
+    assert not heads["previous_token"].fillna(False).astype(bool).any()
+    assert set(heads["p7_chosen"].dropna()) <= {"none"}
+    for column, no_role in (("kernel_role", {"none"}), ("score_taxon", {"neither"}), ("k7_class", {"other"}),
+                            ("l_role", {"none"})):
+        assert set(heads[column].dropna().astype(str)) <= no_role, column
+    table = pd.read_csv(work / "results/report/findings.csv").set_index(["model", "claim"])
+    assert table.loc[("llama-twin", "P6"), "verdict"] == "fails"
+    assert table.loc[("llama-twin", "P7"), "verdict"] == "not measurable"

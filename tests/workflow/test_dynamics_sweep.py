@@ -150,12 +150,13 @@ def test_the_demo_sweep_points_build_the_cache_their_kernels_read_and_draw_nothi
     point = resources(next(b for b in blocks if "rule sweep_demo:" in b))
     assert point["mem_mb"] == max(r["mem_mb"] for r in by_rule.values()) > 0
     assert point["runtime"] == sum(r["runtime"] for r in by_rule.values())
-    # the longest training (demo's, whose checkpoints and twin come after it) starts first
-    # (train_demo_model's priority: 10 plus its share of the largest training's work)
+    # the longest trainings start first (train_demo_model's priority: 10 plus its share of the
+    # largest training's work): demo's, whose checkpoints and twin come after it, and demo-rope's,
+    # of the same size since issue 44 (3 layers each; its SwiGLU MLP a little larger), before demo-attn's
     prio = {re.search(r"model=([^,\s]+)", b).group(1): float(re.search(r"^    priority: (\S+)$", b, flags=re.M).group(1))
             for b in re.split(r"\n(?=(?:local)?rule \w+:\n)", log) if re.match(r"(?:local)?rule train_demo_model:\n", b)}
-    assert set(prio) == {"demo", "demo-attn", "demo-rope"} and prio["demo"] == max(prio.values()) == 11
-    assert min(prio.values()) > 10
+    assert set(prio) == {"demo", "demo-attn", "demo-rope"} and max(prio.values()) == 11
+    assert min(prio["demo"], prio["demo-rope"]) > 10.9 > prio["demo-attn"] > 10
     # the L rules run on demo-attn's checkpoints (attn_only.models), not on demo's
     assert all("/attn_only/head_roles.csv" in b for b in blocks if "rule sweep_demo_attn:" in b)
     assert not [b for b in blocks if "rule sweep_demo:" in b and "/attn_only/" in b]

@@ -3,10 +3,10 @@ its own and a claim to a copy of the repository, as a developer would, and check
 workflow, the registries, the config and the findings pick it up from its declaration alone.
 
 The stand-in joins the geometry family: per layer, the RMS of the centred extended
-positional embeddings over W_pos's (claim P17, a made-up one). The files a developer writes:
+positional embeddings over W_pos's (claim P19, a made-up one). The files a developer writes:
 
 1. its declaration: an entry in ``workflow/analyses/geometry.yaml`` (reads, outputs, the
-   config key ``geometry.stand_in_width``, the threshold ``p17_min_spread``, claim P17);
+   config key ``geometry.stand_in_width``, the threshold ``p19_min_spread``, claim P19);
 2. its script ``scripts/stand_in_spread.py``;
 3. its library function, in ``src/posmech/analyses/geometry.py``;
 4. its plot, in ``src/posmech/plots/geometry.py``;
@@ -40,7 +40,7 @@ SNAKEMAKE = str(Path(PY).parent / "snakemake")
 
 DECLARATION = """
 stand_in_spread:
-  does: The RMS of the centred extended positional embeddings of each layer over W_pos's (P17, a stand-in).
+  does: The RMS of the centred extended positional embeddings of each layer over W_pos's (P19, a stand-in).
   reads: {h5: extended_positional_embeddings.h5}
   category: P
   config:
@@ -50,11 +50,11 @@ stand_in_spread:
       minimum: 2
       description: How many positions from the first analysed one the stand-in reads (8, a short window).
   thresholds:
-    p17_min_spread:
+    p19_min_spread:
       type: number
       default: 0.0
       minimum: 0
-      description: "P17 (a stand-in): any spread at all, the least a claim can ask."
+      description: "P19 (a stand-in): any spread at all, the least a claim can ask."
   outputs:
     table:
       path: results/{model}/geometry/stand_in.csv
@@ -66,10 +66,10 @@ stand_in_spread:
       section: Positional geometry (P1, P9-P11)
     scorecard: results/{model}/scorecard/stand_in_spread.csv
   claims:
-    P17: {quantity: spread_ratio, predicate: '>=', threshold: p17_min_spread}
+    P19: {quantity: spread_ratio, predicate: '>=', threshold: p19_min_spread}
 """
 
-SCRIPT = '''"""Rule geometry, analysis stand_in_spread (P17): the RMS of the extended embeddings over W_pos's."""
+SCRIPT = '''"""Rule geometry, analysis stand_in_spread (P19): the RMS of the extended embeddings over W_pos's."""
 
 from posmech.analyses import geometry as geo
 from posmech.pipeline.runner import run
@@ -82,7 +82,7 @@ def main(smk, log):
     ext = geo.read_extended_artifact(smk.input.h5)
     table = geo.spread_table(ext, model, geo.analysis_first(ext, s.first_position), s.stand_in_width)
     write_table(table, out.table, {"width": s.stand_in_width})
-    plots.spread(table, f"P17 {model}: RMS of the extended embeddings over W_pos's", out.figure)
+    plots.spread(table, f"P19 {model}: RMS of the extended embeddings over W_pos's", out.figure)
     write_table(scorecard_rows(geo.spread_scorecard(table, model, out.table)), out.scorecard)
 
 
@@ -96,21 +96,21 @@ def spread_table(ext: Extended, model: str, first: int, width: int) -> pd.DataFr
     """Per layer: the RMS entry of the centred extended embeddings over W_pos's, on ``width``
     positions from ``first`` (a stand-in analysis)."""
     w = rms(centre(ext.W_pos, first)[:width])
-    return pd.DataFrame([{"claim": "P17", "model": model, "layer": i,
+    return pd.DataFrame([{"claim": "P19", "model": model, "layer": i,
                           "ratio": rms(centre(ext.extended[i], first)[:width]) / w}
                          for i in range(ext.n_layers + 1)])
 
 
 def spread_scorecard(table: pd.DataFrame, model: str, artifact: str) -> list[dict[str, Any]]:
-    """P17 row: the largest ratio over the layers."""
-    return [{"claim": "P17", "model": model, "quantity": "spread_ratio", "value": float(table["ratio"].max()),
+    """P19 row: the largest ratio over the layers."""
+    return [{"claim": "P19", "model": model, "quantity": "spread_ratio", "value": float(table["ratio"].max()),
              "detail": f"largest over {len(table)} layers", "artifact": artifact}]
 '''
 
 PLOT = '''
 
 def spread(table: pd.DataFrame, title: str, path: str | None) -> None:
-    """P17: the ratio per layer."""
+    """P19: the ratio per layer."""
     fig, ax = plt.subplots(figsize=(5, 3))
     ax.plot(table["layer"], table["ratio"], marker="o")
     ax.set(title=title, xlabel="layer", ylabel="RMS ratio to W_pos")
@@ -128,16 +128,16 @@ def test_the_stand_in_spread_of_a_copy_of_w_pos_is_one():
     assert geo.spread_scorecard(table, "m", "t.csv")[0]["value"] == pytest.approx(2.0)
 '''
 
-CAPTION = """**P17 (a stand-in)**: per layer, the RMS entry of the centred extended positional embeddings of
+CAPTION = """**P19 (a stand-in)**: per layer, the RMS entry of the centred extended positional embeddings of
 ``{{ snakemake.wildcards.model }}`` over ``W_pos``'s, on ``geometry.stand_in_width`` positions.
 """
 
-FINDING = """  - claim: P17
+FINDING = """  - claim: P19
     finding: a stand-in - the extended positional embeddings spread at least as much as W_pos in some layer
     not_measurable: no learned W_pos
 """
 
-PUBLISHED = """  - claim: P17
+PUBLISHED = """  - claim: P19
     quantity: spread_ratio
     model: gpt2
     source: "000"
@@ -146,7 +146,7 @@ PUBLISHED = """  - claim: P17
     tolerance: null
 """
 
-CLAIM_ROW = "| P17 | a stand-in | — | `geometry/stand_in.png` |\n"
+CLAIM_ROW = "| P19 | a stand-in | — | `geometry/stand_in.png` |\n"
 
 HAND = {"workflow/analyses/geometry.yaml", "scripts/stand_in_spread.py", "src/posmech/analyses/geometry.py",
         "src/posmech/plots/geometry.py", "tests/analyses/test_geometry.py", "workflow/report/stand_in_spread.rst"}
@@ -189,7 +189,7 @@ def _add_the_stand_in(repo: Path) -> None:
     _append(repo / "resources/published.yaml", PUBLISHED)
     claims = repo / "docs/claims.md"
     lines = claims.read_text().splitlines(keepends=True)
-    at = max(i for i, line in enumerate(lines) if line.startswith("| P16 |"))
+    at = max(i for i, line in enumerate(lines) if line.startswith("| P18 |"))
     claims.write_text("".join(lines[: at + 1] + [CLAIM_ROW] + lines[at + 1:]))
 
 
@@ -237,7 +237,7 @@ def test_the_registries_the_config_and_the_findings_pick_it_up(stand_in):
         print(FAMILIES["geometry"][-1], LINKS["stand_in_spread"]["h5"])
         print(RULES["stand_in_spread"].after)
         print(sorted(k for k in rule_outputs("geometry") if k.startswith("stand_in_spread")))
-        f = {f.claim: f for f in load_findings(REPO / "resources/findings.yaml")}["P17"]
+        f = {f.claim: f for f in load_findings(REPO / "resources/findings.yaml")}["P19"]
         print(f.rule, f.quantity, f.predicate, f.threshold)
         print(defaults("geometry").stand_in_width, defaults("geometry", stand_in_width=3).stand_in_width)
     """)
@@ -247,7 +247,7 @@ def test_the_registries_the_config_and_the_findings_pick_it_up(stand_in):
     assert lines[0] == "stand_in_spread extended_positional_embeddings__h5"
     assert lines[1] == "('extended_positional_embeddings',)"
     assert lines[2] == "['stand_in_spread__figure', 'stand_in_spread__scorecard', 'stand_in_spread__table']"
-    assert lines[3] == "stand_in_spread spread_ratio >= p17_min_spread"
+    assert lines[3] == "stand_in_spread spread_ratio >= p19_min_spread"
     assert lines[4] == "8 3"
 
 
@@ -265,7 +265,7 @@ def test_the_repositorys_own_checks_accept_it(stand_in):
 
 def test_the_family_job_runs_it_and_the_finding_is_judged(stand_in, tmp_path):
     """The CI-sized model's geometry job writes the stand-in's outputs (rule file unchanged),
-    the config key reaches it, and rule findings judges P17."""
+    the config key reaches it, and rule findings judges P19."""
     repo, env = stand_in
     cfg = yaml.safe_load((repo / "config/ci.yaml").read_text())
     cfg["geometry"]["stand_in_width"] = 5
@@ -281,9 +281,9 @@ def test_the_family_job_runs_it_and_the_finding_is_judged(stand_in, tmp_path):
         from posmech.core.io import REPO
         t = read_table("{tmp_path}/results/demo/geometry/stand_in.csv")
         print(len(t), read_meta("{tmp_path}/results/demo/geometry/stand_in.csv")["width"])
-        f = {{f.claim: f for f in fd.load_findings(REPO / "resources/findings.yaml")}}["P17"]
+        f = {{f.claim: f for f in fd.load_findings(REPO / "resources/findings.yaml")}}["P19"]
         row = read_table("{tmp_path}/results/demo/scorecard/stand_in_spread.csv").iloc[0].to_dict()
-        v = fd.judge(f, "demo", {{"p17_min_spread": 0.0}}, row, True)
+        v = fd.judge(f, "demo", {{"p19_min_spread": 0.0}}, row, True)
         print(v.verdict, v.value > 0)
     """)
     out = subprocess.run([PY, "-c", probe], cwd=repo, env=env, capture_output=True, text=True)

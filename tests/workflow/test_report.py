@@ -9,6 +9,7 @@ import re
 import pandas as pd
 import pytest
 
+from posmech.analyses.taxonomy import SHARP_FALLBACK_RULE
 from posmech.report.browser import check_page
 from posmech.verdicts.scorecard import STATUSES, is_judged, load_published
 from posmech.store.tables import read_table
@@ -122,17 +123,24 @@ def test_findings_verdict_every_claim_and_lead_the_report(ci_run):
     # every role with its score and its pass (the CI model is in the taxonomy, anatomy, kernels,
     # contextual and attention-only analyses)
     for role, score in (("previous_token", "prev_token_mass"), ("score_taxon", "taxon_dip"),
-                        ("kernel_type", "etc_fraction"), ("l_role", "l_previous_mass")):
+                        ("kernel_role", "etc_fraction"), ("l_role", "l_previous_mass")):
         assert heads[role].notna().all() and heads[score].notna().all(), role
-    assert (heads["p7_chosen"] == "sharp").sum() == 1
+    # the sharp head holds the role unless the taxonomy chose it by its fallback (no head above the
+    # uniform baseline by the margin: 60 training steps may make none)
+    chosen = read_table(ci_run / "results/demo/taxonomy/heads.csv")
+    fallback = chosen.loc[chosen["role"] == "sharp", "rule"].iloc[0] == SHARP_FALLBACK_RULE
+    assert (heads["p7_chosen"] == "sharp").sum() == (0 if fallback else 1)
+    assert heads.loc[heads["p7_chosen"] != "none", "previous_token"].all()
     assert set(heads["l_role"]) <= {"previous", "look_back_two", "induction", "none"}
     layer0 = heads[heads["layer"] == 0]
     assert layer0["k7_class"].notna().all() and heads.loc[heads["layer"] > 0, "k7_class"].isna().all()
     # the cross-model head-roles view: below the scorecard, the sharp head in its row
     assert html.index('id="scorecard"') < html.index('id="head-roles"') < html.index('id="demo"')
-    sharp = heads.loc[heads["p7_chosen"] == "sharp", "head_name"].iloc[0]
     row = re.search(r'<tr data-role="p7_chosen=sharp">.*?</tr>', html).group(0)
-    assert f"<code>{sharp}</code>" in row
+    if fallback:
+        assert "<code>" not in row and ">none</td>" in row
+    else:
+        assert f"<code>{heads.loc[heads['p7_chosen'] == 'sharp', 'head_name'].iloc[0]}</code>" in row
 
 
 def test_the_ci_sweep_runs_only_the_followed_family_and_its_table_agrees_with_the_grid(ci_run):
@@ -167,12 +175,12 @@ def test_the_ci_sweep_runs_only_the_followed_family_and_its_table_agrees_with_th
     assert (counts.loc[counts["revision"] != "final", "verdict"] == "not measurable").all()
     assert counts.loc[counts["revision"] != "final", "reason"].str.contains("did not run on this model").all()
     assert counts.loc[counts["revision"] == "final", "value"].notna().all()
-    assert {"sharpest_previous_token_score", "sharpest_previous_token_layer", "n_previous_token_heads"} <= set(t["quantity"])
+    assert {"largest_prev_token_mass", "largest_prev_token_mass_layer", "n_previous_token_heads"} <= set(t["quantity"])
     grid = pd.read_csv(ci_run / "results/report/findings.csv").set_index("claim")
     final = t[(t["revision"] == "final") & (t["quantity"] == grid.loc["P6", "quantity"])].iloc[0]
     assert (final["verdict"], final["value"]) == (grid.loc["P6", "verdict"], grid.loc["P6", "value"])
     heads = read_table(ci_run / "results/demo/heads.csv")
-    sharp = t[(t["revision"] == "final") & (t["quantity"] == "sharpest_previous_token_score")].iloc[0]
+    sharp = t[(t["revision"] == "final") & (t["quantity"] == "largest_prev_token_mass")].iloc[0]
     assert sharp["value"] == heads["prev_token_mass"].max() and sharp["label"] == \
         heads.loc[heads["prev_token_mass"].idxmax(), "head_name"]
     html = (ci_run / "results/report/index.html").read_text()

@@ -2,11 +2,12 @@
 every expected verdict, and a run with one threshold flipped disagrees, naming the (claim,
 model) (issue 29: the self-check must be able to fail).
 
-Cost: the whole self-check DAG (config/selfcheck.yaml: 11 hand-built models, 101 jobs) runs once
-per module; the flipped-threshold test reruns only rule `findings` on its output. In `.ci/run` on
-the otherwise idle 2-core machine (2026-11-27) the DAG took 450 s wall, its jobs 398 CPU s
-(docs/performance.md, "The self-check DAG"): most of each job is its fixed cost (interpreter,
-imports, model load), so the cost follows the number of jobs, not the models' sizes."""
+Cost: the whole self-check DAG (config/selfcheck.yaml: 18 hand-built and random-init models, ~145
+jobs) runs once per module; the flipped-threshold test reruns only rule `findings` on its output.
+In `.ci/run` on the otherwise idle 2-core machine (2026-11-27, 11 models, 101 jobs) the DAG took
+450 s wall, its jobs 398 CPU s (docs/performance.md, "The self-check DAG"; issue 43's five cases
+add ~34 jobs): most of each job is its fixed cost (interpreter, imports, model load), so the cost
+follows the number of jobs, not the models' sizes."""
 
 from __future__ import annotations
 

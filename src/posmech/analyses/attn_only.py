@@ -1,13 +1,27 @@
 """The attention-only family (L1-L5, seed 001): input decomposition, the position-0 exception,
 BOS and induction, the look-back-two head.
 
-Everything runs on random-token sequences, on any model with learned absolute positional
-embeddings added to the residual stream (``attn-only-2l``, GPT-2, the demo models):
+Everything runs on random-token sequences, on a model of any position scheme
+(:func:`position_scheme_of`; docs/claims.md, "Position-only and token-only inputs"):
 
 * **Forward variants** (:data:`VARIANTS`, :func:`run_variant`): ``both`` (the normal forward),
-  ``position_only`` (the token embeddings ``hook_embed`` are zeroed at every position, BOS
-  included: the input no longer depends on the tokens) and ``token_only`` (the positional
-  embeddings ``hook_pos_embed`` are zeroed).  The variant holds for the whole forward pass.
+  ``position_only`` (the input no longer depends on the tokens) and ``token_only`` (the
+  input no longer depends on the positions), defined per scheme (:func:`variant_input`):
+
+  - ``learned`` (a learned ``W_pos`` added to the residual stream): position-only zeroes the
+    token embeddings ``hook_embed`` at every position, BOS included; token-only zeroes the
+    positional embeddings ``hook_pos_embed``;
+  - ``rotary``: position-only puts one token (each sequence's last) at every position, so
+    the residual stream is the same vector at every position in every layer and only the
+    rotation of ``q`` and ``k`` varies; token-only runs every token at position 0 (the
+    posmech engine's ``positions``), so every rotation is the identity and ``q·k`` carries
+    no position;
+  - ``alibi``: position-only as rotary (the scores are ``q(t)·k(t)`` plus the bias); token-only
+    runs every token at position 0, which switches the bias ``m_h·(key − query)`` off;
+  - ``none`` (no positional encoding): no position part, so no position-only input (its
+    quantities are not measurable, with the reason); token-only is the model itself.
+
+  The variant holds for the whole forward pass.
 * **Scores** are the pre-softmax attention scores ``q·k / attn_scale`` computed from
   ``hook_q`` / ``hook_k`` (TransformerLens 4.3 records ``hook_attn_scores`` after the causal
   mask), for keys ``<=`` query; entries above the diagonal are NaN.  On rotary and ALiBi
@@ -43,6 +57,7 @@ from posmech.analyses.attention import head_name, parse_head
 from posmech.models.scores import attn_scale as sa_attn_scale
 from posmech.models.scores import score_function
 from posmech.core.errors import PosmechError
+from posmech.core.names import RANDOM_OFFSET2_MASS, RANDOM_PREV_MASS
 from posmech.core.progress import Progress
 from posmech.settings.attn_only import AttnOnlySettings
 
@@ -72,16 +87,48 @@ def check_pins(pins: dict[str, str] | None, n_layers: int, n_heads: int, key: st
 
 
 # --------------------------------------------------------------------------- checks
-def require_learned_positions(bridge: Any, key: str) -> None:
-    """The L rules zero or keep ``hook_pos_embed``: the model must add learned absolute
-    positional embeddings to the residual stream."""
-    kind = getattr(bridge.cfg, "positional_embedding_type", None)
-    if kind != "standard" or "hook_pos_embed" not in bridge.hook_dict or "hook_embed" not in bridge.hook_dict:
-        raise PosmechError(
-            f"{key}: the model has {kind!r} positional embeddings, not learned absolute positions added "
-            "to the residual stream; the L rules (position-only / token-only inputs) do not apply: remove "
-            "it from `attn_only.models`"
-        )
+#: the position schemes of :func:`position_scheme_of` in words (the L rules' reasons)
+SCHEME_WORDS = {"learned": "learned absolute positions", "rotary": "rotary positions", "alibi": "ALiBi positions",
+                "none": "no positional encoding"}
+#: why the position-only input is not defined, per scheme that has none (its quantities are
+#: written without a value and this reason: the finding is not measurable)
+NO_POSITION_ONLY = {"none": "not measurable: the model has no positional encoding, so there is no position part "
+                            "and no position-only input (docs/claims.md, \"Position-only and token-only inputs\")"}
+
+
+#: the position-only input in words, per scheme that has one (figure titles)
+POSITION_ONLY_WORDS = {"learned": "token embeddings zeroed", "rotary": "one token repeated: only the rotation varies",
+                       "alibi": "one token repeated: only the ALiBi bias varies"}
+
+
+def position_scheme_of(cfg: Any) -> str:
+    """The model's position scheme from its loaded ``cfg`` (TransformerLens's
+    ``positional_embedding_type``): ``learned`` (``standard``), ``rotary``, ``alibi`` or
+    ``none``; anything else (``shortformer``: positions added to queries and keys only) is an
+    error naming ``attn_only.models``."""
+    kind = str(getattr(cfg, "positional_embedding_type", "standard") or "standard")
+    scheme = {"standard": "learned", "rotary": "rotary", "alibi": "alibi", "none": "none"}.get(kind)
+    if scheme is None:
+        raise PosmechError(f"attn_only.models: positional_embedding_type {kind!r}: the L rules' position-only and "
+                           "token-only inputs are defined for learned absolute, rotary, ALiBi and no positional "
+                           "encoding; remove the model from `attn_only.models`")
+    return scheme
+
+
+def require_variants(bridge: Any, key: str) -> str:
+    """The model's position scheme, once its forward variants can be made: learned positions
+    need the hooks ``hook_embed`` and ``hook_pos_embed``; rotary and ALiBi positions need a
+    forward that runs every token at position 0 (the posmech engine's ``positions``:
+    ``runs_token_trees``)."""
+    scheme = position_scheme_of(bridge.cfg)
+    if scheme == "learned" and ("hook_pos_embed" not in bridge.hook_dict or "hook_embed" not in bridge.hook_dict):
+        raise PosmechError(f"{key}: learned positions but no hook_embed / hook_pos_embed to zero; the L rules' "
+                           "position-only and token-only inputs cannot be made: remove it from `attn_only.models`")
+    if scheme in ("rotary", "alibi") and not getattr(bridge, "runs_token_trees", False):
+        raise PosmechError(f"{key}: {SCHEME_WORDS[scheme]}: the token-only input runs every token at position 0, "
+                           "which only the posmech engine can do; set `engine: auto` (or `posmech`) for the model, "
+                           "or remove it from `attn_only.models`")
+    return scheme
 
 
 def require_context(n_ctx: int, lengths: dict[str, int]) -> None:
@@ -146,8 +193,8 @@ def distinct_tokens(vocab: np.ndarray, n_sequences: int, k: int, seed: int) -> n
 
 # --------------------------------------------------------------------------- forward variants
 def variant_hooks(variant: str) -> list[Hook]:
-    """Hooks of a forward variant: zero the token (``position_only``) or positional
-    (``token_only``) embeddings at every position."""
+    """Hooks of a forward variant on a model with learned positions: zero the token
+    (``position_only``) or positional (``token_only``) embeddings at every position."""
 
     def zero(t: Any, hook: Any) -> Any:
         return t * 0.0
@@ -159,6 +206,24 @@ def variant_hooks(variant: str) -> list[Hook]:
     if variant == "token_only":
         return [("hook_pos_embed", zero)]
     raise PosmechError(f"unknown forward variant {variant!r}; expected one of {', '.join(VARIANTS)}")
+
+
+def variant_input(scheme: str, variant: str, tokens: np.ndarray) -> tuple[np.ndarray, list[Hook], np.ndarray | None]:
+    """What a forward variant runs on a model of position scheme ``scheme`` (module
+    docstring): ``(tokens, hooks, positions)``, ``positions`` ``[T]`` the position of every
+    token (None: ``0..T−1``).  ``position_only`` of scheme ``none`` is an error (it has no
+    position part: :data:`NO_POSITION_ONLY`)."""
+    if variant not in VARIANTS:
+        raise PosmechError(f"unknown forward variant {variant!r}; expected one of {', '.join(VARIANTS)}")
+    if scheme == "learned":
+        return tokens, variant_hooks(variant), None
+    if variant == "both" or (scheme == "none" and variant == "token_only"):
+        return tokens, [], None
+    if variant == "position_only":
+        if scheme in NO_POSITION_ONLY:
+            raise PosmechError(f"the position-only input is {NO_POSITION_ONLY[scheme]}")
+        return np.repeat(tokens[:, -1:], tokens.shape[1], axis=1), [], None
+    return tokens, [], np.zeros(tokens.shape[1], dtype=np.int64)  # token_only: every token at position 0
 
 
 @dataclass
@@ -189,8 +254,9 @@ def run_variant(
     bridge: Any, tokens: np.ndarray, variant: str, heads: Sequence[tuple[int, int]] | None = None,
     targets: np.ndarray | None = None, batch_size: int = 100, progress: str | None = None,
 ) -> Forward:
-    """Forward ``tokens [B, T]`` under ``variant`` in batches; capture ``heads`` (all when None);
-    with ``targets [B]`` also the log-probability of each target token at the last position."""
+    """Forward ``tokens [B, T]`` under ``variant`` (:func:`variant_input` of the model's
+    scheme) in batches; capture ``heads`` (all when None); with ``targets [B]`` also the
+    log-probability of each target token at the last position (the normal positions only)."""
     import torch
 
     from posmech.analyses.readout import logits_at
@@ -198,15 +264,21 @@ def run_variant(
     cfg = bridge.cfg
     heads = list(heads) if heads is not None else [(la, h) for la in range(cfg.n_layers) for h in range(cfg.n_heads)]
     layers = sorted({la for la, _ in heads})
+    scheme = position_scheme_of(cfg)
+    tokens, hooks, positions = variant_input(scheme, variant, tokens)
+    if positions is not None and targets is not None:
+        raise PosmechError(f"the {variant} input of {SCHEME_WORDS[scheme]} moves the positions: no target "
+                           "log-probabilities are read under it")
     B, T = tokens.shape
     scores = np.full((B, len(heads), T, T), np.nan)
     patterns = np.zeros((B, len(heads), T, T))
     last = np.zeros(B) if targets is not None else None
     scale = attn_scale(bridge)
-    fn = score_function(cfg)  # rotary / ALiBi: the model's own score function; learned: q·k / scale below
-    positional = fn.scheme != "learned"
+    # rotary / ALiBi: the model's own score function; learned and none: q·k / scale below
+    fn = score_function(cfg) if scheme in ("rotary", "alibi") else None
+    extra = fn.extra_hooks if fn is not None else ()
     upper = np.triu(np.ones((T, T), dtype=bool), 1)
-    hooks = variant_hooks(variant)
+    tree = {} if positions is None else {"positions": positions, "visible": ~upper}
     prog = Progress(B, f"{progress}: {variant} forward, sequences", logger=LOG) if progress else None
     for start in range(0, B, batch_size):
         got: dict[tuple[str, int], Any] = {}
@@ -217,7 +289,7 @@ def run_variant(
 
             return keep
 
-        names = ("hook_q", "hook_k", "hook_pattern", *(fn.extra_hooks if positional else ()))
+        names = ("hook_q", "hook_k", "hook_pattern", *extra)
         grabs = [(f"blocks.{la}.attn.{k}", grab(k, la)) for la in layers for k in names]
         x = torch.as_tensor(tokens[start : start + batch_size], device=cfg.device)
         sl = slice(start, start + len(x))
@@ -227,14 +299,15 @@ def run_variant(
             last[sl] = torch.log_softmax(lg.double(), -1).gather(-1, t)[:, 0].cpu().numpy()
         else:  # no logits: the pass can stop after the last captured layer
             with torch.inference_mode(), bridge.hooks(fwd_hooks=[*hooks, *grabs]):
-                bridge(x, return_type=None)
-        full = {la: fn.full(got[("hook_q", la)], got[("hook_k", la)], {e: got[(e, la)] for e in fn.extra_hooks})
-                for la in layers} if positional else {}
+                bridge(x, return_type=None, **tree)
+        full = {la: fn.full(got[("hook_q", la)], got[("hook_k", la)], {e: got[(e, la)] for e in extra}, positions)
+                for la in layers} if fn is not None else {}
         for i, (la, h) in enumerate(heads):
-            if positional:
+            if fn is not None:
                 s = full[la][:, h].numpy()
             else:
-                q, k = got[("hook_q", la)][:, :, h], got[("hook_k", la)][:, :, h]
+                q = got[("hook_q", la)][:, :, h]
+                k = got[("hook_k", la)][:, :, h]
                 s = torch.einsum("bqd,bkd->bqk", q, k).numpy() / scale
             s[:, upper] = np.nan
             scores[sl, i] = s
@@ -281,8 +354,8 @@ def find_roles(
     rows = []
     taken: set[tuple[int, int]] = set()
     for role, vals, crit in (
-        ("previous", diag1, "mean attention at offset -1"),
-        ("look_back_two", diag2, "mean attention at offset -2"),
+        ("previous", diag1, RANDOM_PREV_MASS),  # the names of heads.csv's l_previous_mass, l_offset2_mass
+        ("look_back_two", diag2, RANDOM_OFFSET2_MASS),
         ("induction", induction, "induction score"),
     ):
         if role in pins:
@@ -428,14 +501,16 @@ class Setup:
     vocab: np.ndarray
     pins: dict[str, tuple[int, int]]
     heads: list[tuple[int, int]]
+    #: the model's position scheme (:func:`position_scheme_of`)
+    scheme: str = "learned"
 
 
 def prepare(bridge: Any, p: AttnOnlySettings, model: str, entry: dict[str, Any], need_bos: bool = False) -> Setup:
-    """Every check of the L rules, before any forward pass: settings, learned positions, the
-    pinned heads, sequence lengths vs ``n_ctx``, a BOS token when ``attn_only.bos`` is true
+    """Every check of the L rules, before any forward pass: settings, the position scheme's
+    forward variants (:func:`require_variants`), the pinned heads, sequence lengths vs ``n_ctx``, a BOS token when ``attn_only.bos`` is true
     (``need_bos``: L4 always needs one)."""
     p.check()
-    require_learned_positions(bridge, f"model `{model}`")
+    scheme = require_variants(bridge, f"model `{model}`")
     cfg = bridge.cfg
     pins = check_pins(((p.pin or {}).get(model)), cfg.n_layers, cfg.n_heads, f"attn_only.pin.{model}")
     bos = p.bos_for(entry)
@@ -446,7 +521,7 @@ def prepare(bridge: Any, p: AttnOnlySettings, model: str, entry: dict[str, Any],
     bid = bos_id(bridge.tokenizer, bos, "attn_only.bos")
     vocab = sampling_vocab(bridge.tokenizer, cfg.d_vocab)
     heads = [(la, h) for la in range(cfg.n_layers) for h in range(cfg.n_heads)]
-    return Setup(bid, vocab, pins, heads)
+    return Setup(bid, vocab, pins, heads, scheme)
 
 
 # --------------------------------------------------------------------------- rules
@@ -486,13 +561,18 @@ def input_decomposition(
     bridge: Any, p: AttnOnlySettings, setup: Setup, roles: dict[str, tuple[int, int]], progress: str = "L2/L3/L5",
 ) -> list[dict[str, Any]]:
     """L2, L3, L5: scores and patterns of the previous-token and look-back-two heads under the
-    three inputs on the L1 sequences (same seed).  ``position_only`` does not depend on the
-    tokens, so one sequence stands for all (its sd is 0).  Rows of :func:`decomposition_rows`."""
+    three inputs (:func:`variant_input` of the model's scheme) on the L1 sequences (same
+    seed).  With learned positions ``position_only`` does not depend on the tokens, so one
+    sequence stands for all (its sd is 0); with rotary or ALiBi positions it repeats each
+    sequence's last token, so its mean is over those tokens; a model with no positional
+    encoding has none (:data:`NO_POSITION_ONLY`).  Rows of :func:`decomposition_rows`."""
     x = random_tokens(setup.vocab, p.n_sequences, p.n_tokens, setup.bos, p.seed)
     heads = list(dict.fromkeys(roles.values()))
     fwds = {}
     for v in VARIANTS:
-        xs = x[:1] if v == "position_only" else x
+        if v == "position_only" and setup.scheme in NO_POSITION_ONLY:
+            continue
+        xs = x[:1] if v == "position_only" and setup.scheme == "learned" else x
         fwds[v] = run_variant(bridge, xs, v, heads, batch_size=p.batch_size, progress=progress)
     return decomposition_rows(fwds, roles, {"previous": "L2", "look_back_two": "L5"})
 
@@ -579,10 +659,29 @@ DECOMPOSITION_BOS_QUANTITIES = [("L2", "tokonly_score_bos"), ("L2", "tokonly_pat
 
 
 def decomposition_scorecard(df: Any, roles: dict[str, str], p: AttnOnlySettings, bos: bool, model: str,
-                            artifacts: dict[str, str], missing: dict[str, str] | None = None) -> list[dict[str, Any]]:
+                            artifacts: dict[str, str], missing: dict[str, str] | None = None,
+                            scheme: str = "learned") -> list[dict[str, Any]]:
     """L2, L3, L5 rows at query ``p.query`` (and, for L5 'both', masses over queries
     first_query..T−1 of the mean pattern).  A role whose head is :data:`NONE` gets its
-    quantities (:data:`DECOMPOSITION_QUANTITIES`) without a value and ``missing[role]`` (why)."""
+    quantities (:data:`DECOMPOSITION_QUANTITIES`) without a value and ``missing[role]`` (why).
+    A position scheme without a position-only input (:data:`NO_POSITION_ONLY`) gets its
+    ``posonly_*`` quantities without a value and that reason."""
+    rows = _decomposition_scorecard(df, roles, p, bos, model, artifacts, missing, scheme in NO_POSITION_ONLY)
+    if scheme in NO_POSITION_ONLY:
+        rows = [{**r, "value": None, "detail": NO_POSITION_ONLY[scheme]} if r["quantity"].startswith("posonly_")
+                and r["value"] is not None else r for r in rows]
+    return rows
+
+
+def _decomposition_scorecard(df: Any, roles: dict[str, str], p: AttnOnlySettings, bos: bool, model: str,
+                             artifacts: dict[str, str], missing: dict[str, str] | None,
+                             no_position: bool) -> list[dict[str, Any]]:
+    """:func:`decomposition_scorecard`'s rows; ``no_position``: the table has no
+    ``position_only`` rows (their quantities get NaN here, replaced by the reason there)."""
+    if no_position:  # a stand-in for the missing variant: NaN in every cell
+        pos = df[df["variant"] == "token_only"].assign(variant="position_only", score_mean=np.nan,
+                                                         score_sd=np.nan, pattern_mean=np.nan)
+        df = _concat(df, pos)
     q, fq = p.query, p.first_query
     prev, lb2 = roles["previous"], roles["look_back_two"]
     art = {"L2": artifacts["L2"], "L3": artifacts["L3"], "L5": artifacts["L5"]}
@@ -619,6 +718,13 @@ def decomposition_scorecard(df: Any, roles: dict[str, str], p: AttnOnlySettings,
               f"{prev}, position-only, min over queries >= 2 of P[q, q-1]")]
     out = [{**r, "artifact": art[r["claim"]]} for r in scorecard(rows, model, "")]
     return out + absent + ([] if lb2 == NONE else _look_back_two_rows(df, lb2, q, fq, bos, model, art))
+
+
+def _concat(a: Any, b: Any) -> Any:
+    """The rows of frame ``a`` then those of ``b``."""
+    import pandas as pd
+
+    return pd.concat([a, b], ignore_index=True)
 
 
 def _look_back_two_rows(df: Any, lb2: str, q: int, fq: int, bos: bool, model: str,

@@ -327,6 +327,14 @@ def alibi_kernel(positions: Sequence[int] | np.ndarray, slope: float, k0: int = 
     return np.where(inside, r ** off * (1 - r) / (1 - r ** w), 0.0)
 
 
+def zero_score_etc_fraction(slope: float, n_keys: int) -> float:
+    """ETC / ``n_keys`` of a head's kernel when its query–key scores are zero: 1 (uniform) for
+    learned or rotary positions; for an ALiBi head of slope ``m`` its bias alone,
+    :func:`truncated_geometric_etc` ``(m, n_keys) / n_keys`` — the kernel a random-init ALiBi
+    head has (0.27 for m = 1/4 over 30 keys: a slowly decaying kernel before any training)."""
+    return truncated_geometric_etc(float(slope), int(n_keys)) / int(n_keys)
+
+
 def effective_token_count(kernel: np.ndarray) -> np.ndarray:
     """``ETC = 1 / Σ_i π_i²`` over the last axis (``[..., K] -> [...]``)."""
     return 1.0 / np.square(kernel).sum(axis=-1)
@@ -559,13 +567,17 @@ def etc_frame(ks: KernelSet, model: str, local_max: float, uniform_min: float) -
     """Tidy ETC table (K3/K4/K5): one row per (layer, head, n) with the ETC's mean, std,
     min and max over the query texts, the ETC of the mean kernel, ``n_keys``, the fraction
     ``etc_mean / n_keys``, the kernel type and the mean TV distance of a text's kernel to
-    the mean kernel (K5)."""
+    the mean kernel (K5); ``zero_score_etc_fraction`` and ``zero_score_kernel_type``: the same
+    for the head's kernel with zero query–key scores (:func:`zero_score_etc_fraction`: 1 and
+    ``uniform`` without ALiBi), what the head has before any training."""
     C, L, H, Q = ks.etc.shape
     li, hi, qi = np.meshgrid(np.arange(L), np.arange(H), np.arange(Q), indexing="ij")
     li, hi, qi = li.ravel(), hi.ravel(), qi.ravel()
     etc = ks.etc[:, li, hi, qi]  # [C, rows]
     nk = ks.n_keys[li, qi]
     frac = etc.mean(axis=0) / nk
+    slopes = np.asarray(ks.attrs.get("alibi_slopes") or np.zeros(H), dtype=np.float64)
+    zero = np.array([zero_score_etc_fraction(float(slopes[h]), int(k)) for h, k in zip(hi, nk)])
     df = pd.DataFrame(
         {
             "claim": "K4",
@@ -582,6 +594,8 @@ def etc_frame(ks: KernelSet, model: str, local_max: float, uniform_min: float) -
             "etc_of_mean_kernel": ks.etc_of_mean[li, hi, qi],
             "etc_fraction": frac,
             "kernel_type": classify(frac, local_max, uniform_min),
+            "zero_score_etc_fraction": zero,
+            "zero_score_kernel_type": classify(zero, local_max, uniform_min),
             "tv_spread_mean": ks.tv[:, li, hi, qi].mean(axis=0),
             "tv_spread_max": ks.tv[:, li, hi, qi].max(axis=0),
             "n_texts": C,

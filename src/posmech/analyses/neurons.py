@@ -34,6 +34,31 @@ Definitions (layer 0, destination token fixed to ``d``, e.g. ``" the"``)
   heads attend only to the current token, ``r̂`` is the real residual and (``ln2: exact``)
   ``â`` the real ``blocks.0.mlp.hook_pre`` (tests check this on a hand-built model).
 
+Every MLP layout (:mod:`posmech.models.mlp_layouts` reads them from the model's own weights)
+-----------------------------------------------------------------------------------------------
+* **The neuron** is a unit of the first MLP that reads layer 0's attention output, and its
+  **pre-activation** ``a_j`` what that MLP's nonlinearity reads (``blocks.L.mlp.hook_pre``,
+  :attr:`Layer0OV.hook`): ``x·W_in[:, j] + b_in[j]`` of a plain MLP (GPT-2, GPT-Neo, OPT,
+  GPT-J, GPT-NeoX, Phi, Falcon, BLOOM, MPT; ``x`` the normalised residual); of a gated MLP
+  (SwiGLU: Llama, Qwen2, Mistral; GeGLU: Gemma), whose activation is ``act(g_j)·u_j``, the
+  **gate's** ``g_j = x·W_gate[:, j] + b_gate[j]``: C1's token contributions, C2's ranking and
+  C3's fit read ``W_gate`` as ``W_in`` above. The up projection ``u_j`` is another linear read
+  of the same ``x``, which the bag of tokens approximates in the same way; C1–C3 do not score it.
+* **The norm in front of it** is LayerNorm (centred, as above) or RMSNorm (Llama, Qwen2,
+  Mistral, Gemma: no centring; ``centre`` is the identity, ``TC_j(x) = (γ₂⊙E'(x)/s₂)·W_in[:, j]``
+  with ``s₂`` the median RMS scale), read from the weights with its own scale and bias.
+* **Sequential blocks** (GPT-2, GPT-Neo, OPT, Llama, Qwen2, Mistral, Gemma, BLOOM, MPT, GPT-NeoX
+  without ``use_parallel_residual``, Falcon without ``parallel_attn``): the MLP is layer 0's
+  and reads ``r̂`` above. **Parallel blocks** (GPT-J, GPT-NeoX, Phi, Falcon): layer 0's MLP
+  reads the same normalised residual as layer 0's attention, ``LN(e(x_n) + p_n)``, never the
+  heads' output, so it has no contextual term; the contextual neurons are then **layer 1's**
+  MLP (``L = 1``), which reads ``r̂(n) + mlp₀(e(x_n) + p_n)``: the bag of tokens above plus
+  layer 0's MLP output, a function of the current token and position only, entered exactly
+  (:attr:`Layer0OV.embed_mlp`); a parallel layer 1 reads its own input only, so nothing else
+  enters. Where the object is not there (a single parallel layer, a parallel layer 0 before a
+  sequential layer 1, Gemma 2's norm of the attention output) C1–C3 are not measurable with
+  the reason (:class:`posmech.models.mlp_layouts.LayoutError`).
+
 Shapes: ``H`` layer-0 heads, ``V`` vocabulary, ``d`` d_model, ``M`` d_mlp, ``T`` tokens.
 """
 
@@ -50,6 +75,7 @@ import numpy as np
 import pandas as pd
 
 from posmech.analyses import contextual as cx
+from posmech.models import mlp_layouts as ml
 from posmech.analyses.attention import head_name, parse_head
 from posmech.core.errors import PosmechError
 
@@ -60,10 +86,17 @@ RULE = "extended_token_embeddings"
 # --------------------------------------------------------------------------- weights
 @dataclass
 class Layer0OV:
-    """Layer-0 value/output circuits, second LayerNorm and MLP input (float64).
+    """Layer-0 value/output circuits and the MLP the contextual neurons are (float64).
 
-    ``W_V [H, d, d_head]``, ``b_V [H, d_head]``, ``W_O [H, d_head, d]``, ``b_O [d]``,
-    ``ln2_w, ln2_b [d]``, ``ln2_eps``, ``W_in [d, M]``, ``b_in [M]``."""
+    ``W_V [H, d, d_head]``, ``b_V [H, d_head]``, ``W_O [H, d_head, d]``, ``b_O [d]`` of layer
+    0's heads (grouped key/value heads repeated to their query heads); ``ln2_w, ln2_b [d]``,
+    ``ln2_eps``: the norm in front of the MLP (``ln2_rms``: an RMSNorm, not centred);
+    ``W_in [d, M]``, ``b_in [M]``: the neurons' pre-activation (a gated MLP's gate,
+    :attr:`posmech.models.mlp_layouts.MLP.W_pre`; ``gated`` says so); ``layer``: the block
+    whose MLP that is (0; 1 when layer 0's block is parallel: the first MLP that reads layer
+    0's attention output); ``embed_mlp``: for ``layer`` 1, layer 0's MLP output as a function
+    of the residual before layer 0 ``[T, d] → [T, d]`` (it reads that residual only, so it is
+    exact per token and position), else ``None``."""
 
     W_V: np.ndarray
     b_V: np.ndarray
@@ -74,28 +107,40 @@ class Layer0OV:
     ln2_eps: float
     W_in: np.ndarray
     b_in: np.ndarray
+    ln2_rms: bool = False
+    gated: bool = False
+    layer: int = 0
+    embed_mlp: Callable[[np.ndarray], np.ndarray] | None = None
 
     @property
     def d_mlp(self) -> int:
         return int(self.W_in.shape[1])
+
+    @property
+    def hook(self) -> str:
+        """The hook of the neurons' real pre-activation (the gate's for a gated MLP)."""
+        return f"blocks.{self.layer}.mlp.hook_pre"
 
     def ov(self, h: int, x: np.ndarray, bias: bool = True) -> np.ndarray:
         """``(x W_V^h + b_V^h) W_O^h`` ``[T, d]`` for post-LN inputs ``x [T, d]``."""
         v = x @ self.W_V[h] + (self.b_V[h] if bias else 0.0)
         return v @ self.W_O[h]
 
+    def centre(self, r: np.ndarray) -> np.ndarray:
+        """What the MLP's norm subtracts: the mean over the last axis (LayerNorm), nothing (RMSNorm)."""
+        return r if self.ln2_rms else r - r.mean(axis=-1, keepdims=True)
+
     def ln2(self, r: np.ndarray) -> np.ndarray:
-        """The real second LayerNorm ``[T, d]``."""
-        c = r - r.mean(axis=-1, keepdims=True)
-        return c / np.sqrt(np.square(c).mean(axis=-1, keepdims=True) + self.ln2_eps) * self.ln2_w + self.ln2_b
+        """The real norm in front of the MLP ``[T, d]``."""
+        return self.centre(r) / self.ln2_scale(r)[..., None] * self.ln2_w + self.ln2_b
 
     def ln2_scale(self, r: np.ndarray) -> np.ndarray:
-        """``blocks.0.ln2.hook_scale`` ``[T]``."""
-        return np.sqrt(r.var(axis=-1) + self.ln2_eps)
+        """That norm's ``hook_scale`` ``[T]`` (``blocks.{layer}.ln2.hook_scale``)."""
+        return np.sqrt(np.square(self.centre(r)).mean(axis=-1) + self.ln2_eps)
 
     def ln2_linear(self, r: np.ndarray, s2: float, bias: bool = True) -> np.ndarray:
-        """LayerNorm 2 treated as linear at scale ``s2`` ``[T, d]``."""
-        return (r - r.mean(axis=-1, keepdims=True)) / s2 * self.ln2_w + (self.ln2_b if bias else 0.0)
+        """That norm treated as linear at scale ``s2`` ``[T, d]``."""
+        return self.centre(r) / s2 * self.ln2_w + (self.ln2_b if bias else 0.0)
 
 
 def no_mlp_error(name: str) -> PosmechError:
@@ -103,38 +148,61 @@ def no_mlp_error(name: str) -> PosmechError:
                         "remove it from `neurons.models`")
 
 
-def ov_from_hf(model: Any, name: str = "model") -> Layer0OV:
-    """:class:`Layer0OV` of a Hugging Face GPT-2 model (raw weights, Conv1D orientation),
-    GPT-Neo model (``nn.Linear`` orientation, no value bias) or OPT model (read by the
-    engine's converter, :func:`posmech.analyses.contextual.layer0_state`)."""
-    cfg = model.config.to_dict()
-    mtype = cfg.get("model_type")
-    if mtype in cx.STATE_TYPES:
-        return ov_from_tl(*cx.layer0_state(model), name)
-    if mtype not in ("gpt2", "gpt_neo"):
-        raise PosmechError(f"model {name!r}: contextual neurons support GPT-2, GPT-Neo and OPT models and legacy "
-                           f"TransformerLens checkpoints, not model_type {mtype!r}; remove it "
-                           "from `neurons.models`")
-    blk = model.transformer.h[0]
-    if getattr(blk, "mlp", None) is None:
+#: why C1-C3 are not measurable on Gemma 2's layout
+NORMED_ATTENTION = ("layer 0's attention output is normalised before it is added to the residual (Gemma 2's "
+                    "post_attention_layernorm): the heads' value circuits are not linear into what the MLP reads, "
+                    "the bag of tokens is not defined")
+
+
+def ov_from_blocks(b0: ml.Block, b1: ml.Block | None, name: str = "model") -> Layer0OV:
+    """:class:`Layer0OV` of blocks 0 and 1 read by :func:`posmech.models.mlp_layouts.read_block`.
+
+    Sequential block 0: its MLP (norm ``ln_mlp``, the gate of a gated MLP). Parallel block 0
+    (GPT-J, GPT-NeoX, Phi, Falcon): its MLP reads the residual before layer 0's attention,
+    never that attention's output, so the contextual neurons are block 1's MLP, which reads
+    ``r + attn₀ + mlp₀`` (block 1 parallel: its input; sequential: plus its own attention,
+    which the bag of tokens does not model: :class:`~posmech.models.mlp_layouts.LayoutError`);
+    ``mlp₀`` reads ``r`` only and enters exactly (``embed_mlp``). An attention output norm
+    (Gemma 2) is a :class:`~posmech.models.mlp_layouts.LayoutError` (:data:`NORMED_ATTENTION`)."""
+    if b0.attn_out_norm is not None:
+        raise ml.LayoutError(NORMED_ATTENTION)
+    if b0.mlp is None or b0.ln_mlp is None:
         raise no_mlp_error(name)
-    get = cx.as_float64
-    eps = float(cfg.get("layer_norm_epsilon", 1e-5))
-    if mtype == "gpt_neo":
-        d, H = int(cfg["hidden_size"]), int(cfg["num_heads"])
-        dh = d // H
-        att = blk.attn.attention
-        W_V = get(att.v_proj.weight).T.reshape(d, H, dh).transpose(1, 0, 2)
-        W_O = get(att.out_proj.weight).T.reshape(H, dh, d)
-        return Layer0OV(W_V, np.zeros((H, dh)), W_O, get(att.out_proj.bias), get(blk.ln_2.weight),
-                        get(blk.ln_2.bias), eps, get(blk.mlp.c_fc.weight).T, get(blk.mlp.c_fc.bias))
-    d, H = int(cfg["n_embd"]), int(cfg["n_head"])
-    dh = d // H
-    W, b = get(blk.attn.c_attn.weight), get(blk.attn.c_attn.bias)
-    W_V = W[:, 2 * d :].reshape(d, H, dh).transpose(1, 0, 2)
-    W_O = get(blk.attn.c_proj.weight).reshape(H, dh, d)
-    return Layer0OV(W_V, b[2 * d :].reshape(H, dh), W_O, get(blk.attn.c_proj.bias), get(blk.ln_2.weight),
-                    get(blk.ln_2.bias), eps, get(blk.mlp.c_fc.weight), get(blk.mlp.c_fc.bias))
+    reader, embed_mlp = b0, None
+    if b0.parallel:
+        if b1 is None or b1.mlp is None or b1.ln_mlp is None:
+            raise ml.LayoutError("layer 0's block is parallel (its MLP reads the residual before layer 0's "
+                                 "attention) and no layer-1 MLP reads layer 0's attention output")
+        if not b1.parallel:
+            raise ml.LayoutError("layer 0's block is parallel and layer 1's sequential: layer 1's MLP also reads "
+                                 "layer 1's attention, which the bag of tokens does not model")
+        if b1.attn_out_norm is not None:
+            raise ml.LayoutError(NORMED_ATTENTION)
+        mlp0, ln0 = b0.mlp, b0.ln_mlp
+        reader, embed_mlp = b1, lambda r: mlp0.out(ln0(r))
+    mlp, norm = reader.mlp, reader.ln_mlp
+    assert mlp is not None and norm is not None
+    return Layer0OV(b0.W_V, b0.b_V, b0.W_O, b0.b_O, norm.w, norm.b, norm.eps, mlp.W_pre, mlp.b_pre,
+                    ln2_rms=norm.rms, gated=mlp.gated, layer=1 if b0.parallel else 0, embed_mlp=embed_mlp)
+
+
+def ov_from_hf(model: Any, name: str = "model") -> Layer0OV:
+    """:class:`Layer0OV` of a Hugging Face model or of its directory's
+    :class:`posmech.models.loading.WeightView`, read from its own weights in any layout of
+    :mod:`posmech.models.mlp_layouts` (GPT-2, GPT-Neo, OPT, GPT-J, GPT-NeoX, Llama, Qwen2,
+    Mistral, Gemma, Phi, Falcon, BLOOM, MPT): :func:`ov_from_blocks` of blocks 0 and 1. A
+    layout it cannot read: :class:`~posmech.models.mlp_layouts.LayoutError` with the reason."""
+    cfg = model.config.to_dict()
+    if callable(getattr(model, "state_dict", None)):  # a torch model: its parameter names as the checkpoint's files hold them
+        sd = {k.removeprefix("transformer."): v for k, v in model.state_dict().items()}
+        get, names = sd.get, frozenset(sd)
+    else:
+        get, names = model._get, model._keys
+    b0 = ml.read_block(get, names, cfg, 0)
+    if b0.mlp is None:
+        raise no_mlp_error(name)
+    b1 = ml.read_block(get, names, cfg, 1) if b0.parallel and ml.find_layout(names, 1) is not None else None
+    return ov_from_blocks(b0, b1, name)
 
 
 def ov_from_tl(state: dict[str, Any], cfg: dict[str, Any], name: str = "model") -> Layer0OV:
@@ -168,16 +236,17 @@ def load_weights(manifest: dict[str, Any], name: str, tokenizer: bool = True) ->
 
         w, tok = cx.load_weights(manifest, name, tokenizer)
         return w, ov_from_tl(load_file(str(hf_dir / "model.safetensors")), cfg, name), tok
-    cx.refuse_unsupported(cfg, name, "neurons.models")
     view = weight_view(manifest)
-    return (cx.weights_from_hf(view, name), ov_from_hf(view, name),
-            load_tokenizer(hf_dir) if tokenizer else None)
+    ov = ov_from_hf(view, name)  # first: a layout without the object is a LayoutError, its reason
+    cx.refuse_unsupported(cfg, name, "neurons.models")
+    return cx.weights_from_hf(view, name), ov, load_tokenizer(hf_dir) if tokenizer else None
 
 
 # --------------------------------------------------------------------------- exact layer 0
 def layer0_residual(w: cx.Layer0Weights, ov: Layer0OV, ids: np.ndarray) -> np.ndarray:
-    """The real residual after layer-0 attention (``blocks.0.hook_resid_mid``) of text
-    ``ids [T]`` from position 0, in float64 from the weights ``[T, d]``."""
+    """The real residual the contextual neurons' MLP reads, of text ``ids [T]`` from position 0,
+    in float64 from the weights ``[T, d]``: after layer-0 attention (``blocks.0.hook_resid_mid``),
+    plus layer 0's MLP output when that block is parallel (``blocks.1.hook_resid_pre``)."""
     ids = np.asarray(ids, dtype=np.int64)
     T = len(ids)
     pos = np.arange(T)
@@ -186,15 +255,23 @@ def layer0_residual(w: cx.Layer0Weights, ov: Layer0OV, ids: np.ndarray) -> np.nd
     q, k = w.queries(ids, pos), w.exact_keys(ids, pos)
     scores = q @ k.transpose(0, 2, 1) / w.attn_scale  # [H, T, T]
     scores = np.where(np.tril(np.ones((T, T), dtype=bool)), scores, -np.inf)
-    A = cx.softmax(scores)
-    out = r + ov.b_O
-    for h in range(w.n_heads):
-        out = out + A[h] @ ov.ov(h, x)
+    return mlp_residual(ov, r, x, cx.softmax(scores))
+
+
+def mlp_residual(ov: Layer0OV, r: np.ndarray, x: np.ndarray, patterns: np.ndarray) -> np.ndarray:
+    """The residual the contextual neurons' MLP reads ``[T, d]`` from the residual before
+    layer 0 ``r [T, d]``, its normalisation ``x [T, d]`` (what layer 0's heads read) and
+    layer 0's attention ``patterns [H, T, T]``: ``r + b_O + Σ_h A_h (x W_V^h + b_V^h) W_O^h``,
+    plus ``mlp₀(r)`` when layer 0's block is parallel (:attr:`Layer0OV.embed_mlp`)."""
+    out = r + ov.b_O + (ov.embed_mlp(r) if ov.embed_mlp is not None else 0.0)
+    for h in range(ov.W_V.shape[0]):
+        out = out + patterns[h] @ ov.ov(h, x)
     return out
 
 
 def hook_pre(w: cx.Layer0Weights, ov: Layer0OV, ids: np.ndarray) -> np.ndarray:
-    """The real ``blocks.0.mlp.hook_pre`` of text ``ids`` from the weights ``[T, M]``."""
+    """The neurons' real pre-activation (``ov.hook``: ``blocks.0.mlp.hook_pre``, the gate's of a
+    gated MLP) of text ``ids`` from the weights ``[T, M]``."""
     return ov.ln2(layer0_residual(w, ov, ids)) @ ov.W_in + ov.b_in
 
 
@@ -290,7 +367,8 @@ def extended_scorecard(st: Setup, ln2: dict[str, Any], d_vocab: int, d_model: in
              f"{from_position} of {title!r}); token contributions [{d_vocab} x {d_mlp}] float16",
              "artifact": artifact},
             {"claim": "C1", "quantity": "ln2_scale_range", "value": [round(ln2["p05"], 4), round(ln2["p95"], 4)],
-             "detail": f"5th and 95th percentiles of blocks.0.ln2.hook_scale over {ln2['n_tokens']} positions of "
+             "detail": f"5th and 95th percentiles of blocks.{st.ov.layer}.ln2.hook_scale (the norm in front of the "
+             f"neurons' MLP{', an RMSNorm' if st.ov.ln2_rms else ''}) over {ln2['n_tokens']} positions of "
              f"layer0.h5's texts; LN2 treated as linear at s2 = {st.s2:.4f}", "artifact": artifact}]
     return [{**r, "model": model} for r in rows]
 
@@ -497,11 +575,12 @@ def extended_embeddings(st: Setup, content_key: Callable[[np.ndarray], np.ndarra
     return out
 
 
-def token_contributions(E: np.ndarray, win: np.ndarray) -> np.ndarray:
+def token_contributions(E: np.ndarray, win: np.ndarray, rms: bool = False) -> np.ndarray:
     """``TC [U, M]`` (float32) from extended embeddings ``E [U, d]`` and :meth:`Setup.win`:
     one float32 matrix product (relative error ~1e-7, far below the float16 it is stored in;
     half the time of float64 for gpt2's 50257 × 768 × 3072)."""
-    return (E - E.mean(axis=-1, keepdims=True)).astype(np.float32) @ win.astype(np.float32, copy=False)
+    E = E if rms else E - E.mean(axis=-1, keepdims=True)  # what LayerNorm 2 subtracts; RMSNorm: nothing
+    return E.astype(np.float32) @ win.astype(np.float32, copy=False)
 
 
 def write_extended(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], path: str | os.PathLike[str],
@@ -528,7 +607,7 @@ def write_extended(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], p
         for a in range(0, V, block):
             ids = np.arange(a, min(a + block, V))
             E = extended_embeddings(st, content_key, ids)
-            C = token_contributions(E, win)
+            C = token_contributions(E, win, st.ov.ln2_rms)
             ext[a : a + len(ids)] = E.astype(np.float32)
             tc[a : a + len(ids)] = C.astype(np.float16)
             norm2 += np.square(C, dtype=np.float64).sum(axis=0)
@@ -598,7 +677,8 @@ def approximate(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], ids:
     T = len(ids)
     pos = np.arange(T)
     w, ov = st.w, st.ov
-    r = w.resid(ids, pos) + ov.b_O
+    r = w.resid(ids, pos)
+    r = r + ov.b_O + (ov.embed_mlp(r) if ov.embed_mlp is not None else 0.0)
     x = w.ln(ids, pos)
     ctx = np.zeros_like(r)
     u, inv = np.unique(ids, return_inverse=True)
@@ -618,7 +698,7 @@ def approximate(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], ids:
         pre = ov.ln2_linear(r, st.s2) @ ov.W_in + ov.b_in
     else:
         raise PosmechError(f"config key `neurons.ln2`: {ln2!r} is neither 'linear' nor 'exact'")
-    context = (ctx - ctx.mean(axis=-1, keepdims=True)) @ st.win()
+    context = ov.centre(ctx) @ st.win()
     return {"resid": r, "pre": pre, "context": context}
 
 
@@ -680,7 +760,7 @@ def fit_table(bridge: Any, st: Setup, content_key: Callable[[np.ndarray], np.nda
     rows, traces = [], []
     first = set(dec.texts.drop_duplicates("corpus").index)
     for t, ids in enumerate(dec.token_ids):
-        real = real_pre_activations(bridge, ids)
+        real = real_pre_activations(bridge, ids, st.ov.hook)
         approx = approximate(st, content_key, ids, ln2)["pre"]
         for j in neurons:
             m = fit_metrics(real[from_position:, j], approx[from_position:, j])

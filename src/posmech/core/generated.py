@@ -1,10 +1,12 @@
 """Blocks of a hand-written document that a generator writes, and the generators' command line.
 
 A block sits between the marker lines ``<!-- generated: NAME -->`` and ``<!-- end generated -->``
-(:data:`BEGIN`, :data:`END`); the prose around it stays hand-written. Two generators use them:
+(:data:`BEGIN`, :data:`END`); the prose around it stays hand-written. Three generators use them:
 :mod:`posmech.settings.reference` (config/README.md's key tables and the settings fields, from
 the config schema: ``make config-doc``) and :mod:`posmech.pipeline.reference` (the docs' tables
-of analyses, from the declarations: ``make docs``).
+of analyses, from the declarations: ``make docs``), :mod:`posmech.pipeline.demo_numbers`
+(the demo run's numbers, blocks named ``numbers.…``, from ``docs/demo-numbers.json``:
+``make demo-numbers``). Each leaves the others' blocks as they are.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ def block_names(text: str) -> list[str]:
     return [m.group(1) for line in text.split("\n") if (m := BEGIN.match(line))]
 
 
-def fill_blocks(text: str, where: str, block: Callable[[str], list[str]]) -> str:
-    """``text`` with each block's lines replaced by ``block(name)`` (a blank line either side).
+def fill_blocks(text: str, where: str, block: Callable[[str], list[str] | None]) -> str:
+    """``text`` with each block's lines replaced by ``block(name)`` (a blank line either side);
+    a block for which ``block`` returns ``None`` is another generator's and stays as it is.
     Raises :class:`PosmechError` naming ``where`` and the block when its end marker is missing."""
     lines = text.split("\n")
     out: list[str] = []
@@ -44,7 +47,8 @@ def fill_blocks(text: str, where: str, block: Callable[[str], list[str]]) -> str
             raise PosmechError(f"{where}: `<!-- generated: {name} -->` has no `{END}` after it") from None
         if any(BEGIN.match(x) for x in lines[start + 1:end]):
             raise PosmechError(f"{where}: the block `{name}` has no `{END}` before the next one")
-        out += lines[i:start + 1] + [""] + block(name) + [""]
+        new = block(name)
+        out += lines[i:end] if new is None else lines[i:start + 1] + [""] + new + [""]
         i = end
     out += lines[i:]
     return "\n".join(out)

@@ -230,6 +230,33 @@ def architecture(cfg: Mapping[str, Any], where: str = "model") -> Architecture:
     )
 
 
+def attention_windows(cfg: Mapping[str, Any], n_layers: int) -> list[int]:
+    """Per layer, how many keys (the query's own included) a query sees, from a model's
+    ``config.json`` dict: 0 for every earlier key (causal attention), else the sliding window:
+    ``layer_types`` (transformers 5: ``sliding_attention`` layers see ``sliding_window`` keys),
+    GPT-Neo's ``local`` layers (``attention_layers`` or ``attention_types``: ``window_size``),
+    Mistral's ``sliding_window`` on every layer, Qwen2's ``use_sliding_window`` from layer
+    ``max_window_layers`` on.  A TransformerLens or other config without these: all 0."""
+    mt = str(cfg.get("model_type") or "")
+    sliding = int(cfg.get("sliding_window") or 0)
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and len(types) == n_layers and sliding:
+        return [sliding if t == "sliding_attention" else 0 for t in types]
+    if mt == "gpt_neo":
+        kinds: list[str] = list(cfg.get("attention_layers") or [])
+        if not kinds:
+            for names, repeat in cfg.get("attention_types") or [[["global"], n_layers]]:
+                kinds += list(names) * int(repeat)
+        w = int(cfg.get("window_size", 256))
+        return [w if k == "local" else 0 for k in kinds[:n_layers]] + [0] * max(0, n_layers - len(kinds))
+    if mt == "mistral" and sliding:
+        return [sliding] * n_layers
+    if mt == "qwen2" and cfg.get("use_sliding_window") and sliding:
+        first = int(cfg.get("max_window_layers", n_layers))
+        return [sliding if i >= first else 0 for i in range(n_layers)]
+    return [0] * n_layers
+
+
 def read_architecture(hf_dir: str | os.PathLike[str], where: str | None = None) -> Architecture:
     """:func:`architecture` of the ``config.json`` in ``hf_dir``."""
     p = Path(hf_dir) / "config.json"

@@ -197,6 +197,93 @@ def positional_spec(
     return spec
 
 
+# --------------------------------------------------------------------------- random weights
+#: the architectures :func:`save_random_dir` builds (``model_type`` of their Hugging Face configs)
+RANDOM_ARCHS = ("gpt2", "llama", "gpt_neox", "bloom", "opt", "gpt_neo")
+#: standard deviation of the random weights :func:`with_random_weights` adds (GPT-2's
+#: ``initializer_range``)
+RANDOM_STD = 0.02
+
+
+@dataclass(frozen=True)
+class RandomSpec:
+    """A random-init model of architecture ``arch`` (:data:`RANDOM_ARCHS`), initialised as its
+    family initialises it (``AutoModelForCausalLM.from_config`` under ``torch.manual_seed(seed)``:
+    what a random-init twin is, :mod:`posmech.models.twin`), with the character tokenizer."""
+
+    arch: str
+    seed: int = 0
+    n_layer: int = 2
+    n_head: int = 4
+    d_model: int = 32
+    n_ctx: int = 32
+    d_vocab: int = 96
+
+    def config(self) -> Any:
+        """The ``transformers`` config (eager attention, no dropout; BOS/EOS/pad id 0)."""
+        from transformers import (BloomConfig, GPT2Config, GPTNeoConfig, GPTNeoXConfig, LlamaConfig,
+                                  OPTConfig)
+
+        common = {"vocab_size": self.d_vocab, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}
+        L, H, d, n = self.n_layer, self.n_head, self.d_model, self.n_ctx
+        makers = {
+            "gpt2": lambda: GPT2Config(n_embd=d, n_layer=L, n_head=H, n_positions=n, **common),
+            "llama": lambda: LlamaConfig(hidden_size=d, num_hidden_layers=L, num_attention_heads=H,
+                                         num_key_value_heads=H, intermediate_size=2 * d, max_position_embeddings=n,
+                                         **common),
+            "gpt_neox": lambda: GPTNeoXConfig(hidden_size=d, num_hidden_layers=L, num_attention_heads=H,
+                                              intermediate_size=2 * d, max_position_embeddings=n, rotary_pct=0.5,
+                                              **common),
+            "bloom": lambda: BloomConfig(hidden_size=d, n_layer=L, n_head=H, **common),
+            "opt": lambda: OPTConfig(hidden_size=d, num_hidden_layers=L, num_attention_heads=H, ffn_dim=2 * d,
+                                     max_position_embeddings=n, word_embed_proj_dim=d, **common),
+            "gpt_neo": lambda: GPTNeoConfig(hidden_size=d, num_layers=L, num_heads=H, max_position_embeddings=n,
+                                            attention_types=[[["global", "local"], max(1, L // 2)]],
+                                            window_size=n // 4, **common),
+        }
+        if self.arch not in makers:
+            raise ValueError(f"random-init architecture {self.arch!r}: one of {RANDOM_ARCHS}")
+        cfg = makers[self.arch]()
+        cfg._attn_implementation = "eager"
+        return cfg
+
+
+def save_random_dir(spec: RandomSpec, path: str | os.PathLike[str]) -> Path:
+    """Write the random-init model ``spec`` as a Hugging Face directory (safetensors, config,
+    character tokenizer)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    p = Path(path)
+    p.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(spec.seed)
+    model = AutoModelForCausalLM.from_config(spec.config())
+    model.save_pretrained(p, safe_serialization=True)
+    char_tokenizer(spec.d_vocab).save_pretrained(p)
+    return p
+
+
+def with_random_weights(spec: Spec, seed: int = 0, std: float = RANDOM_STD) -> Spec:
+    """``spec`` with every weight it leaves zero drawn at random, normal of standard deviation
+    ``std`` (as GPT-2 initialises): token embeddings, the unembedding, each head's query / key
+    weights where the spec sets none, every head's value / output weights where it sets none,
+    and the MLPs of the layers it gives none.  What the spec plants (its heads' query / key
+    weights, ``W_pos``) is kept: planted heads sit among random ones, their scores perturbed only
+    by the random residual they read (of order ``std`` beside the unit positions)."""
+    rng = np.random.default_rng(seed)
+    d, dh = spec.d_model, spec.dh
+    r = lambda *shape: rng.normal(0.0, std, size=shape)  # noqa: E731
+    spec.W_E = r(spec.d_vocab, d) if spec.W_E is None else spec.W_E
+    spec.W_U = r(d, spec.d_vocab) if spec.W_U is None else spec.W_U
+    for layer in range(spec.n_layer):
+        for h in range(spec.n_head):
+            w = spec.heads.setdefault((layer, h), {})
+            for name, shape in (("W_Q", (d, dh)), ("W_K", (d, dh)), ("W_V", (d, dh)), ("W_O", (dh, d))):
+                w.setdefault(name, r(*shape))
+        spec.mlps.setdefault(layer, {"W_in": r(d, 4 * d), "W_out": r(4 * d, d)})
+    return spec
+
+
 # --------------------------------------------------------------------------- attention-only models
 # A two-layer attention-only model in TransformerLens's legacy checkpoint format (the format of
 # ``attn-only-2l``), with planted position-only and token-only scores in layer 0 and, optionally,
@@ -404,3 +491,239 @@ def induction_probability(spec: AttnOnlySpec, tokens: np.ndarray, prev_key: np.n
     sigma_f = np.sqrt(sq / d + spec.eps)
     logits = out_scale * s * m / sigma_f
     return pattern, softmax(logits)
+
+
+# --------------------------------------------------------------------------- rotary
+@dataclass
+class RotaryHead:
+    """One head of :func:`rotary_model` whose ``q·k`` lives in the rotary frequency pairs
+    ``pairs`` (0: the highest frequency). ``kind='positional'``: the query and key read the
+    constant dimension only, ``q_f = (a, 0)`` and ``k_f = a·(cos φ_f, sin φ_f)`` with ``φ_f =
+    offset·θ_f`` in each pair, so the score at ``Δ = n − i`` is ``Σ_f a²·cos(θ_f·(Δ −
+    offset)) / sqrt(d_head)`` whatever the tokens: largest at ``Δ = offset`` (``offset`` 1: a
+    previous-token head, as sharp as ``a`` and the frequencies make it); ``kind='content'``:
+    seeded random query and key weights from the token dimensions into the pairs, a score that
+    depends on the tokens only through those pairs."""
+
+    pairs: tuple[int, ...]
+    kind: str = "content"
+    amplitude: float = 1.0
+    offset: float = 1.0
+
+
+def rotary_model(heads: dict[tuple[int, int], RotaryHead], n_layer: int = 1, n_head: int = 2, d_head: int = 8,
+                 d_model: int = 16, n_ctx: int = 8, d_vocab: int = 40, rope_theta: float = 10000.0,
+                 seed: int = 0) -> Any:
+    """A ``LlamaForCausalLM`` (rotary on every head dimension, ``rotate_half`` layout: pair
+    ``f`` is dimensions ``f`` and ``f + d_head/2``) whose listed heads' queries and keys live
+    in one pair each (:class:`RotaryHead`); every other query/key weight, every attention
+    output and MLP output projection is zero, so the residual stream is the token embedding
+    at every layer. Token embeddings: ``e_t = (1, u_t)`` with ``u_t`` a seeded random unit
+    vector on the other dimensions, so every token's RMS is ``sqrt(2/d_model)`` and the
+    normalised constant dimension is ``sqrt(d_model/2)`` for every token (RMSNorm weights 1)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if n_head * d_head != d_model or d_head % 2:
+        raise ValueError("rotary_model needs n_head * d_head == d_model and an even d_head")
+    P = d_head // 2
+    cfg = LlamaConfig(vocab_size=d_vocab, hidden_size=d_model, intermediate_size=2 * d_model, num_hidden_layers=n_layer,
+                      num_attention_heads=n_head, num_key_value_heads=n_head, max_position_embeddings=n_ctx,
+                      rope_theta=rope_theta, bos_token_id=0, eos_token_id=0, pad_token_id=0,
+                      tie_word_embeddings=False, attention_dropout=0.0, use_cache=False, rms_norm_eps=1e-12)
+    cfg._attn_implementation = "eager"
+    m = LlamaForCausalLM(cfg)
+    rng = np.random.default_rng(seed)
+    u = rng.normal(size=(d_vocab, d_model - 1))
+    E = np.concatenate([np.ones((d_vocab, 1)), u / np.linalg.norm(u, axis=1, keepdims=True)], 1)
+    const = np.sqrt(d_model / 2.0)  # the normalised constant dimension
+    t = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float32)  # noqa: E731
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+        for blk in m.model.layers:
+            blk.input_layernorm.weight.fill_(1.0)
+            blk.post_attention_layernorm.weight.fill_(1.0)
+        m.model.norm.weight.fill_(1.0)
+        m.model.embed_tokens.weight.copy_(t(E))
+        m.lm_head.weight.copy_(t(rng.normal(size=(d_vocab, d_model))))
+        for (layer, h), spec in heads.items():
+            if spec.kind not in ("positional", "content"):
+                raise ValueError(f"head L{layer}H{h}: kind {spec.kind!r}; expected positional or content")
+            attn = m.model.layers[layer].self_attn
+            for f in spec.pairs:
+                if not 0 <= f < P:
+                    raise ValueError(f"head L{layer}H{h}: pair {f} outside 0..{P - 1}")
+                rows = [h * d_head + f, h * d_head + f + P]
+                if spec.kind == "positional":
+                    a, phase = spec.amplitude / const, spec.offset * rope_theta ** (-2.0 * f / d_head)
+                    attn.q_proj.weight[rows[0], 0] = a
+                    attn.k_proj.weight[rows[0], 0] = a * np.cos(phase)
+                    attn.k_proj.weight[rows[1], 0] = a * np.sin(phase)
+                else:
+                    for proj in (attn.q_proj, attn.k_proj):
+                        proj.weight[rows, 1:] = t(spec.amplitude * rng.normal(size=(2, d_model - 1)))
+    return m.eval()
+
+
+def save_hf_model_dir(model: Any, path: str | os.PathLike[str]) -> Path:
+    """Write a built Hugging Face model (e.g. a :func:`rotary_model`) as a directory with the
+    character tokenizer."""
+    p = Path(path)
+    p.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(p, safe_serialization=True)
+    char_tokenizer(int(model.config.vocab_size)).save_pretrained(p)
+    return p
+
+
+# --------------------------------------------------------------------------- rotary and ALiBi models
+# Layer 0 of these reads the token embedding alone, so a head's position part comes from the
+# rotation (Llama) or the ALiBi bias (BLOOM). Token ``t`` is embedded by its code ``t % n_codes``
+# (one-hot in a block of ``n_codes`` dimensions), so the vocabulary can be the self-check's 96
+# characters in a narrow model; every token embedding has the same norm, so layer 0's norm scale is
+# the same for every token. Attention outputs, MLPs and the unembedding are zero: the residual
+# stream is the token embedding at every layer.
+
+
+def rotary_offset_weights(thetas: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, float]:
+    """Non-negative weights ``w_j`` (summing to 1) of the frequency pairs ``thetas`` making
+    ``f(k) = Σ_j w_j cos(k·θ_j)`` as much larger at ``k = 0`` than at every other ``k`` of
+    ``offsets`` as a linear programme allows; returns ``(w, gap)``, ``gap = min_k f(0) − f(k)``."""
+    from scipy.optimize import linprog
+
+    ks = np.asarray([k for k in offsets if k != 0], dtype=np.float64)
+    J = len(thetas)
+    # variables: w_0..w_{J-1}, t; maximise t subject to sum_j w_j (1 - cos k θ_j) >= t, sum w = 1
+    A = np.hstack([-(1.0 - np.cos(ks[:, None] * thetas[None, :])), np.ones((len(ks), 1))])
+    res = linprog(np.r_[np.zeros(J), -1.0], A_ub=A, b_ub=np.zeros(len(ks)), A_eq=np.r_[np.ones(J), 0.0][None],
+                  b_eq=[1.0], bounds=[(0, None)] * J + [(None, None)])
+    if not res.success:
+        raise ValueError(f"no rotary weights: {res.message}")
+    return res.x[:J], float(res.x[J])
+
+
+@dataclass
+class RotarySpec:
+    """A Llama model (RMSNorm, rotary on every head dimension) whose layer-0 heads attend by
+    rotation alone: ``offsets[h] = (shift, gap)`` plants in head ``(0, h)`` scores
+    ``gap·f(i − n + shift)/g`` over keys ``i ≤ n`` (``f``, ``g`` of :func:`rotary_offset_weights`):
+    largest at key ``n − shift``, at least ``gap`` above every other key of the context, for
+    every token (its query and key read only the dimension all tokens share)."""
+
+    n_ctx: int = 32
+    d_vocab: int = 96
+    n_codes: int = 16
+    n_heads: int = 2
+    d_head: int = 32
+    rope_theta: float = 10000.0
+    offsets: dict[int, tuple[int, float]] = field(default_factory=dict)
+
+    @property
+    def d_model(self) -> int:
+        return self.n_heads * self.d_head
+
+    def thetas(self) -> np.ndarray:
+        return self.rope_theta ** (-np.arange(0, self.d_head, 2) / self.d_head)
+
+
+def save_rotary_dir(spec: RotarySpec, path: str | os.PathLike[str]) -> Path:
+    """Write ``spec`` as a Hugging Face Llama directory (safetensors, config, character tokenizer)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    d, H, dh, C = spec.d_model, spec.n_heads, spec.d_head, spec.n_codes
+    if C + 1 > d:
+        raise ValueError(f"{C} codes and a shared dimension need d_model > {C}")
+    cfg = LlamaConfig(vocab_size=spec.d_vocab, hidden_size=d, intermediate_size=4, num_hidden_layers=2,
+                      num_attention_heads=H, num_key_value_heads=H, max_position_embeddings=spec.n_ctx,
+                      rope_theta=spec.rope_theta, rms_norm_eps=1e-12, bos_token_id=0, eos_token_id=0, pad_token_id=0,
+                      tie_word_embeddings=False, attention_bias=False)
+    m = LlamaForCausalLM(cfg)
+    shared = d - 1
+    W_E = np.zeros((spec.d_vocab, d))
+    W_E[np.arange(spec.d_vocab), np.arange(spec.d_vocab) % C] = 1.0
+    W_E[:, shared] = 1.0
+    c = float(np.sqrt(d / 2.0))  # the shared coordinate after RMSNorm (weight 1)
+    th = spec.thetas()
+    half = dh // 2
+    span = np.arange(-(spec.n_ctx + 2), 3)
+    w, g = rotary_offset_weights(th, span)
+    W_Q, W_K = np.zeros((H * dh, d)), np.zeros((H * dh, d))
+    for h, (shift, gap) in spec.offsets.items():
+        amp = np.sqrt(gap / g * w * np.sqrt(dh))  # |q_j| = |k_j|: |q_j||k_j|/sqrt(dh) = gap·w_j/g
+        rows = h * dh + np.arange(half)
+        W_Q[rows, shared] = amp / c  # q_j = (amp, 0)
+        W_K[rows, shared] = amp * np.cos(shift * th) / c  # k_j = amp (cos shift·θ, sin shift·θ)
+        W_K[rows + half, shared] = amp * np.sin(shift * th) / c
+    t = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float32)  # noqa: E731
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+        for name, p in m.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+        m.model.embed_tokens.weight.copy_(t(W_E))
+        m.model.layers[0].self_attn.q_proj.weight.copy_(t(W_Q))
+        m.model.layers[0].self_attn.k_proj.weight.copy_(t(W_K))
+    p_ = Path(path)
+    p_.mkdir(parents=True, exist_ok=True)
+    m.save_pretrained(p_, safe_serialization=True)
+    char_tokenizer(spec.d_vocab).save_pretrained(p_)
+    return p_
+
+
+@dataclass
+class AlibiSpec:
+    """A BLOOM model (ALiBi, an embedding LayerNorm) whose layer-0 head ``(0, h)`` of
+    ``anti_self`` scores ``−anti_self[h]`` on every key whose token has the query's code and 0
+    on the others; every other head has zero query and key weights, so its pattern is ALiBi's
+    ``softmax(m_h (i − n))`` alone (``m_h``: :func:`posmech.models.scores.alibi_slopes`)."""
+
+    n_ctx: int = 32
+    d_vocab: int = 96
+    n_codes: int = 16
+    n_heads: int = 16
+    d_head: int = 16
+    anti_self: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def d_model(self) -> int:
+        return self.n_heads * self.d_head
+
+
+def save_alibi_dir(spec: AlibiSpec, path: str | os.PathLike[str]) -> Path:
+    """Write ``spec`` as a Hugging Face BLOOM directory (safetensors, config, character tokenizer)."""
+    import torch
+    from transformers import BloomConfig, BloomForCausalLM
+
+    d, H, dh, C = spec.d_model, spec.n_heads, spec.d_head, spec.n_codes
+    if C > dh or C + 1 > d:
+        raise ValueError(f"{C} codes need d_head >= {C} and d_model > {C}")
+    cfg = BloomConfig(vocab_size=spec.d_vocab, hidden_size=d, n_layer=2, n_head=H, layer_norm_epsilon=1e-12,
+                      bos_token_id=0, eos_token_id=0, pad_token_id=0, seq_length=spec.n_ctx)
+    m = BloomForCausalLM(cfg)
+    spare = d - 1
+    W_E = np.zeros((spec.d_vocab, d))
+    W_E[np.arange(spec.d_vocab), np.arange(spec.d_vocab) % C] = 1.0
+    W_E[:, spare] = -1.0  # zero mean: the embedding LayerNorm maps it to sqrt(d/2)(e_code - e_spare)
+    c = float(np.sqrt(d / 2.0))
+    qkv = np.zeros((H, 3, dh, d))  # BLOOM's fused layout: head, (q, k, v), d_head
+    for h, beta in spec.anti_self.items():
+        # q·k / sqrt(dh) = -beta on equal codes: q = -a e_code, k = a e_code in the head's first C dims
+        a = float(np.sqrt(beta * np.sqrt(dh))) / c
+        qkv[h, 0, np.arange(C), np.arange(C)] = -a
+        qkv[h, 1, np.arange(C), np.arange(C)] = a
+    t = lambda x: torch.as_tensor(np.asarray(x), dtype=torch.float32)  # noqa: E731
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+        for name, p in m.named_parameters():
+            if "layernorm" in name and name.endswith("weight") or name.startswith("transformer.ln_f.weight"):
+                p.fill_(1.0)
+        m.transformer.word_embeddings.weight.copy_(t(W_E))
+        m.transformer.h[0].self_attention.query_key_value.weight.copy_(t(qkv.reshape(3 * d, d)))
+    p_ = Path(path)
+    p_.mkdir(parents=True, exist_ok=True)
+    m.save_pretrained(p_, safe_serialization=True)
+    char_tokenizer(spec.d_vocab).save_pretrained(p_)
+    return p_

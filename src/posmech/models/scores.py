@@ -8,14 +8,17 @@ attn_only, taxonomy): the model layer, not a family's."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from posmech.core.errors import PosmechError
-from posmech.models.architecture import score_divisor
+from posmech.models.architecture import architecture, attention_windows, is_tl_config, score_divisor
 
 #: Hugging Face architectures whose attention does not scale ``q·k`` (TransformerLens 4.3's
 #: bridge config still says ``use_attn_scale``)
@@ -58,6 +61,22 @@ def alibi_slopes(n_heads: int) -> np.ndarray:
     slopes = [2.0 ** (-8.0 * (h + 1) / c) for h in range(c)]
     slopes += [2.0 ** (-4.0 * (2 * j + 1) / c) for j in range(min(c, n - c))]
     return np.asarray(slopes, dtype=np.float64)
+
+
+def read_position_biases(hf_dir: str | os.PathLike[str], n_layers: int, n_heads: int
+                         ) -> tuple[list[int], Any]:
+    """What fixes a head's attention when its query–key scores are zero, from the ``config.json``
+    in ``hf_dir``: ``(windows, slopes)``: the sliding window of each layer
+    (:func:`posmech.models.architecture.attention_windows`) and, for an
+    ALiBi model, the slope of each head (:func:`alibi_slopes`; ``None``
+    for any other model)."""
+    p = Path(hf_dir) / "config.json"
+    try:
+        cfg = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise PosmechError(f"{str(p)!r} cannot be read as JSON ({err})") from None
+    alibi = not is_tl_config(cfg) and architecture(cfg, repr(str(hf_dir))).positions == "alibi"
+    return attention_windows(cfg, n_layers), alibi_slopes(n_heads) if alibi else None
 
 
 def rotate(x: Any, cos: Any, sin: Any) -> Any:
@@ -130,16 +149,20 @@ class ScoreFunction:
         m = torch.as_tensor(self.slopes, dtype=dtype, device=query_pos.device)
         return m.view(-1, *([1] * query_pos.ndim)) * (key_pos - query_pos).to(dtype)[None]
 
-    def full(self, q: Any, k: Any, extra: dict[str, Any] | None = None) -> Any:
-        """Raw scores ``[b, H, n_q, n_k]`` float32 (float64 for float64 ``q``) of every pair
-        (positions ``0..n-1``)."""
+    def full(self, q: Any, k: Any, extra: dict[str, Any] | None = None, positions: Any = None) -> Any:
+        """Raw scores ``[b, H, n_q, n_k]`` float32 (float64 for float64 ``q``) of every pair,
+        the tokens at ``positions`` (integer ``[n]``, default ``0..n-1``: ALiBi's bias reads
+        them; a rotary model's positions are already in ``extra``'s ``hook_cos``/``hook_sin``).
+        Every token at position 0 (the L rules' token-only input) switches ALiBi's bias off."""
         import torch
 
         q, k = self.prepare(q, k, extra)
         s = torch.einsum("bqhd,bkhd->bhqk", q, k) / self.scale
         if self.scheme == "alibi":
-            pq = torch.arange(q.shape[1], device=q.device)[:, None].expand(-1, k.shape[1])
-            pk = torch.arange(k.shape[1], device=q.device)[None, :].expand(q.shape[1], -1)
+            pos = (torch.arange(q.shape[1], device=q.device) if positions is None
+                   else torch.as_tensor(positions, device=q.device))
+            pq = pos[:, None].expand(-1, k.shape[1])
+            pk = pos[None, : k.shape[1]].expand(q.shape[1], -1)
             s = s + self.bias(pq, pk, s.dtype)[None]
         return s
 

@@ -18,6 +18,10 @@ Three architectures (``models.<name>.train.architecture``):
   embeddings, no grouping of keys and values; saved as a Hugging Face directory, so it
   takes the path of any user's Llama-layout model (Llama, Mistral, Qwen2).
 
+Silent attention (``gpt2`` and ``llama``): the attention output projection of each layer of
+``silent_attention_layers`` is zero and frozen until step ``silent_attention_steps``, so that
+those layers' heads write nothing to the residual stream and the circuit forms above them.
+
 Data mix: a fraction ``repeat_fraction`` of the training sequences are ``[BOS]`` followed
 by a segment of uniformly random characters repeated until the context is full (the
 second copy is predictable only by induction); the rest are ``[BOS]`` + ``n_ctx − 1``
@@ -26,10 +30,12 @@ characters of the training text from a random offset.
 Head scores (written to the training summary; all means over held-out data the model never
 trained on):
 
-- *previous-token score* of a head: mean attention from query ``n`` to key ``n − 1`` over
-  queries ``n ≥ 1`` of the held-out text batches;
-- *look-back-two score*: mean attention from ``n`` to ``n − 2`` over queries ``n ≥ 2`` of
-  the same batches;
+- *held-out previous-token score* of a head: mean attention from query ``n`` to key ``n − 1``
+  over queries ``n ≥ 1`` of the held-out text batches (not the analyses' *previous-token
+  mass*, ``prev_token_mass`` of heads.csv: the same mean on the analysis documents;
+  :mod:`posmech.core.names`);
+- *held-out look-back-two score*: mean attention from ``n`` to ``n − 2`` over queries ``n ≥ 2``
+  of the same batches (no threshold; the L5 role is decided on random tokens);
 - *induction score*: on ``[BOS] + R + R`` (``R`` = ``induction_length`` uniformly random
   characters, fresh seed), mean attention from each query of the second copy to the token
   *after* that query token's previous occurrence (key ``n − len(R) + 1``);
@@ -249,10 +255,6 @@ class _Runner:
     def logits(self, x: Any) -> Any:
         return self.model(x) if self.arch == "attn_only" else self.model(x).logits
 
-    def _out_proj(self, layer: int) -> Any:
-        if self.arch == "gpt2":
-            return self.model.transformer.h[layer].attn.c_proj
-        return self.model.model.layers[layer].self_attn.o_proj
 
     def run(self, x: Any, ablate: set[tuple[int, int]] | None = None) -> tuple[Any, list[Any]]:
         if self.arch == "attn_only":
@@ -268,7 +270,7 @@ class _Runner:
                 z[..., head * d : (head + 1) * d] = 0.0
                 return (z,)
 
-            handles.append(self._out_proj(layer).register_forward_pre_hook(pre))
+            handles.append(attention_out_proj(self.model, self.arch, layer).register_forward_pre_hook(pre))
         try:
             out = self.model(x, output_attentions=True)
         finally:
@@ -454,9 +456,9 @@ def _build_model(cfg: dict[str, Any], vocab_size: int) -> Any:
     import torch
 
     silent = cfg.get("silent_attention_layers") or []
-    if silent and (cfg["architecture"] != "gpt2" or max(silent) >= cfg["n_layer"]):
+    if silent and (cfg["architecture"] not in HF_ARCHITECTURES or max(silent) >= cfg["n_layer"]):
         raise PosmechError(
-            f"config key `train.silent_attention_layers`: {silent} needs architecture gpt2 and layers "
+            f"config key `train.silent_attention_layers`: {silent} needs architecture gpt2 or llama and layers "
             f"< n_layer = {cfg['n_layer']}"
         )
 
@@ -466,7 +468,7 @@ def _build_model(cfg: dict[str, Any], vocab_size: int) -> Any:
         return AttnOnly.build(vocab_size, cfg["n_ctx"], cfg["d_model"], cfg["n_layer"], cfg["n_head"],
                               cfg["d_model"] // cfg["n_head"], cfg["seed"])
     if cfg["architecture"] == "llama":
-        return _build_llama(cfg, vocab_size)
+        return _silence(_build_llama(cfg, vocab_size), cfg)
     if cfg["architecture"] != "gpt2":
         raise PosmechError(
             f"config key `train.architecture`: {cfg['architecture']!r}; expected gpt2, attn_only or llama")
@@ -481,15 +483,28 @@ def _build_model(cfg: dict[str, Any], vocab_size: int) -> Any:
     model = GPT2LMHeadModel(gcfg)
     model.loss_type = "ForCausalLM"  # transformers finds no loss type in the class name and warns when asked for a loss
     model.config._attn_implementation = "eager"
+    return _silence(model, cfg)
+
+
+def attention_out_proj(model: Any, arch: str, layer: int) -> Any:
+    """The attention output projection of ``layer`` of a Hugging Face demo model (``gpt2``:
+    ``c_proj``, ``llama``: ``o_proj``): its input is the heads' outputs side by side."""
+    if arch == "gpt2":
+        return model.transformer.h[layer].attn.c_proj
+    return model.model.layers[layer].self_attn.o_proj
+
+
+def _silence(model: Any, cfg: dict[str, Any]) -> Any:
+    """Zero and freeze the attention output projection (weight and bias, if any) of each layer
+    of ``silent_attention_layers`` (until step ``silent_attention_steps``, if set): the layer's
+    heads write nothing to the residual stream."""
+    import torch
+
     for layer in cfg.get("silent_attention_layers") or []:
-        # attention output projection zero and frozen (until step silent_attention_steps, if
-        # set): the layer's heads write nothing to the residual stream
-        c_proj = model.transformer.h[layer].attn.c_proj
-        with torch.no_grad():
-            c_proj.weight.zero_()
-            c_proj.bias.zero_()
-        c_proj.weight.requires_grad_(False)
-        c_proj.bias.requires_grad_(False)
+        for p in attention_out_proj(model, cfg["architecture"], layer).parameters():
+            with torch.no_grad():
+                p.zero_()
+            p.requires_grad_(False)
     return model
 
 
@@ -629,7 +644,7 @@ def train_demo_model(
             g["lr"] = lr_at(step, cfg)
         if step == cfg.get("silent_attention_steps") and cfg.get("silent_attention_layers"):
             for layer in cfg["silent_attention_layers"]:  # the layers' attention may now learn to write
-                for p in model.transformer.h[layer].attn.c_proj.parameters():
+                for p in attention_out_proj(model, cfg["architecture"], layer).parameters():
                     p.requires_grad_(True)
         x = torch.from_numpy(mixed_batch(train_ids, gen, cfg, V))
         loss = loss_of(x)
@@ -745,9 +760,11 @@ def install_checkpoint(name: str, entry: dict[str, Any], checkpoints_dir: str | 
 
 
 SCORE_DEFINITIONS = {
-    "previous_token_scores": "per head [layer][head]: mean attention from query n to key n-1 over queries n>=1 "
-    "of the held-out text batches",
-    "look_back_two_scores": "per head: mean attention from query n to key n-2 over queries n>=2 of the same batches",
+    "previous_token_scores": "per head [layer][head]: the held-out previous-token score, mean attention from query n "
+    "to key n-1 over queries n>=1 of the held-out text batches (not heads.csv's prev_token_mass, the previous-token "
+    "mass on the analysis documents)",
+    "look_back_two_scores": "per head: the held-out look-back-two score, mean attention from query n to key n-2 over "
+    "queries n>=2 of the same batches",
     "induction_scores": "per head: on [BOS]+R+R (R: induction_length uniform random characters, "
     "induction_samples sequences), mean attention from each query of the second copy to the token after "
     "its previous occurrence",
@@ -756,7 +773,7 @@ SCORE_DEFINITIONS = {
     "induction_score_with_read_head_ablated": "the best induction head's induction score with the output "
     "of induction_reads_head zeroed",
     "previous_token_heads_below": "induction_reads_head and every head below the induction head's layer with at "
-    "least half its previous-token score",
+    "least half its held-out previous-token score",
     "induction_score_with_previous_token_heads_ablated": "the best induction head's induction score with the "
     "outputs of all previous_token_heads_below zeroed; p_correct_repeated_ablated is P(correct) then",
     "p_correct_repeated": "mean probability of the correct next character at the queries of the second copy "

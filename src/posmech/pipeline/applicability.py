@@ -35,18 +35,21 @@ class Requirement:
     models), an MLP (``mlp``), a LayerNorm before each block rather than after each residual
     addition (``pre_ln``); ``None``/False: anything. ``reason`` says in words why a model
     that fails it cannot run the rule; ``{positions}`` (the scheme in words) and
-    ``{model_type}`` are filled in."""
+    ``{model_type}`` are filled in. ``types_for``: the schemes ``model_types`` applies to (a
+    model of another scheme meets it whatever its type; ``None``: every scheme)."""
 
     reason: str
     schemes: tuple[str, ...] | None = None
     model_types: tuple[str, ...] | None = None
     mlp: bool = False
     pre_ln: bool = False
+    types_for: tuple[str, ...] | None = None
 
     def why_not(self, arch: Architecture) -> str | None:
         """``None`` when ``arch`` meets the requirement, else the reason in words."""
+        typed = self.types_for is None or arch.positions in self.types_for
         ok = ((self.schemes is None or arch.positions in self.schemes)
-              and (self.model_types is None or arch.model_type in self.model_types)
+              and (self.model_types is None or not typed or arch.model_type in self.model_types)
               and (not self.mlp or arch.has_mlp)
               and (not self.pre_ln or not arch.post_ln))
         return None if ok else self.reason.format(positions=arch.scheme_words, model_type=arch.model_type)
@@ -57,6 +60,17 @@ REQUIREMENTS: dict[str, Requirement] = {
     # P geometry, the W_pos averaging, the positional kernels (Gibson's kernel is defined
     # against it) and the L rules' position-only inputs study
     "learned_wpos": Requirement("no learned W_pos: {positions}", schemes=("learned",)),
+    # queries and keys rotated by position: what the rotary frequency analysis (P17, P18) splits
+    "rotary": Requirement("no rotary frequencies: {positions}", schemes=("rotary",)),
+    # the L rules' position-only and token-only inputs (posmech.analyses.attn_only.variant_input,
+    # docs/claims.md): learned positions zero hook_embed / hook_pos_embed, a model without
+    # positional encoding needs nothing; rotary and ALiBi models run every token at position 0
+    # for the token-only input, which the posmech engine does (posmech.models.lens: `positions`)
+    # for the layouts it runs
+    "position_variants": Requirement(
+        "the token-only input of {positions} runs every token at position 0, which only the posmech engine does, "
+        "and it does not run {model_type}", model_types=("gpt_neox", "llama", "mistral", "qwen2", "bloom"),
+        types_for=("rotary", "alibi")),
     # the attention scores before the softmax (P12, P13, the taxonomy's statistics): q·k·scale
     # for learned positions, q and k rotated at their positions for rotary heads, the ALiBi
     # bias added for ALiBi heads (posmech.models.scores.ScoreFunction, tested against Hugging Face's
@@ -72,21 +86,24 @@ REQUIREMENTS: dict[str, Requirement] = {
                                      model_types=("gpt2", "gpt_neo", "transformer_lens", "gpt_neox", "llama",
                                                   "mistral", "qwen2", "bloom", "opt")),
     # the layer-0 decomposition reads the layer-0 weights of these layouts only (OPT's through
-    # the forward engine's converter, posmech.models.lens.hf_state: W_pos from row 2)
+    # the forward engine's converter, posmech.models.lens.hf_state: W_pos from row 2); a rotary
+    # or ALiBi model's layer 0 is read from one-token forward passes of the posmech engine
+    # (posmech.analyses.contextual.relative), for the layouts it runs
     "layer0_weights": Requirement(
-        "the layer-0 decomposition reads layer-0 weights in the GPT-2, GPT-Neo, OPT or TransformerLens layout, "
-        "not {model_type}'s", model_types=("gpt2", "gpt_neo", "opt", "transformer_lens")),
+        "the layer-0 decomposition reads layer 0 of a rotary or ALiBi model the posmech engine runs (GPT-NeoX, "
+        "Llama, Mistral, Qwen2, BLOOM) or layer-0 weights in the GPT-2, GPT-Neo, OPT or TransformerLens layout, "
+        "not {model_type}'s", model_types=("gpt2", "gpt_neo", "opt", "transformer_lens", "gpt_neox", "llama",
+                                           "mistral", "qwen2", "bloom")),
     # the decomposition splits LN(e + p): a LayerNorm of the residual that layer 0's attention
     # reads; a post-LayerNorm block (OPT's do_layer_norm_before: false) reads the raw residual
     "pre_ln": Requirement("LayerNorm after each residual addition (OPT's do_layer_norm_before: false): layer 0's "
                           "attention reads the raw residual, not the LayerNorm of it that the decomposition splits",
                           pre_ln=True),
+    # the contextual neurons read the value/output and MLP weights of every layout of
+    # posmech.models.mlp_layouts (plain or gated MLP, sequential or parallel block): a block
+    # whose weights have none of them, or without the object (Gemma 2's normalised attention
+    # output), is decided from its weights in the job, and C1-C3 are not measurable with the reason
     "mlp": Requirement("no MLP in layer 0 (an attention-only model)", mlp=True),
-    # the contextual neurons read layer 0's value/output and MLP weights in GPT-2's (Conv1D),
-    # GPT-Neo's (nn.Linear), OPT's (the engine's converter) or TransformerLens's layout
-    "neuron_weights": Requirement(
-        "contextual neurons read layer-0 weights in the GPT-2, GPT-Neo, OPT or TransformerLens layout, not "
-        "{model_type}'s", model_types=("gpt2", "gpt_neo", "opt", "transformer_lens")),
 }
 
 

@@ -52,6 +52,8 @@ COMMAND = "make docs  (python -m posmech.pipeline.reference --write)"
 #: the blocks that must each appear once in the docs (besides one ``outputs.…`` per analysis)
 BLOCKS = ("families", "analyses", "requirements", "applicability", "claims")
 OUTPUTS = "outputs."
+#: blocks of :mod:`posmech.pipeline.demo_numbers` (written from a run, not from the declarations)
+NUMBERS_PREFIX = "numbers."
 PREDICATES = {">=": "≥", "<=": "≤", ">": ">", "<": "<", "==": "="}
 CLAIM = re.compile(r"^([PLKCS])(\d+)$")
 NONE = "—"
@@ -134,7 +136,9 @@ def met_by(req: Requirement) -> str:
     if req.schemes is not None:
         parts.append("position scheme " + " or ".join(f"`{s}` ({SCHEME_WORDS.get(s, s)})" for s in req.schemes))
     if req.model_types is not None:
-        parts.append("`model_type` " + ", ".join(f"`{t}`" for t in req.model_types))
+        parts.append("`model_type` " + ", ".join(f"`{t}`" for t in req.model_types)
+                     + ("" if req.types_for is None else
+                        " (for position schemes " + ", ".join(f"`{s}`" for s in req.types_for) + "; any other scheme)"))
     if req.mlp:
         parts.append("an MLP in each block (`has_mlp`)")
     if req.pre_ln:
@@ -276,7 +280,9 @@ def fill(text: str, sources: Sources, where: str = "") -> tuple[str, list[str], 
     names: list[str] = []
     shown: list[str] = []
 
-    def block(name: str) -> list[str]:
+    def block(name: str) -> list[str] | None:
+        if name.startswith(NUMBERS_PREFIX):  # the demo run's numbers: posmech.pipeline.demo_numbers
+            return None
         table, files_of = sources.block(name)
         names.append(name)
         shown.extend(files_of)

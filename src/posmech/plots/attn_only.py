@@ -86,13 +86,15 @@ def decomposition_curves(df: pd.DataFrame, head: str, role: str, claim: str, que
     save(fig, path)
 
 
-def position_only_pattern(M: np.ndarray, head: str, model: str, bos: bool, path: str | os.PathLike[str]) -> None:
-    """L3 (the post's Figure 4): the previous-token head's pattern with position-only input."""
+def position_only_pattern(M: np.ndarray, head: str, model: str, bos: bool, path: str | os.PathLike[str],
+                          how: str = "token embeddings zeroed") -> None:
+    """L3 (the post's Figure 4): the previous-token head's pattern with position-only input
+    (``how``: the input in words, per position scheme)."""
     fig, ax = plt.subplots(figsize=(5.0, 4.4), layout="constrained")
     im = _heatmap(ax, M, f"row 1: [{M[1, 0]:.4f}, {M[1, 1]:.4f}];  min over q ≥ 2 of P[q, q−1]: "
                   f"{min(M[q, q - 1] for q in range(2, M.shape[0])):.4f}", bos)
     fig.colorbar(im, ax=ax, shrink=0.8, label="attention, %")
-    fig.suptitle(f"L3 · {model} {head}: position-only pattern (token embeddings zeroed)\n"
+    fig.suptitle(f"L3 · {model} {head}: position-only pattern ({how})\n"
                  "(cells: attention in whole %, shown from 5 %; grey: masked, a key after its query)", fontsize=9)
     save(fig, path)
 

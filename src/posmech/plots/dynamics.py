@@ -38,8 +38,8 @@ SIZE = 6.0
 
 
 #: panels drawn first, in this order: where the previous-token and induction heads appear
-HEADLINE = ["sharpest_previous_token_score", "p_redirected_after", "previous_candidate_score",
-            "look_back_two_candidate_score", "sharpest_previous_token_layer", "previous_token_head_etc",
+HEADLINE = ["largest_prev_token_mass", "p_redirected_after", "previous_candidate_score",
+            "look_back_two_candidate_score", "largest_prev_token_mass_layer", "previous_token_head_etc",
             "min(diagonal_ratio)"]
 
 

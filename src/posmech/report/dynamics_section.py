@@ -93,7 +93,7 @@ STYLE = """<style>
 
 
 #: the quantities the section's always-visible lines summarise, first to last point
-HEADLINE_QUANTITIES = ("sharpest_previous_token_score", "p_redirected_after", "previous_candidate_score")
+HEADLINE_QUANTITIES = ("largest_prev_token_mass", "p_redirected_after", "previous_candidate_score")
 
 
 def headline_html(t: pd.DataFrame) -> str:

@@ -9,7 +9,7 @@ they show the measured value and carry the quantity judged, the threshold and th
 their ``title`` (hover).  Each row names the quantity its finding judges (column
 "judges"): the grid judges that quantity against a threshold of this repository, while the
 scorecard compares the posts' published values, which may be other quantities of the same
-claim.  One small table per claim family, side by side, so the 34 claims fit a
+claim.  One small table per claim family, side by side, so the 36 claims fit a
 1280-px-wide page without scrolling sideways.
 """
 

@@ -31,6 +31,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from posmech.core import names
 from posmech.core.errors import PosmechError
 from posmech.core.io import atomic_path
 from posmech.verdicts import scorecard as sc
@@ -349,10 +350,11 @@ def package_versions() -> dict[str, str]:
 
 
 DEMO_TABLES = [
-    ("previous_token_scores", "best_previous_token_head", "Previous-token score: mean attention from query n to key n − 1 "
-     "on held-out text, per head (best highlighted)"),
-    ("look_back_two_scores", "best_look_back_two_head", "Look-back-two score: mean attention from query n to key n − 2 "
-     "on held-out text, per head (best highlighted)"),
+    ("previous_token_scores", "best_previous_token_head",
+     f"{names.HELDOUT_PREV_SCORE.capitalize()}: {names.WORDS[names.HELDOUT_PREV_SCORE][1]}, per head (best highlighted)"),
+    ("look_back_two_scores", "best_look_back_two_head",
+     f"{names.HELDOUT_LOOK_BACK_TWO.capitalize()}: {names.WORDS[names.HELDOUT_LOOK_BACK_TWO][1]}, per head (best "
+     "highlighted; no threshold)"),
     ("induction_scores", "best_induction_head", "Induction score: on [BOS] + R + R (R random characters), mean "
      "attention from the second copy to the character after the previous occurrence (best in a layer ≥ 1 highlighted)"),
 ]
@@ -362,9 +364,36 @@ def _head_tuple(name: str | None) -> tuple[int, int] | None:
     return (int(name[1:].split("H")[0]), int(name.split("H")[1])) if name else None
 
 
-def demo_sections(summaries: list[str], curves: dict[str, Asset]) -> list[dict[str, Any]]:
+def _head_measures(table: pd.DataFrame | None, best_head: str | None) -> dict[str, Any]:
+    """What the model's head-roles table says of the summary's best previous-token head
+    (``prev_mass``: its previous-token mass) and of the look-back-two role (``look_back``:
+    ``{"head", "score", "below"}``, ``below`` when no head passes and ``head`` is the best
+    candidate, below threshold; ``None`` when the L rules did not run on the model)."""
+    from posmech.report.head_roles import ROLES, best_candidate, holders
+
+    out: dict[str, Any] = {"prev_mass": None, "look_back": None}
+    if table is None:
+        return out
+    row = table[table["head_name"].astype(str) == str(best_head)] if "prev_token_mass" in table else table.iloc[:0]
+    if len(row) and pd.notna(row["prev_token_mass"].iloc[0]):
+        out["prev_mass"] = float(row["prev_token_mass"].iloc[0])
+    role = next(r for r in ROLES if r.value == "look_back_two")
+    found = holders(table, role)
+    if found:
+        out["look_back"] = {"head": found[0][0], "score": found[0][1], "below": False}
+    elif found == [] and (best := best_candidate(table, role)) is not None:
+        out["look_back"] = {"head": best[0], "score": best[1], "below": True}
+    return out
+
+
+def demo_sections(summaries: list[str], curves: dict[str, Asset],
+                  heads: dict[str, pd.DataFrame] | None = None) -> list[dict[str, Any]]:
     """Per trained model: its training summary, the curve figure and its per-head score
-    tables (previous-token, look-back-two, induction; ``[layer][head]``) with the best heads."""
+    tables (held-out previous-token, look-back-two and induction scores; ``[layer][head]``) with
+    the best heads; from its head-roles table (``heads[model]``, when given) the best head's
+    previous-token mass and the look-back-two role (:func:`_head_measures`): each measure under
+    its own name (:mod:`posmech.core.names`)."""
+    heads = heads or {}
     out = []
     for p in summaries:
         s = json.loads(Path(p).read_text(encoding="utf-8"))
@@ -379,6 +408,7 @@ def demo_sections(summaries: list[str], curves: dict[str, Asset]) -> list[dict[s
             "best_head": s.get("best_previous_token_head"), "best_score": s.get("best_previous_token_score"),
             "tables": tables,
             "scores": tables[0]["scores"] if tables else [], "best": tables[0]["best"] if tables else None,
+            **_head_measures(heads.get(model), s.get("best_previous_token_head")),
         })
     return out
 
@@ -436,7 +466,7 @@ def build(
 
     from posmech.store.hdf5 import git_commit
     from posmech.report.findings_grid import grid_html
-    from posmech.report.head_roles import read_roles
+    from posmech.report.head_roles import read_roles, read_tables
     from posmech.report.selfcheck_table import selfcheck_html
     from posmech.verdicts import selfcheck as sc_cases
     from posmech.store.tables import read_table, write_table
@@ -507,7 +537,8 @@ def build(
         "families": families,
         "model_label": model_label,
         "family_names": sc.FAMILIES,
-        "demo": demo_sections(summaries, curves),
+        "demo": demo_sections(summaries, curves, read_tables(heads)[0] if heads else None),
+        "names": names,
         "manifests": manifests_data,
         "corpora": corpus_sizes(tokens),
         "config_yaml": yaml.safe_dump(config, sort_keys=False, default_flow_style=False),

@@ -297,6 +297,7 @@ MODULES: dict[str, str] = {
     "sinks": "sinks",
     "posembed_averaging": "posembed",
     "posembed_attention": "posembed",
+    "rotary_frequencies": "rotary",
 }
 
 

@@ -89,6 +89,18 @@ class TaxonomyFields(Settings):
     #: never a previous-token head. Means are accumulated in float64 (float32 patterns carry ~6e-8
     #: relative rounding per entry).
     tie_rtol: float
+    #: A previous-token head (P6's finding, P7, the chosen sharp / early heads, the head roles) has
+    #: its largest mean diagonal at offset -1 (the post's definition) and a mean attention there at
+    #: least this much above what a uniform causal head gives on the same documents and positions
+    #: (1/(i+1) from query i: 0.099 at context 32, 0.006 at 1024). A random-init head is close to
+    #: uniform and, nearly flat, has its largest mean at offset -1 about half the time (offsets 0
+    #: and 1 tie exactly under uniform attention); its excess is at most 0.0007 on random-init
+    #: models of GPT-2, Llama, GPT-NeoX, BLOOM, OPT and GPT-Neo and on the demo's twin
+    #: (docs/claims.md, "Head roles against random weights"), the trained demo's previous-token
+    #: heads' 0.44 to 0.83: a tenth of the attention is far from both. The post's count (69 of 144
+    #: on gpt2, any margin) is kept as the `_post` quantities, which the published-value comparison
+    #: reads.
+    prev_token_min_excess: float
     #: Early previous-token heads: ranked within the top `early_top_n` by the P7 ratio and in layers
     #: below the sharp head (the post's top 11 give its six early heads: L3H3, L2H2, L2H4, L1H0,
     #: L3H7, L3H2). The sharp head is rank 1.
@@ -458,14 +470,14 @@ class NeuronsFields(Settings):
     #: n* of the stored extended embeddings (content score and positional pattern at n*); null:
     #: `contextual.max_position`.
     reference_position: int | None
-    #: C3: LayerNorm 2 of the approximate residual: `linear` at its measured scale (the post) or
-    #: `exact`, the real LayerNorm.
+    #: C3: the norm in front of the neurons' MLP (LayerNorm 2, or an RMSNorm) of the approximate
+    #: residual: `linear` at its measured scale (the post) or `exact`, the real norm.
     ln2: str
-    #: s2 of the linear LayerNorm 2; null: the median of `blocks.0.ln2.hook_scale` over layer0.h5's
-    #: texts (positions ≥ 1).
+    #: s2 of the linear LayerNorm 2 (the norm in front of the neurons' MLP); null: the median of its
+    #: hook_scale (`blocks.0.ln2.hook_scale` on GPT-2) over layer0.h5's texts (positions ≥ 1).
     ln2_scale: float | None
-    #: Layer-0 MLP neurons of C2/C3 (the study, gpt2: 300, 704, 1621, 1710); empty: the `n_auto`
-    #: best ranked.
+    #: Neurons of C2/C3, indices into the neurons' MLP (the study, gpt2: 300, 704, 1621, 1710);
+    #: empty: the `n_auto` best ranked.
     neurons: tuple[int, ...]
     #: How many top-ranked neurons C2/C3 show when `neurons` is empty.
     n_auto: int
@@ -647,3 +659,36 @@ class PosembedAttentionFields(Settings):
     size: int
     #: Group size of the W_pos averaging.
     k: int
+
+
+@dataclass(frozen=True)
+class RotaryFrequenciesFields(Settings):
+    """The fields of config section ``rotary_frequencies`` (its settings class:
+    ``posmech.settings.rotary.RotaryFrequenciesSettings``)."""
+
+    section: ClassVar[str] = "rotary_frequencies"
+
+    #: Models analysed (rotary ones; others are not measurable); empty: every model.
+    models: tuple[str, ...]
+    #: Corpus of the documents; null: the first corpus under `corpora`.
+    corpus: str | None
+    #: Documents (the first ones with `context` tokens) the selectivity and usage are averaged over:
+    #: 64 documents of 256 tokens are ~16,000 queries per head, enough for a share to settle to a
+    #: few parts in a hundred.
+    n_documents: int
+    #: Tokens per document, cut to the model's context (the tokens file's n_ctx) when longer: a
+    #: positional head such as a previous-token head acts within a few tokens, and the per-pair
+    #: scores of one head cost pairs × context² per document, so 256 keeps a 4096-token model's pass
+    #: small.
+    context: int
+    #: Documents per forward pass.
+    batch_size: int
+    #: Fraction of the rotated pairs in each band (the highest-frequency band of P17, the lowest and
+    #: the highest of P18), at least one pair: a quarter splits Barbero et al.'s frequency axis into
+    #: the high and low ends they contrast, with half of the pairs between them.
+    band_fraction: float
+    #: P17's head is the one with the largest previous-token score (mean attention from each query
+    #: to the key before it); under this score the model has no previous-token head and P17 is not
+    #: measurable. More than half of the attention on the previous key is a previous-token head by
+    #: any reading.
+    min_previous_token_score: float

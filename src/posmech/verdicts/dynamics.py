@@ -11,14 +11,14 @@ one row per followed quantity (:func:`dynamics_table`, ``results/report/dynamics
 * quantities of the checkpoint's **head-roles table** (``dynamics.heads``; rule head_table,
   ``results/{model}/heads.csv``), each under the claim whose verdict it carries:
 
-  - ``sharpest_previous_token_score`` (P6): the largest previous-token mass of any head (mean
+  - ``largest_prev_token_mass`` (P6): the largest previous-token mass of any head (mean
     attention from query n to key n − 1, the taxonomy's ``prev_token_mass``); ``label``: the
-    head; ``sharpest_previous_token_layer`` (P6): that head's layer;
+    head; ``largest_prev_token_mass_layer`` (P6): that head's layer;
   - ``previous_token_head_etc`` (K3): that head's Effective Token Count (its positional
     kernel's, rule etc_table); ``previous_token_head_kernel_type`` (K3): its kernel type, in
     ``label`` (``value`` empty: a category);
   - ``heads_per_role`` : ``n_previous_token_heads`` (P6; heads whose previous-token mass passes
-    the taxonomy's threshold), ``n_kernel_<type>`` (K3; heads per kernel type) and
+    the taxonomy's threshold over a uniform causal head's, ``previous_token``), ``n_kernel_<type>`` (K3; heads per kernel type) and
     ``n_l_role_<role>`` (L1; heads per L role), each counted over the heads of the checkpoint
     (a role the sweep's tables never assign has no row).
 
@@ -37,6 +37,7 @@ from typing import Any
 import pandas as pd
 
 from posmech.core.errors import PosmechError
+from posmech.core.names import PREV_TOKEN_MASS, RANDOM_OFFSET2_MASS, RANDOM_PREV_MASS, WORDS
 from posmech.core.families import FAMILIES, rule_of
 
 #: the columns of results/report/dynamics.csv
@@ -60,12 +61,13 @@ class Quantity:
 
 
 QUANTITIES: dict[str, Quantity] = {
-    "sharpest_previous_token_score": Quantity(
-        "sharpest previous-token score", "mean attention to n − 1",
-        "the largest previous-token score of any head: its mean attention from a query to the key just before it"),
-    "sharpest_previous_token_layer": Quantity(
-        "layer of the sharpest previous-token head", "layer",
-        "the layer of the head with that score (the head's name is in the table)"),
+    "largest_prev_token_mass": Quantity(
+        f"largest {PREV_TOKEN_MASS}", PREV_TOKEN_MASS,
+        f"the largest {PREV_TOKEN_MASS} of any head (heads.csv's prev_token_mass, as in the head roles): "
+        f"{WORDS[PREV_TOKEN_MASS][1]}"),
+    "largest_prev_token_mass_layer": Quantity(
+        f"layer of the head with the most {PREV_TOKEN_MASS}", "layer",
+        f"the layer of the head with the largest {PREV_TOKEN_MASS} (the head's name is in the table)"),
     "previous_token_head_etc": Quantity(
         "ETC of the previous-token head", "effective token count (keys)",
         "the Effective Token Count 1 / Σ p_i² of that head's positional kernel: about 1 when it attends to one key, "
@@ -75,7 +77,8 @@ QUANTITIES: dict[str, Quantity] = {
         "the type of that kernel (local, slow decay, uniform; K3/K4)"),
     "n_previous_token_heads": Quantity(
         "previous-token heads", "heads",
-        "the number of heads whose largest mean diagonal is at offset −1 (P6's definition)", count=True),
+        "the number of heads whose largest mean diagonal is at offset −1 with at least taxonomy.prev_token_min_excess "
+        "more attention there than a uniform causal head (P6's finding)", count=True),
     "prev_token_head_fraction": Quantity(
         "fraction of previous-token heads", "fraction of all heads",
         "that number over all heads (P6's finding)"),
@@ -92,11 +95,12 @@ QUANTITIES: dict[str, Quantity] = {
         "the largest induction score of a head in a layer ≥ 1: on [BOS] + R + R, its mean attention from the "
         "second copy to the key after the previous occurrence"),
     "previous_candidate_score": Quantity(
-        "best previous-token mass (random tokens)", "mean attention at offset −1",
-        "the best head's mean attention to the previous token of random-token sequences (L1)"),
+        f"best {RANDOM_PREV_MASS}", RANDOM_PREV_MASS,
+        f"the best head's {RANDOM_PREV_MASS} (heads.csv's l_previous_mass; L1): {WORDS[RANDOM_PREV_MASS][1]}"),
     "look_back_two_candidate_score": Quantity(
-        "best look-back-two mass (random tokens)", "mean attention at offset −2",
-        "the best other head's mean attention two tokens back on random-token sequences (L5)"),
+        f"best {RANDOM_OFFSET2_MASS}", RANDOM_OFFSET2_MASS,
+        f"the best other head's {RANDOM_OFFSET2_MASS} (heads.csv's l_offset2_mass; L5, whether or not it passes the "
+        f"role's threshold): {WORDS[RANDOM_OFFSET2_MASS][1]}"),
 }
 QUANTITIES["best_induction_score"] = QUANTITIES["induction_score"]
 QUANTITIES.update({
@@ -210,19 +214,19 @@ def head_quantities(heads: pd.DataFrame | None, wanted: list[str], roles: Mappin
 
     prev = heads["prev_token_mass"].dropna() if heads is not None and "prev_token_mass" in heads else pd.Series([])
     sharp = heads.loc[prev.idxmax()] if len(prev) else None
-    why_sharp = "no previous-token score: the taxonomy family did not run on this model"
+    why_sharp = f"no {PREV_TOKEN_MASS}: the taxonomy family did not run on this model"
     if "sharpest_previous_token" in wanted:
         if sharp is None:
-            missing("P6", "sharpest_previous_token_score", why_sharp)
-            missing("P6", "sharpest_previous_token_layer", why_sharp)
+            missing("P6", "largest_prev_token_mass", why_sharp)
+            missing("P6", "largest_prev_token_mass_layer", why_sharp)
         else:
-            rows.append({"claim": "P6", "quantity": "sharpest_previous_token_score",
+            rows.append({"claim": "P6", "quantity": "largest_prev_token_mass",
                          "value": float(sharp["prev_token_mass"]), "label": str(sharp["head_name"])})
-            rows.append({"claim": "P6", "quantity": "sharpest_previous_token_layer", "value": float(sharp["layer"]),
+            rows.append({"claim": "P6", "quantity": "largest_prev_token_mass_layer", "value": float(sharp["layer"]),
                          "label": str(sharp["head_name"])})
     if "previous_token_kernel" in wanted:
         if sharp is None or "etc" not in heads or _nan(sharp.get("etc")):
-            why = why_sharp if sharp is None else "the sharpest previous-token head has no ETC: the kernels family " \
+            why = why_sharp if sharp is None else f"the head with the largest {PREV_TOKEN_MASS} has no ETC: the kernels family " \
                 "did not run on this model, or its kernel is undefined"
             missing("K3", "previous_token_head_etc", why)
             missing("K3", "previous_token_head_kernel_type", why)

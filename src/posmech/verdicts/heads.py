@@ -6,15 +6,22 @@ the rest), and a head that fills no role of a kind says ``none``.  Each input is
 (``None``: the model is not in that analysis's config section and the columns are left empty):
 
 * ``taxonomy`` (``taxonomy/taxonomy.csv``, P6/P7): score ``prev_token_mass`` (mean attention
-  at offset −1), role ``previous_token`` (its largest mean diagonal is at offset −1),
+  at offset −1), ``prev_token_excess`` (that minus what a uniform causal head gives there),
+  role ``previous_token`` (its largest mean diagonal is at offset −1 and the excess is at least
+  ``taxonomy.prev_token_min_excess``: ``is_previous_token``, not the post's loose definition),
   ``diagonal_ratio`` (second / largest mean diagonal, smaller = sharper) and ``p7_rank``
   (an integer, empty for a head that is not a previous-token head: ``Int64``);
 * ``chosen`` (``taxonomy/heads.csv``, the heads the interventions read): ``p7_chosen``
-  (``sharp``, ``early`` or ``none``);
+  (``sharp``, ``early`` or ``none``; ``none`` for a sharp head the taxonomy chose by its fallback
+  when no head is a previous-token head: the interventions read it, but it holds no role);
 * ``taxa`` (``anatomy/taxa.csv``, P13): scores ``taxon_dip``, ``taxon_bump`` (median dip and
   bump of the score rows), role ``score_taxon`` (dark diagonal, bright sub-diagonal, neither);
 * ``etc`` (``kernels/etc.csv``, K3/K4) at query position ``n``: scores ``etc`` and
-  ``etc_fraction`` (ETC / n_keys), role ``kernel_type`` (local, slow_decay, uniform);
+  ``etc_fraction`` (ETC / n_keys), the type ``kernel_type`` (local, slow_decay, uniform) and
+  role ``kernel_role``: the type when it is ``local`` or ``slow_decay`` *and* differs from
+  the type of the head's kernel with zero query–key scores (``zero_score_kernel_type``:
+  ``uniform``, or for an ALiBi head its bias alone), else ``none`` — a uniform kernel is what
+  a random-init head has, and an ALiBi head's own bias is not something its weights do;
 * ``classes`` (``contextual/head_classes.csv``, K7, layer 0 only): scores
   ``k7_duplicate_excess``, ``k7_local_mass``, ``k7_etc_fraction``, role ``k7_class``;
 * ``roles`` / ``masses`` (``attn_only/head_roles.csv`` and ``random_token_masses.csv``, L1/L4/L5):
@@ -30,22 +37,25 @@ from __future__ import annotations
 import pandas as pd
 
 from posmech.analyses.attention import head_name, parse_head
+from posmech.analyses.taxonomy import SHARP_FALLBACK_RULE
 from posmech.core.errors import PosmechError
 
 HEAD_COLUMNS = ["model", "layer", "head", "head_name",
-                "prev_token_mass", "previous_token", "diagonal_ratio", "p7_rank", "p7_chosen",
+                "prev_token_mass", "prev_token_excess", "previous_token", "diagonal_ratio", "p7_rank", "p7_chosen",
                 "taxon_dip", "taxon_bump", "score_taxon",
-                "etc", "etc_fraction", "kernel_type",
+                "etc", "etc_fraction", "kernel_type", "kernel_role",
                 "k7_duplicate_excess", "k7_local_mass", "k7_etc_fraction", "k7_class",
                 "l_previous_mass", "l_offset2_mass", "l_induction_score", "l_role",
                 "sink_alpha0", "sink"]
 
 _NEEDS = {
-    "taxonomy": ("taxonomy.csv", ("head_name", "is_previous_token", "prev_token_mass", "ratio", "rank"),
+    "taxonomy": ("taxonomy.csv", ("head_name", "is_previous_token", "prev_token_mass", "prev_token_excess", "ratio",
+                                  "rank"),
                  "diagonal_taxonomy"),
     "chosen": ("taxonomy/heads.csv", ("head_name", "role"), "diagonal_taxonomy"),
     "taxa": ("taxa.csv", ("head_name", "taxon", "dip", "bump"), "score_taxa"),
-    "etc": ("etc.csv", ("head_name", "n", "kernel_type", "etc_mean", "etc_fraction"), "etc_table"),
+    "etc": ("etc.csv", ("head_name", "n", "kernel_type", "zero_score_kernel_type", "etc_mean", "etc_fraction"),
+            "etc_table"),
     "classes": ("head_classes.csv", ("head_name", "head_class", "duplicate_excess", "local_mass", "etc_fraction"),
                 "layer0_head_classes"),
     "roles": ("head_roles.csv", ("role", "head_name"), "random_token_patterns"),
@@ -59,6 +69,11 @@ def _check(key: str, df: pd.DataFrame) -> None:
     missing = [c for c in cols if c not in df]
     if missing:
         raise PosmechError(f"{name} lacks the column(s) {', '.join(map(repr, missing))}; rerun rule {rule!r}")
+
+
+def _rules(chosen: pd.DataFrame) -> list[str]:
+    """The ``rule`` column of a chosen-heads table (empty strings when it has none)."""
+    return [str(r) for r in chosen["rule"]] if "rule" in chosen else [""] * len(chosen)
 
 
 def _by_name(df: pd.DataFrame) -> pd.DataFrame:
@@ -90,7 +105,8 @@ def head_table(model: str, taxonomy: pd.DataFrame | None = None, taxa: pd.DataFr
         et = _by_name(etc[etc["n"] == n])
     kc = _by_name(classes) if classes is not None else None
     sk = _by_name(sinks) if sinks is not None else None
-    picked = ({str(h): str(r) for r, h in zip(chosen["role"], chosen["head_name"])} if chosen is not None else {})
+    picked = ({str(h): str(r) for r, h, why in zip(chosen["role"], chosen["head_name"], _rules(chosen))
+               if why != SHARP_FALLBACK_RULE} if chosen is not None else {})
     role_of = ({str(h): str(r) for r, h in zip(roles["role"], roles["head_name"]) if str(h) != NO_HEAD}
                if roles is not None else {})
     ms = ({(str(h), str(k)): float(v) for h, k, v in zip(masses["head_name"], masses["mass"], masses["value"])}
@@ -101,7 +117,8 @@ def head_table(model: str, taxonomy: pd.DataFrame | None = None, taxa: pd.DataFr
         r = {"model": model, "layer": layer, "head": h, "head_name": head_name(layer, h)}
         if tx is not None and name in tx.index:
             t = tx.loc[name]
-            r.update(prev_token_mass=float(t["prev_token_mass"]), previous_token=bool(t["is_previous_token"]),
+            r.update(prev_token_mass=float(t["prev_token_mass"]), prev_token_excess=float(t["prev_token_excess"]),
+                     previous_token=bool(t["is_previous_token"]),
                      diagonal_ratio=float(t["ratio"]), p7_rank=t["rank"])
         if chosen is not None:
             r["p7_chosen"] = picked.get(name, NO_HEAD)
@@ -110,7 +127,10 @@ def head_table(model: str, taxonomy: pd.DataFrame | None = None, taxa: pd.DataFr
             r.update(taxon_dip=float(t["dip"]), taxon_bump=float(t["bump"]), score_taxon=str(t["taxon"]))
         if etc is not None and name in et.index:
             t = et.loc[name]
-            r.update(etc=float(t["etc_mean"]), etc_fraction=float(t["etc_fraction"]), kernel_type=str(t["kernel_type"]))
+            kind = str(t["kernel_type"])
+            role = kind if kind in KERNEL_ROLES and kind != str(t["zero_score_kernel_type"]) else NO_HEAD
+            r.update(etc=float(t["etc_mean"]), etc_fraction=float(t["etc_fraction"]), kernel_type=kind,
+                     kernel_role=role)
         if kc is not None and name in kc.index:
             t = kc.loc[name]
             r.update(k7_duplicate_excess=float(t["duplicate_excess"]), k7_local_mass=float(t["local_mass"]),
@@ -127,6 +147,9 @@ def head_table(model: str, taxonomy: pd.DataFrame | None = None, taxa: pd.DataFr
     df["p7_rank"] = pd.to_numeric(df["p7_rank"], errors="coerce").astype("Int64")
     return df
 
+
+#: the kernel types that are roles (``kernel_role``): a uniform kernel is a random head's
+KERNEL_ROLES = ("local", "slow_decay")
 
 #: ``head_name`` of a row that names no head (e.g. a role no head fills); its ``layer`` and
 #: ``head`` are empty

@@ -241,6 +241,15 @@ def mask_clock_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
     return spec
 
 
+def planted_random_spec(n: int = N_CTX, d_vocab: int = D_VOCAB, seed: int = 0) -> hb.Spec:
+    """An exact previous-token head (L1H0) planted among random weights: the positional spec's
+    L1H0 (score 30 on key q − 1), every other weight random
+    (:func:`posmech.models.handbuilt.with_random_weights`)."""
+    spec = hb.positional_spec(n_ctx=n, n_layer=2, n_head=2, d_vocab=d_vocab,
+                              scores={(1, 0): hb.previous_token_scores(n)})
+    return hb.with_random_weights(spec, seed=seed)
+
+
 DECAY = 0.3  # the slowly decaying head's scores -DECAY·(n − i)
 
 
@@ -441,6 +450,42 @@ def planted_attn_only_spec(n: int = 16, d_vocab: int = 24, look_back_two: bool =
     return spec
 
 
+def rotary_high_model() -> Any:
+    """A rotary (Llama) model, d_head 16 (8 pairs), whose previous-token head L0H0 is built from
+    the two highest-frequency pairs (θ = 1 and 0.32 rad per position, amplitude 8: mean
+    previous-token attention ~0.88 over a 32-token context) and whose three other heads are
+    content heads in the lowest pair (7)."""
+    heads = {(0, 0): hb.RotaryHead((0, 1), "positional", amplitude=8.0), (0, 1): hb.RotaryHead((7,), "content", 2.0),
+             (1, 0): hb.RotaryHead((7,), "content", 2.0), (1, 1): hb.RotaryHead((7,), "content", 2.0)}
+    return hb.rotary_model(heads, n_layer=2, n_head=2, d_head=16, d_model=32, n_ctx=N_CTX, d_vocab=D_VOCAB)
+
+
+def rotary_mid_model() -> Any:
+    """A rotary (Llama) model, d_head 16, whose previous-token head L0H0 is built from two
+    middle-frequency pairs (2, 3: θ = 0.1 and 0.032 rad per position) with a large amplitude
+    (60: the scores fall by ~10 one key away, previous-token attention ~0.99), beside a content
+    head in the highest pair (0)."""
+    heads = {(0, 0): hb.RotaryHead((2, 3), "positional", amplitude=60.0), (0, 1): hb.RotaryHead((0,), "content", 2.0)}
+    return hb.rotary_model(heads, n_layer=1, n_head=2, d_head=16, d_model=32, n_ctx=N_CTX, d_vocab=D_VOCAB)
+ROPE_GAP = 15.0  # rope-planted: the planted head's score at its key above every other key (rotation alone)
+ALIBI_ANTI_SELF = 30.0  # alibi-planted: L0H0's penalty on keys of the query's token code
+
+
+def rope_planted_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.RotarySpec:
+    """A Llama model whose layer-0 heads attend by rotation alone (their queries and keys read
+    only the dimension every token shares): L0H0 scores key q − 1 at least ``ROPE_GAP`` above
+    every other key, L0H1 key q − 2; layer 1 and every output are zero."""
+    return hb.RotarySpec(n_ctx=n, d_vocab=d_vocab, offsets={0: (1, ROPE_GAP), 1: (2, ROPE_GAP)})
+
+
+def alibi_planted_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.AlibiSpec:
+    """A 16-head BLOOM model: L0H0 (ALiBi slope 2^-1/2 = 0.707) scores −``ALIBI_ANTI_SELF`` on
+    every key of the query's token code (16 codes), so on random tokens it leaves the query's own
+    key for the nearest other one; every other head has zero query and key weights: its pattern
+    is ALiBi's ``softmax(m_h (i − n))`` alone; every output is zero."""
+    return hb.AlibiSpec(n_ctx=n, d_vocab=d_vocab, anti_self={0: ALIBI_ANTI_SELF})
+
+
 def sink_spec(layer: int, head: int, n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
     """Three layers of two heads, the residual stream W_pos at every layer; head ``(layer, head)``
     scores 30 on key 0 from every query (:func:`posmech.models.handbuilt.sink_scores`: alpha[0]
@@ -467,7 +512,11 @@ def massive_activation_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
 class Case:
     """One self-check model: its construction, the architecture it is written as (``gpt2``: a
     Hugging Face GPT-2 directory; ``attn_only``: a legacy TransformerLens attention-only
-    directory), and per claim the expected verdict with the reason it must be so."""
+    directory; ``random``: a random-init Hugging Face model of the
+    :class:`~posmech.models.handbuilt.RandomSpec`'s architecture; ``hf``: a built Hugging Face
+    model, e.g. a rotary :func:`~posmech.models.handbuilt.rotary_model`; ``llama``: a rotary
+    Llama directory of a :class:`~posmech.models.handbuilt.RotarySpec`; ``bloom``: an ALiBi
+    BLOOM directory), and per claim the expected verdict with the reason it must be so."""
 
     name: str
     kind: str
@@ -478,8 +527,48 @@ class Case:
         spec = self.build()
         if self.kind == "gpt2":
             return hb.save_model_dir(spec, path)
+        if self.kind == "random":
+            return hb.save_random_dir(spec, path)
+        if self.kind == "hf":
+            return hb.save_hf_model_dir(spec, path)
+        if self.kind == "llama":
+            return hb.save_rotary_dir(spec, path)
+        if self.kind == "bloom":
+            return hb.save_alibi_dir(spec, path)
         return hb.save_attn_only_dir(spec, path)
 
+
+NO_PREV = "no previous-token head over the uniform baseline (P6)"
+#: random-gpt2's expected verdicts beyond the taxonomy and the kernels (every family runs on it;
+#: values measured 2026-11-28 on the self-check's 40 Bible documents)
+RANDOM_GPT2: dict[str, tuple[str, str]] = {
+    "P1": ("fails", "random W_pos (standard deviation 0.01 in 32 dimensions) spreads its variance: the top three "
+                    "components hold ~0.3, below 0.5"),
+    "P3": ("fails", "random predictions: P(repeated word) ~1e-12"),
+    "P5": ("fails", "the head the interventions read (the fallback's: no previous-token head) attends almost "
+                    "uniformly with or without layer 0: ratio ~1"),
+    "P9": ("fails", "the random layers add no structure: the later layers' extended embeddings are as dense as "
+                    "W_pos (ratio ~0.94, below 1.5)"),
+    "P10": ("fails", "as P1 at a later layer: ~0.34 in three components"),
+    "P11": ("fails", "random W_pos has no helix subspace: the top-3 subspaces are ~43 degrees apart, above 20"),
+    "P12": ("fails", "the fallback head's raw scores are noise: their argmax is at q - 1 on ~1/31 of the rows"),
+    "P13": ("not measurable", NO_PREV + ": no early previous-token head"),
+    "P15": ("not measurable", NO_PREV + ": no early previous-token head"),
+    "P16": ("fails", "random predictions: the redirected word's probability is ~3e-6"),
+    "L1": ("fails", "every head attends almost uniformly: ~0.135 on the previous random token, below 0.4"),
+    "L2": ("not measurable", "no head reaches the previous-token role's minimum score 0.2"),
+    "L3": ("not measurable", "as L2: no previous-token head"),
+    "L4": ("not measurable", "no head reaches the induction role's minimum score (best ~0.06)"),
+    "L5": ("fails", "uniform heads: the best offset -2 mass is ~0.135, below 0.2"),
+    "K2": ("not measurable", "no local kernel to test for translation equivariance"),
+    "K6": ("fails", "random token embeddings beside a smaller random W_pos: the layer-0 LN scale varies ~1.46 "
+                    "times over the tokens, above 1.25"),
+    "K7": ("fails", "every layer-0 head is near uniform (ETC / n_keys ~1): none is contextual"),
+    "K8": ("fails", "near-uniform heads: the softmax denominator barely depends on the text (spread ~0.001)"),
+    "C1": ("not measurable", "no contextual layer-0 head (K7) for the C rules"),
+    "C2": ("not measurable", "no contextual layer-0 head (K7) for the C rules"),
+    "C3": ("not measurable", "no contextual layer-0 head (K7) for the C rules"),
+}
 
 CASES: tuple[Case, ...] = (
     Case("p5-relay", "gpt2", token_relay_spec, {
@@ -542,7 +631,8 @@ CASES: tuple[Case, ...] = (
         "P10": ("holds", "nothing is written: a later layer's extended embeddings are W_pos, in three dimensions"),
         "P11": ("holds", "the extended embeddings' top-3 subspace is W_pos's own (distinct singular values): "
                          "angles 0"),
-        "P6": ("fails", "every head attends uniformly: its mean diagonals at offsets 0 and -1 tie exactly, and a "
+        "P6": ("fails", "every head attends uniformly: its offset -1 mean is the uniform baseline itself (excess 0, "
+                        "below the 0.1 margin), and its mean diagonals at offsets 0 and -1 tie exactly, and a "
                         "tie goes to offset 0, so no head is a previous-token head (fraction 0)"),
         "P7": ("not measurable", "no previous-token head: there is no sharpest one to take the ratio of"),
         "K2": ("not measurable", "no head's kernel is local: no local kernel to test for translation equivariance"),
@@ -609,6 +699,47 @@ CASES: tuple[Case, ...] = (
         "K1": ("fails", "L1H1's query weights are not a number: its kernel's ETC is not finite, so 3 of the 4 "
                         "heads have a positional kernel (0.75, below 1)"),
     }),
+    # Random-init models of four architectures, initialised as their families do (a random-init
+    # twin's weights): every head is within 0.001 of uniform attention (measured: the largest
+    # offset -1 excess over the uniform baseline is 0.0003), so no learned finding the cases run
+    # may hold. Checked on all four: the diagonal taxonomy and the kernel types; on random-gpt2 every
+    # family (RANDOM_GPT2). Not listed: the findings that hold on random weights by construction (P2,
+    # P4, P8, K1, K5, K9, K10: docs/claims.md, "Learned or structural"), and P14, which reads the
+    # fallback's head and sits at its threshold there (blip 0.0495 against 0.05).
+    *(Case(f"random-{name}", "random", (lambda a=arch: hb.RandomSpec(a, seed=0)), {
+        "P6": ("fails", "random weights: no head's mean attention at offset -1 is 0.1 above a head with zero "
+                        "scores (uniform causal; ALiBi: its bias alone); the largest excess is below 0.001, so the "
+                        "fraction of previous-token heads is 0 (the post's loose definition counts the heads that "
+                        "peak at offset -1 by noise)"),
+        "P7": ("not measurable", "no previous-token head (P6): nothing to rank"),
+        "K3": ("fails", "every kernel is uniform" + (", or for the steepest ALiBi slopes (1/4) the bias's own slow "
+                        "decay: no local kernel" if arch == "bloom" else ": one kernel type of three")),
+        "K4": ("fails", "no layer-0 head has a local kernel (ETC / n_keys near 1"
+                        + (", or 0.27 for ALiBi's slope 1/4, above the 0.1 of a local kernel)" if arch == "bloom"
+                           else ")")),
+        **(RANDOM_GPT2 if arch == "gpt2" else {}),
+    }) for name, arch in (("gpt2", "gpt2"), ("llama", "llama"), ("neox", "gpt_neox"), ("bloom", "bloom"))),
+    # An exact previous-token head (L1H0, score 30 on key q - 1 of the one-hot positions) planted
+    # among random weights: every other head's query / key weights, every value / output weight,
+    # the MLPs, the token embeddings and the unembedding are random (normal, standard deviation
+    # 0.02, GPT-2's initialisation).
+    Case("planted-random", "gpt2", planted_random_spec, {
+        "P6": ("holds", "the planted L1H0 puts ~1 of each query's attention on the previous key, 0.90 above the "
+                        "uniform baseline; the three random heads stay within 0.001 of it: 1 of 4 heads, 0.25"),
+        "P7": ("holds", "the planted head's second-largest mean diagonal is ~e^-30 of its largest: ratio ~0"),
+    }),
+    # Rotary models (P17, P18): heads whose q·k lives in known frequency pairs (handbuilt.rotary_model).
+    Case("rotary-high", "hf", rotary_high_model, {
+        "P17": ("holds", "the previous-token head L0H0's scores live in pairs 0 and 1, the highest-frequency "
+                         "quarter of the 8 pairs: share 1"),
+        "P18": ("holds", "usage shares: L0H0 half in pair 0, half in pair 1; the three content heads all in pair 7: "
+                         "lowest quarter 0.375 over highest 0.125, ratio 3"),
+    }),
+    Case("rotary-mid", "hf", rotary_mid_model, {
+        "P17": ("fails", "the previous-token head L0H0's scores live in pairs 2 and 3, outside the highest quarter "
+                         "(pairs 0, 1): share 0"),
+        "P18": ("fails", "no head uses the lowest quarter (pairs 6, 7): ratio 0"),
+    }),
     Case("sink-late", "gpt2", lambda: sink_spec(2, 0), {
         "S1": ("holds", "L2H0 puts ~1 on key 0 from every query (alpha[0] ~1), the five uniform heads 0.127: "
                         "sink ratio 1/6, above 0.1"),
@@ -642,6 +773,38 @@ CASES: tuple[Case, ...] = (
         "L4": ("not measurable", "no head reaches the induction role's minimum score: no induction head, "
                                  "the L4 rows are written without a value"),
         "L5": ("fails", "uniform heads: the best other head's offset -2 mass is ~1/(q+1), below 0.2"),
+    }),
+    # rotary and ALiBi (issue 44): the position-only and token-only inputs per scheme (docs/claims.md)
+    Case("rope-planted", "llama", rope_planted_spec, {
+        "L1": ("holds", "L0H0's rotation puts key q - 1 15 above every other key: its previous-token mass is ~1"),
+        "L2": ("holds", "L0H0 reads only the dimension every token shares: with one token repeated (position-only) "
+                        "the rotation alone still puts ~1 on q - 1"),
+        "L3": ("fails", "rotary has no position-0 exception: with one token repeated, query 1 sees key 0 at offset "
+                        "-1 like any other query its previous key, and L0H0 puts ~1 there"),
+        "L4": ("not measurable", "layer 1 is zero (uniform): no head reaches the induction role's minimum score"),
+        "L5": ("holds", "L0H1's rotation puts key q - 2 15 above every other key: offset -2 mass ~1"),
+        "K6": ("holds", "every token embedding has the same norm: layer 0's RMSNorm scale is one number (ratio 1)"),
+        "K7": ("fails", "both layer-0 heads are local (offsets -1 and -2: detokenization), no contextual head"),
+        "K8": ("not measurable", "no layer-0 head is contextual or other: both are local (detokenization)"),
+        "K10": ("holds", "layer 1 is zero: each layer-1 row is uniform, as its positional kernel (zero weights)"),
+    }),
+    Case("alibi-planted", "bloom", alibi_planted_spec, {
+        "L1": ("holds", "L0H0 leaves keys of the query's code (-30) for the nearest other key, weighted by its slope "
+                        "0.707: previous-token mass ~0.51 >= 0.4"),
+        "L2": ("fails", "with one token repeated (position-only) every key has the query's code, so L0H0's pattern is "
+                        "ALiBi's softmax(0.707 (i - n)) alone: ~0.25 on q - 1; an ALiBi previous-token head needs "
+                        "the tokens"),
+        "L3": ("fails", "the same position-only pattern at query 1: e^-0.707 / (1 + e^-0.707) = 0.33 on key 0"),
+        "L4": ("not measurable", "layer 1 is zero: no head reaches the induction role's minimum score"),
+        "L5": ("fails", "every other head is ALiBi alone: its offset -2 mass is at most ~0.16 (slope ln 1.5), below "
+                        "0.2"),
+        "K6": ("holds", "the embedding LayerNorm gives every token the same norm: layer 0's LayerNorm scale is one "
+                        "number (ratio 1)"),
+        "K7": ("holds", "the zero heads' positional patterns are ALiBi's: those of mid slopes (e.g. 2^-2.5) are broad "
+                        "but not uniform, and carry no content: contextual"),
+        "K8": ("fails", "the broad heads have zero query and key weights: no content score, every denominator is 1 "
+                        "whatever the text (spread 0)"),
+        "K10": ("holds", "layer 1 is zero: each layer-1 row is uniform, as its positional kernel (zero weights)"),
     }),
 )
 

@@ -39,6 +39,11 @@ text's tokens and key ``n`` carries ``d`` itself.  Everything is computed with l
 Shapes: ``H`` heads of layer 0, ``P`` positions (``n_ctx``), ``V`` vocabulary, ``T``
 texts, ``N`` destination positions, ``K`` keys.
 
+On a rotary, ALiBi or position-free model layer 0 reads ``e(x_i)`` alone and the parts are
+the L rules' position-only and token-only inputs (:mod:`~posmech.analyses.contextual.relative`,
+docs/claims.md): ``π`` the scores of the destination token repeated, ``κ`` those with every
+query and key at one position.
+
 Artifact ``results/{model}/contextual/layer0.h5`` (kind ``layer0_decomposition``, rule
 ``layer0_decomposition``; every dataset in docs/artifacts.md): the measured LayerNorm scale
 distribution, the factors ``query [H, P, d_head]`` (destination token fixed),
@@ -58,6 +63,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from posmech.analyses.contextual.relative import Layer0Relative
 from posmech.analyses.contextual.weights import Layer0Weights
 from posmech.core.errors import PosmechError
 from posmech.settings.contextual import ContextualSettings
@@ -69,9 +75,12 @@ DESCRIPTIONS = {
     "ln_scale/counts": "[50] histogram counts of the LN scale (position 0 excluded)",
     "ln_scale/edges": "[51] histogram bin edges of the LN scale",
     "ln_scale/position0": "[n_documents] the LN scale at position 0 (BOS) of each document",
-    "factors/query": "[H, n_ctx, d_head] exact-LN query of the fixed destination token at every position n",
-    "factors/positional_key": "[H, n_ctx, d_head] positional key (gamma*p_i/s + beta) W_K + b_K, LN linear at scale s",
-    "factors/content_key": "[H, d_vocab, d_head] content key (gamma*e(x)/s) W_K of every token, LN linear at scale s",
+    "factors/query": "[H, n_ctx, width] exact-LN query of the fixed destination token at every position n (width "
+                     "d_head; rotary 2 d_head, ALiBi d_head + 2: contextual.relative)",
+    "factors/positional_key": "[H, n_ctx, width] positional key (gamma*p_i/s + beta) W_K + b_K, LN linear at scale s "
+                              "(rotary / ALiBi: the destination token's key at position i)",
+    "factors/content_key": "[H, d_vocab, width] content key (gamma*e(x)/s) W_K of every token, LN linear at scale s "
+                           "(rotary / ALiBi: its key with no position)",
     "texts/corpus": "[T] corpus of each text (the pattern corpus first)",
     "texts/doc_index": "[T] document index of each text in its corpus's tokens file",
     "texts/title": "[T] title of each text",
@@ -160,13 +169,13 @@ class TextKeys:
     exact: np.ndarray
 
     @classmethod
-    def of(cls, w: Layer0Weights, s: float, ids: np.ndarray, destination: int | None = None) -> TextKeys:
+    def of(cls, w: Layer0Weights | Layer0Relative, s: float, ids: np.ndarray, destination: int | None = None) -> TextKeys:
         ids = np.asarray(ids, dtype=np.int64)
         vocab = np.unique(np.concatenate([ids, [] if destination is None else [destination]]).astype(np.int64))
         return cls(vocab, w.content_keys(s, vocab), w.exact_keys(ids, np.arange(len(ids))))
 
 
-def decompose(w: Layer0Weights, s: float, ids: np.ndarray, positions: Sequence[int] | np.ndarray,
+def decompose(w: Layer0Weights | Layer0Relative, s: float, ids: np.ndarray, positions: Sequence[int] | np.ndarray,
               destination: int | None = None, keys: TextKeys | None = None) -> Decomposition:
     """Decompose layer 0 on text ``ids`` at destination ``positions`` (strictly increasing).
 
@@ -187,14 +196,13 @@ def decompose(w: Layer0Weights, s: float, ids: np.ndarray, positions: Sequence[i
     if keys is None or K > keys.exact.shape[1] + (destination is not None):
         keys = TextKeys.of(w, s, ids, destination)
     q = w.queries(dest, pos)  # [H, N, dh]
-    kp = w.positional_keys(s)[:, :K]
     key_inv, dest_inv = np.searchsorted(keys.vocab, kid), np.searchsorted(keys.vocab, dest)
     if not (np.array_equal(keys.vocab[np.minimum(key_inv, len(keys.vocab) - 1)], kid)
             and np.array_equal(keys.vocab[np.minimum(dest_inv, len(keys.vocab) - 1)], dest)):
         raise PosmechError("internal: TextKeys of another text or destination token passed to decompose")
     kappa_u = q @ keys.kc.transpose(0, 2, 1) / w.attn_scale  # [H, N, U]
     kappa = np.take(kappa_u, key_inv, axis=2)  # [H, N, K]
-    pi = q @ kp.transpose(0, 2, 1) / w.attn_scale
+    pi = w.positional_scores(q, dest, pos, K, s)
     ke = keys.exact[:, :K]
     if ke.shape[1] < K:
         ke = np.concatenate([ke, np.zeros_like(ke[:, :1])], axis=1)  # key n, set below
@@ -211,7 +219,7 @@ def decompose(w: Layer0Weights, s: float, ids: np.ndarray, positions: Sequence[i
     return Decomposition(pos, pi, kappa, exact)
 
 
-def denominators(w: Layer0Weights, s: float, ids: np.ndarray, positions: np.ndarray, destination: int,
+def denominators(w: Layer0Weights | Layer0Relative, s: float, ids: np.ndarray, positions: np.ndarray, destination: int,
                  block: int = 128) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``log Z``, ``log Z*`` and ``TV(A, A*)``, each ``[H, N]``, of one text with the
     destination token fixed, in blocks of ``block`` positions."""
@@ -285,7 +293,7 @@ def choose_texts(corpora: dict[str, Any], n_per_corpus: int, min_length: int, se
     return out
 
 
-def ln_scale_summary(w: Layer0Weights, tokens: Any, max_tokens: int | None = None,
+def ln_scale_summary(w: Layer0Weights | Layer0Relative, tokens: Any, max_tokens: int | None = None,
                      block: int = 8192) -> dict[str, Any]:
     """The distribution of ``blocks.0.ln1.hook_scale`` over the tokens of a corpus
     (:class:`posmech.data.tokens.TokenSet`): quantiles (levels 0, .01, .05, .25, .5, .75, .95,
@@ -306,7 +314,7 @@ def ln_scale_summary(w: Layer0Weights, tokens: Any, max_tokens: int | None = Non
 
 
 # --------------------------------------------------------------------------- artifact
-def build_decomposition(w: Layer0Weights, destination: int, destination_text: str, scale_tokens: Any,
+def build_decomposition(w: Layer0Weights | Layer0Relative, destination: int, destination_text: str, scale_tokens: Any,
                         texts: list[dict[str, Any]], max_position: int, ln_scale: float | None,
                         path: str | os.PathLike[str], attrs: dict[str, Any],
                         progress: Any = None) -> dict[str, Any]:
@@ -321,7 +329,8 @@ def build_decomposition(w: Layer0Weights, destination: int, destination_text: st
     H, P = w.n_heads, w.n_ctx
     meta = {**attrs, "destination_token": destination_text, "destination_id": destination, "ln_scale_used": s,
             "ln_scale_source": "config" if ln_scale is not None else "median", "ln_eps": w.eps,
-            "attn_scale": w.attn_scale, "n_heads": H, "d_head": int(w.W_Q.shape[-1]), "n_ctx": P,
+            "attn_scale": w.attn_scale, "n_heads": H, "d_head": w.d_head, "n_ctx": P,
+            "position_scheme": getattr(w, "scheme", "learned"),
             "max_position": max_position, "layer": 0}
     query = w.queries(np.full(P, destination), np.arange(P))
     with artifact_writer(path, KIND, RULE, meta) as f:
@@ -332,7 +341,7 @@ def build_decomposition(w: Layer0Weights, destination: int, destination_text: st
             g.attrs[k] = summary[k]
         fa = f.create_group("factors")
         fa.create_dataset("query", data=query)
-        fa.create_dataset("positional_key", data=w.positional_keys(s))
+        fa.create_dataset("positional_key", data=w.positional_keys(s, destination))
         ck = fa.create_dataset("content_key", shape=(H, w.d_vocab, query.shape[-1]), dtype="float32",
                                chunks=(1, min(w.d_vocab, 4096), query.shape[-1]))
         for a in range(0, w.d_vocab, 8192):

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from posmech.analyses.contextual.relative import RELATIVE_SCHEMES, Layer0Relative, relative_from_model
 from posmech.core.errors import PosmechError
 from posmech.models.architecture import ALIBI_TYPES, ROTARY_TYPES, score_divisor
 
@@ -52,6 +53,10 @@ class Layer0Weights:
     def d_vocab(self) -> int:
         return int(self.W_E.shape[0])
 
+    @property
+    def d_head(self) -> int:
+        return int(self.W_Q.shape[-1])
+
     def resid(self, ids: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """``r = W_E[ids] + W_pos[pos]`` ``[T, d]``."""
         return self.W_E[np.asarray(ids)] + self.W_pos[np.asarray(pos)]
@@ -79,9 +84,14 @@ class Layer0Weights:
         """Exact-LN keys ``[H, T, d_head]``."""
         return self._project(self.ln(ids, pos), self.W_K) + self.b_K[:, None]
 
-    def positional_keys(self, s: float) -> np.ndarray:
+    def positional_scores(self, q: np.ndarray, dest: np.ndarray, pos: np.ndarray, K: int, s: float) -> np.ndarray:
+        """``π [H, N, K]``: queries ``q [H, N, d_head]`` at the positional keys of keys
+        ``0..K−1`` (the same for every destination token ``dest``)."""
+        return q @ self.positional_keys(s)[:, :K].transpose(0, 2, 1) / self.attn_scale
+
+    def positional_keys(self, s: float, token: int | None = None) -> np.ndarray:
         """``kp_h(i) = (γ⊙p̃_i/s + β) W_K + b_K`` for every position ``[H, P, d_head]``
-        (computed once per ``s``)."""
+        (computed once per ``s``; the same for every ``token``)."""
         cache = self.__dict__.setdefault("_positional_keys", {})
         if s not in cache:
             p = self.W_pos - self.W_pos.mean(axis=-1, keepdims=True)
@@ -221,17 +231,31 @@ def weights_from_tl(state: dict[str, Any], cfg: dict[str, Any], name: str = "mod
                          W_Q, bias("blocks.0.attn.b_Q", W_Q), W_K, bias("blocks.0.attn.b_K", W_K), scale)
 
 
-def load_weights(manifest: dict[str, Any], name: str, tokenizer: bool = True) -> tuple[Layer0Weights, Any]:
+def load_weights(manifest: dict[str, Any], name: str, tokenizer: bool = True,
+                 entry: dict[str, Any] | None = None) -> tuple[Layer0Weights | Layer0Relative, Any]:
     """Layer-0 weights of a configured model (``manifest`` of
     :func:`posmech.models.loading.read_manifest`) and its tokenizer (``None`` when
     ``tokenizer`` is false: loading it imports ``transformers``): Hugging Face GPT-2 /
-    GPT-Neo / pre-LayerNorm OPT directories and legacy TransformerLens checkpoints (safetensors). The weights
-    are read from the files; no model is built."""
+    GPT-Neo / pre-LayerNorm OPT directories and legacy TransformerLens checkpoints (safetensors),
+    read from the files (no model is built). A model whose positions are not in the
+    residual stream (rotary, ALiBi, none: the manifest's architecture) is loaded
+    (``entry``: the model's config entry, its ``device``, ``dtype``, ``processing``,
+    ``engine``) and read by :func:`~posmech.analyses.contextual.relative.relative_from_model`."""
+    from posmech.models.architecture import architecture
     from posmech.models.loading import is_tl_legacy_dir, load_tokenizer, verify_weights, weight_view
 
     hf_dir = Path(manifest["hf_dir"])
     verify_weights(manifest)
     cfg = json.loads((hf_dir / "config.json").read_text())
+    scheme = (manifest.get("architecture") or {}).get("positions") or architecture(cfg, f"model {name!r}").positions
+    if scheme in RELATIVE_SCHEMES:
+        from posmech.models.loading import analysis_context, load_model
+
+        e = entry or {}
+        model = load_model(manifest, e.get("device", "cpu"), e.get("dtype", "float32"),
+                           e.get("processing", "compatibility"), e.get("engine", "auto"))
+        return (relative_from_model(model, name, analysis_context(name, e, hf_dir)),
+                load_tokenizer(hf_dir) if tokenizer else None)
     refuse_unsupported(cfg, name)
     if is_tl_legacy_dir(hf_dir):
         from safetensors.numpy import load_file
