@@ -35,6 +35,7 @@ def test_schemes_are_read_from_the_loaded_model(models):
         {"llama": "rotary", "neox": "rotary", "bloom": "alibi"}
 
 
+@pytest.mark.float32
 @pytest.mark.parametrize("name", ["llama", "neox", "bloom"])
 def test_every_variant_scores_are_the_models_own(models, name):
     """The raw scores of each input are those the model's softmax used: its pattern is their

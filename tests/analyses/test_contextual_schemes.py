@@ -37,6 +37,7 @@ IDS = np.random.default_rng(0).integers(1, ta.V, size=T)
 POS = np.arange(1, T)
 
 
+@pytest.mark.float32
 @pytest.mark.parametrize("name", ["llama", "neox", "bloom"])
 def test_exact_pattern_is_the_models_layer0_pattern(models, name):
     m, w = models[name]

@@ -39,6 +39,7 @@ def handbuilt(tmp_path_factory):
     return ro.frequency_usage(bridge, _docs(12, N_CTX, 40), batch_size=5)
 
 
+@pytest.mark.float32
 def test_the_pairs_frequencies_are_read_from_the_models_own_rotation(handbuilt):
     # Llama's θ_f = 10000^(-2f/d_head), d_head 8: 1, 0.1, 0.01, 0.001 rad per position
     assert handbuilt.frequency == pytest.approx([10000.0 ** (-2 * f / 8) for f in range(4)], rel=1e-6)
@@ -96,6 +97,7 @@ def _usage(model):
         return ro.frequency_usage(bridge, _docs(6, N_CTX, int(model.config.vocab_size)), batch_size=6)
 
 
+@pytest.mark.float32
 @pytest.mark.parametrize("which, processing", [("llama", "compatibility"), ("neox", "raw")])
 def test_the_components_add_up_to_the_models_pattern_on_tiny_random_models(which, processing, tmp_path):
     """Grouped-query Llama (keys repeated per query group) and GPT-NeoX rotating half of each
