@@ -17,6 +17,7 @@ def main(smk, log):
     table = dynamics_table(points, findings, list(smk.params.claims), list(smk.params.heads), heads)
     write_table(table, smk.output.table, {"definitions": "posmech.verdicts.dynamics (module docstring)",
                                           "claims": list(smk.params.claims), "heads": list(smk.params.heads),
+                                          "formation": [[k, list(v)] for k, v in dict(smk.params.formation).items()],  # in order
                                           "thresholds": dict(smk.params.thresholds)})
     dynamics_figure(table, smk.output.figure)
     for model, g in table.groupby("model", sort=False):

@@ -9,7 +9,7 @@ from posmech.store.tables import read_meta, read_table, write_table
 def main(smk, log):
     model = smk.wildcards.model
     tables = {k: read_table(v) for k, v in smk.input.items() if k in ("taxonomy", "chosen", "taxa", "etc", "classes",
-                                                                     "roles", "masses")}
+                                                                     "roles", "masses", "sinks")}
     # the n of the kernel types: the one etc.csv classified at (kernels.etc_heatmap_position,
     # null: scaled with the model's context)
     n = int(read_meta(smk.input.etc)["classified_at_n"]) if "etc" in tables else smk.params.n

@@ -27,7 +27,7 @@ def _rows() -> dict[str, list[str]]:
     for line in CATALOGUE.read_text(encoding="utf-8").splitlines():
         in_table = line.startswith("| ID | what is measured") or (in_table and line.startswith("|"))
         cells = _cells(line)
-        if in_table and re.fullmatch(r"[PLKC]\d{1,2}", cells[0]):
+        if in_table and re.fullmatch(r"[PLKCS]\d{1,2}", cells[0]):
             assert cells[0] not in rows, f"claim {cells[0]} has two rows in docs/claims.md"
             rows[cells[0]] = cells
     return rows
@@ -37,7 +37,7 @@ def _judged() -> dict[str, list[str]]:
     """The rows of the generated table "How each finding is judged" (posmech.pipeline.reference)."""
     text = CATALOGUE.read_text(encoding="utf-8")
     block = text.split("<!-- generated: claims -->", 1)[1].split("<!-- end generated -->", 1)[0]
-    return {c[0]: c for c in map(_cells, block.splitlines()) if re.fullmatch(r"[PLKC]\d{1,2}", c[0])}
+    return {c[0]: c for c in map(_cells, block.splitlines()) if re.fullmatch(r"[PLKCS]\d{1,2}", c[0])}
 
 
 def test_every_published_claim_is_catalogued_once_with_its_rules():
@@ -45,7 +45,7 @@ def test_every_published_claim_is_catalogued_once_with_its_rules():
     published = yaml.safe_load((REPO / "resources" / "published.yaml").read_text(encoding="utf-8"))["entries"]
     claims = {e["claim"] for e in published}
     assert claims <= set(rows), sorted(claims - set(rows))
-    families = {"P": 18, "L": 5, "K": 10, "C": 3}
+    families = {"P": 18, "L": 5, "K": 10, "C": 3, "S": 4}
     assert set(rows) == {f"{f}{i}" for f, n in families.items() for i in range(1, n + 1)}
     assert set(judged) == set(rows)  # every claim's finding is judged by a declared analysis
     rules = set(re.findall(r"^rule (\w+):", "\n".join(

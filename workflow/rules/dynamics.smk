@@ -67,6 +67,7 @@ rule dynamics:
         points=SWEEP_POINTS,
         claims=config["dynamics"]["claims"],
         heads=config["dynamics"]["heads"],
+        formation=config["dynamics"]["formation"],
         thresholds=config["findings"],
         not_applicable=lambda wc: {m: NOT_APPLICABLE[m] for m in sweep_models()},
     script:

@@ -105,7 +105,7 @@ def _entry(rule: str, name: str, e: dict[str, Any], where: str) -> Analysis:
             outputs[key] = Output(spec)
         elif category is None:
             raise PosmechError(f"{where}: {name}.outputs.{key} is shown in the report but {name} has no `category` "
-                               "(the claim family whose section shows it: P, L, K or C)")
+                               "(the claim family whose section shows it: P, L, K, C or S)")
         else:
             outputs[key] = Output(spec["path"], spec["caption"], category, spec["section"])
     reads = {}
@@ -292,4 +292,5 @@ HEAD_TABLE_SOURCES: dict[str, str] = {
     "classes": "layer0_head_classes__table",
     "roles": "random_token_patterns__heads",
     "masses": "random_token_patterns__masses",
+    "sinks": "attention_sinks__table",
 }

@@ -99,6 +99,15 @@ def previous_token_scores(n_ctx: int, strength: float = 30.0) -> np.ndarray:
     return S
 
 
+def sink_scores(n_ctx: int, strength: float = 30.0) -> np.ndarray:
+    """Score matrix of a planted attention-sink head: ``strength`` on key 0 from every query,
+    0 elsewhere, so query ``i`` puts ``e^s / (e^s + i)`` on key 0 and Gu et al.'s ``alpha[0]``
+    (the mean over queries) is 1 to within ``n_ctx·e^−s``."""
+    S = np.zeros((n_ctx, n_ctx))
+    S[:, 0] = strength
+    return S
+
+
 def char_tokenizer(d_vocab: int) -> Any:
     """A character tokenizer with ``d_vocab`` ids: id 0 is ``<|endoftext|>`` (BOS), then
     printable characters."""

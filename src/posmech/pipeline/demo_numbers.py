@@ -87,11 +87,11 @@ LAYOUT_WORDS = {"gpt2": "learned positions, LayerNorm, MLPs", "attn_only": "lear
 #: docs whose numbers are dated measurements of time and memory, not the run's results
 MEASUREMENT_DOCS = ("performance.md", "performance-log.md", "cluster.md")
 #: headings (regex) of the sections that hold the posts' published values, not the run's
-PUBLISHED_SECTIONS = re.compile(r"^## (Source posts|[PLKC] — |The self-check)")
+PUBLISHED_SECTIONS = re.compile(r"^## (Source posts|[PLKCS] — |The self-check)")
 HISTORY = re.compile(r"<!-- history: [^>]+-->")
 #: a run's number typed by hand: a head, a claim, a loss or a probability, then a decimal
 RUN_NUMBER = re.compile(
-    r"(?P<what>\bL\d+H\d+\b|\b[PLKC]\d{1,2}\b|held-out (?:text )?loss|P\((?:correct|[A-Za-z]+)\))"
+    r"(?P<what>\bL\d+H\d+\b|\b[PLKCS]\d{1,2}\b|held-out (?:text )?loss|P\((?:correct|[A-Za-z]+)\))"
     r"(?P<gap>[^.;|\n]{0,30}?)(?<![\d.–-])(?P<num>\d+\.\d{2,})(?![\d–])")
 
 

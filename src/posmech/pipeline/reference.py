@@ -55,7 +55,7 @@ OUTPUTS = "outputs."
 #: blocks of :mod:`posmech.pipeline.demo_numbers` (written from a run, not from the declarations)
 NUMBERS_PREFIX = "numbers."
 PREDICATES = {">=": "≥", "<=": "≤", ">": ">", "<": "<", "==": "="}
-CLAIM = re.compile(r"^([PLKC])(\d+)$")
+CLAIM = re.compile(r"^([PLKCS])(\d+)$")
 NONE = "—"
 
 
@@ -71,9 +71,9 @@ def _names(names: Iterable[str]) -> str:
 
 
 def claim_key(claim: str) -> tuple[int, int, str]:
-    """The order of claims: P, L, K, C, then by number."""
+    """The order of claims: P, L, K, C, S, then by number."""
     m = CLAIM.match(claim)
-    return ("PLKC".index(m.group(1)), int(m.group(2)), "") if m else (4, 0, claim)
+    return ("PLKCS".index(m.group(1)), int(m.group(2)), "") if m else (5, 0, claim)
 
 
 def claim_ranges(ids: Iterable[str]) -> str:

@@ -23,7 +23,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from posmech.core.errors import PosmechError
-from posmech.verdicts.dynamics import check_table, is_categorical, quantity
+from posmech.verdicts.dynamics import check_table, formation_steps, is_categorical, quantity
 
 #: the mark of each verdict in a table cell (``n/m`` replaces the value when there is none)
 MARKS = {"holds": "✓", "fails": "✗", "not measurable": "n/m"}
@@ -117,6 +117,35 @@ def headline_html(t: pd.DataFrame) -> str:
     return f'<ul class="dyn-headline">{"".join(lines)}</ul>' if lines else ""
 
 
+def formation_html(t: pd.DataFrame) -> str:
+    """The order of formation (``dynamics.formation``, recorded in dynamics.csv's metadata by
+    rule dynamics): per model, the step at which each role first holds and its rank; nothing
+    when the table records no roles."""
+    roles = dict(t.attrs.get("formation") or [])  # [[role, claims], ...] in the config's order
+    if not roles:
+        return ""
+    f = formation_steps(t, roles)
+    names = list(roles)
+    head = "".join(f"<th>{escape(r.replace('_', ' '))}<br><small>{escape(', '.join(roles[r]))}</small></th>"
+                   for r in names)
+    body = []
+    for model, g in f.groupby("model", sort=False):
+        by = {r.role: r for r in g.itertuples()}
+        cells = []
+        for r in names:
+            x = by[r]
+            text = (f"step {int(x.step)} (#{int(x.rank)})" if pd.notna(x.step)
+                    else "not followed" if "not followed" in x.reason else "not formed")
+            cells.append(f'<td title="{escape(x.reason or x.checkpoint)}">{escape(text)}</td>')
+        order = " → ".join(escape(r.replace("_", " ")) for r in g.dropna(subset=["step"]).sort_values(
+            ["step"], kind="stable")["role"])
+        body.append(f"<tr><th>{escape(model)}</th>{''.join(cells)}<td>{order or '—'}</td></tr>")
+    return ('<table class="dyn-formation"><caption>Order of formation: the first checkpoint step at which each '
+            "role's findings (under its name) hold, and its rank (Xu 2026: induction heads before the sink share "
+            "grows); hover a cell for the checkpoint or why there is none</caption><thead><tr><th>model</th>"
+            + head + "<th>order</th></tr></thead><tbody>" + "".join(body) + "</tbody></table>")
+
+
 def dynamics_html(table: pd.DataFrame, figure_href: str | None, csv_href: str | None) -> Markup:
     """The section ``<section id="dynamics">`` from the dynamics table (:func:`check_table`
     applied here); ``figure_href``/``csv_href``: the copied figure and table, relative to the report."""
@@ -125,7 +154,8 @@ def dynamics_html(table: pd.DataFrame, figure_href: str | None, csv_href: str | 
     models = list(dict.fromkeys(t["model"]))
     qs = list(dict.fromkeys(t["quantity"]))
     n_points = t.drop_duplicates(["model", "revision"]).groupby("model", sort=False).size()
-    parts = [STYLE, '<section id="dynamics"><h2>Training dynamics</h2>', headline_html(t)]
+    t.attrs = dict(table.attrs)
+    parts = [STYLE, '<section id="dynamics"><h2>Training dynamics</h2>', headline_html(t), formation_html(t)]
     parts.append('<details class="dyn-body"><summary>the figure, the quantities in words and the table of every '
                  'checkpoint <span class="hint">click to open</span></summary>')
     parts.append(

@@ -91,6 +91,9 @@ ROLES: tuple[Role, ...] = (
     Role("induction (attention-only)", "L4", "l_role", "induction", "l_induction_score",
          "induction score on repeated random tokens", threshold=L_ROLE.format("induction score", "induction"),
          best=True),
+    Role("attention sink", "S1", "sink", True, "sink_alpha0",
+         "mean attention on the first token from the queries that see it (Gu et al.'s alpha[0])",
+         threshold="mean alpha[0] over the samples above sinks.epsilon"),
 )
 
 STYLE = """<style>

@@ -38,7 +38,7 @@ from posmech.verdicts import scorecard as sc
 from posmech.store.tables import meta_path, read_table
 
 TEMPLATE = "report.html.j2"
-CLAIM_ID = re.compile(r"\b([PLKC])(\d{1,2})\b")
+CLAIM_ID = re.compile(r"\b([PLKCS])(\d{1,2})\b")
 PUBLISHED_MODELS_NOTE = (
     "Published values are those of the source posts and belong to the model each was measured on "
     "({models}). A value is judged only on that model, or on any model for a property that must hold "
@@ -162,7 +162,7 @@ def claims_catalogue_html(path: str | os.PathLike[str]) -> str:
         seen.add(cid)
         return f'<tr id="claim-{cid}">\n<td>{cell}'
 
-    return re.sub(r"<tr>\n<td>((?:<strong>)?([PLKC]\d{1,2})(?:</strong>)?)", anchor, html)
+    return re.sub(r"<tr>\n<td>((?:<strong>)?([PLKCS]\d{1,2})(?:</strong>)?)", anchor, html)
 
 
 def _family_of(claims: list[str], category: str, path: str) -> str:

@@ -294,6 +294,7 @@ MODULES: dict[str, str] = {
     "contextual": "contextual",
     "neurons": "neurons",
     "attn_only": "attn_only",
+    "sinks": "sinks",
     "posembed_averaging": "posembed",
     "posembed_attention": "posembed",
     "rotary_frequencies": "rotary",

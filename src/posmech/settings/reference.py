@@ -50,11 +50,11 @@ SCALED_TABLE = "context-scaled"
 SCALED_CONTEXTS = {"gpt2 (1024)": 1024, "context 32": 32}
 
 #: how a string pattern of the schema reads in the type column
-PATTERNS = {"^L[0-9]+H[0-9]+$": "`L{l}H{h}`", "^L0H[0-9]+$": "`L0H{h}`", "^[PLKC][0-9]+$": "claim ID"}
+PATTERNS = {"^L[0-9]+H[0-9]+$": "`L{l}H{h}`", "^L0H[0-9]+$": "`L0H{h}`", "^[PLKCS][0-9]+$": "claim ID"}
 #: how a ``$ref`` to a definition reads in the type column (others: the definition's own type)
 REFS = {"#/$defs/name": "name", "#/$defs/model_names": "list of model names"}
 #: the same (a ``$ref`` or a pattern), as the items of a list
-ITEM_REFS = {"#/$defs/name": "names", "^[PLKC][0-9]+$": "claim IDs"}
+ITEM_REFS = {"#/$defs/name": "names", "^[PLKCS][0-9]+$": "claim IDs"}
 
 
 def load_schema(path: Path = SCHEMA_PATH) -> dict[str, Any]:

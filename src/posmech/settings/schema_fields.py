@@ -575,6 +575,43 @@ class AttnOnlyFields(Settings):
 
 
 @dataclass(frozen=True)
+class SinksFields(Settings):
+    """The fields of config section ``sinks`` (its settings class:
+    ``posmech.settings.sinks.SinksSettings``)."""
+
+    section: ClassVar[str] = "sinks"
+
+    #: Models analysed; empty: every model.
+    models: tuple[str, ...]
+    #: Corpus of the samples (Gu et al.: natural text); null: the first corpus under `corpora`.
+    corpus: str | None
+    #: Samples: the first documents (corpus order) with at least `n_tokens` tokens, cut to them
+    #: (fewer, with a warning in the log, when fewer are long enough). 64 samples x every (layer,
+    #: head): the sink ratio's resolution is finer than 1/64.
+    n_samples: int
+    #: T, the tokens per sample: Gu et al.'s 64 (eval_sink_open_source.py, token_length = 64); the
+    #: model's context when it is shorter (the demo models: 32). At least 10: a uniform head's
+    #: alpha[0] = H_T / T is below 0.3 from T = 10 on (0.31 at T = 9), so a random-init model has no
+    #: sink.
+    n_tokens: int
+    #: A (sample, layer, head) is a sink when its alpha[0] exceeds this: Gu et al.'s epsilon = 0.3
+    #: (eval_sink_open_source.py, compute_attention_sink). A head's `is_sink` in heads.csv: its mean
+    #: alpha[0] over the samples above it.
+    epsilon: float
+    #: Samples per forward pass.
+    batch_size: int
+    #: S2: the early layers that should hold no sink head, 0 .. early_layers - 1 (Xu 2026: layers 0
+    #: and 1 of Pythia-1B, OLMo-1B and OLMoE). A model with no more layers than this (the 2-layer
+    #: demo models) has no later layer to hold the sinks: S2 is not measurable there, and S1 reads
+    #: the whole model.
+    early_layers: int
+    #: S3: a head "attends almost entirely to the first token" (arXiv 2603.09616's words) when its
+    #: mean alpha[0] over the samples is at least this; 0.9 reads "almost entirely" as nine tenths
+    #: (a choice: the paper gives no number here).
+    first_token_alpha: float
+
+
+@dataclass(frozen=True)
 class PosembedAveragingFields(Settings):
     """The fields of config section ``posembed_averaging`` (its settings class:
     ``posmech.settings.posembed.PosembedAveragingSettings``)."""

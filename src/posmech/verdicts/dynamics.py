@@ -106,6 +106,15 @@ QUANTITIES: dict[str, Quantity] = {
 }
 QUANTITIES["best_induction_score"] = QUANTITIES["induction_score"]
 QUANTITIES.update({
+    "sink_ratio": Quantity(
+        "sink ratio", "share of (sample, layer, head)",
+        "Gu et al.'s sink ratio: the share of (sample, layer, head) whose mean attention on the first token from "
+        "the queries that see it, alpha[0], exceeds sinks.epsilon (S1)"),
+    "early_sink_ratio": Quantity(
+        "sink ratio of layers 0-1", "share of (sample, head)",
+        "the same share in the first sinks.early_layers layers, where Xu 2026 finds no sink at any checkpoint (S2)"),
+})
+QUANTITIES.update({
     "min(diagonal_ratio)": Quantity(
         "sharpness of the sharpest previous-token head", "second / largest mean diagonal",
         "the smallest ratio, over previous-token heads, of a head's second-largest mean diagonal to its largest "
@@ -303,3 +312,38 @@ def sweep_rules(dynamics: Mapping[str, Any], findings_path: str, has_checkpoints
     found = load_findings(findings_path)
     return set(sweep_analyses(dynamics["claims"], dynamics["heads"], found)) | {
         "fetch_model", "checkpoint_model", "head_table"}
+
+
+#: the columns of :func:`formation_steps`
+FORMATION_COLUMNS = ["model", "role", "claims", "step", "checkpoint", "rank", "reason"]
+
+
+def formation_steps(table: pd.DataFrame, roles: Mapping[str, list[str]]) -> pd.DataFrame:
+    """Per swept model and role (``dynamics.formation``: role -> findings), the first step at
+    which any of the role's findings holds in the dynamics table (``step``, ``checkpoint``), and
+    the role's ``rank`` in the model's order of formation (1 first; roles formed at the same
+    step share a rank; empty when it never formed). ``reason`` says why a role has no step: a
+    finding not followed (not in the table), or none of them holding at any checkpoint."""
+    t = check_table(table)
+    rows = []
+    for model, g in t.groupby("model", sort=False):
+        g = g[g["step"].notna()]
+        for role, claims in roles.items():
+            missing = [c for c in claims if c not in set(g["claim"])]
+            held = g[g["claim"].isin(claims) & (g["verdict"] == "holds")].sort_values("step", kind="stable")
+            r = {"model": model, "role": role, "claims": ", ".join(claims), "step": None, "checkpoint": "",
+                 "rank": None, "reason": ""}
+            if len(held):
+                r.update(step=int(held.iloc[0]["step"]), checkpoint=str(held.iloc[0]["checkpoint"]))
+                if missing:
+                    r["reason"] = f"{', '.join(missing)} not followed (dynamics.claims)"
+            elif len(missing) == len(claims):
+                r["reason"] = f"{', '.join(claims)} not followed (dynamics.claims)"
+            else:
+                r["reason"] = (f"none of {', '.join(c for c in claims if c not in missing)} holds at any checkpoint up "
+                               f"to step {int(g['step'].max())}")
+            rows.append(r)
+    out = pd.DataFrame(rows, columns=FORMATION_COLUMNS)
+    out["step"] = out["step"].astype("Int64")
+    out["rank"] = out.groupby("model", sort=False)["step"].rank(method="min").astype("Int64")
+    return out

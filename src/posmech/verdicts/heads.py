@@ -45,7 +45,8 @@ HEAD_COLUMNS = ["model", "layer", "head", "head_name",
                 "taxon_dip", "taxon_bump", "score_taxon",
                 "etc", "etc_fraction", "kernel_type", "kernel_role",
                 "k7_duplicate_excess", "k7_local_mass", "k7_etc_fraction", "k7_class",
-                "l_previous_mass", "l_offset2_mass", "l_induction_score", "l_role"]
+                "l_previous_mass", "l_offset2_mass", "l_induction_score", "l_role",
+                "sink_alpha0", "sink"]
 
 _NEEDS = {
     "taxonomy": ("taxonomy.csv", ("head_name", "is_previous_token", "prev_token_mass", "prev_token_excess", "ratio",
@@ -59,6 +60,7 @@ _NEEDS = {
                 "layer0_head_classes"),
     "roles": ("head_roles.csv", ("role", "head_name"), "random_token_patterns"),
     "masses": ("random_token_masses.csv", ("head_name", "mass", "value"), "random_token_patterns"),
+    "sinks": ("sink_heads.csv", ("head_name", "alpha0_mean", "is_sink"), "attention_sinks"),
 }
 
 
@@ -81,16 +83,16 @@ def _by_name(df: pd.DataFrame) -> pd.DataFrame:
 def head_table(model: str, taxonomy: pd.DataFrame | None = None, taxa: pd.DataFrame | None = None,
                etc: pd.DataFrame | None = None, n: int | None = None, classes: pd.DataFrame | None = None,
                roles: pd.DataFrame | None = None, masses: pd.DataFrame | None = None,
-               chosen: pd.DataFrame | None = None) -> pd.DataFrame:
+               chosen: pd.DataFrame | None = None, sinks: pd.DataFrame | None = None) -> pd.DataFrame:
     """The head-roles table of one model (columns :data:`HEAD_COLUMNS`), from the per-analysis
     tables it has; the heads are those any table names (every table names every head)."""
     given = {"taxonomy": taxonomy, "chosen": chosen, "taxa": taxa, "etc": etc, "classes": classes, "roles": roles,
-             "masses": masses}
+             "masses": masses, "sinks": sinks}
     for key, df in given.items():
         if df is not None:
             _check(key, df)
     names: set[str] = set()
-    for df in (taxonomy, taxa, etc, classes, masses):
+    for df in (taxonomy, taxa, etc, classes, masses, sinks):
         if df is not None:
             names |= set(df["head_name"].astype(str))
     if not names:
@@ -102,6 +104,7 @@ def head_table(model: str, taxonomy: pd.DataFrame | None = None, taxa: pd.DataFr
             raise PosmechError(f"etc.csv has no row at n={n} (kernels.etc_heatmap_position)")
         et = _by_name(etc[etc["n"] == n])
     kc = _by_name(classes) if classes is not None else None
+    sk = _by_name(sinks) if sinks is not None else None
     picked = ({str(h): str(r) for r, h, why in zip(chosen["role"], chosen["head_name"], _rules(chosen))
                if why != SHARP_FALLBACK_RULE} if chosen is not None else {})
     role_of = ({str(h): str(r) for r, h in zip(roles["role"], roles["head_name"]) if str(h) != NO_HEAD}
@@ -135,6 +138,8 @@ def head_table(model: str, taxonomy: pd.DataFrame | None = None, taxa: pd.DataFr
         if masses is not None:
             r.update(l_previous_mass=ms.get((name, "previous")), l_offset2_mass=ms.get((name, "offset_2")),
                      l_induction_score=ms.get((name, "induction_score")), l_role=role_of.get(name, NO_HEAD))
+        if sk is not None and name in sk.index:
+            r.update(sink_alpha0=float(sk.loc[name, "alpha0_mean"]), sink=bool(sk.loc[name, "is_sink"]))
         rows.append(r)
     df = pd.DataFrame(rows, columns=HEAD_COLUMNS)
     # an integer with gaps (heads that are not previous-token heads have no rank): nullable,

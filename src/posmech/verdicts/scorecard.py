@@ -55,8 +55,9 @@ FAMILIES = {
     "L": "Previous-token and look-back-two heads (2-layer attention-only model)",
     "K": "Positional kernels and effective token count",
     "C": "Contextual neurons",
+    "S": "Attention sinks and massive activations (beyond the posts)",
 }
-CLAIM_RE = re.compile(r"^([PLKC])(\d+)$")
+CLAIM_RE = re.compile(r"^([PLKCS])(\d+)$")
 SCORECARD_COLUMNS = [
     "claim", "family", "model", "quantity", "what", "published", "published_model", "reproduced",
     "tolerance", "status", "reason", "source", "detail", "artifact", "rule",
@@ -74,8 +75,9 @@ def typed(prefix: str, v: Any) -> dict[str, Any]:
 
 def post(source: str) -> str:
     """A seed post's number as the scorecard writes it, ``post 000``: text that plain
-    ``pandas.read_csv`` keeps as text (a bare ``000`` would read as the number 0)."""
-    return f"post {source}" if source else ""
+    ``pandas.read_csv`` keeps as text (a bare ``000`` would read as the number 0); a source
+    that is not a post's number (a paper and its table, the S claims) as it is."""
+    return (f"post {source}" if source.isdigit() else source) if source else ""
 
 
 def is_judged(row: dict[str, Any]) -> bool:

@@ -492,6 +492,27 @@ def alibi_planted_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.AlibiSpec:
                         context_neurons=3)
 
 
+def sink_spec(layer: int, head: int, n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
+    """Three layers of two heads, the residual stream W_pos at every layer; head ``(layer, head)``
+    scores 30 on key 0 from every query (:func:`posmech.models.handbuilt.sink_scores`: alpha[0]
+    = 1 to within 32·e^-30), the five other heads zero scores (uniform: alpha[0] = H_32 / 32 =
+    0.127, below epsilon 0.3). Sink ratio 1/6 on every sample."""
+    return hb.positional_spec(n_ctx=n, n_layer=3, n_head=2, d_vocab=d_vocab, scores={(layer, head): hb.sink_scores(n)})
+
+
+MASSIVE = 5000.0  # massive-activation: W_pos[0, 3]
+
+
+def massive_activation_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.Spec:
+    """Two layers of two zero heads (uniform, writing nothing) and zero MLPs: the residual
+    stream is W_pos at every layer, standard normal entries (seed 0) in a d_model of 8 but for
+    ``MASSIVE`` at position 0, dimension 3: max |h| / median |h| of a 32-token sample is 5000 /
+    ~0.67, ~7000, on token 0, dimension 3."""
+    W_pos = np.random.default_rng(0).normal(size=(n, 8))
+    W_pos[0, 3] = MASSIVE
+    return hb.Spec(n_layer=2, n_head=2, d_model=8, n_ctx=n, d_vocab=d_vocab, W_pos=W_pos)
+
+
 # --------------------------------------------------------------------------- cases
 @dataclass(frozen=True)
 class Case:
@@ -622,6 +643,11 @@ CASES: tuple[Case, ...] = (
         "P7": ("not measurable", "no previous-token head: there is no sharpest one to take the ratio of"),
         "K2": ("not measurable", "no head's kernel is local: no local kernel to test for translation equivariance"),
         "K4": ("fails", "every layer-0 kernel is uniform: no local head"),
+        "S1": ("fails", "every head attends uniformly: alpha[0] = H_32 / 32 = 0.127 on every (sample, layer, head), "
+                        "below epsilon 0.3: sink ratio 0"),
+        "S2": ("not measurable", "two layers: layers 0-1 are the whole model, no later layer to hold the sinks"),
+        "S4": ("not measurable", "the residual stream is W_pos, zero in five of its eight dimensions: the median "
+                                 "magnitude of every hidden state is 0"),
     }),
     Case("mask-clock", "gpt2", mask_clock_spec, {
         "P3": ("holds", "W_pos is zero: the positions come from the causal mask (a uniform head reading BOS, "
@@ -719,6 +745,22 @@ CASES: tuple[Case, ...] = (
         "P17": ("fails", "the previous-token head L0H0's scores live in pairs 2 and 3, outside the highest quarter "
                          "(pairs 0, 1): share 0"),
         "P18": ("fails", "no head uses the lowest quarter (pairs 6, 7): ratio 0"),
+    }),
+    Case("sink-late", "gpt2", lambda: sink_spec(2, 0), {
+        "S1": ("holds", "L2H0 puts ~1 on key 0 from every query (alpha[0] ~1), the five uniform heads 0.127: "
+                        "sink ratio 1/6, above 0.1"),
+        "S2": ("holds", "the sink is in layer 2: layers 0-1 hold none (ratio 0)"),
+        "S3": ("not measurable", "learned positions: no ALiBi slopes"),
+    }),
+    Case("sink-early", "gpt2", lambda: sink_spec(0, 1), {
+        "S1": ("holds", "L0H1 is the sink: sink ratio 1/6, above 0.1"),
+        "S2": ("fails", "the sink is in layer 0: one of the four heads of layers 0-1 on every sample (0.25, "
+                        "above 0.05)"),
+    }),
+    Case("massive-activation", "gpt2", massive_activation_spec, {
+        "S4": ("holds", "W_pos[0, 3] = 5000 beside standard normal entries: max |h| / median |h| ~7000 in every "
+                        "layer, above 1000"),
+        "S1": ("fails", "zero scores: every head uniform, sink ratio 0"),
     }),
     Case("attn-planted", "attn_only", lambda: planted_attn_only_spec(N_CTX), {
         "L1": ("holds", "L0H0 puts score 60 on key q - 1: its previous-token mass is ~1"),
