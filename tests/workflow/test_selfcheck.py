@@ -22,6 +22,9 @@ from tests.workflow.conftest import REPO, snakemake
 pytestmark = pytest.mark.workflow
 
 CONFIG = REPO / "config" / "selfcheck.yaml"
+#: the random-init models of six architectures (posmech.models.handbuilt.RandomSpec), each read
+#: against a random-init twin of its own (config/selfcheck.yaml, `twins`)
+RANDOM = ("random-gpt2", "random-llama", "random-neox", "random-bloom", "random-opt", "random-gptneo")
 
 
 def compare(work) -> subprocess.CompletedProcess[str]:
@@ -37,7 +40,8 @@ def selfcheck_run(tmp_path_factory):
     built = subprocess.run([sys.executable, "-m", "posmech.verdicts.selfcheck", "build", str(work / "resources/selfcheck")],
                            capture_output=True, text=True, cwd=REPO)
     assert built.returncode == 0, built.stderr[-3000:]
-    proc = snakemake(work, "results/report/findings.csv", configfile=CONFIG)
+    heads = [f"results/{m}/heads.csv" for m in RANDOM]
+    proc = snakemake(work, "results/report/findings.csv", *heads, configfile=CONFIG)
     assert proc.returncode == 0, proc.stderr[-6000:]
     return work
 
@@ -62,3 +66,26 @@ def test_a_flipped_threshold_makes_the_selfcheck_fail_naming_the_pair(selfcheck_
     assert out.returncode == 1
     bad = [line.split()[:4] for line in out.stdout.splitlines() if "DISAGREES" in line]
     assert bad == [["L5", "attn-planted", "holds", "fails"]], out.stdout
+
+
+def test_nothing_holds_on_random_weights_beyond_the_null(selfcheck_run):
+    """Issue 43: random-init models of six architectures (no training), each read against its
+    twin: no plain `holds` on a finding that is not structural by construction (K1), and no
+    head of theirs holds any role of heads.csv."""
+    import pandas as pd
+
+    from posmech.store.tables import read_table
+
+    table = pd.read_csv(selfcheck_run / "results/report/findings.csv")
+    rows = table[table["model"].isin(RANDOM)]
+    assert set(rows["model"]) == set(RANDOM)
+    assert (rows["origin"].fillna("") != "no null").all(), "every random model has its twin"
+    plain = rows[(rows["verdict"] == "holds") & (rows["origin"] != "structural")]
+    assert plain.empty, plain[["model", "claim", "value", "reason"]].to_string()
+    for m in RANDOM:
+        heads = read_table(selfcheck_run / f"results/{m}/heads.csv")
+        assert not heads["previous_token"].fillna(False).astype(bool).any(), m
+        for column, no_role in (("p7_chosen", {"none"}), ("kernel_role", {"none"}), ("score_taxon", {"neither"}),
+                                ("k7_class", {"other"}), ("l_role", {"none"}), ("sink", {False, "False"})):
+            if column in heads:
+                assert set(heads[column].dropna()) <= no_role, (m, column, sorted(set(heads[column].dropna())))

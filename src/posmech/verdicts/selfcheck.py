@@ -725,6 +725,13 @@ CASES: tuple[Case, ...] = (
                            else ")")),
         **(RANDOM_GPT2 if arch == "gpt2" else {}),
     }) for name, arch in (("gpt2", "gpt2"), ("llama", "llama"), ("neox", "gpt_neox"), ("bloom", "bloom"))),
+    # Two more families for the null (issue 43: six architectures, each read against its own
+    # random-init twin, config/selfcheck.yaml `twins`): the taxonomy only.
+    *(Case(f"random-{name}", "random", (lambda a=arch: hb.RandomSpec(a, seed=0)), {
+        "P6": ("fails", "random weights: no head's mean attention at offset -1 is 0.1 above a head with zero "
+                        "scores (the largest excess is below 0.001)"),
+        "P7": ("not measurable", "no previous-token head (P6): nothing to rank"),
+    }) for name, arch in (("opt", "opt"), ("gptneo", "gpt_neo"))),
     # An exact previous-token head (L1H0, score 30 on key q - 1 of the one-hot positions) planted
     # among random weights: every other head's query / key weights, every value / output weight,
     # the MLPs, the token embeddings and the unembedding are random (normal, standard deviation
