@@ -167,6 +167,17 @@ def score_function(cfg: Any) -> ScoreFunction:
     return ScoreFunction(scheme, attn_scale(cfg), slopes)
 
 
+def key_head(k: Any, h: int, n_heads: int) -> Any:
+    """Query head ``h``'s keys from ``k [b, n, H_kv, d_head]`` of a model with ``n_heads``
+    query heads: key head ``h // (n_heads / H_kv)`` (grouped-query attention; multi-query:
+    the one key head; ``H_kv = n_heads``: head ``h``), as :meth:`ScoreFunction.prepare`
+    repeats them."""
+    n_kv = int(k.shape[2])
+    if n_heads % n_kv:
+        raise PosmechError(f"{n_heads} query heads cannot share {n_kv} key heads evenly")
+    return k[:, :, h // (n_heads // n_kv)]
+
+
 def qk_scores(q: Any, k: Any, scale: float) -> Any:
     """Raw scores from ``q [b, n_q, H, d_head]`` and ``k [b, n_k, H_kv, d_head]`` (torch):
     ``[b, H, n_q, n_k]`` float32, ``q·k / scale`` for every pair (grouped key heads are
