@@ -446,6 +446,16 @@ def _positions(cfg: Mapping[str, Any], mt: str, shapes: Shapes | None, d_model: 
     return "unknown", 0, why
 
 
+def config_positions(cfg: Mapping[str, Any]) -> str:
+    """The position scheme of a ``config.json`` dict read without its weights nor its sizes
+    (the config's keys, then transformers' code for its model type; :data:`SCHEMES`); a
+    TransformerLens config's ``positional_embedding_type``."""
+    if "model_type" not in cfg:
+        kind = str(cfg.get("positional_embedding_type") or "standard")
+        return {"standard": "learned", "shortformer": "learned"}.get(kind, kind if kind in SCHEMES else "unknown")
+    return _positions(cfg, str(cfg.get("model_type") or ""), None, 0, None, {})[0]
+
+
 def architecture(cfg: Mapping[str, Any], where: str = "model", weights: Shapes | None = None) -> Architecture:
     """The :class:`Architecture` of a model from its ``config.json`` (a dict) and, when given,
     its weights' names and shapes (``weights``: :func:`posmech.models.model_dir.weight_shapes`,

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from posmech.core.errors import PosmechError
-from posmech.models.architecture import architecture, score_divisor
+from posmech.models.architecture import config_positions, score_divisor
 
 # --------------------------------------------------------------------------- weights
 @dataclass
@@ -95,7 +95,7 @@ def refuse_unsupported(hf_config: dict[str, Any], model: str, key: str = "contex
     """Rotary/ALiBi and shortformer models have no positional embedding in the residual
     stream, so there is no layer-0 positional score: a clear error naming the model and ``key``."""
     mtype = hf_config.get("model_type")
-    scheme = architecture(hf_config, f"model {model!r}").positions if hf_config.get("model_type") else "learned"
+    scheme = config_positions(hf_config)
     if scheme != "learned" or hf_config.get("rotary") or \
             hf_config.get("positional_embedding_type") in ("rotary", "alibi"):
         raise PosmechError(
