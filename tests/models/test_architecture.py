@@ -156,15 +156,28 @@ def test_weights_decide_where_the_config_is_silent_or_wrong(dirs):
 
 def test_structure_decides_applicability(dirs):
     """Raw scores and kernels run where the score function computes the model's scores
-    (learned, rotary halves, ALiBi; grouped and multi-query keys repeated); GPT-J's interleaved
-    pairs and Gemma 2's soft-capped scores are named."""
-    for name in ("phi", "falcon", "qwen2", "gpt_bigcode"):
+    (learned, rotary halves, ALiBi, soft-capped; grouped and multi-query keys repeated); GPT-J's
+    interleaved pairs are named, and Gemma 2's soft-capped scores for the kernels only."""
+    for name in ("phi", "falcon", "qwen2", "gpt_bigcode"):  # Gemma 2: its raw scores, not its kernels
         skipped = not_applicable(read_architecture(dirs[name]))
         assert "attention_statistics" not in skipped and "positional_kernels" not in skipped, name
     gptj = not_applicable(read_architecture(dirs["gptj"]))["positional_kernels"]
     assert "interleaved rotary pairs" in gptj
-    gemma = not_applicable(read_architecture(dirs["gemma2"]))["attention_statistics"]
-    assert "soft-capped at 50" in gemma
+    gemma = not_applicable(read_architecture(dirs["gemma2"]))
+    assert "attention_statistics" not in gemma and "soft-capped at 50" in gemma["positional_kernels"]
+
+
+def test_soft_capped_scores():
+    """Gemma 2's scores: c·tanh(q·k/(scale·c)) (the bridge's hook_attn_scores, to 5e-7, on the
+    tiny Gemma 2 of tests/tiny_archs.py; the end-to-end check: tests/workflow/test_ten_architectures.py)."""
+    import torch
+
+    from posmech.models.scores import ScoreFunction
+
+    q, k = torch.randn(1, 5, 2, 4, dtype=torch.float64), torch.randn(1, 5, 2, 4, dtype=torch.float64)
+    plain = ScoreFunction("learned", 2.0).full(q, k)
+    capped = ScoreFunction("learned", 2.0, softcap=0.5).full(q, k)
+    assert torch.allclose(capped, 0.5 * torch.tanh(plain / 0.5)) and capped.abs().max() < 0.5 < plain.abs().max()
 
 
 def test_key_head_of_grouped_and_multi_query_keys():

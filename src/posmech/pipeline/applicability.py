@@ -88,12 +88,17 @@ REQUIREMENTS: dict[str, Requirement] = {
     # own scores on tiny Llama, GPT-NeoX and BLOOM models); grouped-query and multi-query key
     # heads are repeated per query group. Decided from the structure read from the model's
     # config and weights, not its model type; what the score function does not compute
-    # (interleaved rotary pairs, soft-capped scores) is named. At run time the raw scores are
-    # checked against the forward's own hook_attn_scores (posmech.analyses.anatomy): a model
-    # whose forward records something else there fails that job, with its log
+    # (interleaved rotary pairs) is named; soft-capped scores (Gemma 2) are computed
+    # (ScoreFunction.cap). At run time the raw scores are checked against the forward's own
+    # hook_attn_scores (posmech.analyses.anatomy): a model whose forward records something
+    # else there fails that analysis on that model, reported with its log
     "raw_scores_layout": Requirement("raw attention scores of {model_type} are not computed by posmech's score "
                                      "function: {unmet}", schemes=("learned", "rotary", "alibi"),
-                                     rotary_halves=True, plain_scores=True),
+                                     rotary_halves=True),
+    # the positional kernels are the softmax of q·k/scale (posmech.analyses.kernels.head_kernels):
+    # a model that soft-caps its scores (Gemma 2) attends with c·tanh(q·k/(scale·c)) instead
+    "plain_scores": Requirement("the positional kernels are the softmax of q·k/scale, and {model_type} "
+                                "does not attend with it: {unmet}", plain_scores=True),
     # the layer-0 decomposition reads the layer-0 weights of these layouts only (OPT's through
     # the forward engine's converter, posmech.models.lens.hf_state: W_pos from row 2)
     "layer0_weights": Requirement(
