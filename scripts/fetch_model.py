@@ -22,8 +22,8 @@ def main(smk, log):
         arch = Architecture.from_dict(m["architecture"])
         log.info("architecture of %s: %s; read from %s", name, arch.layout_words,
                  "; ".join(f"{k}: {v}" for k, v in arch.sources.items()))
-    log.info("forward engine for its analyses: %s",
-             engine_words(m, entry.get("processing", "compatibility"), entry.get("engine", "auto")))
+    # its analyses' own logs name the engine they ran on (their processing; `engine: bridge` if set)
+    log.info("forward engine for its analyses, with engine auto: %s", engine_words(m))
 
 
 if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)

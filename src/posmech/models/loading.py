@@ -749,22 +749,22 @@ def _deferred_tokenizer(hf_dir: str | os.PathLike[str]) -> Any:
     return DeferredTokenizer(lambda: load_tokenizer(hf_dir))
 
 
-def engine_words(manifest: dict[str, Any], processing: str = "compatibility", engine: str = "auto") -> str:
-    """The forward engine :func:`load_model` runs the manifest's model on, in the words its
-    log line uses: ``posmech (<dir>, <processing>)`` or ``bridge (<why not posmech's>)``."""
+def engine_words(manifest: dict[str, Any], processing: str | None = None, engine: str = "auto") -> str:
+    """The forward engine :func:`load_model` runs the manifest's model on, in the words of its
+    log line: ``posmech (<dir>[, <processing>])`` or ``bridge (<why not posmech's>)``;
+    ``processing`` None: in the raw mode at least (fetch_model, which does not know it)."""
     from posmech.models import lens
 
     if engine == "bridge":
         return "bridge (config key `models.<name>.engine` is bridge)"
     hf_dir = Path(manifest["hf_dir"])
     cj = json.loads((hf_dir / "config.json").read_text())
-    if is_tl_legacy_dir(hf_dir):
-        why = lens.unsupported(tl_config=cj)
-        return f"posmech (legacy TransformerLens checkpoint, {processing})" if why is None else \
-            f"bridge (the posmech engine does not run this model: {why})"
-    why = lens.unsupported_hf(cj, processing)
-    return f"posmech ({hf_dir}, {processing})" if why is None else \
-        f"bridge (the posmech engine does not run this model: {why})"
+    legacy = is_tl_legacy_dir(hf_dir)
+    why = lens.unsupported(tl_config=cj) if legacy else lens.unsupported_hf(cj, processing)
+    if why is not None:
+        return f"bridge (the posmech engine does not run this model: {why})"
+    where = "legacy TransformerLens checkpoint" if legacy else str(hf_dir)
+    return f"posmech ({where}" + (f", {processing})" if processing else ")")
 
 
 def load_model(
