@@ -31,7 +31,8 @@ from tests.workflow.conftest import REPO, snakemake
 ARCHS = ("gpt2", "opt", "neox", "llama", "qwen2", "gemma2", "phi", "gptj", "falcon", "bloom", "gpt_bigcode")
 BROKEN = "opt_bridge"  # OPT on the bridge: its raw scores cannot be checked, so those analyses fail
 MODELS = (*ARCHS, BROKEN)
-#: seconds the run took (measured on a 2-core machine; docs/performance.md)
+#: seconds the run took, printed (2026-11-28, the shared 2-core machine: 558 s wall, 540 CPU s for the
+#: whole test, i.e. ~4.5 min on 2 idle cores; 125 jobs)
 TIMING: dict[str, float] = {}
 
 
