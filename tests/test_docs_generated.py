@@ -99,12 +99,14 @@ def test_a_new_analysis_in_a_family_shows_in_every_table(tmp_path):
         in workflow
     assert "| `kernel_widths` | `kernels` | The width of every head's kernel at each query position (K11). | K11 |" \
         in workflow
-    assert "| `kernel_widths` | `learned_wpos` | `positional_kernels` | `learned_wpos` |" in workflow
+    # its own requirement and the one of positional_kernels, which it reads
+    assert ("| `kernel_widths` | `learned_wpos` | `positional_kernels` | `learned_wpos`, `raw_scores_layout`, "
+            "`plain_scores` |") in workflow
     assert ("| `results/{model}/kernels/widths.csv` | `kernel_widths` | `kernels.kernel_widths__table` | "
             "Positional kernels and ETC (K1-K5); `workflow/report/kernel_widths.rst` |") in artifacts
     assert "| `results/{model}/scorecard/kernel_widths.csv` | `kernel_widths` |" in artifacts
     assert ("| K11 | `kernel_widths` (rule `kernels`) | `median_width` ≥ `findings.k11_min_width` (default 2) | "
-            "above its twin's by ≥ 0.5 | — | `learned_wpos` |") in claims
+            "above its twin's by ≥ 0.5 | — | `learned_wpos`, `raw_scores_layout`, `plain_scores` |") in claims
     # the shipped docs do not show it yet: they are stale against these declarations
     assert all(p.read_text(encoding="utf-8") != texts[p] for p in (WORKFLOW, ARTIFACTS, CLAIMS))
 

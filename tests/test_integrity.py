@@ -248,12 +248,14 @@ def test_checksum_failure_is_named_by_the_runner(cached, tmp_path):
     p = tmp_path / "acts.h5"
     shutil.copy(cached, p)
     _flip_bytes_in(p, "position_stats/resid_pre/mean")
-    smk = SimpleNamespace(input=[str(p)], output=[], log=[str(tmp_path / "r.log")], rule="positional_kernels",
-                          threads=1)
+    # an analysis's job (etc_table): a damaged input ends it, it is not recorded as the model's failure
+    smk = SimpleNamespace(input=[str(p)], output=[str(tmp_path / "etc.csv")], log=[str(tmp_path / "r.log")],
+                          rule="etc_table", threads=1)
     with pytest.raises(SystemExit):
         run(smk, lambda smk, log: read_position_means(smk.input[0], "resid_pre"))
     text = (tmp_path / "r.log").read_text()
     assert f"file involved: {p}" in text and "fails its checksum" in text
+    assert not (tmp_path / "etc.csv").exists()  # no failure record in place of the output
 
 
 # ---------------------------------------------------------------- case 12: a failed write cleans up

@@ -174,16 +174,24 @@ def test_gpt_neo_layout_unscaled_and_local_window(tmp_path):
     assert list(layers[1].n_keys) == [min(n + 1, 4) for n in pos]
 
 
-def test_rotary_and_alibi_layouts_and_the_refused_ones():
-    """Rotary/ALiBi models get sqrt(d_head) and full attention (Mistral its sliding window);
-    layouts whose kernel is not defined here are refused by name."""
-    for mtype in ("gpt_neox", "llama", "qwen2", "bloom"):
+def test_rotary_and_alibi_layouts_and_their_windows():
+    """Rotary/ALiBi models get sqrt(d_head) (Gemma sqrt(query_pre_attn_scalar)) and the windows
+    their config gives: Mistral's sliding_window on every layer, `layer_types`' sliding layers
+    (Gemma 2, Qwen2 with use_sliding_window), none when use_sliding_window is false. What the
+    score function does not compute (GPT-J's interleaved pairs, soft-capped scores) is decided
+    before any job (posmech.pipeline.applicability), not here."""
+    for mtype in ("gpt_neox", "llama", "qwen2", "bloom", "phi", "falcon", "gptj"):
         scale, window = kn.attention_layout({"model_type": mtype}, 2, 16)
         assert list(scale) == [4.0, 4.0] and list(window) == [0, 0]
     assert list(kn.attention_layout({"model_type": "mistral", "sliding_window": 7}, 2, 16)[1]) == [7, 7]
-    for mtype in ("gptj", "gemma", "phi", "falcon"):
-        with pytest.raises(PosmechError, match=f"model_type '{mtype}'"):
-            kn.attention_layout({"model_type": mtype}, 2, 8)
+    gemma = {"model_type": "gemma2", "query_pre_attn_scalar": 64, "sliding_window": 5,
+             "layer_types": ["sliding_attention", "full_attention"]}
+    scale, window = kn.attention_layout(gemma, 2, 16)
+    assert list(scale) == [8.0, 8.0] and list(window) == [5, 0]
+    assert list(kn.attention_layout({"model_type": "qwen2", "sliding_window": 9, "use_sliding_window": False},
+                                    2, 16)[1]) == [0, 0]
+    with pytest.raises(PosmechError, match="give 3 layers, the model has 2"):
+        kn.attention_layout({"model_type": "gemma2", "layer_types": ["full_attention"] * 3}, 2, 16)
 
 
 def test_spread_across_texts_and_key_positions():

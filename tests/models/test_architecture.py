@@ -85,9 +85,112 @@ def test_gpt_neo_unscaled_and_tl_legacy():
     assert not train_architecture({"architecture": "attn_only"}).has_mlp
 
 
-def test_unknown_scheme_is_named():
-    with pytest.raises(PosmechError, match="model_type 'mamba'"):
-        architecture({"model_type": "mamba", "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 1})
+def test_unknown_scheme_is_not_measurable_with_its_reason():
+    """A scheme neither the weights, the config nor transformers' code tells is ``unknown``:
+    every rule of the table is not applicable, with why (decided before any job)."""
+    a = architecture({"model_type": "my_model", "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 1})
+    assert a.positions == "unknown" and "model_type 'my_model'" in a.undecided
+    skipped = not_applicable(a)
+    assert set(skipped) == set(RULES)
+    assert all(r.startswith("position scheme not decided before the run: model_type 'my_model'")
+               for r in skipped.values())
+
+
+#: what each architecture is, written out here only as the cross-check of what
+#: posmech reads from config, weights and code: (positions, rotary fraction, interleaved
+#: pairs, attention grouping, parallel blocks, MLP kind, position offset)
+EXPECTED = {
+    "gpt2": ("learned", None, None, "multi-head", False, "plain", 0),
+    "gpt2_one_layer": ("learned", None, None, "multi-head", False, "plain", 0),
+    "gpt_neo": ("learned", None, None, "multi-head", False, "plain", 0),
+    "opt": ("learned", None, None, "multi-head", False, "plain", 2),
+    "gpt_bigcode": ("learned", None, None, "multi-query", False, "plain", 0),
+    "neox": ("rotary", 0.5, False, "multi-head", True, "plain", 0),
+    "llama": ("rotary", 1.0, False, "grouped-query", False, "gated", 0),
+    "qwen2": ("rotary", 1.0, False, "grouped-query", False, "gated", 0),
+    "gemma2": ("rotary", 1.0, False, "grouped-query", False, "gated", 0),
+    "phi": ("rotary", 0.5, False, "multi-head", True, "plain", 0),
+    "gptj": ("rotary", 0.5, True, "multi-head", True, "plain", 0),
+    "falcon": ("rotary", 1.0, False, "multi-query", True, "plain", 0),
+    "bloom": ("alibi", None, None, "multi-head", False, "plain", 0),
+}
+
+
+def test_layout_read_from_config_weights_and_code(dirs):
+    """Position scheme, rotary layout, attention grouping, block layout and MLP kind of
+    thirteen architectures, each with where it was read (``sources``) and in the manifest's
+    JSON; the key heads agree with the saved key projection."""
+    assert set(EXPECTED) == set(dirs)
+    for name, d in dirs.items():
+        a = read_architecture(d)
+        got = (a.positions, a.rotary_fraction, a.rotary_interleaved, a.attention, a.parallel_blocks, a.mlp_kind,
+               a.position_offset)
+        assert got == EXPECTED[name], (name, got, dict(a.sources))
+        assert {"positions", "n_kv_heads", "mlp_kind", "parallel_blocks"} <= set(a.sources), name
+        assert a.to_dict()["attention"] == a.attention and type(a).from_dict(a.to_dict()) == a
+    assert read_architecture(dirs["gemma2"]).score_softcap == 50.0
+    assert read_architecture(dirs["gptj"]).sources["rotary_interleaved"].endswith("rotate_every_two")
+    assert read_architecture(dirs["opt"]).sources["positions"].startswith("weights: position table")
+
+
+def test_weights_decide_where_the_config_is_silent_or_wrong(dirs):
+    """No model-type list: a GPT-2 directory whose config names an unknown model type is still
+    learned (its position table), with its offset; Falcon's config says ``num_kv_heads: 4``
+    beside ``multi_query``: the fused projection's width says one key head."""
+    cfg = json.loads((dirs["gpt2"] / "config.json").read_text())
+    shapes = _shapes(dirs["gpt2"])
+    a = architecture({**cfg, "model_type": "renamed_gpt"}, "m", shapes)
+    assert (a.positions, a.context, a.n_kv_heads, a.mlp_kind) == ("learned", tiny_archs.N_CTX, 4, "plain")
+    wide = {**shapes, "transformer.wpe.weight": (tiny_archs.N_CTX + 3, 32)}
+    assert architecture({**cfg, "model_type": "renamed_gpt"}, "m", wide).position_offset == 3
+    falcon = json.loads((dirs["falcon"] / "config.json").read_text())
+    assert falcon["num_kv_heads"] == 4 and falcon["multi_query"]
+    assert read_architecture(dirs["falcon"]).n_kv_heads == 1
+    # a rotary config of a type transformers has no code for: rotary, pair order not told, so
+    # the raw scores (which rotate halves) are not measurable with that reason
+    rope = architecture({"model_type": "my_rope", "hidden_size": 32, "num_hidden_layers": 2,
+                         "num_attention_heads": 4, "rope_theta": 10000.0, "max_position_embeddings": 32})
+    assert (rope.positions, rope.rotary_interleaved) == ("rotary", None)
+    assert "rotary pair order that cannot be told" in not_applicable(rope)["attention_statistics"]
+
+
+def test_structure_decides_applicability(dirs):
+    """Raw scores and kernels run where the score function computes the model's scores
+    (learned, rotary halves, ALiBi, soft-capped; grouped and multi-query keys repeated); GPT-J's
+    interleaved pairs are named, and Gemma 2's soft-capped scores for the kernels only."""
+    for name in ("phi", "falcon", "qwen2", "gpt_bigcode"):  # Gemma 2: its raw scores, not its kernels
+        skipped = not_applicable(read_architecture(dirs[name]))
+        assert "attention_statistics" not in skipped and "positional_kernels" not in skipped, name
+    gptj = not_applicable(read_architecture(dirs["gptj"]))["positional_kernels"]
+    assert "interleaved rotary pairs" in gptj
+    gemma = not_applicable(read_architecture(dirs["gemma2"]))
+    assert "attention_statistics" not in gemma and "soft-capped at 50" in gemma["positional_kernels"]
+
+
+def test_soft_capped_scores():
+    """Gemma 2's scores: c·tanh(q·k/(scale·c)) (the bridge's hook_attn_scores, to 5e-7, on the
+    tiny Gemma 2 of tests/tiny_archs.py; the end-to-end check: tests/workflow/test_ten_architectures.py)."""
+    import torch
+
+    from posmech.models.scores import ScoreFunction
+
+    q, k = torch.randn(1, 5, 2, 4, dtype=torch.float64), torch.randn(1, 5, 2, 4, dtype=torch.float64)
+    plain = ScoreFunction("learned", 2.0).full(q, k)
+    capped = ScoreFunction("learned", 2.0, softcap=0.5).full(q, k)
+    assert torch.allclose(capped, 0.5 * torch.tanh(plain / 0.5)) and capped.abs().max() < 0.5 < plain.abs().max()
+
+
+def test_key_head_of_grouped_and_multi_query_keys():
+    import torch
+
+    from posmech.models.scores import key_head
+
+    k = torch.arange(2 * 3 * 2 * 1, dtype=torch.float32).reshape(2, 3, 2, 1)  # 2 key heads
+    assert torch.equal(key_head(k, 3, 4), k[:, :, 1]) and torch.equal(key_head(k, 1, 4), k[:, :, 0])
+    one = k[:, :, :1]  # multi-query
+    assert all(torch.equal(key_head(one, h, 4), one[:, :, 0]) for h in range(4))
+    with pytest.raises(PosmechError, match="evenly"):
+        key_head(torch.zeros(1, 1, 3, 1), 0, 4)
 
 
 def test_manifest_records_the_architecture(dirs, tmp_path):

@@ -31,7 +31,12 @@ def hf_divisor(model) -> float:
     return 1.0 / float(getattr(body, "scaling", None) or body.inv_norm_factor)
 
 
-@pytest.mark.parametrize("name", sorted(tiny_archs.BUILDERS))
+#: the tiny models the posmech engine runs (hf_state converts them); the others of
+#: tiny_archs.BUILDERS run on the bridge, whose scale is Hugging Face's own
+ENGINE = ("gpt2_one_layer", "gpt_neo", "opt", "neox", "llama", "bloom")
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(tiny_archs.BUILDERS) if n in ENGINE])
 def test_one_scale_everywhere_and_it_is_hugging_faces(tmp_path, name):
     from transformers import AutoModelForCausalLM
 

@@ -52,7 +52,8 @@ def _entry(step: int) -> dict:
 
 
 def _config() -> dict:
-    return {"models": {"m": {"train": CFG, "device": "cpu"}}, "twins": {"enabled": True, "seed": 0}}
+    # a trained model gets its twin when the config asks (twins.trained, as config/demo.yaml does)
+    return {"models": {"m": {"train": CFG, "device": "cpu"}}, "twins": {"enabled": True, "trained": True, "seed": 0}}
 
 
 def test_the_training_records_each_checkpoints_hash_when_it_saves_it(project):

@@ -55,7 +55,7 @@ import numpy as np
 
 from posmech.analyses.attention import head_name, parse_head
 from posmech.models.scores import attn_scale as sa_attn_scale
-from posmech.models.scores import score_function
+from posmech.models.scores import key_head, score_function
 from posmech.core.errors import PosmechError
 from posmech.core.names import RANDOM_OFFSET2_MASS, RANDOM_PREV_MASS
 from posmech.core.progress import Progress
@@ -307,7 +307,7 @@ def run_variant(
                 s = full[la][:, h].numpy()
             else:
                 q = got[("hook_q", la)][:, :, h]
-                k = got[("hook_k", la)][:, :, h]
+                k = key_head(got[("hook_k", la)], h, got[("hook_q", la)].shape[2])  # grouped / multi-query keys
                 s = torch.einsum("bqd,bkd->bqk", q, k).numpy() / scale
             s[:, upper] = np.nan
             scores[sl, i] = s

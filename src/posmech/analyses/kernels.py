@@ -105,34 +105,19 @@ def attention_layout(hf_config: dict[str, Any], n_layers: int, d_head: int) -> t
     layer: GPT-2: ``sqrt(d_head)`` when ``scale_attn_weights`` (default), times ``layer + 1`` when
     ``scale_attn_by_inverse_layer_idx``.  GPT-Neo (TinyStories): no scaling, and layers
     listed ``local`` in ``attention_types`` see only the last ``window_size`` positions.
-    GPT-NeoX/Pythia, Llama, Qwen2 (rotary) and BLOOM (ALiBi): ``sqrt(d_head)``, no window;
-    Mistral: its ``sliding_window`` on every layer.  Other rotary layouts (GPT-J's
-    interleaved pairs, Phi, Gemma's score scalar, Falcon) are refused.
+    Rotary and ALiBi models: ``sqrt(d_head)`` (Gemma: ``sqrt(query_pre_attn_scalar)``); the
+    sliding windows of :func:`posmech.models.architecture.layer_windows` (GPT-Neo's local
+    layers, Mistral's ``sliding_window``, ``layer_types``' ``sliding_attention`` layers).
+    What the score function does not compute (interleaved rotary pairs, soft-capped scores)
+    is not scheduled (requirement ``raw_scores_layout``, :mod:`posmech.pipeline.applicability`).
     """
+    from posmech.models.architecture import layer_windows
+
     mtype = hf_config.get("model_type", "gpt2")
     scale = np.full(n_layers, score_divisor(hf_config, d_head))
-    window = np.zeros(n_layers, dtype=np.int64)
-    if mtype == "gpt2":
-        if hf_config.get("scale_attn_by_inverse_layer_idx", False):
-            scale *= np.arange(1, n_layers + 1)
-    elif mtype == "gpt_neo":
-        kinds: list[str] = []
-        for names, repeat in hf_config.get("attention_types", [[["global"], n_layers]]):
-            kinds += list(names) * int(repeat)
-        if len(kinds) != n_layers:
-            raise PosmechError(f"GPT-Neo config: attention_types gives {len(kinds)} layers, the model has {n_layers}")
-        w = int(hf_config.get("window_size", 256))
-        window[:] = [w if k == "local" else 0 for k in kinds]
-    elif mtype == "mistral" and hf_config.get("sliding_window"):
-        window[:] = int(hf_config["sliding_window"])
-    elif mtype == "qwen2" and hf_config.get("use_sliding_window"):
-        raise PosmechError("positional kernels: Qwen2 with use_sliding_window (a window on some layers only) is "
-                           "not supported; remove the model from `kernels.models`")
-    elif mtype in ("gemma", "gemma2", "phi", "gptj", "falcon"):
-        raise PosmechError(
-            f"positional kernels are defined for learned absolute, rotary (GPT-NeoX, Llama, Mistral, Qwen2) and "
-            f"ALiBi (BLOOM) positions; model_type {mtype!r} is not one of them. Remove the model from `kernels.models`"
-        )
+    if mtype == "gpt2" and hf_config.get("scale_attn_by_inverse_layer_idx", False):
+        scale *= np.arange(1, n_layers + 1)
+    window = np.asarray(layer_windows(hf_config, n_layers), dtype=np.int64)
     return scale, window
 
 

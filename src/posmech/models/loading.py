@@ -749,6 +749,24 @@ def _deferred_tokenizer(hf_dir: str | os.PathLike[str]) -> Any:
     return DeferredTokenizer(lambda: load_tokenizer(hf_dir))
 
 
+def engine_words(manifest: dict[str, Any], processing: str | None = None, engine: str = "auto") -> str:
+    """The forward engine :func:`load_model` runs the manifest's model on, in the words of its
+    log line: ``posmech (<dir>[, <processing>])`` or ``bridge (<why not posmech's>)``;
+    ``processing`` None: in the raw mode at least (fetch_model, which does not know it)."""
+    from posmech.models import lens
+
+    if engine == "bridge":
+        return "bridge (config key `models.<name>.engine` is bridge)"
+    hf_dir = Path(manifest["hf_dir"])
+    cj = json.loads((hf_dir / "config.json").read_text())
+    legacy = is_tl_legacy_dir(hf_dir)
+    why = lens.unsupported(tl_config=cj) if legacy else lens.unsupported_hf(cj, processing)
+    if why is not None:
+        return f"bridge (the posmech engine does not run this model: {why})"
+    where = "legacy TransformerLens checkpoint" if legacy else str(hf_dir)
+    return f"posmech ({where}" + (f", {processing})" if processing else ")")
+
+
 def load_model(
     manifest: dict[str, Any] | str | os.PathLike[str],
     device: str = "auto",
@@ -798,4 +816,6 @@ def load_model(
             raise PosmechError(f"config key `models.<name>.engine`: `posmech` does not run model "
                                f"{m.get('name')!r} ({why}); use `auto` or `bridge`")
         log.info("forward engine: bridge (the posmech engine does not run this model: %s)", why)
+    else:
+        log.info("forward engine: bridge (config key `models.<name>.engine` is bridge)")
     return load_bridge(m, device, dtype, processing)

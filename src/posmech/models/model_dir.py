@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 from posmech.core.errors import PosmechError
-from posmech.models.architecture import is_tl_config
 
 #: ``(files, what they are)``: any one complete set is a tokenizer AutoTokenizer can read
 TOKENIZER_SETS = ((("tokenizer.json",), "tokenizer.json"),
@@ -57,6 +56,7 @@ EMBED_WIDTH_KEYS = ("word_embed_proj_dim", "embedding_size")
 #: attention that is not heads x head size (multi-head latent attention): no head check
 LATENT_ATTENTION_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
+#: a layer index in a weight's name
 LAYER = re.compile(r"(?:^|\.)(?:layers|h|layer|blocks)\.(\d+)\.")
 TOKEN_EMBEDDING = re.compile(r"(?:^|[._])(?:wte|embed_tokens|word_embeddings|embed_in|tok_embeddings|token_embeddings?"
                              r"|tok_emb|word_emb|W_E|embeddings?|embed)(?:$|[._])")
@@ -64,6 +64,20 @@ NOT_TOKEN_EMBEDDING = re.compile(r"pos|wpe|W_pos|token_type|unembed|W_U|rotary|r
 Q_NAMES, K_NAMES, V_NAMES = ("q_proj", "query", "q", "wq", "q_lin"), ("k_proj", "key", "k", "wk", "k_lin"), \
     ("v_proj", "value", "v", "wv", "v_lin")
 QKV_NAMES = ("c_attn", "query_key_value", "qkv_proj", "Wqkv", "W_pack", "qkv")
+
+
+def is_tl_config(cfg: Mapping[str, Any]) -> bool:
+    """(Also :mod:`posmech.models.architecture`'s.) A legacy TransformerLens config (``d_model``, ``n_layers``, no ``model_type``)."""
+    return "model_type" not in cfg and "d_model" in cfg and "n_layers" in cfg
+
+
+def config_kv_heads(cfg: Mapping[str, Any], n_heads: int) -> tuple[str, int]:
+    """``(key, n)``: the key/value heads the config gives (``num_key_value_heads``…), 1 for
+    ``multi_query`` (unless Falcon's ``new_decoder_architecture``, whose ``num_kv_heads``
+    counts), else ``n_heads`` (``num_attention_heads``: no grouping)."""
+    if cfg.get("multi_query") and not cfg.get("new_decoder_architecture"):
+        return "multi_query", 1
+    return _int(cfg, KV_KEYS) or ("num_attention_heads", n_heads)
 
 
 def _int(cfg: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[str, int] | None:
@@ -272,7 +286,8 @@ def _attention_problems(pre: str, fix: str, shapes: Mapping[str, tuple[tuple[int
     given = _int(cfg, HEAD_SIZE_KEYS)
     d_head = given[1] if given else width[1] // heads[1]
     head_words = f"`{given[0]}` {d_head}" if given else f"{d_head} (`{width[0]}` / `{heads[0]}`)"
-    kv = _int(cfg, KV_KEYS) or (("multi_query", 1) if cfg.get("multi_query") else heads)
+    kv_key, kv_n = config_kv_heads(cfg, heads[1])
+    kv = heads if kv_key == "num_attention_heads" else (kv_key, kv_n)
     layer0 = {k: v for k, v in shapes.items() if (m := LAYER.search(k)) and m[1] == "0"}
     wrong: list[str] = []  # "what the config gives = n, but `tensor` is [..]"
     narrow: list[str] = []  # projections with no side of the model's width

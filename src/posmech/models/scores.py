@@ -103,6 +103,7 @@ class ScoreFunction:
     * ``rotary``: ``R(n) q_n · R(i) k_i / scale``, ``R`` the model's rotation of the rotary
       dimensions (:func:`rotate`, with the ``cos``/``sin`` the model's rotary embedding hands
       its attention: ``blocks.L.attn.hook_cos``/``hook_sin``);
+    * soft-capped scores (Gemma 2): ``c·tanh(raw / c)`` of the above (:meth:`cap`);
     * ``alibi``: ``q_n·k_i / scale + m_h·(i - n)`` (:func:`alibi_slopes`): ALiBi's bias
       relative to the query, 0 on the diagonal, positive for future keys.  BLOOM adds
       ``m_h·i``, which differs by ``m_h·n``, a constant per query row that the softmax
@@ -114,6 +115,14 @@ class ScoreFunction:
     scheme: str
     scale: float
     slopes: tuple[float, ...] = ()
+    #: Gemma 2's attention soft-capping ``c``: scores ``c·tanh(s / c)`` (None: none)
+    softcap: float | None = None
+
+    def cap(self, s: Any) -> Any:
+        """``s`` soft-capped as the model does (``c·tanh(s / c)``), unchanged without a cap."""
+        import torch
+
+        return s if not self.softcap else self.softcap * torch.tanh(s / self.softcap)
 
     @property
     def extra_hooks(self) -> tuple[str, ...]:
@@ -157,7 +166,7 @@ class ScoreFunction:
         import torch
 
         q, k = self.prepare(q, k, extra)
-        s = torch.einsum("bqhd,bkhd->bhqk", q, k) / self.scale
+        s = self.cap(torch.einsum("bqhd,bkhd->bhqk", q, k) / self.scale)
         if self.scheme == "alibi":
             pos = (torch.arange(q.shape[1], device=q.device) if positions is None
                    else torch.as_tensor(positions, device=q.device))
@@ -174,7 +183,7 @@ class ScoreFunction:
         q, k = self.prepare(q, k, extra)
         r = torch.as_tensor(rows, device=q.device)
         keys = r[:, None] + torch.as_tensor(offsets(window), device=q.device)[None, :]  # [R, 2W+1]
-        s = torch.einsum("brhd,brohd->bhro", q[:, r], k[:, keys]) / self.scale
+        s = self.cap(torch.einsum("brhd,brohd->bhro", q[:, r], k[:, keys]) / self.scale)
         if self.scheme == "alibi":
             s = s + self.bias(r[:, None].expand_as(keys), keys, s.dtype)[None]
         return s
@@ -184,10 +193,24 @@ def score_function(cfg: Any) -> ScoreFunction:
     """The :class:`ScoreFunction` of a model from its (TransformerLens) ``cfg``: the scheme
     (:func:`position_scheme`), the scale (:func:`attn_scale`: ``sqrt(d_head)`` for GPT-2,
     GPT-NeoX, Llama, BLOOM and OPT, 1 for GPT-Neo) and, for ALiBi, the slopes of its
-    ``n_heads`` heads."""
+    ``n_heads`` heads; Gemma 2's soft-capping from ``cfg.attn_scores_soft_cap`` (checked
+    against the bridge's ``hook_attn_scores`` on a tiny random Gemma 2: equal to 5e-7)."""
     scheme = position_scheme(cfg)
     slopes = tuple(float(m) for m in alibi_slopes(int(cfg.n_heads))) if scheme == "alibi" else ()
-    return ScoreFunction(scheme, attn_scale(cfg), slopes)
+    cap = getattr(cfg, "attn_scores_soft_cap", None)  # TransformerLens's name; -1: none
+    return ScoreFunction(scheme, attn_scale(cfg), slopes,
+                         float(cap) if isinstance(cap, (int, float)) and cap > 0 else None)
+
+
+def key_head(k: Any, h: int, n_heads: int) -> Any:
+    """Query head ``h``'s keys from ``k [b, n, H_kv, d_head]`` of a model with ``n_heads``
+    query heads: key head ``h // (n_heads / H_kv)`` (grouped-query attention; multi-query:
+    the one key head; ``H_kv = n_heads``: head ``h``), as :meth:`ScoreFunction.prepare`
+    repeats them."""
+    n_kv = int(k.shape[2])
+    if n_heads % n_kv:
+        raise PosmechError(f"{n_heads} query heads cannot share {n_kv} key heads evenly")
+    return k[:, :, h // (n_heads // n_kv)]
 
 
 def qk_scores(q: Any, k: Any, scale: float) -> Any:

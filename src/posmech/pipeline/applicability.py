@@ -12,8 +12,8 @@ findings of their claims are ``not measurable`` with that reason (:mod:`posmech.
 
 A rule reading the output of a rule that cannot run cannot run either; its reason names
 the rule it needs. To make a rule run on more models, change its declaration (drop a
-requirement) or the requirement's accepted values, e.g. ``raw_scores_layout``'s model
-types once another layout's hooked scores are checked.
+requirement) or the requirement's accepted values (a structural test of the architecture,
+never a list of model types where the structure can be read).
 
 Rules not in the table (``fetch_model``, ``tokenize``, ``cache_activations``, the report)
 run on every model. Pure: no I/O.
@@ -34,9 +34,15 @@ class Requirement:
     ``model_types`` (``transformer_lens``: a legacy TransformerLens checkpoint, as the demo
     models), an MLP (``mlp``), a LayerNorm before each block rather than after each residual
     addition (``pre_ln``); ``None``/False: anything. ``reason`` says in words why a model
-    that fails it cannot run the rule; ``{positions}`` (the scheme in words) and
-    ``{model_type}`` are filled in. ``types_for``: the schemes ``model_types`` applies to (a
-    model of another scheme meets it whatever its type; ``None``: every scheme)."""
+    that fails it cannot run the rule; ``{positions}`` (the scheme in words),
+    ``{model_type}`` and ``{unmet}`` (what of the model fails which test, in words) are
+    filled in. Structural tests, read from the model's config and weights
+    (:class:`~posmech.models.architecture.Architecture`): ``rotary_halves``, a rotary model
+    rotates the two halves of its rotated dimensions (not GPT-J's interleaved pairs, nor a
+    pair order that cannot be told); ``plain_scores``, the scores are ``q·k / scale`` (plus
+    ALiBi's bias), not soft-capped (Gemma 2's ``attn_logit_softcapping``). ``types_for``: the
+    schemes ``model_types`` applies to (a model of another scheme meets it whatever its type;
+    ``None``: every scheme)."""
 
     reason: str
     schemes: tuple[str, ...] | None = None
@@ -44,15 +50,34 @@ class Requirement:
     mlp: bool = False
     pre_ln: bool = False
     types_for: tuple[str, ...] | None = None
+    rotary_halves: bool = False
+    plain_scores: bool = False
+
+    def unmet(self, arch: Architecture) -> list[str]:
+        """What of ``arch`` fails the requirement, in words (empty: it meets it)."""
+        out = []
+        if self.schemes is not None and arch.positions not in self.schemes:
+            out.append(arch.scheme_words)
+        typed = self.types_for is None or arch.positions in self.types_for
+        if self.model_types is not None and typed and arch.model_type not in self.model_types:
+            out.append(f"model_type {arch.model_type!r}")
+        if self.mlp and not arch.has_mlp:
+            out.append("no MLP")
+        if self.pre_ln and arch.post_ln:
+            out.append("LayerNorm after each residual addition")
+        if self.rotary_halves and arch.positions == "rotary" and arch.rotary_interleaved is not False:
+            out.append("interleaved rotary pairs (adjacent dimensions, GPT-J's rotate_every_two)"
+                       if arch.rotary_interleaved else "a rotary pair order that cannot be told (halves or interleaved)")
+        if self.plain_scores and arch.score_softcap is not None:
+            out.append(f"attention scores soft-capped at {arch.score_softcap:g} (c·tanh(q·k/(scale·c)), "
+                       "attn_logit_softcapping)")
+        return out
 
     def why_not(self, arch: Architecture) -> str | None:
         """``None`` when ``arch`` meets the requirement, else the reason in words."""
-        typed = self.types_for is None or arch.positions in self.types_for
-        ok = ((self.schemes is None or arch.positions in self.schemes)
-              and (self.model_types is None or not typed or arch.model_type in self.model_types)
-              and (not self.mlp or arch.has_mlp)
-              and (not self.pre_ln or not arch.post_ln))
-        return None if ok else self.reason.format(positions=arch.scheme_words, model_type=arch.model_type)
+        unmet = self.unmet(arch)
+        return None if not unmet else self.reason.format(positions=arch.scheme_words, model_type=arch.model_type,
+                                                         unmet="; ".join(unmet))
 
 
 REQUIREMENTS: dict[str, Requirement] = {
@@ -71,20 +96,24 @@ REQUIREMENTS: dict[str, Requirement] = {
         "the token-only input of {positions} runs every token at position 0, which only the posmech engine does, "
         "and it does not run {model_type}", model_types=("gpt_neox", "llama", "mistral", "qwen2", "bloom"),
         types_for=("rotary", "alibi")),
-    # the attention scores before the softmax (P12, P13, the taxonomy's statistics): q·k·scale
-    # for learned positions, q and k rotated at their positions for rotary heads, the ALiBi
-    # bias added for ALiBi heads (posmech.models.scores.ScoreFunction, tested against Hugging Face's
-    # own scores on tiny Llama, GPT-NeoX and BLOOM models), checked against the bridge's
-    # hook_attn_scores (up to a per-row constant for ALiBi): the layouts whose hook is the
-    # pre-softmax score. OPT: the bridge's hook_attn_scores is not its pre-softmax score (it
-    # records the pattern there), the posmech engine's is (q·k/sqrt(d_head), masked: equal to
-    # Hugging Face's OPT scores, tests/analyses/test_anatomy_raw_scores.py), and
-    # load_model's `auto` runs OPT on the engine (not a post-LayerNorm OPT in the
-    # compatibility mode: that one runs on the bridge, whose scores the check refuses at run time)
-    "raw_scores_layout": Requirement("raw scores of {model_type} attention not yet supported (the bridge's "
-                                     "hook_attn_scores, which they are checked against, is not its pre-softmax score)",
-                                     model_types=("gpt2", "gpt_neo", "transformer_lens", "gpt_neox", "llama",
-                                                  "mistral", "qwen2", "bloom", "opt")),
+    # the attention scores before the softmax (P12, P13, the taxonomy's statistics, the
+    # positional kernels): q·k·scale for learned positions, q and k rotated at their positions
+    # for rotary heads (the halves convention of posmech.models.scores.rotate), the ALiBi bias
+    # added for ALiBi heads (posmech.models.scores.ScoreFunction, tested against Hugging Face's
+    # own scores on tiny Llama, GPT-NeoX and BLOOM models); grouped-query and multi-query key
+    # heads are repeated per query group. Decided from the structure read from the model's
+    # config and weights, not its model type; what the score function does not compute
+    # (interleaved rotary pairs) is named; soft-capped scores (Gemma 2) are computed
+    # (ScoreFunction.cap). At run time the raw scores are checked against the forward's own
+    # hook_attn_scores (posmech.analyses.anatomy): a model whose forward records something
+    # else there fails that analysis on that model, reported with its log
+    "raw_scores_layout": Requirement("raw attention scores of {model_type} are not computed by posmech's score "
+                                     "function: {unmet}", schemes=("learned", "rotary", "alibi"),
+                                     rotary_halves=True),
+    # the positional kernels are the softmax of q·k/scale (posmech.analyses.kernels.head_kernels):
+    # a model that soft-caps its scores (Gemma 2) attends with c·tanh(q·k/(scale·c)) instead
+    "plain_scores": Requirement("the positional kernels are the softmax of q·k/scale, and {model_type} "
+                                "does not attend with it: {unmet}", plain_scores=True),
     # the layer-0 decomposition reads the layer-0 weights of these layouts only (OPT's through
     # the forward engine's converter, posmech.models.lens.hf_state: W_pos from row 2); a rotary
     # or ALiBi model's layer 0 is read from one-token forward passes of the posmech engine
@@ -139,10 +168,14 @@ def family_problems(arch: Architecture | None, families: Mapping[str, tuple[str,
 def why_not(rule: str, arch: Architecture, rules: Mapping[str, Needs] = RULES,
             requirements: Mapping[str, Requirement] = REQUIREMENTS) -> str | None:
     """``None`` when ``rule`` can run on a model of architecture ``arch``, else the reason in
-    words (its own first unmet requirement, else that of the first rule it reads)."""
+    words (its own first unmet requirement, else that of the first rule it reads). No rule of
+    the table runs on a model whose position scheme cannot be told (``unknown``): the reason
+    says why it cannot."""
     needs = rules.get(rule)
     if needs is None:
         return None
+    if arch.positions == "unknown":
+        return f"position scheme not decided before the run: {arch.undecided}"
     for req in needs.requires:
         why = requirements[req].why_not(arch)
         if why is not None:

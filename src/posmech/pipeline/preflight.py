@@ -151,9 +151,13 @@ def known_architecture(name: str, entry: dict[str, Any],
     and where it was read, when it can be known without running anything: a ``config.json``
     on disk (a local source; ``resources/models/<name>/hf`` relative to ``base`` once
     fetched; a Hub model's config.json in the Hugging Face cache), else a trained model's
-    ``train`` section; ``None`` otherwise (a Hub model neither fetched nor cached). A
-    config.json whose position scheme cannot be told raises :class:`PosmechError`."""
+    ``train`` section; ``None`` otherwise (a Hub model neither fetched nor cached). Beside a
+    config.json on disk, the names and shapes of its directory's safetensors weights are read
+    too (headers only: the position table, the key heads, the MLP's gate). A config.json
+    whose sizes cannot be read raises :class:`PosmechError`; a position scheme that cannot
+    be told is ``unknown`` with its reason (no analysis rule is scheduled for the model)."""
     from posmech.models.architecture import architecture, train_architecture
+    from posmech.models.model_dir import weight_shapes
 
     candidates = []
     if "source" in entry and is_local(entry["source"]):
@@ -166,7 +170,11 @@ def known_architecture(name: str, entry: dict[str, Any],
         except (OSError, ValueError):  # a config.json that does not parse: model_json_problems
             continue
         if isinstance(cfg, dict):
-            return architecture(cfg, f"model {name!r} ({c})"), str(c)
+            try:
+                shapes = weight_shapes(c.parent)
+            except PosmechError:  # a bad header: reported by local_model_problems
+                shapes = {}
+            return architecture(cfg, f"model {name!r} ({c})", shapes or None), str(c)
     if "train" in entry:
         return train_architecture(entry["train"], f"model {name!r}"), f"models.{name}.train"
     if "source" in entry and not is_local(entry["source"]):

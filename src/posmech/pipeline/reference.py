@@ -143,12 +143,17 @@ def met_by(req: Requirement) -> str:
         parts.append("an MLP in each block (`has_mlp`)")
     if req.pre_ln:
         parts.append("a LayerNorm before each block (`post_ln` false)")
+    if req.rotary_halves:
+        parts.append("rotary pairs that are the two halves of the rotated dimensions, where rotary "
+                     "(`rotary_interleaved` false)")
+    if req.plain_scores:
+        parts.append("scores not soft-capped (`score_softcap` null)")
     return "; ".join(parts) or "any model"
 
 
 def reason_text(req: Requirement) -> str:
     """``req``'s reason as written, its blanks shown as code: ``{positions}`` (the model's
-    position scheme in words), ``{model_type}``."""
+    position scheme in words), ``{model_type}``, ``{unmet}``."""
     return re.sub(r"\{(\w+)\}", r"`{\1}`", req.reason)
 
 

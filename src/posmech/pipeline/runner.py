@@ -245,6 +245,10 @@ def run(smk: Any, main: Callable[[Any, logging.Logger], None]) -> None:
     is logged too, never left to a bare traceback on stderr with an empty log: the
     rule, the error, the file involved (:func:`involved_file`) and a likely fix
     (:func:`likely_fix`), then the full traceback (in the log file only); exit status 1.
+    A declared analysis (:func:`_isolated`) is the exception: its failure is written as
+    failure records in place of its outputs and the job ends normally
+    (:func:`_run_analyses`, :mod:`posmech.core.failures`), so the other models' findings
+    and the report are still made.
 
     At the end of every job, failed or not, one line ``PERF {json}`` goes to the log with
     the job's CPU seconds, peak RSS and forward passes by shape, and the same JSON to
@@ -260,6 +264,11 @@ def run(smk: Any, main: Callable[[Any, logging.Logger], None]) -> None:
     _CURRENT.clear()  # a family's analysis that failed stays named until the next job
     finished = False
     analyses: list[dict[str, Any]] | None = getattr(main, "analyses", None)
+    if analyses is None and _isolated(rule):  # an analysis with a job of its own: isolated as in a family
+        one = main
+
+        def main(smk: Any, log: logging.Logger) -> None:
+            _run_analyses(smk, [(one, {})], log, [], family=False)
     try:
         try:
             main(typed_view(smk), log)
@@ -407,21 +416,95 @@ def family_analyses(rule: str, load: Callable[[str], Any]) -> list[Analysis]:
     return [(load(name).main, LINKS.get(name, {})) for name in FAMILIES.get(rule, (rule,))]
 
 
+def _isolated(rule: str) -> bool:
+    """Whether a failure of ``rule``'s analysis is isolated (:mod:`posmech.core.failures`):
+    a declared analysis (workflow/analyses/), not a model, corpus or report rule. Set
+    ``POSMECH_FAIL_FAST`` (to anything but empty or 0) to end the job at the first error."""
+    from posmech.core.families import ANALYSES
+
+    return rule in ANALYSES and os.environ.get(FAIL_FAST_ENV, "") in ("", "0")
+
+
+#: set to end an analysis's job at its first error instead of writing failure records
+FAIL_FAST_ENV = "POSMECH_FAIL_FAST"
+
+
+def user_error(err: BaseException) -> bool:
+    """A :class:`PosmechError` naming a config key (``config key `…```): the user's to fix, so
+    it ends the job and the run as before, never recorded as a model's failure."""
+    return isinstance(err, PosmechError) and "config key `" in str(err)
+
+
+def damaged_input(err: BaseException) -> bool:
+    """An input whose bytes changed after it was written (an HDF5 checksum or filter failure):
+    the run's data, not the model, is at fault, so it ends the job (its log names the file and
+    the rule to rerun, :func:`likely_fix`) rather than being recorded as a model's failure."""
+    text = str(err)
+    return "checksum" in text or "filter returned failure" in text
+
+
+def _fail(view: Any, name: str, error: str, log_path: str | None, log: logging.Logger) -> int:
+    """Write a failure record (:func:`posmech.core.failures.write_failure`) at each output
+    of ``view`` that does not exist; how many."""
+    from posmech.core.failures import write_failure
+
+    model = getattr(getattr(view, "wildcards", None), "model", None) if hasattr(view, "wildcards") else None
+    rec = {"analysis": name, "model": model, "error": error, "log": log_path}
+    n = 0
+    for out in view.output:
+        if isinstance(out, (str, os.PathLike)) and not os.path.exists(out):
+            write_failure(out, rec)
+            n += 1
+    log.warning("analysis %s: %d output(s) written as failure records (posmech.core.failures): its findings "
+                "are not measurable, with this log's path", name, n)
+    return n
+
+
 def _run_analyses(smk: Any, analyses: list[Analysis], log: logging.Logger, record: list[dict[str, Any]],
                   family: bool = True) -> None:
+    """Run ``analyses`` in order on their views. An analysis whose input is a failure record
+    does not run, and one that raises (a declared analysis, :func:`_isolated`) does not end
+    the job: its outputs not written become failure records (:func:`_fail`, the error and
+    traceback in the log), what the others wrote stays. Not isolated: an error naming a
+    config key (:func:`user_error`), a full disk or exhausted memory."""
     from posmech.core import perf
+    from posmech.core.failures import failed_paths, words
 
+    log_path = str(smk.log[0]) if len(getattr(smk, "log", []) or []) else None
     for i, (fn, links) in enumerate(analyses, 1):
-        name = fn.__module__.rsplit(".", 1)[-1]
+        name = fn.__module__.rsplit(".", 1)[-1] if family else str(getattr(smk, "rule", "?"))
         view = analysis_view(smk, name, links) if family else smk
         if not any(v is not None for v in view.output):  # only figures, and none wanted (a sweep point)
             log.info("analysis %s (rule %s, %d/%d): skipped, it makes figures only and this job draws none",
                      name, getattr(smk, "rule", "?"), i, len(analyses))
             continue
+        isolate = _isolated(name)
+        failed_in = failed_paths(view.input) if isolate else {}
+        if failed_in:
+            path, rec = next(iter(failed_in.items()))
+            log.error("analysis %s not run: its input %s is a failure record (%s)", name, path, words(rec))
+            _fail(view, name, f"its input {path} failed ({words(rec)})", rec.get("log") or log_path, log)
+            record.append({"analysis": name, "failed": "input"})
+            continue
         log.info("analysis %s (rule %s, %d/%d)", name, getattr(smk, "rule", "?"), i, len(analyses))
         c0, t0, f0 = perf._cpu_s(), time.perf_counter(), perf.forwards()
         _CURRENT.append(f"{getattr(smk, 'rule', '?')} (analysis {name})")
-        fn(view, log)
+        try:
+            fn(view, log)
+        except Exception as err:  # noqa: BLE001 - isolated: recorded in place of its outputs
+            if not isolate or exhaustion(err) or user_error(err) or damaged_input(err):  # ends the job, and the run
+                raise
+            import traceback
+
+            _CURRENT.pop()
+            log.error("analysis %s failed on this model: %s: %s", name, type(err).__name__, err)
+            for h in logging.getLogger().handlers:  # the traceback into the log file only, in its place
+                if isinstance(h, logging.FileHandler) and h.stream is not None:
+                    h.stream.write("Traceback (for debugging):\n" + "".join(traceback.format_exception(err)))
+                    h.flush()
+            _fail(view, name, f"{type(err).__name__}: {err}", log_path, log)
+            record.append({"analysis": name, "failed": f"{type(err).__name__}: {err}"})
+            continue
         _CURRENT.pop()
         cpu, wall = perf._cpu_s() - c0, time.perf_counter() - t0
         made = {k: n - f0.get(k, 0) for k, n in perf.forwards().items() if n > f0.get(k, 0)}

@@ -99,6 +99,13 @@ def prepare(config: dict[str, Any], schema: dict[str, Any], repo: str | os.PathL
             raise PosmechError(str(message))
         if message:
             notes.append(message)
+        if not dry_run:  # a failed analysis's records: deleted, so that its jobs run again
+            from posmech.core.failures import remove_failures
+
+            removed = remove_failures("results")
+            if removed:
+                notes.append(f"posmech: {len(removed)} failure record(s) of analyses that failed in an earlier run "
+                             "deleted (posmech.core.failures); their jobs run again")
         refuse_changed_tables("results")
     twins = add_twins(config)
     checkpoints = add_checkpoints(config)

@@ -246,11 +246,15 @@ def collect_assets(figures: list[str], tables: list[str], flags: dict[str, dict[
                    config: dict[str, Any], figures_dir: Path) -> list[Asset]:
     """Copy figures and tables next to the report and render their captions; each names its
     model (:func:`model_of`), and whether that is a random-init twin or a checkpoint
-    (:func:`model_marks`)."""
+    (:func:`model_marks`). A failure record (:mod:`posmech.core.failures`) is left out."""
+    from posmech.core.failures import failure_of
+
     models = config.get("models") or {}
     out = []
     for kind, paths in (("figure", figures), ("table", tables)):
         for p in paths:
+            if failure_of(p) is not None:  # a failed analysis's: its findings say so (findings.csv)
+                continue
             flag = flags.get(p) or {}
             caption = render_caption(flag.get("caption"), flag.get("wildcards") or {}, config)
             category = flag.get("category") or ""

@@ -207,13 +207,15 @@ def reduce_value(value: Any, aggregate: str | None) -> tuple[float | None, str]:
 
 
 def judge(finding: Finding, model: str, thresholds: Mapping[str, Any], row: Mapping[str, Any] | None,
-          rule_ran: bool, inapplicable: str | None = None) -> Verdict:
+          rule_ran: bool, inapplicable: str | None = None, failed: str | None = None) -> Verdict:
     """The verdict of ``finding`` on ``model``.
 
     ``row``: the scorecard row (``value`` parsed: number, list, mapping, text or ``None``;
     ``detail``) with the finding's quantity, ``None`` when there is none; ``rule_ran``:
     whether the finding's rule wrote a scorecard for the model; ``inapplicable``: why the
-    rule cannot run on the model (:mod:`posmech.pipeline.applicability`), ``None`` when it can."""
+    rule cannot run on the model (:mod:`posmech.pipeline.applicability`), ``None`` when it can;
+    ``failed``: the rule ran and failed on the model (its failure in words, with its log's
+    path: :func:`posmech.verdicts.scorecard.failed_rules`), never read as a value."""
     from posmech.verdicts.scorecard import format_value
 
     thr = float(thresholds[finding.threshold])
@@ -222,6 +224,8 @@ def judge(finding: Finding, model: str, thresholds: Mapping[str, Any], row: Mapp
     def nm(reason: str, value: float | None = None) -> Verdict:
         return Verdict(finding.claim, model, "not measurable", q, value, thr, reason)
 
+    if failed:
+        return nm(f"failed: rule {finding.rule} failed on {model}, so the finding was not measured: {failed}")
     if not rule_ran and inapplicable:
         return nm(f"rule {finding.rule} does not apply to {model}: {inapplicable}")
     if not rule_ran:
@@ -255,12 +259,16 @@ def findings_table(findings: list[Finding], thresholds: Mapping[str, Any], score
     ``scorecards``: every ``results/{model}/scorecard/<rule>.csv`` of the run; a rule that
     wrote none for a model does not run on it; ``not_applicable``: ``{model: {rule: reason}}``
     of the rules that cannot run on a model (:func:`posmech.pipeline.applicability.not_applicable`),
-    whose findings are not measurable with that reason."""
-    from posmech.verdicts.scorecard import claim_sort_key, parse_value, read_scorecards, registered_rules
+    whose findings are not measurable with that reason; a scorecard that is a failure record
+    (the rule failed on the model, :mod:`posmech.core.failures`) makes its findings not
+    measurable with a reason starting ``failed:`` that names the error and the log."""
+    from posmech.verdicts.scorecard import (claim_sort_key, failed_rules, parse_value, read_scorecards,
+                                            registered_rules)
 
     check_thresholds(findings, thresholds)
     check_null_margin(thresholds)
     ran = registered_rules(scorecards)
+    failed = failed_rules(scorecards)
     rows = read_scorecards(scorecards)
     # keyed by claim too: two claims of one rule may share a quantity name (L2's and L5's
     # posonly_pattern_offset1 are different heads')
@@ -274,7 +282,8 @@ def findings_table(findings: list[Finding], thresholds: Mapping[str, Any], score
             row = None if r is None else {"value": parse_value(r["value"]),
                                           "detail": "" if pd.isna(r["detail"]) else str(r["detail"])}
             skipped = (not_applicable or {}).get(m, {}).get(f.rule)
-            out.append(judge(f, m, thresholds, row, f.rule in ran.get(m, set()), skipped).row(f))
+            out.append(judge(f, m, thresholds, row, f.rule in ran.get(m, set()), skipped,
+                             failed.get((m, f.rule))).row(f))
     table = pd.DataFrame(out, columns=FINDINGS_COLUMNS)
     return with_twins(table, twins or {}, findings, thresholds, against=twins is not None)
 

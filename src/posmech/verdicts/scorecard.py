@@ -340,13 +340,31 @@ def registered_rules(paths: list[str] | list[os.PathLike[str]]) -> dict[str, set
     return registered
 
 
+def failed_rules(paths: list[str] | list[os.PathLike[str]]) -> dict[tuple[str, str], str]:
+    """``{(model, rule): the failure in words}`` of the scorecards among ``paths`` that are
+    failure records (:func:`posmech.core.failures.words`: the error and the log's path)."""
+    from posmech.core.failures import failure_of, words
+
+    out = {}
+    for p in paths:
+        rec = failure_of(p)
+        if rec is not None:
+            out[rule_of(p)] = words(rec)
+    return out
+
+
 def read_scorecards(paths: list[str] | list[os.PathLike[str]]) -> pd.DataFrame:
-    """Concatenate scorecard CSVs; adds ``rule`` (from the file name); checks the columns."""
+    """Concatenate scorecard CSVs; adds ``rule`` (from the file name); checks the columns.
+    A failure record (an analysis that failed on the model, :mod:`posmech.core.failures`)
+    adds no row: :func:`failed_rules` names it."""
+    from posmech.core.failures import failure_of
     from posmech.store.tables import SCORECARD_COLUMNS as COLS
     from posmech.store.tables import read_table
 
     frames = []
     for p in paths:
+        if failure_of(p) is not None:
+            continue
         try:
             df = read_table(p)
         except (pd.errors.EmptyDataError, pd.errors.ParserError, ValueError) as err:

@@ -14,12 +14,7 @@ import numpy as np
 
 from posmech.analyses.contextual.relative import RELATIVE_SCHEMES, Layer0Relative, relative_from_model
 from posmech.core.errors import PosmechError
-from posmech.models.architecture import ALIBI_TYPES, ROTARY_TYPES, score_divisor
-
-#: model types without learned absolute positions: the architecture module's rotary and
-#: ALiBi lists, and Falcon and MPT (rotary or ALiBi by their config)
-ROTARY = (*ROTARY_TYPES, *ALIBI_TYPES, "falcon", "mpt")
-
+from posmech.models.architecture import config_positions, score_divisor
 
 # --------------------------------------------------------------------------- weights
 @dataclass
@@ -110,9 +105,11 @@ def refuse_unsupported(hf_config: dict[str, Any], model: str, key: str = "contex
     """Rotary/ALiBi and shortformer models have no positional embedding in the residual
     stream, so there is no layer-0 positional score: a clear error naming the model and ``key``."""
     mtype = hf_config.get("model_type")
-    if mtype in ROTARY or hf_config.get("rotary") or hf_config.get("positional_embedding_type") in ("rotary", "alibi"):
+    scheme = config_positions(hf_config)
+    if scheme != "learned" or hf_config.get("rotary") or \
+            hf_config.get("positional_embedding_type") in ("rotary", "alibi"):
         raise PosmechError(
-            f"model {model!r} (model_type {mtype!r}) uses rotary/ALiBi positions: layer 0 has no positional "
+            f"model {model!r} (model_type {mtype!r}) uses {scheme} positions: layer 0 has no positional "
             f"embedding in the residual stream to decompose; remove {model!r} from `{key}`"
         )
     if hf_config.get("shortformer_pos") or hf_config.get("positional_embedding_type") == "shortformer":
