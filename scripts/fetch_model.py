@@ -4,7 +4,7 @@ from pathlib import Path
 
 from posmech.core.config import model_kind
 from posmech.models.architecture import Architecture
-from posmech.models.loading import engine_words, fetch_hub_model, prepare_local_model
+from posmech.models.loading import engine_words, fetch_hub_model, prepare_local_model, read_manifest
 from posmech.pipeline.runner import run
 
 
@@ -23,7 +23,9 @@ def main(smk, log):
         log.info("architecture of %s: %s; read from %s", name, arch.layout_words,
                  "; ".join(f"{k}: {v}" for k, v in arch.sources.items()))
     # its analyses' own logs name the engine they ran on (their processing; `engine: bridge` if set)
-    log.info("forward engine for its analyses, with engine auto: %s", engine_words(m))
+    # (read back: a Hub model's hf_dir is relative to its manifest's directory)
+    log.info("forward engine for its analyses, with engine auto: %s",
+             engine_words(read_manifest(smk.output.manifest, verify=False)))
 
 
 if __name__ == "__main__":  # a job of its own; a family job imports main (posmech.pipeline.runner)

@@ -112,13 +112,14 @@ def test_no_rule_ran_where_it_cannot(arch_run):
     work, _ = arch_run
     for m in MODELS + TWINS:
         arch = json.loads((work / f"resources/models/{m}/manifest.json").read_text())["architecture"]
-        skipped = not_applicable(Architecture(**arch))
+        skipped = not_applicable(Architecture.from_dict(arch))
         ran = set(analyses_run(work, m)) & set(RULES)  # family jobs list their analyses
         assert ran & set(skipped) == set(), m
         if m not in ("opt", "one"):
             assert {"attention_statistics", "diagonal_taxonomy", "prev_knockout", "positional_kernels",
                     "etc_table"} <= ran, m
-            assert "posembed_averaging" in skipped and "random_token_patterns" in skipped
+            # W_pos averaging needs learned positions; the L rules run on every scheme (issue 44)
+            assert "posembed_averaging" in skipped and "random_token_patterns" not in skipped
     assert {"positional_kernels", "layer0_decomposition", "bag_of_tokens_fit"} <= set(analyses_run(work, "opt"))
     errors = [p for p in (work / "logs").rglob("*.log") if " ERROR " in p.read_text(errors="replace")]
     assert errors == []

@@ -27,10 +27,14 @@ def test_the_blocks_quote_the_runs_numbers(ci_run):
             f"{dn.f3(s['best_induction_score'])} (") in readme
     assert readme.split("\n")[2].endswith(f"| {dn.f3(s['heldout_loss'])} |")
     heads = read_table(ci_run / "results/demo/heads.csv")
-    sharp = heads[heads["p7_chosen"] == "sharp"].iloc[0]
     rules = "\n".join(dn.p_rules(run))
-    assert (f"the sharp head is {sharp['head_name']}, diagonal ratio {dn.f3(sharp['diagonal_ratio'])}; its "
-            f"previous-token mass {dn.f3(sharp['prev_token_mass'])}") in rules
+    sharp = heads[heads["p7_chosen"] == "sharp"]
+    if len(sharp):  # a sharp previous-token head above the uniform baseline (the CI model's 60 steps may grow none)
+        sharp = sharp.iloc[0]
+        assert (f"the sharp head is {sharp['head_name']}, diagonal ratio {dn.f3(sharp['diagonal_ratio'])}; its "
+                f"previous-token mass {dn.f3(sharp['prev_token_mass'])}") in rules
+    else:
+        assert "no head of `demo` is a previous-token head above the uniform baseline" in rules
     findings = read_table(ci_run / "results/report/findings.csv")
     mine = findings[findings["model"] == "demo"]
     counts = "\n".join(dn.findings_counts(run))

@@ -43,6 +43,9 @@ def _with_hub_model(tmp_path, monkeypatch, revisions, dynamics=None):
     cfg["models"]["hub"] = {"source": "someorg/tiny-opt", "revisions": revisions, "device": "cpu"}
     if dynamics is not None:
         cfg["dynamics"] = dynamics
+    # the Hub model's null (its random-init twin, on by default for a model the run does not
+    # train) is another sweep point of its own; these tests count the checkpoints' points
+    cfg["twins"] = {"enabled": False}
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(cfg))
     work = tmp_path / "work"
@@ -144,9 +147,9 @@ def test_the_demo_sweep_points_build_the_cache_their_kernels_read_and_draw_nothi
 
     by_rule = {re.match(r"(?:local)?rule (\w+):", b).group(1): resources(b)
                for b in re.split(r"\n(?=(?:local)?rule \w+:\n)", log)
-               if re.match(r"(?:local)?rule (taxonomy|interventions|kernels|cache_activations):\n", b)
+               if re.match(r"(?:local)?rule (taxonomy|interventions|kernels|cache_activations|sinks):\n", b)
                and re.search(r"^    wildcards: model=demo(,|$)", b, flags=re.M)}
-    assert len(by_rule) == 4, by_rule
+    assert len(by_rule) == 5, by_rule  # the sinks family too: the sweep follows S1, S2
     point = resources(next(b for b in blocks if "rule sweep_demo:" in b))
     assert point["mem_mb"] == max(r["mem_mb"] for r in by_rule.values()) > 0
     assert point["runtime"] == sum(r["runtime"] for r in by_rule.values())

@@ -32,7 +32,9 @@ def test_report_opens_in_chromium_with_every_image_and_link(ci_run):
     assert shot.stat().st_size > 20_000
     # at a glance (1280 px): before anything is opened the page fits in a few screens; a legend
     # for every status; every scorecard row with its status; the status chips filter the rows
-    assert res.height_unopened <= 4 * 900, res.height_unopened
+    # (five screens since the S family, the null's legend and the order of formation joined the
+    # open part: 4,225 px on the CI-sized run of 2026-11-28; four before)
+    assert res.height_unopened <= 5 * 900, res.height_unopened
     assert res.height_unfolded > 3 * res.height_unopened
     assert set(res.legend) == {s.replace(" ", "-") for s in STATUSES}
     assert res.scorecard_rows > 0 and res.rows_without_status == []

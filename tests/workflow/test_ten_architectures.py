@@ -46,6 +46,9 @@ def run(tmp_path_factory):
     cfg["models"]["neox"]["processing"] = "raw"  # TransformerLens 4.3's compatibility mode is wrong on NeoX
     cfg["models"]["bloom"]["n_ctx"] = tiny_archs.N_CTX  # ALiBi: no context in its config
     cfg["corpora"]["bible"]["n_documents"] = 12
+    # the nulls (twins, on by default for models a run does not train) would double the run;
+    # they are checked by tests/workflow/test_architectures.py and the self-check
+    cfg["twins"] = {"enabled": False}
     path = root / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
     work = root / "work"

@@ -374,8 +374,11 @@ def p_rules(run: Run, model: str = "demo") -> list[str]:
     heads = e.get("heads") or {}
     card = e.get("scorecard") or {}
     sharp = next((h for h, r in heads.items() if r.get("p7_chosen") == "sharp"), None)
-    if sharp is None:
+    if not heads:
         return [f"No taxonomy of `{model}` in the stored run."]
+    if sharp is None:
+        return [f"- P7: no head of `{model}` is a previous-token head above the uniform baseline (P6), so none is "
+                "the sharp one (the interventions read the taxonomy's fallback head, which holds no role)"]
     early = sorted(float(r["diagonal_ratio"]) for h, r in heads.items() if r.get("p7_chosen") == "early")
     out = [f"- P7: the sharp head is {sharp}, diagonal ratio {f3(heads[sharp].get('diagonal_ratio'))}; its "
            f"previous-token mass {f3(heads[sharp].get('prev_token_mass'))}"
