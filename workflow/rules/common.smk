@@ -334,3 +334,12 @@ def head_table_inputs(wildcards):
         for key, (out, models) in head_table_sources().items()
         if wildcards.model in models
     }
+
+
+# rule sinks (sinks.smk): a function, so it lives here with the other input functions
+def sinks_inputs(wildcards):
+    """The manifest and the tokens of the `sinks` corpus."""
+    return {
+        "manifest": output_of(rules.fetch_model.output.manifest, wildcards),
+        "tokens": tokens_file(wildcards, SETTINGS.sinks.corpus),
+    }

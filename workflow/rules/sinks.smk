@@ -7,13 +7,6 @@ except PosmechError as err:
     raise WorkflowError(str(err)) from None
 
 
-def sinks_inputs(wildcards):
-    """The manifest and the tokens of the `sinks` corpus."""
-    return {
-        "manifest": output_of(rules.fetch_model.output.manifest, wildcards),
-        "tokens": tokens_file(wildcards, SETTINGS.sinks.corpus),
-    }
-
 
 rule sinks:
     """The sinks family (docs/workflow.md, "Families"), one job per model. Its analyses,
