@@ -7,7 +7,6 @@ except PosmechError as err:
     raise WorkflowError(str(err)) from None
 
 
-
 rule sinks:
     """The sinks family (docs/workflow.md, "Families"), one job per model. Its analyses,
     in the order the job runs them, and what each does, needs of a model, reads and
