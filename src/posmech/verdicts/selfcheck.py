@@ -758,6 +758,8 @@ CASES: tuple[Case, ...] = (
                         "sink ratio 1/6, above 0.1"),
         "S2": ("holds", "the sink is in layer 2: layers 0-1 hold none (ratio 0)"),
         "S3": ("not measurable", "learned positions: no ALiBi slopes"),
+        "S5": ("not measurable", "no checkpoints: the self-check sweeps no model, so there is no order of "
+                                 "formation to read (S5 is judged on swept models only)"),
     }),
     Case("sink-early", "gpt2", lambda: sink_spec(0, 1), {
         "S1": ("holds", "L0H1 is the sink: sink ratio 1/6, above 0.1"),
