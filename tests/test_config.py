@@ -129,6 +129,18 @@ def test_key_order_is_canonical_but_model_and_corpus_order_kept():
     assert list(cb["models"]["demo"]) == sorted(cb["models"]["demo"])
 
 
+def test_the_roles_of_the_order_of_formation_keep_the_config_order():
+    """dynamics.formation's roles are the columns of the report's order-of-formation table, in
+    the config's order (the default's, or the user's): not sorted like other keys (issue 47)."""
+    assert list(validate_config(demo(), SCHEMA)["dynamics"]["formation"]) == [
+        "previous_token_head", "induction_head", "attention_sink"]  # the schema default's order
+    cfg = demo()
+    cfg["dynamics"] = {"formation": {"sink": ["S1"], "induction": ["P16"]}}
+    filled = validate_config(cfg, SCHEMA)
+    assert list(filled["dynamics"]["formation"]) == ["sink", "induction"]
+    assert list(filled["dynamics"]) == sorted(filled["dynamics"])  # the section's own keys stay sorted
+
+
 # ---------------------------------------------------------------- positions scale with the context
 # The posts' values, the schema's defaults before they scaled (issue 28): at GPT-2's 1024
 # tokens every rule must give exactly these, so that config/config.yaml's gpt2 results do not change.

@@ -250,11 +250,12 @@ def test_transformerlens_detect_head_agrees_through_the_stated_relations(peer):
 
 
 @pytest.mark.float32
-@pytest.mark.parametrize("name", ["helix", "sink-late", "sink-early", "massive-activation"])
+@pytest.mark.parametrize("name", ["helix", "sink-late", "sink-early", "massive-activation", "alibi-sinks"])
 def test_the_self_check_cases_give_their_expected_sink_verdicts(name, tmp_path):
     """The S verdicts the self-check expects of these cases (posmech.verdicts.selfcheck.CASES),
     from this family's library on the case's model (raw processing, as config/selfcheck.yaml)
-    and the findings' default thresholds."""
+    and the findings' default thresholds. alibi-sinks' samples start with BOS (id 0), as its
+    config entry's prepend_bos makes the pipeline's."""
     from posmech.core.config import load_schema
     from posmech.core.io import REPO
     from posmech.verdicts import findings as fd
@@ -264,6 +265,8 @@ def test_the_self_check_cases_give_their_expected_sink_verdicts(name, tmp_path):
     bridge = load_bridge({"name": name, "hf_dir": str(case.write(tmp_path / name))}, "cpu", "float32", "raw")
     rng = np.random.default_rng(1)
     samples = [rng.integers(1, sc.D_VOCAB, sc.N_CTX) for _ in range(4)]
+    if case.kind == "bloom":
+        samples = [np.r_[0, x[1:]] for x in samples]
     col = sk.run_sinks(bridge, samples, batch_size=4, progress=False)
     s = defaults("sinks")
     positions, slopes = sk.positions_and_slopes(bridge.cfg)
@@ -275,10 +278,17 @@ def test_the_self_check_cases_give_their_expected_sink_verdicts(name, tmp_path):
     thresholds = {k: v["default"] for k, v in schema["properties"]["findings"]["properties"].items()}
     findings = {f.claim: f for f in fd.load_findings(REPO / "resources" / "findings.yaml")}
     for claim, (want, _) in case.expected.items():
-        if claim.startswith("S"):
+        if claim.startswith("S") and findings[claim].rule in ("attention_sinks", "massive_activations"):
             f = findings[claim]
             v = fd.judge(f, name, thresholds, rows[f.quantity], True)
             assert v.verdict == want, (name, claim, v)
+    if name == "alibi-sinks":  # the planted sinks, the ALiBi-only heads, and S3's rank correlation
+        a0 = heads["alpha0_mean"].to_numpy().reshape(2, 16)
+        assert a0[:, :sc.ALIBI_SINK_HEADS].min() > 1 - FLOAT32_FORWARD_ABS
+        assert np.all(np.diff(a0[:, sc.ALIBI_SINK_HEADS:], axis=1) > 0)  # shallower slope, more on key 0
+        assert a0[:, sc.ALIBI_SINK_HEADS:].max() < s.epsilon
+        assert rows["sink_ratio"]["value"] == pytest.approx(0.5)
+        assert rows["alpha0_slope_spearman"]["value"] == pytest.approx(0.67, abs=0.01)
 
 
 @pytest.mark.float32

@@ -156,7 +156,7 @@ def test_repository_published_values_are_valid_and_cover_every_claim():
     entries = sc.load_published(REPO / "resources" / "published.yaml")
     claims = {e.claim for e in entries}
     expected = {f"P{i}" for i in range(1, 19)} | {f"L{i}" for i in range(1, 6)} | {
-        f"K{i}" for i in range(1, 11)} | {f"C{i}" for i in range(1, 4)} | {f"S{i}" for i in range(1, 5)}
+        f"K{i}" for i in range(1, 11)} | {f"C{i}" for i in range(1, 4)} | {f"S{i}" for i in range(1, 6)}
     assert claims == expected
     by = {(e.claim, e.quantity): e for e in entries}
     assert by[("P6", "n_prev_token_heads_post")].published == 69  # the post's own loose definition

@@ -226,8 +226,15 @@ def sweep_models():
 
 
 def sweep_scorecards(wildcards):
-    """The scorecards of the dynamics sweep's points (rule dynamics)."""
-    return collected("scorecard", models=sweep_models())
+    """The scorecards of the dynamics sweep's points (rule dynamics); not formation_order's,
+    which reads the dynamics table (S5, judged on the whole sweep)."""
+    whole = set(collected(of="formation_order"))
+    return [p for p in collected("scorecard", models=sweep_models()) if p not in whole]
+
+
+def swept_final_models():
+    """The models the run sweeps (each with checkpoints), not their checkpoints."""
+    return list(dict.fromkeys(p["model"] for p in SWEEP_POINTS))
 
 
 # ---------------------------------------------------------------- sweep points

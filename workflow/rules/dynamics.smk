@@ -6,6 +6,7 @@
 # Cheap (reads CSV tables, plots): runs locally also with profiles/slurm.
 localrules:
     dynamics,
+    formation_order,
 
 
 # One job per checkpoint (a sweep point): the followed rules, and the rules they read, as
@@ -75,3 +76,29 @@ rule dynamics:
 
 
 collect(rules.dynamics, when=bool(SWEEP_POINTS))
+
+
+rule formation_order:
+    """S5 on a swept model, from its whole sweep (the dynamics table): the step at which the
+    sink forms over the step at which the induction head forms (dynamics.formation's roles
+    attention_sink and induction_head). Declared in workflow/analyses/formation_order.yaml;
+    a model without checkpoints does not run it (posmech.pipeline.study)."""
+    input:
+        dynamics=rules.dynamics.output.table,
+    output:
+        **declared_outputs("formation_order"),
+    log:
+        "logs/formation_order/{model}.log",
+    benchmark:
+        "benchmarks/formation_order/{model}.tsv"
+    wildcard_constraints:
+        model=regex(JOB_MODELS),  # only swept models are collected (never a sweep point)
+    conda:
+        "../envs/posmech.yaml"
+    params:
+        formation=config["dynamics"]["formation"],
+    script:
+        "../../scripts/formation_order.py"
+
+
+collect(rules.formation_order, model=swept_final_models())

@@ -195,26 +195,31 @@ def non_finite(value: Any, path: tuple[str, ...] = ()) -> list[str]:
 
 
 ORDERED_MAPS = ("models", "corpora")
+#: mappings below a section whose order means something too (their keys keep the config's
+#: order): ``dynamics.formation``, the roles in the order the report's table shows them
+ORDERED_KEYS = (("dynamics", "formation"),)
 
 
 def canonical_order(config: dict[str, Any]) -> dict[str, Any]:
     """Sort the keys of every mapping in ``config`` in place, except the order of the
     names under ``models`` and ``corpora`` (it means something: the first corpus is the
-    default).  Snakemake compares a job's params as written, order included: without this,
-    the same settings written in another order (or a re-saved YAML file) would rerun jobs.
-    For the same reason a model's training checkpoints (a set of steps) are sorted."""
+    default) and of the mappings of :data:`ORDERED_KEYS` (the roles of ``dynamics.formation``:
+    the columns of the order-of-formation table).  Snakemake compares a job's params as
+    written, order included: without this, the same settings written in another order (or a
+    re-saved YAML file) would rerun jobs. For the same reason a model's training checkpoints
+    (a set of steps) are sorted."""
 
-    def sort(d: dict[str, Any], keep_order: bool = False) -> None:
+    def sort(d: dict[str, Any], path: tuple[str, ...], keep_order: bool = False) -> None:
         for k in (list(d) if keep_order else sorted(d, key=str)):
             v = d.pop(k)
             if isinstance(v, dict):
-                sort(v)
+                sort(v, (*path, str(k)), keep_order=(*path, str(k)) in ORDERED_KEYS)
             d[k] = v
 
     for section in list(config):
         value = config.pop(section)
         if isinstance(value, dict):
-            sort(value, keep_order=section in ORDERED_MAPS)
+            sort(value, (str(section),), keep_order=section in ORDERED_MAPS)
         config[section] = value
     for entry in (config.get("models") or {}).values():  # a set of steps: [40, 0, 20] is [0, 20, 40]
         train = entry.get("train") if isinstance(entry, dict) else None

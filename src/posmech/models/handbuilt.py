@@ -684,7 +684,14 @@ class AlibiSpec:
     every key it attends to into the residual dimensions ``n_codes .. n_codes + d_head − 1``,
     which no embedding uses; layer 0's MLP neurons ``0 .. context_neurons − 1`` read only those
     dimensions (random input weights), every other weight of the MLP is zero. Every other
-    value, output and MLP weight is zero."""
+    value, output and MLP weight is zero.
+
+    ``sink`` (head → score, S1–S3): head ``h`` of *every* layer scores ``sink[h]`` on the BOS
+    token (id 0; its embedding alone has a 1 in dimension ``d_model − 2``, its own marker) from
+    every query, 0 on every other key, on top of ALiBi's bias ``m_h (i − n)``: with a score
+    well above ``m_h (n_ctx − 1)`` the head puts ~all of its attention on a BOS first token
+    (alpha[0] ~1). Its query reads the dimension every token shares, its key the BOS marker.
+    (A head may not be in both ``sink`` and ``anti_self``.)"""
 
     n_ctx: int = 32
     d_vocab: int = 96
@@ -695,6 +702,7 @@ class AlibiSpec:
     context_write: dict[int, float] = field(default_factory=dict)
     context_neurons: int = 0
     seed: int = 0
+    sink: dict[int, float] = field(default_factory=dict)
 
     @property
     def d_model(self) -> int:
@@ -723,6 +731,23 @@ def save_alibi_dir(spec: AlibiSpec, path: str | os.PathLike[str]) -> Path:
         a = float(np.sqrt(beta * np.sqrt(dh))) / c
         qkv[h, 0, np.arange(C), np.arange(C)] = -a
         qkv[h, 1, np.arange(C), np.arange(C)] = a
+    both = sorted(set(spec.sink) & set(spec.anti_self))
+    if both:
+        raise ValueError(f"heads {both} are in both `sink` and `anti_self`; a head has one planted score")
+    if spec.sink:
+        if C + 2 > d - 1 or (spec.context_write and C + dh > d - 2):
+            raise ValueError(f"a BOS marker in dimension {d - 2} needs d_model > n_codes + d_head + 2")
+        marker = d - 2
+        W_E[0, marker] = 1.0  # BOS: e_0 + e_marker - e_spare (mean 1/d): the LayerNorm maps the marker to ~sqrt(d/3)
+        x = W_E[0] - W_E[0].mean()
+        c_bos = float(x[marker] / np.sqrt((x ** 2).mean()))
+        for h, beta in spec.sink.items():
+            # q_0 = s c (every token's spare coordinate is -c; q reads -spare), k_0 = s c_bos on BOS only
+            s_ = float(np.sqrt(beta * np.sqrt(dh) / (c * c_bos)))
+            qkv[h, 0, 0, spare] = -s_
+            qkv[h, 1, 0, marker] = s_
+    sink_qkv = np.zeros((H, 3, dh, d))
+    sink_qkv[list(spec.sink), :2] = qkv[list(spec.sink), :2]
     rng = np.random.default_rng(spec.seed)
     W_O = np.zeros((d, d))  # BLOOM's dense: [out, head·d_head + j]
     for h, scale in spec.context_write.items():
@@ -742,6 +767,8 @@ def save_alibi_dir(spec: AlibiSpec, path: str | os.PathLike[str]) -> Path:
                 p.fill_(1.0)
         m.transformer.word_embeddings.weight.copy_(t(W_E))
         m.transformer.h[0].self_attention.query_key_value.weight.copy_(t(qkv.reshape(3 * d, d)))
+        # layer 1's input is layer 0's (every output but context_write's is zero): the sinks again
+        m.transformer.h[1].self_attention.query_key_value.weight.copy_(t(sink_qkv.reshape(3 * d, d)))
         m.transformer.h[0].self_attention.dense.weight.copy_(t(W_O))
         m.transformer.h[0].mlp.dense_h_to_4h.weight.copy_(t(W_in))
     p_ = Path(path)

@@ -78,7 +78,7 @@ def prepare(config: dict[str, Any], schema: dict[str, Any], repo: str | os.PathL
     checked; ``unlocking``: the run was started with ``--unlock``."""
     from posmech.pipeline.applicability import not_applicable
     from posmech.core.config import validate_config
-    from posmech.verdicts.dynamics import sweep_rules
+    from posmech.verdicts.dynamics import FORMATION_ANALYSIS, NO_SWEEP, sweep_rules
     from posmech.core.errors import PosmechError
     from posmech.models.checkpoints import add_checkpoints, checkpoints_of, sweep_points
     from posmech.models.twin import add_twins, twins_of
@@ -115,5 +115,11 @@ def prepare(config: dict[str, Any], schema: dict[str, Any], repo: str | os.PathL
     schedule = Schedule(skipped, checkpoint_of, sweep_rules(config["dynamics"], findings_path, bool(checkpoints)))
     if main_process:
         notes += schedule.notes(archs)
+    # S5 (FORMATION_ANALYSIS) reads a model's whole dynamics sweep: a model without one cannot
+    # run it (added after the notes, which list what a model's architecture rules out)
+    swept = {p["model"] for p in sweep_points(config)}
+    for m in config["models"]:
+        if m not in swept:
+            skipped[m][FORMATION_ANALYSIS] = NO_SWEEP
     return Study(list(config["models"]), twins, twin_of, checkpoints, checkpoint_of, sweep_points(config),
                  build(config), archs, skipped, schedule, notes)

@@ -187,6 +187,11 @@ def sweep_analyses(claims: list[str], heads: list[str], findings: list[Any]) -> 
         raise PosmechError(
             f"config key `dynamics.claims`: {unknown} have no finding in resources/findings.yaml; "
             f"choose among {', '.join(rule_by_claim)}")
+    whole = [c for c in claims if rule_by_claim[c] == FORMATION_ANALYSIS]
+    if whole:
+        raise PosmechError(
+            f"config key `dynamics.claims`: {whole} are judged on a model's whole sweep (the order of formation), "
+            "not at one checkpoint; remove them (the findings grid shows them per swept model)")
     wanted = [rule_by_claim[c] for c in claims] + [a for h in heads for a in HEAD_QUANTITY_ANALYSES[h]]
     out: list[str] = []
     for a in wanted:
@@ -347,3 +352,62 @@ def formation_steps(table: pd.DataFrame, roles: Mapping[str, list[str]]) -> pd.D
     out["step"] = out["step"].astype("Int64")
     out["rank"] = out.groupby("model", sort=False)["step"].rank(method="min").astype("Int64")
     return out
+
+
+#: analysis ``formation_order`` (workflow/analyses/formation_order.yaml): S5, judged on a swept
+#: model's whole sweep (rule dynamics' table), never at one checkpoint
+FORMATION_ANALYSIS = "formation_order"
+#: the roles of ``dynamics.formation`` S5 compares: the first forms earlier than the second
+FORMATION_PAIR = ("induction_head", "attention_sink")
+#: S5's scorecard quantity
+FORMATION_QUANTITY = "sink_over_induction_steps"
+#: why a model without checkpoints has no S5 (posmech.pipeline.study adds it to the model's
+#: rules that cannot run)
+NO_SWEEP = ("the model has no dynamics sweep (no `train.checkpoints` nor `revisions`): the order of formation needs "
+            "its checkpoints")
+
+
+def formation_order_rows(table: pd.DataFrame, roles: Mapping[str, list[str]], model: str,
+                         artifact: str = "") -> list[dict[str, Any]]:
+    """S5's scorecard rows (one) of ``model``: :func:`formation_order_row`."""
+    return [formation_order_row(table, roles, model, artifact)]
+
+
+def formation_order_row(table: pd.DataFrame, roles: Mapping[str, list[str]], model: str,
+                        artifact: str = "") -> dict[str, Any]:
+    """S5's scorecard row of swept ``model``: the step at which the sink forms over the step at
+    which the induction head forms (:data:`FORMATION_PAIR`, two roles of ``dynamics.formation``;
+    each role's step is the first checkpoint at which any of its findings holds,
+    :func:`formation_steps` of the dynamics table ``table``). With the same tokens per training
+    step at every step (a run's fixed batch and context) the ratio of steps is Xu 2026's ratio
+    of tokens. ``value`` is ``None`` with the reason in ``detail`` when the model has no sweep in
+    the table, a role is not in ``dynamics.formation``, either role never forms, or the
+    induction head already holds at step 0 (no ratio)."""
+    earlier, later = FORMATION_PAIR
+    row: dict[str, Any] = {"claim": "S5", "model": model, "quantity": FORMATION_QUANTITY, "value": None,
+                           "detail": "", "artifact": artifact}
+    absent = [r for r in FORMATION_PAIR if r not in roles]
+    if absent:
+        row["detail"] = (f"config key `dynamics.formation` has no role {', '.join(absent)}: S5 compares the steps of "
+                         f"roles {earlier} and {later}")
+        return row
+    t = check_table(table)
+    if model not in set(t["model"]):
+        row["detail"] = f"{model} has no rows in the dynamics table: {NO_SWEEP}"
+        return row
+    f = formation_steps(t[t["model"] == model], {r: list(roles[r]) for r in FORMATION_PAIR}).set_index("role")
+    steps = {r: f.loc[r, "step"] for r in FORMATION_PAIR}
+    never = [r for r in FORMATION_PAIR if pd.isna(steps[r])]
+    if never:
+        row["detail"] = "; ".join(f"{r} never forms ({f.loc[r, 'reason']})" for r in never)
+        return row
+    first, second = int(steps[earlier]), int(steps[later])
+    if first == 0:
+        row["detail"] = (f"{earlier} already holds at step 0 ({f.loc[earlier, 'checkpoint']}): no ratio of steps "
+                         f"({later} at step {second})")
+        return row
+    row["value"] = second / first
+    row["detail"] = (f"{later} ({', '.join(roles[later])}) first holds at step {second} "
+                     f"({f.loc[later, 'checkpoint']}), {earlier} ({', '.join(roles[earlier])}) at step {first} "
+                     f"({f.loc[earlier, 'checkpoint']})")
+    return row

@@ -500,6 +500,19 @@ def sink_spec(layer: int, head: int, n: int = N_CTX, d_vocab: int = D_VOCAB) -> 
     return hb.positional_spec(n_ctx=n, n_layer=3, n_head=2, d_vocab=d_vocab, scores={(layer, head): hb.sink_scores(n)})
 
 
+ALIBI_SINK = 60.0  # alibi-sinks: the sink heads' score on the BOS key (above 0.707 x 31 = 21.9, the steepest bias)
+ALIBI_SINK_HEADS = 8  # alibi-sinks: heads 0-7 of each layer, the eight steepest ALiBi slopes (2^-0.5 .. 2^-4)
+
+
+def alibi_sinks_spec(n: int = N_CTX, d_vocab: int = D_VOCAB) -> hb.AlibiSpec:
+    """A 2-layer, 16-head BLOOM model whose heads 0-7 of both layers (the eight steepest ALiBi
+    slopes, 2^-0.5 .. 2^-4) score ``ALIBI_SINK`` on the BOS key from every query: alpha[0] = 1
+    to within e^-38 on a BOS-first sample; heads 8-15 have zero query and key weights, ALiBi's
+    ``softmax(m_h (i − n))`` alone (slopes 2^-4.5 .. 2^-8: alpha[0] from 0.110 to 0.125 at 32
+    tokens, below epsilon 0.3, and decreasing with the slope). Every value and output is zero."""
+    return hb.AlibiSpec(n_ctx=n, d_vocab=d_vocab, sink={h: ALIBI_SINK for h in range(ALIBI_SINK_HEADS)})
+
+
 MASSIVE = 5000.0  # massive-activation: W_pos[0, 3]
 
 
@@ -758,11 +771,21 @@ CASES: tuple[Case, ...] = (
                         "sink ratio 1/6, above 0.1"),
         "S2": ("holds", "the sink is in layer 2: layers 0-1 hold none (ratio 0)"),
         "S3": ("not measurable", "learned positions: no ALiBi slopes"),
+        "S5": ("not measurable", "no checkpoints: the self-check sweeps no model, so there is no order of "
+                                 "formation to read (S5 is judged on swept models only)"),
     }),
     Case("sink-early", "gpt2", lambda: sink_spec(0, 1), {
         "S1": ("holds", "L0H1 is the sink: sink ratio 1/6, above 0.1"),
         "S2": ("fails", "the sink is in layer 0: one of the four heads of layers 0-1 on every sample (0.25, "
                         "above 0.05)"),
+    }),
+    Case("alibi-sinks", "bloom", alibi_sinks_spec, {
+        "S1": ("holds", "heads 0-7 of both layers put ~1 on the BOS key (alpha[0] ~1), heads 8-15 ALiBi alone "
+                        "(alpha[0] 0.110-0.125): sink ratio 16 / 32 = 0.5, above 0.1"),
+        "S2": ("not measurable", "two layers: layers 0-1 are the whole model, no later layer to hold the sinks"),
+        "S3": ("holds", "the sinks are the eight steepest slopes of each layer (alpha[0] ~1); the other heads' "
+                        "alpha[0] falls with the slope (0.125 at 2^-8 to 0.110 at 2^-4.5): Spearman of alpha[0] "
+                        "with the slope ~0.67 over the 32 heads, above 0"),
     }),
     Case("massive-activation", "gpt2", massive_activation_spec, {
         "S4": ("holds", "W_pos[0, 3] = 5000 beside standard normal entries: max |h| / median |h| ~7000 in every "
