@@ -1,8 +1,9 @@
 """The CI-sized DAG on random-init tiny models of other architectures (tests/tiny_archs.py):
 GPT-NeoX (Pythia: partial rotary), Llama (rotary, grouped-query attention), BLOOM (ALiBi, no
 context length in its config: the config sets `n_ctx`), OPT (learned positions from row 2)
-and a one-layer GPT-2 (no layer >= 1: what several findings study is absent), in one run,
-with a random-init twin of the Llama model (config section `twins`).
+and a one-layer GPT-2 (no layer >= 1: what several findings study is absent), with a
+random-init twin of the Llama model (config section `twins`). They run in the same run as
+tests/workflow/test_ten_architectures.py (fixture ``arch_run``, tests/workflow/conftest.py).
 
 Applicability is decided before any job (posmech.pipeline.applicability): no job fails for a
 missing object, every claim gets a verdict or a reasoned `not measurable` on every model in
@@ -14,54 +15,19 @@ from __future__ import annotations
 import json
 
 import pandas as pd
-import pytest
-import yaml
 
 from posmech.verdicts.findings import VERDICTS, load_findings
-from tests import tiny_archs
-from tests.workflow.conftest import REPO, analyses_run, snakemake
+from tests.workflow.conftest import ARCH_MODELS, ARCH_TWINS, BROKEN, REPO, analyses_run, arch_config, snakemake
 
 MODELS = ("neox", "llama", "bloom", "opt", "one")
-BUILDERS = {**tiny_archs.BUILDERS, "one": tiny_archs.gpt2_one_layer}
-TWINS = ("llama-twin",)
+TWINS = tuple(ARCH_TWINS.values())
 
 
-def _config(tmp_path, dirs, models=MODELS, bloom_n_ctx=32, twins=("llama",)):
-    cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
-    cfg["models"] = {m: {"source": str(dirs[m]), "device": "cpu"} for m in models}
-    # every untrained model gets a twin by default (config section `twins`): only the chosen here
-    cfg["twins"] = {"enabled": True, "models": list(twins)} if twins else {"enabled": False}
-    if "neox" in models:  # TransformerLens 4.3's compatibility mode is wrong on GPT-NeoX (preflight)
-        cfg["models"]["neox"]["processing"] = "raw"
-    if "bloom" in models and bloom_n_ctx:
-        cfg["models"]["bloom"]["n_ctx"] = bloom_n_ctx
-    cfg["corpora"]["bible"]["n_documents"] = 20
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
-@pytest.fixture(scope="module")
-def dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("arch-models")
-    return {m: BUILDERS[m](root / m) for m in MODELS}
-
-
-@pytest.fixture(scope="module")
-def arch_run(tmp_path_factory, dirs):
-    work = tmp_path_factory.mktemp("arch-run")
-    proc = snakemake(work, configfile=_config(tmp_path_factory.mktemp("arch-cfg"), dirs))
-    if proc.returncode != 0:
-        pytest.fail(f"CI-sized DAG on NeoX/Llama/BLOOM/OPT/one-layer failed (rc {proc.returncode}):\n"
-                    f"{proc.stderr[-6000:]}")
-    return work, proc
-
-
-def test_bloom_without_context_stops_before_any_job(tmp_path, dirs):
+def test_bloom_without_context_stops_before_any_job(tmp_path, arch_dirs):
     work = tmp_path / "work"
     work.mkdir()
-    proc = snakemake(work, "-n", configfile=_config(tmp_path, dirs, ("bloom",), bloom_n_ctx=None, twins=()),
-                     timeout=300)
+    cfg = arch_config(tmp_path, arch_dirs, ("bloom",), twins=(), bloom_context=False)
+    proc = snakemake(work, "-n", configfile=cfg, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "invalid configuration" in out and "`models.bloom.n_ctx`" in out
@@ -73,7 +39,7 @@ def test_every_claim_judged_on_every_architecture(arch_run):
     assert (work / "results/report/index.html").stat().st_size > 0
     table = pd.read_csv(work / "results/report/findings.csv")
     claims = [f.claim for f in load_findings(REPO / "resources/findings.yaml")]
-    assert sorted(zip(table["claim"], table["model"])) == sorted((c, m) for c in claims for m in MODELS + TWINS)
+    assert sorted(zip(table["claim"], table["model"])) == sorted((c, m) for c in claims for m in ARCH_MODELS + TWINS)
     assert set(table["verdict"]) <= set(VERDICTS)
     # the twin's own rows keep their plain verdicts; only models read against a twin can be `holds on null`
     assert set(table.loc[table["verdict"] == "holds on null", "model"]) <= {"llama"}
@@ -121,7 +87,9 @@ def test_no_rule_ran_where_it_cannot(arch_run):
             # W_pos averaging needs learned positions; the L rules run on every scheme (issue 44)
             assert "posembed_averaging" in skipped and "random_token_patterns" not in skipped
     assert {"positional_kernels", "layer0_decomposition", "bag_of_tokens_fit"} <= set(analyses_run(work, "opt"))
-    errors = [p for p in (work / "logs").rglob("*.log") if " ERROR " in p.read_text(errors="replace")]
+    # (OPT on the bridge fails on purpose: test_ten_architectures.py reads its failures)
+    errors = [p for p in (work / "logs").rglob("*.log")
+              if not p.name.startswith(BROKEN) and " ERROR " in p.read_text(errors="replace")]
     assert errors == []
 
 
@@ -151,7 +119,7 @@ def test_one_layer_model_findings_not_measurable_with_reasons(arch_run):
     assert set(by.loc[["P1", "P6", "K1", "K7", "C1"], "verdict"]) <= {"holds", "fails"}
 
 
-def test_twin_is_built_from_the_config_and_judged(arch_run, dirs):
+def test_twin_is_built_from_the_config_and_judged(arch_run, arch_dirs):
     """The Llama model's twin: the same config.json, seeded random weights (not the model's),
     its manifest says whose twin it is; its verdicts sit beside the model's in findings.csv
     (twin_verdict, twin_value, origin), and only the model named in `twins.models` has one."""
@@ -161,9 +129,9 @@ def test_twin_is_built_from_the_config_and_judged(arch_run, dirs):
     man = json.loads((work / "resources/models/llama-twin/manifest.json").read_text())
     assert (man["kind"], man["twin_of"], man["seed"]) == ("twin", "llama", 0)
     hf = work / "resources/models/llama-twin" / man["hf_dir"]
-    assert json.loads((hf / "config.json").read_text()) == json.loads((dirs["llama"] / "config.json").read_text())
+    assert json.loads((hf / "config.json").read_text()) == json.loads((arch_dirs["llama"] / "config.json").read_text())
     w = "model.layers.0.self_attn.q_proj.weight"
-    assert not (load_file(str(hf / "model.safetensors"))[w] == load_file(str(dirs["llama"] / "model.safetensors"))[w]).all()
+    assert not (load_file(str(hf / "model.safetensors"))[w] == load_file(str(arch_dirs["llama"] / "model.safetensors"))[w]).all()
     table = pd.read_csv(work / "results/report/findings.csv")
     twin = table[table["model"] == "llama-twin"].set_index("claim")
     llama = table[table["model"] == "llama"].set_index("claim")

@@ -213,3 +213,46 @@ def test_a_sweep_point_writes_what_the_family_rules_write_on_the_same_weights(tm
     assert proc.returncode == 0, proc.stderr[-4000:]
     for f in files:
         _same_table(work / "results" / "hub" / f, point / f)
+
+
+def test_a_figureless_model_runs_its_analyses_as_one_job_and_draws_nothing(tmp_path):
+    """Config `figures: false` on a local model (a tiny GPT-2): its analyses run in one job,
+    rule `sweep_<model>`, whose outputs are every table, HDF5 file and scorecard its rules'
+    own jobs would write (the same code: test_a_sweep_point_writes_what_the_family_rules_write
+    above) and no figure; no analysis rule runs on it; its weights are not built in that job
+    (fetch_model validates them, as for any local model); the other models are unchanged."""
+    cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
+    cfg["models"]["quick"] = {"source": str(tiny_archs.BUILDERS["gpt2"](tmp_path / "gpt2")), "device": "cpu", "figures": False}
+    cfg["twins"] = {"enabled": False}
+    path = tmp_path / "quick.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = snakemake(work, "-n", configfile=path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    log = proc.stdout + proc.stderr
+    jobs = jobs_by_rule(log)
+    assert jobs["sweep_quick"] == ["quick"] and jobs["fetch_model"] == ["quick"]
+    for rule in ("taxonomy", "kernels", "anatomy", "geometry", "interventions", "contextual", "cache_activations"):
+        assert "quick" not in jobs[rule] and "demo" in jobs[rule], (rule, jobs[rule])
+    (block,) = [b for b in sweep_blocks(log) if "wildcards: model=quick" in b]
+    out = block.split("output:")[1].split("log:")[0]
+    assert "results/quick/taxonomy/heads.csv" in out and "results/quick/scorecard/diagonal_taxonomy.csv" in out
+    assert ".png" not in out and "resources/models/quick" not in out
+    assert "quick" in jobs["head_table"] and "rule build_twin" not in log
+
+
+def test_figures_false_on_a_swept_model_stops_before_any_job(tmp_path):
+    """A model whose checkpoints are swept runs its followed analyses per checkpoint in a job of
+    another kind: `figures: false` on it is refused before any job, naming the key and the fix."""
+    cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
+    cfg["models"]["demo"]["figures"] = False
+    path = tmp_path / "swept.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = snakemake(work, "-n", configfile=path, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "`models.demo.figures`" in out and "Remove `figures: false`" in out, out[-2000:]
+    assert not (work / "results").exists()

@@ -2,12 +2,15 @@
 every expected verdict, and a run with one threshold flipped disagrees, naming the (claim,
 model) (issue 29: the self-check must be able to fail).
 
-Cost: the whole self-check DAG (config/selfcheck.yaml: 18 hand-built and random-init models, ~145
-jobs) runs once per module; the flipped-threshold test reruns only rule `findings` on its output.
-In `.ci/run` on the otherwise idle 2-core machine (2026-11-27, 11 models, 101 jobs) the DAG took
-450 s wall, its jobs 398 CPU s (docs/performance.md, "The self-check DAG"; issue 43's five cases
-add ~34 jobs): most of each job is its fixed cost (interpreter, imports, model load), so the cost
-follows the number of jobs, not the models' sizes."""
+Cost: the whole self-check DAG runs once per module; the flipped-threshold test reruns only rule
+`findings` on its output. No self-check model draws figures (`figures: false` in
+config/selfcheck.yaml): each model's analyses run in one job, so the DAG's jobs are its models'
+fetch and tokenize jobs and one job per model (31 models, ~85 jobs instead of ~139). Measured
+(2026-11-29, the shared 2-core machine at load 7-13, this file's three tests): 310 CPU s (user +
+system of the test, Snakemake and every job), 1,072 s wall at that load; before, the 101-job layout's
+jobs alone recorded 398 CPU s and issue 43's 34 jobs added ~230 (docs/performance.md, "The
+self-check DAG"; the old layout was not re-timed whole). Most of a job is its fixed cost (interpreter, imports,
+model load), so the cost follows the number of jobs, not the models' sizes."""
 
 from __future__ import annotations
 

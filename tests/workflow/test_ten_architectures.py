@@ -10,55 +10,31 @@ grouping, block layout, MLP kind, each with where it was read) are in its manife
 with tests/models/test_architecture.EXPECTED; each model's log names the forward engine it ran
 on (and why not posmech's); every claim gets a verdict or a reason, the raw-score claims are
 judged where the score function computes the model's scores, and the failed ones are `not
-measurable` with `failed:` and the log's path, never a value. Twins off, 12 documents.
+measurable` with `failed:` and the log's path, never a value. One run with tests/workflow/test_architectures.py
+(fixture ``arch_run``): twins only for Llama, 12 documents.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import time
 
 import pandas as pd
 import pytest
-import yaml
 
 from posmech.verdicts.findings import VERDICTS, load_findings
-from tests import tiny_archs
 from tests.models.test_architecture import EXPECTED
-from tests.workflow.conftest import REPO, snakemake
+from tests.workflow.conftest import ARCH_MODELS, ARCH_TIMING, ARCH_TWINS, ARCHS, BROKEN, REPO
 
-ARCHS = ("gpt2", "opt", "neox", "llama", "qwen2", "gemma2", "phi", "gptj", "falcon", "bloom", "gpt_bigcode")
-BROKEN = "opt_bridge"  # OPT on the bridge: its raw scores cannot be checked, so those analyses fail
 MODELS = (*ARCHS, BROKEN)
-#: seconds the run took, printed (2026-11-28, the shared 2-core machine: 558 s wall, 540 CPU s for the
-#: whole test, i.e. ~4.5 min on 2 idle cores; 125 jobs)
-TIMING: dict[str, float] = {}
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ten")
-    dirs = {m: tiny_archs.BUILDERS[m](root / "models" / m) for m in ARCHS}
-    cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
-    cfg["models"] = {m: {"source": str(d), "device": "cpu"} for m, d in dirs.items()}
-    cfg["models"][BROKEN] = {"source": str(dirs["opt"]), "device": "cpu", "engine": "bridge"}
-    cfg["models"]["neox"]["processing"] = "raw"  # TransformerLens 4.3's compatibility mode is wrong on NeoX
-    cfg["models"]["bloom"]["n_ctx"] = tiny_archs.N_CTX  # ALiBi: no context in its config
-    cfg["corpora"]["bible"]["n_documents"] = 12
-    # the nulls (twins, on by default for models a run does not train) would double the run;
-    # they are checked by tests/workflow/test_architectures.py and the self-check
-    cfg["twins"] = {"enabled": False}
-    path = root / "config.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    work = root / "work"
-    work.mkdir()
-    t0 = time.perf_counter()
-    proc = snakemake(work, configfile=path)
-    TIMING["run_s"] = time.perf_counter() - t0
-    if proc.returncode != 0:
-        pytest.fail(f"CI-sized DAG on {len(MODELS)} models failed (rc {proc.returncode}):\n{proc.stderr[-6000:]}")
-    return work, proc
+@pytest.fixture
+def run(arch_run):
+    """The architectures' run (tests/workflow/conftest.py ``arch_run``: these models, a one-layer
+    GPT-2 and the Llama model's twin, 12 documents; 2026-11-28 on the shared 2-core machine the
+    eleven architectures and OPT on the bridge alone took 558 s wall, 540 CPU s, 125 jobs)."""
+    return arch_run
 
 
 def test_the_run_completes_with_findings_and_report(run):
@@ -66,11 +42,12 @@ def test_the_run_completes_with_findings_and_report(run):
     assert (work / "results/report/index.html").stat().st_size > 0
     table = pd.read_csv(work / "results/report/findings.csv")
     claims = [f.claim for f in load_findings(REPO / "resources/findings.yaml")]
-    assert sorted(zip(table["claim"], table["model"])) == sorted((c, m) for c in claims for m in MODELS)
+    models = (*ARCH_MODELS, *ARCH_TWINS.values())
+    assert sorted(zip(table["claim"], table["model"])) == sorted((c, m) for c in claims for m in models)
     assert set(table["verdict"]) <= set(VERDICTS)
     nm = table[table["verdict"] == "not measurable"]
     assert nm["reason"].fillna("").str.len().min() > 10 and nm["value"].isna().all()
-    print(f"ten-architecture run: {TIMING.get('run_s', float('nan')):.0f} s")
+    print(f"ten-architecture run: {ARCH_TIMING.get('run_s', float('nan')):.0f} s")
 
 
 def test_manifests_record_the_architecture_facts(run):

@@ -56,12 +56,14 @@ ARCHITECTURES, NOT_APPLICABLE = STUDY.architectures, STUDY.not_applicable
 runs_on = STUDY.schedule.runs_on
 REPO = Path(workflow.basedir).parent
 MODELS, FINAL_MODELS = STUDY.models, STUDY.final_models
-# The random-init twins whose analyses run as one job each, without figures (config
-# `twins.figures: false`, the default): a point of its own, like a checkpoint's
-# (dynamics.smk, posmech.pipeline.sweep); the analysis rules run on JOB_MODELS.
-TWIN_POINTS = {} if config["twins"]["figures"] else {t: t for t in TWINS}
-POINT_OF = {**CHECKPOINT_OF, **TWIN_POINTS}
-JOB_MODELS = [m for m in FINAL_MODELS if m not in TWIN_POINTS]
+# The models whose analyses run as one job each, without figures: the random-init twins
+# (config `twins.figures: false`, the default; the job builds the twin's weights first) and
+# the models configured with `figures: false`. Each is a point of its own, like a
+# checkpoint's (dynamics.smk, posmech.pipeline.sweep); the analysis rules run on JOB_MODELS.
+OWN_POINTS = {m: m for m in STUDY.figureless}
+TWIN_POINTS = {t: t for t in TWINS if t in OWN_POINTS}
+POINT_OF = {**CHECKPOINT_OF, **OWN_POINTS}
+JOB_MODELS = [m for m in FINAL_MODELS if m not in OWN_POINTS]
 CORPORA = list(config["corpora"])
 
 
@@ -160,7 +162,7 @@ def corpus_entry(wildcards):
 # those rules' outputs (posmech.pipeline.collect says which output goes where).
 from posmech.pipeline.collect import Collector
 
-COLLECTOR = Collector(FAMILIES, runs_on, CHECKPOINT_OF, figureless=TWIN_POINTS)
+COLLECTOR = Collector(FAMILIES, runs_on, CHECKPOINT_OF, figureless=OWN_POINTS)
 
 
 def collect(proxy, when=True, report_tables=True, **values):
@@ -239,8 +241,8 @@ def swept_final_models():
 
 # ---------------------------------------------------------------- sweep points
 # A checkpoint's followed rules run as one job, rule sweep_<model> (dynamics.smk,
-# posmech.pipeline.sweep), and so do a twin's analyses (TWIN_POINTS): the analysis rules'
-# `model` wildcard is constrained to JOB_MODELS.
+# posmech.pipeline.sweep), and so do a twin's and a figureless model's analyses (OWN_POINTS):
+# the analysis rules' `model` wildcard is constrained to JOB_MODELS.
 def sweep_points_of_run():
     """The run's sweep points (posmech.pipeline.sweep.SweepPoints); called after every analysis
     rule's `collect`."""
@@ -248,7 +250,7 @@ def sweep_points_of_run():
 
     try:
         parts = parts_by_checkpoint(
-            list(workflow.rules), COLLECTOR.entries, POINT_OF, CORPORA
+            list(workflow.rules), COLLECTOR.entries, POINT_OF, CORPORA, TWIN_POINTS
         )
     except PosmechError as err:
         raise WorkflowError(str(err)) from None

@@ -12,8 +12,9 @@ localrules:
 # One job per checkpoint (a sweep point): the followed rules, and the rules they read, as
 # their own jobs would run them, in one process, without figures (posmech.pipeline.sweep). One rule
 # per swept model: which followed rules apply, and so the outputs, can differ between models.
-# A random-init twin (TWIN_POINTS, config `twins.figures: false`) is a point of its own: every
-# analysis its model runs, in one job, without figures (only its verdicts are shown).
+# A random-init twin (config `twins.figures: false`) and a model configured with `figures:
+# false` are points of their own (OWN_POINTS): every analysis the model runs, in one job,
+# without figures (only its verdicts and tables are shown).
 SWEEP = sweep_points_of_run()
 
 for _model, _first in swept_models(SWEEP.parts, POINT_OF).items():

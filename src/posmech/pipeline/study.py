@@ -43,6 +43,10 @@ class Study:
     schedule: Schedule
     #: lines for the terminal (a lock explained, models some rules skip)
     notes: list[str] = field(default_factory=list)
+    #: the models whose analyses run as one job each, without figures (their tables, HDF5
+    #: files and verdicts only; rule ``sweep_<model>``, :mod:`posmech.pipeline.sweep`): those
+    #: configured with ``figures: false``, and the twins unless ``twins.figures``
+    figureless: list[str] = field(default_factory=list)
 
     @property
     def final_models(self) -> list[str]:
@@ -110,6 +114,15 @@ def prepare(config: dict[str, Any], schema: dict[str, Any], repo: str | os.PathL
     twins = add_twins(config)
     checkpoints = add_checkpoints(config)
     twin_of, checkpoint_of = twins_of(config), checkpoints_of(config)
+    figureless = [m for m, e in config["models"].items()
+                  if (e.get("figures") is False and m not in twin_of)
+                  or (m in twin_of and not (config.get("twins") or {}).get("figures", False))]
+    figureless_swept = [m for m in figureless if m in set(checkpoint_of.values())]
+    if figureless_swept:
+        raise PosmechError(f"config key `models.{figureless_swept[0]}.figures`: false runs the model's analyses as one job, "
+                           "and so does each of its checkpoints in the dynamics sweep (section `dynamics`), with "
+                           "other analyses: the two cannot share a rule. Remove `figures: false`, or the model's "
+                           "checkpoints (`revisions` / `train.checkpoints`)")
     archs = architectures(config, twin_of, checkpoint_of)
     skipped = {m: not_applicable(archs[m]) for m in config["models"]}
     schedule = Schedule(skipped, checkpoint_of, sweep_rules(config["dynamics"], findings_path, bool(checkpoints)))
@@ -122,4 +135,4 @@ def prepare(config: dict[str, Any], schema: dict[str, Any], repo: str | os.PathL
         if m not in swept:
             skipped[m][FORMATION_ANALYSIS] = NO_SWEEP
     return Study(list(config["models"]), twins, twin_of, checkpoints, checkpoint_of, sweep_points(config),
-                 build(config), archs, skipped, schedule, notes)
+                 build(config), archs, skipped, schedule, notes, figureless)

@@ -19,6 +19,7 @@ it would be on its own; nothing here names a rule.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Collection
 from typing import Any
 
 from posmech.core.errors import PosmechError
@@ -165,15 +166,17 @@ IN_TWIN_POINTS = frozenset({"build_twin"})
 
 
 def parts_by_checkpoint(rules: list[Any], collected: list[tuple[Any, list[dict[str, str]], bool]],
-                        checkpoint_of: dict[str, str], corpora: list[str]) -> dict[str, list[tuple[Any, dict[str, str]]]]:
+                        checkpoint_of: dict[str, str], corpora: list[str],
+                        twins: Collection[str] = ()) -> dict[str, list[tuple[Any, dict[str, str]]]]:
     """``{checkpoint: its parts}`` (:func:`find_parts`): the analysis jobs collected on the
     checkpoint (``collected``: :attr:`posmech.pipeline.collect.Collector.entries`, which apply
     applicability and the config sections' models) and what they read, among ``rules``
     (the workflow's; those of :data:`NOT_IN_SWEEP_POINTS` never run in a sweep point).
     ``checkpoint_of``: ``{point: the model whose rule runs it}``; every point of a model must
-    run the same rules. A random-init twin run as one job (config ``twins.figures: false``)
-    is a point of its own (``{twin: twin}``): its weights (:data:`IN_TWIN_POINTS`), then every
-    analysis its model runs, no figures."""
+    run the same rules. A model run as one job (config ``figures: false``) is a point of its
+    own (``{model: model}``): every analysis it runs, no figures; so is a random-init twin
+    (config ``twins.figures: false``; ``twins``), which builds its weights first
+    (:data:`IN_TWIN_POINTS`)."""
     producers = [r for r in rules if "model" in (r.wildcard_names or ()) and r.name not in NOT_IN_SWEEP_POINTS]
     builders = [r for r in rules if r.name in IN_TWIN_POINTS]
     followed: dict[str, list[tuple[Any, dict[str, str]]]] = {}
@@ -187,8 +190,8 @@ def parts_by_checkpoint(rules: list[Any], collected: list[tuple[Any, list[dict[s
     out: dict[str, list[tuple[Any, dict[str, str]]]] = {}
     first: dict[str, str] = {}
     for c, m in checkpoint_of.items():
-        twin = m == c  # a point of its own: a twin, which builds its weights
-        out[c] = find_parts(c, followed.get(c, []), producers + (builders if twin else []), {"corpus": list(corpora)})
+        builds = c in twins  # a twin's point builds its weights
+        out[c] = find_parts(c, followed.get(c, []), producers + (builders if builds else []), {"corpus": list(corpora)})
         first.setdefault(m, c)
         if signature(out[c]) != signature(out[first[m]]):
             raise PosmechError(f"checkpoints {first[m]} and {c} of model {m} would run different rules in the "
