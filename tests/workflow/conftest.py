@@ -70,10 +70,11 @@ BROKEN = "opt_bridge"
 ONE = "one"
 ARCH_MODELS = (*ARCHS, BROKEN, ONE)
 #: models whose analyses run in one job without figures (config `figures: false`): the same
-#: tables, verdicts and logs, ~7 jobs fewer each; figures are drawn on one model per position
-#: scheme and layout the tests read by rule (GPT-2, OPT, NeoX, Llama, BLOOM, the one-layer
-#: GPT-2) and on OPT on the bridge, whose rules must fail as jobs
-FIGURELESS = ("qwen2", "gemma2", "phi", "gptj", "falcon", "gpt_bigcode")
+#: tables, verdicts and logs, ~7 jobs fewer each. Figures are drawn on one model per position
+#: scheme (NeoX's partial rotary, Llama's grouped-query rotary, BLOOM's ALiBi; learned positions:
+#: the CI-sized run's GPT-2 demo, tests/workflow/conftest.py ``ci_run``) and on OPT on the
+#: bridge, whose rules must fail as jobs of their own
+FIGURELESS = ("gpt2", "opt", "qwen2", "gemma2", "phi", "gptj", "falcon", "gpt_bigcode", ONE)
 #: the one model read against a random-init twin (config section `twins`): the others' nulls
 #: would double the run, and are checked by the self-check's random-init cases
 ARCH_TWINS = {"llama": "llama-twin"}
