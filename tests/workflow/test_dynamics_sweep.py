@@ -219,8 +219,9 @@ def test_a_figureless_model_runs_its_analyses_as_one_job_and_draws_nothing(tmp_p
     """Config `figures: false` on a local model (a tiny GPT-2): its analyses run in one job,
     rule `sweep_<model>`, whose outputs are every table, HDF5 file and scorecard its rules'
     own jobs would write (the same code: test_a_sweep_point_writes_what_the_family_rules_write
-    above) and no figure; no analysis rule runs on it; its weights are not built in that job
-    (fetch_model validates them, as for any local model); the other models are unchanged."""
+    above) and no figure, after validating the local model's directory and tokenizing its corpus
+    (the manifest and the tokens are that job's outputs: two jobs fewer); no analysis, fetch or
+    tokenize rule runs on it; the other models are unchanged."""
     cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
     cfg["models"]["quick"] = {"source": str(tiny_archs.BUILDERS["gpt2"](tmp_path / "gpt2")), "device": "cpu", "figures": False}
     cfg["twins"] = {"enabled": False}
@@ -232,13 +233,14 @@ def test_a_figureless_model_runs_its_analyses_as_one_job_and_draws_nothing(tmp_p
     assert proc.returncode == 0, proc.stderr[-4000:]
     log = proc.stdout + proc.stderr
     jobs = jobs_by_rule(log)
-    assert jobs["sweep_quick"] == ["quick"] and jobs["fetch_model"] == ["quick"]
+    assert jobs["sweep_quick"] == ["quick"] and "quick" not in jobs["fetch_model"] + jobs["tokenize"]
     for rule in ("taxonomy", "kernels", "anatomy", "geometry", "interventions", "contextual", "cache_activations"):
         assert "quick" not in jobs[rule] and "demo" in jobs[rule], (rule, jobs[rule])
     (block,) = [b for b in sweep_blocks(log) if "wildcards: model=quick" in b]
     out = block.split("output:")[1].split("log:")[0]
     assert "results/quick/taxonomy/heads.csv" in out and "results/quick/scorecard/diagonal_taxonomy.csv" in out
-    assert ".png" not in out and "resources/models/quick" not in out
+    assert "resources/models/quick/manifest.json" in out and "results/quick/tokens/bible.h5" in out
+    assert ".png" not in out
     assert "quick" in jobs["head_table"] and "rule build_twin" not in log
 
 

@@ -18,6 +18,7 @@ from posmech.core.families import FAMILIES
 from posmech.pipeline.preflight import jobs_run_locally
 from posmech.pipeline.sweep import point_outputs, swept_models
 from posmech.pipeline.sweep import rule_name as sweep_rule_name
+from posmech.pipeline.sweep import IN_OWN_POINTS, IN_TWIN_POINTS
 
 # The study the config describes, prepared first of all (posmech.pipeline.study):
 # the config validated (defaults filled) and checked in one round (posmech.pipeline.preflight), a
@@ -62,6 +63,22 @@ MODELS, FINAL_MODELS = STUDY.models, STUDY.final_models
 # checkpoint's (dynamics.smk, posmech.pipeline.sweep); the analysis rules run on JOB_MODELS.
 OWN_POINTS = {m: m for m in STUDY.figureless}
 TWIN_POINTS = {t: t for t in TWINS if t in OWN_POINTS}
+# What a point of its own runs first (posmech.pipeline.sweep): a twin builds its weights; a
+# figureless model tokenizes its corpora and, when local, validates its directory (a Hub model
+# is downloaded by fetch_model of its own: the login node reaches the Hub)
+_LOCAL = set(model_names_by_kind(config, "local"))
+POINT_BUILDS = {
+    m: (
+        IN_TWIN_POINTS
+        if m in TWIN_POINTS
+        else IN_OWN_POINTS if m in _LOCAL else IN_OWN_POINTS - {"fetch_model"}
+    )
+    for m in OWN_POINTS
+}
+BUILT_IN_POINTS = {
+    name: [m for m, built in POINT_BUILDS.items() if name in built]
+    for name in IN_OWN_POINTS
+}
 POINT_OF = {**CHECKPOINT_OF, **OWN_POINTS}
 JOB_MODELS = [m for m in FINAL_MODELS if m not in OWN_POINTS]
 CORPORA = list(config["corpora"])
@@ -250,7 +267,7 @@ def sweep_points_of_run():
 
     try:
         parts = parts_by_checkpoint(
-            list(workflow.rules), COLLECTOR.entries, POINT_OF, CORPORA, TWIN_POINTS
+            list(workflow.rules), COLLECTOR.entries, POINT_OF, CORPORA, POINT_BUILDS
         )
     except PosmechError as err:
         raise WorkflowError(str(err)) from None

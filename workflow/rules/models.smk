@@ -16,8 +16,14 @@ rule fetch_model:
     log:
         "logs/fetch_model/{model}.log",
     wildcard_constraints:
+        # a figureless local model is validated in its point's job (dynamics.smk)
         model=regex(
-            model_names_by_kind(config, "hub") + model_names_by_kind(config, "local")
+            [
+                m
+                for m in model_names_by_kind(config, "hub")
+                + model_names_by_kind(config, "local")
+                if m not in BUILT_IN_POINTS["fetch_model"]
+            ]
         ),
     conda:
         "../envs/posmech.yaml"

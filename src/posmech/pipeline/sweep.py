@@ -163,11 +163,15 @@ NOT_IN_SWEEP_POINTS = frozenset({"fetch_model", "train_demo_model", "build_twin"
 #: what a twin's point runs first, its weights (one job instead of two: one interpreter and one
 #: ``import torch`` fewer, ~3-4 CPU s on the CI-sized run; docs/performance.md, "Twins")
 IN_TWIN_POINTS = frozenset({"build_twin"})
+#: what the point of a model configured with ``figures: false`` runs first: a local model's
+#: validation and its tokens (two jobs fewer per model); a Hub model is still downloaded by
+#: ``fetch_model`` of its own, on the machine that reaches the Hub (profiles/slurm: the login node)
+IN_OWN_POINTS = frozenset({"fetch_model", "tokenize"})
 
 
 def parts_by_checkpoint(rules: list[Any], collected: list[tuple[Any, list[dict[str, str]], bool]],
                         checkpoint_of: dict[str, str], corpora: list[str],
-                        twins: Collection[str] = ()) -> dict[str, list[tuple[Any, dict[str, str]]]]:
+                        builds: dict[str, Collection[str]] | None = None) -> dict[str, list[tuple[Any, dict[str, str]]]]:
     """``{checkpoint: its parts}`` (:func:`find_parts`): the analysis jobs collected on the
     checkpoint (``collected``: :attr:`posmech.pipeline.collect.Collector.entries`, which apply
     applicability and the config sections' models) and what they read, among ``rules``
@@ -175,23 +179,24 @@ def parts_by_checkpoint(rules: list[Any], collected: list[tuple[Any, list[dict[s
     ``checkpoint_of``: ``{point: the model whose rule runs it}``; every point of a model must
     run the same rules. A model run as one job (config ``figures: false``) is a point of its
     own (``{model: model}``): every analysis it runs, no figures; so is a random-init twin
-    (config ``twins.figures: false``; ``twins``), which builds its weights first
-    (:data:`IN_TWIN_POINTS`)."""
+    (config ``twins.figures: false``). ``builds``: ``{point: the rules of``
+    :data:`NOT_IN_SWEEP_POINTS` ``it runs first}`` (a twin its weights, :data:`IN_TWIN_POINTS`; a
+    figureless model its validation and tokens, :data:`IN_OWN_POINTS`)."""
+    builds = builds or {}
     producers = [r for r in rules if "model" in (r.wildcard_names or ()) and r.name not in NOT_IN_SWEEP_POINTS]
-    builders = [r for r in rules if r.name in IN_TWIN_POINTS]
     followed: dict[str, list[tuple[Any, dict[str, str]]]] = {}
     for step, jobs, _ in collected:
         for wc in jobs:
             c = wc.get("model")
-            if c in checkpoint_of and step.name not in NOT_IN_SWEEP_POINTS:
+            if c in checkpoint_of and (step.name not in NOT_IN_SWEEP_POINTS or step.name in builds.get(c, ())):
                 job = (step, {k: v for k, v in wc.items() if k != "model"})
                 if job not in followed.setdefault(c, []):
                     followed[c].append(job)
     out: dict[str, list[tuple[Any, dict[str, str]]]] = {}
     first: dict[str, str] = {}
     for c, m in checkpoint_of.items():
-        builds = c in twins  # a twin's point builds its weights
-        out[c] = find_parts(c, followed.get(c, []), producers + (builders if builds else []), {"corpus": list(corpora)})
+        builders = [r for r in rules if r.name in builds.get(c, ())]
+        out[c] = find_parts(c, followed.get(c, []), producers + builders, {"corpus": list(corpora)})
         first.setdefault(m, c)
         if signature(out[c]) != signature(out[first[m]]):
             raise PosmechError(f"checkpoints {first[m]} and {c} of model {m} would run different rules in the "
