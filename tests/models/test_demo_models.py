@@ -24,6 +24,24 @@ def _layer(head: str) -> int:
     return int(head[1:].split("H")[0])
 
 
+def _taxonomy_heads(hf_dir, name, docs):
+    """The taxonomy's per-head table (:func:`posmech.analyses.taxonomy.classify_heads`: the
+    uniform baseline of documents of 32 tokens, the default margin) of the model in ``hf_dir``,
+    from the taxonomy's own pass over 40 documents of 32 tokens of held-out Bible text (the
+    last 20 chapters of ``docs``)."""
+    import numpy as np
+
+    from posmech.analyses.taxonomy import statistics as st
+    from posmech.analyses.taxonomy import classify_heads
+    from posmech.models.loading import load_model
+
+    lens = load_model({"hf_dir": hf_dir, "name": name}, "cpu", "float32", "compatibility")
+    ids = np.asarray(lens.tokenizer("".join(d["text"] for d in docs[-20:]))["input_ids"])
+    stats, _, _ = st.attention_statistics(lens, [ids[i * 32:(i + 1) * 32] for i in range(40)], 8, True,
+                                         progress=False)
+    return classify_heads(stats.means())
+
+
 @pytest.fixture(scope="module")
 def demo_config():
     cfg = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
@@ -95,9 +113,11 @@ def test_attention_only_demo_has_previous_token_and_induction_heads(summaries):
 
 def test_rotary_demo_has_a_sharp_previous_token_head_above_layer_0_read_by_a_later_induction_head(summaries):
     """The Llama-layout demo model (rotary positions, nothing positional in the residual
-    stream) grows demo's circuit with demo's recipe (layer 0 silent for the first 300 steps):
-    a layer-1 previous-token head read by a layer-2 induction head whose score collapses when it
-    is zeroed, so P5 has layers to knock out below the sharp head and P13 an early head."""
+    stream) grows demo's circuit with layer 0 silent for the warm-up (100 steps): a layer-1
+    previous-token head read by a layer-2 induction head whose score collapses when it is
+    zeroed, so P5 has layers to knock out below the sharp head; and layer 0 keeps weaker
+    previous-token heads of its own, P13's early heads (released at step 300 instead, layer 0's
+    best head stayed at 0.155, too close to a uniform head to count: config/demo.yaml)."""
     from posmech.models.architecture import read_architecture
 
     s = summaries["demo-rope"]
@@ -105,19 +125,42 @@ def test_rotary_demo_has_a_sharp_previous_token_head_above_layer_0_read_by_a_lat
     arch = read_architecture(s["_hf_dir"])
     assert (arch.model_type, arch.positions, arch.rotary_fraction, arch.context) == ("llama", "rotary", 1.0, 32)
     prev, ind = s["best_previous_token_head"], s["best_induction_head"]
-    assert _layer(prev) >= 1 and s["best_previous_token_score"] >= 0.8, s["previous_token_scores"]  # 0.879 (L1H3)
-    assert max(s["previous_token_scores"][0]) < 0.5 * s["best_previous_token_score"]  # measured 0.155
+    assert _layer(prev) >= 1 and s["best_previous_token_score"] >= 0.75, s["previous_token_scores"]  # 0.825 (L1H2)
+    # layer 0: previous-token heads well above a uniform head's ~0.1, well below the sharp one
+    layer0 = sorted(s["previous_token_scores"][0], reverse=True)
+    assert layer0[0] >= 0.3 and layer0[0] <= s["best_previous_token_score"] - 0.2, layer0  # L0H1 0.400, L0H0 0.388
     assert _layer(ind) > _layer(prev) and s["induction_reads_head"] == prev
-    assert s["best_induction_score"] >= 0.75  # measured 0.952 (L2H0)
-    assert s["induction_score_with_previous_token_heads_ablated"] <= 0.5 * s["best_induction_score"]  # 0.115
-    assert s["p_correct_repeated"] >= 0.85 and s["p_correct_first_copy"] <= 0.05  # 0.990, 0.013
-    assert s["p_correct_repeated_ablated"] <= 0.5 * s["p_correct_repeated"]  # 0.119
-    # layer 0 was silent for the first 300 steps only: released, its heads write (0 when silent)
+    assert s["best_induction_score"] >= 0.75  # measured 0.936 (L2H2)
+    assert s["induction_score_with_previous_token_heads_ablated"] <= 0.5 * s["best_induction_score"]  # 0.107
+    assert s["p_correct_repeated"] >= 0.85 and s["p_correct_first_copy"] <= 0.05  # 0.991, 0.013
+    assert s["p_correct_repeated_ablated"] <= 0.5 * s["p_correct_repeated"]  # 0.071
+    # layer 0 was silent for the first 100 steps only: released, its heads write (0 when silent)
     from safetensors.torch import load_file
 
-    assert s["train_config"]["silent_attention_layers"] == [0]
+    cfg = s["train_config"]
+    assert cfg["silent_attention_layers"] == [0] and 0 < cfg["silent_attention_steps"] < cfg["steps"]
     w = load_file(str(Path(s["_hf_dir"]) / "model.safetensors"))
-    assert float(w["model.layers.0.self_attn.o_proj.weight"].norm()) > 0.2  # measured 1.41
+    assert float(w["model.layers.0.self_attn.o_proj.weight"].norm()) > 0.2  # measured 2.12
+
+
+def test_rotary_demo_layer_0_holds_early_previous_token_heads_below_the_sharp_one(summaries):
+    """P13 needs early previous-token heads: previous-token heads by the taxonomy's definition
+    (largest mean diagonal at offset 1, at least taxonomy.prev_token_min_excess above a uniform
+    causal head) in a layer below the sharp head's. On demo-rope the taxonomy's pass over
+    held-out Bible text chooses the summary's layer-1 head as the sharp one and layer-0 heads
+    as early ones, each comfortably above the margin (measured on the pipeline's documents:
+    L0H0 0.275, L0H1 0.286; sharp L1H2 0.765)."""
+    from posmech.analyses.taxonomy import PREV_MIN_EXCESS, choose_heads, strict_early_heads
+
+    s = summaries["demo-rope"]
+    heads = _taxonomy_heads(s["_hf_dir"], "demo-rope", s["_docs"])
+    chosen = choose_heads(heads, "demo-rope")
+    pick = {"sharp": chosen.loc[chosen["role"] == "sharp", "head_name"].tolist(),
+            "early": chosen.loc[chosen["role"] == "early", "head_name"].tolist()}
+    assert pick["sharp"] == [s["best_previous_token_head"]] and _layer(pick["sharp"][0]) >= 1, heads
+    early = strict_early_heads(pick)
+    excess = heads.set_index("head_name")["prev_token_excess"]
+    assert early and all(_layer(h) == 0 and excess[h] >= PREV_MIN_EXCESS + 0.05 for h in early), (early, excess)
 
 
 def test_rotary_demo_bridge_equals_hugging_face_in_its_processing_mode(summaries, demo_config):
@@ -181,23 +224,12 @@ def test_gpt2_demo_checkpoints_show_the_previous_token_head_forming(summaries, d
     taxonomy's own pass on held-out Bible text — rises across them: from a random
     initialisation's to the trained head's, never falling back by more than a margin, with
     the head that ends sharpest above layer 0 (the silent layer 0 of the first 300 steps)."""
-    import numpy as np
-
-    from posmech.analyses.taxonomy import statistics as st
-    from posmech.analyses.taxonomy import classify_heads
-    from posmech.models.loading import load_model
-
     steps = demo_config["models"]["demo"]["train"]["checkpoints"]
     assert len(steps) >= 4
     root = Path(summaries["demo"]["_hf_dir"]).parent
-    text = "".join(d["text"] for d in summaries["demo"]["_docs"][-20:])
     sharpest = []
     for name in [*(f"checkpoints/step{s}/hf" for s in steps), "hf"]:
-        lens = load_model({"hf_dir": str(root / name), "name": name}, "cpu", "float32", "compatibility")
-        ids = np.asarray(lens.tokenizer(text)["input_ids"])
-        docs = [ids[i * 32:(i + 1) * 32] for i in range(40)]
-        stats, _, _ = st.attention_statistics(lens, docs, 8, True, progress=False)
-        heads = classify_heads(stats.means())
+        heads = _taxonomy_heads(str(root / name), name, summaries["demo"]["_docs"])
         sharpest.append((float(heads["prev_token_mass"].max()),
                          int(heads.loc[heads["prev_token_mass"].idxmax(), "layer"])))
     scores = [s for s, _ in sharpest]
