@@ -228,7 +228,7 @@ def test_a_sweep_point_loads_each_script_from_its_path_not_a_same_named_module(m
     """A figureless model's point runs rule `tokenize`'s script; `importlib.import_module` would
     return the standard library's `tokenize` (imported already, its `main` takes no arguments).
     posmech.pipeline.runner.script_modules loads scripts/<name>.py by its path, from the
-    directory of sys.path (appended, as Snakemake does) that holds sweep_point.py."""
+    directory of sys.path (appended, as Snakemake does) that holds it beside sweep_point.py."""
     import sys
     import tokenize as stdlib_tokenize
     from pathlib import Path
@@ -242,5 +242,5 @@ def test_a_sweep_point_loads_each_script_from_its_path_not_a_same_named_module(m
     assert Path(mod.__file__) == scripts / "tokenize.py" and mod is not stdlib_tokenize
     assert mod.main.__code__.co_argcount == 2 and load("tokenize") is mod
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(scripts)])
-    with pytest.raises(PosmechError, match="sweep_point.py"):
-        script_modules()
+    with pytest.raises(PosmechError, match="fetch_model.py beside sweep_point.py"):
+        script_modules()("fetch_model")
