@@ -222,3 +222,25 @@ def test_a_jobs_settings_param_reaches_its_script_typed():
     assert typed_view(plain) is plain  # a job without settings is left as it is
     with pytest.raises(PosmechError, match="'settings' is a KernelsSettings object, which Snakemake does not record"):
         typed_params(Names({"settings": k}))
+
+
+def test_a_sweep_point_loads_each_script_from_its_path_not_a_same_named_module(monkeypatch):
+    """A figureless model's point runs rule `tokenize`'s script; `importlib.import_module` would
+    return the standard library's `tokenize` (imported already, its `main` takes no arguments).
+    posmech.pipeline.runner.script_modules loads scripts/<name>.py by its path, from the
+    directory of sys.path (appended, as Snakemake does) that holds it beside sweep_point.py."""
+    import sys
+    import tokenize as stdlib_tokenize
+    from pathlib import Path
+
+    from posmech.pipeline.runner import script_modules
+
+    scripts = Path(__file__).resolve().parents[1] / "scripts"
+    monkeypatch.setattr(sys, "path", [*sys.path, str(scripts)])
+    load = script_modules()
+    mod = load("tokenize")
+    assert Path(mod.__file__) == scripts / "tokenize.py" and mod is not stdlib_tokenize
+    assert mod.main.__code__.co_argcount == 2 and load("tokenize") is mod
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(scripts)])
+    with pytest.raises(PosmechError, match="fetch_model.py beside sweep_point.py"):
+        script_modules()("fetch_model")

@@ -404,6 +404,33 @@ def analysis_view(smk: Any, analysis: str, links: dict[str, str] | None = None) 
 Analysis = tuple[Callable[[Any, logging.Logger], None], dict[str, str]]
 
 
+def script_modules(anchor: str = "sweep_point.py") -> Callable[[str], Any]:
+    """A ``load`` for :func:`run_sweep_point`: ``name`` -> the module of ``scripts/<name>.py``,
+    read from its path: the first entry of ``sys.path`` holding both ``<name>.py`` and
+    ``anchor`` (Snakemake appends the rule's script's directory; its source cache holds a copy of
+    ``anchor`` alone). Not :func:`importlib.import_module`: a script's name can be a
+    standard-library module's (``tokenize``), which is imported already and would be returned."""
+    import importlib.util
+
+    def load(name: str) -> Any:
+        key = f"posmech_scripts.{name}"
+        if key not in sys.modules:
+            where = next((p for p in sys.path if os.path.isfile(os.path.join(p or ".", anchor))
+                          and os.path.isfile(os.path.join(p or ".", f"{name}.py"))), None)
+            spec = (importlib.util.spec_from_file_location(key, os.path.join(where or ".", f"{name}.py"))
+                    if where is not None else None)
+            if spec is None or spec.loader is None:
+                raise PosmechError(f"no directory of sys.path holds the script {name}.py beside {anchor}: run the "
+                                   "sweep point's script as the workflow does (Snakemake puts the scripts' "
+                                   "directory on the path; workflow bug)")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[key] = module
+            spec.loader.exec_module(module)
+        return sys.modules[key]
+
+    return load
+
+
 def family_analyses(rule: str, load: Callable[[str], Any]) -> list[Analysis]:
     """The analyses ``(main, links)`` of rule ``rule``, in order: a family's
     (:data:`posmech.core.families.FAMILIES`, links :data:`posmech.core.families.LINKS`), each the
