@@ -4,7 +4,9 @@ We Go! What makes Rotary Positional Encodings useful?").
 
 A rotary model rotates each head's query and key, pair of dimensions by pair of dimensions,
 by an angle proportional to the position: pair ``f`` (dimensions ``f`` and ``f + r/2`` in the
-``rotate_half`` layout of GPT-NeoX and Llama, ``r`` the rotated dimensions) turns by
+``rotate_half`` layout of GPT-NeoX and Llama, ``2f`` and ``2f + 1`` in GPT-J's interleaved
+layout, which is reordered into the former first: :func:`posmech.models.scores.halves_order`;
+``r`` the rotated dimensions) turns by
 ``θ_f`` radians per position, ``θ_f = base^(-2f/r)`` in the standard scheme, so pair 0 has
 the highest frequency and pair ``r/2 − 1`` the lowest. The frequencies are read from the
 model's own rotation (``hook_cos``/``hook_sin`` at position 1), so a scaled or non-standard
@@ -166,6 +168,8 @@ class _Totals:
     def add(self, layer: int, q: Any, k: Any, extra: dict[str, Any], pattern: Any, fn: Any) -> None:
         """One batch's layer: ``q [b, n, H, d]``, ``k [b, n, H_kv, d]`` before the rotation."""
         qr, kr = fn.prepare(q.double(), k.double(), extra)
+        # the halves pairing (f, f + r/2) that components and pair_norms read (GPT-J's (2f, 2f + 1) reordered)
+        qr, kr, q, k = (fn.halves(t, self.r) for t in (qr, kr, q, k))
         for h in range(qr.shape[2]):  # one head at a time: C x n x n scores per document
             d, p, nq, df = head_accumulate(components(qr[:, :, h:h + 1], kr[:, :, h:h + 1], self.r, fn.scale),
                                            pattern[:, h:h + 1])
@@ -222,7 +226,9 @@ def frequency_usage(bridge: Any, documents: np.ndarray, batch_size: int) -> Freq
                                    "architecture does not expose its rotation to TransformerLens hooks")
             extra = {"hook_cos": got[("hook_cos", la)], "hook_sin": got[("hook_sin", la)]}
             if totals is None:
-                totals = _Totals(L, int(cfg.n_heads), pair_frequencies(extra["hook_cos"], extra["hook_sin"]),
+                r = int(extra["hook_cos"].shape[-1])
+                totals = _Totals(L, int(cfg.n_heads), pair_frequencies(fn.halves(extra["hook_cos"], r),
+                                                                       fn.halves(extra["hook_sin"], r)),
                                  int(cfg.d_head))
             totals.add(la, got[("hook_q", la)], got[("hook_k", la)], extra, got[("hook_pattern", la)], fn)
     assert totals is not None
