@@ -168,3 +168,37 @@ def test_rotary_frequencies_split_gptjs_adjacent_pairs(gptj):
         assert torch.allclose(comp[:, :, f], by_hand, atol=FLOAT64_ABS * 10)
     assert torch.allclose(comp.sum(2), fn.full(got["hook_q"], got["hook_k"], extra), atol=1e-10)
     assert math.isfinite(float(fu.prev.max()))
+
+
+@pytest.mark.float32
+@pytest.mark.parametrize("processing", ["raw", "compatibility"])
+def test_kernels_with_the_texts_own_means_are_gptjs_attention(gptj, processing):
+    """The positional kernels' path (``bridge_head_weights``: GPT-J's query/key weights and
+    rotary tables reordered into the halves layout): with means the text's own layer inputs,
+    the kernel is the attention the model pays, in every layer (a wrong pairing would not be)."""
+    from posmech.analyses import kernels as kn
+    from tests.analyses.test_kernels import pattern, same_text_kernels
+
+    model = load_model({"hf_dir": str(gptj), "name": "gptj"}, "cpu", "float32", processing)
+    tokens = np.random.default_rng(5).integers(1, tiny_archs.V, 16)
+    layers, pos = same_text_kernels(model, gptj, tokens, 0)
+    assert kn.bridge_head_weights(model, None).rotary[0].shape[-1] == model.cfg.rotary_dim
+    for layer, lk in enumerate(layers):
+        np.testing.assert_allclose(lk.mean, pattern(model, tokens, layer)[:, pos], atol=2e-5)
+
+
+@pytest.mark.float32
+def test_layer0_decomposition_gives_gptjs_layer0_pattern(gptj):
+    """K6-K10's layer-0 reader (``relative_from_model``: GPT-J's q, k and tables reordered
+    alike): its exact pattern is the model's layer-0 pattern."""
+    from posmech.analyses import attn_only as ao
+    from posmech.analyses import contextual as cx
+    from posmech.analyses.contextual.relative import relative_from_model
+    from posmech.models import lens
+    from posmech.models.handbuilt import char_tokenizer
+
+    m = lens.from_hf_dir(str(gptj), char_tokenizer(tiny_archs.V), "raw", "cpu", "float32")
+    ids = np.random.default_rng(0).integers(1, tiny_archs.V, size=20)
+    dec = cx.decompose(relative_from_model(m, "gptj"), 1.0, ids, np.arange(1, 20))
+    P = ao.run_variant(m, ids[None], "both", [(0, h) for h in range(4)]).patterns[0][:, 1:, :]
+    np.testing.assert_allclose(dec.attention, P, atol=FLOAT32_FORWARD_ABS)
