@@ -128,8 +128,10 @@ def test_claims_are_judged_where_the_object_exists_and_failures_are_reported(run
     assert not gptj_nm["reason"].str.contains("posmech engine does not run|score function", regex=True).any(), \
         gptj_nm[["claim", "reason"]].to_string()
     assert verdict[("gptj", "L1")] in ("holds", "fails") and verdict[("gptj", "C3")] in ("holds", "fails")
-    # Gemma 2's scores are soft-capped: computed so (P6 judged), but its kernels are not softmax(q·k)
+    # Gemma 2's scores are soft-capped: computed so (P6 judged; P18 splits the logit before the cap), but
+    # its kernels (scores of the mean key) are not defined for a score that is not linear in the key
     assert verdict[("gemma2", "P6")] in ("holds", "fails") and "soft-capped" in reason[("gemma2", "K1")]
+    assert verdict[("gemma2", "P18")] in ("holds", "fails"), reason[("gemma2", "P18")]
     # the broken model: its raw-score analyses failed, reported with the log; the rest judged
     assert reason[(BROKEN, "P6")].startswith("failed: rule") and ".log" in reason[(BROKEN, "P6")]
     assert pd.isna(table.set_index(["model", "claim"]).loc[(BROKEN, "P6"), "value"])

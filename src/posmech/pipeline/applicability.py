@@ -40,8 +40,9 @@ class Requirement:
     (:class:`~posmech.models.architecture.Architecture`): ``rotary_pairs``, a rotary model's
     pair order is told and computed: the two halves of its rotated dimensions, or adjacent
     dimensions (GPT-J's interleaved pairs) on a model type the posmech engine rotates so
-    (:data:`INTERLEAVED_TYPES`; the bridge records no rotation for them); ``plain_scores``, the scores are ``q·k / scale`` (plus
-    ALiBi's bias), not soft-capped (Gemma 2's ``attn_logit_softcapping``). ``types_for``: the
+    (:data:`INTERLEAVED_TYPES`; the bridge records no rotation for them); ``plain_scores``,
+    the scores are ``q·k / scale`` (plus ALiBi's bias), not soft-capped (Gemma 2's
+    ``attn_logit_softcapping``). ``types_for``: the
     schemes ``model_types`` applies to (a model of another scheme meets it whatever its type;
     ``None``: every scheme)."""
 
@@ -122,10 +123,15 @@ REQUIREMENTS: dict[str, Requirement] = {
     "raw_scores_layout": Requirement("raw attention scores of {model_type} are not computed by posmech's score "
                                      "function: {unmet}", schemes=("learned", "rotary", "alibi"),
                                      rotary_pairs=True),
-    # the positional kernels are the softmax of q·k/scale (posmech.analyses.kernels.head_kernels):
-    # a model that soft-caps its scores (Gemma 2) attends with c·tanh(q·k/(scale·c)) instead
-    "plain_scores": Requirement("the positional kernels are the softmax of q·k/scale, and {model_type} "
-                                "does not attend with it: {unmet}", plain_scores=True),
+    # the positional kernels score each position's corpus-mean key (posmech.analyses.kernels.head_kernels):
+    # the mean score over the corpus, and the key bias's constant cancelling in the softmax, only
+    # while the score is linear in the key. A model that soft-caps its scores (Gemma 2) attends
+    # with c·tanh(q·k/(scale·c)), which is not: its kernel (the attention with the keys' content
+    # averaged out) is not defined. What needs only the model's own scores or patterns (the raw
+    # scores, the taxonomy, P17/P18's split of the logit before its cap) runs on it
+    "plain_scores": Requirement("the positional kernels score each position's mean key, the mean score only while "
+                                "the score is linear in the key (q·k/scale), and {model_type}'s is not: {unmet}",
+                                plain_scores=True),
     # the layer-0 decomposition reads the layer-0 weights of these layouts only (OPT's through
     # the forward engine's converter, posmech.models.lens.hf_state: W_pos from row 2); a rotary
     # or ALiBi model's layer 0 is read from one-token forward passes of the posmech engine
