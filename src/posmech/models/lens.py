@@ -5,7 +5,7 @@ positions added to the residual stream), OPT (learned positions stored from row 
 pre- or post-LayerNorm blocks), GPT-NeoX / Pythia (partial rotary, parallel residual),
 Llama, Mistral, Qwen2 (RMSNorm, rotary, grouped-query attention, SwiGLU), BLOOM (ALiBi, an
 embedding LayerNorm), GPT-J (interleaved partial rotary, one LayerNorm read by attention and
-MLP in parallel) and legacy TransformerLens checkpoints — with TransformerLens's
+MLP in parallel), GPT-BigCode (GPT-2's block, multi-query attention) and legacy TransformerLens checkpoints — with TransformerLens's
 interface and hook names, so that an analysis written against a ``TransformerBridge``
 runs unchanged on it:
 
@@ -82,7 +82,7 @@ pre-LayerNorm blocks), ``GPTNeoXForCausalLM``, ``LlamaForCausalLM`` /
 ``apply_residual_connection_post_layernorm``; context: ``seq_length`` else
 :data:`BLOOM_CONTEXT`), ``GPTJForCausalLM`` (with ``rotary_dim``; ``hook_cos``/``hook_sin``
 each frequency twice in a row, as its ``duplicate_interleave``, and ``cfg.rotary_adjacent_pairs``
-set), and legacy
+set), ``GPTBigCodeForCausalLM`` (with ``scale_attn_weights``, no cross-attention), and legacy
 TransformerLens state dicts with ``normalization_type`` LN, standard positions and
 ``act_fn`` ``gelu``/``gelu_new``/``relu`` (or attention-only). Anything else: the bridge
 (``posmech.models.loading.load_model`` chooses).
@@ -104,8 +104,9 @@ from posmech.core.perf import count_forward
 
 #: Hugging Face architectures the engine runs (class names; ``MODEL_TYPES``: their config's ``model_type``)
 ARCHITECTURES = ("GPT2LMHeadModel", "GPTNeoForCausalLM", "OPTForCausalLM", "GPTNeoXForCausalLM", "LlamaForCausalLM",
-                 "MistralForCausalLM", "Qwen2ForCausalLM", "BloomForCausalLM", "GPTJForCausalLM")
-MODEL_TYPES = ("gpt2", "gpt_neo", "opt", "gpt_neox", "llama", "mistral", "qwen2", "bloom", "gptj")
+                 "MistralForCausalLM", "Qwen2ForCausalLM", "BloomForCausalLM", "GPTJForCausalLM",
+                 "GPTBigCodeForCausalLM")
+MODEL_TYPES = ("gpt2", "gpt_neo", "opt", "gpt_neox", "llama", "mistral", "qwen2", "bloom", "gptj", "gpt_bigcode")
 #: Llama-style layouts (RMSNorm, rotary on every dimension, grouped-query attention, SwiGLU MLP)
 LLAMA_TYPES = ("llama", "mistral", "qwen2")
 #: queries per block when a causal pattern is made for a hook (:meth:`Lens._causal_pattern_blocks`)
@@ -243,6 +244,8 @@ def unsupported_hf(c: dict[str, Any], processing: str | None = None) -> str | No
     act = c.get("hidden_act") if mt in ("gpt_neox", *LLAMA_TYPES) else c.get("activation_function", "gelu_new")
     if mt != "bloom" and act not in ACTIVATIONS:
         return f"activation {act!r}"
+    if mt == "gpt_bigcode" and (c.get("scale_attn_weights") is False or c.get("add_cross_attention")):
+        return "GPT-BigCode without scale_attn_weights, or with cross-attention"
     if mt == "gptj" and not c.get("rotary_dim"):
         return "GPT-J without rotary_dim (Hugging Face then builds its rotary table over the model width)"
     if mt == "gpt_neo" and len(_attention_layers(c)) != int(c["num_layers"]):
@@ -278,7 +281,7 @@ def hf_state(get: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, An
         sd, cfg = _gpt2_state(f, c)
     else:
         sd, cfg = {"opt": _opt_state, "gpt_neox": _neox_state, "bloom": _bloom_state,
-                   "gptj": _gptj_state}.get(mt, _llama_state)(f, c)
+                   "gptj": _gptj_state, "gpt_bigcode": _bigcode_state}.get(mt, _llama_state)(f, c)
     cfg.model_type = str(mt)
     cfg.attn_scale = score_divisor(c)
     return {k: v for k, v in sd.items() if v is not None}, cfg
@@ -424,6 +427,34 @@ def _neox_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, A
         eps=float(c.get("layer_norm_eps", 1e-5)), attn_only=False, original_architecture="GPTNeoXForCausalLM",
         positional_embedding_type="rotary", rotary_dim=int(dh * _rotary_fraction(c, "gpt_neox", dh)),
         rotary_base=_rope(c)[1], parallel_attn_mlp=bool(c.get("use_parallel_residual", True)))
+    return sd, cfg
+
+
+def _bigcode_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, Any], LensConfig]:
+    """GPT-BigCode (StarCoder): GPT-2's block with ``nn.Linear`` weights and a fused ``c_attn``:
+    multi-query (``[d + 2·d_head, d]``: the queries of every head, then one key and one value
+    head), else per head ``q, k, v`` of ``d_head`` rows each (the head-interleaved layout)."""
+    d, H, L = int(c["n_embd"]), int(c["n_head"]), int(c["n_layer"])
+    dh = d // H
+    mq = bool(c.get("multi_query", True))
+    sd: dict[str, Any] = {"embed.W_E": f("wte.weight"), "pos_embed.W_pos": f("wpe.weight")}
+    for i in range(L):
+        p, b = f"h.{i}.", f"blocks.{i}."
+        W, bias = f(f"{p}attn.c_attn.weight"), f(f"{p}attn.c_attn.bias")
+        if mq:
+            for n, rows, h in (("Q", slice(0, d), H), ("K", slice(d, d + dh), 1), ("V", slice(d + dh, d + 2 * dh), 1)):
+                sd[f"{b}attn.W_{n}"] = _linear(W[rows], h, dh)
+                sd[f"{b}attn.b_{n}"] = _bias(None if bias is None else bias[rows], h, dh)
+        else:
+            _fused_qkv(sd, b, W, bias, H, dh)
+        _block_rest(sd, f, p, b, H, dh, ("attn.c_proj", "mlp.c_fc", "mlp.c_proj", "ln_1", "ln_2"))
+    sd["ln_final.w"], sd["ln_final.b"] = f("ln_f.weight"), f("ln_f.bias")
+    _lm_head(f, sd, "lm_head.weight")
+    cfg = LensConfig(
+        n_layers=L, n_heads=H, d_model=d, d_head=dh, d_mlp=int(c.get("n_inner") or 4 * d), n_ctx=int(c["n_positions"]),
+        d_vocab=int(c["vocab_size"]), act_fn=str(c.get("activation_function", "gelu_pytorch_tanh")),
+        eps=float(c.get("layer_norm_epsilon", 1e-5)), attn_only=False, original_architecture="GPTBigCodeForCausalLM",
+        n_key_value_heads=1 if mq else H)
     return sd, cfg
 
 
