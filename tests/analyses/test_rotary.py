@@ -147,3 +147,55 @@ def test_a_single_rotated_pair_gives_no_bands_and_no_values_with_the_reason():
     rows = ro.frequency_scorecard(fu, "m", 0.25, 0.5, "f.png")
     assert [r["value"] for r in rows] == [None, None] and all("1 rotated pair" in r["detail"] for r in rows)
     np.testing.assert_allclose(fu.shares[0, 0], [0.75, 0.25], atol=FLOAT64_ABS)
+
+
+@pytest.mark.float32
+def test_a_soft_capped_models_pairs_split_the_logit_before_its_cap(tmp_path):
+    """Gemma 2 (grouped-query, soft-capped scores, a sliding layer) with its cap at 1 and
+    weights large enough that the cap bends the scores: the softmax of the *capped* sum of the
+    components is Hugging Face's own attention (output_attentions of its eager forward), the
+    uncapped sum's is not; the shares still sum to 1 and the selectivities are >= 0 (the cap
+    is monotone)."""
+    import transformers
+
+    from posmech.models.handbuilt import char_tokenizer
+    from posmech.models.scores import ScoreFunction, score_function
+    from tests import tiny_archs
+
+    keys = {**tiny_archs.ARCHS["gemma2"][4], "attn_logit_softcapping": 1.0, **tiny_archs.COMMON}
+    hf = transformers.Gemma2ForCausalLM(transformers.Gemma2Config(**keys))
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if p.ndim >= 2:
+                p.copy_((1.0 if "q_proj" in name or "k_proj" in name else 0.2) * torch.randn(p.shape, generator=g))
+    hf.save_pretrained(tmp_path, safe_serialization=True)
+    char_tokenizer(tiny_archs.V).save_pretrained(tmp_path)
+    bridge = load_bridge({"hf_dir": str(tmp_path), "name": "gemma2"}, device="cpu", processing="raw")
+    assert score_function(bridge.cfg).softcap == 1.0
+    docs = _docs(3, 24, tiny_archs.V)  # longer than layer 0's sliding window of 16
+    assert ro._layer_windows(bridge, 2) == [16, 0]
+    fu = ro.frequency_usage(bridge, docs, batch_size=3)  # raises if softmax(cap(Σ c)) is not hook_pattern
+    assert fu.max_pattern_diff <= 10 * FLOAT32_FORWARD_ABS
+    np.testing.assert_allclose(np.nansum(fu.shares, -1), 1.0, atol=FLOAT64_ABS)
+    assert (fu.selectivity.sum(-1) >= -FLOAT64_ABS).all()
+    # against Hugging Face's forward: layer 0's components, capped, give its attention; uncapped, not
+    got = {}
+    names = ("hook_q", "hook_k", "hook_cos", "hook_sin")
+    with torch.inference_mode(), bridge.hooks(fwd_hooks=[(f"blocks.0.attn.{n}", lambda t, hook, n=n: got.__setitem__(
+            n, t.double())) for n in names]):
+        bridge(torch.as_tensor(docs), return_type=None)
+    hf_model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    with torch.no_grad():
+        ref = hf_model(torch.as_tensor(docs), output_attentions=True).attentions[0].double()
+    fn = score_function(bridge.cfg)
+    qr, kr = fn.prepare(got["hook_q"], got["hook_k"], {"hook_cos": got["hook_cos"], "hook_sin": got["hook_sin"]})
+    r = int(got["hook_cos"].shape[-1])
+    diffs = []
+    for cap in (fn.cap, ScoreFunction("rotary", fn.scale).cap):
+        worst = 0.0
+        for h in range(qr.shape[2]):
+            c = ro.components(qr[:, :, h:h + 1], kr[:, :, h:h + 1], r, fn.scale)
+            worst = max(worst, ro.head_accumulate(c, ref[:, h:h + 1], cap, window=16)[3])
+        diffs.append(worst)
+    assert diffs[0] <= 10 * FLOAT32_FORWARD_ABS < 100 * FLOAT32_FORWARD_ABS < diffs[1], diffs

@@ -157,12 +157,18 @@ def test_weights_decide_where_the_config_is_silent_or_wrong(dirs):
 def test_structure_decides_applicability(dirs):
     """Raw scores and kernels run where the score function computes the model's scores
     (learned, rotary halves, ALiBi, soft-capped; grouped and multi-query keys repeated); GPT-J's
-    interleaved pairs are named, and Gemma 2's soft-capped scores for the kernels only."""
-    for name in ("phi", "falcon", "qwen2", "gpt_bigcode"):  # Gemma 2: its raw scores, not its kernels
+    interleaved pairs are computed where the posmech engine runs them (GPT-J) and named
+    elsewhere, and Gemma 2's soft-capped scores for the kernels only."""
+    for name in ("phi", "falcon", "qwen2", "gpt_bigcode", "gptj"):  # Gemma 2: its raw scores, not its kernels
         skipped = not_applicable(read_architecture(dirs[name]))
         assert "attention_statistics" not in skipped and "positional_kernels" not in skipped, name
-    gptj = not_applicable(read_architecture(dirs["gptj"]))["positional_kernels"]
-    assert "interleaved rotary pairs" in gptj
+    # GPT-J on the engine: the L rules' token-only input and its layer 0 too; only the W_pos rules are skipped
+    assert all("W_pos" in why for why in not_applicable(read_architecture(dirs["gptj"])).values())
+    # the same interleaved pairs in a model type the engine does not run: named, before any job
+    cfg = json.loads((dirs["gptj"] / "config.json").read_text())
+    other = architecture({**cfg, "model_type": "my_gptj", "rotary_interleaved": True}, "m", _shapes(dirs["gptj"]))
+    assert other.rotary_interleaved is True
+    assert "interleaved rotary pairs" in not_applicable(other)["positional_kernels"]
     gemma = not_applicable(read_architecture(dirs["gemma2"]))
     assert "attention_statistics" not in gemma and "soft-capped at 50" in gemma["positional_kernels"]
 

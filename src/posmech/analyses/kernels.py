@@ -108,8 +108,9 @@ def attention_layout(hf_config: dict[str, Any], n_layers: int, d_head: int) -> t
     Rotary and ALiBi models: ``sqrt(d_head)`` (Gemma: ``sqrt(query_pre_attn_scalar)``); the
     sliding windows of :func:`posmech.models.architecture.layer_windows` (GPT-Neo's local
     layers, Mistral's ``sliding_window``, ``layer_types``' ``sliding_attention`` layers).
-    What the score function does not compute (interleaved rotary pairs, soft-capped scores)
-    is not scheduled (requirement ``raw_scores_layout``, :mod:`posmech.pipeline.applicability`).
+    What the score function does not compute (a rotary pair order that cannot be told,
+    soft-capped scores) is not scheduled (requirements ``raw_scores_layout``,
+    ``plain_scores``, :mod:`posmech.pipeline.applicability`).
     """
     from posmech.models.architecture import layer_windows
 
@@ -144,8 +145,11 @@ def bridge_head_weights(bridge: Any, hf_config: dict[str, Any] | None = None,
     with the layer-norm scale folded in under compatibility mode, consistent with the
     cached ``ln1_out``; zero biases for bias-free projections), and the attention layout
     of :func:`attention_layout`; for a rotary model its :func:`rotary_tables` of
-    ``n_positions`` positions (default its context), for an ALiBi model its slopes."""
-    from posmech.models.scores import alibi_slopes, position_scheme
+    ``n_positions`` positions (default its context), for an ALiBi model its slopes. GPT-J's
+    interleaved pairs are reordered into the halves layout (the query and key weights' rotary
+    columns and the tables alike: :func:`posmech.models.scores.halves_order`), which leaves
+    every ``q·k`` as the model computes it."""
+    from posmech.models.scores import alibi_slopes, halves_order, position_scheme, score_function
 
     cfg = bridge.cfg
     scheme = position_scheme(cfg)
@@ -168,7 +172,12 @@ def bridge_head_weights(bridge: Any, hf_config: dict[str, Any] | None = None,
     scale, window = attention_layout(hf_config, W_Q.shape[0], W_Q.shape[-1])
     rotary = rotary_tables(bridge, int(n_positions or cfg.n_ctx)) if scheme == "rotary" else None
     slopes = alibi_slopes(W_Q.shape[1]) if scheme == "alibi" else None
-    return HeadWeights(W_Q, bias("b_Q", W_Q), W_K, b_K, scale, window, rotary, slopes)
+    b_Q = bias("b_Q", W_Q)
+    if rotary is not None and score_function(cfg).interleaved:  # GPT-J: its pairs (2f, 2f+1) as halves
+        r = rotary[0].shape[-1]
+        W_Q, b_Q, W_K, b_K = (halves_order(t, r, True) for t in (W_Q, b_Q, W_K, b_K))
+        rotary = (halves_order(rotary[0], r, True), halves_order(rotary[1], r, True))
+    return HeadWeights(W_Q, b_Q, W_K, b_K, scale, window, rotary, slopes)
 
 
 # --------------------------------------------------------------------------- kernels

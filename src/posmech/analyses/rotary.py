@@ -4,7 +4,9 @@ We Go! What makes Rotary Positional Encodings useful?").
 
 A rotary model rotates each head's query and key, pair of dimensions by pair of dimensions,
 by an angle proportional to the position: pair ``f`` (dimensions ``f`` and ``f + r/2`` in the
-``rotate_half`` layout of GPT-NeoX and Llama, ``r`` the rotated dimensions) turns by
+``rotate_half`` layout of GPT-NeoX and Llama, ``2f`` and ``2f + 1`` in GPT-J's interleaved
+layout, which is reordered into the former first: :func:`posmech.models.scores.halves_order`;
+``r`` the rotated dimensions) turns by
 ``θ_f`` radians per position, ``θ_f = base^(-2f/r)`` in the standard scheme, so pair 0 has
 the highest frequency and pair ``r/2 − 1`` the lowest. The frequencies are read from the
 model's own rotation (``hook_cos``/``hook_sin`` at position 1), so a scaled or non-standard
@@ -13,11 +15,16 @@ partial rotation, the unrotated dimensions, counted as one component of frequenc
 
     s(n, i) = Σ_f c_f(n, i),   c_f(n, i) = (R(n) q_n)_f · (R(i) k_i)_f / scale.
 
-Per head, on documents of the corpus (queries ``n ≥ 1``, keys ``i ≤ n``; ``a`` the head's
-pattern, the softmax of ``s``, checked against the model's ``hook_pattern``):
+A model that soft-caps its scores (Gemma 2's ``attn_logit_softcapping``) attends with
+``c·tanh(s/c)``: the pairs still add up to ``s``, the logit before the cap, which the cap
+only bends monotonically; the pattern below is then the softmax of the capped ``s`` (the
+model's), and the shares split the selectivity of the logit ``s`` (still ``≥ 0``: the
+weights grow with ``s``). Per head, on documents of the corpus (queries ``n ≥ 1``, keys
+``i ≤ n``; ``a`` the head's pattern, the softmax of ``s`` (capped where the model caps it),
+checked against the model's ``hook_pattern``):
 
 * *selectivity* of component ``f`` at query ``n``: ``d_f(n) = Σ_i a(n, i) c_f(n, i) −
-  mean_{i ≤ n} c_f(n, i)``, how much more the component scores the keys the head attends
+  mean_{i ≤ n} c_f(n, i)`` (the keys a sliding-window layer lets ``n`` see, where it has one), how much more the component scores the keys the head attends
   to than the average key. Summed over the components it is the head's selectivity,
   ``Σ_i a·s − mean s ≥ 0`` (softmax weights grow with the score); the *selectivity share*
   of ``f`` is ``Σ_n d_f(n) / Σ_n Σ_f d_f(n)`` (the shares sum to 1; a component that works
@@ -123,16 +130,23 @@ def components(qr: Any, kr: Any, r: int, scale: float) -> Any:
     return c / scale
 
 
-def head_accumulate(c: Any, pattern: Any | None = None) -> tuple[Any, Any, Any, float]:
+def head_accumulate(c: Any, pattern: Any | None = None, cap: Any = None,
+                    window: int = 0) -> tuple[Any, Any, Any, float]:
     """From one layer's components ``c [b, H, C, n, n]``: the selectivity summed over the
     queries ``n ≥ 1`` ``[H, C]``, the previous-token attention summed over them ``[H]``, the
-    number of those queries, and the largest |softmax(Σ c) − pattern| (``pattern [b, H, n, n]``,
-    the model's own; 0 without it)."""
+    number of those queries, and the largest |softmax(cap(Σ c)) − pattern| (``pattern [b, H, n,
+    n]``, the model's own; 0 without it; ``cap`` the model's soft-capping of its scores,
+    :meth:`ScoreFunction.cap <posmech.models.scores.ScoreFunction.cap>`, none by default). The
+    keys of query ``n`` are ``i ≤ n``, and ``i > n − window`` in a sliding-window layer
+    (``window`` > 0: Gemma 2's and Mistral's sliding layers); the mean key is over them."""
     import torch
 
     n = c.shape[-1]
     causal = torch.ones(n, n, dtype=torch.bool, device=c.device).tril()
-    s = c.sum(2).masked_fill(~causal, float("-inf"))
+    if window:
+        causal &= torch.ones(n, n, dtype=torch.bool, device=c.device).triu(1 - window)
+    s = c.sum(2)
+    s = (cap(s) if cap is not None else s).masked_fill(~causal, float("-inf"))
     a = s.softmax(-1)  # [b, H, n, n]
     diff = float((a - pattern.double()).abs().max()) if pattern is not None else 0.0
     keys = causal.sum(-1).to(c.dtype)  # [n]
@@ -163,12 +177,14 @@ class _Totals:
         self.n_queries = self.n_tokens = 0
         self.diff = 0.0
 
-    def add(self, layer: int, q: Any, k: Any, extra: dict[str, Any], pattern: Any, fn: Any) -> None:
+    def add(self, layer: int, q: Any, k: Any, extra: dict[str, Any], pattern: Any, fn: Any, window: int = 0) -> None:
         """One batch's layer: ``q [b, n, H, d]``, ``k [b, n, H_kv, d]`` before the rotation."""
         qr, kr = fn.prepare(q.double(), k.double(), extra)
+        # the halves pairing (f, f + r/2) that components and pair_norms read (GPT-J's (2f, 2f + 1) reordered)
+        qr, kr, q, k = (fn.halves(t, self.r) for t in (qr, kr, q, k))
         for h in range(qr.shape[2]):  # one head at a time: C x n x n scores per document
             d, p, nq, df = head_accumulate(components(qr[:, :, h:h + 1], kr[:, :, h:h + 1], self.r, fn.scale),
-                                           pattern[:, h:h + 1])
+                                           pattern[:, h:h + 1], fn.cap, window)
             self.sel[layer, h] += d[0].cpu().numpy()
             self.prev[layer, h] += float(p[0])
             self.diff = max(self.diff, df)
@@ -187,6 +203,17 @@ class _Totals:
                               self.n_queries, self.diff)
 
 
+def _layer_windows(model: Any, n_layers: int) -> list[int]:
+    """Each layer's sliding window (0: none) from the model's Hugging Face config (the
+    engine's ``hf_config``, the bridge's original model's), by
+    :func:`posmech.models.architecture.layer_windows`; none without a config."""
+    from posmech.models.architecture import layer_windows
+
+    hf = getattr(model, "original_model", None)
+    config = getattr(model, "hf_config", None) or (hf.config.to_dict() if hasattr(hf, "config") else {})
+    return layer_windows(config, n_layers) if config else [0] * n_layers
+
+
 def frequency_usage(bridge: Any, documents: np.ndarray, batch_size: int) -> FrequencyUsage:
     """:class:`FrequencyUsage` of every head of a rotary model on ``documents [B, n]``
     (token ids, equal lengths ``n ≥ 2``), ``batch_size`` documents a forward pass."""
@@ -200,6 +227,7 @@ def frequency_usage(bridge: Any, documents: np.ndarray, batch_size: int) -> Freq
     if n < 2 or B == 0:
         raise PosmechError(f"rotary frequencies: {B} documents of {n} tokens; need at least one of 2 tokens")
     L = int(cfg.n_layers)
+    windows = _layer_windows(bridge, L)
     names = ("hook_q", "hook_k", "hook_cos", "hook_sin", "hook_pattern")
     totals: _Totals | None = None
     for start in range(0, B, batch_size):
@@ -222,9 +250,11 @@ def frequency_usage(bridge: Any, documents: np.ndarray, batch_size: int) -> Freq
                                    "architecture does not expose its rotation to TransformerLens hooks")
             extra = {"hook_cos": got[("hook_cos", la)], "hook_sin": got[("hook_sin", la)]}
             if totals is None:
-                totals = _Totals(L, int(cfg.n_heads), pair_frequencies(extra["hook_cos"], extra["hook_sin"]),
+                r = int(extra["hook_cos"].shape[-1])
+                totals = _Totals(L, int(cfg.n_heads), pair_frequencies(fn.halves(extra["hook_cos"], r),
+                                                                       fn.halves(extra["hook_sin"], r)),
                                  int(cfg.d_head))
-            totals.add(la, got[("hook_q", la)], got[("hook_k", la)], extra, got[("hook_pattern", la)], fn)
+            totals.add(la, got[("hook_q", la)], got[("hook_k", la)], extra, got[("hook_pattern", la)], fn, windows[la])
     assert totals is not None
     if totals.diff > PATTERN_ATOL:
         raise PosmechError(f"rotary frequencies: the softmax of the decomposed scores differs from the model's "

@@ -4,7 +4,8 @@
 positions added to the residual stream), OPT (learned positions stored from row 2, ReLU,
 pre- or post-LayerNorm blocks), GPT-NeoX / Pythia (partial rotary, parallel residual),
 Llama, Mistral, Qwen2 (RMSNorm, rotary, grouped-query attention, SwiGLU), BLOOM (ALiBi, an
-embedding LayerNorm) and legacy TransformerLens checkpoints — with TransformerLens's
+embedding LayerNorm), GPT-J (interleaved partial rotary, one LayerNorm read by attention and
+MLP in parallel), GPT-BigCode (GPT-2's block, multi-query attention) and legacy TransformerLens checkpoints — with TransformerLens's
 interface and hook names, so that an analysis written against a ``TransformerBridge``
 runs unchanged on it:
 
@@ -79,7 +80,9 @@ pre-LayerNorm blocks), ``GPTNeoXForCausalLM``, ``LlamaForCausalLM`` /
 ``Qwen2ForCausalLM`` (default rotary frequencies only: no ``rope_scaling``; no Qwen2
 ``use_sliding_window``), ``BloomForCausalLM`` (no
 ``apply_residual_connection_post_layernorm``; context: ``seq_length`` else
-:data:`BLOOM_CONTEXT`), and legacy
+:data:`BLOOM_CONTEXT`), ``GPTJForCausalLM`` (with ``rotary_dim``; ``hook_cos``/``hook_sin``
+each frequency twice in a row, as its ``duplicate_interleave``, and ``cfg.rotary_adjacent_pairs``
+set), ``GPTBigCodeForCausalLM`` (with ``scale_attn_weights``, no cross-attention), and legacy
 TransformerLens state dicts with ``normalization_type`` LN, standard positions and
 ``act_fn`` ``gelu``/``gelu_new``/``relu`` (or attention-only). Anything else: the bridge
 (``posmech.models.loading.load_model`` chooses).
@@ -101,8 +104,9 @@ from posmech.core.perf import count_forward
 
 #: Hugging Face architectures the engine runs (class names; ``MODEL_TYPES``: their config's ``model_type``)
 ARCHITECTURES = ("GPT2LMHeadModel", "GPTNeoForCausalLM", "OPTForCausalLM", "GPTNeoXForCausalLM", "LlamaForCausalLM",
-                 "MistralForCausalLM", "Qwen2ForCausalLM", "BloomForCausalLM")
-MODEL_TYPES = ("gpt2", "gpt_neo", "opt", "gpt_neox", "llama", "mistral", "qwen2", "bloom")
+                 "MistralForCausalLM", "Qwen2ForCausalLM", "BloomForCausalLM", "GPTJForCausalLM",
+                 "GPTBigCodeForCausalLM")
+MODEL_TYPES = ("gpt2", "gpt_neo", "opt", "gpt_neox", "llama", "mistral", "qwen2", "bloom", "gptj", "gpt_bigcode")
 #: Llama-style layouts (RMSNorm, rotary on every dimension, grouped-query attention, SwiGLU MLP)
 LLAMA_TYPES = ("llama", "mistral", "qwen2")
 #: queries per block when a causal pattern is made for a hook (:meth:`Lens._causal_pattern_blocks`)
@@ -141,6 +145,8 @@ class LensConfig:
     #: rotary dimensions per head (the first ``rotary_dim`` of ``d_head``; 0 without rotary) and the base
     rotary_dim: int = 0
     rotary_base: float = 10000.0
+    #: rotary pairs are adjacent dimensions ``2f, 2f + 1`` (GPT-J's ``rotate_every_two``), not halves
+    rotary_adjacent_pairs: bool = False
     #: the MLP is ``W_out(act(x W_gate) * (x W_in))`` (Llama's SwiGLU)
     gated_mlp: bool = False
     #: attention and MLP read the same residual (GPT-NeoX's ``use_parallel_residual``)
@@ -238,6 +244,10 @@ def unsupported_hf(c: dict[str, Any], processing: str | None = None) -> str | No
     act = c.get("hidden_act") if mt in ("gpt_neox", *LLAMA_TYPES) else c.get("activation_function", "gelu_new")
     if mt != "bloom" and act not in ACTIVATIONS:
         return f"activation {act!r}"
+    if mt == "gpt_bigcode" and (c.get("scale_attn_weights") is False or c.get("add_cross_attention")):
+        return "GPT-BigCode without scale_attn_weights, or with cross-attention"
+    if mt == "gptj" and not c.get("rotary_dim"):
+        return "GPT-J without rotary_dim (Hugging Face then builds its rotary table over the model width)"
     if mt == "gpt_neo" and len(_attention_layers(c)) != int(c["num_layers"]):
         return "attention_types that do not cover every layer"
     if mt in ("gpt_neox", *LLAMA_TYPES) and _rope(c)[0] != "default":
@@ -270,7 +280,8 @@ def hf_state(get: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, An
     if mt in ("gpt2", "gpt_neo"):
         sd, cfg = _gpt2_state(f, c)
     else:
-        sd, cfg = {"opt": _opt_state, "gpt_neox": _neox_state, "bloom": _bloom_state}.get(mt, _llama_state)(f, c)
+        sd, cfg = {"opt": _opt_state, "gpt_neox": _neox_state, "bloom": _bloom_state,
+                   "gptj": _gptj_state, "gpt_bigcode": _bigcode_state}.get(mt, _llama_state)(f, c)
     cfg.model_type = str(mt)
     cfg.attn_scale = score_divisor(c)
     return {k: v for k, v in sd.items() if v is not None}, cfg
@@ -416,6 +427,59 @@ def _neox_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, A
         eps=float(c.get("layer_norm_eps", 1e-5)), attn_only=False, original_architecture="GPTNeoXForCausalLM",
         positional_embedding_type="rotary", rotary_dim=int(dh * _rotary_fraction(c, "gpt_neox", dh)),
         rotary_base=_rope(c)[1], parallel_attn_mlp=bool(c.get("use_parallel_residual", True)))
+    return sd, cfg
+
+
+def _bigcode_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, Any], LensConfig]:
+    """GPT-BigCode (StarCoder): GPT-2's block with ``nn.Linear`` weights and a fused ``c_attn``:
+    multi-query (``[d + 2·d_head, d]``: the queries of every head, then one key and one value
+    head), else per head ``q, k, v`` of ``d_head`` rows each (the head-interleaved layout)."""
+    d, H, L = int(c["n_embd"]), int(c["n_head"]), int(c["n_layer"])
+    dh = d // H
+    mq = bool(c.get("multi_query", True))
+    sd: dict[str, Any] = {"embed.W_E": f("wte.weight"), "pos_embed.W_pos": f("wpe.weight")}
+    for i in range(L):
+        p, b = f"h.{i}.", f"blocks.{i}."
+        W, bias = f(f"{p}attn.c_attn.weight"), f(f"{p}attn.c_attn.bias")
+        if mq:
+            for n, rows, h in (("Q", slice(0, d), H), ("K", slice(d, d + dh), 1), ("V", slice(d + dh, d + 2 * dh), 1)):
+                sd[f"{b}attn.W_{n}"] = _linear(W[rows], h, dh)
+                sd[f"{b}attn.b_{n}"] = _bias(None if bias is None else bias[rows], h, dh)
+        else:
+            _fused_qkv(sd, b, W, bias, H, dh)
+        _block_rest(sd, f, p, b, H, dh, ("attn.c_proj", "mlp.c_fc", "mlp.c_proj", "ln_1", "ln_2"))
+    sd["ln_final.w"], sd["ln_final.b"] = f("ln_f.weight"), f("ln_f.bias")
+    _lm_head(f, sd, "lm_head.weight")
+    cfg = LensConfig(
+        n_layers=L, n_heads=H, d_model=d, d_head=dh, d_mlp=int(c.get("n_inner") or 4 * d), n_ctx=int(c["n_positions"]),
+        d_vocab=int(c["vocab_size"]), act_fn=str(c.get("activation_function", "gelu_pytorch_tanh")),
+        eps=float(c.get("layer_norm_epsilon", 1e-5)), attn_only=False, original_architecture="GPTBigCodeForCausalLM",
+        n_key_value_heads=1 if mq else H)
+    return sd, cfg
+
+
+def _gptj_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, Any], LensConfig]:
+    """GPT-J: interleaved partial rotary (``rotary_dim`` dimensions, base 10000, pairs ``2f,
+    2f + 1``), bias-free q/k/v/out projections, one LayerNorm (``ln_1``) read by attention and
+    MLP in parallel (kept as ``ln1`` and an equal ``ln2``), a biased ``lm_head``."""
+    d, H, L = int(c["n_embd"]), int(c["n_head"]), int(c["n_layer"])
+    dh = d // H
+    sd: dict[str, Any] = {"embed.W_E": f("wte.weight")}
+    for i in range(L):
+        p, b = f"h.{i}.", f"blocks.{i}."
+        for n, proj in zip("QKV", ("q_proj", "k_proj", "v_proj")):
+            sd[f"{b}attn.W_{n}"] = _linear(f(f"{p}attn.{proj}.weight"), H, dh)
+        _block_rest(sd, f, p, b, H, dh, ("attn.out_proj", "mlp.fc_in", "mlp.fc_out", "ln_1", "ln_1"))
+        sd[f"{b}ln2.w"], sd[f"{b}ln2.b"] = sd[f"{b}ln2.w"].clone(), sd[f"{b}ln2.b"].clone()  # its own tensors
+    sd["ln_final.w"], sd["ln_final.b"] = f("ln_f.weight"), f("ln_f.bias")
+    _lm_head(f, sd, "lm_head.weight")
+    sd["unembed.b_U"] = f("lm_head.bias")
+    cfg = LensConfig(
+        n_layers=L, n_heads=H, d_model=d, d_head=dh, d_mlp=int(c.get("n_inner") or 4 * d),
+        n_ctx=int(c["n_positions"]), d_vocab=int(c["vocab_size"]), act_fn=str(c.get("activation_function", "gelu_new")),
+        eps=float(c.get("layer_norm_epsilon", 1e-5)), attn_only=False, original_architecture="GPTJForCausalLM",
+        positional_embedding_type="rotary", rotary_dim=int(c["rotary_dim"]), rotary_adjacent_pairs=True,
+        parallel_attn_mlp=True)
     return sd, cfg
 
 
@@ -913,15 +977,12 @@ class Lens:
 
     def _rotate(self, x: Any) -> Any:
         """Rotary embedding of ``x [B, T, heads, d_head]`` on its first ``rotary_dim``
-        dimensions (GPT-NeoX's and Llama's ``rotate_half`` convention), the rest unchanged."""
-        import torch
+        dimensions (GPT-NeoX's and Llama's ``rotate_half`` convention, GPT-J's adjacent pairs
+        with ``rotary_adjacent_pairs``: :func:`posmech.models.scores.rotate`), the rest unchanged."""
+        from posmech.models.scores import rotate
 
         cos, sin = self._rope_layer
-        r = cos.shape[-1]
-        c, s = cos[:, :, None], sin[:, :, None]
-        xr = x[..., :r]
-        rot = xr * c + torch.cat((-xr[..., r // 2:], xr[..., : r // 2]), -1) * s
-        return rot if r == x.shape[-1] else torch.cat((rot, x[..., r:]), -1)
+        return rotate(x, cos, sin, self.cfg.rotary_adjacent_pairs)
 
     def _attention(self, i: int, x: Any) -> Any:
         import torch
@@ -1123,7 +1184,8 @@ class Lens:
         r = c.rotary_dim
         inv = 1.0 / (c.rotary_base ** (torch.arange(0, r, 2, dtype=torch.int64, device=pos.device).float() / r))
         ang = pos.float()[:, None] * inv[None, :]
-        emb = torch.cat((ang, ang), -1)
+        # each frequency twice: in a row for adjacent pairs (GPT-J), else the halves one after the other
+        emb = ang.repeat_interleave(2, -1) if c.rotary_adjacent_pairs else torch.cat((ang, ang), -1)
         return emb.cos().to(c.dtype), emb.sin().to(c.dtype)
 
     @property

@@ -79,19 +79,49 @@ def read_position_biases(hf_dir: str | os.PathLike[str], n_layers: int, n_heads:
     return attention_windows(cfg, n_layers), alibi_slopes(n_heads) if alibi else None
 
 
-def rotate(x: Any, cos: Any, sin: Any) -> Any:
+def rotate(x: Any, cos: Any, sin: Any, interleaved: bool = False) -> Any:
     """Rotary position embedding of ``x [b, n, H, d_head]`` with the model's own ``cos, sin
-    [b, n, r]`` (``r <= d_head``, the rotary dimensions: GPT-NeoX/Pythia rotate the first
-    ``partial_rotary_factor·d_head`` of them): the ``rotate_half`` convention of GPT-NeoX
-    and Llama, ``x_r·cos + rotate_half(x_r)·sin`` on the first ``r`` dimensions, the rest
-    unchanged."""
+    [b, n, r]`` (``r <= d_head``, the rotary dimensions: GPT-NeoX/Pythia and GPT-J rotate
+    the first ``partial_rotary_factor·d_head`` / ``rotary_dim`` of them), the rest unchanged:
+    ``x_r·cos + rot(x_r)·sin`` on the first ``r`` dimensions, ``rot`` the pairing of the
+    model's layout:
+
+    * halves (``interleaved`` false; GPT-NeoX, Llama's ``rotate_half``): dimension ``f`` turns
+      with ``f + r/2``, ``rot(x) = (-x[r/2:], x[:r/2])``, ``cos``/``sin`` each frequency
+      twice, one after the other (``[θ_0..θ_{r/2-1}, θ_0..θ_{r/2-1}]``);
+    * interleaved (GPT-J's ``rotate_every_two``): dimension ``2f`` turns with ``2f + 1``,
+      ``rot(x)_{2f} = -x_{2f+1}``, ``rot(x)_{2f+1} = x_{2f}``, ``cos``/``sin`` each
+      frequency twice in a row (``[θ_0, θ_0, θ_1, θ_1, ..]``, HF's ``duplicate_interleave``)."""
     import torch
 
     r = int(cos.shape[-1])
-    xr, rest = x[..., :r], x[..., r:]
-    a, b = xr[..., : r // 2], xr[..., r // 2:]
+    xr = x[..., :r]
+    if interleaved:
+        turned = torch.stack((-xr[..., 1::2], xr[..., 0::2]), -1).flatten(-2)
+    else:
+        turned = torch.cat((-xr[..., r // 2:], xr[..., : r // 2]), -1)
     c, s = cos[:, :, None].to(x.dtype), sin[:, :, None].to(x.dtype)
-    return torch.cat((xr * c + torch.cat((-b, a), -1) * s, rest), -1)
+    rot = xr * c + turned * s
+    return rot if r == x.shape[-1] else torch.cat((rot, x[..., r:]), -1)
+
+
+def halves_order(x: Any, r: int, interleaved: bool) -> Any:
+    """``x [..., d]`` with its first ``r`` dimensions reordered from the interleaved pairing
+    (``2f, 2f + 1``) into the halves pairing (``f, f + r/2``): dimensions ``0, 2, .., r-2,
+    1, 3, .., r-1``, then the rest; unchanged when not ``interleaved``. Applied to a query
+    and its key alike it leaves ``q·k`` as it is, and a rotated interleaved vector becomes
+    the halves rotation of the reordered one (the same ``cos``/``sin`` reordered too), so
+    code written for the halves layout (frequency pairs, kernels) reads GPT-J's pairs."""
+    if not interleaved:
+        return x
+    import numpy as np
+
+    idx = [*range(0, r, 2), *range(1, r, 2), *range(r, x.shape[-1])]
+    if isinstance(x, np.ndarray):
+        return x[..., idx]
+    import torch
+
+    return x.index_select(-1, torch.as_tensor(idx, device=x.device))
 
 
 @dataclass(frozen=True)
@@ -102,7 +132,8 @@ class ScoreFunction:
     * ``learned``: ``q_n·k_i / scale`` (GPT-2, GPT-Neo with ``scale`` 1, OPT);
     * ``rotary``: ``R(n) q_n · R(i) k_i / scale``, ``R`` the model's rotation of the rotary
       dimensions (:func:`rotate`, with the ``cos``/``sin`` the model's rotary embedding hands
-      its attention: ``blocks.L.attn.hook_cos``/``hook_sin``);
+      its attention: ``blocks.L.attn.hook_cos``/``hook_sin``), pairs of the halves layout or,
+      ``interleaved``, GPT-J's adjacent pairs;
     * soft-capped scores (Gemma 2): ``c·tanh(raw / c)`` of the above (:meth:`cap`);
     * ``alibi``: ``q_n·k_i / scale + m_h·(i - n)`` (:func:`alibi_slopes`): ALiBi's bias
       relative to the query, 0 on the diagonal, positive for future keys.  BLOOM adds
@@ -117,6 +148,12 @@ class ScoreFunction:
     slopes: tuple[float, ...] = ()
     #: Gemma 2's attention soft-capping ``c``: scores ``c·tanh(s / c)`` (None: none)
     softcap: float | None = None
+    #: rotary pairs are adjacent dimensions (GPT-J's ``rotate_every_two``), not halves
+    interleaved: bool = False
+
+    def halves(self, x: Any, r: int) -> Any:
+        """``x`` with its first ``r`` dimensions in the halves pairing (:func:`halves_order`)."""
+        return halves_order(x, r, self.interleaved)
 
     def cap(self, s: Any) -> Any:
         """``s`` soft-capped as the model does (``c·tanh(s / c)``), unchanged without a cap."""
@@ -144,7 +181,8 @@ class ScoreFunction:
         if self.scheme == "rotary":
             if not extra or "hook_cos" not in extra or "hook_sin" not in extra:
                 raise PosmechError("rotary scores need the model's hook_cos/hook_sin; this engine did not record them")
-            q, k = rotate(q, extra["hook_cos"], extra["hook_sin"]), rotate(k, extra["hook_cos"], extra["hook_sin"])
+            cos, sin = extra["hook_cos"], extra["hook_sin"]
+            q, k = rotate(q, cos, sin, self.interleaved), rotate(k, cos, sin, self.interleaved)
         if k.shape[2] != q.shape[2]:
             k = k.repeat_interleave(q.shape[2] // k.shape[2], dim=2)
         return q, k
@@ -194,12 +232,17 @@ def score_function(cfg: Any) -> ScoreFunction:
     (:func:`position_scheme`), the scale (:func:`attn_scale`: ``sqrt(d_head)`` for GPT-2,
     GPT-NeoX, Llama, BLOOM and OPT, 1 for GPT-Neo) and, for ALiBi, the slopes of its
     ``n_heads`` heads; Gemma 2's soft-capping from ``cfg.attn_scores_soft_cap`` (checked
-    against the bridge's ``hook_attn_scores`` on a tiny random Gemma 2: equal to 5e-7)."""
+    against the bridge's ``hook_attn_scores`` on a tiny random Gemma 2: equal to 5e-7);
+    interleaved rotary pairs from ``cfg.rotary_adjacent_pairs`` (TransformerLens's name: the
+    posmech engine sets it for GPT-J; TransformerLens 4.3's bridge leaves it false on GPT-J,
+    whose rotation it does not expose as ``hook_cos``/``hook_sin`` either, so
+    :meth:`ScoreFunction.prepare` refuses it)."""
     scheme = position_scheme(cfg)
     slopes = tuple(float(m) for m in alibi_slopes(int(cfg.n_heads))) if scheme == "alibi" else ()
     cap = getattr(cfg, "attn_scores_soft_cap", None)  # TransformerLens's name; -1: none
     return ScoreFunction(scheme, attn_scale(cfg), slopes,
-                         float(cap) if isinstance(cap, (int, float)) and cap > 0 else None)
+                         float(cap) if isinstance(cap, (int, float)) and cap > 0 else None,
+                         scheme == "rotary" and bool(getattr(cfg, "rotary_adjacent_pairs", False)))
 
 
 def key_head(k: Any, h: int, n_heads: int) -> Any:

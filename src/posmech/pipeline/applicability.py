@@ -37,10 +37,12 @@ class Requirement:
     that fails it cannot run the rule; ``{positions}`` (the scheme in words),
     ``{model_type}`` and ``{unmet}`` (what of the model fails which test, in words) are
     filled in. Structural tests, read from the model's config and weights
-    (:class:`~posmech.models.architecture.Architecture`): ``rotary_halves``, a rotary model
-    rotates the two halves of its rotated dimensions (not GPT-J's interleaved pairs, nor a
-    pair order that cannot be told); ``plain_scores``, the scores are ``q·k / scale`` (plus
-    ALiBi's bias), not soft-capped (Gemma 2's ``attn_logit_softcapping``). ``types_for``: the
+    (:class:`~posmech.models.architecture.Architecture`): ``rotary_pairs``, a rotary model's
+    pair order is told and computed: the two halves of its rotated dimensions, or adjacent
+    dimensions (GPT-J's interleaved pairs) on a model type the posmech engine rotates so
+    (:data:`INTERLEAVED_TYPES`; the bridge records no rotation for them); ``plain_scores``,
+    the scores are ``q·k / scale`` (plus ALiBi's bias), not soft-capped (Gemma 2's
+    ``attn_logit_softcapping``). ``types_for``: the
     schemes ``model_types`` applies to (a model of another scheme meets it whatever its type;
     ``None``: every scheme)."""
 
@@ -50,7 +52,7 @@ class Requirement:
     mlp: bool = False
     pre_ln: bool = False
     types_for: tuple[str, ...] | None = None
-    rotary_halves: bool = False
+    rotary_pairs: bool = False
     plain_scores: bool = False
 
     def unmet(self, arch: Architecture) -> list[str]:
@@ -65,9 +67,13 @@ class Requirement:
             out.append("no MLP")
         if self.pre_ln and arch.post_ln:
             out.append("LayerNorm after each residual addition")
-        if self.rotary_halves and arch.positions == "rotary" and arch.rotary_interleaved is not False:
-            out.append("interleaved rotary pairs (adjacent dimensions, GPT-J's rotate_every_two)"
-                       if arch.rotary_interleaved else "a rotary pair order that cannot be told (halves or interleaved)")
+        if self.rotary_pairs and arch.positions == "rotary" and arch.rotary_interleaved is None:
+            out.append("a rotary pair order that cannot be told (halves or interleaved)")
+        if (self.rotary_pairs and arch.positions == "rotary" and arch.rotary_interleaved
+                and arch.model_type not in INTERLEAVED_TYPES):
+            out.append("interleaved rotary pairs (adjacent dimensions, rotate_every_two) of a model type the posmech "
+                       f"engine does not run (it rotates those of {', '.join(INTERLEAVED_TYPES)}), and the bridge "
+                       "records no rotation (hook_cos/hook_sin) for them")
         if self.plain_scores and arch.score_softcap is not None:
             out.append(f"attention scores soft-capped at {arch.score_softcap:g} (c·tanh(q·k/(scale·c)), "
                        "attn_logit_softcapping)")
@@ -79,6 +85,11 @@ class Requirement:
         return None if not unmet else self.reason.format(positions=arch.scheme_words, model_type=arch.model_type,
                                                          unmet="; ".join(unmet))
 
+
+#: model types with interleaved rotary pairs the posmech engine runs, recording their rotation
+#: (``hook_cos``/``hook_sin``, :mod:`posmech.models.lens`); TransformerLens 4.3's bridge records none
+#: for GPT-J
+INTERLEAVED_TYPES = ("gptj",)
 
 REQUIREMENTS: dict[str, Requirement] = {
     # a learned absolute positional embedding W_pos added to the residual stream: what the
@@ -94,7 +105,7 @@ REQUIREMENTS: dict[str, Requirement] = {
     # for the layouts it runs
     "position_variants": Requirement(
         "the token-only input of {positions} runs every token at position 0, which only the posmech engine does, "
-        "and it does not run {model_type}", model_types=("gpt_neox", "llama", "mistral", "qwen2", "bloom"),
+        "and it does not run {model_type}", model_types=("gpt_neox", "llama", "mistral", "qwen2", "bloom", "gptj"),
         types_for=("rotary", "alibi")),
     # the attention scores before the softmax (P12, P13, the taxonomy's statistics, the
     # positional kernels): q·k·scale for learned positions, q and k rotated at their positions
@@ -103,26 +114,33 @@ REQUIREMENTS: dict[str, Requirement] = {
     # own scores on tiny Llama, GPT-NeoX and BLOOM models); grouped-query and multi-query key
     # heads are repeated per query group. Decided from the structure read from the model's
     # config and weights, not its model type; what the score function does not compute
-    # (interleaved rotary pairs) is named; soft-capped scores (Gemma 2) are computed
+    # (a rotary pair order that cannot be told) is named; GPT-J's interleaved pairs are rotated
+    # as the model does (ScoreFunction.interleaved, tested against Hugging Face's GPT-J:
+    # tests/models/test_gptj.py) where the posmech engine runs them; soft-capped scores (Gemma 2) are computed
     # (ScoreFunction.cap). At run time the raw scores are checked against the forward's own
     # hook_attn_scores (posmech.analyses.anatomy): a model whose forward records something
     # else there fails that analysis on that model, reported with its log
     "raw_scores_layout": Requirement("raw attention scores of {model_type} are not computed by posmech's score "
                                      "function: {unmet}", schemes=("learned", "rotary", "alibi"),
-                                     rotary_halves=True),
-    # the positional kernels are the softmax of q·k/scale (posmech.analyses.kernels.head_kernels):
-    # a model that soft-caps its scores (Gemma 2) attends with c·tanh(q·k/(scale·c)) instead
-    "plain_scores": Requirement("the positional kernels are the softmax of q·k/scale, and {model_type} "
-                                "does not attend with it: {unmet}", plain_scores=True),
+                                     rotary_pairs=True),
+    # the positional kernels score each position's corpus-mean key (posmech.analyses.kernels.head_kernels):
+    # the mean score over the corpus, and the key bias's constant cancelling in the softmax, only
+    # while the score is linear in the key. A model that soft-caps its scores (Gemma 2) attends
+    # with c·tanh(q·k/(scale·c)), which is not: its kernel (the attention with the keys' content
+    # averaged out) is not defined. What needs only the model's own scores or patterns (the raw
+    # scores, the taxonomy, P17/P18's split of the logit before its cap) runs on it
+    "plain_scores": Requirement("the positional kernels score each position's mean key, the mean score only while "
+                                "the score is linear in the key (q·k/scale), and {model_type}'s is not: {unmet}",
+                                plain_scores=True),
     # the layer-0 decomposition reads the layer-0 weights of these layouts only (OPT's through
     # the forward engine's converter, posmech.models.lens.hf_state: W_pos from row 2); a rotary
     # or ALiBi model's layer 0 is read from one-token forward passes of the posmech engine
     # (posmech.analyses.contextual.relative), for the layouts it runs
     "layer0_weights": Requirement(
         "the layer-0 decomposition reads layer 0 of a rotary or ALiBi model the posmech engine runs (GPT-NeoX, "
-        "Llama, Mistral, Qwen2, BLOOM) or layer-0 weights in the GPT-2, GPT-Neo, OPT or TransformerLens layout, "
-        "not {model_type}'s", model_types=("gpt2", "gpt_neo", "opt", "transformer_lens", "gpt_neox", "llama",
-                                           "mistral", "qwen2", "bloom")),
+        "Llama, Mistral, Qwen2, BLOOM, GPT-J) or layer-0 weights in the GPT-2, GPT-Neo, OPT or TransformerLens "
+        "layout, not {model_type}'s", model_types=("gpt2", "gpt_neo", "opt", "transformer_lens", "gpt_neox", "llama",
+                                                   "mistral", "qwen2", "bloom", "gptj")),
     # the decomposition splits LN(e + p): a LayerNorm of the residual that layer 0's attention
     # reads; a post-LayerNorm block (OPT's do_layer_norm_before: false) reads the raw residual
     "pre_ln": Requirement("LayerNorm after each residual addition (OPT's do_layer_norm_before: false): layer 0's "

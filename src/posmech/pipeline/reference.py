@@ -41,7 +41,7 @@ from posmech.core.errors import PosmechError
 from posmech.core.families import ANALYSES, DECLARATIONS, Analysis, claims, rule_analyses
 from posmech.core.io import REPO
 from posmech.models.architecture import SCHEME_WORDS
-from posmech.pipeline.applicability import REQUIREMENTS, Requirement
+from posmech.pipeline.applicability import INTERLEAVED_TYPES, REQUIREMENTS, Requirement
 from posmech.core.generated import END, changed, fill_blocks
 from posmech.core.generated import main as generator_main
 
@@ -143,9 +143,10 @@ def met_by(req: Requirement) -> str:
         parts.append("an MLP in each block (`has_mlp`)")
     if req.pre_ln:
         parts.append("a LayerNorm before each block (`post_ln` false)")
-    if req.rotary_halves:
-        parts.append("rotary pairs that are the two halves of the rotated dimensions, where rotary "
-                     "(`rotary_interleaved` false)")
+    if req.rotary_pairs:
+        parts.append("a rotary pair order that is told (`rotary_interleaved` not null), interleaved pairs only on "
+                     "a model type the posmech engine rotates so (" + ", ".join(f"`{t}`" for t in INTERLEAVED_TYPES)
+                     + ")")
     if req.plain_scores:
         parts.append("scores not soft-capped (`score_softcap` null)")
     return "; ".join(parts) or "any model"

@@ -187,7 +187,7 @@ def relative_from_model(model: Any, name: str = "model", n_ctx: int | None = Non
     import torch
 
     from posmech.analyses.kernels import rotary_tables
-    from posmech.models.scores import alibi_slopes, attn_scale
+    from posmech.models.scores import alibi_slopes, attn_scale, halves_order, score_function
 
     cfg = model.cfg
     kind = str(getattr(cfg, "positional_embedding_type", "standard") or "standard")
@@ -197,6 +197,12 @@ def relative_from_model(model: Any, name: str = "model", n_ctx: int | None = Non
                            "its layer 0 is read from its weights (contextual.weights)")
     H = int(cfg.n_heads)
     dev = getattr(cfg, "device", "cpu")
+    n_ctx = int(n_ctx or cfg.n_ctx)
+    # GPT-J's interleaved pairs (2f, 2f+1) read in the halves layout rotate() uses: queries,
+    # keys and tables reordered alike (posmech.models.scores.halves_order), q·k unchanged
+    interleaved = scheme == "rotary" and score_function(cfg).interleaved
+    tables = rotary_tables(model, n_ctx) if scheme == "rotary" else None
+    r = tables[0].shape[-1] if tables is not None else 0
 
     def token_qk(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         got: dict[str, Any] = {}
@@ -214,12 +220,12 @@ def relative_from_model(model: Any, name: str = "model", n_ctx: int | None = Non
         q, k = got["q"][:, 0], got["k"][:, 0]  # [U, heads, d_head]
         if k.shape[1] != H:
             k = k.repeat_interleave(H // k.shape[1], dim=1)
+        q, k = halves_order(q, r, interleaved), halves_order(k, r, interleaved)
         return (q.permute(1, 0, 2).numpy(), k.permute(1, 0, 2).numpy(), got["s"].reshape(-1).numpy())
 
-    n_ctx = int(n_ctx or cfg.n_ctx)
     cos = sin = slopes = None
-    if scheme == "rotary":
-        cos, sin = rotary_tables(model, n_ctx)
+    if tables is not None:
+        cos, sin = (halves_order(t, r, interleaved) for t in tables)
     if scheme == "alibi":
         slopes = alibi_slopes(H)
     return Layer0Relative(scheme, token_qk, H, n_ctx, int(cfg.d_vocab), int(cfg.d_head), float(cfg.eps),
