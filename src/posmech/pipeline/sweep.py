@@ -138,10 +138,34 @@ def point_inputs(parts: list[tuple[Any, dict[str, str]]]) -> dict[str, Any]:
     return out
 
 
-def point_parts(parts: list[tuple[Any, dict[str, str]]]) -> list[dict[str, Any]]:
+#: the settings keys that count a corpus's documents (config sections taxonomy, anatomy,
+#: interventions, posembed_averaging, rotary_frequencies, sinks, kernels, contextual)
+DOCUMENT_KEYS = frozenset({"n_documents", "n_chapters", "n_per_corpus", "n_samples"})
+
+
+def thinned(params: Any, fraction: float) -> Any:
+    """``params`` with every document count of its settings (:data:`DOCUMENT_KEYS`, in the
+    settings params and the sections nested in them) cut to ``fraction`` of it
+    (:func:`posmech.data.tokens.kept_documents`); null counts (every document) are left to
+    the tokens read (:func:`posmech.data.tokens.documents_fraction`)."""
+    from posmech.data.tokens import kept_documents
+    from posmech.settings import is_param
+
+    def cut(value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        return {k: kept_documents(v, fraction) if k in DOCUMENT_KEYS and isinstance(v, int) and not isinstance(v, bool)
+                else cut(v) for k, v in value.items()}
+
+    return {k: cut(v) if is_param(v) else v for k, v in params.items()}
+
+
+def point_parts(parts: list[tuple[Any, dict[str, str]]], fraction: float | None = None) -> list[dict[str, Any]]:
     """What the sweep point's script runs (:func:`posmech.pipeline.runner.run_sweep_point`): per part,
     its rule, wildcards, inputs, outputs (figures ``None``) and params, as its own job would
-    have them (plain strings and values)."""
+    have them (plain strings and values). ``fraction`` (a twin's ``twins.documents_fraction``,
+    below 1): each part reads that fraction of the documents (its params :func:`thinned`, and
+    its ``documents_fraction`` for the tokens it reads)."""
     out = []
     for rule, wc in parts:
         inputs, outputs = _part_files(rule, wc)
@@ -151,7 +175,8 @@ def point_parts(parts: list[tuple[Any, dict[str, str]]]) -> list[dict[str, Any]]
             "wildcards": dict(wc),
             "input": {k: (_files(v) if isinstance(v, list) else str(v)) for k, v in inputs.items()},
             "output": {k: (None if is_figure(v) else str(v)) for k, v in outputs.items()},
-            "params": dict(params.items()),
+            "params": dict(params.items()) if fraction is None else thinned(dict(params.items()), fraction),
+            **({} if fraction is None else {"documents_fraction": fraction}),
         })
     return out
 
@@ -231,16 +256,20 @@ def part_resource(parts: list[tuple[Any, dict[str, str]]], name: str, combine: A
 class SweepPoints:
     """The sweep points of one run, ``parts``: ``{checkpoint: its parts}``
     (:func:`parts_by_checkpoint`); its methods are the ``sweep_<model>`` rules' input,
-    params and resource functions of a job (``wildcards.model``: the checkpoint)."""
+    params and resource functions of a job (``wildcards.model``: the checkpoint).
+    ``fractions``: ``{point: the fraction of the documents it reads}`` (a twin's
+    ``twins.documents_fraction``; a point not named, or at 1, reads every document)."""
 
-    def __init__(self, parts: dict[str, list[tuple[Any, dict[str, str]]]]) -> None:
+    def __init__(self, parts: dict[str, list[tuple[Any, dict[str, str]]]],
+                 fractions: dict[str, float] | None = None) -> None:
         self.parts = parts
+        self.fractions = {p: f for p, f in (fractions or {}).items() if f < 1}
 
     def inputs(self, wildcards: Any) -> dict[str, Any]:
         return point_inputs(self.parts[wildcards.model])
 
     def params(self, wildcards: Any) -> list[dict[str, Any]]:
-        return point_parts(self.parts[wildcards.model])
+        return point_parts(self.parts[wildcards.model], self.fractions.get(wildcards.model))
 
     def resource(self, name: str, combine: Any) -> Any:
         """Resource ``name`` of a sweep point's job: ``combine`` (max, sum) of its parts'."""
