@@ -106,22 +106,24 @@ def test_a_figureless_twin_makes_no_figure_but_counts_as_a_final_model():
 
 def test_a_twins_point_reads_a_fraction_of_each_settings_document_count():
     """posmech.pipeline.sweep.thinned (config `twins.documents_fraction`): in a twin's sweep
-    point every document count of a settings param (nested sections too) is cut to
-    ceil(fraction × n), at least 2; other keys, null counts (every document: the tokens read
+    point each section's document count is cut to ceil(fraction × n), at least 2; its other
+    counts (attn_only's random-token samples), null counts (every document: the tokens read
     cuts them) and params that are not settings are left as they are."""
     from posmech.pipeline.sweep import thinned
     from posmech.settings import PARAM_KEY
 
     params = {
-        "settings": {PARAM_KEY: "interventions", "n_documents": 10, "min_tokens": 16,
-                     "sub": {"n_documents": 3, "group_size": 4}},
+        "settings": {PARAM_KEY: "interventions", "n_documents": 3, "min_tokens": 16},
         "kernels": {PARAM_KEY: "kernels", "n_chapters": 8, "heatmap_max_position": 31},
+        "sinks": {PARAM_KEY: "sinks", "n_samples": 64, "n_tokens": 64},
+        "attn_only": {PARAM_KEY: "attn_only", "n_sequences": 40, "bos_induction": {"n_samples": 40}},
         "cache": {PARAM_KEY: "cache", "n_documents": None, "batch_size": 32},
         "entry": {"n_documents": 7},
     }
     out = thinned(params, 0.5)
-    assert out["settings"] == {PARAM_KEY: "interventions", "n_documents": 5, "min_tokens": 16,
-                               "sub": {"n_documents": 2, "group_size": 4}}
+    assert out["settings"] == {PARAM_KEY: "interventions", "n_documents": 2, "min_tokens": 16}
     assert out["kernels"]["n_chapters"] == 4 and out["kernels"]["heatmap_max_position"] == 31
-    assert out["cache"] == params["cache"] and out["entry"] == {"n_documents": 7}
+    assert out["sinks"] == {PARAM_KEY: "sinks", "n_samples": 32, "n_tokens": 64}
+    for same in ("attn_only", "cache", "entry"):
+        assert out[same] == params[same]
     assert thinned(params, 1.0) == params

@@ -138,24 +138,25 @@ def point_inputs(parts: list[tuple[Any, dict[str, str]]]) -> dict[str, Any]:
     return out
 
 
-#: the settings keys that count a corpus's documents (config sections taxonomy, anatomy,
-#: interventions, posembed_averaging, rotary_frequencies, sinks, kernels, contextual)
-DOCUMENT_KEYS = frozenset({"n_documents", "n_chapters", "n_per_corpus", "n_samples"})
+#: ``{config section: its key that counts a corpus's documents}`` (the sections' other counts,
+#: e.g. ``attn_only``'s random-token sequences or ``geometry.n_tokens``, are not documents)
+DOCUMENT_KEYS = {"taxonomy": "n_documents", "anatomy": "n_documents", "interventions": "n_documents",
+                 "posembed_averaging": "n_documents", "rotary_frequencies": "n_documents", "cache": "n_documents",
+                 "kernels": "n_chapters", "contextual": "n_per_corpus", "sinks": "n_samples"}
 
 
 def thinned(params: Any, fraction: float) -> Any:
-    """``params`` with every document count of its settings (:data:`DOCUMENT_KEYS`, in the
-    settings params and the sections nested in them) cut to ``fraction`` of it
-    (:func:`posmech.data.tokens.kept_documents`); null counts (every document) are left to
-    the tokens read (:func:`posmech.data.tokens.documents_fraction`)."""
+    """``params`` with the document count of each settings param (:data:`DOCUMENT_KEYS`) cut
+    to ``fraction`` of it (:func:`posmech.data.tokens.kept_documents`); a null count (every
+    document) is left to the tokens read (:func:`posmech.data.tokens.documents_fraction`), and
+    every other key and param as it is."""
     from posmech.data.tokens import kept_documents
-    from posmech.settings import is_param
+    from posmech.settings import PARAM_KEY, is_param
 
-    def cut(value: Any) -> Any:
-        if not isinstance(value, dict):
-            return value
-        return {k: kept_documents(v, fraction) if k in DOCUMENT_KEYS and isinstance(v, int) and not isinstance(v, bool)
-                else cut(v) for k, v in value.items()}
+    def cut(value: dict[str, Any]) -> dict[str, Any]:
+        key = DOCUMENT_KEYS.get(str(value[PARAM_KEY]))
+        n = value.get(key) if key else None
+        return value if n is None else {**value, key: kept_documents(int(n), fraction)}
 
     return {k: cut(v) if is_param(v) else v for k, v in params.items()}
 
