@@ -13,7 +13,8 @@ default here, so that the runs stay comparable with the earlier ones): its analy
 (rule `sweep_gpt2_twin`) reading ``twins.documents_fraction`` of the documents (``--documents-fraction``,
 default the schema's); the end of the output then sets the twin's CPU (its sweep job and its
 head table) against its model's analyses (every gpt2 job but fetching and tokenizing, which the
-twin shares). ``--size-factor``: every REDUCED size times X (at least 1; the extrapolation still
+twin shares); the per-rule table and the extrapolation then count the twin's analyses as
+their model's rules (scaled alike: an upper bound). ``--size-factor``: every REDUCED size times X (at least 1; the extrapolation still
 scales to REAL), for a shorter run on a loaded machine.
 
 What it builds in ``--workdir`` (once; reused by later runs):
@@ -291,7 +292,7 @@ def twin_cost(records: list[dict], fraction: float, model_name: str = "gpt2") ->
     # benchmark omits for gpt2 with --omit-from but a twin's one job does not omit)
     ran = {r["rule"] for r in records if r["log"].split(": ")[0] in model}
     extra = {r["rule"]: r["cpu_s"] for r in records if r["log"].split(": ")[0] in twin
-             and r["rule"] not in ran and r["rule"] not in ("build_twin", "sweep_point")}
+             and r["rule"] not in ran and r["rule"] not in ("build_twin", "head_table")}
     x = sum(extra.values())
     print(f"\ntwin (documents_fraction {fraction:g}): {t:.0f} CPU s in {len(twin)} jobs "
           f"({', '.join(f'{k}: {v:.0f}' for k, v in twin.items())}); its model's analyses: {m:.0f} CPU s in "
