@@ -5,7 +5,17 @@ the floor: bare Hugging Face forwards of the same shapes; then the study extrapo
 config's real sizes.  No Hub access needed.
 
     .venv/bin/python bench/study.py [--workdir /tmp/posmech-study] [--rules cache_activations ...]
-                                    [--floor-rounds 2] [--probe-rounds 3]
+                                    [--floor-rounds 2] [--probe-rounds 3] [--twin [--documents-fraction F]]
+                                    [--size-factor X]
+
+``--twin``: also the model's random-init twin `gpt2-twin` (config section `twins`; off by
+default here, so that the runs stay comparable with the earlier ones): its analyses in one job
+(rule `sweep_gpt2_twin`) reading ``twins.documents_fraction`` of the documents (``--documents-fraction``,
+default the schema's); the end of the output then sets the twin's CPU (its sweep job and its
+head table) against its model's analyses (every gpt2 job but fetching and tokenizing, which the
+twin shares); the per-rule table and the extrapolation then count the twin's analyses as
+their model's rules (scaled alike: an upper bound). ``--size-factor``: every REDUCED size times X (at least 1; the extrapolation still
+scales to REAL), for a shorter run on a loaded machine.
 
 What it builds in ``--workdir`` (once; reused by later runs):
 * ``gpt2-random/``: ``GPT2LMHeadModel(GPT2Config())`` with random weights (seed 0: 12 layers x 12
@@ -181,8 +191,12 @@ def build_corpus(d: Path) -> Path:
     return out
 
 
-def write_config(d: Path, model_dir: Path, corpus: Path, engine: str = "auto") -> Path:
+def write_config(d: Path, model_dir: Path, corpus: Path, engine: str = "auto", twin: float | None = None,
+                 sizes: dict[str, int] | None = None) -> Path:
+    """The benchmark's config (module docstring); ``twin``: the twin's documents fraction
+    (``None``: no twin); ``sizes``: in place of :data:`REDUCED`."""
     cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    cfg["twins"] = {"enabled": False} if twin is None else {"enabled": True, "documents_fraction": twin}
     cfg["models"] = {"gpt2": {"source": str(model_dir), "device": "cpu", "engine": engine}}
     cfg["corpora"]["webtext"] = {"source": str(corpus)}
     for sec in ("geometry", "kernels", "posembed_averaging", "posembed_attention", "contextual", "neurons"):
@@ -191,7 +205,7 @@ def write_config(d: Path, model_dir: Path, corpus: Path, engine: str = "auto") -
     # random weights: no layer-0 head is contextual, so the neuron rules take every class (as ci.yaml)
     cfg["attn_only"]["models"] = []  # attn-only-2l's rules: omitted from the run (--omit-from)
     cfg["neurons"]["head_classes"] = ["contextual", "other", "detokenization"]
-    for k, v in REDUCED.items():
+    for k, v in (sizes or REDUCED).items():
         set_key(cfg, k, v)
     p = d / "config.yaml"
     p.write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -251,7 +265,39 @@ def per_analysis(rec: dict) -> list[dict]:
     if not rec.get("analyses"):
         return [rec]
     return [{**rec, "rule": a["analysis"], "cpu_s": a["cpu_s"], "wall_s": a["wall_s"], "forwards": a["forwards"],
-             "log": f"{rec['log']}: {a['analysis']}"} for a in rec["analyses"]]
+             "log": f"{rec['log']}: {a['analysis']}", "job_cpu_s": rec["cpu_s"]} for a in rec["analyses"]]
+
+
+#: the model's jobs that are not its analyses: its weights (fetched or trained) and its tokens,
+#: which the twin reads too
+SHARED = ("fetch_model", "train_demo_model", "tokenize", "prepare_corpus")
+
+
+def twin_cost(records: list[dict], fraction: float, model_name: str = "gpt2") -> None:
+    """Print the twin's CPU (its sweep job and its head table) against its model's analyses
+    (the model's jobs but :data:`SHARED`), each the jobs' own ``cpu_s`` (the probes excluded)."""
+    def model_of(job: str) -> str:  # <rule>/<model>.log.perf.json, or <rule>/<model>/<corpus>.log.perf.json
+        parts = Path(job).parts
+        return parts[1].split(".log")[0] if len(parts) > 1 else ""
+
+    # a job's own CPU; a family job's rows (per_analysis, "<its log>: <analysis>") carry it
+    cpu = {r["log"].split(": ")[0]: r.get("job_cpu_s", r["cpu_s"]) for r in records}
+    twin = {job: c for job, c in cpu.items() if model_of(job) == model_name + "-twin"}
+    model = {job: c for job, c in cpu.items() if model_of(job) == model_name and Path(job).parts[0] not in SHARED}
+    if not twin or not model:
+        print(f"twin: no twin job ({len(twin)}) or no model job ({len(model)}) in the logs")
+        return
+    t, m = sum(twin.values()), sum(model.values())
+    # the analyses the twin's job ran and its model did not (the attn_only rules, which this
+    # benchmark omits for gpt2 with --omit-from but a twin's one job does not omit)
+    ran = {r["rule"] for r in records if r["log"].split(": ")[0] in model}
+    extra = {r["rule"]: r["cpu_s"] for r in records if r["log"].split(": ")[0] in twin
+             and r["rule"] not in ran and r["rule"] not in ("build_twin", "head_table")}
+    x = sum(extra.values())
+    print(f"\ntwin (documents_fraction {fraction:g}): {t:.0f} CPU s in {len(twin)} jobs "
+          f"({', '.join(f'{k}: {v:.0f}' for k, v in twin.items())}); its model's analyses: {m:.0f} CPU s in "
+          f"{len(model)} jobs; ratio {t / m:.0%}; without the analyses its model did not run "
+          f"({', '.join(f'{k}: {v:.1f}' for k, v in extra.items()) or 'none'}): {t - x:.0f} CPU s, {(t - x) / m:.0%}")
 
 
 def main() -> None:
@@ -265,17 +311,28 @@ def main() -> None:
     ap.add_argument("--no-run", action="store_true", help="only report the last run's logs")
     ap.add_argument("--engine", default="auto", choices=["auto", "posmech", "bridge"],
                     help="models.gpt2.engine: `bridge` measures the analyses as they ran before issue 15")
+    ap.add_argument("--twin", action="store_true", help="also run gpt2's random-init twin and set its CPU against "
+                    "its model's analyses (config section `twins`)")
+    ap.add_argument("--documents-fraction", type=float, default=None,
+                    help="twins.documents_fraction of the twin (default: the schema's)")
+    ap.add_argument("--size-factor", type=float, default=1.0, help="every reduced size times this (at least 1)")
     args = ap.parse_args()
+    sizes = {k: max(1, round(v * args.size_factor)) for k, v in REDUCED.items()}
+    twin = None
+    if args.twin:
+        schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())["properties"]
+        twin = args.documents_fraction or schema["twins"]["properties"]["documents_fraction"]["default"]
     d = Path(args.workdir)
     d.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     model_dir = build_model(d)
     corpus = build_corpus(d)
-    cfgfile = write_config(d, model_dir, corpus, args.engine)
+    cfgfile = write_config(d, model_dir, corpus, args.engine, twin, sizes)
     cfg = yaml.safe_load(cfgfile.read_text())
     work = d / "run"
     load0 = os.getloadavg()
-    print(f"engine: {args.engine}; sizes: {json.dumps(REDUCED)}; real: {json.dumps(REAL)}", flush=True)
+    print(f"engine: {args.engine}; sizes: {json.dumps(sizes)}; real: {json.dumps(REAL)}; twin: "
+          f"{'none' if twin is None else f'documents_fraction {twin:g}'}", flush=True)
     print(f"load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}", flush=True)
     idle_shapes = [(1, 1024), (1, 512), (8, 1024)]
     floors = floor_per_pass(model_dir, idle_shapes, args.floor_rounds)
@@ -339,7 +396,7 @@ def main() -> None:
         fixed = r.get("cpu_s_first_forward")
         fixed = r["cpu_s"] if fixed is None else fixed
         key = SCALE.get(r["rule"])
-        factor = REAL[key] / REDUCED[key] if key else 1.0
+        factor = REAL[key] / sizes[key] if key else 1.0
         # only the passes over whole documents (the rule's longest shape) scale with the size
         # key; the rest (posembed_averaging's P3 prompt passes) cost the same at real sizes
         longest = max((shape_of(k)[1] for k in r["forwards"]), default=0)
@@ -386,6 +443,8 @@ def main() -> None:
     print(f"  (d) at issue 15's floor (a 1x1024 forward with logits, {ISSUE_FLOOR_CPU_S} CPU s when the issue was "
           f"written; a bare pass is {bare_over_lm:.3f} of it here, median of the interleaved pairs): "
           f"{tot_units * bare_over_lm:.0f} such passes, {issue:.0f} CPU s = {issue / 2 / 60:.1f} min wall on 2 cores")
+    if twin is not None:
+        twin_cost(records, twin)
     over = [r["rule"] for r in records if sum(r["forwards"].values())
             and r["peak_rss_mb"] > (mem_request(r["rule"], cfg) or 1e12)]
     print("rules whose peak RSS exceeds their mem_mb request: " + (", ".join(over) or "none"))

@@ -102,3 +102,28 @@ def test_a_figureless_twin_makes_no_figure_but_counts_as_a_final_model():
     assert c.collected("scorecard", checkpoints=False) == ["results/m/scorecard/etc_table.csv",
                                                           "results/m-twin/scorecard/etc_table.csv"]
     assert "results/m-twin/kernels/etc.csv" in c.collected("table", checkpoints=False)
+
+
+def test_a_twins_point_reads_a_fraction_of_each_settings_document_count():
+    """posmech.pipeline.sweep.thinned (config `twins.documents_fraction`): in a twin's sweep
+    point each section's document count is cut to ceil(fraction × n), at least 2; its other
+    counts (attn_only's random-token samples), null counts (every document: the tokens read
+    cuts them) and params that are not settings are left as they are."""
+    from posmech.pipeline.sweep import thinned
+    from posmech.settings import PARAM_KEY
+
+    params = {
+        "settings": {PARAM_KEY: "interventions", "n_documents": 3, "min_tokens": 16},
+        "kernels": {PARAM_KEY: "kernels", "n_chapters": 8, "heatmap_max_position": 31},
+        "sinks": {PARAM_KEY: "sinks", "n_samples": 64, "n_tokens": 64},
+        "attn_only": {PARAM_KEY: "attn_only", "n_sequences": 40, "bos_induction": {"n_samples": 40}},
+        "cache": {PARAM_KEY: "cache", "n_documents": None, "batch_size": 32},
+        "entry": {"n_documents": 7},
+    }
+    out = thinned(params, 0.5)
+    assert out["settings"] == {PARAM_KEY: "interventions", "n_documents": 2, "min_tokens": 16}
+    assert out["kernels"]["n_chapters"] == 4 and out["kernels"]["heatmap_max_position"] == 31
+    assert out["sinks"] == {PARAM_KEY: "sinks", "n_samples": 32, "n_tokens": 64}
+    for same in ("attn_only", "cache", "entry"):
+        assert out[same] == params[same]
+    assert thinned(params, 1.0) == params

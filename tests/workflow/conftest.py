@@ -100,7 +100,8 @@ def arch_config(root: Path, dirs: dict[str, Path], models=ARCH_MODELS, twins=tup
     if "bloom" in models and bloom_context:  # ALiBi: no context in its config
         cfg["models"]["bloom"]["n_ctx"] = tiny_archs.N_CTX
     cfg["corpora"]["bible"]["n_documents"] = 12
-    cfg["twins"] = {"enabled": True, "models": list(twins)} if twins else {"enabled": False}
+    # the twin reads half the documents (twins.documents_fraction; test_architectures.py checks it)
+    cfg["twins"] = {"enabled": True, "models": list(twins), "documents_fraction": 0.5} if twins else {"enabled": False}
     root.mkdir(parents=True, exist_ok=True)
     path = root / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))

@@ -151,6 +151,19 @@ def test_twin_is_built_from_the_config_and_judged(arch_run, arch_dirs):
     # the twin ran its analyses in one job, without figures (twins.figures: false)
     assert (work / "logs/sweep/llama-twin.log").exists()
     assert not list((work / "results/llama-twin").rglob("*.png"))
+    # on half the documents (twins.documents_fraction 0.5): its taxonomy's documents and its
+    # activation cache's (the whole tokens file) are half its model's
+    from posmech.data.tokens import kept_documents
+    from posmech.store.hdf5 import attr_json, open_artifact
+    from posmech.store.tables import read_table
+
+    mine, its = (read_table(work / f"results/{m}/taxonomy/taxonomy.csv").attrs["n_documents"] for m in ("llama", TWINS[0]))
+    assert its == kept_documents(mine, 0.5) < mine
+    cached = []
+    for m in ("llama", TWINS[0]):
+        with open_artifact(work / f"results/{m}/activations/bible.h5", "activations") as f:
+            cached.append(attr_json(f, "n_documents"))
+    assert cached[1] == kept_documents(cached[0], 0.5) < cached[0]
     assert list((work / "results/llama").rglob("*.png"))
 
 

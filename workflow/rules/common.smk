@@ -271,7 +271,8 @@ def sweep_points_of_run():
         )
     except PosmechError as err:
         raise WorkflowError(str(err)) from None
-    return SweepPoints(parts)
+    fraction = config["twins"]["documents_fraction"]
+    return SweepPoints(parts, {t: fraction for t in TWIN_POINTS})
 
 
 # ---------------------------------------------------------------- stage helpers

@@ -7,8 +7,12 @@ Layout (``results/{model}/tokens/{corpus}.h5``, kind ``tokens``; see docs/artifa
 
 from __future__ import annotations
 
+import math
 import os
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -116,12 +120,58 @@ class TokenSet:
         return np.diff(self.offsets)
 
 
+#: the fewest documents a thinned read keeps (:func:`kept_documents`): a mean over documents
+#: needs one, its spread across documents two (config ``twins.documents_fraction``)
+MIN_DOCUMENTS = 2
+#: the fraction of each tokens file's documents that :func:`read_tokens` returns in this context
+#: (:func:`documents_fraction`; ``None``: every document)
+_FRACTION: ContextVar[float | None] = ContextVar("posmech_documents_fraction", default=None)
+
+
+def kept_documents(n: int, fraction: float) -> int:
+    """How many of ``n`` documents a read of ``fraction`` of them keeps: ``ceil(fraction × n)``,
+    at least :data:`MIN_DOCUMENTS`, at most ``n``."""
+    if not 0 < fraction <= 1:
+        raise PosmechError(f"config key `twins.documents_fraction`: {fraction} is not in (0, 1]; set a fraction "
+                           "such as 0.5 (1: every document)")
+    return min(n, max(MIN_DOCUMENTS, math.ceil(fraction * n - 1e-9)))
+
+
+@contextmanager
+def documents_fraction(fraction: float | None) -> Iterator[None]:
+    """Within this context :func:`read_tokens` returns the first :func:`kept_documents` of
+    each tokens file's documents (``None`` or 1: all of them): a random-init twin's
+    analyses read fewer documents (:mod:`posmech.pipeline.sweep`)."""
+    if fraction is not None:
+        kept_documents(MIN_DOCUMENTS, fraction)  # the range check
+    token = _FRACTION.set(None if fraction is None or fraction >= 1 else float(fraction))
+    try:
+        yield
+    finally:
+        _FRACTION.reset(token)
+
+
+def first_documents(tokens: TokenSet, k: int, fraction: float) -> TokenSet:
+    """The first ``k`` documents of ``tokens``; its attrs record ``n_documents`` (``k``), the
+    file's ``n_documents_in_file`` and the ``documents_fraction`` read."""
+    offsets = tokens.offsets[: k + 1]
+    attrs = {**tokens.attrs, "n_documents": k, "n_documents_in_file": tokens.n_documents,
+             "n_tokens": int(offsets[-1]), "documents_fraction": fraction}
+    return replace(tokens, flat=tokens.flat[: offsets[-1]], offsets=offsets, attrs=attrs, titles=tokens.titles[:k])
+
+
 def read_tokens(path: str | os.PathLike[str]) -> TokenSet:
+    """The tokens file ``path``: every document, or the first :func:`kept_documents` of them
+    within :func:`documents_fraction`."""
     with open_artifact(path, KIND) as f:
         require_datasets(f, path, ["token_ids", "doc_offsets", "documents/title"])
         attrs = {k: attr_json(f, k) for k in f.attrs}
         titles = [t.decode() if isinstance(t, bytes) else str(t) for t in f["documents/title"][()]]
-        return TokenSet(f["token_ids"][()], f["doc_offsets"][()], attrs, titles)
+        tokens = TokenSet(f["token_ids"][()], f["doc_offsets"][()], attrs, titles)
+    fraction = _FRACTION.get()
+    if fraction is None:
+        return tokens
+    return first_documents(tokens, kept_documents(tokens.n_documents, fraction), fraction)
 
 
 def context_documents(tokens: TokenSet, n_documents: int, context: int | None,

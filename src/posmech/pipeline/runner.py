@@ -568,11 +568,15 @@ def run_sweep_point(smk: Any, load: Callable[[str], Any]) -> None:
     ``None``) gets a view shaped like its own job, and its analyses run on it as in
     :func:`run_family`; an analysis whose outputs are all figures is skipped, and the
     others draw nothing (:func:`posmech.plots.save` with no path).  One interpreter and
-    one set of imports per checkpoint instead of one per followed rule. ``load``: as for
+    one set of imports per checkpoint instead of one per followed rule. A part with a
+    ``documents_fraction`` (a random-init twin's, :class:`posmech.pipeline.sweep.SweepPoints`)
+    reads that fraction of each tokens file's documents
+    (:func:`posmech.data.tokens.documents_fraction`). ``load``: as for
     :func:`family_analyses`."""
     from types import SimpleNamespace
 
     from posmech.core.families import FAMILIES
+    from posmech.data.tokens import documents_fraction
 
     def main(smk: Any, log: logging.Logger) -> None:
         for part in smk.params.parts:
@@ -582,8 +586,11 @@ def run_sweep_point(smk: Any, load: Callable[[str], Any]) -> None:
                 wildcards=Names(part["wildcards"]), log=smk.log, threads=getattr(smk, "threads", 1),
                 resources=getattr(smk, "resources", None), config=getattr(smk, "config", {}), rule=rule,
             )
-            log.info("rule %s of the sweep point %s", rule, dict(part["wildcards"]))
-            _run_analyses(view, family_analyses(rule, load), log, record, family=rule in FAMILIES)
+            fraction = part.get("documents_fraction")
+            log.info("rule %s of the sweep point %s%s", rule, dict(part["wildcards"]),
+                     "" if fraction is None else f", {fraction:g} of the documents (twins.documents_fraction)")
+            with documents_fraction(fraction):
+                _run_analyses(view, family_analyses(rule, load), log, record, family=rule in FAMILIES)
 
     record: list[dict[str, Any]] = []
     main.analyses = record  # type: ignore[attr-defined]

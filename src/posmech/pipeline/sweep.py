@@ -139,10 +139,35 @@ def point_inputs(parts: list[tuple[Any, dict[str, str]]]) -> dict[str, Any]:
     return out
 
 
-def point_parts(parts: list[tuple[Any, dict[str, str]]]) -> list[dict[str, Any]]:
+#: ``{config section: its key that counts a corpus's documents}`` (the sections' other counts,
+#: e.g. ``attn_only``'s random-token sequences or ``geometry.n_tokens``, are not documents)
+DOCUMENT_KEYS = {"taxonomy": "n_documents", "anatomy": "n_documents", "interventions": "n_documents",
+                 "posembed_averaging": "n_documents", "rotary_frequencies": "n_documents", "cache": "n_documents",
+                 "kernels": "n_chapters", "contextual": "n_per_corpus", "sinks": "n_samples"}
+
+
+def thinned(params: Any, fraction: float) -> Any:
+    """``params`` with the document count of each settings param (:data:`DOCUMENT_KEYS`) cut
+    to ``fraction`` of it (:func:`posmech.data.tokens.kept_documents`); a null count (every
+    document) is left to the tokens read (:func:`posmech.data.tokens.documents_fraction`), and
+    every other key and param as it is."""
+    from posmech.data.tokens import kept_documents
+    from posmech.settings import PARAM_KEY, is_param
+
+    def cut(value: dict[str, Any]) -> dict[str, Any]:
+        key = DOCUMENT_KEYS.get(str(value[PARAM_KEY]))
+        n = value.get(key) if key else None
+        return value if n is None else {**value, key: kept_documents(int(n), fraction)}
+
+    return {k: cut(v) if is_param(v) else v for k, v in params.items()}
+
+
+def point_parts(parts: list[tuple[Any, dict[str, str]]], fraction: float | None = None) -> list[dict[str, Any]]:
     """What the sweep point's script runs (:func:`posmech.pipeline.runner.run_sweep_point`): per part,
     its rule, wildcards, inputs, outputs (figures ``None``) and params, as its own job would
-    have them (plain strings and values)."""
+    have them (plain strings and values). ``fraction`` (a twin's ``twins.documents_fraction``,
+    below 1): each part reads that fraction of the documents (its params :func:`thinned`, and
+    its ``documents_fraction`` for the tokens it reads)."""
     out = []
     for rule, wc in parts:
         inputs, outputs = _part_files(rule, wc)
@@ -152,7 +177,8 @@ def point_parts(parts: list[tuple[Any, dict[str, str]]]) -> list[dict[str, Any]]
             "wildcards": dict(wc),
             "input": {k: (_files(v) if isinstance(v, list) else str(v)) for k, v in inputs.items()},
             "output": {k: (None if is_figure(v) else str(v)) for k, v in outputs.items()},
-            "params": dict(params.items()),
+            "params": dict(params.items()) if fraction is None else thinned(dict(params.items()), fraction),
+            **({} if fraction is None else {"documents_fraction": fraction}),
         })
     return out
 
@@ -239,16 +265,20 @@ def part_resource(parts: list[tuple[Any, dict[str, str]]], name: str, combine: A
 class SweepPoints:
     """The sweep points of one run, ``parts``: ``{checkpoint: its parts}``
     (:func:`parts_by_checkpoint`); its methods are the ``sweep_<model>`` rules' input,
-    params and resource functions of a job (``wildcards.model``: the checkpoint)."""
+    params and resource functions of a job (``wildcards.model``: the checkpoint).
+    ``fractions``: ``{point: the fraction of the documents it reads}`` (a twin's
+    ``twins.documents_fraction``; a point not named, or at 1, reads every document)."""
 
-    def __init__(self, parts: dict[str, list[tuple[Any, dict[str, str]]]]) -> None:
+    def __init__(self, parts: dict[str, list[tuple[Any, dict[str, str]]]],
+                 fractions: dict[str, float] | None = None) -> None:
         self.parts = parts
+        self.fractions = {p: f for p, f in (fractions or {}).items() if f < 1}
 
     def inputs(self, wildcards: Any) -> dict[str, Any]:
         return point_inputs(self.parts[wildcards.model])
 
     def params(self, wildcards: Any) -> list[dict[str, Any]]:
-        return point_parts(self.parts[wildcards.model])
+        return point_parts(self.parts[wildcards.model], self.fractions.get(wildcards.model))
 
     def resource(self, name: str, combine: Any) -> Any:
         """Resource ``name`` of a sweep point's job: ``combine`` (max, sum) of its parts'."""
