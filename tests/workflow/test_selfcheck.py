@@ -5,11 +5,10 @@ model) (issue 29: the self-check must be able to fail).
 Cost: the whole self-check DAG runs once per module; the flipped-threshold test reruns only rule
 `findings` on its output. No self-check model draws figures (`figures: false` in
 config/selfcheck.yaml): each model's analyses run in one job, so the DAG's jobs are its models'
-fetch and tokenize jobs and one job per model (31 models, ~85 jobs instead of ~139). Measured
-(2026-11-29, the shared 2-core machine at load 7-13, this file's three tests): 310 CPU s (user +
-system of the test, Snakemake and every job), 1,072 s wall at that load; before, the 101-job layout's
-jobs alone recorded 398 CPU s and issue 43's 34 jobs added ~230 (docs/performance.md, "The
-self-check DAG"; the old layout was not re-timed whole). Most of a job is its fixed cost (interpreter, imports,
+corpus job and one job per model (26 models and 6 twins, ~40 jobs instead of ~139). Measured
+(2026-11-29, the shared 2-core machine at load 4-8, this file's three tests): 171 CPU s (user +
+system of the test, Snakemake and every job), 175 s wall; before, the 101-job layout's jobs alone
+recorded 398 CPU s and issue 43's 34 jobs added ~230 (docs/performance.md, "`make test` and CI"). Most of a job is its fixed cost (interpreter, imports,
 model load), so the cost follows the number of jobs, not the models' sizes."""
 
 from __future__ import annotations
