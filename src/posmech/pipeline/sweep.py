@@ -23,6 +23,7 @@ from collections.abc import Collection
 from typing import Any
 
 from posmech.core.errors import PosmechError
+from posmech.settings.documents import DOCUMENT_KEYS
 
 #: separates a part's rule name from its own key in the sweep point rule's inputs and outputs
 PART_SEP = "___"
@@ -139,11 +140,6 @@ def point_inputs(parts: list[tuple[Any, dict[str, str]]]) -> dict[str, Any]:
     return out
 
 
-#: ``{config section: its key that counts a corpus's documents}`` (the sections' other counts,
-#: e.g. ``attn_only``'s random-token sequences or ``geometry.n_tokens``, are not documents)
-DOCUMENT_KEYS = {"taxonomy": "n_documents", "anatomy": "n_documents", "interventions": "n_documents",
-                 "posembed_averaging": "n_documents", "rotary_frequencies": "n_documents", "cache": "n_documents",
-                 "kernels": "n_chapters", "contextual": "n_per_corpus", "sinks": "n_samples"}
 
 
 def thinned(params: Any, fraction: float) -> Any:
