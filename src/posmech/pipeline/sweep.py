@@ -23,7 +23,7 @@ from collections.abc import Collection
 from typing import Any
 
 from posmech.core.errors import PosmechError
-from posmech.settings.documents import DOCUMENT_KEYS
+from posmech.settings import DOCUMENT_KEYS
 
 #: separates a part's rule name from its own key in the sweep point rule's inputs and outputs
 PART_SEP = "___"

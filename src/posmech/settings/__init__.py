@@ -357,3 +357,13 @@ def build(config: Mapping[str, Any]) -> StudySettings:
     """The settings of every section of :data:`MODULES` in ``config`` (validated, defaults
     filled in)."""
     return StudySettings({s: settings_class(s).from_config(config) for s in MODULES})
+
+
+# A twin's sweep point reads a fraction of the documents (config `twins.documents_fraction`,
+# posmech.pipeline.sweep.thinned). The keys are the config sections', some of which share an
+# analysis's name (posembed_averaging, rotary_frequencies) without naming that analysis.
+#: ``{config section: its key that counts a corpus's documents}`` (the sections' other counts,
+#: e.g. ``attn_only``'s random-token sequences or ``geometry.n_tokens``, are not documents)
+DOCUMENT_KEYS = {"taxonomy": "n_documents", "anatomy": "n_documents", "interventions": "n_documents",
+                 "posembed_averaging": "n_documents", "rotary_frequencies": "n_documents", "cache": "n_documents",
+                 "kernels": "n_chapters", "contextual": "n_per_corpus", "sinks": "n_samples"}
