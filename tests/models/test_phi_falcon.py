@@ -15,9 +15,10 @@ from __future__ import annotations
 import pytest
 
 from posmech.models import lens
-from posmech.models.loading import engine_words
+from posmech.models.loading import engine_words, load_model
 from tests import tiny_archs
 from tests.models.hf_forward import assert_engine_equals_hf
+from tests.tolerances import FLOAT32_FORWARD_REL
 
 #: ``name: (architecture of tiny_archs, config keys changed, key/value heads)``
 MODELS = {
@@ -62,3 +63,34 @@ def test_variants_the_engine_does_not_run_are_refused_with_their_reason(dirs):
         assert "new_decoder_architecture, alibi or parallel_attn false" in lens.unsupported_hf({**falcon, **change})
     scaled = {**phi, "rope_parameters": {**phi["rope_parameters"], "rope_type": "linear", "factor": 2.0}}
     assert "rope_type 'linear'" in lens.unsupported_hf(scaled)
+
+
+@pytest.mark.float32
+@pytest.mark.parametrize("processing", ["raw", "compatibility"])
+def test_the_one_layernorm_is_computed_once_and_both_hooks_still_see_it(dirs, processing):
+    """Phi's and Falcon's attention and MLP read one LayerNorm (``cfg.shared_ln``), computed once
+    unless a hook is on ``ln1``/``ln2``: then both run, ``ln2`` sees what ``ln1`` gives, and a
+    hook that replaces ``ln2``'s output changes the MLP's input only (layer 0's pattern stays)."""
+    import numpy as np
+    import torch
+
+    x = torch.as_tensor(np.random.default_rng(1).integers(1, tiny_archs.V, size=(1, 16)))
+    for which in ("phi", "falcon"):
+        model = load_model({"hf_dir": str(dirs[which]), "name": which}, "cpu", "float32", processing)
+        assert model.cfg.shared_ln
+        got = {}
+        keep = lambda t, hook: got.__setitem__(hook.name, t.clone())  # noqa: E731
+        with torch.inference_mode():
+            plain = model(x)
+            with model.hooks(fwd_hooks=[("blocks.0.ln1.hook_out", keep), ("blocks.0.ln2.hook_out", keep),
+                                        ("blocks.0.attn.hook_pattern", keep)]):
+                read = model(x)
+            # equal to rounding (the hooked pattern makes layer 0's attention explicit, not fused)
+            assert float((read - plain).abs().max()) <= FLOAT32_FORWARD_REL * max(1.0, float(plain.abs().max())), which
+            assert torch.equal(got["blocks.0.ln2.hook_out"], got["blocks.0.ln1.hook_out"]), which
+            pattern = got.pop("blocks.0.attn.hook_pattern")
+            with model.hooks(fwd_hooks=[("blocks.0.ln2.hook_out", lambda t, hook: torch.zeros_like(t)),
+                                        ("blocks.0.attn.hook_pattern", keep)]):
+                zeroed = model(x)
+            assert torch.equal(got["blocks.0.attn.hook_pattern"], pattern), which
+            assert float((zeroed - plain).abs().max()) > 1e-3, which

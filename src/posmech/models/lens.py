@@ -156,6 +156,9 @@ class LensConfig:
     gated_mlp: bool = False
     #: attention and MLP read the same residual (GPT-NeoX's ``use_parallel_residual``)
     parallel_attn_mlp: bool = False
+    #: the parallel block's attention and MLP read one LayerNorm (GPT-J, Phi, Falcon: ``ln2`` equals
+    #: ``ln1``), computed once when no hook is on either
+    shared_ln: bool = False
     #: LayerNorm after each residual addition (OPT's ``do_layer_norm_before: false``)
     post_ln: bool = False
     #: a LayerNorm on the token embedding (BLOOM's ``word_embeddings_layernorm``)
@@ -502,7 +505,7 @@ def _phi_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, An
         n_ctx=int(c["max_position_embeddings"]), d_vocab=int(c["vocab_size"]), act_fn=str(c.get("hidden_act", "gelu_new")),
         eps=float(c.get("layer_norm_eps", 1e-5)), attn_only=False, original_architecture="PhiForCausalLM",
         positional_embedding_type="rotary", rotary_dim=int(dh * _rotary_fraction(c, "phi", dh)),
-        rotary_base=_rope(c)[1], n_key_value_heads=Hkv, parallel_attn_mlp=True)
+        rotary_base=_rope(c)[1], n_key_value_heads=Hkv, parallel_attn_mlp=True, shared_ln=True)
     return sd, cfg
 
 
@@ -534,7 +537,7 @@ def _falcon_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str,
         n_ctx=int(c.get("max_position_embeddings") or FALCON_CONTEXT), d_vocab=int(c["vocab_size"]),
         act_fn=str(c.get("activation", "gelu")), eps=float(c.get("layer_norm_epsilon", 1e-5)), attn_only=False,
         original_architecture="FalconForCausalLM", positional_embedding_type="rotary", rotary_dim=dh,
-        rotary_base=_rope(c)[1], n_key_value_heads=1 if mq else H, parallel_attn_mlp=True)
+        rotary_base=_rope(c)[1], n_key_value_heads=1 if mq else H, parallel_attn_mlp=True, shared_ln=True)
     return sd, cfg
 
 
@@ -580,7 +583,7 @@ def _gptj_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, A
         n_ctx=int(c["n_positions"]), d_vocab=int(c["vocab_size"]), act_fn=str(c.get("activation_function", "gelu_new")),
         eps=float(c.get("layer_norm_epsilon", 1e-5)), attn_only=False, original_architecture="GPTJForCausalLM",
         positional_embedding_type="rotary", rotary_dim=int(c["rotary_dim"]), rotary_adjacent_pairs=True,
-        parallel_attn_mlp=True)
+        parallel_attn_mlp=True, shared_ln=True)
     return sd, cfg
 
 
@@ -1069,6 +1072,11 @@ class Lens:
             x = x * self.params[f"{prefix}.w"] if rms else x * self.params[f"{prefix}.w"] + self.params[f"{prefix}.b"]
         return self._fire(f"{prefix}.hook_out", x)
 
+    def _ln_hooked(self, i: int) -> bool:
+        """A hook on block ``i``'s ``ln1`` or ``ln2`` (then a shared LayerNorm is run as two)."""
+        return any(self._hooked(f"blocks.{i}.{ln}.hook_{n}") for ln in ("ln1", "ln2")
+                   for n in ("in", "scale", "normalized", "out"))
+
     def _rotate(self, x: Any) -> Any:
         """Rotary embedding of ``x [B, T, heads, d_head]`` on its first ``rotary_dim``
         dimensions (GPT-NeoX's and Llama's ``rotate_half`` convention, GPT-J's adjacent pairs
@@ -1326,8 +1334,10 @@ class Lens:
                 resid = self._fire(b + "hook_resid_mid", self._ln(b + "ln1", resid + self._attention(i, resid)))
                 resid = self._ln(b + "ln2", resid + self._mlp(i, resid))
             elif c.parallel_attn_mlp:  # GPT-NeoX: attention and MLP read the same residual
-                attn_out = self._attention(i, self._ln(b + "ln1", resid))
-                resid = resid + attn_out + self._mlp(i, self._ln(b + "ln2", resid))
+                x1 = self._ln(b + "ln1", resid)
+                attn_out = self._attention(i, x1)
+                x2 = x1 if c.shared_ln and not self._ln_hooked(i) else self._ln(b + "ln2", resid)
+                resid = resid + attn_out + self._mlp(i, x2)
             else:
                 resid = self._fire(b + "hook_resid_mid", resid + self._attention(i, self._ln(b + "ln1", resid)))
                 resid = resid + self._mlp(i, self._ln(b + "ln2", resid))
