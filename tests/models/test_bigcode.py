@@ -6,14 +6,10 @@ recorded as one (``hook_k``), as the bridge records it."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-import torch
 
-from posmech.models.lens import Lens
-from posmech.models.loading import load_model
 from tests import tiny_archs
-from tests.tolerances import FLOAT32_FORWARD_ABS, FLOAT32_FORWARD_REL
+from tests.models.hf_forward import assert_engine_equals_hf
 
 
 @pytest.fixture(scope="module")
@@ -31,21 +27,4 @@ def dirs(tmp_path_factory):
 @pytest.mark.parametrize("processing", ["raw", "compatibility"])
 @pytest.mark.parametrize("which", ["mq", "mh"])
 def test_engine_logits_and_patterns_equal_hugging_faces(dirs, which, processing):
-    from transformers import AutoModelForCausalLM
-
-    x = torch.as_tensor(np.random.default_rng(0).integers(1, tiny_archs.V, size=(2, 24)))
-    hf = AutoModelForCausalLM.from_pretrained(dirs[which], attn_implementation="eager").eval()
-    with torch.no_grad():
-        ref = hf(x, output_attentions=True)
-    model = load_model({"hf_dir": str(dirs[which]), "name": which}, "cpu", "float32", processing)
-    assert isinstance(model, Lens) and model.cfg.n_key_value_heads == (1 if which == "mq" else 4)
-    got = {}
-    hooks = [(f"blocks.{la}.attn.{n}", lambda t, hook: got.__setitem__(hook.name, t.detach().clone()))
-             for la in range(model.cfg.n_layers) for n in ("hook_pattern", "hook_k")]
-    with torch.inference_mode(), model.hooks(fwd_hooks=hooks):
-        logits = model(x, return_type="logits")
-    want = ref.logits - ref.logits.mean(-1, keepdim=True) if processing == "compatibility" else ref.logits
-    assert float((logits - want).abs().max()) <= FLOAT32_FORWARD_REL * max(1.0, float(want.abs().max()))
-    for la in range(model.cfg.n_layers):
-        assert float((got[f"blocks.{la}.attn.hook_pattern"] - ref.attentions[la]).abs().max()) <= FLOAT32_FORWARD_ABS
-        assert got[f"blocks.{la}.attn.hook_k"].shape[2] == (1 if which == "mq" else 4)
+    assert_engine_equals_hf(dirs[which], processing, 1 if which == "mq" else 4)

@@ -102,11 +102,14 @@ def test_claims_are_judged_where_the_object_exists_and_failures_are_reported(run
             assert verdict[(m, claim)] in ("holds", "fails"), (m, claim, reason[(m, claim)])
     # the W_pos random-token claims on the multi-query learned model (keys indexed by query head)
     assert verdict[("gpt_bigcode", "L1")] in ("holds", "fails"), reason[("gpt_bigcode", "L1")]
-    # GPT-J: every claim but the W_pos ones has its object (the L rules, layer 0, C1-C3, P17/P18 run)
-    gptj_nm = table[(table["model"] == "gptj") & (table["verdict"] == "not measurable")]
-    assert not gptj_nm["reason"].str.contains("posmech engine does not run|score function", regex=True).any(), \
-        gptj_nm[["claim", "reason"]].to_string()
-    assert verdict[("gptj", "L1")] in ("holds", "fails") and verdict[("gptj", "C3")] in ("holds", "fails")
+    # GPT-J, Phi and Falcon (on the posmech engine): every claim but the W_pos ones has its object
+    # (the L rules' token-only input, layer 0's K6-K10, C1-C3, P17/P18 run)
+    for m in ("gptj", "phi", "falcon"):
+        nm = table[(table["model"] == m) & (table["verdict"] == "not measurable")]
+        assert not nm["reason"].str.contains("posmech engine|score function|model_type",
+                                             regex=True).any(), (m, nm[["claim", "reason"]].to_string())
+        for claim in ("L1", "K6", "C3"):
+            assert verdict[(m, claim)] in ("holds", "fails"), (m, claim, reason[(m, claim)])
     # Gemma 2's scores are soft-capped: computed so (P6 judged; P18 splits the logit before the cap), but
     # its kernels (scores of the mean key) are not defined for a score that is not linear in the key
     assert verdict[("gemma2", "P6")] in ("holds", "fails") and "soft-capped" in reason[("gemma2", "K1")]

@@ -5,7 +5,9 @@ positions added to the residual stream), OPT (learned positions stored from row 
 pre- or post-LayerNorm blocks), GPT-NeoX / Pythia (partial rotary, parallel residual),
 Llama, Mistral, Qwen2 (RMSNorm, rotary, grouped-query attention, SwiGLU), BLOOM (ALiBi, an
 embedding LayerNorm), GPT-J (interleaved partial rotary, one LayerNorm read by attention and
-MLP in parallel), GPT-BigCode (GPT-2's block, multi-query attention) and legacy TransformerLens checkpoints — with TransformerLens's
+MLP in parallel), GPT-BigCode (GPT-2's block, multi-query attention), Phi (partial rotary, one
+LayerNorm read in parallel), Falcon (7B's layout: rotary, multi-query attention, one LayerNorm
+read in parallel) and legacy TransformerLens checkpoints — with TransformerLens's
 interface and hook names, so that an analysis written against a ``TransformerBridge``
 runs unchanged on it:
 
@@ -82,7 +84,9 @@ pre-LayerNorm blocks), ``GPTNeoXForCausalLM``, ``LlamaForCausalLM`` /
 ``apply_residual_connection_post_layernorm``; context: ``seq_length`` else
 :data:`BLOOM_CONTEXT`), ``GPTJForCausalLM`` (with ``rotary_dim``; ``hook_cos``/``hook_sin``
 each frequency twice in a row, as its ``duplicate_interleave``, and ``cfg.rotary_adjacent_pairs``
-set), ``GPTBigCodeForCausalLM`` (with ``scale_attn_weights``, no cross-attention), and legacy
+set), ``GPTBigCodeForCausalLM`` (with ``scale_attn_weights``, no cross-attention),
+``PhiForCausalLM`` (no ``qk_layernorm``; default rotary frequencies), ``FalconForCausalLM``
+(``parallel_attn``, no ``new_decoder_architecture``, no ``alibi``), and legacy
 TransformerLens state dicts with ``normalization_type`` LN, standard positions and
 ``act_fn`` ``gelu``/``gelu_new``/``relu`` (or attention-only). Anything else: the bridge
 (``posmech.models.loading.load_model`` chooses).
@@ -105,8 +109,9 @@ from posmech.core.perf import count_forward
 #: Hugging Face architectures the engine runs (class names; ``MODEL_TYPES``: their config's ``model_type``)
 ARCHITECTURES = ("GPT2LMHeadModel", "GPTNeoForCausalLM", "OPTForCausalLM", "GPTNeoXForCausalLM", "LlamaForCausalLM",
                  "MistralForCausalLM", "Qwen2ForCausalLM", "BloomForCausalLM", "GPTJForCausalLM",
-                 "GPTBigCodeForCausalLM")
-MODEL_TYPES = ("gpt2", "gpt_neo", "opt", "gpt_neox", "llama", "mistral", "qwen2", "bloom", "gptj", "gpt_bigcode")
+                 "GPTBigCodeForCausalLM", "PhiForCausalLM", "FalconForCausalLM")
+MODEL_TYPES = ("gpt2", "gpt_neo", "opt", "gpt_neox", "llama", "mistral", "qwen2", "bloom", "gptj", "gpt_bigcode",
+               "phi", "falcon")
 #: Llama-style layouts (RMSNorm, rotary on every dimension, grouped-query attention, SwiGLU MLP)
 LLAMA_TYPES = ("llama", "mistral", "qwen2")
 #: queries per block when a causal pattern is made for a hook (:meth:`Lens._causal_pattern_blocks`)
@@ -151,6 +156,9 @@ class LensConfig:
     gated_mlp: bool = False
     #: attention and MLP read the same residual (GPT-NeoX's ``use_parallel_residual``)
     parallel_attn_mlp: bool = False
+    #: the parallel block's attention and MLP read one LayerNorm (GPT-J, Phi, Falcon: ``ln2`` equals
+    #: ``ln1``), computed once when no hook is on either
+    shared_ln: bool = False
     #: LayerNorm after each residual addition (OPT's ``do_layer_norm_before: false``)
     post_ln: bool = False
     #: a LayerNorm on the token embedding (BLOOM's ``word_embeddings_layernorm``)
@@ -241,7 +249,8 @@ def unsupported_hf(c: dict[str, Any], processing: str | None = None) -> str | No
         return f"model_type {mt!r} (the engine runs {', '.join(MODEL_TYPES)})"
     if c.get("scale_attn_by_inverse_layer_idx") or c.get("reorder_and_upcast_attn"):
         return "scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn"
-    act = c.get("hidden_act") if mt in ("gpt_neox", *LLAMA_TYPES) else c.get("activation_function", "gelu_new")
+    act = (c.get("hidden_act") if mt in ("gpt_neox", "phi", *LLAMA_TYPES)
+           else c.get("activation", "gelu") if mt == "falcon" else c.get("activation_function", "gelu_new"))
     if mt != "bloom" and act not in ACTIVATIONS:
         return f"activation {act!r}"
     if mt == "gpt_bigcode" and (c.get("scale_attn_weights") is False or c.get("add_cross_attention")):
@@ -250,7 +259,12 @@ def unsupported_hf(c: dict[str, Any], processing: str | None = None) -> str | No
         return "GPT-J without rotary_dim (Hugging Face then builds its rotary table over the model width)"
     if mt == "gpt_neo" and len(_attention_layers(c)) != int(c["num_layers"]):
         return "attention_types that do not cover every layer"
-    if mt in ("gpt_neox", *LLAMA_TYPES) and _rope(c)[0] != "default":
+    if mt == "phi" and c.get("qk_layernorm"):
+        return "Phi with qk_layernorm (a LayerNorm on each head's query and key, which the engine does not apply)"
+    if mt == "falcon" and (c.get("new_decoder_architecture") or c.get("alibi") or not c.get("parallel_attn", True)):
+        return ("Falcon with new_decoder_architecture, alibi or parallel_attn false (the engine runs the 7B layout: "
+                "rotary, parallel attention and MLP reading one LayerNorm, multi-query or per-head fused qkv)")
+    if mt in ("gpt_neox", "phi", "falcon", *LLAMA_TYPES) and _rope(c)[0] != "default":
         return f"rope_type {_rope(c)[0]!r} (the engine rotates with the default rotary frequencies only)"
     if mt in LLAMA_TYPES and (act not in ("silu", "swish") or c.get("pretraining_tp", 1) not in (None, 1)):
         return f"a Llama-style MLP with {act!r} / pretraining_tp {c.get('pretraining_tp')}"
@@ -281,7 +295,8 @@ def hf_state(get: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, An
         sd, cfg = _gpt2_state(f, c)
     else:
         sd, cfg = {"opt": _opt_state, "gpt_neox": _neox_state, "bloom": _bloom_state,
-                   "gptj": _gptj_state, "gpt_bigcode": _bigcode_state}.get(mt, _llama_state)(f, c)
+                   "gptj": _gptj_state, "gpt_bigcode": _bigcode_state, "phi": _phi_state,
+                   "falcon": _falcon_state}.get(mt, _llama_state)(f, c)
     cfg.model_type = str(mt)
     cfg.attn_scale = score_divisor(c)
     return {k: v for k, v in sd.items() if v is not None}, cfg
@@ -294,6 +309,29 @@ def _linear(W: Any, H: int, dh: int) -> Any:
 
 def _bias(b: Any, H: int, dh: int) -> Any:
     return None if b is None else b.view(H, dh)
+
+
+def _llama_blocks(f: Callable[[str], Any], c: dict[str, Any]
+                  ) -> tuple[dict[str, Any], tuple[int, int, int, int, int], list[tuple[str, str]]]:
+    """A checkpoint in Llama's names (``model.embed_tokens``, ``model.layers.{i}.self_attn.q_proj``
+    …; Phi's too): its state dict with the embedding and every layer's q/k/v, its dimensions
+    ``(d_model, heads, layers, d_head, key/value heads)`` and each layer's ``(checkpoint prefix,
+    TransformerLens prefix)``, for the rest of the block."""
+    d, H, L = int(c["hidden_size"]), int(c["num_attention_heads"]), int(c["num_hidden_layers"])
+    dh, Hkv = int(c.get("head_dim") or d // H), int(c.get("num_key_value_heads") or H)
+    sd: dict[str, Any] = {"embed.W_E": f("model.embed_tokens.weight")}
+    blocks = [(f"model.layers.{i}.", f"blocks.{i}.") for i in range(L)]
+    for p, b in blocks:
+        _qkv_proj(sd, f, p + "self_attn.", b, H, Hkv, dh)
+    return sd, (d, H, L, dh, Hkv), blocks
+
+
+def _qkv_proj(sd: dict[str, Any], f: Callable[[str], Any], p: str, b: str, H: int, Hkv: int, dh: int) -> None:
+    """Separate ``q_proj``/``k_proj``/``v_proj`` ``nn.Linear`` layers named ``p + proj`` (biases
+    where the checkpoint has them; ``Hkv`` key and value heads) into ``b + attn.W_Q`` …"""
+    for n, proj, h in (("Q", "q_proj", H), ("K", "k_proj", Hkv), ("V", "v_proj", Hkv)):
+        sd[f"{b}attn.W_{n}"] = _linear(f(f"{p}{proj}.weight"), h, dh)
+        sd[f"{b}attn.b_{n}"] = _bias(f(f"{p}{proj}.bias"), h, dh)
 
 
 def _gpt2_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, Any], LensConfig]:
@@ -379,9 +417,7 @@ def _opt_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, An
     sd: dict[str, Any] = {"embed.W_E": f(m + "embed_tokens.weight"), "pos_embed.W_pos": table[OPT_OFFSET:]}
     for i in range(L):
         p, b = f"{m}layers.{i}.", f"blocks.{i}."
-        for n, proj in zip("QKV", ("q_proj", "k_proj", "v_proj")):
-            sd[f"{b}attn.W_{n}"] = _linear(f(f"{p}self_attn.{proj}.weight"), H, dh)
-            sd[f"{b}attn.b_{n}"] = _bias(f(f"{p}self_attn.{proj}.bias"), H, dh)
+        _qkv_proj(sd, f, p + "self_attn.", b, H, H, dh)
         _block_rest(sd, f, p, b, H, dh, ("self_attn.out_proj", "fc1", "fc2", "self_attn_layer_norm",
                                          "final_layer_norm"))
     pre_ln = bool(c.get("do_layer_norm_before", True))
@@ -430,6 +466,81 @@ def _neox_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, A
     return sd, cfg
 
 
+def _split_qkv(sd: dict[str, Any], b: str, W: Any, bias: Any, H: int, dh: int, multi_query: bool) -> None:
+    """A fused qkv ``nn.Linear`` (GPT-BigCode's ``c_attn``, Falcon's ``query_key_value``):
+    multi-query (``[H·dh + 2·dh, d]``: the queries of every head, then one key and one value
+    head), else per head ``q, k, v`` of ``d_head`` rows each (:func:`_fused_qkv`)."""
+    if not multi_query:
+        _fused_qkv(sd, b, W, bias, H, dh)
+        return
+    q = H * dh
+    for n, rows, h in (("Q", slice(0, q), H), ("K", slice(q, q + dh), 1), ("V", slice(q + dh, q + 2 * dh), 1)):
+        sd[f"{b}attn.W_{n}"] = _linear(W[rows], h, dh)
+        sd[f"{b}attn.b_{n}"] = _bias(None if bias is None else bias[rows], h, dh)
+
+
+def _one_ln(sd: dict[str, Any], b: str) -> None:
+    """A block whose attention and MLP read one LayerNorm: ``ln2`` its own copy of ``ln1``."""
+    sd[f"{b}ln2.w"], sd[f"{b}ln2.b"] = sd[f"{b}ln1.w"].clone(), sd[f"{b}ln1.b"].clone()
+
+
+def _phi_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, Any], LensConfig]:
+    """Phi (1, 1.5, 2): partial rotary in the halves layout (``partial_rotary_factor`` of each
+    head), q/k/v projections with biases (``num_key_value_heads`` key heads), the ``dense``
+    output projection, one LayerNorm (``input_layernorm``) read by attention and MLP in
+    parallel (kept as ``ln1`` and an equal ``ln2``), a GELU MLP ``fc1``/``fc2``, a final
+    LayerNorm and a biased ``lm_head``. ``qk_layernorm`` is refused (:func:`unsupported_hf`)."""
+    from posmech.models.architecture import _rotary_fraction
+
+    sd, (d, H, L, dh, Hkv), blocks = _llama_blocks(f, c)
+    m = "model."
+    for p, b in blocks:
+        _block_rest(sd, f, p, b, H, dh, ("self_attn.dense", "mlp.fc1", "mlp.fc2", "input_layernorm", "input_layernorm"))
+        _one_ln(sd, b)
+    sd["ln_final.w"], sd["ln_final.b"] = f(m + "final_layernorm.weight"), f(m + "final_layernorm.bias")
+    _lm_head(f, sd, "lm_head.weight")
+    sd["unembed.b_U"] = f("lm_head.bias")
+    cfg = LensConfig(
+        n_layers=L, n_heads=H, d_model=d, d_head=dh, d_mlp=int(c["intermediate_size"]),
+        n_ctx=int(c["max_position_embeddings"]), d_vocab=int(c["vocab_size"]), act_fn=str(c.get("hidden_act", "gelu_new")),
+        eps=float(c.get("layer_norm_eps", 1e-5)), attn_only=False, original_architecture="PhiForCausalLM",
+        positional_embedding_type="rotary", rotary_dim=int(dh * _rotary_fraction(c, "phi", dh)),
+        rotary_base=_rope(c)[1], n_key_value_heads=Hkv, parallel_attn_mlp=True, shared_ln=True)
+    return sd, cfg
+
+
+#: Falcon's context when its config records none (``FalconConfig``'s default)
+FALCON_CONTEXT = 2048
+
+
+def _falcon_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, Any], LensConfig]:
+    """Falcon's 7B layout (``new_decoder_architecture`` false, ``parallel_attn``, no ALiBi):
+    rotary on every dimension (halves layout), a fused ``query_key_value`` (multi-query: one
+    key and one value head; else per head ``q, k, v``), one LayerNorm (``input_layernorm``)
+    read by attention and MLP in parallel, a GELU MLP ``dense_h_to_4h``/``dense_4h_to_h``
+    (biases where ``bias``), ``ln_f`` and a bias-free ``lm_head`` (tied: the embedding)."""
+    d, H, L = int(c["hidden_size"]), int(c["num_attention_heads"]), int(c["num_hidden_layers"])
+    dh = d // H
+    mq = bool(c.get("multi_query", True))
+    sd: dict[str, Any] = {"embed.W_E": f("word_embeddings.weight")}
+    for i in range(L):
+        p, b = f"h.{i}.", f"blocks.{i}."
+        _split_qkv(sd, b, f(f"{p}self_attention.query_key_value.weight"), f(f"{p}self_attention.query_key_value.bias"),
+                   H, dh, mq)
+        _block_rest(sd, f, p, b, H, dh, ("self_attention.dense", "mlp.dense_h_to_4h", "mlp.dense_4h_to_h",
+                                         "input_layernorm", "input_layernorm"))
+        _one_ln(sd, b)
+    sd["ln_final.w"], sd["ln_final.b"] = f("ln_f.weight"), f("ln_f.bias")
+    _lm_head(f, sd, "lm_head.weight")
+    cfg = LensConfig(
+        n_layers=L, n_heads=H, d_model=d, d_head=dh, d_mlp=int(c.get("ffn_hidden_size") or 4 * d),
+        n_ctx=int(c.get("max_position_embeddings") or FALCON_CONTEXT), d_vocab=int(c["vocab_size"]),
+        act_fn=str(c.get("activation", "gelu")), eps=float(c.get("layer_norm_epsilon", 1e-5)), attn_only=False,
+        original_architecture="FalconForCausalLM", positional_embedding_type="rotary", rotary_dim=dh,
+        rotary_base=_rope(c)[1], n_key_value_heads=1 if mq else H, parallel_attn_mlp=True, shared_ln=True)
+    return sd, cfg
+
+
 def _bigcode_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, Any], LensConfig]:
     """GPT-BigCode (StarCoder): GPT-2's block with ``nn.Linear`` weights and a fused ``c_attn``:
     multi-query (``[d + 2·d_head, d]``: the queries of every head, then one key and one value
@@ -440,13 +551,7 @@ def _bigcode_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str
     sd: dict[str, Any] = {"embed.W_E": f("wte.weight"), "pos_embed.W_pos": f("wpe.weight")}
     for i in range(L):
         p, b = f"h.{i}.", f"blocks.{i}."
-        W, bias = f(f"{p}attn.c_attn.weight"), f(f"{p}attn.c_attn.bias")
-        if mq:
-            for n, rows, h in (("Q", slice(0, d), H), ("K", slice(d, d + dh), 1), ("V", slice(d + dh, d + 2 * dh), 1)):
-                sd[f"{b}attn.W_{n}"] = _linear(W[rows], h, dh)
-                sd[f"{b}attn.b_{n}"] = _bias(None if bias is None else bias[rows], h, dh)
-        else:
-            _fused_qkv(sd, b, W, bias, H, dh)
+        _split_qkv(sd, b, f(f"{p}attn.c_attn.weight"), f(f"{p}attn.c_attn.bias"), H, dh, mq)
         _block_rest(sd, f, p, b, H, dh, ("attn.c_proj", "mlp.c_fc", "mlp.c_proj", "ln_1", "ln_2"))
     sd["ln_final.w"], sd["ln_final.b"] = f("ln_f.weight"), f("ln_f.bias")
     _lm_head(f, sd, "lm_head.weight")
@@ -467,10 +572,9 @@ def _gptj_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, A
     sd: dict[str, Any] = {"embed.W_E": f("wte.weight")}
     for i in range(L):
         p, b = f"h.{i}.", f"blocks.{i}."
-        for n, proj in zip("QKV", ("q_proj", "k_proj", "v_proj")):
-            sd[f"{b}attn.W_{n}"] = _linear(f(f"{p}attn.{proj}.weight"), H, dh)
+        _qkv_proj(sd, f, p + "attn.", b, H, H, dh)  # bias-free: no b_Q/b_K/b_V
         _block_rest(sd, f, p, b, H, dh, ("attn.out_proj", "mlp.fc_in", "mlp.fc_out", "ln_1", "ln_1"))
-        sd[f"{b}ln2.w"], sd[f"{b}ln2.b"] = sd[f"{b}ln2.w"].clone(), sd[f"{b}ln2.b"].clone()  # its own tensors
+        _one_ln(sd, b)
     sd["ln_final.w"], sd["ln_final.b"] = f("ln_f.weight"), f("ln_f.bias")
     _lm_head(f, sd, "lm_head.weight")
     sd["unembed.b_U"] = f("lm_head.bias")
@@ -479,22 +583,15 @@ def _gptj_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, A
         n_ctx=int(c["n_positions"]), d_vocab=int(c["vocab_size"]), act_fn=str(c.get("activation_function", "gelu_new")),
         eps=float(c.get("layer_norm_epsilon", 1e-5)), attn_only=False, original_architecture="GPTJForCausalLM",
         positional_embedding_type="rotary", rotary_dim=int(c["rotary_dim"]), rotary_adjacent_pairs=True,
-        parallel_attn_mlp=True)
+        parallel_attn_mlp=True, shared_ln=True)
     return sd, cfg
 
 
 def _llama_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, Any], LensConfig]:
     """Llama, Mistral, Qwen2: RMSNorm, full rotary, grouped-query attention, SwiGLU MLP."""
-    d, H, L = int(c["hidden_size"]), int(c["num_attention_heads"]), int(c["num_hidden_layers"])
-    dh = int(c.get("head_dim") or d // H)
-    Hkv = int(c.get("num_key_value_heads") or H)
+    sd, (d, H, L, dh, Hkv), blocks = _llama_blocks(f, c)
     m = "model."
-    sd: dict[str, Any] = {"embed.W_E": f(m + "embed_tokens.weight")}
-    for i in range(L):
-        p, b = f"{m}layers.{i}.", f"blocks.{i}."
-        for n, proj, h in (("Q", "q_proj", H), ("K", "k_proj", Hkv), ("V", "v_proj", Hkv)):
-            sd[f"{b}attn.W_{n}"] = _linear(f(f"{p}self_attn.{proj}.weight"), h, dh)
-            sd[f"{b}attn.b_{n}"] = _bias(f(f"{p}self_attn.{proj}.bias"), h, dh)
+    for p, b in blocks:
         sd[f"{b}attn.W_O"] = f(f"{p}self_attn.o_proj.weight").T.reshape(H, dh, d)
         sd[f"{b}attn.b_O"] = f(f"{p}self_attn.o_proj.bias")
         for k, proj in (("in", "up_proj"), ("gate", "gate_proj"), ("out", "down_proj")):
@@ -975,6 +1072,11 @@ class Lens:
             x = x * self.params[f"{prefix}.w"] if rms else x * self.params[f"{prefix}.w"] + self.params[f"{prefix}.b"]
         return self._fire(f"{prefix}.hook_out", x)
 
+    def _ln_hooked(self, i: int) -> bool:
+        """A hook on block ``i``'s ``ln1`` or ``ln2`` (then a shared LayerNorm is run as two)."""
+        return any(self._hooked(f"blocks.{i}.{ln}.hook_{n}") for ln in ("ln1", "ln2")
+                   for n in ("in", "scale", "normalized", "out"))
+
     def _rotate(self, x: Any) -> Any:
         """Rotary embedding of ``x [B, T, heads, d_head]`` on its first ``rotary_dim``
         dimensions (GPT-NeoX's and Llama's ``rotate_half`` convention, GPT-J's adjacent pairs
@@ -1232,8 +1334,10 @@ class Lens:
                 resid = self._fire(b + "hook_resid_mid", self._ln(b + "ln1", resid + self._attention(i, resid)))
                 resid = self._ln(b + "ln2", resid + self._mlp(i, resid))
             elif c.parallel_attn_mlp:  # GPT-NeoX: attention and MLP read the same residual
-                attn_out = self._attention(i, self._ln(b + "ln1", resid))
-                resid = resid + attn_out + self._mlp(i, self._ln(b + "ln2", resid))
+                x1 = self._ln(b + "ln1", resid)
+                attn_out = self._attention(i, x1)
+                x2 = x1 if c.shared_ln and not self._ln_hooked(i) else self._ln(b + "ln2", resid)
+                resid = resid + attn_out + self._mlp(i, x2)
             else:
                 resid = self._fire(b + "hook_resid_mid", resid + self._attention(i, self._ln(b + "ln1", resid)))
                 resid = resid + self._mlp(i, self._ln(b + "ln2", resid))
