@@ -250,7 +250,7 @@ def test_applicability_by_scheme(dirs):
     learned_only = {"rotary_frequencies": "no rotary frequencies: learned absolute positions"}
     assert opt == learned_only
     bigcode = architecture({"model_type": "gpt_bigcode", "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 32})
-    assert not_applicable(bigcode)["layer0_decomposition"].endswith("layout, not gpt_bigcode's")
+    assert "layout, not this gpt_bigcode's: model_type 'gpt_bigcode'" in not_applicable(bigcode)["layer0_decomposition"]
     assert not_applicable(arch["gpt_neo"]) == learned_only  # C1-C3 read GPT-Neo's layer 0 too
     gpt2 = train_architecture({"architecture": "gpt2"})
     assert not_applicable(gpt2) == learned_only and not_applicable(None) == {}
@@ -331,3 +331,35 @@ def test_opt_through_the_bridge_honours_its_offset_and_scale(dirs):
         scores = torch.einsum("qhd,khd->hqk", q, k) * a.attn_scale
         pattern = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
         assert torch.allclose(pattern, ref[layer][0], atol=1e-5)
+
+
+def test_what_only_the_engine_runs_asks_the_engine_not_the_model_type(dirs):
+    """The token-only input of a rotary or ALiBi model and its layer-0 decomposition need
+    posmech's engine: they are scheduled by what the engine runs (Architecture.engine_refusal,
+    posmech.models.lens.unsupported_hf of the config, filled in where the schedule and the
+    manifest read a config), so a Falcon of the 40B layout (new decoder architecture) or a Phi
+    with qk_layernorm, types the engine runs in other layouts, is not measurable there before
+    any job, with the engine's reason; the 7B layout and a plain Phi run them."""
+    from posmech.models.lens import with_engine_refusal
+    from posmech.models.loading import manifest_architecture
+    from posmech.pipeline.preflight import known_architecture
+
+    falcon = json.loads((dirs["falcon"] / "config.json").read_text())
+    found, _ = known_architecture("falcon", {"source": str(dirs["falcon"])})
+    assert found.engine_refusal is None and manifest_architecture(dirs["falcon"], "falcon")["engine_refusal"] is None
+    runs = not_applicable(found)
+    assert "random_token_patterns" not in runs and "layer0_decomposition" not in runs
+    wide_cfg = {**falcon, "new_decoder_architecture": True, "num_kv_heads": 2}
+    wide = with_engine_refusal(architecture(wide_cfg), wide_cfg)
+    assert wide.engine_refusal and "new_decoder_architecture" in wide.engine_refusal
+    skipped = not_applicable(wide)
+    for rule in ("random_token_patterns", "layer0_decomposition"):
+        assert "the posmech engine does not run it (Falcon with new_decoder_architecture" in skipped[rule], rule
+    phi = json.loads((dirs["phi"] / "config.json").read_text())
+    qk = {**phi, "qk_layernorm": True}
+    assert "qk_layernorm" in not_applicable(with_engine_refusal(architecture(qk), qk))["random_token_patterns"]
+    assert "random_token_patterns" not in not_applicable(with_engine_refusal(architecture(phi), phi))
+    # a legacy TransformerLens checkpoint (no model_type) is the engine's own
+    tl = {"d_model": 32, "n_layers": 2, "n_heads": 4, "d_head": 8, "d_mlp": 0, "n_ctx": 32, "d_vocab": 50,
+          "attn_only": True, "positional_embedding_type": "standard"}
+    assert with_engine_refusal(architecture(tl), tl).engine_refusal is None

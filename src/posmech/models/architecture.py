@@ -140,6 +140,10 @@ class Architecture:
     #: which of weights / config / code decided each fact, in words
     sources: Mapping[str, str] = field(default_factory=dict)
     attention: str = ""
+    #: why posmech's own forward engine cannot run the model, in words; None: it can (or not
+    #: asked). Filled in by :func:`posmech.models.lens.with_engine_refusal` (the engine reads
+    #: this module, not the reverse) where a config is read: the manifest, the pre-run schedule
+    engine_refusal: str | None = None
 
     def __post_init__(self) -> None:
         if not self.mlp_kind:

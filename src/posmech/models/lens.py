@@ -240,6 +240,18 @@ def _rope(c: dict[str, Any]) -> tuple[str, float]:
     return str(kind), float(theta)
 
 
+def with_engine_refusal(arch: Any, c: dict[str, Any]) -> Any:
+    """``arch`` (a :class:`posmech.models.architecture.Architecture` read from config ``c``) with
+    ``engine_refusal``: why the engine cannot run the model (:func:`unsupported_hf`; None for a
+    legacy TransformerLens checkpoint, which it runs). What only the engine runs (the token-only
+    input of a rotary or ALiBi model, their layer 0) is scheduled by it, not by a model type."""
+    from dataclasses import replace
+
+    from posmech.models.model_dir import is_tl_config
+
+    return replace(arch, engine_refusal=None if is_tl_config(c) else unsupported_hf(dict(c)))
+
+
 def unsupported_hf(c: dict[str, Any], processing: str | None = None) -> str | None:
     """Why the engine cannot run the Hugging Face model of config ``c`` (its ``config.json``
     as a dict) in processing mode ``processing`` (None: in the raw mode at least); None

@@ -312,8 +312,10 @@ def manifest_architecture(hf_dir: str | os.PathLike[str], name: str) -> dict[str
     grouping of the model in ``hf_dir``, read once from its config.json
     (:func:`posmech.models.architecture.read_architecture`)."""
     from posmech.models.architecture import read_architecture
+    from posmech.models.lens import with_engine_refusal
 
-    return read_architecture(hf_dir, f"model {name!r}").to_dict()
+    cfg = json.loads((Path(hf_dir) / "config.json").read_text())
+    return with_engine_refusal(read_architecture(hf_dir, f"model {name!r}"), cfg).to_dict()
 
 
 def prepare_local_model(name: str, entry: dict[str, Any], out_dir: str | os.PathLike[str], base: str = ".") -> dict[str, Any]:

@@ -54,6 +54,9 @@ class Requirement:
     types_for: tuple[str, ...] | None = None
     rotary_pairs: bool = False
     plain_scores: bool = False
+    #: the schemes for which the posmech engine must run the model (its config, not only its
+    #: type: a Falcon of the 40B layout, a Phi with qk_layernorm are refused; Architecture.engine_refusal)
+    engine_for: tuple[str, ...] | None = None
 
     def unmet(self, arch: Architecture) -> list[str]:
         """What of ``arch`` fails the requirement, in words (empty: it meets it)."""
@@ -63,6 +66,8 @@ class Requirement:
         typed = self.types_for is None or arch.positions in self.types_for
         if self.model_types is not None and typed and arch.model_type not in self.model_types:
             out.append(f"model_type {arch.model_type!r}")
+        if self.engine_for is not None and arch.positions in self.engine_for and arch.engine_refusal:
+            out.append(f"the posmech engine does not run it ({arch.engine_refusal})")
         if self.mlp and not arch.has_mlp:
             out.append("no MLP")
         if self.pre_ln and arch.post_ln:
@@ -105,9 +110,9 @@ REQUIREMENTS: dict[str, Requirement] = {
     # for the layouts it runs
     "position_variants": Requirement(
         "the token-only input of {positions} runs every token at position 0, which only the posmech engine does, "
-        "and it does not run {model_type}", model_types=("gpt_neox", "llama", "mistral", "qwen2", "bloom", "gptj",
-                                                         "phi", "falcon"),
-        types_for=("rotary", "alibi")),
+        "and it does not run this {model_type}: {unmet}", model_types=("gpt_neox", "llama", "mistral", "qwen2", "bloom",
+                                                                      "gptj", "phi", "falcon"),
+        types_for=("rotary", "alibi"), engine_for=("rotary", "alibi")),
     # the attention scores before the softmax (P12, P13, the taxonomy's statistics, the
     # positional kernels): q·k·scale for learned positions, q and k rotated at their positions
     # for rotary heads (the halves convention of posmech.models.scores.rotate), the ALiBi bias
@@ -140,9 +145,9 @@ REQUIREMENTS: dict[str, Requirement] = {
     "layer0_weights": Requirement(
         "the layer-0 decomposition reads layer 0 of a rotary or ALiBi model the posmech engine runs (GPT-NeoX, "
         "Llama, Mistral, Qwen2, BLOOM, GPT-J, Phi, Falcon) or layer-0 weights in the GPT-2, GPT-Neo, OPT or "
-        "TransformerLens layout, not {model_type}'s",
+        "TransformerLens layout, not this {model_type}'s: {unmet}",
         model_types=("gpt2", "gpt_neo", "opt", "transformer_lens", "gpt_neox", "llama", "mistral", "qwen2", "bloom",
-                     "gptj", "phi", "falcon")),
+                     "gptj", "phi", "falcon"), engine_for=("rotary", "alibi")),
     # the decomposition splits LN(e + p): a LayerNorm of the residual that layer 0's attention
     # reads; a post-LayerNorm block (OPT's do_layer_norm_before: false) reads the raw residual
     "pre_ln": Requirement("LayerNorm after each residual addition (OPT's do_layer_norm_before: false): layer 0's "

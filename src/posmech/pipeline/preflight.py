@@ -157,6 +157,7 @@ def known_architecture(name: str, entry: dict[str, Any],
     whose sizes cannot be read raises :class:`PosmechError`; a position scheme that cannot
     be told is ``unknown`` with its reason (no analysis rule is scheduled for the model)."""
     from posmech.models.architecture import architecture, train_architecture
+    from posmech.models.lens import with_engine_refusal
     from posmech.models.model_dir import weight_shapes
 
     candidates = []
@@ -174,7 +175,7 @@ def known_architecture(name: str, entry: dict[str, Any],
                 shapes = weight_shapes(c.parent)
             except PosmechError:  # a bad header: reported by local_model_problems
                 shapes = {}
-            return architecture(cfg, f"model {name!r} ({c})", shapes or None), str(c)
+            return with_engine_refusal(architecture(cfg, f"model {name!r} ({c})", shapes or None), cfg), str(c)
     if "train" in entry:
         return train_architecture(entry["train"], f"model {name!r}"), f"models.{name}.train"
     if "source" in entry and not is_local(entry["source"]):
@@ -185,7 +186,7 @@ def known_architecture(name: str, entry: dict[str, Any],
             except (OSError, ValueError):
                 return None
             if isinstance(cfg, dict):
-                return architecture(cfg, f"model {name!r} ({entry['source']})"), str(cached)
+                return with_engine_refusal(architecture(cfg, f"model {name!r} ({entry['source']})"), cfg), str(cached)
     return None
 
 
