@@ -117,7 +117,8 @@ def prepare(config: dict[str, Any], schema: dict[str, Any], repo: str | os.PathL
     figureless = [m for m, e in config["models"].items()
                   if (e.get("figures") is False and m not in twin_of)
                   or (m in twin_of and not (config.get("twins") or {}).get("figures", False))]
-    figureless_swept = [m for m in figureless if m in set(checkpoint_of.values())]
+    swept_models = set(checkpoint_of.values())
+    figureless_swept = [m for m in figureless if m in swept_models]
     if figureless_swept:
         raise PosmechError(f"config key `models.{figureless_swept[0]}.figures`: false runs the model's analyses as one job, "
                            "and so does each of its checkpoints in the dynamics sweep (section `dynamics`), with "
@@ -130,9 +131,10 @@ def prepare(config: dict[str, Any], schema: dict[str, Any], repo: str | os.PathL
         notes += schedule.notes(archs)
     # S5 (FORMATION_ANALYSIS) reads a model's whole dynamics sweep: a model without one cannot
     # run it (added after the notes, which list what a model's architecture rules out)
-    swept = {p["model"] for p in sweep_points(config)}
+    points = sweep_points(config)
+    swept = {p["model"] for p in points}
     for m in config["models"]:
         if m not in swept:
             skipped[m][FORMATION_ANALYSIS] = NO_SWEEP
-    return Study(list(config["models"]), twins, twin_of, checkpoints, checkpoint_of, sweep_points(config),
+    return Study(list(config["models"]), twins, twin_of, checkpoints, checkpoint_of, points,
                  build(config), archs, skipped, schedule, notes, figureless)
