@@ -190,6 +190,11 @@ def test_build_twin_records_its_weights_and_refuses_unknown_ones(tmp_path):
     pm = tmp_path / "m" / MANIFEST
     man = build_twin("m-twin", {"twin_of": "m", "seed": 0, "twin_weights": "shuffled"}, pm, tmp_path / "m-twin")
     assert (man["twin_weights"], man["source"]) == ("shuffled", "twin of m (shuffled)")
+    # a damaged shuffled twin is rebuilt from its model's weights, not from its config alone
+    from posmech.models.loading import weights_fix
+
+    assert "from the weights of 'm'" in weights_fix(man)
+    assert "from the config.json of 'm'" in weights_fix({**man, "twin_weights": "init"})
     assert build_twin("m-t", {"twin_of": "m", "seed": 0}, pm, tmp_path / "m-t")["twin_weights"] == "init"
     with pytest.raises(PosmechError, match=r"`twins\.weights`.*'random'.*init, shuffled"):
         build_twin_dir(parent, tmp_path / "x", seed=0, weights="random")
