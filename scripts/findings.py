@@ -10,10 +10,10 @@ from posmech.store.tables import write_table
 def main(smk, log):
     findings = load_findings(smk.input.findings, smk.input.schema)
     table = findings_table(findings, dict(smk.params.thresholds), list(smk.input.scorecards), list(smk.params.models),
-                           dict(smk.params.not_applicable), dict(smk.params.twins))
+                           dict(smk.params.not_applicable), dict(smk.params.twins), str(smk.params.twin_weights))
     per_model = counts(table)
     write_table(table, smk.output.table, {"findings": "resources/findings.yaml", "thresholds": dict(smk.params.thresholds),
-                                          "counts": per_model})
+                                          "counts": per_model, "twin_weights": str(smk.params.twin_weights)})
     for model, c in per_model.items():
         log.info("%s: %s", model, ", ".join(f"{v} {n}" for v, n in c.items()))
     for model in dict(smk.params.twins).values():

@@ -458,3 +458,19 @@ def test_the_demo_paragraph_marks_a_look_back_two_candidate_below_threshold(tmp_
     d = demo_sections([str(summary)], {}, {"m": table.assign(l_role=["previous", "none", "none", "look_back_two"])})[0]
     assert d["look_back"] == {"head": "L0H3", "score": 0.19, "below": False}
     assert demo_sections([str(summary)], {})[0]["look_back"] is None  # no head-roles table
+
+
+def test_a_shuffled_twin_is_badged_as_one():
+    """A twin's badge names its null (config `twins.weights`): `random-init twin of m` by
+    default, `shuffled twin of m` for a shuffled one; a model that is no twin has no badge."""
+    from posmech.report.html import Asset, model_label, model_marks
+
+    models = {"m": {"source": "/m"}, "m-twin": {"twin_of": "m", "seed": 0},
+              "n-twin": {"twin_of": "n", "seed": 0, "twin_weights": "shuffled"}}
+    assert model_marks("m-twin", models)["twin_kind"] == "random-init"
+    marks = model_marks("n-twin", models)
+    assert (marks["twin_of"], marks["twin_kind"]) == ("n", "shuffled")
+    assert model_marks("m", models)["twin_of"] == ""
+    a = Asset(source="results/n-twin/x.png", href="", anchor="", kind="figure", family="", title="", caption_html="")
+    a.model, a.twin_of, a.twin_kind = "n-twin", "n", "shuffled"
+    assert "shuffled twin of n</span>" in str(model_label(a))

@@ -29,6 +29,8 @@ rule findings:
         not_applicable=NOT_APPLICABLE,
         # {twin: its model} (config section `twins`): the structural/learned columns
         twins=TWIN_OF,
+        # which null the twins are (`twins.weights`: init, shuffled): column `twin_weights`
+        twin_weights=config["twins"]["weights"],
     script:
         "../../scripts/findings.py"
 

@@ -416,7 +416,10 @@ def weights_entry(entry: dict[str, Any]) -> dict[str, Any]:
     """What determines a model's weights, and only that: the params of fetch_model and
     train_demo_model (analysis keys such as n_ctx, device, dtype never refetch/retrain)."""
     if "twin_of" in entry:
-        return {"twin_of": entry["twin_of"], "seed": entry["seed"]}
+        # its weights' null (posmech.models.twin.TWIN_WEIGHTS), in the entry only when not the
+        # default `init` (posmech.models.twin.add_twins)
+        w = entry.get("twin_weights", "init")
+        return {"twin_of": entry["twin_of"], "seed": entry["seed"], **({} if w == "init" else {"twin_weights": w})}
     if model_kind(entry) == "checkpoint":  # saved by its model's training
         return {k: entry[k] for k in ("checkpoint_of", "step", "train")}
     if "train" in entry:

@@ -147,7 +147,8 @@ def weights_fix(manifest: dict[str, Any]) -> str:
         return (f"restore the local copy; or, if the new weights are intended, delete {mdir}/{MANIFEST} and "
                 "rerun (fetch_model checks the directory again and records their hashes)")
     if kind == "twin":
-        return (f"delete {mdir}/ and rerun: rule build_twin builds the twin again from the config.json of "
+        whose = "weights" if manifest.get("twin_weights") == "shuffled" else "config.json"  # twins.weights
+        return (f"delete {mdir}/ and rerun: rule build_twin builds the twin again from the {whose} of "
                 f"{manifest.get('twin_of', 'its model')!r} (seeded: the same weights)")
     if kind == "checkpoint":
         saved = f"resources/models/{manifest.get('checkpoint_of')}/checkpoints/step{manifest.get('step')}/hf/"

@@ -32,6 +32,12 @@ from posmech.verdicts.scorecard import FAMILIES, claim_sort_key, family
 GLYPHS = {"holds": "✓", HOLDS_ON_NULL: "✓◆", "fails": "✗", "not measurable": "n/m"}
 NULL = "◆"  # after ✓: the finding holds on the model's random-init twin too (verdict holds on null)
 STRUCTURAL = "≡"  # a finding that holds on any model by construction (resources/findings.yaml)
+#: what the legend says each null is (config ``twins.weights``; posmech.models.twin)
+NULL_SENTENCES = {
+    "init": "a random-init twin of the same architecture",
+    "shuffled": ("a shuffled twin (<code>twins.weights: shuffled</code>: the model's own weights with each parameter "
+                 "tensor's entries permuted, its scale kept and its structure lost)"),
+}
 
 STYLE = """<style>
 #findings .fg-families{display:flex;flex-wrap:wrap;gap:1em;align-items:flex-start}
@@ -83,11 +89,15 @@ def grid_html(table: pd.DataFrame) -> Markup:
     origins = table["origin"].astype(object).fillna("").astype(str) if "origin" in table else pd.Series("", table.index)
     structural = {m: int(((table["model"] == m) & (origins == "structural")).sum()) for m in models}
     no_null = {m: bool(((table["model"] == m) & (origins == "no null")).any()) for m in models}
+    # which null the twins are (config `twins.weights`, column `twin_weights`; without it: init)
+    kinds = (set(table["twin_weights"].astype(object).fillna("").astype(str)) - {""}
+             if "twin_weights" in table else set())
+    null_words = " or ".join(NULL_SENTENCES[k] for k in sorted(kinds or {"init"}) if k in NULL_SENTENCES)
     parts.append(
         "<p>Every claim is stated as a finding independent of any model (<code>resources/findings.yaml</code>; "
         "thresholds in the config section <code>findings</code>, each with its reason in "
-        "<code>config/README.md</code>) and judged on every model of the run, against its null, a random-init "
-        "twin of the same architecture (config section <code>twins</code>): "
+        "<code>config/README.md</code>) and judged on every model of the run, against its null, "
+        + null_words + " (config section <code>twins</code>): "
         '<span class="fg-legend"><span class="v-holds" style="background:#c8ecc8">✓ holds</span>'
         '<span class="v-holds-on-null" style="background:#f5e3a8">✓◆ holds on null</span>'
         '<span class="v-fails" style="background:#f6c4c4">✗ fails</span>'
@@ -98,7 +108,7 @@ def grid_html(table: pd.DataFrame) -> Markup:
         'a claim for its finding. Download: <a href="findings.csv">findings.csv</a>. '
         "<strong>✓ holds</strong>: the value passes the threshold and beats the twin's by the margin "
         "<code>findings.null_margin</code> × |threshold|; <strong>✓◆ holds on null</strong>: it passes the "
-        "threshold but the twin does as well (a random model gives it: not learned); <strong>≡ structural</strong>: "
+        "threshold but the twin does as well (a model without its structure gives it: not learned); <strong>≡ structural</strong>: "
         "the finding holds on any model by construction, so its verdict says nothing about the model "
         "(<code>resources/findings.yaml</code>, column <code>structural</code>). A model without a twin "
         "(<code>twins.enabled: false</code>) is marked <em>no null</em>: its ✓ was not compared with a random model."

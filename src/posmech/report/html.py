@@ -69,6 +69,7 @@ class Asset:
     pair: str = ""  # anchor of the figure this table belongs to (caption shown there)
     model: str = ""  # the model it shows (results/{model}/…); "" for a figure of several models
     twin_of: str = ""  # a random-init twin's model (config models.<m>.twin_of)
+    twin_kind: str = "random-init"  # which null the twin is: "random-init" or "shuffled" (twins.weights)
     checkpoint: str = ""  # which checkpoint of which model, in words ("step 300 of demo"), or ""
 
 
@@ -183,8 +184,10 @@ def model_of(path: str, models: dict[str, Any]) -> str:
 
 
 def model_marks(model: str, models: dict[str, Any]) -> dict[str, str]:
-    """What the report says about ``model`` beside its name: ``twin_of`` (a random-init twin,
-    :mod:`posmech.models.twin`: the model whose architecture it copies) and ``checkpoint`` (a
+    """What the report says about ``model`` beside its name: ``twin_of`` (a twin,
+    :mod:`posmech.models.twin`: the model whose architecture it copies), ``twin_kind`` (its
+    null, config ``twins.weights``: ``random-init``, or ``shuffled``: its model's weights with
+    each tensor's entries permuted) and ``checkpoint`` (a
     trained model's saved step, ``step 300 of demo``, or a Hub model's revision other than
     ``main``, ``revision step3000``)."""
     entry = models.get(model) or {}
@@ -197,7 +200,8 @@ def model_marks(model: str, models: dict[str, Any]) -> dict[str, str]:
         checkpoint = f"revision {entry['revision']}"
     else:
         checkpoint = ""
-    return {"twin_of": twin_of, "checkpoint": checkpoint}
+    kind = "shuffled" if entry.get("twin_weights") == "shuffled" else "random-init"
+    return {"twin_of": twin_of, "twin_kind": kind, "checkpoint": checkpoint}
 
 
 def asset_order(models: dict[str, Any]) -> Any:
@@ -230,7 +234,7 @@ def model_label(a: Asset) -> Any:
     if a.checkpoint:
         out += f' <span class="badge ckpt">{escape(a.checkpoint)}</span>'
     if a.twin_of:
-        out += f' <span class="badge twin">random-init twin of {escape(a.twin_of)}</span>'
+        out += f' <span class="badge twin">{escape(a.twin_kind)} twin of {escape(a.twin_of)}</span>'
     return Markup(out)
 
 
@@ -266,7 +270,7 @@ def collect_assets(figures: list[str], tables: list[str], flags: dict[str, dict[
             a.model = model_of(p, models)
             if a.model:
                 marks = model_marks(a.model, models)
-                a.twin_of, a.checkpoint = marks["twin_of"], marks["checkpoint"]
+                a.twin_of, a.twin_kind, a.checkpoint = marks["twin_of"], marks["twin_kind"], marks["checkpoint"]
             if kind == "table":
                 a.table_html, a.n_rows = table_html(p)
                 if meta_path(p).is_file():

@@ -52,10 +52,16 @@ VERDICTS = ("holds", HOLDS_ON_NULL, "fails", "not measurable")
 FINDINGS_COLUMNS = ["claim", "model", "verdict", "quantity", "value", "threshold", "reason", "rule", "finding",
                     "structural"]
 #: what a model's random-init twin (posmech.models.twin) gave, beside the model's verdict
-#: (:func:`with_twins`): ``twin_of`` on a twin's own rows (its model), ``twin_verdict`` and
-#: ``twin_value`` on its model's rows, ``null_margin`` (how far the value must beat the twin's,
-#: :func:`margin`) and ``origin`` (:data:`ORIGINS`)
-TWIN_COLUMNS = ["twin_of", "twin_verdict", "twin_value", "null_margin", "origin"]
+#: (:func:`with_twins`): ``twin_of`` on a twin's own rows (its model), ``twin_weights`` which
+#: null the twin is (config ``twins.weights``: ``init`` or ``shuffled``; on a twin's rows and its
+#: model's, empty without a twin), ``twin_verdict`` and ``twin_value`` on its model's rows,
+#: ``null_margin`` (how far the value must beat the twin's, :func:`margin`) and ``origin``
+#: (:data:`ORIGINS`)
+TWIN_COLUMNS = ["twin_of", "twin_weights", "twin_verdict", "twin_value", "null_margin", "origin"]
+#: how a reason names the twin of each null (config ``twins.weights``; posmech.models.twin): the
+#: default ``init`` twin as it always was, a ``shuffled`` one (its model's own weights, each
+#: tensor's entries permuted) by its null
+TWIN_WORDS = {"init": "twin", "shuffled": "shuffled twin"}
 #: ``structural``: the finding holds on any model by construction (any verdict); ``learned``:
 #: holds, and beats the twin by the margin (or the twin has no value: it lacks what the finding
 #: reads); ``on null``: verdict ``holds on null`` (not ``null``, which pandas.read_csv reads as
@@ -249,12 +255,12 @@ def judge(finding: Finding, model: str, thresholds: Mapping[str, Any], row: Mapp
 
 def findings_table(findings: list[Finding], thresholds: Mapping[str, Any], scorecards: list[str],
                    models: list[str], not_applicable: Mapping[str, Mapping[str, str]] | None = None,
-                   twins: Mapping[str, str] | None = None) -> pd.DataFrame:
+                   twins: Mapping[str, str] | None = None, twin_weights: str = "init") -> pd.DataFrame:
     """One row per (finding, model of ``models``) in claim order: :data:`FINDINGS_COLUMNS`
     and :data:`TWIN_COLUMNS` (``twins``: ``{twin: its model}`` of the run, each verdict read
     against its model's twin, :func:`with_twins`; ``{}``: no model has a twin, origin ``no
     null``; ``None``: the plain threshold verdicts, not read against any null, as the dynamics
-    sweep's checkpoints are).
+    sweep's checkpoints are; ``twin_weights``: which null the twins are, config ``twins.weights``).
 
     ``scorecards``: every ``results/{model}/scorecard/<rule>.csv`` of the run; a rule that
     wrote none for a model does not run on it; ``not_applicable``: ``{model: {rule: reason}}``
@@ -285,7 +291,7 @@ def findings_table(findings: list[Finding], thresholds: Mapping[str, Any], score
             out.append(judge(f, m, thresholds, row, f.rule in ran.get(m, set()), skipped,
                              failed.get((m, f.rule))).row(f))
     table = pd.DataFrame(out, columns=FINDINGS_COLUMNS)
-    return with_twins(table, twins or {}, findings, thresholds, against=twins is not None)
+    return with_twins(table, twins or {}, findings, thresholds, against=twins is not None, twin_weights=twin_weights)
 
 
 def margin(finding: Finding, thresholds: Mapping[str, Any]) -> float:
@@ -296,9 +302,10 @@ def margin(finding: Finding, thresholds: Mapping[str, Any]) -> float:
 
 
 def against_null(finding: Finding, verdict: str, value: float | None, twin_verdict: str | None,
-                 twin_value: float | None, thresholds: Mapping[str, Any]) -> tuple[str, str, str]:
-    """``(verdict, origin, words)`` of a model's verdict read against its random-init twin's
-    (``twin_verdict`` ``None``: the model has no twin); ``words`` is what the reason adds.
+                 twin_value: float | None, thresholds: Mapping[str, Any], twin_weights: str = "init") -> tuple[str, str, str]:
+    """``(verdict, origin, words)`` of a model's verdict read against its twin's
+    (``twin_verdict`` ``None``: the model has no twin); ``words`` is what the reason adds, and
+    names the null (``twin_weights``, config ``twins.weights``: :data:`TWIN_WORDS`) where it compares.
 
     A structural finding keeps its verdict (origin ``structural``). A verdict other than
     ``holds`` is kept (origin empty; ``no null`` without a twin). ``holds`` stays ``holds``
@@ -314,13 +321,14 @@ def against_null(finding: Finding, verdict: str, value: float | None, twin_verdi
     if verdict != "holds" or value is None:
         return verdict, "", ""
     m = margin(finding, thresholds)
+    twin = f"its {TWIN_WORDS.get(twin_weights, twin_weights)}"
     if twin_value is None:
-        return "holds", "learned", f"; its twin has no value ({twin_verdict}): learned"
+        return "holds", "learned", f"; {twin} has no value ({twin_verdict}): learned"
     gap = {">=": value - twin_value, ">": value - twin_value, "<=": twin_value - value,
            "<": twin_value - value}.get(finding.predicate, abs(value - twin_value))
     if gap >= m and gap > 0:
-        return "holds", "learned", f"; beats its twin's {twin_value:.4g} by {gap:.4g} >= the margin {m:.4g}"
-    return HOLDS_ON_NULL, "on null", (f"; but its twin gives {twin_value:.4g} ({twin_verdict}): not beaten by the "
+        return "holds", "learned", f"; beats {twin}'s {twin_value:.4g} by {gap:.4g} >= the margin {m:.4g}"
+    return HOLDS_ON_NULL, "on null", (f"; but {twin} gives {twin_value:.4g} ({twin_verdict}): not beaten by the "
                                    f"margin {m:.4g} (findings.{NULL_MARGIN} x |threshold|)")
 
 
@@ -336,13 +344,15 @@ def origin(verdict: str, twin_verdict: str | None) -> str:
 
 
 def with_twins(table: pd.DataFrame, twins: Mapping[str, str], findings: list[Finding] | None = None,
-               thresholds: Mapping[str, Any] | None = None, against: bool = True) -> pd.DataFrame:
+               thresholds: Mapping[str, Any] | None = None, against: bool = True, twin_weights: str = "init") -> pd.DataFrame:
     """``table`` with :data:`TWIN_COLUMNS`, its verdicts read against the twins
     (:func:`against_null`; ``twins`` is ``{twin: its model}``): a model without a twin in the
     table gets empty twin columns and origin ``no null``; a twin's own rows keep their plain
     verdicts. ``findings`` and ``thresholds`` give each claim's predicate, margin and structural
     mark; without them (a table of verdicts only) the origin comes from the verdicts alone
-    (:func:`origin`). ``against=False``: the plain verdicts, origin ``structural`` or empty."""
+    (:func:`origin`). ``against=False``: the plain verdicts, origin ``structural`` or empty.
+    ``twin_weights``: which null the twins are (config ``twins.weights``), column
+    ``twin_weights`` on the rows of a twin and of a model that has one."""
     t = table.copy()
     if "structural" not in t:
         t["structural"] = ""
@@ -351,6 +361,7 @@ def with_twins(table: pd.DataFrame, twins: Mapping[str, str], findings: list[Fin
     twin_for = {m: tw for tw, m in twins.items() if tw in set(t["model"])}
     got = [key.get((c, twin_for[m])) if m in twin_for else None for c, m in zip(t["claim"], t["model"])]
     t["twin_of"] = [twins.get(m, "") for m in t["model"]]
+    t["twin_weights"] = [twin_weights if m in twins or m in twin_for else "" for m in t["model"]]
     t["twin_verdict"] = [g[0] if g else "" for g in got]
     t["twin_value"] = [g[1] if g else None for g in got]
     verdicts, origins, reasons, margins = [], [], [], []
@@ -369,7 +380,8 @@ def with_twins(table: pd.DataFrame, twins: Mapping[str, str], findings: list[Fin
             margins.append(None)
             continue
         value = _number(t["value"].iloc[i])
-        new, o, words = against_null(f, v, value, g[0] if g else None, _number(g[1]) if g else None, thresholds)
+        new, o, words = against_null(f, v, value, g[0] if g else None, _number(g[1]) if g else None, thresholds,
+                                     twin_weights)
         verdicts.append(new)
         origins.append(o)
         reasons.append(f"{reason}{words}")
