@@ -119,6 +119,7 @@ EXPECTED = {
     "gptj": ("rotary", 0.5, True, "multi-head", True, "plain", 0),
     "falcon": ("rotary", 1.0, False, "multi-query", True, "plain", 0),
     "bloom": ("alibi", None, None, "multi-head", False, "plain", 0),
+    "mpt": ("alibi", None, None, "multi-head", False, "plain", 0),
 }
 
 
