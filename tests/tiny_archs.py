@@ -82,6 +82,9 @@ ARCHS: dict[str, tuple[str, str, int, str, dict[str, Any]]] = {
     "gpt_bigcode": ("GPTBigCodeConfig", "GPTBigCodeForCausalLM", 12,
                     "GPT-BigCode (StarCoder's layout): learned absolute positions, multi-query attention",
                     dict(n_embd=32, n_layer=2, n_head=4, n_positions=N_CTX, multi_query=True)),
+    "mpt": ("MptConfig", "MptForCausalLM", 14,
+            "MPT: ALiBi positions (MPT's slopes, BLOOM's for 4 heads), fused Wqkv, bias-free LayerNorms",
+            dict(d_model=32, n_layers=2, n_heads=4, expansion_ratio=2, max_seq_len=N_CTX)),
 }
 
 
@@ -96,5 +99,5 @@ def build(name: str, d: Path, seed: int | None = None) -> Path:
 
 #: ``name: builder(dir, seed=None)``, one per architecture of :data:`ARCHS`
 BUILDERS = {name: functools.partial(build, name) for name in ARCHS}
-neox, llama, bloom, opt, gpt_neo, gpt2_one_layer = (BUILDERS[n] for n in ("neox", "llama", "bloom", "opt", "gpt_neo",
-                                                                          "gpt2_one_layer"))
+neox, llama, bloom, opt, gpt_neo, gpt2_one_layer, mpt = (BUILDERS[n] for n in ("neox", "llama", "bloom", "opt", "gpt_neo",
+                                                                               "gpt2_one_layer", "mpt"))

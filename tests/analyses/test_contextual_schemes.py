@@ -27,7 +27,7 @@ SCORE_ABS = 1e-5
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("k_schemes")
     out = {}
-    for name, fn in (("llama", ta.llama), ("neox", ta.neox), ("bloom", ta.bloom)):
+    for name, fn in (("llama", ta.llama), ("neox", ta.neox), ("bloom", ta.bloom), ("mpt", ta.mpt)):
         m = lens.from_hf_dir(str(fn(root / name)), char_tokenizer(ta.V), "raw", "cpu", "float32")
         out[name] = (m, relative_from_model(m, name))
     return out
@@ -38,7 +38,7 @@ POS = np.arange(1, T)
 
 
 @pytest.mark.float32
-@pytest.mark.parametrize("name", ["llama", "neox", "bloom"])
+@pytest.mark.parametrize("name", ["llama", "neox", "bloom", "mpt"])
 def test_exact_pattern_is_the_models_layer0_pattern(models, name):
     m, w = models[name]
     dec = cx.decompose(w, 1.0, IDS, POS)
@@ -46,7 +46,7 @@ def test_exact_pattern_is_the_models_layer0_pattern(models, name):
     np.testing.assert_allclose(dec.attention, P, atol=FLOAT32_FORWARD_ABS)
 
 
-@pytest.mark.parametrize("name", ["llama", "neox", "bloom"])
+@pytest.mark.parametrize("name", ["llama", "neox", "bloom", "mpt"])
 def test_positional_score_is_the_position_only_inputs_and_content_score_the_token_only_inputs(models, name):
     m, w = models[name]
     dec = cx.decompose(w, 1.0, IDS, POS, destination=DEST)

@@ -21,8 +21,8 @@ from tests.models.test_mlp_layouts import _configs, _hooked_forward
 from tests.tolerances import FLOAT32_FORWARD_REL, FLOAT64_ABS
 
 T = 20
-SCHEMES = {"llama": "rotary", "bloom": "alibi", "neox": "rotary"}
-LAYOUT = {"llama": "llama", "bloom": "bloom", "neox": "gpt_neox"}  # tests/models/test_mlp_layouts.py's names
+SCHEMES = {"llama": "rotary", "bloom": "alibi", "neox": "rotary", "mpt": "alibi"}
+LAYOUT = {"llama": "llama", "bloom": "bloom", "neox": "gpt_neox", "mpt": "mpt"}  # tests/models/test_mlp_layouts.py's names
 
 
 @pytest.fixture(scope="module")

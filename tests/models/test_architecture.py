@@ -23,9 +23,15 @@ from posmech.core.config import load_schema, validate_config
 from posmech.core.errors import PosmechError
 from posmech.verdicts.findings import Finding, judge
 from posmech.models.architecture import architecture, context_length, read_architecture, train_architecture
+from posmech.models.lens import with_engine_refusal
 from posmech.models.loading import prepare_local_model
 from posmech.pipeline.preflight import preflight
 from tests import tiny_archs
+
+#: the rules that read layer 0's weights (requirement layer0_weights, directly or through what they read): K6-K10, C1-C3
+LAYER0_RULES = ("layer0_decomposition", "layer0_positional_patterns", "layer0_head_classes", "softmax_denominators",
+                "denominator_variance", "layer1_patterns", "extended_token_embeddings", "contextual_neurons",
+                "bag_of_tokens_fit")
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml")
@@ -113,6 +119,7 @@ EXPECTED = {
     "gptj": ("rotary", 0.5, True, "multi-head", True, "plain", 0),
     "falcon": ("rotary", 1.0, False, "multi-query", True, "plain", 0),
     "bloom": ("alibi", None, None, "multi-head", False, "plain", 0),
+    "mpt": ("alibi", None, None, "multi-head", False, "plain", 0),
 }
 
 
@@ -249,8 +256,14 @@ def test_applicability_by_scheme(dirs):
     # the rotary frequencies (P17, P18) are the one thing a learned-position model lacks
     learned_only = {"rotary_frequencies": "no rotary frequencies: learned absolute positions"}
     assert opt == learned_only
-    bigcode = architecture({"model_type": "gpt_bigcode", "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 32})
-    assert "layout, not this gpt_bigcode's: model_type 'gpt_bigcode'" in not_applicable(bigcode)["layer0_decomposition"]
+    # GPT-BigCode's layer 0 (multi-query: one key head) is read through the engine's converter too
+    bc_cfg = {"model_type": "gpt_bigcode", "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 32}
+    assert not_applicable(with_engine_refusal(architecture(bc_cfg), bc_cfg)) == learned_only
+    # one the engine refuses (no scale_attn_weights) is not measurable with the engine's own reason
+    odd = {**bc_cfg, "scale_attn_weights": False}
+    why = not_applicable(with_engine_refusal(architecture(odd), odd))
+    assert set(why) == {*learned_only, *LAYER0_RULES}, sorted(why)
+    assert "the posmech engine does not run it (GPT-BigCode without scale_attn_weights" in why["contextual_neurons"]
     assert not_applicable(arch["gpt_neo"]) == learned_only  # C1-C3 read GPT-Neo's layer 0 too
     gpt2 = train_architecture({"architecture": "gpt2"})
     assert not_applicable(gpt2) == learned_only and not_applicable(None) == {}
@@ -340,7 +353,6 @@ def test_what_only_the_engine_runs_asks_the_engine_not_the_model_type(dirs):
     manifest read a config), so a Falcon of the 40B layout (new decoder architecture) or a Phi
     with qk_layernorm, types the engine runs in other layouts, is not measurable there before
     any job, with the engine's reason; the 7B layout and a plain Phi run them."""
-    from posmech.models.lens import with_engine_refusal
     from posmech.models.loading import manifest_architecture
     from posmech.pipeline.preflight import known_architecture
 
@@ -359,6 +371,14 @@ def test_what_only_the_engine_runs_asks_the_engine_not_the_model_type(dirs):
     qk = {**phi, "qk_layernorm": True}
     assert "qk_layernorm" in not_applicable(with_engine_refusal(architecture(qk), qk))["random_token_patterns"]
     assert "random_token_patterns" not in not_applicable(with_engine_refusal(architecture(phi), phi))
+    # no list of model types: a type nobody named is in or out as the engine decides
+    from dataclasses import replace
+
+    unnamed = replace(found, model_type="a_type_nobody_listed")
+    assert not set(not_applicable(unnamed)) & {"random_token_patterns", *LAYER0_RULES}
+    refused = not_applicable(replace(unnamed, engine_refusal="model_type 'a_type_nobody_listed'"))
+    for rule in ("random_token_patterns", "input_decomposition", *LAYER0_RULES):
+        assert "the posmech engine does not run it (model_type 'a_type_nobody_listed')" in refused[rule], rule
     # a legacy TransformerLens checkpoint (no model_type) is the engine's own
     tl = {"d_model": 32, "n_layers": 2, "n_heads": 4, "d_head": 8, "d_mlp": 0, "n_ctx": 32, "d_vocab": 50,
           "attn_only": True, "positional_embedding_type": "standard"}

@@ -27,13 +27,14 @@ def hf_divisor(model) -> float:
         return 1.0  # GPTNeoSelfAttention multiplies q·k by nothing
     body = {"gpt2": lambda: model.transformer.h[0].attn, "opt": lambda: model.model.decoder.layers[0].self_attn,
             "gpt_neox": lambda: model.gpt_neox.layers[0].attention, "llama": lambda: model.model.layers[0].self_attn,
-            "bloom": lambda: model.transformer.h[0].self_attention}[mt]()
-    return 1.0 / float(getattr(body, "scaling", None) or body.inv_norm_factor)
+            "bloom": lambda: model.transformer.h[0].self_attention,
+            "mpt": lambda: model.transformer.blocks[0].attn}[mt]()
+    return 1.0 / float(getattr(body, "scaling", None) or getattr(body, "softmax_scale", None) or body.inv_norm_factor)
 
 
 #: the tiny models the posmech engine runs (hf_state converts them); the others of
 #: tiny_archs.BUILDERS run on the bridge, whose scale is Hugging Face's own
-ENGINE = ("gpt2_one_layer", "gpt_neo", "opt", "neox", "llama", "bloom")
+ENGINE = ("gpt2_one_layer", "gpt_neo", "opt", "neox", "llama", "bloom", "mpt")
 
 
 @pytest.mark.parametrize("name", [n for n in sorted(tiny_archs.BUILDERS) if n in ENGINE])

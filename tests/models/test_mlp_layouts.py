@@ -27,6 +27,12 @@ def _configs():
         # name: (config, layer-0 block path, MLP module paths (in / gate, up), down projection, gated, parallel)
         "gpt2": (tf.GPT2Config(n_embd=D, n_layer=2, n_head=H, n_inner=M, n_positions=32, **COMMON),
                  "transformer.h.0", ("mlp.c_fc",), "mlp.c_proj", False, False),
+        # GPT-2's names with nn.Linear weights: multi-query (one key and value head) and multi-head
+        "gpt_bigcode": (tf.GPTBigCodeConfig(n_embd=D, n_layer=2, n_head=H, n_inner=M, n_positions=32, **COMMON),
+                        "transformer.h.0", ("mlp.c_fc",), "mlp.c_proj", False, False),
+        "gpt_bigcode_mh": (tf.GPTBigCodeConfig(n_embd=D, n_layer=2, n_head=H, n_inner=M, n_positions=32,
+                                               multi_query=False, **COMMON),
+                           "transformer.h.0", ("mlp.c_fc",), "mlp.c_proj", False, False),
         "gpt_neo": (tf.GPTNeoConfig(hidden_size=D, num_layers=2, num_heads=H, intermediate_size=M,
                                     max_position_embeddings=32, attention_types=[[["global", "local"], 1]],
                                     window_size=8, **COMMON),
@@ -67,7 +73,7 @@ def _configs():
     }
 
 
-FAMILIES = ["gpt2", "gpt_neo", "opt", "gptj", "gpt_neox", "gpt_neox_sequential", "llama", "qwen2", "mistral",
+FAMILIES = ["gpt2", "gpt_bigcode", "gpt_bigcode_mh", "gpt_neo", "opt", "gptj", "gpt_neox", "gpt_neox_sequential", "llama", "qwen2", "mistral",
             "gemma", "gemma2", "phi", "falcon", "falcon_new", "falcon_sequential", "bloom", "mpt"]
 
 

@@ -86,7 +86,9 @@ pre-LayerNorm blocks), ``GPTNeoXForCausalLM``, ``LlamaForCausalLM`` /
 each frequency twice in a row, as its ``duplicate_interleave``, and ``cfg.rotary_adjacent_pairs``
 set), ``GPTBigCodeForCausalLM`` (with ``scale_attn_weights``, no cross-attention),
 ``PhiForCausalLM`` (no ``qk_layernorm``; default rotary frequencies), ``FalconForCausalLM``
-(``parallel_attn``, no ``new_decoder_architecture``, no ``alibi``), and legacy
+(``parallel_attn``, no ``new_decoder_architecture``, no ``alibi``), ``MptForCausalLM``
+(ALiBi with a power-of-two number of heads and ``alibi_bias_max`` 8, no ``clip_qkv``,
+``qk_ln`` or ``softmax_scale``: :func:`_mpt_refusal`), and legacy
 TransformerLens state dicts with ``normalization_type`` LN, standard positions and
 ``act_fn`` ``gelu``/``gelu_new``/``relu`` (or attention-only). Anything else: the bridge
 (``posmech.models.loading.load_model`` chooses).
@@ -109,9 +111,9 @@ from posmech.core.perf import count_forward
 #: Hugging Face architectures the engine runs (class names; ``MODEL_TYPES``: their config's ``model_type``)
 ARCHITECTURES = ("GPT2LMHeadModel", "GPTNeoForCausalLM", "OPTForCausalLM", "GPTNeoXForCausalLM", "LlamaForCausalLM",
                  "MistralForCausalLM", "Qwen2ForCausalLM", "BloomForCausalLM", "GPTJForCausalLM",
-                 "GPTBigCodeForCausalLM", "PhiForCausalLM", "FalconForCausalLM")
+                 "GPTBigCodeForCausalLM", "PhiForCausalLM", "FalconForCausalLM", "MptForCausalLM")
 MODEL_TYPES = ("gpt2", "gpt_neo", "opt", "gpt_neox", "llama", "mistral", "qwen2", "bloom", "gptj", "gpt_bigcode",
-               "phi", "falcon")
+               "phi", "falcon", "mpt")
 #: Llama-style layouts (RMSNorm, rotary on every dimension, grouped-query attention, SwiGLU MLP)
 LLAMA_TYPES = ("llama", "mistral", "qwen2")
 #: queries per block when a causal pattern is made for a hook (:meth:`Lens._causal_pattern_blocks`)
@@ -263,8 +265,10 @@ def unsupported_hf(c: dict[str, Any], processing: str | None = None) -> str | No
         return "scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn"
     act = (c.get("hidden_act") if mt in ("gpt_neox", "phi", *LLAMA_TYPES)
            else c.get("activation", "gelu") if mt == "falcon" else c.get("activation_function", "gelu_new"))
-    if mt != "bloom" and act not in ACTIVATIONS:
+    if mt not in ("bloom", "mpt") and act not in ACTIVATIONS:
         return f"activation {act!r}"
+    if mt == "mpt":
+        return _mpt_refusal(c)
     if mt == "gpt_bigcode" and (c.get("scale_attn_weights") is False or c.get("add_cross_attention")):
         return "GPT-BigCode without scale_attn_weights, or with cross-attention"
     if mt == "gptj" and not c.get("rotary_dim"):
@@ -308,7 +312,7 @@ def hf_state(get: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, An
     else:
         sd, cfg = {"opt": _opt_state, "gpt_neox": _neox_state, "bloom": _bloom_state,
                    "gptj": _gptj_state, "gpt_bigcode": _bigcode_state, "phi": _phi_state,
-                   "falcon": _falcon_state}.get(mt, _llama_state)(f, c)
+                   "falcon": _falcon_state, "mpt": _mpt_state}.get(mt, _llama_state)(f, c)
     cfg.model_type = str(mt)
     cfg.attn_scale = score_divisor(c)
     return {k: v for k, v in sd.items() if v is not None}, cfg
@@ -550,6 +554,48 @@ def _falcon_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str,
         act_fn=str(c.get("activation", "gelu")), eps=float(c.get("layer_norm_epsilon", 1e-5)), attn_only=False,
         original_architecture="FalconForCausalLM", positional_embedding_type="rotary", rotary_dim=dh,
         rotary_base=_rope(c)[1], n_key_value_heads=1 if mq else H, parallel_attn_mlp=True, shared_ln=True)
+    return sd, cfg
+
+
+def _mpt_refusal(c: dict[str, Any]) -> str | None:
+    """Why the engine cannot run the MPT of config ``c`` (None: it can). It runs the layout of
+    transformers' ``MptForCausalLM``: ALiBi with BLOOM's slopes (a power-of-two number of heads and
+    ``alibi_bias_max`` 8, where MPT's ``build_mpt_alibi_tensor`` and BLOOM's agree), scores
+    ``q·k/sqrt(d_head)``, no clipping of q/k/v, no q/k LayerNorm."""
+    a = c.get("attn_config") or {}
+    H = int(c.get("n_heads") or 0)
+    if not a.get("alibi", False):
+        return "MPT without ALiBi (attn_config.alibi false)"
+    if H & (H - 1) or float(a.get("alibi_bias_max", 8)) != 8:
+        return ("MPT with a number of heads that is not a power of two or alibi_bias_max other than 8 (its ALiBi "
+                "slopes then differ from BLOOM's, which the engine computes)")
+    if a.get("clip_qkv") or a.get("qk_ln") or a.get("softmax_scale") is not None:
+        return "MPT with attn_config clip_qkv, qk_ln or softmax_scale"
+    if a.get("prefix_lm") or a.get("attn_uses_sequence_id"):
+        return "MPT with attn_config prefix_lm or attn_uses_sequence_id"
+    return None
+
+
+def _mpt_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, Any], LensConfig]:
+    """MPT: ALiBi, a fused ``Wqkv`` (``q | k | v``, ``d`` rows each), bias-free LayerNorms and
+    projections, a GELU (exact) MLP of the width its weights have (transformers builds ``4·d``
+    whatever ``expansion_ratio`` says), sequential blocks, tied embeddings."""
+    d, H, L = int(c["d_model"]), int(c["n_heads"]), int(c["n_layers"])
+    dh = d // H
+    sd: dict[str, Any] = {"embed.W_E": f("wte.weight")}
+    for i in range(L):
+        p, b = f"blocks.{i}.", f"blocks.{i}."
+        W = f(f"{p}attn.Wqkv.weight")
+        for j, n in enumerate("QKV"):
+            sd[f"{b}attn.W_{n}"] = _linear(W[j * d : (j + 1) * d], H, dh)
+        _block_rest(sd, f, p, b, H, dh, ("attn.out_proj", "ffn.up_proj", "ffn.down_proj", "norm_1", "norm_2"))
+    sd["ln_final.w"], sd["ln_final.b"] = f("norm_f.weight"), f("norm_f.bias")
+    _lm_head(f, sd, "lm_head.weight")
+    cfg = LensConfig(
+        n_layers=L, n_heads=H, d_model=d, d_head=dh, d_mlp=int(sd["blocks.0.mlp.W_in"].shape[1]),
+        n_ctx=int(c["max_seq_len"]), d_vocab=int(c["vocab_size"]), act_fn="gelu",
+        eps=float(c.get("layer_norm_epsilon", 1e-5)), attn_only=False, original_architecture="MptForCausalLM",
+        positional_embedding_type="alibi")
     return sd, cfg
 
 

@@ -10,7 +10,10 @@ so a layout is recognised by the weights it has, not by a list of model types:
 ========================  =============================================  ==========================
 parameters of block ``i``  layout (families)                             MLP
 ========================  =============================================  ==========================
-``h.i.attn.c_attn``        GPT-2 (``Conv1D``: ``[in, out]``)              ``c_fc``/``c_proj``
+``h.i.attn.c_attn``        GPT-2 (``Conv1D``: ``[in, out]``); GPT-BigCode ``c_fc``/``c_proj``
+                           (``nn.Linear``, told by the weight's shape:
+                           multi-query ``q | k | v`` or per head
+                           ``[q, k, v]``)
 ``h.i.attn.attention.*``   GPT-Neo                                        ``c_fc``/``c_proj``
 ``h.i.attn.q_proj``        GPT-J (one LayerNorm: parallel)                ``fc_in``/``fc_out``
 ``h.i.self_attention.``    BLOOM, Falcon (fused ``query_key_value``:      ``dense_h_to_4h``/
@@ -321,6 +324,20 @@ LAYOUTS = (
             ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")),
 )
 
+#: GPT-BigCode (StarCoder): GPT-2's parameter names with ``nn.Linear`` weights (``[out, in]``),
+#: its fused ``c_attn`` of ``(H + 2·Hkv)·d_head`` rows: multi-query ``q | k | v`` (one key and one
+#: value head) or, multi-head, per head ``q, k, v`` (the ``grouped`` kind covers both). Told from
+#: GPT-2's by the orientation of that weight (:func:`_linear_qkv`), not by the model type
+BIGCODE = _Layout("gpt_bigcode", "h.{i}.", "attn.c_attn.weight", "qkv:grouped", "attn.c_proj", ("ln_1", "ln_2"),
+                  ("mlp.c_fc", "mlp.c_proj"))
+
+
+def _linear_qkv(get: Getter, name: str, d: int) -> bool:
+    """Whether the fused ``c_attn`` weight ``name`` is an ``nn.Linear`` (``[rows, d]``, rows > d:
+    GPT-BigCode) rather than GPT-2's ``Conv1D`` (``[d, 3·d]``)."""
+    W = get(name)
+    return W is not None and tuple(W.shape)[0] != d
+
 
 def find_layout(names: frozenset[str] | set[str], layer: int = 0) -> _Layout | None:
     """The layout whose marker parameter block ``layer`` has (``names``: the checkpoint's
@@ -422,12 +439,14 @@ def read_block(get: Getter, names: frozenset[str] | set[str], cfg: Mapping[str, 
     lay = find_layout(names, layer)
     assert lay is not None
     p = lay.prefix.format(i=layer)
-    conv1d = lay.name == "gpt2"
     d = _int(cfg, "hidden_size", "n_embd", "d_model", "n_embed")
     H = _int(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads")
     if d is None or H is None:
         raise LayoutError("config.json gives no model width or head count (hidden_size/n_embd/d_model, "
                           "num_attention_heads/n_head/num_heads/n_heads)")
+    if lay.name == "gpt2" and _linear_qkv(get, p + lay.marker, d):
+        lay = BIGCODE
+    conv1d = lay.name == "gpt2"
     dh = _int(cfg, "head_dim") or d // H
     W_V, b_V = _values(get, p, lay, cfg, d, H, dh, conv1d)
     o_name = next((n for n in lay.o.split("|") if p + n + ".weight" in names), lay.o.split("|")[0])

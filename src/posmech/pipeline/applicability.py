@@ -4,8 +4,9 @@
 (``workflow/analyses/<rule>.yaml``, :mod:`posmech.core.families`): for each analysis, the
 :data:`REQUIREMENTS` it needs of a model (``needs``) and the analyses whose outputs it reads
 (``after``, from its ``reads``). A requirement is a test of the model's
-:class:`~posmech.models.architecture.Architecture` (position scheme, model type, MLP), read
-from its config before any job. :func:`not_applicable` gives, for one model, every rule
+:class:`~posmech.models.architecture.Architecture` (position scheme, MLP, block layout,
+whether the posmech engine runs it), read from its config and weights before any job, never
+a list of model types. :func:`not_applicable` gives, for one model, every rule
 that cannot run on it with the reason in words ("no learned W_pos: rotary positions"); the
 workflow does not schedule those rules for the model (``common.smk``: ``collect``), and the
 findings of their claims are ``not measurable`` with that reason (:mod:`posmech.verdicts.findings`).
@@ -30,28 +31,25 @@ from posmech.models.architecture import Architecture
 
 @dataclass(frozen=True)
 class Requirement:
-    """What a rule needs of a model: a position scheme among ``schemes``, a model type among
-    ``model_types`` (``transformer_lens``: a legacy TransformerLens checkpoint, as the demo
-    models), an MLP (``mlp``), a LayerNorm before each block rather than after each residual
-    addition (``pre_ln``); ``None``/False: anything. ``reason`` says in words why a model
-    that fails it cannot run the rule; ``{positions}`` (the scheme in words),
-    ``{model_type}`` and ``{unmet}`` (what of the model fails which test, in words) are
-    filled in. Structural tests, read from the model's config and weights
+    """What a rule needs of a model: a position scheme among ``schemes``, an MLP (``mlp``), a
+    LayerNorm before each block rather than after each residual addition (``pre_ln``), the
+    posmech engine running it for the schemes ``engine_for`` (``Architecture.engine_refusal``,
+    decided from its config by the engine itself, :func:`posmech.models.lens.unsupported_hf`:
+    a model type nobody listed here is in or out as the engine is); ``None``/False: anything.
+    ``reason`` says in words why a model that fails it cannot run the rule; ``{positions}``
+    (the scheme in words), ``{model_type}`` and ``{unmet}`` (what of the model fails which
+    test, in words) are filled in. Structural tests, read from the model's config and weights
     (:class:`~posmech.models.architecture.Architecture`): ``rotary_pairs``, a rotary model's
     pair order is told and computed: the two halves of its rotated dimensions, or adjacent
     dimensions (GPT-J's interleaved pairs) on a model type the posmech engine rotates so
     (:data:`INTERLEAVED_TYPES`; the bridge records no rotation for them); ``plain_scores``,
     the scores are ``q·k / scale`` (plus ALiBi's bias), not soft-capped (Gemma 2's
-    ``attn_logit_softcapping``). ``types_for``: the
-    schemes ``model_types`` applies to (a model of another scheme meets it whatever its type;
-    ``None``: every scheme)."""
+    ``attn_logit_softcapping``)."""
 
     reason: str
     schemes: tuple[str, ...] | None = None
-    model_types: tuple[str, ...] | None = None
     mlp: bool = False
     pre_ln: bool = False
-    types_for: tuple[str, ...] | None = None
     rotary_pairs: bool = False
     plain_scores: bool = False
     #: the schemes for which the posmech engine must run the model (its config, not only its
@@ -63,9 +61,6 @@ class Requirement:
         out = []
         if self.schemes is not None and arch.positions not in self.schemes:
             out.append(arch.scheme_words)
-        typed = self.types_for is None or arch.positions in self.types_for
-        if self.model_types is not None and typed and arch.model_type not in self.model_types:
-            out.append(f"model_type {arch.model_type!r}")
         if self.engine_for is not None and arch.positions in self.engine_for and arch.engine_refusal:
             out.append(f"the posmech engine does not run it ({arch.engine_refusal})")
         if self.mlp and not arch.has_mlp:
@@ -107,12 +102,10 @@ REQUIREMENTS: dict[str, Requirement] = {
     # docs/claims.md): learned positions zero hook_embed / hook_pos_embed, a model without
     # positional encoding needs nothing; rotary and ALiBi models run every token at position 0
     # for the token-only input, which the posmech engine does (posmech.models.lens: `positions`)
-    # for the layouts it runs
+    # for every model it runs (its own decision from the config, Architecture.engine_refusal)
     "position_variants": Requirement(
         "the token-only input of {positions} runs every token at position 0, which only the posmech engine does, "
-        "and it does not run this {model_type}: {unmet}", model_types=("gpt_neox", "llama", "mistral", "qwen2", "bloom",
-                                                                      "gptj", "phi", "falcon"),
-        types_for=("rotary", "alibi"), engine_for=("rotary", "alibi")),
+        "and it does not run this {model_type}: {unmet}", engine_for=("rotary", "alibi")),
     # the attention scores before the softmax (P12, P13, the taxonomy's statistics, the
     # positional kernels): q·k·scale for learned positions, q and k rotated at their positions
     # for rotary heads (the halves convention of posmech.models.scores.rotate), the ALiBi bias
@@ -138,16 +131,18 @@ REQUIREMENTS: dict[str, Requirement] = {
     "plain_scores": Requirement("the positional kernels score each position's mean key, the mean score only while "
                                 "the score is linear in the key (q·k/scale), and {model_type}'s is not: {unmet}",
                                 plain_scores=True),
-    # the layer-0 decomposition reads the layer-0 weights of these layouts only (OPT's through
-    # the forward engine's converter, posmech.models.lens.hf_state: W_pos from row 2); a rotary
-    # or ALiBi model's layer 0 is read from one-token forward passes of the posmech engine
-    # (posmech.analyses.contextual.relative), for the layouts it runs
+    # the layer-0 decomposition reads layer 0 as the posmech engine holds it: a learned-position
+    # model's W_E, W_pos, LayerNorm and W_Q/W_K from the engine's converted weights
+    # (posmech.models.lens.hf_state; GPT-2 and GPT-Neo from their own names; OPT's W_pos from
+    # row 2; grouped- and multi-query key heads repeated per query head: GPT-BigCode), a rotary,
+    # ALiBi or position-free model's from one-token forward passes of the engine
+    # (posmech.analyses.contextual.relative); the contextual neurons read the value/output and
+    # MLP weights of every layout the engine runs (posmech.models.mlp_layouts). Decided by the
+    # engine from the config (Architecture.engine_refusal), not by a list of model types
     "layer0_weights": Requirement(
-        "the layer-0 decomposition reads layer 0 of a rotary or ALiBi model the posmech engine runs (GPT-NeoX, "
-        "Llama, Mistral, Qwen2, BLOOM, GPT-J, Phi, Falcon) or layer-0 weights in the GPT-2, GPT-Neo, OPT or "
-        "TransformerLens layout, not this {model_type}'s: {unmet}",
-        model_types=("gpt2", "gpt_neo", "opt", "transformer_lens", "gpt_neox", "llama", "mistral", "qwen2", "bloom",
-                     "gptj", "phi", "falcon"), engine_for=("rotary", "alibi")),
+        "the layer-0 decomposition reads layer 0 through the posmech engine (its converted weights, or one-token "
+        "forward passes for {positions}), and it does not run this {model_type}: {unmet}",
+        engine_for=("learned", "rotary", "alibi", "none")),
     # the decomposition splits LN(e + p): a LayerNorm of the residual that layer 0's attention
     # reads; a post-LayerNorm block (OPT's do_layer_norm_before: false) reads the raw residual
     "pre_ln": Requirement("LayerNorm after each residual addition (OPT's do_layer_norm_before: false): layer 0's "

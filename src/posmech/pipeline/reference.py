@@ -135,10 +135,10 @@ def met_by(req: Requirement) -> str:
     parts = []
     if req.schemes is not None:
         parts.append("position scheme " + " or ".join(f"`{s}` ({SCHEME_WORDS.get(s, s)})" for s in req.schemes))
-    if req.model_types is not None:
-        parts.append("`model_type` " + ", ".join(f"`{t}`" for t in req.model_types)
-                     + ("" if req.types_for is None else
-                        " (for position schemes " + ", ".join(f"`{s}`" for s in req.types_for) + "; any other scheme)"))
+    if req.engine_for is not None:
+        parts.append("the posmech engine runs it (`engine_refusal` null, decided from its config by the engine) for "
+                     "position schemes " + ", ".join(f"`{s}`" for s in req.engine_for)
+                     + " (another scheme: whatever runs it)")
     if req.mlp:
         parts.append("an MLP in each block (`has_mlp`)")
     if req.pre_ln:

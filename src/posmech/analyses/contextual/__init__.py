@@ -68,7 +68,7 @@ from posmech.analyses.contextual.softmax_denominators import (
     within_text_variance,
 )
 from posmech.analyses.contextual.weights import (
-    STATE_TYPES,
+    DIRECT_TYPES,
     Layer0Weights,
     as_float64,
     hf_param,
@@ -81,7 +81,7 @@ from posmech.analyses.contextual.weights import (
 
 __all__ = [
     "BROAD_CLASSES", "CLASSES", "DESCRIPTIONS", "HEAD_CLASS_QUANTITIES", "KIND", "LAYER1_QUANTITIES", "RULE",
-    "STATE_TYPES", "Decomposition", "Layer0File", "Layer0Weights", "TextKeys", "as_float64", "broad_spread_row",
+    "DIRECT_TYPES", "Decomposition", "Layer0File", "Layer0Weights", "TextKeys", "as_float64", "broad_spread_row",
     "build_decomposition", "check_contexts", "choose_texts", "classify", "decompose", "decomposition_scorecard",
     "denominator_scorecard", "denominator_spread", "denominator_table", "denominators", "duplicate_scores", "etc",
     "head_class_scorecard", "head_classes", "hf_param", "layer0_state", "layer1_scorecard", "layer1_table",

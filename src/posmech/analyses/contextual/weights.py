@@ -1,7 +1,10 @@
 """Layer-0 weights of a model with learned absolute positions, read in float64 from its
-files (Hugging Face GPT-2, GPT-Neo, pre-LayerNorm OPT, legacy TransformerLens checkpoints):
-the inputs of the layer-0 decomposition (:mod:`posmech.analyses.contextual.decomposition`).
-Rotary/ALiBi and shortformer models are refused with an error naming the config key."""
+files (Hugging Face GPT-2 and GPT-Neo directly; any other learned-position model the posmech
+engine runs, OPT and GPT-BigCode among them, through the engine's converter
+:func:`posmech.models.lens.hf_state`; legacy TransformerLens checkpoints): the inputs of the
+layer-0 decomposition (:mod:`posmech.analyses.contextual.decomposition`). Grouped-query and
+multi-query key heads are repeated per query head. Rotary/ALiBi and shortformer models are
+refused with an error naming the config key."""
 
 from __future__ import annotations
 
@@ -125,10 +128,12 @@ def as_float64(t: Any) -> np.ndarray:
     return np.asarray(t, dtype=np.float64)
 
 
-#: model types whose layer-0 weights are read through the engine's converter
-#: (:func:`posmech.models.lens.hf_state`, TransformerLens's layout) and then
-#: :func:`weights_from_tl`: OPT (its position table from row 2, ``q·k/sqrt(d_head)``)
-STATE_TYPES = ("opt",)
+#: model types whose layer-0 weights are read from their own checkpoint names here; every
+#: other learned-position model type the engine runs (:func:`posmech.models.lens.unsupported_hf`)
+#: is read through the engine's converter (:func:`posmech.models.lens.hf_state`,
+#: TransformerLens's layout) and then :func:`weights_from_tl`: OPT (its position table from
+#: row 2, ``q·k/sqrt(d_head)``), GPT-BigCode (its one key head of multi-query attention)
+DIRECT_TYPES = ("gpt2", "gpt_neo")
 
 
 def hf_param(model: Any, name: str) -> Any:
@@ -138,8 +143,9 @@ def hf_param(model: Any, name: str) -> Any:
     obj = model
     for part in name.split("."):
         obj = getattr(obj, part, None)
-        if obj is None:
-            return None
+        if obj is None:  # a GPT-2-style checkpoint name (``h.0...``) of a model in memory (``transformer.h.0...``)
+            body = getattr(model, "transformer", None)
+            return None if body is None or body is model else hf_param(body, name)
     if hasattr(obj, "detach"):
         return obj
     import torch
@@ -148,7 +154,7 @@ def hf_param(model: Any, name: str) -> Any:
 
 
 def layer0_state(model: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Layer 0's weights of a Hugging Face model of a :data:`STATE_TYPES` type (or its
+    """Layer 0's weights of a Hugging Face model the engine runs (or its
     directory's ``WeightView``) as a TransformerLens state dict and config (a dict: ``d_model``,
     ``d_head``, ``d_mlp``, ``eps``, ``attn_scale`` the divisor of ``q·k``, ``post_ln``, …), by
     the forward engine's own converter :func:`posmech.models.lens.hf_state` read for one
@@ -165,21 +171,27 @@ def layer0_state(model: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def weights_from_hf(model: Any, name: str = "model") -> Layer0Weights:
-    """:class:`Layer0Weights` of a Hugging Face GPT-2, GPT-Neo or OPT model, or of its
+    """:class:`Layer0Weights` of a Hugging Face model with learned positions, or of its
     directory's :class:`posmech.models.loading.WeightView` (its raw weights: the function,
-    hence the decomposition, does not depend on TransformerLens processing). OPT goes
-    through :func:`layer0_state` (``W_pos`` is its position table from row 2, the row of
-    position 0)."""
+    hence the decomposition, does not depend on TransformerLens processing): GPT-2 and GPT-Neo
+    read here, any other model the posmech engine runs through :func:`layer0_state` (OPT:
+    ``W_pos`` is its position table from row 2, the row of position 0; GPT-BigCode: its one
+    key head repeated for every query head). A model the engine does not run: an error with
+    the engine's reason."""
+    from posmech.models.lens import unsupported_hf
+
     cfg = model.config.to_dict()
     refuse_unsupported(cfg, name)
     mtype = cfg.get("model_type")
-    if mtype in STATE_TYPES:
-        return weights_from_tl(*layer0_state(model), name)
     body = getattr(model, "transformer", None)
+    if mtype not in DIRECT_TYPES or body is None:
+        why = unsupported_hf(cfg)
+        if why is not None:
+            raise PosmechError(f"model {name!r}: the layer-0 decomposition reads layer 0 of GPT-2, GPT-Neo or a "
+                               f"learned-position model the posmech engine runs, and it does not run this one "
+                               f"({why}); remove it from `contextual.models`")
+        return weights_from_tl(*layer0_state(model), name)
     get = as_float64
-    if body is None or mtype not in ("gpt2", "gpt_neo"):
-        raise PosmechError(f"model {name!r}: the layer-0 decomposition supports GPT-2, GPT-Neo and OPT models with "
-                           f"learned positions, not model_type {mtype!r}; remove it from `contextual.models`")
     blk = body.h[0]
     d = int(cfg.get("n_embd") or cfg["hidden_size"])
     H = int(cfg.get("n_head") or cfg["num_heads"])
@@ -224,8 +236,15 @@ def weights_from_tl(state: dict[str, Any], cfg: dict[str, Any], name: str = "mod
     scale = score_divisor(cfg, int(cfg["d_head"]), f"model {name!r}")
     W_Q, W_K = get("blocks.0.attn.W_Q"), get("blocks.0.attn.W_K")
     bias = lambda k, W: get(k) if k in state else np.zeros((W.shape[0], W.shape[-1]))  # noqa: E731
+    b_K = bias("blocks.0.attn.b_K", W_K)
+    H, Hkv = W_Q.shape[0], W_K.shape[0]
+    if Hkv != H:  # grouped-query / multi-query: query head h reads key head h // (H / Hkv)
+        if H % Hkv:
+            raise PosmechError(f"model {name!r}: {H} query heads do not divide into {Hkv} key heads")
+        kv = np.arange(H) // (H // Hkv)
+        W_K, b_K = W_K[kv], b_K[kv]
     return Layer0Weights(get("embed.W_E"), get("pos_embed.W_pos"), ln_w, ln_b, float(cfg.get("eps", 1e-5)),
-                         W_Q, bias("blocks.0.attn.b_Q", W_Q), W_K, bias("blocks.0.attn.b_K", W_K), scale)
+                         W_Q, bias("blocks.0.attn.b_Q", W_Q), W_K, b_K, scale)
 
 
 def load_weights(manifest: dict[str, Any], name: str, tokenizer: bool = True,
