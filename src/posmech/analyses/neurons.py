@@ -165,9 +165,12 @@ def no_mlp_error(name: str) -> PosmechError:
 
 
 #: why C1-C3 are not measurable on Gemma 2's layout
-NORMED_ATTENTION = ("layer 0's attention output is normalised before it is added to the residual (Gemma 2's "
-                    "post_attention_layernorm): the heads' value circuits are not linear into what the MLP reads, "
-                    "the bag of tokens is not defined")
+NORMED_ATTENTION = ("layer 0's attention output a is divided by its own RMS before it is added to the residual "
+                    "(Gemma 2's post_attention_layernorm, γ⊙a/sqrt(mean a² + eps)): every head's value circuit "
+                    "reaches the MLP's pre-activation times 1/rms(a), one factor of all heads and all attended "
+                    "tokens at once, so the pre-activation is not a sum of per-token contributions (the bag of "
+                    "tokens C1 builds and C3 fits) unless that norm too is taken as linear at a fixed scale, a "
+                    "linearisation posmech does not define")
 
 
 def ov_from_blocks(b0: ml.Block, b1: ml.Block | None, name: str = "model") -> Layer0OV:

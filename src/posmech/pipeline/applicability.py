@@ -111,7 +111,7 @@ REQUIREMENTS: dict[str, Requirement] = {
     "position_variants": Requirement(
         "the token-only input of {positions} runs every token at position 0, which only the posmech engine does, "
         "and it does not run this {model_type}: {unmet}", model_types=("gpt_neox", "llama", "mistral", "qwen2", "bloom",
-                                                                      "gptj", "phi", "falcon"),
+                                                                      "gptj", "phi", "falcon", "gemma", "gemma2"),
         types_for=("rotary", "alibi"), engine_for=("rotary", "alibi")),
     # the attention scores before the softmax (P12, P13, the taxonomy's statistics, the
     # positional kernels): q·k·scale for learned positions, q and k rotated at their positions
@@ -144,10 +144,10 @@ REQUIREMENTS: dict[str, Requirement] = {
     # (posmech.analyses.contextual.relative), for the layouts it runs
     "layer0_weights": Requirement(
         "the layer-0 decomposition reads layer 0 of a rotary or ALiBi model the posmech engine runs (GPT-NeoX, "
-        "Llama, Mistral, Qwen2, BLOOM, GPT-J, Phi, Falcon) or layer-0 weights in the GPT-2, GPT-Neo, OPT or "
-        "TransformerLens layout, not this {model_type}'s: {unmet}",
+        "Llama, Mistral, Qwen2, BLOOM, GPT-J, Phi, Falcon, Gemma, Gemma 2) or layer-0 weights in the GPT-2, GPT-Neo, "
+        "OPT or TransformerLens layout, not this {model_type}'s: {unmet}",
         model_types=("gpt2", "gpt_neo", "opt", "transformer_lens", "gpt_neox", "llama", "mistral", "qwen2", "bloom",
-                     "gptj", "phi", "falcon"), engine_for=("rotary", "alibi")),
+                     "gptj", "phi", "falcon", "gemma", "gemma2"), engine_for=("rotary", "alibi")),
     # the decomposition splits LN(e + p): a LayerNorm of the residual that layer 0's attention
     # reads; a post-LayerNorm block (OPT's do_layer_norm_before: false) reads the raw residual
     "pre_ln": Requirement("LayerNorm after each residual addition (OPT's do_layer_norm_before: false): layer 0's "
