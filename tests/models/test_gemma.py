@@ -184,3 +184,44 @@ def test_layer0_decomposition_is_gemma2s_layer0_with_its_window_and_cap(dirs):
                                    w.attn_scale, w.window)
     np.testing.assert_allclose(stored, fixed.p[:, -1], atol=1e-12)
     assert float(np.abs(stored[:, :15]).max()) == 0.0
+
+
+@pytest.mark.float32
+@pytest.mark.parametrize("which", ["gemma2", "gemma2_tight"])
+def test_contextual_neurons_read_gemma2s_pre_activation(dirs, which):
+    """C1-C3's layer 0 on Gemma 2 (``posmech.analyses.neurons``): the neurons' pre-activation
+    computed from the decomposition's layer 0 (its window and cap) and the weights (the
+    attention output through its RMSNorm, then the pre-feedforward norm, then the gate) equals
+    Hugging Face's ``gate_proj`` output on a 24-token text; the same with the post-attention norm
+    treated as linear at the scale of each position (what ``s_a`` fixes at its median) equals it too."""
+    from transformers import AutoModelForCausalLM
+
+    from posmech.analyses import neurons as nr
+    from posmech.models.handbuilt import char_tokenizer
+    from posmech.models.lens import hf_dir_reader
+    from posmech.models.loading import WeightView
+
+    get, cfg = hf_dir_reader(dirs[which], framework="numpy")
+    view = WeightView(get, get.names, cfg)
+    b0, _ = nr.blocks_from_hf(view, which)
+    ov = nr.ov_from_blocks(b0, None, which)
+    assert ov.attn_norm is not None and ov.layer == 0 and ov.gated and ov.ln2_rms
+    m = lens.from_hf_dir(str(dirs[which]), char_tokenizer(tiny_archs.V), "raw", "cpu", "float32")
+    w = nr.relative_layer0(m, b0.ln1, which)
+    ids = np.random.default_rng(5).integers(1, tiny_archs.V, size=24)
+    got = nr.hook_pre(w, ov, ids)
+    hf = AutoModelForCausalLM.from_pretrained(dirs[which], attn_implementation="eager").eval()
+    seen = {}
+    hf.model.layers[0].mlp.gate_proj.register_forward_hook(lambda mod, i, o: seen.__setitem__("pre", o))
+    with torch.no_grad():
+        hf(torch.as_tensor(ids)[None])
+    want = seen["pre"][0].double().numpy()
+    np.testing.assert_allclose(got, want, rtol=0, atol=FLOAT32_FORWARD_REL * max(1.0, np.abs(want).max()))
+    # the norm of the attention output is linear at each position's own scale: the bag of tokens' sum
+    x = w.ln(ids, np.arange(24))
+    P = nr.layer0_patterns(w, ids)
+    s = ov.attn_norm_scale(x, P)
+    parts = ov.b_O + sum(P[h] @ ov.ov(h, x) for h in range(ov.W_V.shape[0]))
+    linear = w.resid(ids) + parts * ov.attn_norm.w / s[:, None]
+    np.testing.assert_allclose(ov.ln2(linear) @ ov.W_in + ov.b_in, want, rtol=0,
+                               atol=FLOAT32_FORWARD_REL * max(1.0, np.abs(want).max()))
