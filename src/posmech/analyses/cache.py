@@ -169,7 +169,7 @@ def as_capture(model: Any, processing: str | None = None) -> HookCapture:
 
 def load_capture(manifest: dict[str, Any], device: str, dtype: str, processing: str, engine: str = "auto") -> HookCapture:
     """The model to cache from, by ``cache.engine`` (:data:`CACHE_ENGINES`): the posmech
-    engine (GPT-2, GPT-Neo, OPT, GPT-NeoX, Llama/Mistral/Qwen2, BLOOM, GPT-J, GPT-BigCode, Phi, Falcon, legacy TransformerLens
+    engine (GPT-2, GPT-Neo, OPT, GPT-NeoX, Llama/Mistral/Qwen2, BLOOM, GPT-J, GPT-BigCode, Phi, Falcon, Gemma, Gemma 2, legacy TransformerLens
     checkpoints: :func:`posmech.models.lens.unsupported_hf` says what it refuses), the TransformerBridge (any
     architecture TransformerLens supports), or ``auto`` (the engine where it runs the model)
     — :func:`posmech.models.loading.load_model`."""

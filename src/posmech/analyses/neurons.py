@@ -67,8 +67,18 @@ Every MLP layout (:mod:`posmech.models.mlp_layouts` reads them from the model's 
   layer 0's MLP output, a function of the current token and position only, entered exactly
   (:attr:`Layer0OV.embed_mlp`); a parallel layer 1 reads its own input only, so nothing else
   enters. Where the object is not there (a single parallel layer, a parallel layer 0 before a
-  sequential layer 1, Gemma 2's norm of the attention output) C1–C3 are not measurable with
-  the reason (:class:`posmech.models.mlp_layouts.LayoutError`).
+  sequential layer 1) C1–C3 are not measurable with the reason
+  (:class:`posmech.models.mlp_layouts.LayoutError`).
+* **A normalised attention output** (Gemma 2's ``post_attention_layernorm``, an RMSNorm
+  ``N_a(a) = γ_a⊙a/rms(a)`` of layer 0's whole attention output ``a`` before it is added to
+  the residual, :attr:`Layer0OV.attn_norm`): the real residual is ``e(x_n) + N_a(a(n))``
+  (exact: :func:`mlp_residual`, tested against Hugging Face's pre-activation), and the bag of
+  tokens treats ``N_a`` as linear at its measured scale ``s_a`` (the median over the stored
+  texts' positions ``≥ 1`` of ``blocks.0.ln1_post.hook_scale``, :func:`attn_norm_scale_median`),
+  as it treats LayerNorm 2 at ``s₂``: every part of the attention output above (``b_O``, each
+  head's ``cv`` and ``pv``, the other heads' values, hence ``E'`` and ``t_j``) is multiplied by
+  ``γ_a/s_a`` (:meth:`Setup.out`). C3's fit carries the error of that linearisation (``rms(a)``
+  is one number per position, shared by every head and attended token).
 
 Shapes: ``H`` layer-0 heads, ``V`` vocabulary, ``d`` d_model, ``M`` d_mlp, ``T`` tokens.
 """
@@ -123,6 +133,29 @@ class Layer0OV:
     gated: bool = False
     layer: int = 0
     embed_mlp: Callable[[np.ndarray], np.ndarray] | None = None
+    #: Gemma 2's norm of layer 0's attention output before it is added (``post_attention_layernorm``,
+    #: RMSNorm with scale ``1 + w``): ``None`` elsewhere
+    attn_norm: ml.Norm | None = None
+
+    def attention_output(self, x: np.ndarray, patterns: np.ndarray) -> np.ndarray:
+        """What layer 0's attention adds to the residual ``[T, d]``: ``b_O + Σ_h A_h (x W_V^h +
+        b_V^h) W_O^h`` for normalised inputs ``x [T, d]`` and patterns ``[H, T, T]``, normalised
+        by :attr:`attn_norm` where the model has one (exact)."""
+        out = self.b_O + sum(patterns[h] @ self.ov(h, x) for h in range(self.W_V.shape[0]))
+        return self.attn_norm(out) if self.attn_norm is not None else out
+
+    def attn_norm_scale(self, x: np.ndarray, patterns: np.ndarray) -> np.ndarray:
+        """``blocks.0.ln1_post.hook_scale`` ``[T]``: the RMS of the attention output before
+        :attr:`attn_norm` (``sqrt(mean a² + eps)``)."""
+        if self.attn_norm is None:
+            raise PosmechError("layer 0's attention output is not normalised: no ln1_post scale")
+        out = self.b_O + sum(patterns[h] @ self.ov(h, x) for h in range(self.W_V.shape[0]))
+        return self.attn_norm.scale(out)
+
+    def attn_gain(self, s_a: float) -> np.ndarray | float:
+        """The factor of a linear attention output ``[d]``: ``γ_a / s_a`` (:attr:`attn_norm`
+        treated as linear at its measured scale ``s_a``), 1 without that norm."""
+        return 1.0 if self.attn_norm is None else self.attn_norm.w / s_a
 
     @property
     def d_mlp(self) -> int:
@@ -164,10 +197,10 @@ def no_mlp_error(name: str) -> PosmechError:
                         "remove it from `neurons.models`")
 
 
-#: why C1-C3 are not measurable on Gemma 2's layout
-NORMED_ATTENTION = ("layer 0's attention output is normalised before it is added to the residual (Gemma 2's "
-                    "post_attention_layernorm): the heads' value circuits are not linear into what the MLP reads, "
-                    "the bag of tokens is not defined")
+#: why C1-C3 are not measurable on a parallel block with a normalised attention output
+NORMED_ATTENTION = ("layer 0's block is parallel and normalises its attention output before adding it: the bag "
+                    "of tokens is defined for a normalised attention output (Gemma 2's post_attention_layernorm, "
+                    "linear at its measured scale) in a sequential block only")
 
 
 def ov_from_blocks(b0: ml.Block, b1: ml.Block | None, name: str = "model") -> Layer0OV:
@@ -178,9 +211,10 @@ def ov_from_blocks(b0: ml.Block, b1: ml.Block | None, name: str = "model") -> La
     never that attention's output, so the contextual neurons are block 1's MLP, which reads
     ``r + attn₀ + mlp₀`` (block 1 parallel: its input; sequential: plus its own attention,
     which the bag of tokens does not model: :class:`~posmech.models.mlp_layouts.LayoutError`);
-    ``mlp₀`` reads ``r`` only and enters exactly (``embed_mlp``). An attention output norm
-    (Gemma 2) is a :class:`~posmech.models.mlp_layouts.LayoutError` (:data:`NORMED_ATTENTION`)."""
-    if b0.attn_out_norm is not None:
+    ``mlp₀`` reads ``r`` only and enters exactly (``embed_mlp``). A sequential block's norm of its
+    attention output (Gemma 2) is kept (``attn_norm``); in a parallel block it is a
+    :class:`~posmech.models.mlp_layouts.LayoutError` (:data:`NORMED_ATTENTION`)."""
+    if b0.attn_out_norm is not None and b0.parallel:
         raise ml.LayoutError(NORMED_ATTENTION)
     if b0.mlp is None or b0.ln_mlp is None:
         raise no_mlp_error(name)
@@ -199,7 +233,8 @@ def ov_from_blocks(b0: ml.Block, b1: ml.Block | None, name: str = "model") -> La
     mlp, norm = reader.mlp, reader.ln_mlp
     assert mlp is not None and norm is not None
     return Layer0OV(b0.W_V, b0.b_V, b0.W_O, b0.b_O, norm.w, norm.b, norm.eps, mlp.W_pre, mlp.b_pre,
-                    ln2_rms=norm.rms, gated=mlp.gated, layer=1 if b0.parallel else 0, embed_mlp=embed_mlp)
+                    ln2_rms=norm.rms, gated=mlp.gated, layer=1 if b0.parallel else 0, embed_mlp=embed_mlp,
+                    attn_norm=b0.attn_out_norm)
 
 
 def ov_from_hf(model: Any, name: str = "model") -> Layer0OV:
@@ -377,10 +412,24 @@ def layer0_residual(w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, ids: np.
     pos = np.arange(T)
     r = w.resid(ids, pos)
     x = w.ln(ids, pos)
+    return mlp_residual(ov, r, x, layer0_patterns(w, ids))
+
+
+def layer0_patterns(w: cx.Layer0Weights | RelativeLayer0, ids: np.ndarray) -> np.ndarray:
+    """Layer 0's real attention patterns ``[H, T, T]`` of text ``ids`` from position 0: its exact
+    scores, soft-capped and over the keys its sliding window leaves where the model does so
+    (Gemma 2: :attr:`~posmech.analyses.contextual.relative.Layer0Relative.window`, ``softcap``)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    T = len(ids)
+    pos = np.arange(T)
     q, k = w.queries(ids, pos), w.exact_keys(ids, pos)
     scores = q @ k.transpose(0, 2, 1) / w.attn_scale  # [H, T, T]
-    scores = np.where(np.tril(np.ones((T, T), dtype=bool)), scores, -np.inf)
-    return mlp_residual(ov, r, x, cx.softmax(scores))
+    rel = getattr(w, "rel", None)
+    cap = getattr(rel, "softcap", None)
+    if cap:
+        scores = cap * np.tanh(scores / cap)
+    scores = np.where(cx.visible_keys(pos, T, int(getattr(rel, "window", 0) or 0)), scores, -np.inf)
+    return cx.softmax(scores)
 
 
 def mlp_residual(ov: Layer0OV, r: np.ndarray, x: np.ndarray, patterns: np.ndarray) -> np.ndarray:
@@ -388,10 +437,7 @@ def mlp_residual(ov: Layer0OV, r: np.ndarray, x: np.ndarray, patterns: np.ndarra
     layer 0 ``r [T, d]``, its normalisation ``x [T, d]`` (what layer 0's heads read) and
     layer 0's attention ``patterns [H, T, T]``: ``r + b_O + Σ_h A_h (x W_V^h + b_V^h) W_O^h``,
     plus ``mlp₀(r)`` when layer 0's block is parallel (:attr:`Layer0OV.embed_mlp`)."""
-    out = r + ov.b_O + (ov.embed_mlp(r) if ov.embed_mlp is not None else 0.0)
-    for h in range(ov.W_V.shape[0]):
-        out = out + patterns[h] @ ov.ov(h, x)
-    return out
+    return r + ov.attention_output(x, patterns) + (ov.embed_mlp(r) if ov.embed_mlp is not None else 0.0)
 
 
 def hook_pre(w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, ids: np.ndarray) -> np.ndarray:
@@ -617,7 +663,8 @@ class Setup:
 
     ``heads`` (contextual heads), ``z_bar [H]``, ``s`` (LN1 scale), ``s2`` (LN2 scale),
     ``query [H, P, d_head]`` (fixed destination), ``positional_key [H, P, d_head]``,
-    ``attn_scale``, ``n_ref`` (reference position of the extended embeddings)."""
+    ``attn_scale``, ``n_ref`` (reference position of the extended embeddings), ``s_a``: the
+    scale at which Gemma 2's norm of the attention output is treated as linear (1 without it)."""
 
     w: cx.Layer0Weights | RelativeLayer0
     ov: Layer0OV
@@ -629,30 +676,38 @@ class Setup:
     positional_key: np.ndarray
     attn_scale: float
     n_ref: int
+    s_a: float = 1.0
+
+    def out(self, a: np.ndarray) -> np.ndarray:
+        """A part ``a [.., d]`` of layer 0's attention output as the residual receives it: through
+        Gemma 2's norm of the attention output linear at ``s_a`` (``γ_a⊙a/s_a``), else ``a``."""
+        return a * self.ov.attn_gain(self.s_a)
 
     def content_values(self, h: int, ids: np.ndarray) -> np.ndarray:
         """``cv_h(x)`` ``[U, d]`` of tokens ``ids``."""
         if isinstance(self.w, RelativeLayer0):
-            return self.ov.ov(h, self.w.content_input(ids), bias=False)
+            return self.out(self.ov.ov(h, self.w.content_input(ids), bias=False))
         e = self.w.W_E[np.asarray(ids)]
         e = e - e.mean(axis=-1, keepdims=True)
-        return self.ov.ov(h, e / self.s * self.w.ln_w, bias=False)
+        return self.out(self.ov.ov(h, e / self.s * self.w.ln_w, bias=False))
 
     def positional_values(self, h: int, T: int) -> np.ndarray:
         """``pv_h(i)`` ``[T, d]`` of positions ``0..T−1``."""
         if isinstance(self.w, RelativeLayer0):  # no position in the residual: the same for every i
-            return self.ov.ov(h, self.w.constant_input(T))
+            return self.out(self.ov.ov(h, self.w.constant_input(T)))
         p = self.w.W_pos[:T] - self.w.W_pos[:T].mean(axis=-1, keepdims=True)
-        return self.ov.ov(h, p / self.s * self.w.ln_w + self.w.ln_b)
+        return self.out(self.ov.ov(h, p / self.s * self.w.ln_w + self.w.ln_b))
 
     def kappa(self, h: int, n: np.ndarray | int, content_key: np.ndarray) -> np.ndarray:
         """``κ_h(n, x)`` ``[N, U]`` (or ``[U]``) for content keys ``content_key [U, d_head]``."""
         return self.query[h, n] @ content_key.T / self.attn_scale
 
     def patterns(self, h: int, T: int) -> np.ndarray:
-        """Positional patterns ``p_h(n, i)`` ``[T, T]`` for ``n = 0..T−1`` (0 after ``n``)."""
+        """Positional patterns ``p_h(n, i)`` ``[T, T]`` for ``n = 0..T−1`` (0 after ``n`` and
+        beyond a sliding layer 0's window)."""
         pi = self.query[h, :T] @ self.positional_key[h, :T].T / self.attn_scale
-        return cx.softmax(np.where(np.tril(np.ones((T, T), dtype=bool)), pi, -np.inf))
+        window = int(getattr(getattr(self.w, "rel", None), "window", 0) or 0)
+        return cx.softmax(np.where(cx.visible_keys(np.arange(T), T, window), pi, -np.inf))
 
     def win(self) -> np.ndarray:
         """``γ₂[:, None] ⊙ W_in / s₂`` ``[d, M]``: a centred residual direction to pre-activation units."""
@@ -669,20 +724,33 @@ def ln2_scale_summary(w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, texts:
     return {"median": float(q[1]), "p05": float(q[0]), "p95": float(q[2]), "n_tokens": int(len(vals))}
 
 
+def attn_norm_scale_median(w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, texts: Sequence[np.ndarray]) -> float:
+    """``s_a``: the median over the positions ``≥ 1`` of ``texts`` of ``blocks.0.ln1_post.hook_scale``,
+    the RMS of layer 0's real attention output before Gemma 2's norm of it (the scale at which
+    the bag of tokens treats that norm as linear, as it treats LayerNorm 2 at ``s₂``)."""
+    vals = [ov.attn_norm_scale(w.ln(t, np.arange(len(t))), layer0_patterns(w, t))[1:] for t in texts if len(t) > 1]
+    if not vals:
+        raise PosmechError("no text position to measure blocks.0.ln1_post.hook_scale on")
+    return float(np.median(np.concatenate(vals)))
+
+
 def build_setup(dec: cx.Layer0File, w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, heads: Sequence[int], calibration: int,
                 from_position: int, n_ref: int | None, ln2_scale: float | None = None) -> tuple[Setup, dict]:
     """:class:`Setup` from ``layer0.h5`` (``dec``): ``Z̄`` on text ``calibration``, ``n* = n_ref``
-    (None: the largest stored position), ``s₂`` measured on the stored texts unless given."""
+    (None: the largest stored position), ``s₂`` measured on the stored texts unless given, and
+    (Gemma 2) ``s_a`` measured on them (:func:`attn_norm_scale_median`; in the returned summary
+    as ``attn_out_scale``)."""
     P = dec.query.shape[1]
     n_ref = int(dec.positions[-1]) if n_ref is None else int(n_ref)
     if not 1 <= n_ref < P:
         raise PosmechError(f"config key `neurons.reference_position`: {n_ref} outside 1..{P - 1}")
     ln2 = ln2_scale_summary(w, ov, list(dec.token_ids))
     s2 = float(ln2_scale) if ln2_scale is not None else ln2["median"]
+    s_a = attn_norm_scale_median(w, ov, list(dec.token_ids)) if ov.attn_norm is not None else 1.0
     st = Setup(w, ov, sorted(int(h) for h in heads), calibration_denominators(dec, calibration, from_position),
                float(dec.attrs["ln_scale_used"]), s2, dec.query, dec.positional_key, float(dec.attrs["attn_scale"]),
-               n_ref)
-    return st, ln2
+               n_ref, s_a)
+    return st, {**ln2, "attn_out_scale": s_a} if ov.attn_norm is not None else ln2
 
 
 def content_keys(dec: cx.Layer0File) -> Callable[[np.ndarray], np.ndarray]:
@@ -722,7 +790,7 @@ def write_extended(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], p
     V, d, M = st.w.d_vocab, st.ov.d_model, st.ov.d_mlp
     win = st.win().astype(np.float32)
     meta = {**attrs, "heads": [head_name(0, h) for h in st.heads], "reference_position": st.n_ref,
-            "ln1_scale": st.s, "ln2_scale": st.s2, "d_vocab": V, "d_model": d, "d_mlp": M,
+            "ln1_scale": st.s, "ln2_scale": st.s2, "attn_out_scale": st.s_a, "d_vocab": V, "d_model": d, "d_mlp": M,
             "contributions_dtype": "float16"}
     norm2 = np.zeros(M)
     amax = np.zeros(M)
@@ -784,7 +852,8 @@ def setup_from_artifact(path: str | os.PathLike[str], dec: cx.Layer0File, w: cx.
     """The :class:`Setup` that wrote ``extended_tokens.h5`` (heads, ``Z̄``, ``s₂``, ``n*`` read back)."""
     a = read_extended_attrs(path)
     return Setup(w, ov, a["heads_index"], a["z_bar"], float(dec.attrs["ln_scale_used"]), float(a["ln2_scale"]),
-                 dec.query, dec.positional_key, float(dec.attrs["attn_scale"]), int(a["reference_position"]))
+                 dec.query, dec.positional_key, float(dec.attrs["attn_scale"]), int(a["reference_position"]),
+                 float(a.get("attn_out_scale", 1.0)))
 
 
 def resolve_neurons(configured: Sequence[int], ranking: pd.DataFrame, n_auto: int, d_mlp: int,
@@ -807,14 +876,14 @@ def approximate(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], ids:
     pos = np.arange(T)
     w, ov = st.w, st.ov
     r = w.resid(ids, pos)
-    r = r + ov.b_O + (ov.embed_mlp(r) if ov.embed_mlp is not None else 0.0)
+    r = r + st.out(ov.b_O) + (ov.embed_mlp(r) if ov.embed_mlp is not None else 0.0)
     x = w.ln(ids, pos)
     ctx = np.zeros_like(r)
     u, inv = np.unique(ids, return_inverse=True)
     kc = content_key(u)
     for h in range(w.n_heads):
         if h not in st.heads:
-            r = r + ov.ov(h, x)  # attends to the current token only
+            r = r + st.out(ov.ov(h, x))  # attends to the current token only
             continue
         weight = st.patterns(h, T) * np.exp(st.kappa(h, pos, kc[h]))[:, inv] / st.z_bar[h]  # [T(n), T(i)]
         cv = st.content_values(h, u)[inv]

@@ -111,9 +111,12 @@ from posmech.core.perf import count_forward
 #: Hugging Face architectures the engine runs (class names; ``MODEL_TYPES``: their config's ``model_type``)
 ARCHITECTURES = ("GPT2LMHeadModel", "GPTNeoForCausalLM", "OPTForCausalLM", "GPTNeoXForCausalLM", "LlamaForCausalLM",
                  "MistralForCausalLM", "Qwen2ForCausalLM", "BloomForCausalLM", "GPTJForCausalLM",
-                 "GPTBigCodeForCausalLM", "PhiForCausalLM", "FalconForCausalLM", "MptForCausalLM")
+                 "GPTBigCodeForCausalLM", "PhiForCausalLM", "FalconForCausalLM", "MptForCausalLM", "GemmaForCausalLM",
+                 "Gemma2ForCausalLM")
 MODEL_TYPES = ("gpt2", "gpt_neo", "opt", "gpt_neox", "llama", "mistral", "qwen2", "bloom", "gptj", "gpt_bigcode",
-               "phi", "falcon", "mpt")
+               "phi", "falcon", "mpt", "gemma", "gemma2")
+#: Gemma's layouts (Llama's parameter names; RMSNorm scale ``1 + w``, embedding times sqrt(d_model), GeGLU)
+GEMMA_TYPES = ("gemma", "gemma2")
 #: Llama-style layouts (RMSNorm, rotary on every dimension, grouped-query attention, SwiGLU MLP)
 LLAMA_TYPES = ("llama", "mistral", "qwen2")
 #: queries per block when a causal pattern is made for a hook (:meth:`Lens._causal_pattern_blocks`)
@@ -171,6 +174,17 @@ class LensConfig:
     pos_offset: int = 0
     #: the Hugging Face ``model_type`` (``transformer_lens`` for a legacy checkpoint)
     model_type: str = "gpt2"
+    #: a norm of the attention output and of the MLP output before each is added to the residual
+    #: (Gemma 2's ``post_attention_layernorm`` / ``post_feedforward_layernorm``: ``ln1_post``,
+    #: ``ln2_post``, TransformerLens's names; never folded)
+    post_norms: bool = False
+    #: attention scores soft-capped ``c·tanh(s / c)`` before the mask (Gemma 2's
+    #: ``attn_logit_softcapping``; TransformerLens's name; ≤ 0: none)
+    attn_scores_soft_cap: float = -1.0
+    #: logits soft-capped ``c·tanh(l / c)`` (Gemma 2's ``final_logit_softcapping``; ≤ 0: none)
+    output_logits_soft_cap: float = -1.0
+    #: the token embedding is multiplied by it (Gemma's ``sqrt(d_model)``; ``hook_embed`` is the product)
+    embed_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.n_key_value_heads:
@@ -263,7 +277,8 @@ def unsupported_hf(c: dict[str, Any], processing: str | None = None) -> str | No
         return f"model_type {mt!r} (the engine runs {', '.join(MODEL_TYPES)})"
     if c.get("scale_attn_by_inverse_layer_idx") or c.get("reorder_and_upcast_attn"):
         return "scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn"
-    act = (c.get("hidden_act") if mt in ("gpt_neox", "phi", *LLAMA_TYPES)
+    act = (c.get("hidden_act") if mt in ("gpt_neox", "phi", "gemma", *LLAMA_TYPES)
+           else c.get("hidden_activation") or c.get("hidden_act") if mt == "gemma2"
            else c.get("activation", "gelu") if mt == "falcon" else c.get("activation_function", "gelu_new"))
     if mt not in ("bloom", "mpt") and act not in ACTIVATIONS:
         return f"activation {act!r}"
@@ -280,7 +295,11 @@ def unsupported_hf(c: dict[str, Any], processing: str | None = None) -> str | No
     if mt == "falcon" and (c.get("new_decoder_architecture") or c.get("alibi") or not c.get("parallel_attn", True)):
         return ("Falcon with new_decoder_architecture, alibi or parallel_attn false (the engine runs the 7B layout: "
                 "rotary, parallel attention and MLP reading one LayerNorm, multi-query or per-head fused qkv)")
-    if mt in ("gpt_neox", "phi", "falcon", *LLAMA_TYPES) and _rope(c)[0] != "default":
+    if mt in GEMMA_TYPES and c.get("use_bidirectional_attention"):
+        return "Gemma with use_bidirectional_attention (the engine's attention is causal)"
+    if mt == "gemma2" and any(str(k) not in ("sliding_attention", "full_attention") for k in c.get("layer_types") or []):
+        return "Gemma 2 layer_types other than sliding_attention / full_attention"
+    if mt in ("gpt_neox", "phi", "falcon", *LLAMA_TYPES, *GEMMA_TYPES) and _rope(c)[0] != "default":
         return f"rope_type {_rope(c)[0]!r} (the engine rotates with the default rotary frequencies only)"
     if mt in LLAMA_TYPES and (act not in ("silu", "swish") or c.get("pretraining_tp", 1) not in (None, 1)):
         return f"a Llama-style MLP with {act!r} / pretraining_tp {c.get('pretraining_tp')}"
@@ -312,7 +331,8 @@ def hf_state(get: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, An
     else:
         sd, cfg = {"opt": _opt_state, "gpt_neox": _neox_state, "bloom": _bloom_state,
                    "gptj": _gptj_state, "gpt_bigcode": _bigcode_state, "phi": _phi_state,
-                   "falcon": _falcon_state, "mpt": _mpt_state}.get(mt, _llama_state)(f, c)
+                   "falcon": _falcon_state, "mpt": _mpt_state, "gemma": _gemma_state,
+                   "gemma2": _gemma_state}.get(mt, _llama_state)(f, c)
     cfg.model_type = str(mt)
     cfg.attn_scale = score_divisor(c)
     return {k: v for k, v in sd.items() if v is not None}, cfg
@@ -668,6 +688,48 @@ def _llama_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, 
     return sd, cfg
 
 
+def _gemma_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str, Any], LensConfig]:
+    """Gemma and Gemma 2: Llama's parameter names and block (:func:`_llama_state`: rotary on
+    every dimension in the halves layout, grouped-query attention, a gated MLP) with the token
+    embedding times ``sqrt(d_model)`` (Hugging Face's ``embed_scale``, ``cfg.embed_scale``:
+    ``hook_embed`` is the scaled embedding, ``W_E`` the checkpoint's table, as the bridge's),
+    every RMSNorm's scale ``1 + w``, GeGLU
+    (``gelu_pytorch_tanh``: Gemma's ``hidden_act``, Gemma 2's ``hidden_activation``). Gemma 2
+    also: ``ln2`` is ``pre_feedforward_layernorm``, the attention and MLP outputs normalised
+    (``post_attention_layernorm`` → ``ln1_post``, ``post_feedforward_layernorm`` →
+    ``ln2_post``) before each is added to the residual, the scores divided by
+    ``sqrt(query_pre_attn_scalar)`` (:func:`posmech.models.architecture.score_divisor`) and
+    soft-capped (``attn_logit_softcapping``), the ``sliding_attention`` layers of
+    ``layer_types`` seeing ``sliding_window`` keys, the logits soft-capped
+    (``final_logit_softcapping``)."""
+    import math
+
+    from posmech.models.architecture import layer_windows
+
+    sd, cfg = _llama_state(f, c)
+    gemma2 = c.get("model_type") == "gemma2"
+    L = cfg.n_layers
+    if gemma2:
+        for i in range(L):
+            p, b = f"model.layers.{i}.", f"blocks.{i}."
+            sd[f"{b}ln1_post.w"] = sd[f"{b}ln2.w"]  # post_attention_layernorm (read as ln2 by _llama_state)
+            sd[f"{b}ln2.w"] = f(p + "pre_feedforward_layernorm.weight")
+            sd[f"{b}ln2_post.w"] = f(p + "post_feedforward_layernorm.weight")
+        windows = layer_windows(c, L)
+        cfg.windows = windows if any(windows) else []
+        cfg.post_norms = True
+        for key, name in (("attn_logit_softcapping", "attn_scores_soft_cap"),
+                          ("final_logit_softcapping", "output_logits_soft_cap")):
+            cap = c.get(key)
+            setattr(cfg, name, float(cap) if isinstance(cap, (int, float)) and cap > 0 else -1.0)
+    for k in [k for k in sd if k.endswith((".ln1.w", ".ln2.w", "_post.w")) or k == "ln_final.w"]:
+        sd[k] = 1.0 + sd[k]  # GemmaRMSNorm: x / rms · (1 + w)
+    cfg.embed_scale = math.sqrt(cfg.d_model)
+    cfg.act_fn = str((c.get("hidden_activation") if gemma2 else None) or c.get("hidden_act") or "gelu_pytorch_tanh")
+    cfg.original_architecture = "Gemma2ForCausalLM" if gemma2 else "GemmaForCausalLM"
+    return sd, cfg
+
+
 #: BLOOM records no context length (ALiBi has no table of positions): the engine's limit
 BLOOM_CONTEXT = 2048
 
@@ -773,7 +835,10 @@ def process(sd: dict[str, Any], cfg: LensConfig) -> dict[str, Any]:
     * with LayerNorm, centre the weights writing to the residual stream over ``d_model``
       (``W_E``, ``W_pos``, ``W_O``, ``b_O``, ``W_out``, ``b_out``); BLOOM's embedding
       LayerNorm is kept (it is not folded: nothing but the residual stream reads it);
-    * centre the unembedding over the vocabulary (``W_U``, ``b_U``);
+    * centre the unembedding over the vocabulary (``W_U``, ``b_U``), unless the logits are
+      soft-capped (Gemma 2: a constant added before the cap changes the output; the bridge
+      does not centre them either); Gemma 2's norms of the attention and MLP outputs
+      (``ln1_post``, ``ln2_post``) are kept: nothing linear reads them;
     * fold the value biases into the output bias (``b_O += Σ_h b_V[h] · W_O[h]``, ``b_V =
       0``; with grouped-query attention query head ``h`` reads value head ``h // group``).
     Returns a new dict without the folded norms' weights. Not defined for post-LayerNorm
@@ -833,7 +898,10 @@ def process(sd: dict[str, Any], cfg: LensConfig) -> dict[str, Any]:
         b_U = b_U + wbf[1] @ W_U
         W_U = W_U * wbf[0][:, None]
     W_U = centre(W_U, 0)
-    out["unembed.W_U"], out["unembed.b_U"] = W_U - W_U.mean(-1, keepdim=True), b_U - b_U.mean(-1, keepdim=True)
+    if cfg.output_logits_soft_cap > 0:  # soft-capped logits change with a constant: not centred (the bridge's)
+        out["unembed.W_U"], out["unembed.b_U"] = W_U, b_U
+    else:
+        out["unembed.W_U"], out["unembed.b_U"] = W_U - W_U.mean(-1, keepdim=True), b_U - b_U.mean(-1, keepdim=True)
     out["embed.W_E"] = centre(out["embed.W_E"], -1)
     if "pos_embed.W_pos" in out:
         out["pos_embed.W_pos"] = centre(out["pos_embed.W_pos"], -1)
@@ -915,6 +983,8 @@ class Lens:
                 for k, shape in keys:
                     key = f"blocks.{i}.mlp.{k}"
                     self.params[key] = P(sd[key] if shape is None else opt(key, shape))
+            for ln in ("ln1_post", "ln2_post") if cfg.post_norms else ():  # never folded
+                self.params[f"blocks.{i}.{ln}.w"] = P(opt(f"blocks.{i}.{ln}.w", (d,), 1.0))
             for ln in lns:
                 if not self.compatibility_mode:
                     self.params[f"blocks.{i}.{ln}.w"] = P(opt(f"blocks.{i}.{ln}.w", (d,), 1.0))
@@ -950,6 +1020,7 @@ class Lens:
             names += [f"blocks.{i}.{n}" for n in ("hook_resid_pre", "hook_resid_post")]
             names += [f"blocks.{i}.attn.hook_{n}" for n in attn_hooks]
             lns = ("ln1",) if cfg.attn_only else ("ln1", "ln2")
+            lns += ("ln1_post", "ln2_post") if cfg.post_norms else ()
             names += [f"blocks.{i}.{ln}.hook_{n}" for ln in lns for n in ("in", "scale", "normalized", "out")]
             if not cfg.attn_only:
                 names += [f"blocks.{i}.mlp.hook_pre", f"blocks.{i}.mlp.hook_post"]
@@ -1126,7 +1197,7 @@ class Lens:
             x = x - x.mean(-1, keepdim=True)
         scale = self._fire(f"{prefix}.hook_scale", (x.pow(2).mean(-1, keepdim=True) + self.cfg.eps).sqrt())
         x = self._fire(f"{prefix}.hook_normalized", x / scale)
-        if not self.compatibility_mode or prefix == "embed_ln":
+        if not self.compatibility_mode or prefix == "embed_ln" or prefix.endswith("_post"):
             x = x * self.params[f"{prefix}.w"] if rms else x * self.params[f"{prefix}.w"] + self.params[f"{prefix}.b"]
         return self._fire(f"{prefix}.hook_out", x)
 
@@ -1172,17 +1243,19 @@ class Lens:
         elif window and window < T:
             hidden = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
             hidden |= torch.ones(T, T, dtype=torch.bool, device=x.device).tril(-window)
-        explicit = self._hooked(pre + "hook_attn_scores") or self._hooked(pre + "hook_pattern")
+        cap = c.attn_scores_soft_cap if c.attn_scores_soft_cap > 0 else None  # Gemma 2: no fused kernel caps
+        explicit = self._hooked(pre + "hook_attn_scores") or self._hooked(pre + "hook_pattern") or cap is not None
         if explicit and Hkv != H:  # grouped key/value heads, repeated for each query head
             kh, vh = kh.repeat_interleave(H // Hkv, dim=1), vh.repeat_interleave(H // Hkv, dim=1)
-        if hidden is None and not self._hooked(pre + "hook_attn_scores") and self._hooked(pre + "hook_pattern") \
-                and T > 2 * QUERY_BLOCK:
-            z = self._causal_pattern_blocks(pre, qh, kh, vh, alibi)
+        if hidden is None and not self._hooked(pre + "hook_attn_scores") and explicit and T > 2 * QUERY_BLOCK:
+            z = self._causal_pattern_blocks(pre, qh, kh, vh, alibi, cap)
         elif explicit:
             # the scale applied to q ([.., T, d_head]), not to the [.., T, T] scores; masked in place
             scores = torch.matmul(qh * (1.0 / c.attn_scale), kh.transpose(-2, -1))
             if alibi is not None:
                 scores = scores + alibi
+            if cap is not None:  # c·tanh(s / c), before the mask (Gemma 2's eager attention)
+                scores = torch.tanh(scores * (1.0 / cap)).mul_(cap)
             if hidden is None:
                 hidden = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
             fill = -torch.inf if self.compatibility_mode else torch.finfo(scores.dtype).min
@@ -1214,14 +1287,16 @@ class Lens:
             return result.sum(2) + b_O
         return torch.addmm(b_O, z.reshape(B * T, H * dh), W_O).view(B, T, -1)
 
-    def _causal_pattern_blocks(self, pre: str, qh: Any, kh: Any, vh: Any, alibi: Any = None) -> Any:
+    def _causal_pattern_blocks(self, pre: str, qh: Any, kh: Any, vh: Any, alibi: Any = None,
+                               cap: float | None = None) -> Any:
         """Causal attention with ``hook_pattern`` hooked (and not the scores): the pattern
         ``[B, H, T, T]`` is made a block of :data:`QUERY_BLOCK` queries at a time, each
         against the keys it can see only (its scores, softmax and ``pattern @ v`` skip the
         future triangle: ~55 % of the work of the whole square at T = 1024); the future
         triangle stays exactly 0. The hooks see the whole pattern; if one replaces it (or
         writes above the diagonal), ``z`` is the whole ``pattern @ v``. Equal to the square
-        computation to float32 rounding. ``alibi [H, 1, T]``: a bias added to the scores."""
+        computation to float32 rounding. ``alibi [H, 1, T]``: a bias added to the scores;
+        ``cap``: scores soft-capped ``cap·tanh(s / cap)`` (Gemma 2)."""
         import torch
 
         B, H, T, _ = qh.shape
@@ -1233,6 +1308,8 @@ class Lens:
             s = torch.matmul(q[:, :, a:e], kh[:, :, :e].transpose(-2, -1))  # [B, H, e-a, e]
             if alibi is not None:
                 s += alibi[..., :e]
+            if cap is not None:
+                s = torch.tanh(s * (1.0 / cap)).mul_(cap)
             s[..., a:].masked_fill_(torch.ones(e - a, e - a, dtype=torch.bool, device=qh.device).triu(1), fill)
             pattern[:, :, a:e, :e] = torch.softmax(s, dim=-1)
         hooked = self._fire(pre + "hook_pattern", pattern)
@@ -1377,6 +1454,8 @@ class Lens:
         self._position_terms(T, x.device)
         if c.embed_ln:  # BLOOM: hook_embed is the normalised embedding (the bridge's)
             resid = self._fire("hook_embed", self._ln("embed_ln", self.params["embed.W_E"][x]))
+        elif c.embed_scale != 1.0:  # Gemma: times sqrt(d_model), in the weights' dtype
+            resid = self._fire("hook_embed", self.params["embed.W_E"][x] * torch.tensor(c.embed_scale, dtype=c.dtype))
         else:
             resid = self._fire("hook_embed", self.params["embed.W_E"][x])
         if c.positional_embedding_type == "standard":
@@ -1396,6 +1475,10 @@ class Lens:
                 attn_out = self._attention(i, x1)
                 x2 = x1 if c.shared_ln and not self._ln_hooked(i) else self._ln(b + "ln2", resid)
                 resid = resid + attn_out + self._mlp(i, x2)
+            elif c.post_norms:  # Gemma 2: each output normalised before it is added
+                attn_out = self._ln(b + "ln1_post", self._attention(i, self._ln(b + "ln1", resid)))
+                resid = self._fire(b + "hook_resid_mid", resid + attn_out)
+                resid = resid + self._ln(b + "ln2_post", self._mlp(i, self._ln(b + "ln2", resid)))
             else:
                 resid = self._fire(b + "hook_resid_mid", resid + self._attention(i, self._ln(b + "ln1", resid)))
                 resid = resid + self._mlp(i, self._ln(b + "ln2", resid))
@@ -1408,7 +1491,9 @@ class Lens:
         normed = self._ln("ln_final", resid) if c.final_ln else resid
         if return_type is None:
             return None
-        return torch.matmul(normed, self.params["unembed.W_U"]) + self.params["unembed.b_U"]
+        logits = torch.matmul(normed, self.params["unembed.W_U"]) + self.params["unembed.b_U"]
+        cap = c.output_logits_soft_cap
+        return torch.tanh(logits * (1.0 / cap)).mul_(cap) if cap > 0 else logits
 
 
 # --------------------------------------------------------------------------- constructors

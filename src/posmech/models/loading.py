@@ -780,7 +780,7 @@ def load_model(
     """The model an analysis runs, with TransformerLens's interface (hooks, ``cfg``, processed
     weights): ``engine='posmech'`` is :class:`posmech.models.lens.Lens`, the forward at the
     cost of a bare Hugging Face pass (GPT-2, GPT-Neo, OPT, GPT-NeoX/Pythia, Llama, Mistral,
-    Qwen2, BLOOM, GPT-J, GPT-BigCode, Phi, Falcon and legacy TransformerLens checkpoints; ``lens.unsupported_hf`` says what
+    Qwen2, BLOOM, GPT-J, GPT-BigCode, Phi, Falcon, Gemma, Gemma 2 and legacy TransformerLens checkpoints; ``lens.unsupported_hf`` says what
     it refuses); ``'bridge'`` is :func:`load_bridge` (any architecture
     TransformerLens supports, ~2x slower per pass in the compatibility mode); ``'auto'``
     is ``posmech`` where it runs the model, else ``bridge``.  Both give the same hook values

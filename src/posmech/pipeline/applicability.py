@@ -150,8 +150,7 @@ REQUIREMENTS: dict[str, Requirement] = {
                           pre_ln=True),
     # the contextual neurons read the value/output and MLP weights of every layout of
     # posmech.models.mlp_layouts (plain or gated MLP, sequential or parallel block): a block
-    # whose weights have none of them, or without the object (Gemma 2's normalised attention
-    # output), is decided from its weights in the job, and C1-C3 are not measurable with the reason
+    # whose weights have none of them, or without the object (a single parallel layer), is decided from its weights in the job, and C1-C3 are not measurable with the reason
     "mlp": Requirement("no MLP in layer 0 (an attention-only model)", mlp=True),
 }
 

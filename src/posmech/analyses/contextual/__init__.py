@@ -38,6 +38,7 @@ from posmech.analyses.contextual.decomposition import (
     single_token,
     softmax,
     tv,
+    visible_keys,
 )
 from posmech.analyses.contextual.layer1 import LAYER1_QUANTITIES, layer1_scorecard, layer1_table, layer_rows
 from posmech.analyses.contextual.patterns import (
@@ -89,5 +90,5 @@ __all__ = [
     "positional_pattern", "positional_pattern_scorecard", "positional_pattern_table", "positional_patterns",
     "read_decomposition", "refuse_unsupported", "renormalised", "resampled_variance",
     "single_token", "softmax", "tv", "variance_model", "variance_scorecard", "variance_table", "weights_from_hf",
-    "weights_from_tl", "window_grid", "within_text_variance",
+    "visible_keys", "weights_from_tl", "window_grid", "within_text_variance",
 ]

@@ -31,6 +31,11 @@ Take a head ``h`` (``W_Q, W_K [d_model, d_head]``, ``b_Q, b_K [d_head]``, score 
   ``Z*_h(n) = Σ_i exp(s*_h(n, i)) / Σ_i exp π_h(n, i)`` (so ``A* = exp(s*)/(Σ exp π · Z*)``).
   The quality of the linear approximation is the total variation ``TV(A, A*) = ½ Σ_i |A − A*|``
   per head, destination position and text (stored, and reported).
+* **a sliding layer 0** (Gemma 2's, Mistral's ``window`` keys): every pattern above is over the
+  keys the model's mask leaves, ``n − window < i ≤ n``; **soft-capped scores** (Gemma 2): the
+  exact score is the model's ``c·tanh(s*/c)``, while ``π`` and ``κ`` split the logit before the
+  cap (as P18 does), so the linear attention ``softmax(π + κ)`` omits the cap and ``TV(A, A*)``
+  carries that difference too.
 
 When the destination token is fixed (``d = " the"``, K8/K9), the keys ``0..n−1`` carry the
 text's tokens and key ``n`` carries ``d`` itself.  Everything is computed with log-sum-exp
@@ -212,11 +217,22 @@ def decompose(w: Layer0Weights | Layer0Relative, s: float, ids: np.ndarray, posi
         rows = np.arange(len(pos))
         kappa[:, rows, pos] = kappa_u[:, rows, dest_inv]
         exact[:, rows, pos] = np.einsum("hne,hne->hn", q, ke_d) / w.attn_scale
-    mask = np.arange(K)[None, :] <= pos[:, None]
+    mask = visible_keys(pos, K, int(getattr(w, "window", 0) or 0))
+    cap = getattr(w, "softcap", None)
+    if cap:  # the model's own score: c·tanh(s / c); π and κ split the logit before the cap
+        exact = cap * np.tanh(exact / cap)
     pi = np.where(mask, pi, -np.inf)
     exact = np.where(mask, exact, -np.inf)
     kappa = np.where(mask, kappa, 0.0)
     return Decomposition(pos, pi, kappa, exact)
+
+
+def visible_keys(pos: np.ndarray, K: int, window: int = 0) -> np.ndarray:
+    """``[N, K]`` True where destination ``pos[j]`` sees key ``i``: ``i ≤ n`` and, in a sliding
+    layer of ``window`` keys, ``n − i < window`` (the model's mask: Gemma 2's and Mistral's)."""
+    k = np.arange(K)[None, :]
+    n = np.asarray(pos)[:, None]
+    return (k <= n) & (n - k < window) if window else k <= n
 
 
 def denominators(w: Layer0Weights | Layer0Relative, s: float, ids: np.ndarray, positions: np.ndarray, destination: int,
@@ -234,9 +250,12 @@ def denominators(w: Layer0Weights | Layer0Relative, s: float, ids: np.ndarray, p
     return out[0], out[1], out[2]
 
 
-def positional_pattern(query: np.ndarray, positional_key: np.ndarray, n: int, attn_scale: float) -> np.ndarray:
-    """``p_h(n, ·)`` ``[H, n + 1]`` from the stored factors ``query, positional_key [H, P, d_head]``."""
-    return softmax(np.einsum("he,hke->hk", query[:, n], positional_key[:, : n + 1]) / attn_scale)
+def positional_pattern(query: np.ndarray, positional_key: np.ndarray, n: int, attn_scale: float,
+                       window: int = 0) -> np.ndarray:
+    """``p_h(n, ·)`` ``[H, n + 1]`` from the stored factors ``query, positional_key [H, P, d_head]``
+    (0 at keys a sliding layer of ``window`` keys hides)."""
+    s = np.einsum("he,hke->hk", query[:, n], positional_key[:, : n + 1]) / attn_scale
+    return softmax(np.where(visible_keys(np.array([n]), n + 1, window)[0], s, -np.inf))
 
 
 def etc(p: np.ndarray) -> np.ndarray:
@@ -330,7 +349,8 @@ def build_decomposition(w: Layer0Weights | Layer0Relative, destination: int, des
     meta = {**attrs, "destination_token": destination_text, "destination_id": destination, "ln_scale_used": s,
             "ln_scale_source": "config" if ln_scale is not None else "median", "ln_eps": w.eps,
             "attn_scale": w.attn_scale, "n_heads": H, "d_head": w.d_head, "n_ctx": P,
-            "position_scheme": getattr(w, "scheme", "learned"),
+            "position_scheme": getattr(w, "scheme", "learned"), "window": int(getattr(w, "window", 0) or 0),
+            "softcap": float(getattr(w, "softcap", None) or 0.0),
             "max_position": max_position, "layer": 0}
     query = w.queries(np.full(P, destination), np.arange(P))
     with artifact_writer(path, KIND, RULE, meta) as f:
@@ -396,7 +416,8 @@ class Layer0File:
 
     def pattern(self, n: int) -> np.ndarray:
         """Positional pattern ``p_h(n, ·)`` ``[H, n + 1]`` of the fixed destination token."""
-        return positional_pattern(self.query, self.positional_key, n, float(self.attrs["attn_scale"]))
+        return positional_pattern(self.query, self.positional_key, n, float(self.attrs["attn_scale"]),
+                                  int(self.attrs.get("window", 0) or 0))
 
 
 def read_decomposition(path: str | os.PathLike[str]) -> Layer0File:

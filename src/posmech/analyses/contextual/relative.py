@@ -63,7 +63,9 @@ class Layer0Relative:
 
     ``token_qk(ids)`` → ``(q, k [H, U, d_head], scale [U])`` float64: each token's layer-0
     query and key before positions (key heads repeated per query group) and
-    ``blocks.0.ln1.hook_scale``; ``cos, sin [n_ctx, r]`` (rotary), ``slopes [H]`` (ALiBi)."""
+    ``blocks.0.ln1.hook_scale``; ``cos, sin [n_ctx, r]`` (rotary), ``slopes [H]`` (ALiBi);
+    ``window`` and ``softcap``: layer 0's sliding window and score cap, which the decomposition
+    applies (:func:`posmech.analyses.contextual.decomposition.decompose`)."""
 
     scheme: str
     token_qk: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
@@ -76,6 +78,10 @@ class Layer0Relative:
     cos: np.ndarray | None = None
     sin: np.ndarray | None = None
     slopes: np.ndarray | None = None
+    #: keys a query of layer 0 sees, itself included (a sliding layer 0: Gemma 2's, Mistral's; 0: all)
+    window: int = 0
+    #: layer 0's scores soft-capped ``c·tanh(s / c)`` (Gemma 2's ``attn_logit_softcapping``; None: not)
+    softcap: float | None = None
     _cache: dict[int, tuple[np.ndarray, np.ndarray, float]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -183,7 +189,8 @@ def relative_from_model(model: Any, name: str = "model", n_ctx: int | None = Non
     in one-token forward passes (position 0, nothing positional in them), the rotary tables
     of its own rotary embedding, ALiBi's slopes. ``n_ctx``: the positions analysed (default
     the model's ``cfg.n_ctx``; the pipeline passes ``models.<name>.n_ctx`` or the context its
-    config records: BLOOM records none)."""
+    config records: BLOOM records none). Layer 0's sliding window (``cfg.windows``, the
+    engine's) and score cap (Gemma 2) are recorded for the decomposition."""
     import torch
 
     from posmech.analyses.kernels import rotary_tables
@@ -223,10 +230,12 @@ def relative_from_model(model: Any, name: str = "model", n_ctx: int | None = Non
         q, k = halves_order(q, r, interleaved), halves_order(k, r, interleaved)
         return (q.permute(1, 0, 2).numpy(), k.permute(1, 0, 2).numpy(), got["s"].reshape(-1).numpy())
 
+    windows = list(getattr(cfg, "windows", None) or [])  # the engine's per-layer windows
     cos = sin = slopes = None
     if tables is not None:
         cos, sin = (halves_order(t, r, interleaved) for t in tables)
     if scheme == "alibi":
         slopes = alibi_slopes(H)
     return Layer0Relative(scheme, token_qk, H, n_ctx, int(cfg.d_vocab), int(cfg.d_head), float(cfg.eps),
-                          float(attn_scale(cfg)), cos, sin, slopes)
+                          float(attn_scale(cfg)), cos, sin, slopes, int(windows[0]) if windows else 0,
+                          score_function(cfg).softcap)
