@@ -32,7 +32,9 @@ def main(smk, log):
               "redirects": [f"{q}->{k}" for q, k in prompt.redirects.items()], "n_prompt_tokens": len(prompt.tokens)}
     df = iv.tidy(rows, "P16", model, params)
     meta = {"words": spec["words"], "positions": prompt.positions, "redirect": spec["redirect"],
-            "targets_tokens": prompt.targets, "dropped_variants": prompt.dropped}
+            "targets_tokens": prompt.targets, "dropped_variants": prompt.dropped,
+            # the conditions computed (a twin's null: only its claim's, config twins.claims_only)
+            "conditions": list(conditions)}
     write_table(df, smk.output.table, iv.table_meta(man, entry, s, heads, **meta))
     a, b = prompt.positions["before_a"][0], prompt.positions["c"][1] + 1
     labels = [bridge.tokenizer.decode([int(t)]).replace(" ", "␣") for t in prompt.tokens[a:b]]
