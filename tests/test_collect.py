@@ -106,9 +106,10 @@ def test_a_figureless_twin_makes_no_figure_but_counts_as_a_final_model():
 
 def test_a_twins_point_reads_a_fraction_of_each_settings_document_count():
     """posmech.pipeline.sweep.thinned (config `twins.documents_fraction`): in a twin's sweep
-    point each section's document count is cut to ceil(fraction × n), at least 2; its other
-    counts (attn_only's random-token samples), null counts (every document: the tokens read
-    cuts them) and params that are not settings are left as they are."""
+    point each section's document count is cut to ceil(fraction × n), at least 2, and so is
+    geometry.n_tokens (a count P8's and P1/P9-P11's means average over); its other counts
+    (attn_only's random-token samples), null counts (every document: the tokens read cuts them)
+    and params that are not settings are left as they are."""
     from posmech.pipeline.sweep import thinned
     from posmech.settings import PARAM_KEY
 
@@ -119,6 +120,8 @@ def test_a_twins_point_reads_a_fraction_of_each_settings_document_count():
         "attn_only": {PARAM_KEY: "attn_only", "n_sequences": 40, "bos_induction": {"n_samples": 40}},
         "cache": {PARAM_KEY: "cache", "n_documents": None, "batch_size": 32},
         "entry": {"n_documents": 7},
+        "geometry": {PARAM_KEY: "geometry", "n_tokens": 100, "batch_size": 8},
+        "few": {PARAM_KEY: "geometry", "n_tokens": 3, "batch_size": 8},
     }
     out = thinned(params, 0.5)
     assert out["settings"] == {PARAM_KEY: "interventions", "n_documents": 2, "min_tokens": 16}
@@ -126,4 +129,70 @@ def test_a_twins_point_reads_a_fraction_of_each_settings_document_count():
     assert out["sinks"] == {PARAM_KEY: "sinks", "n_samples": 32, "n_tokens": 64}
     for same in ("attn_only", "cache", "entry"):
         assert out[same] == params[same]
+    assert out["geometry"] == {PARAM_KEY: "geometry", "n_tokens": 50, "batch_size": 8}
+    assert thinned(params, 0.25)["few"]["n_tokens"] == 2  # at least 2 (a pairwise cosine needs a pair)
     assert thinned(params, 1.0) == params
+
+
+def test_omitted_rules_are_read_from_the_command_line():
+    """posmech.pipeline.sweep.omitted_rules: the rule names after `--omit-from` (or `-O`, or
+    `--omit-from=RULE`) up to the next option; none without it."""
+    from posmech.pipeline.sweep import omitted_rules
+
+    argv = ["snakemake", "--cores", "2", "--omit-from", "attn_only", "bos_induction", "--keep-going", "all"]
+    assert omitted_rules(argv) == {"attn_only", "bos_induction"}
+    assert omitted_rules(["snakemake", "-O", "kernels", "--omit-from=sinks"]) == {"kernels", "sinks"}
+    assert omitted_rules(["snakemake", "--cores", "2", "all"]) == frozenset()
+
+
+class _PartRule:
+    """A rule as posmech.pipeline.sweep reads it: its name, wildcards, named inputs, outputs and
+    params (each already for a given model)."""
+
+    def __init__(self, name, inputs, outputs, params):
+        from snakemake.iocontainers import Namedlist
+
+        self.name, self.wildcard_names = name, ["model"]
+        self._in, self._out, self._params = inputs, outputs, params
+        self.output = Namedlist(fromdict=outputs)
+        self.resources = {}
+
+    def _fill(self, d, wc):
+        from snakemake.iocontainers import Namedlist
+
+        return Namedlist(fromdict={k: v.replace("{model}", wc["model"]) for k, v in d.items()})
+
+    def expand_input(self, wc):
+        return (self._fill(self._in, wc),)
+
+    def expand_output(self, wc):
+        return (self._fill(self._out, wc),)
+
+    def expand_params(self, wc, inputs, outputs, job):
+        from snakemake.iocontainers import Namedlist
+
+        return (Namedlist(fromdict=self._params),)
+
+
+def test_a_twins_parts_are_reduced_and_its_models_are_not():
+    """posmech.pipeline.sweep.SweepPoints: a twin's point (config `twins`) reads the fraction
+    of the documents and of geometry.n_tokens and computes only what its claims read
+    (`claims_only`); its model's point, the same rules, keeps its settings and every part.
+    A rule left out of the run (`--omit-from`) is no part of either, nor is what reads it."""
+    from posmech.pipeline.sweep import SweepPoints, find_parts
+    from posmech.settings import PARAM_KEY
+
+    geometry = _PartRule("geometry", {}, {"h5": "results/{model}/geometry/extended.h5"},
+                         {"settings": {PARAM_KEY: "geometry", "n_tokens": 100, "batch_size": 8}})
+    attn = _PartRule("attn_only", {}, {"t": "results/{model}/attn_only/t.csv"}, {})
+    reader = _PartRule("reader", {"t": "results/{model}/attn_only/t.csv"}, {"s": "results/{model}/s.csv"}, {})
+    rules = [geometry, attn, reader]
+    parts = {m: find_parts(m, rules, rules, {}) for m in ("m", "m-twin")}
+    assert [r.name for r, _ in parts["m"]] == ["geometry", "attn_only", "reader"]
+    points = SweepPoints(parts, {"m-twin": 0.25}, nulls={"m-twin"})
+    twin, model = (points.params(SimpleNamespace(model=m)) for m in ("m-twin", "m"))
+    assert twin[0]["params"]["settings"]["n_tokens"] == 25 and model[0]["params"]["settings"]["n_tokens"] == 100
+    assert all(p["claims_only"] and p["documents_fraction"] == 0.25 for p in twin)
+    assert not any("claims_only" in p or "documents_fraction" in p for p in model)
+    omitted = find_parts("m-twin", rules, rules, {}, omitted={"attn_only"})
+    assert [r.name for r, _ in omitted] == ["geometry"]

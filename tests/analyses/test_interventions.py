@@ -379,6 +379,30 @@ def test_induction_intervention_on_copy_model(copy_bridge):
     assert_unchanged(copy_bridge, snap)
 
 
+def test_a_twins_induction_intervention_computes_only_the_claimed_condition(copy_bridge):
+    """A random-init twin's null (config ``twins.claims_only``) computes only the condition P16's
+    claim reads (``redirect_scale``): the same probabilities as in the full run, and the same
+    ``p_redirected_after`` in the scorecard; the full run has all four conditions."""
+    import pandas as pd
+
+    prompt = iv.InductionPrompt(TOKENS, {}, {11: 4}, {"prev": [(int(TOKENS[10]),)], "redirected": [(int(TOKENS[4]),)]},
+                                {}, {})
+    full, _ = iv.induction_intervention(copy_bridge, prompt, "L0H1", 2.0)
+    only, pats = iv.induction_intervention(copy_bridge, prompt, "L0H1", 2.0, iv.CLAIMED_CONDITIONS)
+    assert {r["condition"] for r in full} == set(iv.INDUCTION_CONDITIONS)
+    assert {r["condition"] for r in only} == {"redirect_scale"} and pats == {}
+    assert only == [r for r in full if r["condition"] == "redirect_scale"]
+
+    def after(rows):
+        df = pd.DataFrame(rows).assign(head_name="L0H1")
+        return next(r for r in iv.induction_scorecard(df, "m", "f.png", "redirected")
+                    if r["quantity"] == "p_redirected_after")["value"]
+
+    assert after(only) == after(full) and after(only) > 0.9
+    with pytest.raises(PosmechError, match="conditions"):
+        iv.induction_intervention(copy_bridge, prompt, "L0H1", 2.0, ("redirected",))
+
+
 def _induction_intervention_one_pass_each(bridge, prompt, sharp, scale):
     """The previous implementation (a pass per condition and target, one more per
     multi-token sequence, two more for the patterns): the oracle of the batched one."""

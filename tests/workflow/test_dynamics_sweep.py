@@ -264,3 +264,32 @@ def test_figures_false_on_a_swept_model_stops_before_any_job(tmp_path):
     assert proc.returncode != 0
     assert "`models.demo.figures`" in out and "Remove `figures: false`" in out, out[-2000:]
     assert not (work / "results").exists()
+
+
+def test_a_twins_job_runs_what_its_model_runs_and_no_rule_left_out(tmp_path):
+    """A random-init twin's one job (rule `sweep_<model>_twin`) runs what its model runs: with
+    `--omit-from attn_only bos_induction` (bench/study.py leaves gpt2's attention-only rules out so)
+    neither the model nor its twin runs them, and without it both do; the twin's other outputs
+    (tables and scorecards its verdicts read) are there either way."""
+    cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
+    cfg["models"]["quick"] = {"source": str(tiny_archs.BUILDERS["gpt2"](tmp_path / "gpt2")), "device": "cpu"}
+    cfg["twins"] = {"enabled": True, "models": ["quick"]}
+    path = tmp_path / "twin.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    outputs = {}
+    for omit in (False, True):
+        work = tmp_path / f"work{int(omit)}"
+        work.mkdir()
+        args = ("-n", "--omit-from", "attn_only", "bos_induction") if omit else ("-n",)
+        proc = snakemake(work, *args, configfile=path)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        log = proc.stdout + proc.stderr
+        (block,) = [b for b in sweep_blocks(log) if "wildcards: model=quick-twin" in b]
+        outputs[omit] = block.split("output:")[1].split("log:")[0]
+        jobs = jobs_by_rule(log)
+        assert ("quick" in jobs["attn_only"]) == (not omit), jobs["attn_only"]
+    assert "results/quick-twin/scorecard/random_token_patterns.csv" in outputs[False]
+    assert "/attn_only/" not in outputs[True] and "/scorecard/random_token_patterns.csv" not in outputs[True]
+    for out in outputs.values():
+        assert "results/quick-twin/scorecard/induction_intervention.csv" in out
+        assert "results/quick-twin/scorecard/diagonal_taxonomy.csv" in out

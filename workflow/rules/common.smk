@@ -16,7 +16,7 @@ from posmech.core.config import load_schema, model_names_by_kind, selected
 from posmech.core.errors import PosmechError
 from posmech.core.families import FAMILIES
 from posmech.pipeline.preflight import jobs_run_locally
-from posmech.pipeline.sweep import point_outputs, swept_models
+from posmech.pipeline.sweep import omitted_rules, point_outputs, swept_models
 from posmech.pipeline.sweep import rule_name as sweep_rule_name
 from posmech.pipeline.sweep import IN_OWN_POINTS, IN_TWIN_POINTS
 
@@ -179,7 +179,12 @@ def corpus_entry(wildcards):
 # those rules' outputs (posmech.pipeline.collect says which output goes where).
 from posmech.pipeline.collect import Collector
 
-COLLECTOR = Collector(FAMILIES, runs_on, CHECKPOINT_OF, figureless=OWN_POINTS)
+# The rules this run leaves out (--omit-from): a point of its own (a twin's, a figureless
+# model's one job) leaves them out too, and nothing collects or reads their outputs for it
+OMITTED = omitted_rules(sys.argv)
+COLLECTOR = Collector(
+    FAMILIES, runs_on, CHECKPOINT_OF, figureless=OWN_POINTS, omitted=OMITTED
+)
 
 
 def collect(proxy, when=True, report_tables=True, **values):
@@ -267,12 +272,20 @@ def sweep_points_of_run():
 
     try:
         parts = parts_by_checkpoint(
-            list(workflow.rules), COLLECTOR.entries, POINT_OF, CORPORA, POINT_BUILDS
+            list(workflow.rules),
+            COLLECTOR.entries,
+            POINT_OF,
+            CORPORA,
+            POINT_BUILDS,
+            # a rule left out (--omit-from) is left out of every point, a twin's included:
+            # a twin runs what its model runs
+            OMITTED,
         )
     except PosmechError as err:
         raise WorkflowError(str(err)) from None
     fraction = config["twins"]["documents_fraction"]
-    return SweepPoints(parts, {t: fraction for t in TWIN_POINTS})
+    nulls = TWIN_POINTS if config["twins"]["claims_only"] else ()
+    return SweepPoints(parts, {t: fraction for t in TWIN_POINTS}, nulls)
 
 
 # ---------------------------------------------------------------- stage helpers
@@ -336,7 +349,8 @@ def neurons_models():
 def head_table_sources():
     """``{key: (rule output, models)}`` of the per-head tables the head-roles table (rule
     head_table) gathers (posmech.core.families.HEAD_TABLE_SOURCES), each for the models its
-    family runs on."""
+    family runs on (a point of its own not, when the run leaves the family out: OMITTED).
+    """
     from posmech.core.families import HEAD_TABLE_SOURCES, rule_of
 
     out = {}
@@ -344,6 +358,8 @@ def head_table_sources():
         analysis = output.split("__", 1)[0]
         family = rule_of(analysis)
         models = runs_on(analysis, selected(config, family, "models"))
+        if family in OMITTED:
+            models = [m for m in models if m not in OWN_POINTS]
         out[key] = (getattr(rules, family).output[output], models)
     return out
 

@@ -502,10 +502,15 @@ def build_induction_prompt(
 
 
 INDUCTION_CONDITIONS = ("baseline", "redirect", "scale", "redirect_scale")
+#: the conditions P16's claim reads (``p_redirected_after``, :func:`induction_scorecard`): all a
+#: random-init twin's null computes (:func:`posmech.core.null.only_claims`; config
+#: ``twins.claims_only``)
+CLAIMED_CONDITIONS = ("redirect_scale",)
 
 
 def induction_intervention(
     bridge: Any, prompt: InductionPrompt, sharp: str, scale: float,
+    conditions: Sequence[str] = INDUCTION_CONDITIONS,
 ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
     """P16: probabilities of each target under four conditions: ``baseline``, ``redirect``
     (sharp head's rows redirected), ``scale`` (its output × ``scale``) and ``redirect_scale``
@@ -515,8 +520,15 @@ def induction_intervention(
     pattern (``[T, T]``, as used) at baseline and redirected, for the figure.  Each condition
     is one batched teacher-forced pass over every target's variants
     (:func:`posmech.analyses.readout.target_probabilities`); the patterns are read in the same
-    passes (prompt positions, first row)."""
+    passes (prompt positions, first row). ``conditions``: those computed, in
+    :data:`INDUCTION_CONDITIONS`' order (a twin's null: :data:`CLAIMED_CONDITIONS`); the
+    patterns returned are those of the computed ones."""
     from posmech.analyses.readout import target_probabilities
+
+    unknown = [c for c in conditions if c not in INDUCTION_CONDITIONS]
+    if unknown or not conditions:
+        raise PosmechError(f"induction_intervention: conditions {list(conditions)} must be some of "
+                           f"{list(INDUCTION_CONDITIONS)} (workflow bug)")
 
     layer, head = check_head(bridge, sharp)
     red = redirect_hook(layer, head, prompt.redirects)
@@ -535,10 +547,10 @@ def induction_intervention(
         return [(f"blocks.{layer}.attn.hook_pattern", fn)] if cond in ("baseline", "redirect") else []
 
     rows = []
-    for cond in INDUCTION_CONDITIONS:
+    for cond in (c for c in INDUCTION_CONDITIONS if c in conditions):
         probs, _, _ = target_probabilities(bridge, prompt.tokens, prompt.targets, [*hooks[cond], *grab(cond)])
         rows += [{"condition": cond, "target": name, "probability": probs[name]} for name in prompt.targets]
-    return rows, {"baseline": patterns["baseline"], "redirect": patterns["redirect"]}
+    return rows, {c: patterns[c] for c in ("baseline", "redirect") if c in patterns}
 
 
 # --------------------------------------------------------------------------- tables

@@ -66,13 +66,17 @@ class Collector:
     not made: its sweep point draws none, :mod:`posmech.pipeline.sweep`); ``figureless``: other
     models whose analyses run as one job without figures (the random-init twins, config
     ``twins.figures: false``), whose figures are not made either, though their scorecards
-    and tables count as a final model's."""
+    and tables count as a final model's. ``omitted``: the rules the run leaves out
+    (``--omit-from``, :func:`posmech.pipeline.sweep.omitted_rules`): their outputs are not
+    collected for those models, whose one job does not run them (a twin runs what its model runs;
+    for the other models Snakemake leaves them out)."""
 
     def __init__(self, families: Mapping[str, tuple[str, ...]],
                  runs_on: Callable[[str, list[str]], list[str]], checkpoint_of: Mapping[str, str],
-                 figureless: Collection[str] = ()) -> None:
+                 figureless: Collection[str] = (), omitted: Collection[str] = ()) -> None:
         self.families, self.runs_on, self.checkpoint_of = families, runs_on, checkpoint_of
         self.figureless = set(figureless) | set(checkpoint_of)
+        self.omitted = frozenset(omitted)
         #: ``(rule, [wildcards of each job], report_tables)``
         self.entries: list[tuple[Any, list[dict[str, str]], bool]] = []
 
@@ -138,6 +142,8 @@ class Collector:
 
         for step, jobs, report_tables in self.entries:
             for wc in jobs:
+                if step.name in self.omitted and wc.get("model") in self.figureless:
+                    continue
                 for key, files in step.output.items():
                     for f in files if isinstance(files, list) else [files]:
                         path = apply_wildcards(str(f), wc)

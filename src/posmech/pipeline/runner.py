@@ -571,11 +571,13 @@ def run_sweep_point(smk: Any, load: Callable[[str], Any]) -> None:
     one set of imports per checkpoint instead of one per followed rule. A part with a
     ``documents_fraction`` (a random-init twin's, :class:`posmech.pipeline.sweep.SweepPoints`)
     reads that fraction of each tokens file's documents
-    (:func:`posmech.data.tokens.documents_fraction`). ``load``: as for
-    :func:`family_analyses`."""
+    (:func:`posmech.data.tokens.documents_fraction`); one marked ``claims_only`` (a twin's,
+    config ``twins.claims_only``) computes only what its claims read
+    (:func:`posmech.core.null.claims_only`). ``load``: as for :func:`family_analyses`."""
     from types import SimpleNamespace
 
     from posmech.core.families import FAMILIES
+    from posmech.core.null import claims_only
     from posmech.data.tokens import documents_fraction
 
     def main(smk: Any, log: logging.Logger) -> None:
@@ -589,7 +591,7 @@ def run_sweep_point(smk: Any, load: Callable[[str], Any]) -> None:
             fraction = part.get("documents_fraction")
             log.info("rule %s of the sweep point %s%s", rule, dict(part["wildcards"]),
                      "" if fraction is None else f", {fraction:g} of the documents (twins.documents_fraction)")
-            with documents_fraction(fraction):
+            with documents_fraction(fraction), claims_only(bool(part.get("claims_only"))):
                 _run_analyses(view, family_analyses(rule, load), log, record, family=rule in FAMILIES)
 
     record: list[dict[str, Any]] = []

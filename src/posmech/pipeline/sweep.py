@@ -23,7 +23,7 @@ from collections.abc import Collection
 from typing import Any
 
 from posmech.core.errors import PosmechError
-from posmech.settings import DOCUMENT_KEYS
+from posmech.settings import COUNT_KEYS, DOCUMENT_KEYS
 
 #: separates a part's rule name from its own key in the sweep point rule's inputs and outputs
 PART_SEP = "___"
@@ -53,16 +53,19 @@ def is_figure(path: Any) -> bool:
 
 
 def find_parts(checkpoint: str, followed: list[Any], producers: list[Any],
-               values: dict[str, list[str]]) -> list[tuple[Any, dict[str, str]]]:
+               values: dict[str, list[str]], omitted: Collection[str] = ()) -> list[tuple[Any, dict[str, str]]]:
     """The parts of ``checkpoint``'s sweep point: ``(rule, wildcards)`` in data-flow order
     (each after the parts whose outputs it reads). ``followed``: the rules the sweep follows
     that run on the checkpoint, each a rule (its job of the checkpoint) or ``(rule, wildcards)``
     (one job of a rule with other wildcards, e.g. the activation cache of one corpus);
     ``producers``: the rules a part may read from (the analysis rules and the activation
     cache); ``values``: the values of every wildcard but ``model`` (``{"corpus": [...]}``), to
-    find which job of a producer writes an input."""
+    find which job of a producer writes an input. ``omitted``: the rules the run leaves out
+    (Snakemake's ``--omit-from``): as Snakemake drops them and every job downstream of them
+    from the DAG, a followed rule that is omitted, or that reads what an omitted rule writes
+    (through its producers), is no part, so that a point (a twin's) runs what its model runs."""
     parts: list[tuple[Any, dict[str, str]]] = []
-    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    seen: dict[tuple[str, tuple[tuple[str, str], ...]], bool] = {}
 
     def jobs_of(rule: Any) -> list[dict[str, str]]:
         names = [n for n in rule.wildcard_names if n != "model"]
@@ -79,21 +82,46 @@ def find_parts(checkpoint: str, followed: list[Any], producers: list[Any],
                 for f in _files(value):
                     writers[_fill(f, wc)] = (rule, wc)
 
-    def add(rule: Any, wc: dict[str, str]) -> None:
+    def add(rule: Any, wc: dict[str, str]) -> bool:
+        """Whether ``rule``'s job runs (after the parts it reads, added first)."""
         key = (rule.name, tuple(sorted(wc.items())))
         if key in seen:
-            return
-        seen.add(key)
+            return seen[key]
+        seen[key] = False
+        if rule.name in omitted:
+            return False
         inputs = rule.expand_input(_wildcards(wc))[0]
-        for f in inputs:
-            if str(f) in writers:
-                add(*writers[str(f)])
+        if not all([add(*writers[str(f)]) for f in inputs if str(f) in writers]):
+            return False
         parts.append((rule, wc))
+        seen[key] = True
+        return True
 
     for step in followed:
         rule, wc = step if isinstance(step, tuple) else (step, {})
         add(rule, {**wc, "model": checkpoint})
     return parts
+
+
+def omitted_rules(argv: list[str]) -> frozenset[str]:
+    """The rules a Snakemake command line leaves out, ``--omit-from RULE ...`` (or
+    ``--omit-from=RULE``; file targets too, harmless: no rule has a path as its name).
+    Snakemake parses the Snakefile before it holds its DAG settings, hence the command line
+    (as :func:`posmech.pipeline.preflight.jobs_run_locally`); a profile's ``omit-from`` is not
+    seen."""
+    out: set[str] = set()
+    taking = False
+    for a in argv:
+        if a.startswith("--omit-from="):
+            out.add(a.split("=", 1)[1])
+            taking = False
+        elif a in ("--omit-from", "-O"):
+            taking = True
+        elif taking and not a.startswith("-"):
+            out.add(a)
+        else:
+            taking = False
+    return frozenset(out)
 
 
 def signature(parts: list[tuple[Any, dict[str, str]]]) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
@@ -143,27 +171,33 @@ def point_inputs(parts: list[tuple[Any, dict[str, str]]]) -> dict[str, Any]:
 
 
 def thinned(params: Any, fraction: float) -> Any:
-    """``params`` with the document count of each settings param (:data:`DOCUMENT_KEYS`) cut
-    to ``fraction`` of it (:func:`posmech.data.tokens.kept_documents`); a null count (every
-    document) is left to the tokens read (:func:`posmech.data.tokens.documents_fraction`), and
-    every other key and param as it is."""
+    """``params`` with the document count of each settings param (:data:`DOCUMENT_KEYS`), and
+    the counts its claims' quantities average over (:data:`COUNT_KEYS`, e.g.
+    ``geometry.n_tokens``), cut to ``fraction`` of it (:func:`posmech.data.tokens.kept_documents`:
+    at least 2); a null count (every document) is left to the tokens read
+    (:func:`posmech.data.tokens.documents_fraction`), and every other key and param as it is.
+    The cut values are the job's settings, so its outputs record them as they record the
+    settings (e.g. ``n_tokens_requested`` of geometry's extended embeddings)."""
     from posmech.data.tokens import kept_documents
     from posmech.settings import PARAM_KEY, is_param
 
     def cut(value: dict[str, Any]) -> dict[str, Any]:
-        key = DOCUMENT_KEYS.get(str(value[PARAM_KEY]))
-        n = value.get(key) if key else None
-        return value if n is None else {**value, key: kept_documents(int(n), fraction)}
+        section = str(value[PARAM_KEY])
+        keys = [k for k in (DOCUMENT_KEYS.get(section), COUNT_KEYS.get(section)) if k and value.get(k) is not None]
+        return {**value, **{k: kept_documents(int(value[k]), fraction) for k in keys}}
 
     return {k: cut(v) if is_param(v) else v for k, v in params.items()}
 
 
-def point_parts(parts: list[tuple[Any, dict[str, str]]], fraction: float | None = None) -> list[dict[str, Any]]:
+def point_parts(parts: list[tuple[Any, dict[str, str]]], fraction: float | None = None,
+                claims_only: bool = False) -> list[dict[str, Any]]:
     """What the sweep point's script runs (:func:`posmech.pipeline.runner.run_sweep_point`): per part,
     its rule, wildcards, inputs, outputs (figures ``None``) and params, as its own job would
     have them (plain strings and values). ``fraction`` (a twin's ``twins.documents_fraction``,
     below 1): each part reads that fraction of the documents (its params :func:`thinned`, and
-    its ``documents_fraction`` for the tokens it reads)."""
+    its ``documents_fraction`` for the tokens it reads). ``claims_only`` (a twin's, config
+    ``twins.claims_only``): each part computes only what its claims read
+    (:func:`posmech.core.null.claims_only`)."""
     out = []
     for rule, wc in parts:
         inputs, outputs = _part_files(rule, wc)
@@ -175,6 +209,7 @@ def point_parts(parts: list[tuple[Any, dict[str, str]]], fraction: float | None 
             "output": {k: (None if is_figure(v) else str(v)) for k, v in outputs.items()},
             "params": dict(params.items()) if fraction is None else thinned(dict(params.items()), fraction),
             **({} if fraction is None else {"documents_fraction": fraction}),
+            **({"claims_only": True} if claims_only else {}),
         })
     return out
 
@@ -193,7 +228,8 @@ IN_OWN_POINTS = frozenset({"fetch_model", "tokenize"})
 
 def parts_by_checkpoint(rules: list[Any], collected: list[tuple[Any, list[dict[str, str]], bool]],
                         checkpoint_of: dict[str, str], corpora: list[str],
-                        builds: dict[str, Collection[str]] | None = None) -> dict[str, list[tuple[Any, dict[str, str]]]]:
+                        builds: dict[str, Collection[str]] | None = None,
+                        omitted: Collection[str] = ()) -> dict[str, list[tuple[Any, dict[str, str]]]]:
     """``{checkpoint: its parts}`` (:func:`find_parts`): the analysis jobs collected on the
     checkpoint (``collected``: :attr:`posmech.pipeline.collect.Collector.entries`, which apply
     applicability and the config sections' models) and what they read, among ``rules``
@@ -203,7 +239,9 @@ def parts_by_checkpoint(rules: list[Any], collected: list[tuple[Any, list[dict[s
     own (``{model: model}``): every analysis it runs, no figures; so is a random-init twin
     (config ``twins.figures: false``). ``builds``: ``{point: the rules of``
     :data:`NOT_IN_SWEEP_POINTS` ``it runs first}`` (a twin its weights, :data:`IN_TWIN_POINTS`; a
-    figureless model its validation and tokens, :data:`IN_OWN_POINTS`)."""
+    figureless model its validation and tokens, :data:`IN_OWN_POINTS`). ``omitted``: the rules
+    the run leaves out (``--omit-from``; :func:`find_parts`): no point runs them, nor what reads
+    them, as no model's own job does."""
     builds = builds or {}
     producers = [r for r in rules if "model" in (r.wildcard_names or ()) and r.name not in NOT_IN_SWEEP_POINTS]
     followed: dict[str, list[tuple[Any, dict[str, str]]]] = {}
@@ -218,7 +256,7 @@ def parts_by_checkpoint(rules: list[Any], collected: list[tuple[Any, list[dict[s
     first: dict[str, str] = {}
     for c, m in checkpoint_of.items():
         builders = [r for r in rules if r.name in builds.get(c, ())]
-        out[c] = find_parts(c, followed.get(c, []), producers + builders, {"corpus": list(corpora)})
+        out[c] = find_parts(c, followed.get(c, []), producers + builders, {"corpus": list(corpora)}, omitted)
         first.setdefault(m, c)
         if signature(out[c]) != signature(out[first[m]]):
             raise PosmechError(f"checkpoints {first[m]} and {c} of model {m} would run different rules in the "
@@ -263,18 +301,22 @@ class SweepPoints:
     (:func:`parts_by_checkpoint`); its methods are the ``sweep_<model>`` rules' input,
     params and resource functions of a job (``wildcards.model``: the checkpoint).
     ``fractions``: ``{point: the fraction of the documents it reads}`` (a twin's
-    ``twins.documents_fraction``; a point not named, or at 1, reads every document)."""
+    ``twins.documents_fraction``; a point not named, or at 1, reads every document).
+    ``nulls``: the points that compute only what their claims read (the twins, config
+    ``twins.claims_only``)."""
 
     def __init__(self, parts: dict[str, list[tuple[Any, dict[str, str]]]],
-                 fractions: dict[str, float] | None = None) -> None:
+                 fractions: dict[str, float] | None = None, nulls: Collection[str] = ()) -> None:
         self.parts = parts
         self.fractions = {p: f for p, f in (fractions or {}).items() if f < 1}
+        self.nulls = frozenset(nulls)
 
     def inputs(self, wildcards: Any) -> dict[str, Any]:
         return point_inputs(self.parts[wildcards.model])
 
     def params(self, wildcards: Any) -> list[dict[str, Any]]:
-        return point_parts(self.parts[wildcards.model], self.fractions.get(wildcards.model))
+        return point_parts(self.parts[wildcards.model], self.fractions.get(wildcards.model),
+                           wildcards.model in self.nulls)
 
     def resource(self, name: str, combine: Any) -> Any:
         """Resource ``name`` of a sweep point's job: ``combine`` (max, sum) of its parts'."""

@@ -367,3 +367,10 @@ def build(config: Mapping[str, Any]) -> StudySettings:
 DOCUMENT_KEYS = {"taxonomy": "n_documents", "anatomy": "n_documents", "interventions": "n_documents",
                  "posembed_averaging": "n_documents", "rotary_frequencies": "n_documents", "cache": "n_documents",
                  "kernels": "n_chapters", "contextual": "n_per_corpus", "sinks": "n_samples"}
+#: ``{config section: its key that counts what a claim's quantity is a mean over, not documents}``,
+#: which a twin's point cuts by the same fraction (at least 2): ``geometry.n_tokens``, the
+#: one-token-repeated prompts whose extended embeddings P8's mean pairwise cosine and P1/P9-P11's
+#: mean embeddings average (the definition unchanged, only fewer tokens in the means). Not
+#: ``attn_only``'s random-token samples: its head roles' scores are held to thresholds that no twin
+#: may pass (heads.csv), which fewer samples would make noisier.
+COUNT_KEYS = {"geometry": "n_tokens"}
