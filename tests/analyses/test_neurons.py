@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+import h5py
 import numpy as np
 import pandas as pd
 import pytest
@@ -203,6 +204,40 @@ def test_artifact_stores_what_the_library_computes(model, tmp_path):
     np.testing.assert_allclose(got, tc[:, [J, 3]], rtol=2e-3, atol=1e-3 * np.abs(tc).max())
     attrs = nr.read_extended_attrs(path)
     assert attrs["heads"] == ["L0H2"] and attrs["reference_position"] == 20 and not info["overflow"]
+
+
+def test_a_twins_artifact_without_the_vocabulary_gives_the_same_c1_to_c3(model, tmp_path):
+    """A twin's null (config twins.claims_only) writes no token's E' or TC, which no claim
+    reads: the setup read back, and so C1's LN2 scale range, C2's ranking and C3's
+    approximation on the same texts, equal the full artifact's exactly."""
+    m, w, ov, _ = model
+    texts = [RNG.integers(0, V, N_CTX) for _ in range(3)]
+    dec = layer0(tmp_path, w, texts)
+    st, ln2 = nr.build_setup(dec, w, ov, [2], 0, 1, 20)
+    full, null = tmp_path / "full.h5", tmp_path / "null.h5"
+    nr.write_extended(st, nr.content_keys(dec), full, {"model": "planted"}, block=3)
+    info = nr.write_extended(st, nr.content_keys(dec), null, {"model": "planted"}, vocabulary=False)
+    assert not info["overflow"]
+    with h5py.File(null) as f:
+        assert "contributions" not in f and "extended_embeddings" not in f
+    assert nr.read_extended_attrs(null)["vocabulary"] == nr.NO_VOCABULARY
+    assert nr.read_extended_attrs(full)["vocabulary"] == "every token"
+    a, b = nr.setup_from_artifact(full, dec, w, ov), nr.setup_from_artifact(null, dec, w, ov)
+    np.testing.assert_array_equal(a.z_bar, b.z_bar)
+    assert (a.heads, a.s, a.s2, a.n_ref, a.s_a) == (b.heads, b.s, b.s2, b.n_ref, b.s_a)
+    keys = nr.content_keys(dec)
+    real = [nr.hook_pre(w, ov, t) for t in texts]
+    got = {}
+    for name, s in (("full", a), ("null", b)):
+        approx = [nr.approximate(s, keys, t) for t in texts]
+        got[name] = (nr.neuron_ranking(real, [x["context"] for x in approx], "m", 1),
+                     [x["pre"] for x in approx])
+    pd.testing.assert_frame_equal(got["full"][0], got["null"][0])  # C2
+    for x, y in zip(got["full"][1], got["null"][1]):  # C3's approximation
+        np.testing.assert_array_equal(x, y)
+    c1 = {v: nr.extended_scorecard(st, ln2, V, 256, ov.d_mlp, [2], 1, "t", "m", "x.h5", v) for v in (True, False)}
+    assert c1[True][1] == c1[False][1]  # C1's claim row, ln2_scale_range
+    assert c1[False][0]["value"] == "not computed" and nr.NO_VOCABULARY in c1[False][0]["detail"]
 
 
 def test_top_tokens_and_ranking():

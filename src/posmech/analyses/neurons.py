@@ -521,7 +521,7 @@ POST_NEURONS = (300, 1621, 1710)  # the post's C2 neurons (gpt2)
 
 def extended_scorecard(st: Setup, ln2: dict[str, Any], d_vocab: int, d_model: int, d_mlp: int,
                        heads: Sequence[int], from_position: int, title: str, model: str,
-                       artifact: str) -> list[dict[str, Any]]:
+                       artifact: str, vocabulary: bool = True) -> list[dict[str, Any]]:
     """C1's scorecard rows for the stored extended embeddings (rule extended_token_embeddings).
 
     * ``extended_embeddings`` — the word ``stored``; its detail names the shapes of ``E'``
@@ -530,12 +530,16 @@ def extended_scorecard(st: Setup, ln2: dict[str, Any], d_vocab: int, d_model: in
       calibration text ``title``);
     * ``ln2_scale_range`` — the 5th and 95th percentiles of ``blocks.0.ln2.hook_scale`` over
       the stored texts' positions (``ln2``: :func:`ln2_scale_summary`); the detail gives the
-      scale ``s₂`` at which LayerNorm 2 is treated as linear."""
+      scale ``s₂`` at which LayerNorm 2 is treated as linear.
+
+    ``vocabulary`` false (a twin's null, :func:`write_extended`): ``extended_embeddings`` is
+    the words ``not computed`` and its detail says why (:data:`NO_VOCABULARY`)."""
     names = [head_name(0, h) for h in heads]
     z = {head_name(0, h): round(float(st.z_bar[h]), 4) for h in heads}
-    rows = [{"claim": "C1", "quantity": "extended_embeddings", "value": "stored",
-             "detail": f"E' [{d_vocab} x {d_model}] through heads {names} (Z̄ {z}, median over n >= "
-             f"{from_position} of {title!r}); token contributions [{d_vocab} x {d_mlp}] float16",
+    setup = f"through heads {names} (Z̄ {z}, median over n >= {from_position} of {title!r})"
+    rows = [{"claim": "C1", "quantity": "extended_embeddings", "value": "stored" if vocabulary else "not computed",
+             "detail": f"E' [{d_vocab} x {d_model}] {setup}; token contributions [{d_vocab} x {d_mlp}] float16"
+             if vocabulary else f"E' and token contributions {NO_VOCABULARY}; setup {setup}",
              "artifact": artifact},
             {"claim": "C1", "quantity": "ln2_scale_range", "value": [round(ln2["p05"], 4), round(ln2["p95"], 4)],
              "detail": f"5th and 95th percentiles of blocks.{st.ov.layer}.ln2.hook_scale (the norm in front of the "
@@ -545,7 +549,7 @@ def extended_scorecard(st: Setup, ln2: dict[str, Any], d_vocab: int, d_model: in
 
 
 def contextual_scorecard(df: pd.DataFrame, ranking: pd.DataFrame, neurons: Sequence[int], model: str,
-                         table: str, ranking_path: str) -> list[dict[str, Any]]:
+                         table: str, ranking_path: str, vocabulary: bool = True) -> list[dict[str, Any]]:
     """C2's scorecard rows from the top/bottom tokens ``df`` (:func:`top_tokens`) and the
     neuron ``ranking`` (:func:`neuron_ranking`).
 
@@ -555,11 +559,15 @@ def contextual_scorecard(df: pd.DataFrame, ranking: pd.DataFrame, neurons: Seque
       contextual term explains best, best first (the detail gives each fraction explained);
     * ``best_explained_variance`` — :func:`best_explained_row`;
     * ``post_neurons_rank_percent`` (only when the model has neurons 300, 1621 and 1710, the
-      post's) — the largest of their ranks by explained variance, in percent of all neurons."""
-    rows = [{"claim": "C2", "quantity": "top_tokens", "value": "table",
-             "detail": "; ".join(f"{j}: +{df[(df.neuron == j) & (df.side == 'top')]['token'].head(5).tolist()} "
-                                 f"-{df[(df.neuron == j) & (df.side == 'bottom')]['token'].head(5).tolist()}"
-                                 for j in neurons), "artifact": table},
+      post's) — the largest of their ranks by explained variance, in percent of all neurons.
+
+    ``vocabulary`` false (a twin's null: no token contribution computed, :func:`write_extended`):
+    ``top_tokens`` is the words ``not computed`` and its detail says why."""
+    tops = ("; ".join(f"{j}: +{df[(df.neuron == j) & (df.side == 'top')]['token'].head(5).tolist()} "
+                      f"-{df[(df.neuron == j) & (df.side == 'bottom')]['token'].head(5).tolist()}" for j in neurons)
+            if vocabulary else f"the token contributions are {NO_VOCABULARY}")
+    rows = [{"claim": "C2", "quantity": "top_tokens", "value": "table" if vocabulary else "not computed",
+             "detail": tops, "artifact": table},
             {"claim": "C2", "quantity": "best_explained_neurons", "value": [int(j) for j in ranking["neuron"][:5]],
              "detail": "explained " + ", ".join(f"{e:.2f}" for e in ranking["explained"][:5]),
              "artifact": ranking_path},
@@ -780,24 +788,43 @@ def token_contributions(E: np.ndarray, win: np.ndarray, rms: bool = False) -> np
     return E.astype(np.float32) @ win.astype(np.float32, copy=False)
 
 
+#: why a twin's null computes no token's extended embedding (config ``twins.claims_only``)
+NO_VOCABULARY = ("not computed: a random-init twin's null computes only what its claims read (config "
+                 "twins.claims_only); C1's claim reads the LN2 scale over the texts, C2's and C3's the texts' "
+                 "bag of tokens, none the vocabulary's extended embeddings or token contributions")
+
+
 def write_extended(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], path: str | os.PathLike[str],
-                   attrs: dict[str, Any], block: int = 4096, progress: Any = None) -> dict[str, Any]:
+                   attrs: dict[str, Any], block: int = 4096, progress: Any = None,
+                   vocabulary: bool = True) -> dict[str, Any]:
     """Rule ``extended_token_embeddings``: ``E'`` (float32) and ``TC`` (float16, chunked
     ``[≤4096 tokens, ≤64 neurons]``) of every token, in blocks of ``block`` tokens (memory
-    ``~block·(d + M)`` floats), plus per neuron the largest |TC| and its float32 norm."""
+    ``~block·(d + M)`` floats), plus per neuron the largest |TC| and its float32 norm.
+    ``vocabulary`` false (a twin's null, :func:`posmech.core.null.only_claims`): the setup
+    alone (``z_bar``, ``heads``, ``positional_pattern``, the scales), no token's ``E'`` or
+    ``TC`` (no claim reads them: :data:`NO_VOCABULARY`, the attribute ``vocabulary``)."""
     from posmech.store.hdf5 import artifact_writer, describe
 
     V, d, M = st.w.d_vocab, st.ov.d_model, st.ov.d_mlp
     win = st.win().astype(np.float32)
     meta = {**attrs, "heads": [head_name(0, h) for h in st.heads], "reference_position": st.n_ref,
             "ln1_scale": st.s, "ln2_scale": st.s2, "attn_out_scale": st.s_a, "d_vocab": V, "d_model": d, "d_mlp": M,
-            "contributions_dtype": "float16"}
+            "contributions_dtype": "float16", "vocabulary": "every token" if vocabulary else NO_VOCABULARY}
     norm2 = np.zeros(M)
     amax = np.zeros(M)
     with artifact_writer(path, KIND, RULE, meta) as f:
         f.create_dataset("z_bar", data=st.z_bar)
         f.create_dataset("heads", data=np.array(st.heads, dtype=np.int64))
         f.create_dataset("positional_pattern", data=np.stack([st.patterns(h, st.n_ref + 1)[-1] for h in st.heads]))
+        setup_doc = {
+            "z_bar": "[H] calibration denominator of every layer-0 head: median over positions n >= from_position "
+                     "of Z_h(n) on the calibration text (only `heads` are used)",
+            "heads": "[Hc] indices of the layer-0 heads whose bag of tokens is modelled",
+            "positional_pattern": "[Hc, n*+1] positional pattern p_h(n*, i) of the fixed destination token",
+        }
+        if not vocabulary:  # a twin's null: the setup alone
+            describe(f, setup_doc)
+            return {"max_abs": 0.0, "overflow": False}
         ext = f.create_dataset("extended_embeddings", shape=(V, d), dtype="float32", chunks=(min(V, 4096), d))
         tc = f.create_dataset("contributions", shape=(V, M), dtype="float16",
                               chunks=(min(V, 4096), min(M, 64)))
@@ -814,10 +841,7 @@ def write_extended(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], p
         f.create_dataset("contribution_norm", data=np.sqrt(norm2))
         f.create_dataset("contribution_absmax", data=amax)
         describe(f, {
-            "z_bar": "[H] calibration denominator of every layer-0 head: median over positions n >= from_position "
-                     "of Z_h(n) on the calibration text (only `heads` are used)",
-            "heads": "[Hc] indices of the layer-0 heads whose bag of tokens is modelled",
-            "positional_pattern": "[Hc, n*+1] positional pattern p_h(n*, i) of the fixed destination token",
+            **setup_doc,
             "extended_embeddings": "[V, d_model] extended embedding E'(x) = sum over heads of exp(kappa_h(n*, x)) / "
                                    "Z_bar_h * cv_h(x), residual units before LayerNorm 2",
             "contributions": "[V, d_mlp] float16 token-contribution vectors TC_j(x) = (gamma2 * centred E'(x) / s2) "
