@@ -27,13 +27,15 @@ def main(smk, log):
                              {out.table: TOP_TOKEN_COLUMNS,
                               out.ranking: ["claim", "model", "neuron", "explained", "rank"]}, out.figure, out.scorecard)
         return
-    w, ov, tok = nr.load_weights(read_manifest(smk.input.manifest), model, entry=smk.params.entry)
+    man = read_manifest(smk.input.manifest)
+    w, ov, tok = nr.load_weights(man, model, entry=smk.params.entry)
+    memo = nr.weights_key(man, model, smk.params.entry)  # per text: computed once in this job (nr.memoised)
     dec = cx.read_decomposition(smk.input.h5)
     s = s.recorded(nr.read_extended_attrs(smk.input.extended)["neurons_config"])  # as extended_token_embeddings resolved it
-    st = nr.setup_from_artifact(smk.input.extended, dec, w, ov)
+    st = nr.setup_from_artifact(smk.input.extended, dec, w, ov, memo)
     real, context, keys = [], [], nr.content_keys(dec)
     for j, ids in enumerate(dec.token_ids):
-        real.append(nr.hook_pre(w, ov, ids))
+        real.append(nr.hook_pre(w, ov, ids, memo))
         context.append(nr.approximate(st, keys, ids)["context"])
         log.info("ranking: text %d of %d", j + 1, len(dec.token_ids))
     ranking = nr.neuron_ranking(real, context, model, s.from_position)

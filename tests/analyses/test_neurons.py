@@ -13,6 +13,7 @@ On a text of tokens 1–3 only, every Z(n) is exp C[1]: the approximation is exa
 from __future__ import annotations
 
 import math
+import os
 
 import h5py
 import numpy as np
@@ -238,6 +239,60 @@ def test_a_twins_artifact_without_the_vocabulary_gives_the_same_c1_to_c3(model, 
     c1 = {v: nr.extended_scorecard(st, ln2, V, 256, ov.d_mlp, [2], 1, "t", "m", "x.h5", v) for v in (True, False)}
     assert c1[True][1] == c1[False][1]  # C1's claim row, ln2_scale_range
     assert c1[False][0]["value"] == "not computed" and nr.NO_VOCABULARY in c1[False][0]["detail"]
+
+
+def test_the_per_text_memo_returns_what_is_computed_once_and_notices_a_rewritten_file(model, tmp_path, monkeypatch):
+    """The neurons family's analyses read the same texts: with a memo key each text's exact
+    layer-0 residual and bag-of-tokens sums are computed once in a process (bitwise what the
+    unmemoised call gives, read-only); a rewritten artifact is another key, recomputed."""
+    m, w, ov, _ = model
+    texts = [RNG.integers(0, V, N_CTX) for _ in range(2)]
+    dec = layer0(tmp_path, w, texts)
+    st, _ = nr.build_setup(dec, w, ov, [2], 0, 1, 20)
+    path = tmp_path / "extended.h5"
+    nr.write_extended(st, nr.content_keys(dec), path, {"model": "planted"}, vocabulary=False)
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    memo = nr.weights_key({"hf_dir": str(tmp_path / "hf")}, "planted", {"dtype": "float32"})
+    assert memo == nr.weights_key({"hf_dir": str(tmp_path / "hf")}, "planted", {"dtype": "float32"})
+    monkeypatch.setattr(nr, "_MEMO", {})
+    calls = {"resid": 0, "bag": 0}
+    real_resid, real_bag = nr._layer0_residual, nr._bag_of_tokens
+
+    def count(name, f):
+        def wrapped(*a):
+            calls[name] += 1
+            return f(*a)
+        return wrapped
+
+    monkeypatch.setattr(nr, "_layer0_residual", count("resid", real_resid))
+    monkeypatch.setattr(nr, "_bag_of_tokens", count("bag", real_bag))
+    plain = nr.setup_from_artifact(path, dec, w, ov)
+    memoised = nr.setup_from_artifact(path, dec, w, ov, memo)
+    assert plain.memo is None and memoised.memo is not None
+    keys = nr.content_keys(dec)
+    for t in texts:
+        want_pre, want = nr.hook_pre(w, ov, t), nr.approximate(plain, keys, t, "exact")
+        for _ in range(2):
+            np.testing.assert_array_equal(nr.hook_pre(w, ov, t, memo), want_pre)
+            for ln2 in ("exact", "linear"):
+                got = nr.approximate(memoised, keys, t, ln2)
+                ref = nr.approximate(plain, keys, t, ln2)
+                for k in ("resid", "pre", "context"):
+                    np.testing.assert_array_equal(got[k], ref[k])
+        np.testing.assert_array_equal(got["resid"], want["resid"])
+        assert not got["resid"].flags.writeable
+    assert nr.ln2_scale_summary(w, ov, texts, memo) == nr.ln2_scale_summary(w, ov, texts)
+    n_resid, n_bag = calls["resid"], calls["bag"]
+    nr.hook_pre(w, ov, texts[0], memo), nr.approximate(memoised, keys, texts[0])
+    assert (calls["resid"], calls["bag"]) == (n_resid, n_bag)  # from the memo
+    assert sum(1 for k in nr._MEMO if k[0] == "layer0_residual") == len(texts)  # one per text
+    assert sum(1 for k in nr._MEMO if k[0] == "bag_of_tokens") == len(texts)
+    os.utime(path, ns=(1, 1))  # the artifact rewritten: another key
+    again = nr.setup_from_artifact(path, dec, w, ov, memo)
+    assert again.memo != memoised.memo
+    nr.approximate(again, keys, texts[0])
+    assert calls["bag"] == n_bag + 1
 
 
 def test_top_tokens_and_ranking():

@@ -402,11 +402,68 @@ def relative_layer0(model: Any, ln1: ml.Norm, name: str = "model", n_ctx: int | 
     return RelativeLayer0(relative_from_model(model, name, n_ctx), token_residuals(model), ln1)
 
 
+# --------------------------------------------------------------------------- per-text memo
+#: per process, the per-text arrays the neurons family's analyses each compute on the same
+#: texts of layer0.h5 (the exact layer-0 residual: the LN2 scale of C1 and the real
+#: pre-activations of C2; the bag-of-tokens sums: C2's contextual term and C3's approximation),
+#: computed once in a job that runs them in turn (:func:`memoised`); at most :data:`MEMO_MAX`
+_MEMO: dict[tuple, Any] = {}
+MEMO_MAX = 32
+
+
+def files_key(*paths: str | os.PathLike[str]) -> tuple:
+    """``(real path, mtime_ns, size)`` of each file (of each file in a folder): a memo key that
+    changes when a file is rewritten."""
+    out = []
+    for p in paths:
+        p = Path(p).resolve()
+        for f in sorted(p.iterdir()) if p.is_dir() else [p]:
+            st = f.stat()
+            out.append((str(f), st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
+def weights_key(manifest: dict[str, Any], name: str, entry: dict[str, Any] | None) -> tuple:
+    """The memo key of :func:`load_weights`' result for this model: its files and the entry
+    (device, dtype, processing, engine) it is loaded with; the same in every analysis of a job."""
+    return (name, json.dumps(entry or {}, sort_keys=True, default=str), files_key(manifest["hf_dir"]))
+
+
+def memoised(key: tuple | None, compute: Callable[[], Any]) -> Any:
+    """``compute()``, or (``key`` not None) its value stored under ``key`` by an earlier call in
+    this process; its arrays are made read-only (a caller that wrote to one would change it for
+    every later reader: it raises instead)."""
+    if key is None:
+        return compute()
+    if key not in _MEMO:
+        value = compute()
+        for a in value if isinstance(value, tuple) else (value,):
+            if isinstance(a, np.ndarray):
+                a.flags.writeable = False
+        while len(_MEMO) >= MEMO_MAX:
+            _MEMO.pop(next(iter(_MEMO)))
+        _MEMO[key] = value
+    return _MEMO[key]
+
+
+def text_key(memo: tuple | None, what: str, ids: np.ndarray) -> tuple | None:
+    """``memo`` (:func:`weights_key`, extended by :func:`setup_from_artifact`) for ``what`` of
+    text ``ids``; None (no memo) when ``memo`` is."""
+    return None if memo is None else (what, memo, np.asarray(ids, dtype=np.int64).tobytes())
+
+
 # --------------------------------------------------------------------------- exact layer 0
-def layer0_residual(w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, ids: np.ndarray) -> np.ndarray:
+def layer0_residual(w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, ids: np.ndarray,
+                    memo: tuple | None = None) -> np.ndarray:
     """The real residual the contextual neurons' MLP reads, of text ``ids [T]`` from position 0,
     in float64 from the weights ``[T, d]``: after layer-0 attention (``blocks.0.hook_resid_mid``),
-    plus layer 0's MLP output when that block is parallel (``blocks.1.hook_resid_pre``)."""
+    plus layer 0's MLP output when that block is parallel (``blocks.1.hook_resid_pre``).
+    ``memo`` (:func:`weights_key` of ``w, ov``): computed once per text in this process
+    (read-only)."""
+    return memoised(text_key(memo, "layer0_residual", ids), lambda: _layer0_residual(w, ov, ids))
+
+
+def _layer0_residual(w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, ids: np.ndarray) -> np.ndarray:
     ids = np.asarray(ids, dtype=np.int64)
     T = len(ids)
     pos = np.arange(T)
@@ -440,10 +497,11 @@ def mlp_residual(ov: Layer0OV, r: np.ndarray, x: np.ndarray, patterns: np.ndarra
     return r + ov.attention_output(x, patterns) + (ov.embed_mlp(r) if ov.embed_mlp is not None else 0.0)
 
 
-def hook_pre(w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, ids: np.ndarray) -> np.ndarray:
+def hook_pre(w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, ids: np.ndarray,
+             memo: tuple | None = None) -> np.ndarray:
     """The neurons' real pre-activation (``ov.hook``: ``blocks.0.mlp.hook_pre``, the gate's of a
-    gated MLP) of text ``ids`` from the weights ``[T, M]``."""
-    return ov.ln2(layer0_residual(w, ov, ids)) @ ov.W_in + ov.b_in
+    gated MLP) of text ``ids`` from the weights ``[T, M]`` (``memo``: :func:`layer0_residual`)."""
+    return ov.ln2(layer0_residual(w, ov, ids, memo)) @ ov.W_in + ov.b_in
 
 
 # --------------------------------------------------------------------------- inputs
@@ -685,6 +743,8 @@ class Setup:
     attn_scale: float
     n_ref: int
     s_a: float = 1.0
+    #: the memo key of this setup's per-text bag-of-tokens sums (:func:`setup_from_artifact`), or None
+    memo: tuple | None = None
 
     def out(self, a: np.ndarray) -> np.ndarray:
         """A part ``a [.., d]`` of layer 0's attention output as the residual receives it: through
@@ -722,10 +782,12 @@ class Setup:
         return self.ov.ln2_w[:, None] * self.ov.W_in / self.s2
 
 
-def ln2_scale_summary(w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, texts: Sequence[np.ndarray]) -> dict[str, Any]:
+def ln2_scale_summary(w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, texts: Sequence[np.ndarray],
+                      memo: tuple | None = None) -> dict[str, Any]:
     """``blocks.0.ln2.hook_scale`` over the positions ``≥ 1`` of ``texts`` (the real layer 0):
-    its median (the scale ``s₂`` of the linear LayerNorm 2) and 5th/95th percentiles."""
-    vals = np.concatenate([ov.ln2_scale(layer0_residual(w, ov, t))[1:] for t in texts if len(t) > 1])
+    its median (the scale ``s₂`` of the linear LayerNorm 2) and 5th/95th percentiles
+    (``memo``: :func:`layer0_residual`)."""
+    vals = np.concatenate([ov.ln2_scale(layer0_residual(w, ov, t, memo))[1:] for t in texts if len(t) > 1])
     if not len(vals):
         raise PosmechError("no text position to measure blocks.0.ln2.hook_scale on")
     q = np.quantile(vals, [0.05, 0.5, 0.95])
@@ -743,16 +805,17 @@ def attn_norm_scale_median(w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, t
 
 
 def build_setup(dec: cx.Layer0File, w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, heads: Sequence[int], calibration: int,
-                from_position: int, n_ref: int | None, ln2_scale: float | None = None) -> tuple[Setup, dict]:
+                from_position: int, n_ref: int | None, ln2_scale: float | None = None,
+                memo: tuple | None = None) -> tuple[Setup, dict]:
     """:class:`Setup` from ``layer0.h5`` (``dec``): ``Z̄`` on text ``calibration``, ``n* = n_ref``
     (None: the largest stored position), ``s₂`` measured on the stored texts unless given, and
     (Gemma 2) ``s_a`` measured on them (:func:`attn_norm_scale_median`; in the returned summary
-    as ``attn_out_scale``)."""
+    as ``attn_out_scale``). ``memo``: :func:`layer0_residual`."""
     P = dec.query.shape[1]
     n_ref = int(dec.positions[-1]) if n_ref is None else int(n_ref)
     if not 1 <= n_ref < P:
         raise PosmechError(f"config key `neurons.reference_position`: {n_ref} outside 1..{P - 1}")
-    ln2 = ln2_scale_summary(w, ov, list(dec.token_ids))
+    ln2 = ln2_scale_summary(w, ov, list(dec.token_ids), memo)
     s2 = float(ln2_scale) if ln2_scale is not None else ln2["median"]
     s_a = attn_norm_scale_median(w, ov, list(dec.token_ids)) if ov.attn_norm is not None else 1.0
     st = Setup(w, ov, sorted(int(h) for h in heads), calibration_denominators(dec, calibration, from_position),
@@ -872,12 +935,14 @@ def read_extended_attrs(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def setup_from_artifact(path: str | os.PathLike[str], dec: cx.Layer0File, w: cx.Layer0Weights | RelativeLayer0,
-                        ov: Layer0OV) -> Setup:
-    """The :class:`Setup` that wrote ``extended_tokens.h5`` (heads, ``Z̄``, ``s₂``, ``n*`` read back)."""
+                        ov: Layer0OV, memo: tuple | None = None) -> Setup:
+    """The :class:`Setup` that wrote ``extended_tokens.h5`` (heads, ``Z̄``, ``s₂``, ``n*`` read back).
+    ``memo`` (:func:`weights_key` of ``w, ov``): :func:`approximate`'s sums computed once per
+    text in this process, keyed also by this artifact and ``layer0.h5``."""
     a = read_extended_attrs(path)
     return Setup(w, ov, a["heads_index"], a["z_bar"], float(dec.attrs["ln_scale_used"]), float(a["ln2_scale"]),
                  dec.query, dec.positional_key, float(dec.attrs["attn_scale"]), int(a["reference_position"]),
-                 float(a.get("attn_out_scale", 1.0)))
+                 float(a.get("attn_out_scale", 1.0)), None if memo is None else (memo, files_key(path, dec.path)))
 
 
 def resolve_neurons(configured: Sequence[int], ranking: pd.DataFrame, n_auto: int, d_mlp: int,
@@ -894,8 +959,26 @@ def approximate(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], ids:
                 ln2: str = "linear") -> dict[str, np.ndarray]:
     """The bag-of-tokens approximation along text ``ids [T]`` (module docstring):
     ``resid [T, d]`` (``r̂``), ``pre [T, M]`` (``â``, LN2 ``linear`` or ``exact``),
-    ``context [T, M]`` (the contextual term ``t_j(n)``)."""
+    ``context [T, M]`` (the contextual term ``t_j(n)``). With ``st.memo`` the sums over heads
+    (``r̂`` and the contextual residual) are computed once per text in this process
+    (:func:`memoised`: C2's ranking and C3's fit read the same texts)."""
+    if ln2 not in ("exact", "linear"):
+        raise PosmechError(f"config key `neurons.ln2`: {ln2!r} is neither 'linear' nor 'exact'")
     ids = np.asarray(ids, dtype=np.int64)
+    r, ctx = memoised(text_key(st.memo, "bag_of_tokens", ids), lambda: _bag_of_tokens(st, content_key, ids))
+    ov = st.ov
+    if ln2 == "exact":
+        pre = ov.ln2(r) @ ov.W_in + ov.b_in
+    else:
+        pre = ov.ln2_linear(r, st.s2) @ ov.W_in + ov.b_in
+    context = ov.centre(ctx) @ st.win()
+    return {"resid": r, "pre": pre, "context": context}
+
+
+def _bag_of_tokens(st: Setup, content_key: Callable[[np.ndarray], np.ndarray],
+                   ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`approximate`'s sums over layer 0's heads: ``r̂ [T, d]`` and the contextual heads'
+    content part ``[T, d]``."""
     T = len(ids)
     pos = np.arange(T)
     w, ov = st.w, st.ov
@@ -914,14 +997,7 @@ def approximate(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], ids:
         content = weight @ cv
         ctx += content
         r = r + content + weight @ st.positional_values(h, T)
-    if ln2 == "exact":
-        pre = ov.ln2(r) @ ov.W_in + ov.b_in
-    elif ln2 == "linear":
-        pre = ov.ln2_linear(r, st.s2) @ ov.W_in + ov.b_in
-    else:
-        raise PosmechError(f"config key `neurons.ln2`: {ln2!r} is neither 'linear' nor 'exact'")
-    context = ov.centre(ctx) @ st.win()
-    return {"resid": r, "pre": pre, "context": context}
+    return r, ctx
 
 
 def fit_metrics(real: np.ndarray, approx: np.ndarray) -> dict[str, float]:
