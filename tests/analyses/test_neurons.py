@@ -293,6 +293,11 @@ def test_the_per_text_memo_returns_what_is_computed_once_and_notices_a_rewritten
     assert again.memo != memoised.memo
     nr.approximate(again, keys, texts[0])
     assert calls["bag"] == n_bag + 1
+    # a bounded memo: past MEMO_BYTES the oldest entries go (and are recomputed when asked again)
+    one = nr._MEMO[next(iter(nr._MEMO))]
+    monkeypatch.setattr(nr, "MEMO_BYTES", (one[0] if isinstance(one, tuple) else one).nbytes * 3)
+    nr.hook_pre(w, ov, RNG.integers(0, V, N_CTX), memo)
+    assert nr._memo_bytes() <= nr.MEMO_BYTES and len(nr._MEMO) <= 3
 
 
 def test_top_tokens_and_ranking():

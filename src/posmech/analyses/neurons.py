@@ -406,9 +406,10 @@ def relative_layer0(model: Any, ln1: ml.Norm, name: str = "model", n_ctx: int | 
 #: per process, the per-text arrays the neurons family's analyses each compute on the same
 #: texts of layer0.h5 (the exact layer-0 residual: the LN2 scale of C1 and the real
 #: pre-activations of C2; the bag-of-tokens sums: C2's contextual term and C3's approximation),
-#: computed once in a job that runs them in turn (:func:`memoised`); at most :data:`MEMO_MAX`
+#: computed once in a job that runs them in turn (:func:`memoised`); at most :data:`MEMO_BYTES`
+#: of arrays (gpt2's six texts of 1024 tokens: ~110 MB), the oldest dropped first (then recomputed)
 _MEMO: dict[tuple, Any] = {}
-MEMO_MAX = 32
+MEMO_BYTES = 512 * 2**20
 
 
 def files_key(*paths: str | os.PathLike[str]) -> tuple:
@@ -435,15 +436,23 @@ def memoised(key: tuple | None, compute: Callable[[], Any]) -> Any:
     every later reader: it raises instead)."""
     if key is None:
         return compute()
-    if key not in _MEMO:
-        value = compute()
-        for a in value if isinstance(value, tuple) else (value,):
-            if isinstance(a, np.ndarray):
-                a.flags.writeable = False
-        while len(_MEMO) >= MEMO_MAX:
-            _MEMO.pop(next(iter(_MEMO)))
+    if key in _MEMO:
+        return _MEMO[key]
+    value = compute()
+    arrays = [a for a in (value if isinstance(value, tuple) else (value,)) if isinstance(a, np.ndarray)]
+    for a in arrays:
+        a.flags.writeable = False
+    size = sum(a.nbytes for a in arrays)
+    while _MEMO and _memo_bytes() + size > MEMO_BYTES:
+        _MEMO.pop(next(iter(_MEMO)))
+    if size <= MEMO_BYTES:
         _MEMO[key] = value
-    return _MEMO[key]
+    return value
+
+
+def _memo_bytes() -> int:
+    return sum(a.nbytes for v in _MEMO.values() for a in (v if isinstance(v, tuple) else (v,))
+               if isinstance(a, np.ndarray))
 
 
 def text_key(memo: tuple | None, what: str, ids: np.ndarray) -> tuple | None:
