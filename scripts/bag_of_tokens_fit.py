@@ -25,7 +25,8 @@ def main(smk, log):
     w, ov, _ = nr.load_weights(man, model, tokenizer=False, entry=entry, model=bridge)
     dec = cx.read_decomposition(smk.input.h5)
     s = s.recorded(nr.read_extended_attrs(smk.input.extended)["neurons_config"])  # as extended_token_embeddings resolved it
-    st = nr.setup_from_artifact(smk.input.extended, dec, w, ov)
+    # per text, the bag-of-tokens sums computed once in this job (contextual_neurons computed them: nr.memoised)
+    st = nr.setup_from_artifact(smk.input.extended, dec, w, ov, nr.weights_key(man, model, entry))
     neurons = nr.resolve_neurons(s.neurons, read_table(smk.input.ranking), s.n_auto, ov.d_mlp, model)
     n0 = s.from_position
     df, traces = nr.fit_table(bridge, st, nr.content_keys(dec), dec, neurons, n0, s.ln2, model, log)

@@ -12,12 +12,14 @@ def main(smk, log):
     ext = geo.read_extended_artifact(smk.input.h5)
     first = geo.analysis_first(ext, s.first_position)
     layer = geo.helix_layer(ext, s.layer)
-    table = geo.angles_table(ext, model, first, s.k, s.min_gap)
-    meta = geo.table_meta(ext, first, k=s.k, min_gap=s.min_gap,
+    layers = geo.claimed_layers(ext, s.layer)  # a twin's null: the claim's layer only (config twins.claims_only)
+    table = geo.angles_table(ext, model, first, s.k, s.min_gap, layers)
+    meta = geo.table_meta(ext, first, k=s.k, min_gap=s.min_gap, layers_computed="every layer" if layers is None else layers,
                           method="scipy.linalg.subspace_angles on the top-k right-singular vectors (d_model space)")
     write_table(table, out.table, meta)
-    plots.angles(table, f"P11 {model}: canonical angles, top-{s.k} subspaces of W_pos vs extended",
-                 out.figure)
+    if layers is None:  # a twin's null draws no figure
+        plots.angles(table, f"P11 {model}: canonical angles, top-{s.k} subspaces of W_pos vs extended",
+                     out.figure)
     rows = geo.angles_scorecard(table, model, layer, out.table)
     write_table(scorecard_rows(rows), out.scorecard)
     if rows[0]["value"] is None:

@@ -4,6 +4,7 @@ layer-0 MLP neuron's token-contribution vector, stored in extended_tokens.h5 (do
 
 from posmech.analyses import contextual as cx
 from posmech.analyses import neurons as nr
+from posmech.core.null import only_claims
 from posmech.models.mlp_layouts import LayoutError
 from posmech.models.loading import read_manifest
 from posmech.pipeline.runner import run
@@ -36,19 +37,23 @@ def main(smk, log):
     cal = nr.calibration_index(dec, heads, s.calibration_text, s.from_position)
     text = dec.texts.iloc[cal]
     log.info("heads %s; calibration text %d (%s: %s)", heads, cal, text["corpus"], text["title"])
-    st, ln2 = nr.build_setup(dec, w, ov, heads, cal, s.from_position, s.reference_position, s.ln2_scale)
+    # memo: each text's exact layer-0 residual computed once in this job (contextual_neurons reads it too)
+    st, ln2 = nr.build_setup(dec, w, ov, heads, cal, s.from_position, s.reference_position, s.ln2_scale,
+                             memo=nr.weights_key(man, model, smk.params.entry))
     attrs = {"model": model, "model_source": man["source"], "resolved_revision": man["resolved_revision"],
              "destination_token": dec.attrs["destination_token"], "calibration_index": cal,
              "calibration_corpus": text["corpus"], "calibration_title": text["title"],
              "calibration_doc_index": int(text["doc_index"]), "from_position": s.from_position,
              "ln2_scale_source": "config" if s.ln2_scale is not None else "median", "ln2_scale_summary": ln2,
              "neurons_config": s.as_dict()}
+    vocabulary = not only_claims()  # a twin's null: no token's E' or TC, which no claim reads (twins.claims_only)
     info = nr.write_extended(st, nr.content_keys(dec), out.h5, attrs,
-                             progress=lambda i, n: log.info("token-contribution vectors: %d of %d tokens", i, n))
+                             progress=lambda i, n: log.info("token-contribution vectors: %d of %d tokens", i, n),
+                             vocabulary=vocabulary)
     if info["overflow"]:
         log.warning("a token contribution exceeds the float16 range (%g): stored as inf", info["max_abs"])
     card = nr.extended_scorecard(st, ln2, w.d_vocab, ov.d_model, ov.d_mlp, heads, s.from_position,
-                                 text["title"], model, out.h5)
+                                 text["title"], model, out.h5, vocabulary)
     write_table(scorecard_rows(card), out.scorecard)
 
 

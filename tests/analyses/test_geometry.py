@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import h5py
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -175,6 +176,37 @@ def test_pca_sparsity_and_tables_on_a_known_matrix(tmp_path):
     panels = geo.comparison_panels(ext, 0, 1)
     assert [p[0] for p in panels] == ["W_pos", "extended layer 1", "joint"]
     np.testing.assert_allclose(np.abs(panels[0][2]), np.abs(geo.helices(ext, 0)["W_pos"]), atol=FLOAT64_ABS)
+
+
+def test_a_twins_tables_hold_the_claims_layer_with_the_same_values(tmp_path):
+    """A twin's null (config twins.claims_only) decomposes only W_pos and the layer P10/P11's
+    claims read: those rows equal the full tables' exactly, and so do the claims' values."""
+    from posmech.core.null import claims_only
+
+    rng = np.random.default_rng(0)
+    n_layers, d = 3, 8
+    W_pos = rng.normal(size=(N_CTX, d))
+    M = rng.normal(size=(n_layers + 1, N_CTX, d)) * np.linspace(3.0, 0.1, d)  # clear spectral gaps
+    acc = geo.ExtendedAccumulator(n_layers + 1, N_CTX, d, first=0)
+    for layer in range(n_layers + 1):
+        acc.add(layer, M[layer][None])
+    acc.count = 1
+    path = tmp_path / "extended.h5"
+    tokens = np.array([3, 5, 9])
+    geo.write_extended(path, acc, W_pos, tokens, geo.site_names(n_layers), {})
+    ext = geo.read_extended_artifact(path)
+    assert geo.claimed_layers(ext, 1) is None
+    with claims_only():
+        layers = geo.claimed_layers(ext, 1)
+        assert layers == [1] and geo.claimed_layers(ext, 99) == [ext.n_layers]  # clipped as helix_layer
+    full, null = geo.pca_table(ext, "m", 0, 3), geo.pca_table(ext, "m", 0, 3, geo.all_pcas(ext, 0, 3, layers))
+    assert sorted(null["layer"].unique()) == [-1, 1]
+    pd.testing.assert_frame_equal(full[full["layer"].isin([-1, 1])].reset_index(drop=True), null)
+    assert geo.pca_scorecard(full, "m", 1, "w", "c") == geo.pca_scorecard(null, "m", 1, "w", "c")  # P1, P10
+    full, null = geo.angles_table(ext, "m", 0, 3), geo.angles_table(ext, "m", 0, 3, layers=layers)
+    assert set(null["layer"]) == {1}
+    pd.testing.assert_frame_equal(full[full["layer"] == 1].reset_index(drop=True), null)
+    assert geo.angles_scorecard(full, "m", 1, "a") == geo.angles_scorecard(null, "m", 1, "a")  # P11
 
 
 def test_tokens_exclude_specials_and_are_seeded():

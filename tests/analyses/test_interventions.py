@@ -280,6 +280,33 @@ def test_knockout_disrupts_a_later_head_only_if_it_reads_layer_0(tmp_path, two_p
             "no effect (prev-token mass +0.000): L1H0 does not rely on layer 0's attention to the previous position;")
 
 
+def test_a_twins_knockout_computes_only_the_claimed_conditions(tmp_path):
+    """A random-init twin's null (config ``twins.claims_only``) computes only the conditions P5's
+    claim reads (intact, knockout): the same rows as the full run's for them, the same
+    ``prev_token_mass_ratio_knocked``; the renormalised rows say they were not computed."""
+    relay = load_model({"hf_dir": str(hb.save_model_dir(relay_spec(), tmp_path / "relay")), "name": "relay"},
+                       device="cpu", engine="posmech")
+    full, _ = iv.prev_knockout(relay, [TOKENS, TOKENS[:8]], "L1H0", layers=[0], period=5, zoom=N)
+    only, zoom = iv.prev_knockout(relay, [TOKENS, TOKENS[:8]], "L1H0", layers=[0], period=5, zoom=N,
+                                  conditions=iv.CLAIMED_KNOCKOUT_CONDITIONS)
+    assert {r["condition"] for r in full} == set(iv.KNOCKOUT_CONDITIONS)
+    assert only == [r for r in full if r["condition"] in iv.CLAIMED_KNOCKOUT_CONDITIONS]
+    assert set(zoom.matrices) == set(iv.CLAIMED_KNOCKOUT_CONDITIONS)
+    params = {**head_columns("L1H0"), "layers": [0], "period": 5, "phase": 0}
+
+    def card(rows):
+        return {r["quantity"]: r for r in iv.knockout_scorecard(iv.tidy(rows, "P5", "m", params), "m", "f.png")}
+
+    a, b = card(full), card(only)
+    assert a.keys() == b.keys()
+    for q in ("prev_token_mass_ratio_knocked", "prev_token_mass_ratio", "prev_token_mass_intact"):
+        assert b[q] == a[q]
+    for q in ("prev_token_mass_ratio_renormalised", "prev_token_mass_knockout_renormalised"):
+        assert b[q]["value"] is None and "twins.claims_only" in b[q]["detail"]
+    with pytest.raises(PosmechError, match="conditions"):
+        iv.prev_knockout(relay, [TOKENS], "L1H0", layers=[0], period=5, conditions=("knockout",))
+
+
 def test_knockout_rows_say_what_this_run_knocked_out(tmp_path):
     """P5's row text is written from the run (issue 27): the head, the layers, the queries
     and the documents of this table, not the post's L4H11 / layers 0-3 / every 5th query."""

@@ -13,7 +13,9 @@ On a text of tokens 1–3 only, every Z(n) is exp C[1]: the approximation is exa
 from __future__ import annotations
 
 import math
+import os
 
+import h5py
 import numpy as np
 import pandas as pd
 import pytest
@@ -203,6 +205,99 @@ def test_artifact_stores_what_the_library_computes(model, tmp_path):
     np.testing.assert_allclose(got, tc[:, [J, 3]], rtol=2e-3, atol=1e-3 * np.abs(tc).max())
     attrs = nr.read_extended_attrs(path)
     assert attrs["heads"] == ["L0H2"] and attrs["reference_position"] == 20 and not info["overflow"]
+
+
+def test_a_twins_artifact_without_the_vocabulary_gives_the_same_c1_to_c3(model, tmp_path):
+    """A twin's null (config twins.claims_only) writes no token's E' or TC, which no claim
+    reads: the setup read back, and so C1's LN2 scale range, C2's ranking and C3's
+    approximation on the same texts, equal the full artifact's exactly."""
+    m, w, ov, _ = model
+    texts = [RNG.integers(0, V, N_CTX) for _ in range(3)]
+    dec = layer0(tmp_path, w, texts)
+    st, ln2 = nr.build_setup(dec, w, ov, [2], 0, 1, 20)
+    full, null = tmp_path / "full.h5", tmp_path / "null.h5"
+    nr.write_extended(st, nr.content_keys(dec), full, {"model": "planted"}, block=3)
+    info = nr.write_extended(st, nr.content_keys(dec), null, {"model": "planted"}, vocabulary=False)
+    assert not info["overflow"]
+    with h5py.File(null) as f:
+        assert "contributions" not in f and "extended_embeddings" not in f
+    assert nr.read_extended_attrs(null)["vocabulary"] == nr.NO_VOCABULARY
+    assert nr.read_extended_attrs(full)["vocabulary"] == "every token"
+    a, b = nr.setup_from_artifact(full, dec, w, ov), nr.setup_from_artifact(null, dec, w, ov)
+    np.testing.assert_array_equal(a.z_bar, b.z_bar)
+    assert (a.heads, a.s, a.s2, a.n_ref, a.s_a) == (b.heads, b.s, b.s2, b.n_ref, b.s_a)
+    keys = nr.content_keys(dec)
+    real = [nr.hook_pre(w, ov, t) for t in texts]
+    got = {}
+    for name, s in (("full", a), ("null", b)):
+        approx = [nr.approximate(s, keys, t) for t in texts]
+        got[name] = (nr.neuron_ranking(real, [x["context"] for x in approx], "m", 1),
+                     [x["pre"] for x in approx])
+    pd.testing.assert_frame_equal(got["full"][0], got["null"][0])  # C2
+    for x, y in zip(got["full"][1], got["null"][1]):  # C3's approximation
+        np.testing.assert_array_equal(x, y)
+    c1 = {v: nr.extended_scorecard(st, ln2, V, 256, ov.d_mlp, [2], 1, "t", "m", "x.h5", v) for v in (True, False)}
+    assert c1[True][1] == c1[False][1]  # C1's claim row, ln2_scale_range
+    assert c1[False][0]["value"] == "not computed" and nr.NO_VOCABULARY in c1[False][0]["detail"]
+
+
+def test_the_per_text_memo_returns_what_is_computed_once_and_notices_a_rewritten_file(model, tmp_path, monkeypatch):
+    """The neurons family's analyses read the same texts: with a memo key each text's exact
+    layer-0 residual and bag-of-tokens sums are computed once in a process (bitwise what the
+    unmemoised call gives, read-only); a rewritten artifact is another key, recomputed."""
+    m, w, ov, _ = model
+    texts = [RNG.integers(0, V, N_CTX) for _ in range(2)]
+    dec = layer0(tmp_path, w, texts)
+    st, _ = nr.build_setup(dec, w, ov, [2], 0, 1, 20)
+    path = tmp_path / "extended.h5"
+    nr.write_extended(st, nr.content_keys(dec), path, {"model": "planted"}, vocabulary=False)
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    memo = nr.weights_key({"hf_dir": str(tmp_path / "hf")}, "planted", {"dtype": "float32"})
+    assert memo == nr.weights_key({"hf_dir": str(tmp_path / "hf")}, "planted", {"dtype": "float32"})
+    monkeypatch.setattr(nr, "_MEMO", {})
+    calls = {"resid": 0, "bag": 0}
+    real_resid, real_bag = nr._layer0_residual, nr._bag_of_tokens
+
+    def count(name, f):
+        def wrapped(*a):
+            calls[name] += 1
+            return f(*a)
+        return wrapped
+
+    monkeypatch.setattr(nr, "_layer0_residual", count("resid", real_resid))
+    monkeypatch.setattr(nr, "_bag_of_tokens", count("bag", real_bag))
+    plain = nr.setup_from_artifact(path, dec, w, ov)
+    memoised = nr.setup_from_artifact(path, dec, w, ov, memo)
+    assert plain.memo is None and memoised.memo is not None
+    keys = nr.content_keys(dec)
+    for t in texts:
+        want_pre, want = nr.hook_pre(w, ov, t), nr.approximate(plain, keys, t, "exact")
+        for _ in range(2):
+            np.testing.assert_array_equal(nr.hook_pre(w, ov, t, memo), want_pre)
+            for ln2 in ("exact", "linear"):
+                got = nr.approximate(memoised, keys, t, ln2)
+                ref = nr.approximate(plain, keys, t, ln2)
+                for k in ("resid", "pre", "context"):
+                    np.testing.assert_array_equal(got[k], ref[k])
+        np.testing.assert_array_equal(got["resid"], want["resid"])
+        assert not got["resid"].flags.writeable
+    assert nr.ln2_scale_summary(w, ov, texts, memo) == nr.ln2_scale_summary(w, ov, texts)
+    n_resid, n_bag = calls["resid"], calls["bag"]
+    nr.hook_pre(w, ov, texts[0], memo), nr.approximate(memoised, keys, texts[0])
+    assert (calls["resid"], calls["bag"]) == (n_resid, n_bag)  # from the memo
+    assert sum(1 for k in nr._MEMO if k[0] == "layer0_residual") == len(texts)  # one per text
+    assert sum(1 for k in nr._MEMO if k[0] == "bag_of_tokens") == len(texts)
+    os.utime(path, ns=(1, 1))  # the artifact rewritten: another key
+    again = nr.setup_from_artifact(path, dec, w, ov, memo)
+    assert again.memo != memoised.memo
+    nr.approximate(again, keys, texts[0])
+    assert calls["bag"] == n_bag + 1
+    # a bounded memo: past MEMO_BYTES the oldest entries go (and are recomputed when asked again)
+    one = nr._MEMO[next(iter(nr._MEMO))]
+    monkeypatch.setattr(nr, "MEMO_BYTES", (one[0] if isinstance(one, tuple) else one).nbytes * 3)
+    nr.hook_pre(w, ov, RNG.integers(0, V, N_CTX), memo)
+    assert nr._memo_bytes() <= nr.MEMO_BYTES and len(nr._MEMO) <= 3
 
 
 def test_top_tokens_and_ranking():

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -414,13 +415,27 @@ def analysis_first(ext: Extended, first_position: int | None) -> int:
     return f
 
 
-def all_pcas(ext: Extended, first: int, k: int) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+def all_pcas(ext: Extended, first: int, k: int,
+             layers: Sequence[int] | None = None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """``{layer: (components [k, d], explained_variance_ratio [k])}`` of the centred
-    matrices; layer ``-1`` is ``W_pos``.  One decomposition per matrix."""
+    matrices; layer ``-1`` is ``W_pos``.  One decomposition per matrix.  ``layers``: the
+    extended embeddings' layers to decompose (None: every one; W_pos always), e.g. only the
+    layer P10 reads in a twin's null (:func:`claimed_layers`)."""
     out = {-1: pca(centre(ext.W_pos, first), k)[:2]}
-    for i in range(ext.n_layers + 1):
+    for i in range(ext.n_layers + 1) if layers is None else layers:
         out[i] = pca(centre(ext.extended[i], first), k)[:2]
     return out
+
+
+def claimed_layers(ext: Extended, layer: int) -> list[int] | None:
+    """The extended embeddings' layers the P1/P10/P11 tables hold: every one, or, when the
+    running analyses compute only what their claims read (a random-init twin's null,
+    :func:`posmech.core.null.only_claims`, config ``twins.claims_only``), only ``layer``,
+    the one P10's and P11's claims read (:func:`helix_layer`; P1 reads W_pos, always there).
+    None: every layer."""
+    from posmech.core.null import only_claims
+
+    return [helix_layer(ext, layer)] if only_claims() else None
 
 
 def pca_table(ext: Extended, model: str, first: int, k: int,
@@ -442,16 +457,18 @@ def pca_table(ext: Extended, model: str, first: int, k: int,
     return pd.DataFrame(rows)
 
 
-def angles_table(ext: Extended, model: str, first: int, k: int, min_gap: float = MIN_GAP) -> pd.DataFrame:
+def angles_table(ext: Extended, model: str, first: int, k: int, min_gap: float = MIN_GAP,
+                 layers: Sequence[int] | None = None) -> pd.DataFrame:
     """Canonical angles between the top-``k`` right-singular subspaces of centred
-    ``W_pos`` and of each layer's extended embeddings: one row per (layer, angle).
+    ``W_pos`` and of each layer's extended embeddings: one row per (layer, angle);
+    ``layers``: those layers only (None: every one; :func:`claimed_layers`).
 
     Columns ``gap_W_pos``/``gap_extended`` are the relative spectral gaps at ``k``
     (:func:`gap_of`); when either is below ``min_gap`` the layer's angles are NaN,
     ``defined`` is false and ``undefined_reason`` says why (also logged as a warning)."""
     sw, Vw = right_singular(centre(ext.W_pos, first))
     rows = []
-    for i in range(ext.n_layers + 1):
+    for i in range(ext.n_layers + 1) if layers is None else layers:
         sx, Vx = right_singular(centre(ext.extended[i], first))
         reason = undefined_reason({"W_pos": sw, f"the extended embeddings at {ext.sites[i]}": sx}, k, min_gap)
         if reason:

@@ -276,16 +276,28 @@ def _mass_rows(mass: np.ndarray, sets: dict[str, np.ndarray]) -> list[dict[str, 
     return out
 
 
+KNOCKOUT_CONDITIONS = ("intact", "knockout", "knockout_renormalised")
+#: the conditions P5's claim reads (``prev_token_mass_ratio_knocked``, :func:`knockout_scorecard`):
+#: all a random-init twin's null computes (:func:`posmech.core.null.only_claims`; config
+#: ``twins.claims_only``)
+CLAIMED_KNOCKOUT_CONDITIONS = ("intact", "knockout")
+
+
 def prev_knockout(
     bridge: Any, docs: Iterable[np.ndarray], sharp: str, layers: Sequence[int], period: int, phase: int = 0,
-    zoom: int = 50, zoom_start: int = 0,
+    zoom: int = 50, zoom_start: int = 0, conditions: Sequence[str] = KNOCKOUT_CONDITIONS,
 ) -> tuple[list[dict[str, Any]], Zoom]:
     """P5: knock out attention to the previous position at queries ``q % period == phase``
     in every head of ``layers``; measure ``sharp``'s previous-token mass.
 
-    Rows: one per (document, condition ∈ {intact, knockout, knockout_renormalised},
-    query_set ∈ {all, knocked, other}) with ``document, condition, query_set, n_queries,
-    prev_mass``.  The zoom shows the first document's window for every condition."""
+    Rows: one per (document, condition ∈ ``conditions`` (default every one: intact, knockout,
+    knockout_renormalised), query_set ∈ {all, knocked, other}) with ``document, condition,
+    query_set, n_queries, prev_mass``; one forward pass per document and condition.  The zoom
+    shows the first document's window for every condition."""
+    unknown = sorted(set(conditions) - set(KNOCKOUT_CONDITIONS))
+    if unknown or "intact" not in conditions:
+        raise PosmechError(f"prev_knockout: conditions {list(conditions)} must include 'intact' and be among "
+                           f"{list(KNOCKOUT_CONDITIONS)} (workflow bug)")
     lh = check_head(bridge, sharp)
     for layer in layers:
         if not 0 <= int(layer) < bridge.cfg.n_layers:
@@ -293,12 +305,13 @@ def prev_knockout(
     rows: list[dict[str, Any]] = []
     z = Zoom(sharp, zoom_start)
 
-    def conditions(T: int) -> dict[str, list[Hook]]:
+    def hooks(T: int) -> dict[str, list[Hook]]:
         ko = knockout_rows(T, period, phase)
-        return {"intact": [], "knockout": knockout_hooks(layers, ko, renormalise=False),
-                "knockout_renormalised": knockout_hooks(layers, ko, renormalise=True)}
+        every = {"intact": lambda: [], "knockout": lambda: knockout_hooks(layers, ko, renormalise=False),
+                 "knockout_renormalised": lambda: knockout_hooks(layers, ko, renormalise=True)}
+        return {c: every[c]() for c in KNOCKOUT_CONDITIONS if c in conditions}
 
-    for j, doc, by_condition in hooked_passes(bridge, list(docs), conditions, [lh]):
+    for j, doc, by_condition in hooked_passes(bridge, list(docs), hooks, [lh]):
         T = len(doc)
         ko = knockout_rows(T, period, phase)
         sets = {"all": np.arange(T) >= 1, "knocked": ko, "other": (np.arange(T) >= 1) & ~ko}
@@ -639,9 +652,14 @@ def knockout_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any
     m = pooled(df, ["condition", "query_set"])
     head = df["head_name"].iloc[0]
     docs = f"{df['document'].nunique()} document(s)" if "document" in df else "the documents"
-    rows = [{"claim": "P5", "model": model, "quantity": f"prev_token_mass_{c}", "value": float(m[(c, "all")]),
-             "detail": f"{head}, all queries >= 1 of {docs}", "artifact": artifact}
-            for c in ("intact", "knockout", "knockout_renormalised")]
+    computed = set(df["condition"])
+    # a twin's null computes only the conditions P5's claim reads (config twins.claims_only): the others' rows say so
+    skipped = ("not computed: a random-init twin's null computes only the conditions P5's claim reads "
+               f"({', '.join(CLAIMED_KNOCKOUT_CONDITIONS)}; config twins.claims_only)")
+    rows = [{"claim": "P5", "model": model, "quantity": f"prev_token_mass_{c}",
+             **({"value": float(m[(c, "all")]), "detail": f"{head}, all queries >= 1 of {docs}"} if c in computed
+                else {"value": None, "detail": skipped}), "artifact": artifact}
+            for c in KNOCKOUT_CONDITIONS]
     layers = df["layers"].iloc[0]
     if layers is None or (isinstance(layers, float) and np.isnan(layers)) or str(layers) == "":
         why = (f"nothing to knock out: the sharp head {head} is in layer 0, so no earlier layer can carry "
@@ -652,6 +670,10 @@ def knockout_scorecard(df: Any, model: str, artifact: str) -> list[dict[str, Any
     knocked = [int(x) for x in str(layers).split(";")]
     where = f"{layers_words(knocked)}, {queries_words(int(df['period'].iloc[0]), int(df['phase'].iloc[0]))}"
     for c, q in (("knockout", "prev_token_mass_ratio"), ("knockout_renormalised", "prev_token_mass_ratio_renormalised")):
+        if c not in computed:
+            rows.append({"claim": "P5", "model": model, "quantity": q, "value": None, "detail": skipped,
+                         "artifact": artifact})
+            continue
         verdict = knockout_verdict(float(m[("intact", "all")]), float(m[(c, "all")]), head, knocked)
         rows.append({"claim": "P5", "model": model, "quantity": q, "value": float(m[(c, "all")] / m[("intact", "all")]),
                      "detail": (f"{verdict}; " if verdict else "") + f"{head}: {c} / intact, all queries of {docs}; "

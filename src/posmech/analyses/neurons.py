@@ -402,11 +402,77 @@ def relative_layer0(model: Any, ln1: ml.Norm, name: str = "model", n_ctx: int | 
     return RelativeLayer0(relative_from_model(model, name, n_ctx), token_residuals(model), ln1)
 
 
+# --------------------------------------------------------------------------- per-text memo
+#: per process, the per-text arrays the neurons family's analyses each compute on the same
+#: texts of layer0.h5 (the exact layer-0 residual: the LN2 scale of C1 and the real
+#: pre-activations of C2; the bag-of-tokens sums: C2's contextual term and C3's approximation),
+#: computed once in a job that runs them in turn (:func:`memoised`); at most :data:`MEMO_BYTES`
+#: of arrays (gpt2's six texts of 1024 tokens: ~110 MB), the oldest dropped first (then recomputed)
+_MEMO: dict[tuple, Any] = {}
+MEMO_BYTES = 512 * 2**20
+
+
+def files_key(*paths: str | os.PathLike[str]) -> tuple:
+    """``(real path, mtime_ns, size)`` of each file (of each file in a folder): a memo key that
+    changes when a file is rewritten."""
+    out = []
+    for p in paths:
+        p = Path(p).resolve()
+        for f in sorted(p.iterdir()) if p.is_dir() else [p]:
+            st = f.stat()
+            out.append((str(f), st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
+def weights_key(manifest: dict[str, Any], name: str, entry: dict[str, Any] | None) -> tuple:
+    """The memo key of :func:`load_weights`' result for this model: its files and the entry
+    (device, dtype, processing, engine) it is loaded with; the same in every analysis of a job."""
+    return (name, json.dumps(entry or {}, sort_keys=True, default=str), files_key(manifest["hf_dir"]))
+
+
+def memoised(key: tuple | None, compute: Callable[[], Any]) -> Any:
+    """``compute()``, or (``key`` not None) its value stored under ``key`` by an earlier call in
+    this process; its arrays are made read-only (a caller that wrote to one would change it for
+    every later reader: it raises instead)."""
+    if key is None:
+        return compute()
+    if key in _MEMO:
+        return _MEMO[key]
+    value = compute()
+    arrays = [a for a in (value if isinstance(value, tuple) else (value,)) if isinstance(a, np.ndarray)]
+    for a in arrays:
+        a.flags.writeable = False
+    size = sum(a.nbytes for a in arrays)
+    while _MEMO and _memo_bytes() + size > MEMO_BYTES:
+        _MEMO.pop(next(iter(_MEMO)))
+    if size <= MEMO_BYTES:
+        _MEMO[key] = value
+    return value
+
+
+def _memo_bytes() -> int:
+    return sum(a.nbytes for v in _MEMO.values() for a in (v if isinstance(v, tuple) else (v,))
+               if isinstance(a, np.ndarray))
+
+
+def text_key(memo: tuple | None, what: str, ids: np.ndarray) -> tuple | None:
+    """``memo`` (:func:`weights_key`, extended by :func:`setup_from_artifact`) for ``what`` of
+    text ``ids``; None (no memo) when ``memo`` is."""
+    return None if memo is None else (what, memo, np.asarray(ids, dtype=np.int64).tobytes())
+
+
 # --------------------------------------------------------------------------- exact layer 0
-def layer0_residual(w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, ids: np.ndarray) -> np.ndarray:
+def layer0_residual(w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, ids: np.ndarray,
+                    memo: tuple | None = None) -> np.ndarray:
     """The real residual the contextual neurons' MLP reads, of text ``ids [T]`` from position 0,
     in float64 from the weights ``[T, d]``: after layer-0 attention (``blocks.0.hook_resid_mid``),
-    plus layer 0's MLP output when that block is parallel (``blocks.1.hook_resid_pre``)."""
+    plus layer 0's MLP output when that block is parallel (``blocks.1.hook_resid_pre``).
+    ``memo`` (:func:`weights_key` of ``w, ov``): computed once per text in this process
+    (read-only)."""
+    return memoised(text_key(memo, "layer0_residual", ids), lambda: _layer0_residual(w, ov, ids))
+
+
+def _layer0_residual(w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, ids: np.ndarray) -> np.ndarray:
     ids = np.asarray(ids, dtype=np.int64)
     T = len(ids)
     pos = np.arange(T)
@@ -440,10 +506,11 @@ def mlp_residual(ov: Layer0OV, r: np.ndarray, x: np.ndarray, patterns: np.ndarra
     return r + ov.attention_output(x, patterns) + (ov.embed_mlp(r) if ov.embed_mlp is not None else 0.0)
 
 
-def hook_pre(w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, ids: np.ndarray) -> np.ndarray:
+def hook_pre(w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, ids: np.ndarray,
+             memo: tuple | None = None) -> np.ndarray:
     """The neurons' real pre-activation (``ov.hook``: ``blocks.0.mlp.hook_pre``, the gate's of a
-    gated MLP) of text ``ids`` from the weights ``[T, M]``."""
-    return ov.ln2(layer0_residual(w, ov, ids)) @ ov.W_in + ov.b_in
+    gated MLP) of text ``ids`` from the weights ``[T, M]`` (``memo``: :func:`layer0_residual`)."""
+    return ov.ln2(layer0_residual(w, ov, ids, memo)) @ ov.W_in + ov.b_in
 
 
 # --------------------------------------------------------------------------- inputs
@@ -521,7 +588,7 @@ POST_NEURONS = (300, 1621, 1710)  # the post's C2 neurons (gpt2)
 
 def extended_scorecard(st: Setup, ln2: dict[str, Any], d_vocab: int, d_model: int, d_mlp: int,
                        heads: Sequence[int], from_position: int, title: str, model: str,
-                       artifact: str) -> list[dict[str, Any]]:
+                       artifact: str, vocabulary: bool = True) -> list[dict[str, Any]]:
     """C1's scorecard rows for the stored extended embeddings (rule extended_token_embeddings).
 
     * ``extended_embeddings`` — the word ``stored``; its detail names the shapes of ``E'``
@@ -530,12 +597,16 @@ def extended_scorecard(st: Setup, ln2: dict[str, Any], d_vocab: int, d_model: in
       calibration text ``title``);
     * ``ln2_scale_range`` — the 5th and 95th percentiles of ``blocks.0.ln2.hook_scale`` over
       the stored texts' positions (``ln2``: :func:`ln2_scale_summary`); the detail gives the
-      scale ``s₂`` at which LayerNorm 2 is treated as linear."""
+      scale ``s₂`` at which LayerNorm 2 is treated as linear.
+
+    ``vocabulary`` false (a twin's null, :func:`write_extended`): ``extended_embeddings`` is
+    the words ``not computed`` and its detail says why (:data:`NO_VOCABULARY`)."""
     names = [head_name(0, h) for h in heads]
     z = {head_name(0, h): round(float(st.z_bar[h]), 4) for h in heads}
-    rows = [{"claim": "C1", "quantity": "extended_embeddings", "value": "stored",
-             "detail": f"E' [{d_vocab} x {d_model}] through heads {names} (Z̄ {z}, median over n >= "
-             f"{from_position} of {title!r}); token contributions [{d_vocab} x {d_mlp}] float16",
+    setup = f"through heads {names} (Z̄ {z}, median over n >= {from_position} of {title!r})"
+    rows = [{"claim": "C1", "quantity": "extended_embeddings", "value": "stored" if vocabulary else "not computed",
+             "detail": f"E' [{d_vocab} x {d_model}] {setup}; token contributions [{d_vocab} x {d_mlp}] float16"
+             if vocabulary else f"E' and token contributions {NO_VOCABULARY}; setup {setup}",
              "artifact": artifact},
             {"claim": "C1", "quantity": "ln2_scale_range", "value": [round(ln2["p05"], 4), round(ln2["p95"], 4)],
              "detail": f"5th and 95th percentiles of blocks.{st.ov.layer}.ln2.hook_scale (the norm in front of the "
@@ -545,7 +616,7 @@ def extended_scorecard(st: Setup, ln2: dict[str, Any], d_vocab: int, d_model: in
 
 
 def contextual_scorecard(df: pd.DataFrame, ranking: pd.DataFrame, neurons: Sequence[int], model: str,
-                         table: str, ranking_path: str) -> list[dict[str, Any]]:
+                         table: str, ranking_path: str, vocabulary: bool = True) -> list[dict[str, Any]]:
     """C2's scorecard rows from the top/bottom tokens ``df`` (:func:`top_tokens`) and the
     neuron ``ranking`` (:func:`neuron_ranking`).
 
@@ -555,11 +626,15 @@ def contextual_scorecard(df: pd.DataFrame, ranking: pd.DataFrame, neurons: Seque
       contextual term explains best, best first (the detail gives each fraction explained);
     * ``best_explained_variance`` — :func:`best_explained_row`;
     * ``post_neurons_rank_percent`` (only when the model has neurons 300, 1621 and 1710, the
-      post's) — the largest of their ranks by explained variance, in percent of all neurons."""
-    rows = [{"claim": "C2", "quantity": "top_tokens", "value": "table",
-             "detail": "; ".join(f"{j}: +{df[(df.neuron == j) & (df.side == 'top')]['token'].head(5).tolist()} "
-                                 f"-{df[(df.neuron == j) & (df.side == 'bottom')]['token'].head(5).tolist()}"
-                                 for j in neurons), "artifact": table},
+      post's) — the largest of their ranks by explained variance, in percent of all neurons.
+
+    ``vocabulary`` false (a twin's null: no token contribution computed, :func:`write_extended`):
+    ``top_tokens`` is the words ``not computed`` and its detail says why."""
+    tops = ("; ".join(f"{j}: +{df[(df.neuron == j) & (df.side == 'top')]['token'].head(5).tolist()} "
+                      f"-{df[(df.neuron == j) & (df.side == 'bottom')]['token'].head(5).tolist()}" for j in neurons)
+            if vocabulary else f"the token contributions are {NO_VOCABULARY}")
+    rows = [{"claim": "C2", "quantity": "top_tokens", "value": "table" if vocabulary else "not computed",
+             "detail": tops, "artifact": table},
             {"claim": "C2", "quantity": "best_explained_neurons", "value": [int(j) for j in ranking["neuron"][:5]],
              "detail": "explained " + ", ".join(f"{e:.2f}" for e in ranking["explained"][:5]),
              "artifact": ranking_path},
@@ -677,6 +752,8 @@ class Setup:
     attn_scale: float
     n_ref: int
     s_a: float = 1.0
+    #: the memo key of this setup's per-text bag-of-tokens sums (:func:`setup_from_artifact`), or None
+    memo: tuple | None = None
 
     def out(self, a: np.ndarray) -> np.ndarray:
         """A part ``a [.., d]`` of layer 0's attention output as the residual receives it: through
@@ -714,10 +791,12 @@ class Setup:
         return self.ov.ln2_w[:, None] * self.ov.W_in / self.s2
 
 
-def ln2_scale_summary(w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, texts: Sequence[np.ndarray]) -> dict[str, Any]:
+def ln2_scale_summary(w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, texts: Sequence[np.ndarray],
+                      memo: tuple | None = None) -> dict[str, Any]:
     """``blocks.0.ln2.hook_scale`` over the positions ``≥ 1`` of ``texts`` (the real layer 0):
-    its median (the scale ``s₂`` of the linear LayerNorm 2) and 5th/95th percentiles."""
-    vals = np.concatenate([ov.ln2_scale(layer0_residual(w, ov, t))[1:] for t in texts if len(t) > 1])
+    its median (the scale ``s₂`` of the linear LayerNorm 2) and 5th/95th percentiles
+    (``memo``: :func:`layer0_residual`)."""
+    vals = np.concatenate([ov.ln2_scale(layer0_residual(w, ov, t, memo))[1:] for t in texts if len(t) > 1])
     if not len(vals):
         raise PosmechError("no text position to measure blocks.0.ln2.hook_scale on")
     q = np.quantile(vals, [0.05, 0.5, 0.95])
@@ -735,16 +814,17 @@ def attn_norm_scale_median(w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, t
 
 
 def build_setup(dec: cx.Layer0File, w: cx.Layer0Weights | RelativeLayer0, ov: Layer0OV, heads: Sequence[int], calibration: int,
-                from_position: int, n_ref: int | None, ln2_scale: float | None = None) -> tuple[Setup, dict]:
+                from_position: int, n_ref: int | None, ln2_scale: float | None = None,
+                memo: tuple | None = None) -> tuple[Setup, dict]:
     """:class:`Setup` from ``layer0.h5`` (``dec``): ``Z̄`` on text ``calibration``, ``n* = n_ref``
     (None: the largest stored position), ``s₂`` measured on the stored texts unless given, and
     (Gemma 2) ``s_a`` measured on them (:func:`attn_norm_scale_median`; in the returned summary
-    as ``attn_out_scale``)."""
+    as ``attn_out_scale``). ``memo``: :func:`layer0_residual`."""
     P = dec.query.shape[1]
     n_ref = int(dec.positions[-1]) if n_ref is None else int(n_ref)
     if not 1 <= n_ref < P:
         raise PosmechError(f"config key `neurons.reference_position`: {n_ref} outside 1..{P - 1}")
-    ln2 = ln2_scale_summary(w, ov, list(dec.token_ids))
+    ln2 = ln2_scale_summary(w, ov, list(dec.token_ids), memo)
     s2 = float(ln2_scale) if ln2_scale is not None else ln2["median"]
     s_a = attn_norm_scale_median(w, ov, list(dec.token_ids)) if ov.attn_norm is not None else 1.0
     st = Setup(w, ov, sorted(int(h) for h in heads), calibration_denominators(dec, calibration, from_position),
@@ -780,24 +860,43 @@ def token_contributions(E: np.ndarray, win: np.ndarray, rms: bool = False) -> np
     return E.astype(np.float32) @ win.astype(np.float32, copy=False)
 
 
+#: why a twin's null computes no token's extended embedding (config ``twins.claims_only``)
+NO_VOCABULARY = ("not computed: a random-init twin's null computes only what its claims read (config "
+                 "twins.claims_only); C1's claim reads the LN2 scale over the texts, C2's and C3's the texts' "
+                 "bag of tokens, none the vocabulary's extended embeddings or token contributions")
+
+
 def write_extended(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], path: str | os.PathLike[str],
-                   attrs: dict[str, Any], block: int = 4096, progress: Any = None) -> dict[str, Any]:
+                   attrs: dict[str, Any], block: int = 4096, progress: Any = None,
+                   vocabulary: bool = True) -> dict[str, Any]:
     """Rule ``extended_token_embeddings``: ``E'`` (float32) and ``TC`` (float16, chunked
     ``[≤4096 tokens, ≤64 neurons]``) of every token, in blocks of ``block`` tokens (memory
-    ``~block·(d + M)`` floats), plus per neuron the largest |TC| and its float32 norm."""
+    ``~block·(d + M)`` floats), plus per neuron the largest |TC| and its float32 norm.
+    ``vocabulary`` false (a twin's null, :func:`posmech.core.null.only_claims`): the setup
+    alone (``z_bar``, ``heads``, ``positional_pattern``, the scales), no token's ``E'`` or
+    ``TC`` (no claim reads them: :data:`NO_VOCABULARY`, the attribute ``vocabulary``)."""
     from posmech.store.hdf5 import artifact_writer, describe
 
     V, d, M = st.w.d_vocab, st.ov.d_model, st.ov.d_mlp
     win = st.win().astype(np.float32)
     meta = {**attrs, "heads": [head_name(0, h) for h in st.heads], "reference_position": st.n_ref,
             "ln1_scale": st.s, "ln2_scale": st.s2, "attn_out_scale": st.s_a, "d_vocab": V, "d_model": d, "d_mlp": M,
-            "contributions_dtype": "float16"}
+            "contributions_dtype": "float16", "vocabulary": "every token" if vocabulary else NO_VOCABULARY}
     norm2 = np.zeros(M)
     amax = np.zeros(M)
     with artifact_writer(path, KIND, RULE, meta) as f:
         f.create_dataset("z_bar", data=st.z_bar)
         f.create_dataset("heads", data=np.array(st.heads, dtype=np.int64))
         f.create_dataset("positional_pattern", data=np.stack([st.patterns(h, st.n_ref + 1)[-1] for h in st.heads]))
+        setup_doc = {
+            "z_bar": "[H] calibration denominator of every layer-0 head: median over positions n >= from_position "
+                     "of Z_h(n) on the calibration text (only `heads` are used)",
+            "heads": "[Hc] indices of the layer-0 heads whose bag of tokens is modelled",
+            "positional_pattern": "[Hc, n*+1] positional pattern p_h(n*, i) of the fixed destination token",
+        }
+        if not vocabulary:  # a twin's null: the setup alone
+            describe(f, setup_doc)
+            return {"max_abs": 0.0, "overflow": False}
         ext = f.create_dataset("extended_embeddings", shape=(V, d), dtype="float32", chunks=(min(V, 4096), d))
         tc = f.create_dataset("contributions", shape=(V, M), dtype="float16",
                               chunks=(min(V, 4096), min(M, 64)))
@@ -814,10 +913,7 @@ def write_extended(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], p
         f.create_dataset("contribution_norm", data=np.sqrt(norm2))
         f.create_dataset("contribution_absmax", data=amax)
         describe(f, {
-            "z_bar": "[H] calibration denominator of every layer-0 head: median over positions n >= from_position "
-                     "of Z_h(n) on the calibration text (only `heads` are used)",
-            "heads": "[Hc] indices of the layer-0 heads whose bag of tokens is modelled",
-            "positional_pattern": "[Hc, n*+1] positional pattern p_h(n*, i) of the fixed destination token",
+            **setup_doc,
             "extended_embeddings": "[V, d_model] extended embedding E'(x) = sum over heads of exp(kappa_h(n*, x)) / "
                                    "Z_bar_h * cv_h(x), residual units before LayerNorm 2",
             "contributions": "[V, d_mlp] float16 token-contribution vectors TC_j(x) = (gamma2 * centred E'(x) / s2) "
@@ -848,12 +944,14 @@ def read_extended_attrs(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def setup_from_artifact(path: str | os.PathLike[str], dec: cx.Layer0File, w: cx.Layer0Weights | RelativeLayer0,
-                        ov: Layer0OV) -> Setup:
-    """The :class:`Setup` that wrote ``extended_tokens.h5`` (heads, ``Z̄``, ``s₂``, ``n*`` read back)."""
+                        ov: Layer0OV, memo: tuple | None = None) -> Setup:
+    """The :class:`Setup` that wrote ``extended_tokens.h5`` (heads, ``Z̄``, ``s₂``, ``n*`` read back).
+    ``memo`` (:func:`weights_key` of ``w, ov``): :func:`approximate`'s sums computed once per
+    text in this process, keyed also by this artifact and ``layer0.h5``."""
     a = read_extended_attrs(path)
     return Setup(w, ov, a["heads_index"], a["z_bar"], float(dec.attrs["ln_scale_used"]), float(a["ln2_scale"]),
                  dec.query, dec.positional_key, float(dec.attrs["attn_scale"]), int(a["reference_position"]),
-                 float(a.get("attn_out_scale", 1.0)))
+                 float(a.get("attn_out_scale", 1.0)), None if memo is None else (memo, files_key(path, dec.path)))
 
 
 def resolve_neurons(configured: Sequence[int], ranking: pd.DataFrame, n_auto: int, d_mlp: int,
@@ -870,8 +968,26 @@ def approximate(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], ids:
                 ln2: str = "linear") -> dict[str, np.ndarray]:
     """The bag-of-tokens approximation along text ``ids [T]`` (module docstring):
     ``resid [T, d]`` (``r̂``), ``pre [T, M]`` (``â``, LN2 ``linear`` or ``exact``),
-    ``context [T, M]`` (the contextual term ``t_j(n)``)."""
+    ``context [T, M]`` (the contextual term ``t_j(n)``). With ``st.memo`` the sums over heads
+    (``r̂`` and the contextual residual) are computed once per text in this process
+    (:func:`memoised`: C2's ranking and C3's fit read the same texts)."""
+    if ln2 not in ("exact", "linear"):
+        raise PosmechError(f"config key `neurons.ln2`: {ln2!r} is neither 'linear' nor 'exact'")
     ids = np.asarray(ids, dtype=np.int64)
+    r, ctx = memoised(text_key(st.memo, "bag_of_tokens", ids), lambda: _bag_of_tokens(st, content_key, ids))
+    ov = st.ov
+    if ln2 == "exact":
+        pre = ov.ln2(r) @ ov.W_in + ov.b_in
+    else:
+        pre = ov.ln2_linear(r, st.s2) @ ov.W_in + ov.b_in
+    context = ov.centre(ctx) @ st.win()
+    return {"resid": r, "pre": pre, "context": context}
+
+
+def _bag_of_tokens(st: Setup, content_key: Callable[[np.ndarray], np.ndarray],
+                   ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`approximate`'s sums over layer 0's heads: ``r̂ [T, d]`` and the contextual heads'
+    content part ``[T, d]``."""
     T = len(ids)
     pos = np.arange(T)
     w, ov = st.w, st.ov
@@ -890,14 +1006,7 @@ def approximate(st: Setup, content_key: Callable[[np.ndarray], np.ndarray], ids:
         content = weight @ cv
         ctx += content
         r = r + content + weight @ st.positional_values(h, T)
-    if ln2 == "exact":
-        pre = ov.ln2(r) @ ov.W_in + ov.b_in
-    elif ln2 == "linear":
-        pre = ov.ln2_linear(r, st.s2) @ ov.W_in + ov.b_in
-    else:
-        raise PosmechError(f"config key `neurons.ln2`: {ln2!r} is neither 'linear' nor 'exact'")
-    context = ov.centre(ctx) @ st.win()
-    return {"resid": r, "pre": pre, "context": context}
+    return r, ctx
 
 
 def fit_metrics(real: np.ndarray, approx: np.ndarray) -> dict[str, float]:
