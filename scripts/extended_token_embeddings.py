@@ -37,7 +37,7 @@ def main(smk, log):
     cal = nr.calibration_index(dec, heads, s.calibration_text, s.from_position)
     text = dec.texts.iloc[cal]
     log.info("heads %s; calibration text %d (%s: %s)", heads, cal, text["corpus"], text["title"])
-    # memo: each text's exact layer-0 residual computed once in this job (contextual_neurons reads it too)
+    # memo: each text's exact layer-0 residual computed once in this job (the neuron rules after it read it too)
     st, ln2 = nr.build_setup(dec, w, ov, heads, cal, s.from_position, s.reference_position, s.ln2_scale,
                              memo=nr.weights_key(man, model, smk.params.entry))
     attrs = {"model": model, "model_source": man["source"], "resolved_revision": man["resolved_revision"],
