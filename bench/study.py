@@ -14,7 +14,9 @@ default here, so that the runs stay comparable with the earlier ones): its analy
 default the schema's); the end of the output then sets the twin's CPU (its sweep job and its
 head table) against its model's analyses (every gpt2 job but fetching and tokenizing, which the
 twin shares); the per-rule table and the extrapolation then count the twin's analyses as
-their model's rules (scaled alike: an upper bound). ``--size-factor``: every REDUCED size times X (at least 1; the extrapolation still
+their model's rules, each scaled by the twin's own sizes (its fraction of the real ones, at
+least 2), and the end of the output sets the twin's extrapolated CPU against its model's analyses
+too. ``--size-factor``: every REDUCED size times X (at least 1; the extrapolation still
 scales to REAL), for a shorter run on a loaded machine.
 
 What it builds in ``--workdir`` (once; reused by later runs):
@@ -84,6 +86,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
+
+from posmech.data.tokens import kept_documents  # noqa: E402  (PYTHONPATH=src, as the docstring runs it)
+from posmech.models.twin import SUFFIX as TWIN_SUFFIX  # noqa: E402
 
 #: reduced sizes of this benchmark -> value set in the config (key path: value)
 REDUCED: dict[str, int] = {
@@ -264,13 +269,25 @@ def per_analysis(rec: dict) -> list[dict]:
     load), the job's peak RSS and probe; any other job's record as it is."""
     if not rec.get("analyses"):
         return [rec]
+    # the job's fixed cost (CPU before its first forward pass) is the first analysis's: the
+    # others' CPU is all work, which the extrapolation scales (it read the job's fixed cost for
+    # every analysis, so an analysis cheaper than it extrapolated below 0)
+    first = rec.get("cpu_s_first_forward")
     return [{**rec, "rule": a["analysis"], "cpu_s": a["cpu_s"], "wall_s": a["wall_s"], "forwards": a["forwards"],
-             "log": f"{rec['log']}: {a['analysis']}", "job_cpu_s": rec["cpu_s"]} for a in rec["analyses"]]
+             "log": f"{rec['log']}: {a['analysis']}", "job_cpu_s": rec["cpu_s"],
+             "cpu_s_first_forward": (None if first is None else min(first, a["cpu_s"])) if i == 0 else 0.0}
+            for i, a in enumerate(rec["analyses"])]
 
 
 #: the model's jobs that are not its analyses: its weights (fetched or trained) and its tokens,
 #: which the twin reads too
 SHARED = ("fetch_model", "train_demo_model", "tokenize", "prepare_corpus")
+
+
+def is_twin(record: dict) -> bool:
+    """Whether a record (a job's, or one analysis of a family or sweep job) is a twin's."""
+    parts = Path(record["log"].split(": ")[0]).parts
+    return len(parts) > 1 and parts[1].split(".log")[0].endswith(TWIN_SUFFIX)
 
 
 def twin_cost(records: list[dict], fraction: float, model_name: str = "gpt2") -> None:
@@ -288,6 +305,11 @@ def twin_cost(records: list[dict], fraction: float, model_name: str = "gpt2") ->
         print(f"twin: no twin job ({len(twin)}) or no model job ({len(model)}) in the logs")
         return
     t, m = sum(twin.values()), sum(model.values())
+    # the same at the study's real sizes: each row's extrapolated CPU (the twin's rows scaled by
+    # the twin's own sizes, its fraction of the real ones; main's table)
+    ext = {r["log"]: r["extrapolated_cpu_s"] for r in records if "extrapolated_cpu_s" in r}
+    t_ext = sum(v for k, v in ext.items() if k.split(": ")[0] in twin)
+    m_ext = sum(v for k, v in ext.items() if k.split(": ")[0] in model)
     # the analyses the twin's job ran and its model did not: none since a twin runs what its
     # model runs (the attn_only rules, which this benchmark leaves out with --omit-from, are left
     # out of the twin's job too: posmech.pipeline.sweep.find_parts); kept as a check
@@ -299,6 +321,9 @@ def twin_cost(records: list[dict], fraction: float, model_name: str = "gpt2") ->
           f"({', '.join(f'{k}: {v:.0f}' for k, v in twin.items())}); its model's analyses: {m:.0f} CPU s in "
           f"{len(model)} jobs; ratio {t / m:.0%}; without the analyses its model did not run "
           f"({', '.join(f'{k}: {v:.1f}' for k, v in extra.items()) or 'none'}): {t - x:.0f} CPU s, {(t - x) / m:.0%}")
+    if t_ext and m_ext:
+        print(f"extrapolated to config/config.yaml's sizes (the twin at its fraction of them, at least 2): twin "
+              f"{t_ext:.0f} CPU s, its model's analyses {m_ext:.0f} CPU s, ratio {t_ext / m_ext:.0%}")
 
 
 def main() -> None:
@@ -398,6 +423,8 @@ def main() -> None:
         fixed = r["cpu_s"] if fixed is None else fixed
         key = SCALE.get(r["rule"])
         factor = REAL[key] / sizes[key] if key else 1.0
+        if key and twin is not None and is_twin(r):  # the twin reads its fraction of each size, at least 2
+            factor = kept_documents(REAL[key], twin) / kept_documents(sizes[key], twin)
         # only the passes over whole documents (the rule's longest shape) scale with the size
         # key; the rest (posembed_averaging's P3 prompt passes) cost the same at real sizes
         longest = max((shape_of(k)[1] for k in r["forwards"]), default=0)
@@ -406,6 +433,7 @@ def main() -> None:
         ext = fixed + (r["cpu_s"] - fixed) * (share * factor + 1 - share)
         tot_meas += r["cpu_s"]
         tot_ext += ext
+        r["extrapolated_cpu_s"] = ext
         tot_floor += floor
         req = mem_request(r["rule"], cfg) if n_pass else None
         passes = ", ".join(f"{k}: {v}" for k, v in r["forwards"].items()) or "0"
