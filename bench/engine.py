@@ -7,10 +7,11 @@ TransformerBridge in compatibility mode, the posmech engine (posmech.models.lens
 without hooked patterns and with an early stop, and the activation cache's capture.
 
 With ``--arch A [A ...]`` (opt, gpt_neox, llama, bloom, gpt2, gpt_neo, gptj, phi, gemma2,
-falcon, gpt_bigcode, or ``all``): for each family a GPT-2-small-sized random model (12 layers,
+falcon, gpt_bigcode, mpt, or ``all``): for each family a GPT-2-small-sized random model (12 layers,
 d_model 768, 12 heads, MLP 3072, vocabulary 50257, context 1024; Llama and Gemma 2 with 4
 key/value heads, grouped-query attention; Falcon and GPT-BigCode multi-query; GPT-J with 32 of
-64 head dimensions rotated, Phi half, GPT-NeoX a quarter) built from its ``transformers`` config
+64 head dimensions rotated, Phi half, GPT-NeoX a quarter; MPT with 16 heads of 48, ALiBi's
+slopes BLOOM's only for a power-of-two head count) built from its ``transformers`` config
 and saved under /tmp/posmech-bench/<arch> (no Hub, a character tokenizer beside it): the bare
 Hugging Face forward with logits (its default attention), the engine ``load_model`` runs for the
 family with logits, the same engine with every layer's pattern hooked (no logits), and each
@@ -38,7 +39,8 @@ from posmech.analyses.cache import load_capture  # noqa: E402
 from posmech.models.lens import from_hf_dir  # noqa: E402
 from posmech.models.loading import load_bridge, load_model  # noqa: E402
 
-ARCHS = ("opt", "gpt_neox", "llama", "bloom", "gpt2", "gpt_neo", "gptj", "phi", "gemma2", "falcon", "gpt_bigcode")
+ARCHS = ("opt", "gpt_neox", "llama", "bloom", "gpt2", "gpt_neo", "gptj", "phi", "gemma2", "falcon", "gpt_bigcode",
+         "mpt")
 L, D, H, M, V, CTX = 12, 768, 12, 3072, 50257, 1024
 
 
@@ -76,6 +78,9 @@ def build(arch: str, d: Path) -> Path:
                                           max_position_embeddings=CTX, **common),
         "gpt_bigcode": lambda: tf.GPTBigCodeConfig(n_embd=D, n_layer=L, n_head=H, n_inner=M, n_positions=CTX,
                                                    multi_query=True, **common),
+        # ALiBi (BLOOM's slopes need a power-of-two head count: MPT's own differ otherwise, which
+        # the engine refuses); the MLP is 4·d_model whatever expansion_ratio says
+        "mpt": lambda: tf.MptConfig(d_model=D, n_layers=L, n_heads=16, max_seq_len=CTX, **common),
     }[arch]()
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg)
