@@ -13,7 +13,9 @@ def main(smk, log):
                            dict(smk.params.not_applicable), dict(smk.params.twins), str(smk.params.twin_weights))
     per_model = counts(table)
     write_table(table, smk.output.table, {"findings": "resources/findings.yaml", "thresholds": dict(smk.params.thresholds),
-                                          "counts": per_model, "twin_weights": str(smk.params.twin_weights)})
+                                          "counts": per_model, "twin_weights": str(smk.params.twin_weights),
+                                          # what each twin read (posmech.pipeline.sweep.twin_reads)
+                                          "twin_reads": dict(smk.params.twin_reads)})
     for model, c in per_model.items():
         log.info("%s: %s", model, ", ".join(f"{v} {n}" for v, n in c.items()))
     for model in dict(smk.params.twins).values():

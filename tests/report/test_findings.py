@@ -121,6 +121,34 @@ def _twin_scorecards(tmp_path, values):
     return sc
 
 
+def test_the_legend_says_what_the_twins_read(tmp_path):
+    """findings.meta.json's `twin_reads` (posmech.pipeline.sweep.twin_reads, from the config
+    section `twins`) reaches the grid through read_table's attrs: the legend says a figureless
+    twin read that fraction of its model's documents and only what its verdicts read; a twin
+    with figures every document; nothing without the record or without a twin in the grid."""
+    from posmech.pipeline.sweep import twin_reads
+    from posmech.store.tables import read_table
+
+    sc = _twin_scorecards(tmp_path, (("a", 0.2), ("a-twin", 0.3)))
+    table = fd.findings_table([finding()], DEFAULTS, sc, ["a", "a-twin"], twins={"a-twin": "a"})
+    cfg = {"documents_fraction": 0.2, "claims_only": True}
+    reads = twin_reads(["a-twin"], {"a-twin"}, cfg)
+    assert reads == {"a-twin": {"documents_fraction": 0.2, "claims_only": True}}
+    write_table(table, tmp_path / "findings.csv", {"twin_reads": reads})
+    html = str(grid_html(read_table(tmp_path / "findings.csv")))
+    assert "Each twin read 0.2 of its model's documents" in html and "⌈0.2 × n⌉, at least 2" in html
+    assert "computing only what its verdicts read" in html
+    with_figures = twin_reads(["a-twin"], set(), cfg)  # not a point of its own: a twin with figures
+    assert with_figures == {"a-twin": {"documents_fraction": 1.0, "claims_only": False}}
+    write_table(table, tmp_path / "figures.csv", {"twin_reads": with_figures})
+    html = str(grid_html(read_table(tmp_path / "figures.csv")))
+    assert "Each twin read every document its model read" in html and "of its model's documents" not in html
+    assert "Each twin read" not in str(grid_html(table))  # no record
+    alone = fd.findings_table([finding()], DEFAULTS, sc[:1], ["a"], twins=None)
+    alone.attrs["twin_reads"] = reads  # a record, but no twin in the grid
+    assert "Each twin read" not in str(grid_html(alone))
+
+
 def test_findings_table_reads_each_verdict_against_the_twin(tmp_path):
     """The twin's own verdicts come from its scorecard like any model's; its model's rows say
     what it gave, and a value that passes the threshold but does not beat the twin's by the

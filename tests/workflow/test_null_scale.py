@@ -52,7 +52,10 @@ def test_shuffled_twin_is_the_model_s_weights_permuted_and_recorded(shuffled_run
     assert float(twin[w].norm()) == pytest.approx(float(own[w].norm()), rel=1e-5) and not (twin[w] == own[w]).all()
     table = pd.read_csv(work / "results/report/findings.csv")
     assert set(table["twin_weights"]) == {"shuffled"}
-    assert json.loads((work / "results/report/findings.meta.json").read_text())["twin_weights"] == "shuffled"
+    meta = json.loads((work / "results/report/findings.meta.json").read_text())
+    assert meta["twin_weights"] == "shuffled"
+    # what the twin read, as the config says (a figureless twin: its fraction, its claims only)
+    assert meta["twin_reads"] == {"qwen2-twin": {"documents_fraction": 0.5, "claims_only": True}}
 
 
 def test_k8_no_longer_holds_against_the_scale_matched_null(shuffled_run):

@@ -16,7 +16,12 @@ from posmech.core.config import load_schema, model_names_by_kind, selected
 from posmech.core.errors import PosmechError
 from posmech.core.families import FAMILIES
 from posmech.pipeline.preflight import jobs_run_locally
-from posmech.pipeline.sweep import omitted_rules, point_outputs, swept_models
+from posmech.pipeline.sweep import (
+    omitted_rules,
+    point_outputs,
+    swept_models,
+    twin_reads,
+)
 from posmech.pipeline.sweep import rule_name as sweep_rule_name
 from posmech.pipeline.sweep import IN_OWN_POINTS, IN_TWIN_POINTS
 
@@ -63,6 +68,10 @@ MODELS, FINAL_MODELS = STUDY.models, STUDY.final_models
 # checkpoint's (dynamics.smk, posmech.pipeline.sweep); the analysis rules run on JOB_MODELS.
 OWN_POINTS = {m: m for m in STUDY.figureless}
 TWIN_POINTS = {t: t for t in TWINS if t in OWN_POINTS}
+# What each twin's analyses read (findings.meta.json `twin_reads`): one job without figures
+# reads `twins.documents_fraction` of the documents and only what its claims need
+# (`twins.claims_only`); with figures, every document, as its model
+TWIN_READS = twin_reads(TWINS, TWIN_POINTS, config["twins"])
 # What a point of its own runs first (posmech.pipeline.sweep): a twin builds its weights; a
 # figureless model tokenizes its corpora and, when local, validates its directory (a Hub model
 # is downloaded by fetch_model of its own: the login node reaches the Hub)

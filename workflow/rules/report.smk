@@ -31,6 +31,8 @@ rule findings:
         twins=TWIN_OF,
         # which null the twins are (`twins.weights`: init, shuffled): column `twin_weights`
         twin_weights=config["twins"]["weights"],
+        # what each twin read (findings.meta.json `twin_reads`, the grid's legend)
+        twin_reads=TWIN_READS,
     script:
         "../../scripts/findings.py"
 

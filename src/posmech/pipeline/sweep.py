@@ -296,6 +296,17 @@ def part_resource(parts: list[tuple[Any, dict[str, str]]], name: str, combine: A
     return combine(found) if found else 0
 
 
+def twin_reads(twins: Collection[str], points: Collection[str], cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{twin: what its analyses read}`` (config section ``twins``, ``cfg``), recorded in
+    ``findings.meta.json`` (``twin_reads``) and said in the findings grid's legend: a twin run
+    as one job without figures (in ``points``, :class:`SweepPoints`) reads
+    ``documents_fraction`` of its model's documents (each count ``ceil(fraction × n)``, at
+    least 2: :func:`thinned`) and, with ``claims_only``, computes only what its verdicts read;
+    a twin with figures reads every document and computes everything, as its model."""
+    return {t: ({"documents_fraction": float(cfg["documents_fraction"]), "claims_only": bool(cfg["claims_only"])}
+                if t in points else {"documents_fraction": 1.0, "claims_only": False}) for t in twins}
+
+
 class SweepPoints:
     """The sweep points of one run, ``parts``: ``{checkpoint: its parts}``
     (:func:`parts_by_checkpoint`); its methods are the ``sweep_<model>`` rules' input,

@@ -67,6 +67,27 @@ def _text(x: Any) -> str:
     return "" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x)
 
 
+def reads_sentence(reads: Any, twins: set[str]) -> str:
+    """The legend's sentence on what the run's twins read (``findings.meta.json`` ``twin_reads``,
+    :func:`posmech.pipeline.sweep.twin_reads`; in ``table.attrs`` when read with
+    :func:`posmech.store.tables.read_table`), for the twins in the grid; empty without it."""
+    kinds: dict[tuple[float, bool], list[str]] = {}
+    for t, r in sorted((reads or {}).items()):
+        if t in twins and isinstance(r, dict):
+            kinds.setdefault((float(r.get("documents_fraction", 1.0)), bool(r.get("claims_only"))), []).append(t)
+    out = []
+    for (fraction, only), names in kinds.items():
+        who = "Each twin" if len(kinds) == 1 else "Twin" + ("s " if len(names) > 1 else " ") + ", ".join(names)
+        if fraction >= 1 and not only:
+            out.append(f" {who} read every document its model read and ran every analysis (with figures).")
+            continue
+        docs = (f"{fraction:g} of its model's documents (<code>twins.documents_fraction</code>: each document count "
+                f"⌈{fraction:g} × n⌉, at least 2)" if fraction < 1 else "every document its model read")
+        what = (", computing only what its verdicts read (<code>twins.claims_only</code>)" if only else "")
+        out.append(f" {who} read {docs}{what}; docs/performance.md, \"Twins\".")
+    return "".join(out)
+
+
 def grid_html(table: pd.DataFrame) -> Markup:
     """The findings block (``<section id="findings">``) of a findings table; an explanatory
     paragraph when the table is empty."""
@@ -78,6 +99,7 @@ def grid_html(table: pd.DataFrame) -> Markup:
     # model's cells (verdict holds on null: its finding holds on the twin too)
     twin_rows = table["twin_of"].astype(object).fillna("").astype(str) != "" if "twin_of" in table else pd.Series(False, table.index)
     twins = dict(zip(table.loc[twin_rows, "twin_of"].astype(str), table.loc[twin_rows, "model"].astype(str)))
+    reads = table.attrs.get("twin_reads")  # findings.meta.json: what each twin read
     table = table[~twin_rows]
     models = list(dict.fromkeys(table["model"].astype(str)))
     # the quantity each claim's finding judges (one per claim: the finding's, aggregate included)
@@ -112,6 +134,7 @@ def grid_html(table: pd.DataFrame) -> Markup:
         "the finding holds on any model by construction, so its verdict says nothing about the model "
         "(<code>resources/findings.yaml</code>, column <code>structural</code>). A model without a twin "
         "(<code>twins.enabled: false</code>) is marked <em>no null</em>: its ✓ was not compared with a random model."
+        + reads_sentence(reads, set(twins.values()))
         + ' <span class="fg-quantities"><strong>Two comparisons:</strong> each row judges the quantity in its column '
         "<em>judges</em>"
         + (f" (P8: <code>{escape(quantities['P8'])}</code>)" if "P8" in quantities else "")
