@@ -87,7 +87,7 @@ each frequency twice in a row, as its ``duplicate_interleave``, and ``cfg.rotary
 set), ``GPTBigCodeForCausalLM`` (with ``scale_attn_weights``, no cross-attention),
 ``PhiForCausalLM`` (no ``qk_layernorm``; default rotary frequencies), ``FalconForCausalLM``
 (``parallel_attn``, no ``new_decoder_architecture``, no ``alibi``), ``MptForCausalLM``
-(ALiBi with a power-of-two number of heads and ``alibi_bias_max`` 8, no ``clip_qkv``,
+(ALiBi, BLOOM's slopes being MPT's as transformers builds them; no ``clip_qkv``,
 ``qk_ln`` or ``softmax_scale``: :func:`_mpt_refusal`), and legacy
 TransformerLens state dicts with ``normalization_type`` LN, standard positions and
 ``act_fn`` ``gelu``/``gelu_new``/``relu`` (or attention-only). Anything else: the bridge
@@ -579,16 +579,15 @@ def _falcon_state(f: Callable[[str], Any], c: dict[str, Any]) -> tuple[dict[str,
 
 def _mpt_refusal(c: dict[str, Any]) -> str | None:
     """Why the engine cannot run the MPT of config ``c`` (None: it can). It runs the layout of
-    transformers' ``MptForCausalLM``: ALiBi with BLOOM's slopes (a power-of-two number of heads and
-    ``alibi_bias_max`` 8, where MPT's ``build_mpt_alibi_tensor`` and BLOOM's agree), scores
-    ``q·k/sqrt(d_head)``, no clipping of q/k/v, no q/k LayerNorm."""
+    transformers' ``MptForCausalLM``: ALiBi with BLOOM's slopes, which are MPT's for every head
+    count (``build_mpt_alibi_tensor`` takes the next power of two ``2c`` and its odd-indexed slopes
+    first: those are BLOOM's ``c`` base slopes, its even-indexed ones BLOOM's extra ones), and
+    transformers builds them at ``alibi_bias_max`` 8 whatever the config says (it does not pass
+    the key: a model trained at another value runs under transformers, engine and bridge alike,
+    with 8); scores ``q·k/sqrt(d_head)``, no clipping of q/k/v, no q/k LayerNorm."""
     a = c.get("attn_config") or {}
-    H = int(c.get("n_heads") or 0)
     if not a.get("alibi", False):
         return "MPT without ALiBi (attn_config.alibi false)"
-    if H & (H - 1) or float(a.get("alibi_bias_max", 8)) != 8:
-        return ("MPT with a number of heads that is not a power of two or alibi_bias_max other than 8 (its ALiBi "
-                "slopes then differ from BLOOM's, which the engine computes)")
     if a.get("clip_qkv") or a.get("qk_ln") or a.get("softmax_scale") is not None:
         return "MPT with attn_config clip_qkv, qk_ln or softmax_scale"
     if a.get("prefix_lm") or a.get("attn_uses_sequence_id"):
