@@ -292,9 +292,13 @@ def sweep_points_of_run():
         )
     except PosmechError as err:
         raise WorkflowError(str(err)) from None
-    fraction = config["twins"]["documents_fraction"]
-    nulls = TWIN_POINTS if config["twins"]["claims_only"] else ()
-    return SweepPoints(parts, {t: fraction for t in TWIN_POINTS}, nulls)
+    # what each twin's one job reads, as findings.meta.json records it (TWIN_READS)
+    reads = {t: TWIN_READS[t] for t in TWIN_POINTS}
+    return SweepPoints(
+        parts,
+        {t: r["documents_fraction"] for t, r in reads.items()},
+        [t for t, r in reads.items() if r["claims_only"]],
+    )
 
 
 # ---------------------------------------------------------------- stage helpers
